@@ -1,0 +1,1 @@
+"""The service APIs (gRPC, REST, web UI)."""

@@ -1,0 +1,207 @@
+"""The `hypocenter` command.
+
+    hypocenter analyze BUNDLE [--format text|json] [--rules PATH]...   diagnose one attempt bundle
+    hypocenter schema                                                  JSON Schema of the diagnosis
+    hypocenter rules list | check | test [--rule ID]                   the rule catalog
+
+Exit codes: 0 a diagnosis was produced (whatever its outcome) / the command succeeded; 1 rules
+check or test found problems; 2 unusable input, with a one-line reason on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TextIO
+
+from hypocenter import __version__
+from hypocenter.errors import InputError
+from hypocenter.model import Diagnosis
+
+EXIT_OK = 0
+EXIT_PROBLEMS = 1
+EXIT_INPUT = 2
+
+
+class _Style:
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+
+    def __call__(self, text: str, code: str) -> str:
+        return f"\x1b[{code}m{text}\x1b[0m" if self.enabled else text
+
+
+def _color_wanted(stream: TextIO, mode: str) -> bool:
+    if mode == "always":
+        return True
+    if mode == "never" or os.environ.get("NO_COLOR"):
+        return False
+    return stream.isatty()
+
+
+_OUTCOME_STYLE = {"attributed": "1;32", "ambiguous": "1;33", "unattributed": "1;35", "not_failed": "1;36"}
+_QUALITY_STYLE = {"high": "32", "medium": "33", "low": "31"}
+
+
+def render_text(d: Diagnosis, style: _Style) -> str:
+    a = d.attempt
+    out: list[str] = []
+    sched = "/".join(x for x in (a.scheduler, a.cluster) if x)
+    out.append(f"hypocenter · workload {a.workload_id} attempt {a.attempt}" + (f" ({sched})" if sched else "")
+               + f" · {d.terminal_state or 'state unknown'} · {len(a.nodes)} node(s)")
+    head = style(d.outcome.upper().replace("_", " "), _OUTCOME_STYLE[d.outcome])
+    rc = d.root_cause
+    if rc is not None:
+        where = ", ".join(rc.nodes) or "the job"
+        out.append(f"{head}  {style(f'{rc.domain}/{rc.subdomain}', '1')} on {where}   "
+                   f"[quality: {style(d.quality.level, _QUALITY_STYLE[d.quality.level])}]")
+        out.append(f"  {rc.summary}")
+        comps = ", ".join(f"{c.node} {c.kind} {c.id}" for c in rc.components)
+        out.append(f"  first seen {rc.first_seen or 'unknown'} · action {style(rc.action, '1')} · rule {rc.rule}"
+                   + (f" · components: {comps}" if comps else ""))
+    else:
+        text = {"unattributed": "no root cause can be attributed from the evidence available",
+                "not_failed": "the attempt did not fail"}.get(d.outcome, "")
+        out.append(f"{head}  {text}   [quality: {style(d.quality.level, _QUALITY_STYLE[d.quality.level])}]")
+    if d.candidates:
+        out.append("")
+        out.append(style("Candidates", "1"))
+        for c in d.candidates:
+            out.append(f"  {c.domain}/{c.subdomain} on {', '.join(c.nodes) or 'the job'} — {c.summary} "
+                       f"(first seen {c.first_seen or '?'}, rule {c.rule})")
+    if d.symptoms:
+        out.append("")
+        out.append(style("Symptoms" + (" (consequences, not causes)" if rc else ""), "1"))
+        width = max(len(s.kind) for s in d.symptoms)
+        for s in d.symptoms:
+            nodes = ", ".join(s.nodes[:6]) + (f" +{len(s.nodes) - 6}" if len(s.nodes) > 6 else "")
+            out.append(f"  {s.kind.ljust(width)}  ×{s.count:<5} {nodes or '-'}  from {s.first_seen or '?'}")
+    if d.evidence:
+        out.append("")
+        out.append(style("Evidence", "1"))
+        for e in d.evidence:
+            tag = {"root_cause": style("cause  ", "1;31"), "symptom": "symptom", "context": "context"}[e.role]
+            out.append(f"  {tag} {e.time or '?':<27} {e.node or '-':<12} {e.ref}")
+            out.append(f"          {e.text[:200]}")
+    out.append("")
+    out.append(style("Quality", "1") + f": {d.quality.level}")
+    for r in d.quality.reasons:
+        out.append(f"  - {r}")
+    bad = [c for c in d.coverage if c.status != "ok"]
+    ok = len(d.coverage) - len(bad)
+    out.append(style("Coverage", "1") + f": {ok} source(s) read" + (f", {len(bad)} with problems:" if bad else ""))
+    for c in bad:
+        out.append(f"  - {c.source}: {c.status}" + (f" ({c.reason})" if c.reason else ""))
+    out.append(f"diagnosis {d.id} · engine {d.engine.version} · ruleset {d.engine.ruleset[:19]}")
+    return "\n".join(out) + "\n"
+
+
+def _cmd_analyze(args: argparse.Namespace) -> int:
+    from hypocenter.engine import default_engine
+
+    engine = default_engine([Path(p) for p in args.rules], builtin=not args.no_builtin_rules)
+    diagnosis = engine.analyze_bundle(Path(args.bundle))
+    if args.format == "json":
+        sys.stdout.write(diagnosis.to_json())
+    else:
+        sys.stdout.write(render_text(diagnosis, _Style(_color_wanted(sys.stdout, args.color))))
+    return EXIT_OK
+
+
+def _cmd_schema(args: argparse.Namespace) -> int:
+    schema = Diagnosis.model_json_schema(by_alias=True, mode="serialization")
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["$id"] = "https://hypocenter.dev/schema/diagnosis/v1.json"
+    sys.stdout.write(json.dumps(schema, indent=2, sort_keys=True) + "\n")
+    return EXIT_OK
+
+
+def _cmd_rules(args: argparse.Namespace) -> int:
+    from hypocenter.engine import default_engine
+    from hypocenter.engine.cases import lint, run_cases
+
+    engine = default_engine([Path(p) for p in args.rules], builtin=not args.no_builtin_rules)
+    rs = engine.ruleset
+    if args.rules_cmd == "list":
+        for r in rs.rules:
+            role = ""
+            if r.attribute:
+                role = r.attribute.role + (f" {r.attribute.domain}/{r.attribute.subdomain}" if r.attribute.domain else "")
+            kind = "analyzer" if r.analyzer else ("extract" if r.extract else "metric" if r.metric else "attribute")
+            print(f"{r.id:<34} {r.status:<12} {kind:<9} {role:<34} {r.where}")
+        print(f"{len(rs)} rules · {rs.fingerprint}")
+        return EXIT_OK
+    if args.rules_cmd == "check":
+        problems = lint(rs)
+        for p in problems:
+            print(f"{p.where}: {p.rule}: {p.message}")
+        cases = sum(len(r.cases) for r in rs.rules)
+        print(f"{len(rs)} rules, {cases} cases, {len(problems)} problem(s)")
+        return EXIT_PROBLEMS if problems else EXIT_OK
+    results = run_cases(engine, only=args.rule)
+    if args.rule and not results:
+        print(f"no cases for rule {args.rule!r}", file=sys.stderr)
+        return EXIT_INPUT
+    failed = [r for r in results if not r.ok]
+    for r in results:
+        if not r.ok or args.verbose:
+            mark = "ok  " if r.ok else "FAIL"
+            print(f"{mark} {r.rule} · {r.case} [{r.expect}] · {r.detail} ({r.where})")
+    misses = sum(1 for r in results if r.expect == "known_miss")
+    print(f"{len(results) - len(failed)} passed, {len(failed)} failed ({misses} known misses)")
+    return EXIT_PROBLEMS if failed else EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="hypocenter", description="Find where a failed distributed AI workload's failure began.")
+    p.add_argument("--version", action="version", version=f"hypocenter {__version__}")
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    def rule_opts(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--rules", action="append", default=[], metavar="PATH",
+                        help="extra rule file or directory (repeatable); added to the built-in catalog")
+        sp.add_argument("--no-builtin-rules", action="store_true", help="use only the --rules given")
+
+    a = sub.add_parser("analyze", help="diagnose one attempt bundle (a directory with attempt.yaml, logs/, …)")
+    a.add_argument("bundle", help="path to the attempt bundle directory")
+    a.add_argument("--format", choices=("text", "json"), default="text", help="text report (default) or diagnosis JSON")
+    a.add_argument("--color", choices=("auto", "always", "never"), default="auto", help="colour the text report (auto: on a terminal)")
+    rule_opts(a)
+    a.set_defaults(func=_cmd_analyze)
+
+    s = sub.add_parser("schema", help="print the JSON Schema of the diagnosis (hypocenter.diagnosis/v1)")
+    s.set_defaults(func=_cmd_schema)
+
+    r = sub.add_parser("rules", help="list, lint or test the rule catalog")
+    rsub = r.add_subparsers(dest="rules_cmd", required=True)
+    for name, text in (("list", "list the rules"), ("check", "lint the catalog"), ("test", "run every rule's cases")):
+        sp = rsub.add_parser(name, help=text)
+        rule_opts(sp)
+        if name == "test":
+            sp.add_argument("--rule", help="run only this rule's cases")
+            sp.add_argument("-v", "--verbose", action="store_true", help="show passing cases too")
+        sp.set_defaults(func=_cmd_rules)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        code: int = args.func(args)
+        return code
+    except InputError as exc:
+        print(f"hypocenter: {exc}", file=sys.stderr)
+        return EXIT_INPUT
+    except BrokenPipeError:
+        return EXIT_OK
+    except KeyboardInterrupt:
+        print("hypocenter: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

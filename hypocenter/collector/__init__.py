@@ -1,0 +1,1 @@
+"""Collect and normalise: connectors that turn logs, metrics and scheduler state into sources."""

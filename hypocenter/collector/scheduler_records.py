@@ -1,0 +1,202 @@
+"""Render scheduler and Kubernetes documents as canonical one-line records that rules can match.
+
+Inputs: `sacct --json` / `scontrol show job --json` / `scontrol show node --json` / `sinfo --json`
+(several Slurm data_parser versions), `kubectl get events -o json`, Pod / Node objects and lists,
+and any object with `status.conditions` (Kueue Workload, JobSet, PyTorchJob, batch Job).
+
+Canonical forms (what YAML rules match; documented in rules/README.md):
+
+    slurm job <id> state=<STATE> reason=<reason> exit_code=<rc>:<sig> nodes=<hostlist>
+    slurm step <id> state=<STATE> exit_code=<rc>:<sig> nodes=<hostlist>
+    slurm node <name> state=<STATE+FLAGS> reason=<reason>
+    k8s event type=<Normal|Warning> reason=<reason> object=<Kind>/<name> message=<message>
+    k8s pod <name> phase=<phase> reason=<reason> message=<message>
+    k8s container <pod>/<container> terminated reason=<reason> exit_code=<n> signal=<n>
+    <kind> <name> condition type=<type> status=<status> reason=<reason> message=<message>
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime, timezone
+from typing import Any
+
+from hypocenter.collector.lineformat import TimeContext, parse_iso
+from hypocenter.collector.sources import Record
+
+
+def render(doc: Any, name: str, ctx: TimeContext) -> list[Record]:
+    """All records of one document; unknown shapes yield nothing (the caller reports that)."""
+    return list(_walk(doc, name, ctx))
+
+
+def _walk(doc: Any, ref: str, ctx: TimeContext) -> Iterator[Record]:
+    if isinstance(doc, list):
+        for i, item in enumerate(doc):
+            yield from _walk(item, f"{ref}[{i}]", ctx)
+        return
+    if not isinstance(doc, dict):
+        return
+    if isinstance(doc.get("jobs"), list):
+        for i, job in enumerate(doc["jobs"]):
+            if isinstance(job, dict):
+                yield from _slurm_job(job, f"{ref}#jobs[{i}]", ctx)
+    if isinstance(doc.get("nodes"), list) and doc["nodes"] and isinstance(doc["nodes"][0], dict) \
+            and "name" in doc["nodes"][0]:
+        for i, node in enumerate(doc["nodes"]):
+            if isinstance(node, dict):
+                yield from _slurm_node(node, f"{ref}#nodes[{i}]", ctx)
+    if isinstance(doc.get("items"), list):
+        for i, item in enumerate(doc["items"]):
+            yield from _walk(item, f"{ref}#items[{i}]", ctx)
+        return
+    kind = doc.get("kind")
+    if isinstance(kind, str):
+        yield from _k8s_object(doc, kind, ref, ctx)
+
+
+# --------------------------------------------------------------------------------------------- Slurm
+
+
+def _number(v: Any) -> Any:
+    """Slurm ≥ 23.02 wraps numbers as {"set": true, "infinite": false, "number": N}."""
+    if isinstance(v, dict):
+        if v.get("set") is False:
+            return None
+        return v.get("number")
+    return v
+
+
+def _epoch(v: Any) -> datetime | None:
+    v = _number(v)
+    if isinstance(v, int | float) and not isinstance(v, bool) and v > 0:
+        return datetime.fromtimestamp(v, tz=timezone.utc)
+    return None
+
+
+def _states(v: Any) -> str:
+    if isinstance(v, dict):
+        v = v.get("current", v.get("state"))
+    if isinstance(v, list):
+        return "+".join(str(s) for s in v)
+    return str(v) if v is not None else "UNKNOWN"
+
+
+def _exit(v: Any) -> str:
+    if isinstance(v, dict):
+        rc = v.get("return_code")
+        sig = v.get("signal")
+        rcn = _number(rc)
+        if isinstance(sig, dict):
+            sig = _number(sig.get("id", sig.get("signal_id")))
+        return f"{rcn if rcn is not None else 0}:{sig if sig is not None else 0}"
+    if isinstance(v, str | int):
+        return str(v)
+    return "unknown"
+
+
+def _nodes(v: Any) -> str:
+    if isinstance(v, dict):
+        v = v.get("range") or v.get("list")
+    if isinstance(v, list):
+        return ",".join(str(n) for n in v)
+    return str(v) if v else ""
+
+
+def _clean(text: Any) -> str:
+    return " ".join(str(text).split()) if text not in (None, "") else "-"
+
+
+def _slurm_job(job: dict[str, Any], ref: str, ctx: TimeContext) -> Iterator[Record]:
+    jid = job.get("job_id", job.get("jobid", "?"))
+    array = job.get("array", {})
+    if isinstance(array, dict) and _number(array.get("task_id")) is not None:
+        jid = f"{_number(array.get('job_id')) or jid}_{_number(array.get('task_id'))}"
+    state = job.get("state", job.get("job_state"))
+    reason = state.get("reason") if isinstance(state, dict) else job.get("state_reason")
+    times = job.get("time", {})
+    end = _epoch(times.get("end")) if isinstance(times, dict) else _epoch(job.get("end_time"))
+    yield Record(
+        ref=ref, time=end, node=None,
+        text=(f"slurm job {jid} state={_states(state)} reason={_clean(reason)} "
+              f"exit_code={_exit(job.get('exit_code'))} nodes={_nodes(job.get('nodes'))}"),
+    )
+    for i, step in enumerate(job.get("steps") or []):
+        if not isinstance(step, dict):
+            continue
+        sid = step.get("step", {}).get("id") if isinstance(step.get("step"), dict) else step.get("step_id")
+        if isinstance(sid, dict):  # data_parser 0.0.39: {"job_id": .., "step_id": ..}
+            sid = f"{sid.get('job_id')}.{_number(sid.get('step_id'))}"
+        st = step.get("time", {})
+        send = _epoch(st.get("end")) if isinstance(st, dict) else None
+        yield Record(
+            ref=f"{ref}.steps[{i}]", time=send or end, node=None,
+            text=(f"slurm step {sid} state={_states(step.get('state'))} "
+                  f"exit_code={_exit(step.get('exit_code'))} nodes={_nodes(step.get('nodes'))}"),
+        )
+
+
+def _slurm_node(node: dict[str, Any], ref: str, ctx: TimeContext) -> Iterator[Record]:
+    name = str(node.get("name"))
+    reason = node.get("reason") or "-"
+    yield Record(
+        ref=ref, time=_epoch(node.get("reason_changed_at")), node=name,
+        text=f"slurm node {name} state={_states(node.get('state'))} reason={_clean(reason)}",
+    )
+
+
+# --------------------------------------------------------------------------------------------- Kubernetes
+
+
+def _when(v: Any, ctx: TimeContext) -> datetime | None:
+    return parse_iso(v, ctx) if isinstance(v, str) else None
+
+
+def _k8s_object(obj: dict[str, Any], kind: str, ref: str, ctx: TimeContext) -> Iterator[Record]:
+    meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+    name = str(meta.get("name", "?"))
+    status = obj.get("status") if isinstance(obj.get("status"), dict) else {}
+    spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
+    if kind == "Event":
+        inv = obj.get("involvedObject") or obj.get("regarding") or {}
+        src = obj.get("source") or {}
+        node = inv.get("name") if inv.get("kind") == "Node" else (src.get("host") or obj.get("reportingInstance"))
+        when = (_when(obj.get("lastTimestamp"), ctx) or _when(obj.get("eventTime"), ctx)
+                or _when(obj.get("firstTimestamp"), ctx) or _when(meta.get("creationTimestamp"), ctx))
+        yield Record(
+            ref=ref, time=when, node=node or None,
+            text=(f"k8s event type={_clean(obj.get('type'))} reason={_clean(obj.get('reason'))} "
+                  f"object={inv.get('kind', '?')}/{inv.get('name', '?')} message={_clean(obj.get('message') or obj.get('note'))}"),
+        )
+        return
+    node_name = spec.get("nodeName") if kind == "Pod" else (name if kind == "Node" else None)
+    if kind == "Pod":
+        yield Record(
+            ref=ref, time=None, node=node_name,
+            text=(f"k8s pod {name} phase={_clean(status.get('phase'))} reason={_clean(status.get('reason'))} "
+                  f"message={_clean(status.get('message'))}"),
+        )
+        for group in ("initContainerStatuses", "containerStatuses"):
+            for i, cs in enumerate(status.get(group) or []):
+                if not isinstance(cs, dict):
+                    continue
+                for which in ("state", "lastState"):
+                    term = (cs.get(which) or {}).get("terminated")
+                    if isinstance(term, dict):
+                        yield Record(
+                            ref=f"{ref}.status.{group}[{i}].{which}", node=node_name,
+                            time=_when(term.get("finishedAt"), ctx),
+                            text=(f"k8s container {name}/{cs.get('name', '?')} terminated "
+                                  f"reason={_clean(term.get('reason'))} exit_code={term.get('exitCode', '?')} "
+                                  f"signal={term.get('signal', 0)}"),
+                        )
+    label = "k8s node" if kind == "Node" else ("k8s pod" if kind == "Pod" else kind.lower())
+    for i, cond in enumerate(status.get("conditions") or []):
+        if not isinstance(cond, dict):
+            continue
+        yield Record(
+            ref=f"{ref}.status.conditions[{i}]", node=node_name,
+            time=_when(cond.get("lastTransitionTime"), ctx) or _when(cond.get("lastProbeTime"), ctx),
+            text=(f"{label} {name} condition type={_clean(cond.get('type'))} status={_clean(cond.get('status'))} "
+                  f"reason={_clean(cond.get('reason'))} message={_clean(cond.get('message'))}"),
+        )

@@ -1,0 +1,65 @@
+"""The deterministic attribution engine: extract events, correlate, decide.
+
+    analyze(context, sources, coverage)  → Diagnosis      (any connector's output)
+    analyze_bundle(path)                 → Diagnosis      (an attempt bundle directory)
+
+The engine never sees a connector type, only `Source`s and `Coverage`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from functools import lru_cache
+from pathlib import Path
+
+from hypocenter.collector.bundle import load_bundle, time_context
+from hypocenter.collector.sources import Record, RecordSource, Source
+from hypocenter.engine.extract import Extractor
+from hypocenter.engine.rules import Ruleset, load_ruleset
+from hypocenter.engine.verdict import Verdict
+from hypocenter.model import AttemptContext, Coverage, Diagnosis
+
+__all__ = ["Engine", "analyze", "analyze_bundle", "default_engine"]
+
+
+class Engine:
+    """A loaded ruleset with its compiled extractor and verdict; reusable across attempts."""
+
+    def __init__(self, ruleset: Ruleset) -> None:
+        self.ruleset = ruleset
+        self.extractor = Extractor(ruleset)
+        self.verdict = Verdict(ruleset)
+
+    def analyze(self, context: AttemptContext, sources: Iterable[Source], coverage: Sequence[Coverage] = ()) -> Diagnosis:
+        tctx = time_context(context)
+        all_sources = [*sources, _attempt_record(context)]
+        result = self.extractor.extract(all_sources, context, tctx)
+        return self.verdict.decide(context, result.events, sorted(coverage, key=lambda c: (c.source, c.connector)))
+
+    def analyze_bundle(self, path: Path | str) -> Diagnosis:
+        bundle = load_bundle(Path(path))
+        return self.analyze(bundle.context, bundle.sources, bundle.coverage)
+
+
+def _attempt_record(ctx: AttemptContext) -> RecordSource:
+    """The scope's own terminal state, as a scheduler record rules can match."""
+    text = (f"attempt {ctx.workload.id} state={ctx.state or 'UNKNOWN'} reason={ctx.reason or '-'} "
+            f"exit_code={ctx.exit_code if ctx.exit_code is not None else '-'} scheduler={ctx.workload.scheduler or '-'}")
+    return RecordSource(name="attempt.yaml", records=[Record(ref="attempt.yaml", time=ctx.window.end, node=None, text=text)])
+
+
+@lru_cache(maxsize=4)
+def _cached(extra: tuple[str, ...], builtin: bool) -> Engine:
+    return Engine(load_ruleset([Path(p) for p in extra], builtin=builtin))
+
+
+def default_engine(extra_rules: Sequence[Path | str] = (), *, builtin: bool = True) -> Engine:
+    return _cached(tuple(str(p) for p in extra_rules), builtin)
+
+
+def analyze(context: AttemptContext, sources: Iterable[Source], coverage: Sequence[Coverage] = ()) -> Diagnosis:
+    return default_engine().analyze(context, sources, coverage)
+
+
+def analyze_bundle(path: Path | str, extra_rules: Sequence[Path | str] = ()) -> Diagnosis:
+    return default_engine(extra_rules).analyze_bundle(path)

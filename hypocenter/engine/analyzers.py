@@ -1,0 +1,189 @@
+"""Python rules: the analyses YAML cannot express, behind one small typed API.
+
+An analyzer is a function `(AttemptView) -> list[Finding]`, registered by name in `ANALYZERS`. A
+YAML rule with `analyzer: <name>` gives its findings their meaning (domain, subdomain,
+precedence, action, summary) and carries its cases, so Python rules are linted, tested and
+fingerprinted like the others. Analyzers must be deterministic: iterate sorted inputs only.
+
+Built in:
+- `hang-laggard`: among ranks whose NCCL watchdog fired, the ranks whose *last enqueued* collective
+  is behind everyone else's never issued it: they are the laggards, their nodes the culprits.
+- `collective-mismatch`: ranks that timed out on a different OpType at the same SeqNum.
+- `ib-peer`: the node that many others' NET/IB completion errors and closed sockets point at.
+- `time-limit`: the wall-clock limit is the cause only if the job was still making progress.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from hypocenter.model import AttemptContext, Component, Event
+
+ANALYZER_VERSION = "1"
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One culprit an analyzer found: where, when, and the events that show it."""
+
+    nodes: tuple[str, ...]
+    events: tuple[Event, ...]
+    first_seen: datetime | None
+    detail: str = ""
+    components: tuple[Component, ...] = ()
+
+
+@dataclass
+class AttemptView:
+    """What an analyzer may look at: the attempt's scope and its in-scope events, time-sorted."""
+
+    context: AttemptContext
+    events: list[Event]
+    rank_nodes: dict[int, str] = field(default_factory=dict)
+
+    def of_kind(self, *kinds: str) -> list[Event]:
+        wanted = set(kinds)
+        return [e for e in self.events if e.kind in wanted]
+
+    def node_of(self, e: Event) -> str | None:
+        if e.node:
+            return e.node
+        if e.rank is not None:
+            return self.rank_nodes.get(e.rank)
+        return None
+
+
+Analyzer = Callable[[AttemptView], list[Finding]]
+
+
+def _int(v: object) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def hang_laggard(view: AttemptView) -> list[Finding]:
+    """Ranks whose last enqueued NCCL work is behind the others' (per process group)."""
+    per_rank: dict[tuple[str, int], tuple[int, Event]] = {}
+    for e in view.of_kind("watchdog_timeout", "watchdog_progress"):
+        enq = _int(e.fields.get("last_enqueued"))
+        if enq is None or e.rank is None:
+            continue
+        pg = str(e.fields.get("pg") or "0")
+        key = (pg, e.rank)
+        if key not in per_rank or enq > per_rank[key][0]:
+            per_rank[key] = (enq, e)
+    findings: list[Finding] = []
+    by_pg: dict[str, list[tuple[int, int, Event]]] = defaultdict(list)
+    for (pg, rank), (enq, e) in sorted(per_rank.items()):
+        by_pg[pg].append((rank, enq, e))
+    for pg in sorted(by_pg):
+        rows = by_pg[pg]
+        if len(rows) < 2:
+            continue
+        top = max(enq for _, enq, _ in rows)
+        behind = [(r, enq, e) for r, enq, e in rows if enq < top]
+        ahead = len(rows) - len(behind)
+        # The laggards must be the minority: if most ranks are "behind", the leaders are the odd ones.
+        if not behind or len(behind) >= ahead:
+            continue
+        nodes = sorted({n for _, _, e in behind if (n := view.node_of(e))})
+        if not nodes:
+            continue
+        evs = tuple(e for _, _, e in behind)
+        ranks = ", ".join(str(r) for r, _, _ in behind)
+        first = min((e.time for e in evs if e.time), default=None)
+        findings.append(Finding(
+            nodes=tuple(nodes), events=evs, first_seen=first,
+            detail=(f"rank(s) {ranks} last enqueued NCCL work {min(enq for _, enq, _ in behind)} while "
+                    f"{ahead} other rank(s) enqueued {top}")))
+    return findings
+
+
+def collective_mismatch(view: AttemptView) -> list[Finding]:
+    """Ranks that waited on a different collective (OpType) than the rest at the same SeqNum."""
+    at: dict[tuple[str, int], dict[int, tuple[str, Event]]] = defaultdict(dict)
+    for e in view.of_kind("watchdog_timeout"):
+        seq = _int(e.fields.get("seq"))
+        op = e.fields.get("op")
+        if seq is None or not isinstance(op, str) or e.rank is None:
+            continue
+        at[(str(e.fields.get("pg") or "0"), seq)].setdefault(e.rank, (op, e))
+    findings: list[Finding] = []
+    for key in sorted(at):
+        ranks = at[key]
+        ops = Counter(op for op, _ in ranks.values())
+        if len(ops) < 2:
+            continue
+        common = sorted(ops.items(), key=lambda kv: (-kv[1], kv[0]))[0][0]
+        odd = sorted((r, op, e) for r, (op, e) in ranks.items() if op != common)
+        if len(odd) * 2 >= len(ranks):
+            continue
+        nodes = sorted({n for _, _, e in odd if (n := view.node_of(e))})
+        if not nodes:
+            continue
+        evs = tuple(e for _, _, e in odd)
+        findings.append(Finding(
+            nodes=tuple(nodes), events=evs, first_seen=min((e.time for e in evs if e.time), default=None),
+            detail=(f"rank(s) {', '.join(str(r) for r, _, _ in odd)} issued {odd[0][1]} at SeqNum {key[1]} "
+                    f"while the others issued {common}")))
+    return findings
+
+
+def ib_peer(view: AttemptView) -> list[Finding]:
+    """The node that NET/IB completion errors and closed connections on other nodes point at."""
+    addr: dict[str, str] = {}
+    for e in view.of_kind("net_addr"):
+        ip, node = e.fields.get("ip"), view.node_of(e)
+        if isinstance(ip, str) and node:
+            addr.setdefault(ip, node)
+    names = {n.lower(): n for n in view.context.nodes}
+    blamed: dict[str, dict[str, Event]] = defaultdict(dict)
+    for e in view.of_kind("nccl_ib_completion_error", "nccl_peer_closed"):
+        peer = e.fields.get("peer")
+        status = e.fields.get("status")
+        reporter = view.node_of(e)
+        if not isinstance(peer, str) or not reporter:
+            continue
+        if e.kind == "nccl_ib_completion_error" and status not in (12, "12", "IBV_WC_RETRY_EXC_ERR"):
+            continue  # status 5 (flush) and others are collateral, not a pointer
+        target = addr.get(peer) or names.get(peer.lower()) or names.get(peer.split(".", 1)[0].lower())
+        if target and target != reporter:
+            blamed[target].setdefault(reporter, e)
+    findings: list[Finding] = []
+    for target in sorted(blamed):
+        reporters = blamed[target]
+        if len(reporters) < 2 and len(view.context.nodes) > 2:
+            continue
+        evs = tuple(reporters[r] for r in sorted(reporters))
+        findings.append(Finding(
+            nodes=(target,), events=evs, first_seen=min((e.time for e in evs if e.time), default=None),
+            detail=f"{len(reporters)} node(s) lost their connection to {target}"))
+    return findings
+
+
+def time_limit(view: AttemptView) -> list[Finding]:
+    """The job hit its wall-clock limit while still making progress (not a hang that ate the time)."""
+    limits = view.of_kind("time_limit")
+    if not limits:
+        return []
+    end = min((e.time for e in limits if e.time), default=view.context.window.end)
+    progress = [e.time for e in view.of_kind("progress") if e.time and e.time <= end + timedelta(seconds=60)]
+    if progress:
+        progress.sort()
+        gaps = [(b - a).total_seconds() for a, b in zip(progress, progress[1:], strict=False)]
+        typical = sorted(gaps)[len(gaps) // 2] if gaps else 0.0
+        allowed = max(900.0, 4 * typical)
+        if (end - progress[-1]).total_seconds() > allowed:
+            return []  # progress stopped long before the limit: a hang, not the limit
+    return [Finding(nodes=(), events=tuple(limits[:3]), first_seen=end,
+                    detail="progress continued until the limit" if progress else "no progress lines to check")]
+
+
+ANALYZERS: dict[str, Analyzer] = {
+    "hang-laggard": hang_laggard,
+    "collective-mismatch": collective_mismatch,
+    "ib-peer": ib_peer,
+    "time-limit": time_limit,
+}

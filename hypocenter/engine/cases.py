@@ -1,0 +1,154 @@
+"""Run the cases every rule ships with, and lint the catalog.
+
+A case is a tiny attempt: log text per `node/file`, optional metric and event documents, an
+optional attempt override. `expect: fire` means the rule produced or classified at least one
+event (or, for an analyzer rule, a finding) — and, when given, the first event has the expected
+`fields` and the whole diagnosis has the expected `verdict`. `no_fire` means it did not.
+`known_miss` documents a case the rule does not handle yet: it is run and reported, and it must
+*not* fire (so a fix is noticed and the case promoted).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from hypocenter.collector.bundle import time_context
+from hypocenter.collector.metrics import parse_metrics
+from hypocenter.collector.scheduler_records import render
+from hypocenter.collector.sources import MetricSource, RecordSource, Source, TextSource
+from hypocenter.engine import Engine, _attempt_record
+from hypocenter.engine.analyzers import ANALYZERS, AttemptView
+from hypocenter.engine.rules import CaseSpec, Rule, Ruleset
+from hypocenter.engine.verdict import in_scope
+from hypocenter.model import AttemptContext, Event
+
+DEFAULT_WINDOW = {"start": "2026-11-02T00:00:00Z", "end": "2026-11-02T23:59:59Z"}
+
+
+@dataclass
+class CaseResult:
+    rule: str
+    case: str
+    expect: str
+    ok: bool
+    detail: str
+    where: str
+
+
+def case_context(case: CaseSpec) -> AttemptContext:
+    nodes = sorted({k.split("/", 1)[0] for k in case.logs if not k.startswith("_job/")})
+    doc: dict[str, Any] = {
+        "workload": {"id": "case", "attempt": 0, "scheduler": "slurm", "cluster": "cases"},
+        "window": DEFAULT_WINDOW, "state": "FAILED", "nodes": nodes,
+    }
+    doc.update(case.attempt)
+    return AttemptContext.model_validate(doc)
+
+
+def case_sources(case: CaseSpec, ctx: AttemptContext) -> list[Source]:
+    tctx = time_context(ctx)
+    out: list[Source] = []
+    for key in sorted(case.logs):
+        node = key.split("/", 1)[0]
+        out.append(TextSource(name=f"logs/{key}", text=case.logs[key], node=None if node == "_job" else node))
+    for key in sorted(case.metrics):
+        out.append(MetricSource(name=f"metrics/{key}", series=parse_metrics(case.metrics[key], tctx.end)))
+    for key in sorted(case.events):
+        text = case.events[key]
+        doc = json.loads(text) if text.lstrip().startswith(("{", "[")) else yaml.safe_load(text)
+        out.append(RecordSource(name=f"events/{key}", records=render(doc, f"events/{key}", tctx)))
+    return out
+
+
+def _fired(engine: Engine, rule: Rule, ctx: AttemptContext, sources: list[Source]) -> list[Event]:
+    tctx = time_context(ctx)
+    events = engine.extractor.extract([*sources, _attempt_record(ctx)], ctx, tctx).events
+    if rule.extract is not None or rule.metric is not None:
+        return sorted((e for e in events if e.rule == rule.id), key=Event.sort_key)
+    scoped = sorted((e for e in events if in_scope(e, ctx)), key=Event.sort_key)
+    if rule.analyzer:
+        view = AttemptView(context=ctx, events=scoped, rank_nodes=ctx.rank_nodes())
+        return [e for f in ANALYZERS[rule.analyzer](view) for e in f.events]
+    hits: list[Event] = []
+    for e in scoped:
+        a = engine.verdict.classifier.classify(e)
+        if a is not None and a.rule.id == rule.id:
+            hits.append(e)
+    return hits
+
+
+def run_case(engine: Engine, rule: Rule, case: CaseSpec) -> CaseResult:
+    ctx = case_context(case)
+    sources = case_sources(case, ctx)
+    hits = _fired(engine, rule, ctx, sources)
+    problems: list[str] = []
+    if case.expect == "fire":
+        if not hits:
+            problems.append("did not fire")
+        elif case.fields:
+            got = hits[0].fields
+            for k, v in case.fields.items():
+                if str(got.get(k)) != str(v):
+                    problems.append(f"field {k}: expected {v!r}, got {got.get(k)!r}")
+    elif hits:
+        problems.append(f"fired on {hits[0].ref}: {hits[0].text[:120]}")
+    if case.verdict:
+        d = engine.analyze(ctx, sources)
+        rc = d.root_cause
+        got_v = {"outcome": d.outcome, "domain": rc.domain if rc else None,
+                 "subdomain": rc.subdomain if rc else None, "nodes": rc.nodes if rc else []}
+        for k, v in case.verdict.items():
+            if got_v.get(k) != v:
+                problems.append(f"verdict {k}: expected {v!r}, got {got_v.get(k)!r}")
+    ok = not problems
+    return CaseResult(rule=rule.id, case=case.name, expect=case.expect, ok=ok,
+                      detail="; ".join(problems) or "ok", where=rule.where)
+
+
+def run_cases(engine: Engine, only: str | None = None) -> list[CaseResult]:
+    out: list[CaseResult] = []
+    for rule in engine.ruleset.rules:
+        if only and rule.id != only:
+            continue
+        for case in rule.cases:
+            out.append(run_case(engine, rule, case))
+    return out
+
+
+@dataclass
+class LintProblem:
+    rule: str
+    where: str
+    message: str
+
+
+def lint(ruleset: Ruleset) -> list[LintProblem]:
+    """Catalog policy: stable rules have a positive and a negative case; causes have a runbook;
+    every attributed event kind is produced by some extractor or metric rule or analyzer."""
+    problems: list[LintProblem] = []
+    produced = {r.extract.event for r in ruleset.rules if r.extract} | {r.metric.event for r in ruleset.rules if r.metric}
+    for rule in ruleset.rules:
+        def say(msg: str, rule: Rule = rule) -> None:
+            problems.append(LintProblem(rule.id, rule.where, msg))
+        expects = {c.expect for c in rule.cases}
+        if rule.status == "stable":
+            if "fire" not in expects:
+                say("stable rule has no positive case (expect: fire)")
+            if "no_fire" not in expects:
+                say("stable rule has no negative case (expect: no_fire)")
+        elif not rule.cases:
+            say(f"{rule.status} rule has no cases at all")
+        if not rule.runbook and (rule.status == "stable" or (rule.attribute and rule.attribute.role == "root_cause")):
+            say("no runbook: say where an operator reads what to do")
+        if rule.attribute and not rule.analyzer:
+            for kind in rule.attribute.when.kind:
+                if kind not in produced:
+                    say(f"attribute.when.kind {kind!r} is produced by no extract or metric rule")
+        names = [c.name for c in rule.cases]
+        if len(names) != len(set(names)):
+            say("two cases share a name")
+    return problems

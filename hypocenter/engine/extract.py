@@ -1,0 +1,377 @@
+"""Scan, then parse: turn sources into events.
+
+One combined regular expression of every rule's literal `tokens` runs over a whole stream in C
+(`re.search` from position to position); only lines containing a token become candidates, and
+only candidates get their prefix parsed and their rules' patterns applied. Lines without a stamp
+inherit the last stamp of their stream, found by a bounded backward look from the candidate.
+Kernel lines that only carry `[uptime]` seconds are anchored to wall time per node when any
+stream of that node pairs a wall stamp with an uptime stamp; otherwise they are placed
+relative to the window end and marked approximate.
+
+This is the hot path: every line of every log passes the prefilter. Keep per-line Python work
+out of it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from hypocenter.collector.lineformat import LineHeader, TimeContext, parse_line
+from hypocenter.collector.sources import MetricSource, Record, RecordSource, Series, Source, TextSource
+from hypocenter.engine.rules import ExtractSpec, MetricSpec, Rule, Ruleset
+from hypocenter.model import AttemptContext, Event, FieldValue, SourceKind, isoformat
+
+MAX_LINE = 64 * 1024        # a candidate line longer than this is cut before parsing
+MAX_TEXT = 600              # evidence text kept per event
+BACKSCAN_LINES = 4096       # how far back a stamp-less line looks for a stamp to inherit
+_SCHED_PREFIXES = ("srun:", "slurmstepd:", "slurmstepd-", "slurmd:", "sbatch:", "salloc:")
+
+
+@dataclass(slots=True)
+class _Compiled:
+    rule: Rule
+    spec: ExtractSpec
+    regex: re.Pattern[str]
+    sources: frozenset[str]
+    ints: frozenset[str]
+    table: dict[str, dict[str, FieldValue]] | None
+
+
+class NodeNames:
+    """Map the names a host goes by in logs (FQDN, upper case, `-ib0` suffixes) to attempt nodes."""
+
+    def __init__(self, nodes: Iterable[str]) -> None:
+        self.nodes = sorted(set(nodes))
+        self._alias: dict[str, str] = {}
+        for n in self.nodes:
+            for a in (n, n.lower(), n.split(".", 1)[0].lower()):
+                self._alias.setdefault(a, n)
+
+    def resolve(self, name: str | None) -> str | None:
+        if not name:
+            return None
+        key = name.strip().strip("'\"").lower()
+        if ":" in key and not key.startswith("["):  # host:port (Prometheus instance label)
+            key = key.rsplit(":", 1)[0]
+        hit = self._alias.get(key) or self._alias.get(key.split(".", 1)[0])
+        if hit:
+            return hit
+        for suffix in ("-ib0", "-ib", "-ipoib", "-eth0", "-mgmt"):
+            if key.endswith(suffix) and key[: -len(suffix)] in self._alias:
+                return self._alias[key[: -len(suffix)]]
+        return None if self.nodes else name.strip()
+
+
+@dataclass
+class _Pending:
+    event: Event
+    uptime: float
+    stream: str
+
+
+@dataclass
+class ExtractionResult:
+    events: list[Event] = field(default_factory=list)
+    candidates: int = 0
+    lines_scanned: int = 0
+
+
+class Extractor:
+    """Compiled extraction rules of a ruleset; reusable across attempts (holds no attempt state)."""
+
+    def __init__(self, ruleset: Ruleset) -> None:
+        self._by_token: dict[str, list[_Compiled]] = defaultdict(list)
+        self.metric_rules: list[tuple[Rule, MetricSpec]] = []
+        self.tables = ruleset.tables
+        for rule in ruleset.rules:
+            if rule.extract is not None:
+                spec = rule.extract
+                table = ruleset.tables.get(spec.lookup) if spec.lookup else None
+                comp = _Compiled(rule, spec, re.compile(spec.pattern), frozenset(spec.source), frozenset(spec.ints), table)
+                for tok in spec.tokens:
+                    self._by_token[tok].append(comp)
+            if rule.metric is not None:
+                self.metric_rules.append((rule, rule.metric))
+        tokens = sorted(self._by_token, key=lambda t: (-len(t), t))
+        self.tokens = tokens
+        self.prefilter = re.compile("|".join(re.escape(t) for t in tokens)) if tokens else re.compile(r"(?!x)x")
+
+    # ----------------------------------------------------------------------------------------- text
+
+    def extract(self, sources: Iterable[Source], context: AttemptContext, tctx: TimeContext) -> ExtractionResult:
+        names = NodeNames(context.nodes)
+        ranks = context.rank_nodes()
+        result = ExtractionResult()
+        pending: list[_Pending] = []
+        anchors: dict[str, list[timedelta]] = defaultdict(list)  # node → wall − uptime (boot time offsets)
+        max_uptime: dict[str, float] = {}
+        for src in sources:
+            if isinstance(src, TextSource):
+                self._text(src, tctx, names, ranks, result, pending, anchors, max_uptime)
+            elif isinstance(src, RecordSource):
+                for rec in src.records:
+                    self._record(rec, tctx, names, result)
+            elif isinstance(src, MetricSource):
+                self._metrics(src, tctx, names, result)
+        for p in pending:
+            node = p.event.node or ""
+            offs = anchors.get(node)
+            if offs:
+                boot = sorted(offs)[len(offs) // 2]
+                p.event.time = datetime(1970, 1, 1, tzinfo=tctx.start.tzinfo) + boot + timedelta(seconds=p.uptime)
+            else:
+                last = max_uptime.get(p.stream, p.uptime)
+                p.event.time = tctx.end - timedelta(seconds=max(0.0, last - p.uptime))
+                p.event.approx = True
+        return result
+
+    def _text(self, src: TextSource, tctx: TimeContext, names: NodeNames, ranks: dict[int, str],
+              result: ExtractionResult, pending: list[_Pending], anchors: dict[str, list[timedelta]],
+              max_uptime: dict[str, float]) -> None:
+        text = src.text
+        n = len(text)
+        result.lines_scanned += text.count("\n")
+        search = self.prefilter.search
+        epoch = datetime(1970, 1, 1, tzinfo=tctx.start.tzinfo)
+        node_dir = src.node
+        self._probe_anchors(text, tctx, node_dir, anchors)
+        pos = 0
+        line_no = 1
+        counted = 0
+        resolved_at = -1                       # line-start offset whose time is known
+        resolved_time: datetime | None = None
+        has_uptime_only = False
+        while pos < n:
+            m = search(text, pos)
+            if m is None:
+                break
+            ls = text.rfind("\n", 0, m.start()) + 1
+            le = text.find("\n", m.start())
+            if le == -1:
+                le = n
+            line_no += text.count("\n", counted, ls)
+            counted = ls
+            pos = le + 1
+            line = text[ls:min(le, ls + MAX_LINE)]
+            matched = [c for tok, comps in self._by_token.items() if tok in line for c in comps]
+            if not matched:
+                continue
+            result.candidates += 1
+            header = parse_line(line, tctx)
+            kind = src.source or _source_kind(header)
+            approx = False
+            when = header.time
+            if when is not None and header.uptime is not None and node_dir:
+                anchors[node_dir].append(when - epoch - timedelta(seconds=header.uptime))
+            if when is None and header.uptime is None:
+                if resolved_at >= 0 and ls <= resolved_at:
+                    when = resolved_time
+                else:
+                    when = _inherit(text, ls, resolved_at, tctx)
+                    if when is None and resolved_at >= 0:
+                        when = resolved_time
+                    approx = when is None
+            if when is not None:
+                resolved_at, resolved_time = ls, when
+            host_node = names.resolve(header.host) if header.host else None
+            seen_rules: set[str] = set()
+            for comp in matched:
+                if comp.rule.id in seen_rules or kind not in comp.sources:
+                    continue
+                seen_rules.add(comp.rule.id)
+                block = header.message
+                if comp.spec.lines_before or comp.spec.lines_after:
+                    block = _block(text, ls, le, comp.spec.lines_before, comp.spec.lines_after, tctx)
+                fm = comp.regex.search(block)
+                if fm is None:
+                    continue
+                fields = _fields(fm, comp)
+                rank = header.rank
+                if rank is None and isinstance(fields.get("rank"), int):
+                    rank = int(fields["rank"])  # type: ignore[arg-type]
+                node = node_dir or names.resolve(_str(fields.get("host"))) or host_node
+                if node is None and rank is not None:
+                    node = ranks.get(rank)
+                ev = Event(kind=comp.spec.event, rule=comp.rule.id, time=when, approx=approx, node=node,
+                           rank=rank, source=kind, ref=f"{src.name}:{line_no}",
+                           text=line.rstrip()[:MAX_TEXT], fields=fields)
+                if when is None and header.uptime is not None:
+                    pending.append(_Pending(ev, header.uptime, src.name))
+                    has_uptime_only = True
+                result.events.append(ev)
+        if has_uptime_only:
+            max_uptime[src.name] = _last_uptime(text)
+
+    @staticmethod
+    def _probe_anchors(text: str, tctx: TimeContext, node: str | None,
+                       anchors: dict[str, list[timedelta]]) -> None:
+        """Pair wall and uptime stamps from a stream's first lines (kern.log carries both)."""
+        if not node or "] " not in text[:4096]:
+            return
+        epoch = datetime(1970, 1, 1, tzinfo=tctx.start.tzinfo)
+        for line in text[:8192].splitlines()[:20]:
+            h = parse_line(line, tctx)
+            if h.time is not None and h.uptime is not None:
+                anchors[node].append(h.time - epoch - timedelta(seconds=h.uptime))
+
+    # ----------------------------------------------------------------------------------------- records
+
+    def _record(self, rec: Record, tctx: TimeContext, names: NodeNames, result: ExtractionResult) -> None:
+        if self.prefilter.search(rec.text) is None:
+            return
+        result.candidates += 1
+        seen: set[str] = set()
+        for tok, comps in self._by_token.items():
+            if tok not in rec.text:
+                continue
+            for comp in comps:
+                if comp.rule.id in seen or "scheduler" not in comp.sources:
+                    continue
+                seen.add(comp.rule.id)
+                fm = comp.regex.search(rec.text)
+                if fm is None:
+                    continue
+                fields = _fields(fm, comp)
+                node = names.resolve(rec.node) or names.resolve(_str(fields.get("host")))
+                result.events.append(Event(
+                    kind=comp.spec.event, rule=comp.rule.id, time=rec.time or tctx.end, approx=rec.time is None,
+                    node=node, source="scheduler", ref=rec.ref, text=rec.text[:MAX_TEXT], fields=fields))
+
+    # ----------------------------------------------------------------------------------------- metrics
+
+    def _metrics(self, src: MetricSource, tctx: TimeContext, names: NodeNames, result: ExtractionResult) -> None:
+        lo = tctx.start - timedelta(minutes=5)
+        hi = tctx.end + timedelta(minutes=5)
+        for rule, spec in self.metric_rules:
+            for s in src.series:
+                if s.name not in spec.metrics:
+                    continue
+                hit = _first_hit(s, spec, lo, hi)
+                if hit is None:
+                    continue
+                when, value, before = hit
+                host = next((s.labels[k] for k in spec.node_labels if k in s.labels), None)
+                node = names.resolve(host)
+                fields: dict[str, FieldValue] = {k: s.labels.get(lbl) for k, lbl in spec.fields_from_labels.items()}
+                fields.update(spec.set)
+                fields[spec.value_field] = int(value) if value.is_integer() else value
+                if before is not None:
+                    fields["delta"] = value - before
+                if spec.lookup:
+                    row = self.tables.get(spec.lookup, {}).get(str(fields[spec.value_field]))
+                    for k, v in (row or {}).items():
+                        fields.setdefault(k, v)
+                labels = ",".join(f'{k}="{v}"' for k, v in sorted(s.labels.items()))
+                result.events.append(Event(
+                    kind=spec.event, rule=rule.id, time=when, node=node, source="metric",
+                    ref=f"{src.name}#{s.name}{{{labels}}}@{isoformat(when)}",
+                    text=f"{s.name}{{{labels}}} {value:g}" + (f" (was {before:g})" if before is not None else ""),
+                    fields=fields))
+
+
+def _first_hit(s: Series, spec: MetricSpec, lo: datetime, hi: datetime) -> tuple[datetime, float, float | None] | None:
+    prev: float | None = None
+    for when, v in s.samples:
+        inside = lo <= when <= hi
+        if spec.condition == "increase":
+            if prev is not None and inside:
+                delta = v - prev if v >= prev else v
+                if delta > spec.threshold:
+                    return when, v, prev
+        elif spec.condition == "changed_to_nonzero":
+            if inside and v != 0 and (prev is None or v != prev) and prev is not None:
+                return when, v, prev
+        elif inside:
+            if spec.condition == "above" and v > spec.threshold:
+                return when, v, None
+            if spec.condition == "below" and v < spec.threshold:
+                return when, v, None
+            if spec.condition == "bits_any" and int(v) & spec.bits:
+                return when, v, None
+            if spec.condition == "equals_any" and v in spec.values:
+                return when, v, None
+        prev = v
+    return None
+
+
+def _str(v: FieldValue) -> str | None:
+    return v if isinstance(v, str) else None
+
+
+def _fields(m: re.Match[str], comp: _Compiled) -> dict[str, FieldValue]:
+    out: dict[str, FieldValue] = {}
+    for k, v in m.groupdict().items():
+        if v is None:
+            continue
+        if k in comp.ints:
+            try:
+                out[k] = int(v, 0) if v.lower().startswith(("0x", "-0x")) else int(v)
+            except ValueError:
+                out[k] = v
+        else:
+            out[k] = v.strip()
+    out.update(comp.spec.set)
+    if comp.table is not None:
+        row = comp.table.get(str(out.get(comp.spec.lookup_key)))
+        if row:
+            for k, v in row.items():
+                out.setdefault(k, v)
+    return out
+
+
+def _source_kind(h: LineHeader) -> SourceKind:
+    hint = h.source_hint
+    if hint == "kernel":
+        return "kernel"
+    if hint == "scheduler":
+        return "scheduler"
+    msg = h.message
+    if msg.startswith(_SCHED_PREFIXES):
+        return "scheduler"
+    if h.uptime is not None or msg.startswith(("NVRM:", "mlx5_core ", "pcieport ", "Out of memory: Killed")):
+        return "kernel"
+    return "app"
+
+
+def _inherit(text: str, ls: int, stop: int, tctx: TimeContext) -> datetime | None:
+    """The stamp of the nearest earlier line that has one, looking back at most BACKSCAN_LINES
+    lines and never past `stop` (a line whose time is already known)."""
+    end = ls - 1
+    for _ in range(BACKSCAN_LINES):
+        if end <= 0 or end <= stop:
+            return None
+        start = text.rfind("\n", 0, end) + 1
+        h = parse_line(text[start:min(end, start + 512)], tctx)
+        if h.time is not None:
+            return h.time
+        end = start - 1
+    return None
+
+
+def _block(text: str, ls: int, le: int, before: int, after: int, tctx: TimeContext) -> str:
+    start = ls
+    for _ in range(before):
+        if start <= 0:
+            break
+        start = text.rfind("\n", 0, start - 1) + 1
+    end = le
+    for _ in range(after):
+        if end >= len(text):
+            break
+        nxt = text.find("\n", end + 1)
+        end = len(text) if nxt == -1 else nxt
+    lines = text[start:end].split("\n")
+    return "\n".join(parse_line(x[:MAX_LINE], tctx).message for x in lines)
+
+
+def _last_uptime(text: str) -> float:
+    best = 0.0
+    for line in text[-65536:].splitlines()[-200:]:
+        m = re.search(r"\[\s*(\d+\.\d+)\]", line)
+        if m:
+            best = max(best, float(m.group(1)))
+    return best

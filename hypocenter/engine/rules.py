@@ -1,0 +1,360 @@
+"""The rule language: schema, loader and the ruleset fingerprint.
+
+A rule file (`rules/**/*.yaml`) holds `rules:`, a list of rules. A rule may
+
+- `extract:` events from log lines (literal `tokens` for the prefilter, a regex `pattern`),
+- `metric:` derive events from metric series (increase, threshold, bitmask …),
+- `attribute:` classify events as root cause / symptom / context, with domain, subdomain, locus,
+  precedence, what it explains, action and a summary template,
+- name an `analyzer:` written in Python (engine/analyzers.py) for what YAML cannot say,
+
+and ships its `cases:` next to it. Everything is validated at load time with `extra="forbid"`;
+an error names `file:line` and suggests the closest known field.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterable
+from difflib import get_close_matches
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from hypocenter import strict_yaml
+from hypocenter.errors import InputError, RuleError
+from hypocenter.model import TAXONOMY, Action, FieldValue, Role, SourceKind
+
+Status = Literal["experimental", "test", "stable"]
+_ID = re.compile(r"^[a-z0-9][a-z0-9-]*[a-z0-9]$")
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ExtractSpec(_Spec):
+    """Turn log lines into events. `tokens` are literals at least one of which must occur in
+    every line the pattern can match: they build the prefilter."""
+
+    source: list[SourceKind] = Field(default_factory=lambda: ["kernel", "app", "scheduler"])
+    tokens: list[str] = Field(min_length=1)
+    pattern: str
+    event: str
+    lines_before: int = Field(default=0, ge=0, le=20)
+    lines_after: int = Field(default=0, ge=0, le=20)
+    ints: list[str] = Field(default_factory=list)
+    set: dict[str, FieldValue] = Field(default_factory=dict)
+    lookup: str | None = None
+    lookup_key: str = "code"
+
+    @field_validator("source", mode="before")
+    @classmethod
+    def _one_or_many(cls, v: Any) -> Any:
+        if v == "any":
+            return ["kernel", "app", "scheduler"]
+        return [v] if isinstance(v, str) else v
+
+    @field_validator("tokens")
+    @classmethod
+    def _nonblank(cls, v: list[str]) -> list[str]:
+        for t in v:
+            if len(t.strip()) < 2:
+                raise ValueError(f"token {t!r} is too short to be a useful prefilter literal")
+        return v
+
+    @field_validator("pattern")
+    @classmethod
+    def _compiles(cls, v: str) -> str:
+        try:
+            re.compile(v)
+        except re.error as exc:
+            raise ValueError(f"pattern does not compile: {exc}") from None
+        return v
+
+
+class MetricSpec(_Spec):
+    """Turn metric series into events: one event per series, at the first sample that meets the condition."""
+
+    metrics: list[str] = Field(min_length=1)
+    condition: Literal["increase", "above", "below", "bits_any", "equals_any", "changed_to_nonzero"]
+    threshold: float = 0.0
+    bits: int = 0
+    values: list[float] = Field(default_factory=list)
+    node_labels: list[str] = Field(
+        default_factory=lambda: ["hostname", "Hostname", "node", "nodename", "host", "kubernetes_node", "instance"])
+    fields_from_labels: dict[str, str] = Field(default_factory=dict)
+    value_field: str = "value"
+    event: str
+    set: dict[str, FieldValue] = Field(default_factory=dict)
+    lookup: str | None = None
+
+
+class When(_Spec):
+    """Which events an attribution applies to: kind(s), exact field values, a regex on the text."""
+
+    kind: list[str]
+    fields: dict[str, FieldValue | list[FieldValue]] = Field(default_factory=dict)
+    unless: dict[str, FieldValue | list[FieldValue]] = Field(default_factory=dict)
+    text: str | None = None
+    source: list[SourceKind] | None = None
+
+    @field_validator("kind", mode="before")
+    @classmethod
+    def _one_or_many(cls, v: Any) -> Any:
+        return [v] if isinstance(v, str) else v
+
+    @field_validator("source", mode="before")
+    @classmethod
+    def _src(cls, v: Any) -> Any:
+        return [v] if isinstance(v, str) else v
+
+    @field_validator("text")
+    @classmethod
+    def _compiles(cls, v: str | None) -> str | None:
+        if v is not None:
+            try:
+                re.compile(v)
+            except re.error as exc:
+                raise ValueError(f"text regex does not compile: {exc}") from None
+        return v
+
+
+class AttributeSpec(_Spec):
+    when: When
+    role: Role
+    symptom: str | None = None
+    domain: str | None = None
+    subdomain: str | None = None
+    locus: Literal["node", "gpu", "port", "job"] = "node"
+    precedence: int = Field(default=50, ge=0, le=100)
+    explains: list[str] = Field(default_factory=list)
+    explains_on_node: list[str] = Field(default_factory=list)
+    action: Action = "INVESTIGATE"
+    summary: str = "{title} on {nodes}"
+
+    @model_validator(mode="after")
+    def _classified(self) -> AttributeSpec:
+        if self.role == "root_cause":
+            if self.domain not in TAXONOMY:
+                raise ValueError(f"domain {self.domain!r} is not one of {', '.join(TAXONOMY)}")
+            if self.subdomain not in TAXONOMY[self.domain]:
+                raise ValueError(
+                    f"subdomain {self.subdomain!r} is not in domain {self.domain} "
+                    f"({', '.join(TAXONOMY[self.domain])})")
+        for pat in [*self.explains, *self.explains_on_node]:
+            dom = pat.split("/", 1)[0]
+            if dom != "*" and dom not in TAXONOMY:
+                raise ValueError(f"explains: {pat!r} does not name a domain ({', '.join(TAXONOMY)})")
+        return self
+
+
+class CaseSpec(_Spec):
+    """A rule's own test: a tiny timeline and what the rule must (not) do with it."""
+
+    name: str
+    expect: Literal["fire", "no_fire", "known_miss"]
+    logs: dict[str, str] = Field(default_factory=dict)
+    metrics: dict[str, str] = Field(default_factory=dict)
+    events: dict[str, str] = Field(default_factory=dict)
+    attempt: dict[str, Any] = Field(default_factory=dict)
+    fields: dict[str, FieldValue] = Field(default_factory=dict)
+    verdict: dict[str, Any] = Field(default_factory=dict)
+    note: str | None = None
+
+
+class Rule(_Spec):
+    id: str
+    title: str
+    status: Status
+    description: str | None = None
+    runbook: str | None = None
+    references: list[str] = Field(default_factory=list)
+    extract: ExtractSpec | None = None
+    metric: MetricSpec | None = None
+    attribute: AttributeSpec | None = None
+    analyzer: str | None = None
+    cases: list[CaseSpec] = Field(default_factory=list)
+
+    path: str = Field(default="", exclude=True)
+    line: int = Field(default=0, exclude=True)
+
+    @field_validator("id")
+    @classmethod
+    def _slug(cls, v: str) -> str:
+        if not _ID.match(v):
+            raise ValueError(f"rule id {v!r} must be lowercase letters, digits and dashes")
+        return v
+
+    @model_validator(mode="after")
+    def _does_something(self) -> Rule:
+        if not (self.extract or self.metric or self.attribute or self.analyzer):
+            raise ValueError("a rule needs at least one of extract, metric, attribute, analyzer")
+        if self.analyzer and not self.attribute:
+            raise ValueError("an analyzer rule needs an attribute block (its domain, subdomain, action …)")
+        return self
+
+    @property
+    def where(self) -> str:
+        return f"{self.path}:{self.line}"
+
+
+class RuleFile(_Spec):
+    rules: list[dict[str, Any]]
+
+
+Table = dict[str, dict[str, FieldValue]]
+
+
+class Ruleset:
+    """Loaded, validated rules and data tables, with a content fingerprint (part of every diagnosis id)."""
+
+    def __init__(self, rules: list[Rule], fingerprint: str, tables: dict[str, Table] | None = None) -> None:
+        self.rules = rules
+        self.fingerprint = fingerprint
+        self.tables = tables or {}
+        self.by_id = {r.id: r for r in rules}
+
+    def __len__(self) -> int:
+        return len(self.rules)
+
+
+def _suggest(name: str, model: type[BaseModel]) -> str:
+    known = [f for f in model.model_fields if f not in ("path", "line")]
+    hint = get_close_matches(name, known, n=1, cutoff=0.6)
+    return f" (did you mean {hint[0]!r}?)" if hint else f" (known fields: {', '.join(known)})"
+
+
+_MODEL_AT = {
+    (): Rule, ("extract",): ExtractSpec, ("metric",): MetricSpec, ("attribute",): AttributeSpec,
+    ("attribute", "when"): When,
+}
+
+
+def _rule_error(exc: ValidationError, doc: strict_yaml.LineDict, path: str) -> RuleError:
+    err = exc.errors()[0]
+    loc = err["loc"]
+    line = doc.line
+    cur: Any = doc
+    for part in loc:
+        if isinstance(cur, dict) and part in cur:
+            cur = cur[part]
+            line = getattr(cur, "line", line)
+        elif isinstance(cur, list) and isinstance(part, int) and part < len(cur):
+            cur = cur[part]
+            line = getattr(cur, "line", line)
+    rid = doc.get("id", "?")
+    dotted = ".".join(str(p) for p in loc)
+    if err["type"] == "extra_forbidden":
+        parent = tuple(p for p in loc[:-1] if isinstance(p, str))
+        model = _MODEL_AT.get(parent)
+        if isinstance(loc[0], str) and loc[0] == "cases":
+            model = CaseSpec
+        hint = _suggest(str(loc[-1]), model) if model else ""
+        return RuleError(f"rule {rid}: unknown field {dotted!r}{hint}", path=path, line=line)
+    msg = err["msg"].removeprefix("Value error, ")
+    return RuleError(f"rule {rid}: {dotted or 'rule'}: {msg}", path=path, line=line)
+
+
+def load_rule_file(path: Path, display: str | None = None) -> list[Rule]:
+    name = display or str(path)
+    try:
+        doc = strict_yaml.load_file(path, display=name)
+    except InputError as exc:
+        raise RuleError(str(exc)) from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("rules"), list):
+        raise RuleError("a rule file is a mapping with a 'rules:' list", path=name, line=1)
+    extra = [k for k in doc if k != "rules"]
+    if extra:
+        raise RuleError(f"unknown top-level key {extra[0]!r} (a rule file has only 'rules:')", path=name,
+                        line=getattr(doc, "line", 1))
+    out: list[Rule] = []
+    for item in doc["rules"]:
+        if not isinstance(item, dict):
+            raise RuleError("each entry of 'rules:' must be a mapping", path=name, line=getattr(doc, "line", 1))
+        line = getattr(item, "line", 0)
+        try:
+            rule = Rule.model_validate({**item, "path": name, "line": line})
+        except ValidationError as exc:
+            raise _rule_error(exc, item, name) from None  # type: ignore[arg-type]
+        out.append(rule)
+    return out
+
+
+def builtin_catalog() -> Path:
+    """The catalog shipped with the package (wheel), or the repository's `rules/` (editable install)."""
+    here = Path(__file__).resolve().parent.parent
+    packaged = here / "catalog"
+    if packaged.is_dir():
+        return packaged
+    repo = here.parent / "rules"
+    if repo.is_dir():
+        return repo
+    raise RuleError(f"built-in rule catalog not found (looked in {packaged} and {repo})")
+
+
+DATA_DIR = "data"
+
+
+def load_table(path: Path, display: str) -> Table:
+    """A data table (rules/data/*.yaml): one top-level mapping of key → fields."""
+    try:
+        doc = strict_yaml.load_file(path, display=display)
+    except InputError as exc:
+        raise RuleError(str(exc)) from None
+    if not isinstance(doc, dict) or len(doc) != 1 or not isinstance(next(iter(doc.values())), dict):
+        raise RuleError("a data table has one top-level key mapping keys to fields", path=display, line=1)
+    rows = next(iter(doc.values()))
+    return {str(k): dict(v) for k, v in rows.items() if isinstance(v, dict)}
+
+
+def rule_files(paths: Iterable[Path]) -> list[tuple[Path, str]]:
+    files: list[tuple[Path, str]] = []
+    for top in paths:
+        if top.is_file():
+            files.append((top, top.name))
+            continue
+        if not top.is_dir():
+            raise RuleError(f"{top}: no such rule file or directory")
+        for p in sorted(top.rglob("*.yaml")):
+            if any(part.startswith(".") for part in p.relative_to(top).parts):
+                continue
+            files.append((p, p.relative_to(top).as_posix()))
+    return files
+
+
+def load_ruleset(extra: Iterable[Path] = (), *, builtin: bool = True) -> Ruleset:
+    """The built-in catalog plus any extra rule files or directories; ids must be unique."""
+    tops = ([builtin_catalog()] if builtin else []) + [Path(p) for p in extra]
+    digest = hashlib.sha256()
+    rules: list[Rule] = []
+    seen: dict[str, Rule] = {}
+    tables: dict[str, Table] = {}
+    for path, display in rule_files(tops):
+        data = path.read_bytes()
+        digest.update(display.encode() + b"\0" + data + b"\0")
+        if display.split("/", 1)[0] == DATA_DIR:
+            tables[path.stem] = load_table(path, display)
+            continue
+        for rule in load_rule_file(path, display=display):
+            if rule.id in seen:
+                raise RuleError(f"rule id {rule.id!r} is already defined at {seen[rule.id].where}",
+                                path=display, line=rule.line)
+            seen[rule.id] = rule
+            rules.append(rule)
+    from hypocenter.engine.analyzers import ANALYZERS, ANALYZER_VERSION
+
+    digest.update(f"analyzers:{ANALYZER_VERSION}".encode())
+    for rule in rules:
+        if rule.analyzer and rule.analyzer not in ANALYZERS:
+            hint = get_close_matches(rule.analyzer, list(ANALYZERS), n=1)
+            tip = f" (did you mean {hint[0]!r}?)" if hint else f" (known: {', '.join(sorted(ANALYZERS))})"
+            raise RuleError(f"rule {rule.id}: unknown analyzer {rule.analyzer!r}{tip}", path=rule.path, line=rule.line)
+        for spec_name, spec in (("extract", rule.extract), ("metric", rule.metric)):
+            lookup = getattr(spec, "lookup", None)
+            if lookup and lookup not in tables:
+                raise RuleError(f"rule {rule.id}: {spec_name}.lookup names no data table {lookup!r} "
+                                f"(known: {', '.join(sorted(tables)) or 'none'})", path=rule.path, line=rule.line)
+    return Ruleset(rules, "sha256:" + digest.hexdigest(), tables)

@@ -1,0 +1,472 @@
+"""Correlate events and decide: which event began the failure, which are its symptoms.
+
+1. Scope: node-scoped events (kernel, metrics) count only for the attempt's nodes and window
+   (with a clock-skew allowance); workload-scoped events (app, scheduler) always count.
+2. Classify: each event takes the role of the highest-precedence attribution rule that matches it:
+   root cause, symptom or context. Python analyzers add findings of their own.
+3. Group root-cause evidence into candidates, merge the same cause seen on several nodes at about
+   the same time, and drop every candidate that another one explains (by class, locality, time).
+4. One candidate left → attributed; several starting within the ambiguity window → ambiguous
+   (all listed); none → unattributed. A completed attempt is not_failed.
+
+Deterministic by construction: inputs are sorted by a total order before any decision, and ties
+break on rule id and node name, never on arrival order.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from fnmatch import fnmatchcase
+from typing import Any
+
+from hypocenter import __version__
+from hypocenter.engine.analyzers import ANALYZERS, AttemptView
+from hypocenter.engine.rules import AttributeSpec, Rule, Ruleset, When
+from hypocenter.model import (
+    AttemptContext,
+    AttemptRef,
+    Component,
+    Coverage,
+    Diagnosis,
+    EngineInfo,
+    Event,
+    Evidence,
+    Quality,
+    RootCause,
+    Symptom,
+    isoformat,
+)
+
+SKEW = timedelta(seconds=120)             # node clocks and detection lag
+SCOPE_BEFORE = timedelta(minutes=2)       # node events this long before the window still count
+SCOPE_AFTER = timedelta(minutes=5)        # … and after it (teardown, scheduler bookkeeping)
+MERGE_WINDOW = timedelta(seconds=90)      # same cause on several nodes within this: one cause
+AMBIGUITY_WINDOW = timedelta(seconds=60)  # different causes starting within this: ambiguous
+CONTEXT_BEFORE = timedelta(minutes=15)    # precursors shown with a root cause
+MAX_EVIDENCE_PER_CAUSE = 8
+MAX_SYMPTOM_EXAMPLES = 3
+STRONG = 50                               # precedence at or above which one signal is enough
+
+
+@dataclass
+class _Attr:
+    rule: Rule
+    spec: AttributeSpec
+    text: re.Pattern[str] | None
+
+
+@dataclass
+class Candidate:
+    rule: Rule
+    spec: AttributeSpec
+    nodes: set[str]
+    events: list[Event]
+    first_seen: datetime | None
+    detail: str = ""
+    components: dict[tuple[str, str, str], Component] = field(default_factory=dict)
+
+    @property
+    def cls(self) -> str:
+        return f"{self.spec.domain}/{self.spec.subdomain}"
+
+    @property
+    def approx(self) -> bool:
+        return any(e.approx for e in self.events[:1])
+
+    def sort_key(self) -> tuple[str, int, str, str]:
+        return (isoformat(self.first_seen) or "~", -self.spec.precedence, self.rule.id, ",".join(sorted(self.nodes)))
+
+
+def _values_match(actual: object, wanted: object) -> bool:
+    options = wanted if isinstance(wanted, list) else [wanted]
+    return str(actual) in {str(o) for o in options} if actual is not None else None in options
+
+
+class Classifier:
+    def __init__(self, ruleset: Ruleset) -> None:
+        self.by_kind: dict[str, list[_Attr]] = defaultdict(list)
+        self.analyzer_rules: list[Rule] = []
+        for rule in ruleset.rules:
+            if rule.attribute is None:
+                continue
+            if rule.analyzer:
+                self.analyzer_rules.append(rule)
+                continue
+            a = _Attr(rule, rule.attribute, re.compile(rule.attribute.when.text) if rule.attribute.when.text else None)
+            for kind in rule.attribute.when.kind:
+                self.by_kind[kind].append(a)
+        for attrs in self.by_kind.values():
+            attrs.sort(key=lambda a: (-a.spec.precedence, a.rule.id))
+
+    def classify(self, e: Event) -> _Attr | None:
+        for a in self.by_kind.get(e.kind, ()):
+            if _when_matches(a.spec.when, a.text, e):
+                return a
+        return None
+
+
+def _when_matches(w: When, text: re.Pattern[str] | None, e: Event) -> bool:
+    if w.source is not None and e.source not in w.source:
+        return False
+    for k, v in w.fields.items():
+        if not _values_match(e.fields.get(k), v):
+            return False
+    for k, v in w.unless.items():
+        if k in e.fields and _values_match(e.fields.get(k), v):
+            return False
+    return not (text is not None and not text.search(e.text))
+
+
+def in_scope(e: Event, ctx: AttemptContext) -> bool:
+    if e.source in ("app", "scheduler"):
+        return True
+    if ctx.nodes and e.node is not None and e.node not in ctx.nodes:
+        return False
+    if e.time is None:
+        return True
+    return ctx.window.start - SCOPE_BEFORE <= e.time <= ctx.window.end + SCOPE_AFTER
+
+
+def normalize_pci(raw: str) -> str:
+    """`PCI:0000:3b:00`, `00000000:3B:00.0`, `0000:3b:00.0` → `0000:3b:00` (domain:bus:device)."""
+    s = raw.strip().lower().removeprefix("pci:")
+    parts = s.split(":")
+    if len(parts) >= 3:
+        dom = parts[-3][-4:].rjust(4, "0")
+        return f"{dom}:{parts[-2]}:{parts[-1].split('.')[0]}"
+    if len(parts) == 2:
+        return f"0000:{parts[0]}:{parts[1].split('.')[0]}"
+    return s
+
+
+def _components(spec: AttributeSpec, e: Event) -> list[Component]:
+    if not e.node:
+        return []
+    if spec.locus == "gpu":
+        pci = e.fields.get("pci")
+        if isinstance(pci, str) and pci:
+            return [Component(node=e.node, kind="gpu", id=normalize_pci(pci))]
+        gpu = e.fields.get("gpu")
+        if gpu is not None:
+            return [Component(node=e.node, kind="gpu", id=f"gpu{gpu}")]
+    if spec.locus == "port":
+        dev, port = e.fields.get("device"), e.fields.get("port")
+        if isinstance(dev, str) and dev:
+            return [Component(node=e.node, kind="port", id=f"{dev}/{port}" if port is not None else dev)]
+    return []
+
+
+class _Fmt(dict[str, Any]):
+    def __missing__(self, key: str) -> str:
+        return ""
+
+
+_SPACES = re.compile(r"\s+")
+_EMPTY_BITS = re.compile(r"\(\s*\)| link (?=\))| GPU $")
+
+
+def _render(template: str, fmt: _Fmt) -> str:
+    text = _SPACES.sub(" ", template.format_map(fmt))
+    return _SPACES.sub(" ", _EMPTY_BITS.sub("", text)).replace("( ", "(").replace(" )", ")").strip()
+
+
+def _matches(patterns: list[str], cls: str) -> bool:
+    return any(fnmatchcase(cls, p) for p in patterns)
+
+
+class Verdict:
+    def __init__(self, ruleset: Ruleset) -> None:
+        self.ruleset = ruleset
+        self.classifier = Classifier(ruleset)
+
+    def decide(self, ctx: AttemptContext, events: list[Event], coverage: list[Coverage]) -> Diagnosis:
+        events = sorted((e for e in events if in_scope(e, ctx)), key=Event.sort_key)
+        rank_nodes = ctx.rank_nodes()
+        for e in events:
+            if e.node is None and e.rank is not None:
+                e.node = rank_nodes.get(e.rank)
+        roles: list[tuple[Event, _Attr]] = []
+        for e in events:
+            a = self.classifier.classify(e)
+            if a is not None:
+                roles.append((e, a))
+        candidates = self._candidates(roles)
+        view = AttemptView(context=ctx, events=events, rank_nodes=rank_nodes)
+        for rule in self.analyzer_rules_sorted():
+            assert rule.analyzer is not None and rule.attribute is not None
+            for f in ANALYZERS[rule.analyzer](view):
+                candidates.append(Candidate(rule=rule, spec=rule.attribute, nodes=set(f.nodes), events=list(f.events),
+                                            first_seen=f.first_seen, detail=f.detail,
+                                            components={(c.node, c.kind, c.id): c for c in f.components}))
+        candidates = _merge(candidates)
+        primary, explained = _explain(candidates)
+        return self._diagnosis(ctx, events, roles, primary, explained, coverage)
+
+    def analyzer_rules_sorted(self) -> list[Rule]:
+        return sorted(self.classifier.analyzer_rules, key=lambda r: r.id)
+
+    @staticmethod
+    def _candidates(roles: list[tuple[Event, _Attr]]) -> list[Candidate]:
+        groups: dict[tuple[str, str], Candidate] = {}
+        for e, a in roles:
+            if a.spec.role != "root_cause":
+                continue
+            key = (a.rule.id, e.node or "")
+            c = groups.get(key)
+            if c is None:
+                c = groups[key] = Candidate(rule=a.rule, spec=a.spec, nodes=set(), events=[], first_seen=e.time)
+            if e.node:
+                c.nodes.add(e.node)
+            c.events.append(e)
+            if e.time is not None and (c.first_seen is None or e.time < c.first_seen):
+                c.first_seen = e.time
+            for comp in _components(a.spec, e):
+                c.components[(comp.node, comp.kind, comp.id)] = comp
+        return [groups[k] for k in sorted(groups)]
+
+    # ----------------------------------------------------------------------------------------- output
+
+    def _diagnosis(self, ctx: AttemptContext, events: list[Event], roles: list[tuple[Event, _Attr]],
+                   primary: list[Candidate], explained: list[Candidate], coverage: list[Coverage]) -> Diagnosis:
+        state = ctx.state or _scheduler_state(events)
+        completed = state in ("COMPLETED", "SUCCEEDED", "SUCCESS", "FINISHED") or (state is None and ctx.exit_code == 0)
+        reasons: list[str] = []
+        chosen: list[Candidate] = []
+        others: list[Candidate] = []
+        if completed:
+            outcome = "not_failed"
+            if primary:
+                reasons.append(f"the attempt completed; {len(primary)} potential fault signal(s) recorded as evidence")
+        elif not primary:
+            outcome = "unattributed"
+        else:
+            first = primary[0]
+            chosen = [c for c in primary if _starts_together(first, c)]
+            others = [c for c in primary if c not in chosen]
+            outcome = "attributed" if len(chosen) == 1 else "ambiguous"
+        root = None
+        cands: list[RootCause] = []
+        if outcome == "attributed":
+            root = _root(chosen[0])
+            cands = [_root(c) for c in others]
+        elif outcome == "ambiguous":
+            cands = [_root(c) for c in chosen]
+            root = _ambiguous_root(chosen, cands)
+            cands += [_root(c) for c in others]
+        quality = _quality(outcome, chosen, others, coverage, ctx, reasons)
+        symptoms = _symptoms(roles)
+        evidence = _evidence(chosen if chosen else primary, roles, events)
+        affected = sorted({e.node for e, a in roles if e.node and a.spec.role in ("root_cause", "symptom")}
+                          | {n for c in chosen for n in c.nodes})
+        ident = hashlib.sha256(
+            f"{ctx.workload.cluster or ''}\0{ctx.workload.id}\0{ctx.workload.attempt}\0{self.ruleset.fingerprint}".encode()
+        ).hexdigest()[:24]
+        return Diagnosis(
+            id=f"dx-{ident}",
+            attempt=AttemptRef(
+                workload_id=ctx.workload.id, attempt=ctx.workload.attempt, scheduler=ctx.workload.scheduler,
+                cluster=ctx.workload.cluster,
+                window={"start": isoformat(ctx.window.start), "end": isoformat(ctx.window.end)},
+                nodes=list(ctx.nodes)),
+            terminal_state=state,
+            outcome=outcome,  # type: ignore[arg-type]
+            root_cause=root,
+            candidates=cands,
+            affected_nodes=affected,
+            symptoms=symptoms,
+            evidence=evidence,
+            quality=quality,
+            coverage=coverage,
+            engine=EngineInfo(version=__version__, ruleset=self.ruleset.fingerprint),
+        )
+
+
+def _scheduler_state(events: list[Event]) -> str | None:
+    for e in events:
+        if e.kind == "job_state" and isinstance(e.fields.get("state"), str):
+            return str(e.fields["state"]).split("+")[0].upper()
+    return None
+
+
+def _starts_together(a: Candidate, b: Candidate) -> bool:
+    if a is b:
+        return True
+    if a.first_seen is None or b.first_seen is None:
+        return True
+    return b.first_seen - a.first_seen <= AMBIGUITY_WINDOW
+
+
+def _merge(cands: list[Candidate]) -> list[Candidate]:
+    """The same class of cause on several nodes at about the same time (or job-level and node-level
+    records of it) is one cause."""
+    cands = sorted(cands, key=Candidate.sort_key)
+    out: list[Candidate] = []
+    for c in cands:
+        target = None
+        for o in out:
+            if o.cls != c.cls:
+                continue
+            near = (o.first_seen is None or c.first_seen is None
+                    or abs(c.first_seen - o.first_seen) <= MERGE_WINDOW)
+            if near or not c.nodes or not o.nodes or (c.nodes & o.nodes):
+                target = o
+                break
+        if target is None:
+            out.append(Candidate(rule=c.rule, spec=c.spec, nodes=set(c.nodes), events=list(c.events),
+                                 first_seen=c.first_seen, detail=c.detail, components=dict(c.components)))
+            continue
+        if (c.spec.precedence, bool(c.nodes)) > (target.spec.precedence, bool(target.nodes)):
+            target.rule, target.spec = c.rule, c.spec
+            target.detail = c.detail or target.detail
+        target.nodes |= c.nodes
+        target.events = sorted(target.events + c.events, key=Event.sort_key)
+        target.components.update(c.components)
+        if c.first_seen is not None and (target.first_seen is None or c.first_seen < target.first_seen):
+            target.first_seen = c.first_seen
+    return sorted(out, key=Candidate.sort_key)
+
+
+def _explains(a: Candidate, b: Candidate) -> bool:
+    if a is b:
+        return False
+    if (a.spec.precedence, -_ts(a)) <= (b.spec.precedence, -_ts(b)):
+        return False  # only a stronger (or equally strong and earlier) cause explains another
+    if a.first_seen is not None and b.first_seen is not None and a.first_seen > b.first_seen + SKEW:
+        return False
+    if _matches(a.spec.explains, b.cls):
+        return True
+    return _matches(a.spec.explains_on_node, b.cls) and bool(a.nodes & b.nodes or not b.nodes)
+
+
+def _ts(c: Candidate) -> float:
+    return c.first_seen.timestamp() if c.first_seen else float("inf")
+
+
+def _explain(cands: list[Candidate]) -> tuple[list[Candidate], list[Candidate]]:
+    primary: list[Candidate] = []
+    explained: list[Candidate] = []
+    for b in cands:
+        if any(_explains(a, b) for a in cands):
+            explained.append(b)
+        else:
+            primary.append(b)
+    return primary, explained
+
+
+def _root(c: Candidate) -> RootCause:
+    e0 = c.events[0] if c.events else None
+    fmt = _Fmt({k: v for k, v in (e0.fields.items() if e0 else ()) if v is not None})
+    nodes = sorted(c.nodes)
+    comps = [c.components[k] for k in sorted(c.components)]
+    fmt.update(title=c.rule.title, nodes=", ".join(nodes) or "the job", node=nodes[0] if nodes else "the job",
+               detail=c.detail, components=", ".join(f"{x.node} {x.kind} {x.id}" for x in comps) or "-")
+    return RootCause(domain=str(c.spec.domain), subdomain=str(c.spec.subdomain), rule=c.rule.id,
+                     summary=_render(c.spec.summary, fmt), nodes=nodes, components=comps,
+                     first_seen=isoformat(c.first_seen), action=c.spec.action)
+
+
+def _ambiguous_root(chosen: list[Candidate], cands: list[RootCause]) -> RootCause:
+    domains = sorted({c.domain for c in cands})
+    nodes = sorted({n for c in chosen for n in c.nodes})
+    comps = sorted({(x.node, x.kind, x.id): x for c in cands for x in c.components}.items())
+    first = min((c.first_seen for c in chosen if c.first_seen), default=None)
+    listing = "; ".join(f"{c.domain}/{c.subdomain} on {', '.join(c.nodes) or 'the job'}" for c in cands)
+    return RootCause(domain=domains[0] if len(domains) == 1 else "ambiguous", subdomain="ambiguous",
+                     rule="ambiguous", summary=f"{len(cands)} independent causes fit and none explains the others: {listing}",
+                     nodes=nodes, components=[c for _, c in comps], first_seen=isoformat(first), action="INVESTIGATE")
+
+
+def _quality(outcome: str, chosen: list[Candidate], others: list[Candidate], coverage: list[Coverage],
+             ctx: AttemptContext, reasons: list[str]) -> Quality:
+    hard = False
+    missing = sorted(c.source for c in coverage if c.status == "missing")
+    broken = sorted(c.source for c in coverage if c.status in ("failed", "partial", "skipped"))
+    if outcome == "unattributed":
+        hard = True
+        reasons.append("no root-cause evidence found: the failure is not attributed rather than guessed")
+    if outcome == "ambiguous":
+        hard = True
+        reasons.append(f"{len(chosen)} independent candidate causes started within {int(AMBIGUITY_WINDOW.total_seconds())} s")
+    if others:
+        reasons.append(f"{len(others)} later independent candidate(s) also found (listed in candidates)")
+    for c in chosen:
+        if c.spec.precedence < STRONG:
+            reasons.append(f"{c.cls} rests on weaker evidence ({c.rule.id}): confirm before acting")
+        if any(e.approx for e in c.events):
+            reasons.append("root-cause time is approximate (no wall-clock stamp to anchor it)")
+        culprit_missing = [f"logs/{n}" for n in sorted(c.nodes) if f"logs/{n}" in missing]
+        if culprit_missing:
+            hard = True
+            reasons.append(f"no logs for culprit node(s): {', '.join(culprit_missing)}")
+        kernels = {e.node for e in c.events if e.source == "kernel"}
+        if c.spec.domain in ("software", "network") and not kernels and c.nodes and c.spec.precedence < STRONG:
+            reasons.append("no kernel evidence on the culprit node(s): a hardware fault there is not excluded")
+    if missing:
+        shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+        reasons.append(f"missing sources: {shown}")
+    if broken:
+        shown = ", ".join(broken[:5]) + (f" and {len(broken) - 5} more" if len(broken) > 5 else "")
+        reasons.append(f"unreadable or partly read sources: {shown}")
+    if outcome == "not_failed":
+        level = "high" if not missing and not broken else "medium"
+    elif hard:
+        level = "low"
+    elif reasons:
+        level = "medium"
+    else:
+        level = "high"
+    return Quality(level=level, reasons=reasons)  # type: ignore[arg-type]
+
+
+def _symptoms(roles: list[tuple[Event, _Attr]]) -> list[Symptom]:
+    groups: dict[str, list[tuple[Event, _Attr]]] = defaultdict(list)
+    for e, a in roles:
+        if a.spec.role == "symptom":
+            groups[a.spec.symptom or e.kind].append((e, a))
+    out: list[Symptom] = []
+    for kind in sorted(groups):
+        items = groups[kind]
+        times = [e.time for e, _ in items if e.time]
+        out.append(Symptom(kind=kind, rule=min(a.rule.id for _, a in items), count=len(items),
+                           nodes=sorted({e.node for e, _ in items if e.node}),
+                           first_seen=isoformat(min(times)) if times else None,
+                           last_seen=isoformat(max(times)) if times else None,
+                           example=items[0][0].text))
+    return out
+
+
+def _evidence(causes: list[Candidate], roles: list[tuple[Event, _Attr]], events: list[Event]) -> list[Evidence]:
+    picked: dict[tuple[str, str, str], Evidence] = {}
+
+    def add(e: Event, role: str, rule: str) -> None:
+        key = (e.ref, e.kind, rule)
+        if key not in picked:
+            picked[key] = Evidence(time=isoformat(e.time), node=e.node, source=e.source, ref=e.ref,
+                                   text=e.text, role=role, rule=rule)  # type: ignore[arg-type]
+
+    culprit_nodes: set[str] = set()
+    starts: list[datetime] = []
+    for c in causes:
+        for e in c.events[:MAX_EVIDENCE_PER_CAUSE]:
+            add(e, "root_cause" if c.spec.role == "root_cause" else "context", c.rule.id)
+        culprit_nodes |= c.nodes
+        if c.first_seen:
+            starts.append(c.first_seen)
+    first = min(starts) if starts else None
+    ctx_count = 0
+    per_kind: dict[str, int] = defaultdict(int)
+    for e, a in roles:
+        if a.spec.role == "context" and e.node in culprit_nodes and ctx_count < MAX_EVIDENCE_PER_CAUSE:
+            if first is None or e.time is None or first - CONTEXT_BEFORE <= e.time <= first + SKEW:
+                add(e, "context", a.rule.id)
+                ctx_count += 1
+        elif a.spec.role == "symptom":
+            kind = a.spec.symptom or e.kind
+            if per_kind[kind] < MAX_SYMPTOM_EXAMPLES:
+                per_kind[kind] += 1
+                add(e, "symptom", a.rule.id)
+    return sorted(picked.values(), key=lambda v: (v.time or "~", v.node or "", v.ref, v.rule))

@@ -1,0 +1,1 @@
+"""Exporters: where diagnoses go (store, Prometheus, Loki, Grafana). Never see raw logs."""

@@ -1,0 +1,301 @@
+"""The data that flows through hypocenter: Observation → Event → Diagnosis, scoped by AttemptContext.
+
+Connectors produce `Observation`s, extractors turn candidate observations into `Event`s, the
+verdict turns events into a `Diagnosis`. These models are the contracts of DESIGN.md (contract 1
+for `AttemptContext`, contract 3 for `Diagnosis`); they must only ever be extended compatibly.
+Nothing in this module reads files or knows about a connector.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timezone
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+SCHEMA_ID = "hypocenter.diagnosis/v1"
+
+SourceKind = Literal["kernel", "app", "scheduler", "metric"]
+Outcome = Literal["attributed", "ambiguous", "unattributed", "not_failed"]
+Role = Literal["root_cause", "symptom", "context"]
+QualityLevel = Literal["high", "medium", "low"]
+Action = Literal[
+    "RESTART",
+    "RESET_GPU",
+    "REBOOT_NODE",
+    "DRAIN_NODE",
+    "CHECK_LINK",
+    "FIX_CODE",
+    "FIX_CONFIG",
+    "ADD_RESOURCES",
+    "INVESTIGATE",
+    "NONE",
+]
+
+# The taxonomy of DESIGN.md. More subdomains may be added; these must exist.
+TAXONOMY: dict[str, tuple[str, ...]] = {
+    "hardware": ("gpu", "gpu_memory", "gpu_firmware", "nvlink", "host"),
+    "network": ("fabric", "nic"),
+    "storage": ("filesystem",),
+    "software": ("user_code", "configuration", "hang"),
+    "resource": ("gpu_oom", "host_oom", "time_limit"),
+    "external": ("preemption", "cancellation", "maintenance"),
+}
+
+TERMINAL_OK = frozenset({"COMPLETED", "SUCCEEDED", "SUCCESS", "FINISHED"})
+
+
+def utc(dt: datetime) -> datetime:
+    """Return `dt` as an aware UTC datetime (naive values are taken to be UTC)."""
+    if dt.tzinfo is None:
+        return dt.replace(tzinfo=timezone.utc)
+    return dt.astimezone(timezone.utc)
+
+
+def isoformat(dt: datetime | None) -> str | None:
+    """Render a time the one way diagnoses render times: UTC, microseconds only when present, `Z`."""
+    if dt is None:
+        return None
+    text = utc(dt).isoformat()
+    return text.replace("+00:00", "Z")
+
+
+_RANGE = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+))?\s*$")
+
+
+def parse_rank_ranges(spec: str | int | list[int]) -> list[int]:
+    """Expand a rank spec such as ``"0-7"``, ``"0-3,8-11"``, ``5`` or ``[0, 1]`` into a sorted list."""
+    if isinstance(spec, int):
+        return [spec]
+    if isinstance(spec, list):
+        return sorted(int(r) for r in spec)
+    ranks: set[int] = set()
+    for part in str(spec).split(","):
+        if not part.strip():
+            continue
+        m = _RANGE.match(part)
+        if not m:
+            raise ValueError(f"invalid rank range {part.strip()!r} (expected e.g. '0-7' or '0-3,8-11')")
+        lo = int(m.group(1))
+        hi = int(m.group(2)) if m.group(2) is not None else lo
+        if hi < lo:
+            raise ValueError(f"invalid rank range {part.strip()!r}: end is before start")
+        ranks.update(range(lo, hi + 1))
+    return sorted(ranks)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Contract 1: the attempt scope
+
+
+class Workload(_Strict):
+    id: str
+    attempt: int = 0
+    name: str | None = None
+    scheduler: str | None = None
+    cluster: str | None = None
+
+    @field_validator("id", mode="before")
+    @classmethod
+    def _id_as_text(cls, v: object) -> object:
+        return str(v) if isinstance(v, int) else v
+
+
+class Window(_Strict):
+    start: datetime
+    end: datetime
+
+    @field_validator("start", "end")
+    @classmethod
+    def _aware(cls, v: datetime) -> datetime:
+        return utc(v)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Window:
+        if self.end < self.start:
+            raise ValueError("window.end is before window.start")
+        return self
+
+
+class AttemptContext(_Strict):
+    """The scope of one workload attempt (attempt.yaml, or a scheduler connector)."""
+
+    workload: Workload
+    window: Window
+    state: str | None = None
+    exit_code: int | None = None
+    reason: str | None = None
+    nodes: list[str] = Field(default_factory=list)
+    ranks: dict[str, str | int | list[int]] = Field(default_factory=dict)
+    timezone: str = "UTC"
+
+    @field_validator("state")
+    @classmethod
+    def _upper_state(cls, v: str | None) -> str | None:
+        return v.strip().upper() if isinstance(v, str) else v
+
+    @model_validator(mode="after")
+    def _ranks_on_known_nodes(self) -> AttemptContext:
+        for node, spec in self.ranks.items():
+            if self.nodes and node not in self.nodes:
+                raise ValueError(f"ranks: node {node!r} is not in nodes")
+            parse_rank_ranges(spec)
+        return self
+
+    def rank_nodes(self) -> dict[int, str]:
+        """Global rank → node, from the optional rank map."""
+        out: dict[int, str] = {}
+        for node, spec in self.ranks.items():
+            for rank in parse_rank_ranges(spec):
+                out[rank] = node
+        return out
+
+    @property
+    def completed(self) -> bool:
+        return self.state in TERMINAL_OK
+
+
+# ---------------------------------------------------------------------------------------------
+# Observations and events
+
+
+class Observation(BaseModel):
+    """One normalised record from any connector: a log line, a metric sample, a scheduler record."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    time: datetime | None
+    approx: bool = False
+    node: str | None
+    source: SourceKind
+    stream: str
+    line: int
+    text: str
+    rank: int | None = None
+    attrs: dict[str, str] = Field(default_factory=dict)
+
+    @property
+    def ref(self) -> str:
+        return f"{self.stream}:{self.line}"
+
+
+FieldValue = str | int | float | None
+
+
+class Event(BaseModel):
+    """A typed fact extracted from an observation: an Xid, an NCCL error, a watchdog timeout, …"""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: str
+    rule: str
+    time: datetime | None
+    approx: bool = False
+    node: str | None
+    rank: int | None = None
+    source: SourceKind
+    ref: str
+    text: str
+    fields: dict[str, FieldValue] = Field(default_factory=dict)
+
+    def sort_key(self) -> tuple[str, str, str, str, str]:
+        """A total order that does not depend on arrival order."""
+        t = isoformat(self.time) or "~"
+        return (t, self.node or "", self.ref, self.kind, self.rule)
+
+
+# ---------------------------------------------------------------------------------------------
+# Contract 3: the diagnosis
+
+
+class AttemptRef(BaseModel):
+    workload_id: str
+    attempt: int
+    scheduler: str | None
+    cluster: str | None
+    window: dict[str, str | None]
+    nodes: list[str]
+
+
+class Component(BaseModel):
+    node: str
+    kind: str
+    id: str
+
+
+class RootCause(BaseModel):
+    domain: str
+    subdomain: str
+    rule: str
+    summary: str
+    nodes: list[str]
+    components: list[Component] = Field(default_factory=list)
+    first_seen: str | None
+    action: Action
+
+
+class Symptom(BaseModel):
+    kind: str
+    rule: str
+    count: int
+    nodes: list[str]
+    first_seen: str | None
+    last_seen: str | None
+    example: str
+
+
+class Evidence(BaseModel):
+    time: str | None
+    node: str | None
+    source: str
+    ref: str
+    text: str
+    role: Role
+    rule: str
+
+
+class Quality(BaseModel):
+    level: QualityLevel
+    reasons: list[str]
+
+
+class Coverage(BaseModel):
+    connector: str
+    source: str
+    status: Literal["ok", "partial", "failed", "skipped", "missing"]
+    observations: int
+    reason: str | None = None
+
+
+class EngineInfo(BaseModel):
+    version: str
+    ruleset: str
+
+
+class Diagnosis(BaseModel):
+    """The verdict on one attempt. Field order is the order of contract 3 and of the JSON output."""
+
+    schema_: str = Field(default=SCHEMA_ID, alias="schema")
+    id: str
+    attempt: AttemptRef
+    terminal_state: str | None
+    outcome: Outcome
+    root_cause: RootCause | None
+    candidates: list[RootCause] = Field(default_factory=list)
+    affected_nodes: list[str]
+    symptoms: list[Symptom]
+    evidence: list[Evidence]
+    quality: Quality
+    coverage: list[Coverage]
+    engine: EngineInfo
+
+    model_config = ConfigDict(populate_by_name=True, serialize_by_alias=True)
+
+    def to_json(self) -> str:
+        """The canonical, byte-stable JSON rendering."""
+        return self.model_dump_json(by_alias=True, indent=2) + "\n"

@@ -1,0 +1,81 @@
+"""YAML loading that refuses what PyYAML silently accepts: duplicate keys, and unsafe tags.
+
+Every mapping comes back as a `LineDict`, a dict that remembers the line it started on, so that
+validation errors can point at `file:line`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from hypocenter.errors import InputError
+
+
+class LineDict(dict[str, Any]):
+    """A mapping loaded from YAML, with the 1-based line where it starts."""
+
+    line: int = 0
+
+
+class StrictYAMLError(InputError):
+    def __init__(self, message: str, path: str, line: int | None) -> None:
+        where = f"{path}:{line}" if line else path
+        super().__init__(f"{where}: {message}")
+        self.path = path
+        self.line = line
+
+
+class _Loader(yaml.SafeLoader):
+    pass
+
+
+def _construct_mapping(loader: _Loader, node: yaml.MappingNode, deep: bool = False) -> LineDict:
+    loader.flatten_mapping(node)
+    out = LineDict()
+    out.line = node.start_mark.line + 1
+    for key_node, value_node in node.value:
+        key = loader.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+        if isinstance(key, list | dict):
+            raise yaml.constructor.ConstructorError(
+                None, None, "a mapping key must be a scalar", key_node.start_mark
+            )
+        if key in out:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {key!r}", key_node.start_mark
+            )
+        out[key] = loader.construct_object(value_node, deep=deep)  # type: ignore[no-untyped-call]
+    return out
+
+
+_Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def loads(text: str, path: str = "<string>") -> Any:
+    """Parse one YAML document; errors name `path:line`."""
+    try:
+        return yaml.load(text, Loader=_Loader)  # noqa: S506 - _Loader derives from SafeLoader
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = mark.line + 1 if mark is not None else None
+        problem = exc.problem or str(exc)
+        raise StrictYAMLError(f"invalid YAML: {problem}", path, line) from None
+    except yaml.YAMLError as exc:
+        raise StrictYAMLError(f"invalid YAML: {exc}", path, None) from None
+
+
+def load_file(path: Path, display: str | None = None) -> Any:
+    """Read and parse a YAML file, with a clear error for unreadable or non-UTF-8 files."""
+    name = display or str(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise StrictYAMLError(f"cannot read file: {exc.strerror or exc}", name, None) from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise StrictYAMLError("file is not UTF-8 text", name, line) from None
+    return loads(text, name)
