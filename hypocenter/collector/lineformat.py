@@ -34,7 +34,8 @@ _SHORT_ISO = re.compile(
 _DMESG_T = re.compile(
     r"^\[(?:[A-Z][a-z]{2}) ([A-Z][a-z]{2}) {1,2}(\d{1,2}) (\d{2}):(\d{2}):(\d{2}) (\d{4})\] ?")
 _UPTIME = re.compile(r"^\[\s*(\d+\.\d+)\] ?")
-_RANK = re.compile(r"^\[(?:rank|Rank|RANK)\s*(\d+)\]:?\s?")
+_RANK = re.compile(r"^\[rank(\d+)\]:\s?")
+_NCCL = re.compile(r"^([A-Za-z0-9][\w.-]*):(\d+):(\d+) \[(\d+)\] ")
 _DEFAULT_RANK = re.compile(r"^\[default(\d+)\]:")
 _GLOG = re.compile(r"^\[?([IWEF])(\d{3,4}) (\d{2}):(\d{2}):(\d{2})\.(\d{1,9})\b")
 _ISO = re.compile(
@@ -58,6 +59,7 @@ class LineHeader:
     host: str | None = None
     tag: str | None = None
     rank: int | None = None
+    device: int | None = None
 
     @property
     def source_hint(self) -> str | None:
@@ -167,6 +169,12 @@ def _peel(text: str, h: LineHeader, ctx: TimeContext) -> str | None:
     if not text:
         return None
     c = text[0]
+    if c.isalnum():
+        m = _NCCL.match(text)
+        if m:
+            h.host = h.host or m.group(1)
+            h.device = int(m.group(4))
+            return text[m.end():]
     if c.isdigit():
         m = _CRI.match(text)
         if m:

@@ -67,7 +67,7 @@ def case_sources(case: CaseSpec, ctx: AttemptContext) -> list[Source]:
 def _fired(engine: Engine, rule: Rule, ctx: AttemptContext, sources: list[Source]) -> list[Event]:
     tctx = time_context(ctx)
     events = engine.extractor.extract([*sources, _attempt_record(ctx)], ctx, tctx).events
-    if rule.extract is not None or rule.metric is not None:
+    if rule.attribute is None:
         return sorted((e for e in events if e.rule == rule.id), key=Event.sort_key)
     scoped = sorted((e for e in events if in_scope(e, ctx)), key=Event.sort_key)
     if rule.analyzer:

@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from hypocenter.collector.lineformat import LineHeader, TimeContext, parse_line
+from hypocenter.collector.lineformat import LineHeader, TimeContext, parse_iso, parse_line
 from hypocenter.collector.sources import MetricSource, Record, RecordSource, Series, Source, TextSource
 from hypocenter.engine.rules import ExtractSpec, MetricSpec, Rule, Ruleset
 from hypocenter.model import AttemptContext, Event, FieldValue, SourceKind, isoformat
@@ -190,6 +190,10 @@ class Extractor:
                 if fm is None:
                     continue
                 fields = _fields(fm, comp)
+                if header.time is None and isinstance(fields.get("at"), str):
+                    stated = parse_iso(str(fields["at"]), tctx)  # a time the line states (banners)
+                    if stated is not None:
+                        when, approx = stated, False
                 rank = header.rank
                 if rank is None and isinstance(fields.get("rank"), int):
                     rank = int(fields["rank"])  # type: ignore[arg-type]

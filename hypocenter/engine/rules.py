@@ -98,6 +98,7 @@ class When(_Spec):
     kind: list[str]
     fields: dict[str, FieldValue | list[FieldValue]] = Field(default_factory=dict)
     unless: dict[str, FieldValue | list[FieldValue]] = Field(default_factory=dict)
+    has: list[str] = Field(default_factory=list)
     text: str | None = None
     source: list[SourceKind] | None = None
 

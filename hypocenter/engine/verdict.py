@@ -115,6 +115,9 @@ def _when_matches(w: When, text: re.Pattern[str] | None, e: Event) -> bool:
     for k, v in w.fields.items():
         if not _values_match(e.fields.get(k), v):
             return False
+    for k in w.has:
+        if e.fields.get(k) in (None, ""):
+            return False
     for k, v in w.unless.items():
         if k in e.fields and _values_match(e.fields.get(k), v):
             return False
