@@ -82,11 +82,17 @@ def render_text(d: Diagnosis, style: _Style) -> str:
             out.append(f"  {s.kind.ljust(width)}  ×{s.count:<5} {nodes or '-'}  from {s.first_seen or '?'}")
     if d.evidence:
         out.append("")
-        out.append(style("Evidence", "1"))
-        for e in d.evidence:
+        out.append(style("Evidence", "1") + " (cause and context first; one example per symptom)")
+        shown_kinds: set[str] = set()
+        order = {"root_cause": 0, "context": 1, "symptom": 2}
+        for e in sorted(d.evidence, key=lambda v: order[v.role]):
+            if e.role == "symptom":
+                if e.rule in shown_kinds:
+                    continue
+                shown_kinds.add(e.rule)
             tag = {"root_cause": style("cause  ", "1;31"), "symptom": "symptom", "context": "context"}[e.role]
             out.append(f"  {tag} {e.time or '?':<27} {e.node or '-':<12} {e.ref}")
-            out.append(f"          {e.text[:200]}")
+            out.append(f"          {e.text[:160]}")
     out.append("")
     out.append(style("Quality", "1") + f": {d.quality.level}")
     for r in d.quality.reasons:

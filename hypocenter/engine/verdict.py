@@ -48,7 +48,8 @@ MERGE_WINDOW = timedelta(seconds=90)      # same cause on several nodes within t
 AMBIGUITY_WINDOW = timedelta(seconds=60)  # different causes starting within this: ambiguous
 CONTEXT_BEFORE = timedelta(minutes=15)    # precursors shown with a root cause
 MAX_EVIDENCE_PER_CAUSE = 8
-MAX_SYMPTOM_EXAMPLES = 3
+MAX_SYMPTOM_EXAMPLES = 2
+PROGRESS_GRACE = timedelta(minutes=5)    # progress this long after a signal: the job survived it
 STRONG = 50                               # precedence at or above which one signal is enough
 
 
@@ -206,8 +207,9 @@ class Verdict:
                                             first_seen=f.first_seen, detail=f.detail,
                                             components={(c.node, c.kind, c.id): c for c in f.components}))
         candidates = _merge(candidates)
-        primary, explained = _explain(candidates)
-        return self._diagnosis(ctx, events, roles, primary, explained, coverage)
+        survived = _survived(candidates, events)
+        primary, explained = _explain([c for c in candidates if c not in survived])
+        return self._diagnosis(ctx, events, roles, primary, explained + survived, coverage)
 
     def analyzer_rules_sorted(self) -> list[Rule]:
         return sorted(self.classifier.analyzer_rules, key=lambda r: r.id)
@@ -295,6 +297,21 @@ def _scheduler_state(events: list[Event]) -> str | None:
     return None
 
 
+def _survived(cands: list[Candidate], events: list[Event]) -> list[Candidate]:
+    """Candidates the job demonstrably lived through: training progress continued well after them.
+    A collective job stops progressing at the fault that kills it, so progress long after a signal
+    means that signal did not (a Lustre reconnect, a recovered link, an old benign Xid)."""
+    times = sorted(e.time for e in events if e.kind == "progress" and e.time is not None)
+    if not times:
+        return []
+    gaps = sorted((b - a).total_seconds() for a, b in zip(times, times[1:], strict=False))
+    typical = gaps[len(gaps) // 2] if gaps else 0.0
+    grace = max(PROGRESS_GRACE, timedelta(seconds=3 * typical))
+    last = times[-1]
+    return [c for c in cands if c.first_seen is not None and c.first_seen + grace < last
+            and c.spec.domain != "external"]
+
+
 def _starts_together(a: Candidate, b: Candidate) -> bool:
     if a is b:
         return True
@@ -361,8 +378,11 @@ def _explain(cands: list[Candidate]) -> tuple[list[Candidate], list[Candidate]]:
 
 
 def _root(c: Candidate) -> RootCause:
-    e0 = c.events[0] if c.events else None
-    fmt = _Fmt({k: v for k, v in (e0.fields.items() if e0 else ()) if v is not None})
+    fmt = _Fmt()
+    for e in c.events:  # the first value each field takes among the cause's events
+        for k, v in e.fields.items():
+            if v not in (None, "") and k not in fmt:
+                fmt[k] = v
     nodes = sorted(c.nodes)
     comps = [c.components[k] for k in sorted(c.components)]
     fmt.update(title=c.rule.title, nodes=", ".join(nodes) or "the job", node=nodes[0] if nodes else "the job",
@@ -444,9 +464,14 @@ def _symptoms(roles: list[tuple[Event, _Attr]]) -> list[Symptom]:
 
 def _evidence(causes: list[Candidate], roles: list[tuple[Event, _Attr]], events: list[Event]) -> list[Evidence]:
     picked: dict[tuple[str, str, str], Evidence] = {}
+    cause_refs: set[tuple[str, str, str]] = set()
 
     def add(e: Event, role: str, rule: str) -> None:
         key = (e.ref, e.kind, rule)
+        if role != "root_cause" and any(k[0] == e.ref for k in cause_refs):
+            return  # a line already shown as the cause is not repeated as its own symptom
+        if role == "root_cause":
+            cause_refs.add(key)
         if key not in picked:
             picked[key] = Evidence(time=isoformat(e.time), node=e.node, source=e.source, ref=e.ref,
                                    text=e.text, role=role, rule=rule)  # type: ignore[arg-type]
