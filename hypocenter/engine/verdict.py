@@ -263,7 +263,9 @@ class Verdict:
             root = _ambiguous_root(chosen, cands)
             cands += [_root(c) for c in others]
         quality = _quality(outcome, chosen, others, coverage, ctx, reasons)
-        symptoms = _symptoms(roles)
+        rule_of = {id(e): a.rule.id for e, a in roles}
+        cause_events = {id(e) for c in chosen for e in c.events if rule_of.get(id(e)) == c.rule.id}
+        symptoms = _symptoms(roles, cause_events)
         evidence = _evidence(chosen if chosen else primary, roles, events)
         affected = sorted({e.node for e, a in roles if e.node and a.spec.role in ("root_cause", "symptom")}
                           | {n for c in chosen for n in c.nodes})
@@ -445,11 +447,15 @@ def _quality(outcome: str, chosen: list[Candidate], others: list[Candidate], cov
     return Quality(level=level, reasons=reasons)  # type: ignore[arg-type]
 
 
-def _symptoms(roles: list[tuple[Event, _Attr]]) -> list[Symptom]:
+def _symptoms(roles: list[tuple[Event, _Attr]], cause_events: set[int]) -> list[Symptom]:
+    """Symptom-role events, and root-cause-role events that are not the chosen cause's own evidence
+    (a KeyError explained by a GPU fault, a CUDA ECC error next to the Xid 48 behind it)."""
     groups: dict[str, list[tuple[Event, _Attr]]] = defaultdict(list)
     for e, a in roles:
         if a.spec.role == "symptom":
             groups[a.spec.symptom or e.kind].append((e, a))
+        elif a.spec.role == "root_cause" and id(e) not in cause_events and a.spec.symptom:
+            groups[a.spec.symptom].append((e, a))
     out: list[Symptom] = []
     for kind in sorted(groups):
         items = groups[kind]
