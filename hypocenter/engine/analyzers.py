@@ -19,6 +19,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from itertools import pairwise
 
 from hypocenter.model import AttemptContext, Component, Event
 
@@ -172,7 +173,7 @@ def time_limit(view: AttemptView) -> list[Finding]:
     progress = [e.time for e in view.of_kind("progress") if e.time and e.time <= end + timedelta(seconds=60)]
     if progress:
         progress.sort()
-        gaps = [(b - a).total_seconds() for a, b in zip(progress, progress[1:], strict=False)]
+        gaps = [(b - a).total_seconds() for a, b in pairwise(progress)]
         typical = sorted(gaps)[len(gaps) // 2] if gaps else 0.0
         allowed = max(900.0, 4 * typical)
         if (end - progress[-1]).total_seconds() > allowed:

@@ -28,6 +28,7 @@ from hypocenter.errors import InputError, RuleError
 from hypocenter.model import TAXONOMY, Action, FieldValue, Role, SourceKind
 
 Status = Literal["experimental", "test", "stable"]
+_LINE_SOURCES: tuple[SourceKind, ...] = ("kernel", "app", "scheduler")
 _ID = re.compile(r"^[a-z0-9][a-z0-9-]*[a-z0-9]$")
 
 
@@ -39,7 +40,7 @@ class ExtractSpec(_Spec):
     """Turn log lines into events. `tokens` are literals at least one of which must occur in
     every line the pattern can match: they build the prefilter."""
 
-    source: list[SourceKind] = Field(default_factory=lambda: ["kernel", "app", "scheduler"])
+    source: list[SourceKind] = Field(default_factory=lambda: list(_LINE_SOURCES))
     tokens: list[str] = Field(min_length=1)
     pattern: str
     event: str
@@ -228,10 +229,18 @@ def _suggest(name: str, model: type[BaseModel]) -> str:
     return f" (did you mean {hint[0]!r}?)" if hint else f" (known fields: {', '.join(known)})"
 
 
-_MODEL_AT = {
+_MODEL_AT: dict[tuple[str, ...], type[BaseModel]] = {
     (): Rule, ("extract",): ExtractSpec, ("metric",): MetricSpec, ("attribute",): AttributeSpec,
     ("attribute", "when"): When,
 }
+
+
+def _child(cur: Any, part: int | str) -> Any:
+    if isinstance(cur, dict):
+        return cur.get(part)
+    if isinstance(cur, list) and isinstance(part, int) and part < len(cur):
+        return cur[part]
+    return None
 
 
 def _rule_error(exc: ValidationError, doc: strict_yaml.LineDict, path: str) -> RuleError:
@@ -240,12 +249,10 @@ def _rule_error(exc: ValidationError, doc: strict_yaml.LineDict, path: str) -> R
     line = doc.line
     cur: Any = doc
     for part in loc:
-        if isinstance(cur, dict) and part in cur:
-            cur = cur[part]
-            line = getattr(cur, "line", line)
-        elif isinstance(cur, list) and isinstance(part, int) and part < len(cur):
-            cur = cur[part]
-            line = getattr(cur, "line", line)
+        cur = _child(cur, part)
+        if cur is None:
+            break
+        line = getattr(cur, "line", line)
     rid = doc.get("id", "?")
     dotted = ".".join(str(p) for p in loc)
     if err["type"] == "extra_forbidden":
@@ -345,7 +352,7 @@ def load_ruleset(extra: Iterable[Path] = (), *, builtin: bool = True) -> Ruleset
                                 path=display, line=rule.line)
             seen[rule.id] = rule
             rules.append(rule)
-    from hypocenter.engine.analyzers import ANALYZERS, ANALYZER_VERSION
+    from hypocenter.engine.analyzers import ANALYZER_VERSION, ANALYZERS
 
     digest.update(f"analyzers:{ANALYZER_VERSION}".encode())
     for rule in rules:

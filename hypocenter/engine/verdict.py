@@ -21,6 +21,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from fnmatch import fnmatchcase
+from itertools import pairwise
 from typing import Any
 
 from hypocenter import __version__
@@ -306,7 +307,7 @@ def _survived(cands: list[Candidate], events: list[Event]) -> list[Candidate]:
     times = sorted(e.time for e in events if e.kind == "progress" and e.time is not None)
     if not times:
         return []
-    gaps = sorted((b - a).total_seconds() for a, b in zip(times, times[1:], strict=False))
+    gaps = sorted((b - a).total_seconds() for a, b in pairwise(times))
     typical = gaps[len(gaps) // 2] if gaps else 0.0
     grace = max(PROGRESS_GRACE, timedelta(seconds=3 * typical))
     last = times[-1]
