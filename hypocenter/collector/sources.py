@@ -17,7 +17,7 @@ class TextSource:
     """A stream of raw log text, as written on a node (`node` set) or by the job (`node` None)."""
 
     name: str
-    text: str
+    text: str | bytes  # bytes are scanned as they are; undecodable bytes are replaced line by line
     node: str | None = None
     source: SourceKind | None = None  # None: decided line by line from content
 
