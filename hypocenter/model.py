@@ -196,6 +196,7 @@ class Event(BaseModel):
     rule: str
     time: datetime | None
     approx: bool = False
+    inherited: bool = False  # time taken from an earlier line of the stream: a lower bound
     node: str | None
     rank: int | None = None
     source: SourceKind

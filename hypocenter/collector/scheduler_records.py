@@ -30,25 +30,32 @@ def render(doc: Any, name: str, ctx: TimeContext) -> list[Record]:
     return list(_walk(doc, name, ctx))
 
 
+def _sub(ref: str, part: str) -> str:
+    """`file#path.to[3].field`: a JSON-pointer-like reference to the record inside its document."""
+    if "#" not in ref:
+        return f"{ref}#{part}"
+    return f"{ref}{part}" if part.startswith("[") else f"{ref}.{part}"
+
+
 def _walk(doc: Any, ref: str, ctx: TimeContext) -> Iterator[Record]:
     if isinstance(doc, list):
         for i, item in enumerate(doc):
-            yield from _walk(item, f"{ref}[{i}]", ctx)
+            yield from _walk(item, _sub(ref, f"[{i}]"), ctx)
         return
     if not isinstance(doc, dict):
         return
     if isinstance(doc.get("jobs"), list):
         for i, job in enumerate(doc["jobs"]):
             if isinstance(job, dict):
-                yield from _slurm_job(job, f"{ref}#jobs[{i}]", ctx)
+                yield from _slurm_job(job, _sub(ref, f"jobs[{i}]"), ctx)
     if isinstance(doc.get("nodes"), list) and doc["nodes"] and isinstance(doc["nodes"][0], dict) \
             and "name" in doc["nodes"][0]:
         for i, node in enumerate(doc["nodes"]):
             if isinstance(node, dict):
-                yield from _slurm_node(node, f"{ref}#nodes[{i}]", ctx)
+                yield from _slurm_node(node, _sub(ref, f"nodes[{i}]"), ctx)
     if isinstance(doc.get("items"), list):
         for i, item in enumerate(doc["items"]):
-            yield from _walk(item, f"{ref}#items[{i}]", ctx)
+            yield from _walk(item, _sub(ref, f"items[{i}]"), ctx)
         return
     kind = doc.get("kind")
     if isinstance(kind, str):
@@ -130,7 +137,7 @@ def _slurm_job(job: dict[str, Any], ref: str, ctx: TimeContext) -> Iterator[Reco
         st = step.get("time", {})
         send = _epoch(st.get("end")) if isinstance(st, dict) else None
         yield Record(
-            ref=f"{ref}.steps[{i}]", time=send or end, node=None,
+            ref=_sub(ref, f"steps[{i}]"), time=send or end, node=None,
             text=(f"slurm step {sid} state={_states(step.get('state'))} "
                   f"exit_code={_exit(step.get('exit_code'))} nodes={_nodes(step.get('nodes'))}"),
         )
@@ -155,6 +162,8 @@ def _when(v: Any, ctx: TimeContext) -> datetime | None:
 def _k8s_object(obj: dict[str, Any], kind: str, ref: str, ctx: TimeContext) -> Iterator[Record]:
     meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
     name = str(meta.get("name", "?"))
+    if "#" not in ref:
+        ref = f"{ref}#{kind}/{name}"
     status = obj.get("status") if isinstance(obj.get("status"), dict) else {}
     spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
     if kind == "Event":
@@ -184,7 +193,7 @@ def _k8s_object(obj: dict[str, Any], kind: str, ref: str, ctx: TimeContext) -> I
                     term = (cs.get(which) or {}).get("terminated")
                     if isinstance(term, dict):
                         yield Record(
-                            ref=f"{ref}.status.{group}[{i}].{which}", node=node_name,
+                            ref=_sub(ref, f"status.{group}[{i}].{which}"), node=node_name,
                             time=_when(term.get("finishedAt"), ctx),
                             text=(f"k8s container {name}/{cs.get('name', '?')} terminated "
                                   f"reason={_clean(term.get('reason'))} exit_code={term.get('exitCode', '?')} "
@@ -195,7 +204,7 @@ def _k8s_object(obj: dict[str, Any], kind: str, ref: str, ctx: TimeContext) -> I
         if not isinstance(cond, dict):
             continue
         yield Record(
-            ref=f"{ref}.status.conditions[{i}]", node=node_name,
+            ref=_sub(ref, f"status.conditions[{i}]"), node=node_name,
             time=_when(cond.get("lastTransitionTime"), ctx) or _when(cond.get("lastProbeTime"), ctx),
             text=(f"{label} {name} condition type={_clean(cond.get('type'))} status={_clean(cond.get('status'))} "
                   f"reason={_clean(cond.get('reason'))} message={_clean(cond.get('message'))}"),

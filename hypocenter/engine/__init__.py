@@ -45,7 +45,7 @@ def _attempt_record(ctx: AttemptContext) -> RecordSource:
     """The scope's own terminal state, as a scheduler record rules can match."""
     text = (f"attempt {ctx.workload.id} state={ctx.state or 'UNKNOWN'} reason={ctx.reason or '-'} "
             f"exit_code={ctx.exit_code if ctx.exit_code is not None else '-'} scheduler={ctx.workload.scheduler or '-'}")
-    return RecordSource(name="attempt.yaml", records=[Record(ref="attempt.yaml", time=ctx.window.end, node=None, text=text)])
+    return RecordSource(name="attempt.yaml", records=[Record(ref="attempt.yaml#state", time=ctx.window.end, node=None, text=text)])
 
 
 @lru_cache(maxsize=4)

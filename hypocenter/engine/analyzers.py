@@ -60,6 +60,16 @@ class AttemptView:
 Analyzer = Callable[[AttemptView], list[Finding]]
 
 
+def first_seen(events: list[Event]) -> datetime | None:
+    """When a cause began: its earliest stamped event; inherited times (a lower bound taken from an
+    earlier line) only when nothing better is known."""
+    exact = [e.time for e in events if e.time is not None and not e.inherited]
+    if exact:
+        return min(exact)
+    return min((e.time for e in events if e.time is not None), default=None)
+
+
+
 def _int(v: object) -> int | None:
     return v if isinstance(v, int) and not isinstance(v, bool) else None
 
@@ -94,7 +104,7 @@ def hang_laggard(view: AttemptView) -> list[Finding]:
             continue
         evs = tuple(e for _, _, e in behind)
         ranks = ", ".join(str(r) for r, _, _ in behind)
-        first = min((e.time for e in evs if e.time), default=None)
+        first = first_seen(list(evs))
         findings.append(Finding(
             nodes=tuple(nodes), events=evs, first_seen=first,
             detail=(f"rank(s) {ranks} last enqueued NCCL work {min(enq for _, enq, _ in behind)} while "
@@ -126,7 +136,7 @@ def collective_mismatch(view: AttemptView) -> list[Finding]:
             continue
         evs = tuple(e for _, _, e in odd)
         findings.append(Finding(
-            nodes=tuple(nodes), events=evs, first_seen=min((e.time for e in evs if e.time), default=None),
+            nodes=tuple(nodes), events=evs, first_seen=first_seen(list(evs)),
             detail=(f"rank(s) {', '.join(str(r) for r, _, _ in odd)} issued {odd[0][1]} at SeqNum {key[1]} "
                     f"while the others issued {common}")))
     return findings
@@ -159,7 +169,7 @@ def ib_peer(view: AttemptView) -> list[Finding]:
             continue
         evs = tuple(reporters[r] for r in sorted(reporters))
         findings.append(Finding(
-            nodes=(target,), events=evs, first_seen=min((e.time for e in evs if e.time), default=None),
+            nodes=(target,), events=evs, first_seen=first_seen(list(evs)),
             detail=f"{len(reporters)} node(s) lost their connection to {target}"))
     return findings
 

@@ -174,10 +174,12 @@ class Extractor:
             header = parse_line(line, tctx)
             kind = src.source or _source_kind(header)
             approx = False
+            inherited = False
             when = header.time
             if when is not None and header.uptime is not None and node_dir:
                 anchors[node_dir].append(when - epoch - timedelta(seconds=header.uptime))
             if when is None and header.uptime is None:
+                inherited = True
                 if resolved_at >= 0 and ls <= resolved_at:
                     when = resolved_time
                 else:
@@ -203,14 +205,15 @@ class Extractor:
                 if header.time is None and isinstance(fields.get("at"), str):
                     stated = parse_iso(str(fields["at"]), tctx)  # a time the line states (banners)
                     if stated is not None:
-                        when, approx = stated, False
+                        when, approx, inherited = stated, False, False
                 rank = header.rank
                 if rank is None and isinstance(fields.get("rank"), int):
                     rank = int(fields["rank"])  # type: ignore[arg-type]
                 node = node_dir or names.resolve(_str(fields.get("host"))) or host_node
                 if node is None and rank is not None:
                     node = ranks.get(rank)
-                ev = Event(kind=comp.spec.event, rule=comp.rule.id, time=when, approx=approx, node=node,
+                ev = Event(kind=comp.spec.event, rule=comp.rule.id, time=when, approx=approx,
+                           inherited=inherited and when is not None, node=node,
                            rank=rank, source=kind, ref=f"{src.name}:{line_no}",
                            text=line.rstrip()[:MAX_TEXT], fields=fields)
                 if when is None and header.uptime is not None:

@@ -25,7 +25,7 @@ from itertools import pairwise
 from typing import Any
 
 from hypocenter import __version__
-from hypocenter.engine.analyzers import ANALYZERS, AttemptView
+from hypocenter.engine.analyzers import ANALYZERS, AttemptView, first_seen
 from hypocenter.engine.rules import AttributeSpec, Rule, Ruleset, When
 from hypocenter.model import (
     AttemptContext,
@@ -224,14 +224,14 @@ class Verdict:
             key = (a.rule.id, e.node or "")
             c = groups.get(key)
             if c is None:
-                c = groups[key] = Candidate(rule=a.rule, spec=a.spec, nodes=set(), events=[], first_seen=e.time)
+                c = groups[key] = Candidate(rule=a.rule, spec=a.spec, nodes=set(), events=[], first_seen=None)
             if e.node:
                 c.nodes.add(e.node)
             c.events.append(e)
-            if e.time is not None and (c.first_seen is None or e.time < c.first_seen):
-                c.first_seen = e.time
             for comp in _components(a.spec, e):
                 c.components[(comp.node, comp.kind, comp.id)] = comp
+        for c in groups.values():
+            c.first_seen = first_seen(c.events)
         return [groups[k] for k in sorted(groups)]
 
     # ----------------------------------------------------------------------------------------- output
@@ -348,8 +348,7 @@ def _merge(cands: list[Candidate]) -> list[Candidate]:
         target.nodes |= c.nodes
         target.events = sorted(target.events + c.events, key=Event.sort_key)
         target.components.update(c.components)
-        if c.first_seen is not None and (target.first_seen is None or c.first_seen < target.first_seen):
-            target.first_seen = c.first_seen
+        target.first_seen = first_seen(target.events) or target.first_seen or c.first_seen
     return sorted(out, key=Candidate.sort_key)
 
 
@@ -474,7 +473,7 @@ def _evidence(causes: list[Candidate], roles: list[tuple[Event, _Attr]], events:
     cause_refs: set[tuple[str, str, str]] = set()
 
     def add(e: Event, role: str, rule: str) -> None:
-        key = (e.ref, e.kind, rule)
+        key = (e.ref, role, "")
         if role != "root_cause" and any(k[0] == e.ref for k in cause_refs):
             return  # a line already shown as the cause is not repeated as its own symptom
         if role == "root_cause":
