@@ -37,6 +37,7 @@ _UPTIME = re.compile(r"^\[\s*(\d+\.\d+)\] ?")
 _RANK = re.compile(r"^\[rank(\d+)\]:\s?")
 _NCCL = re.compile(r"^([A-Za-z0-9][\w.-]*):(\d+):(\d+) \[(\d+)\] ")
 _DEFAULT_RANK = re.compile(r"^\[default(\d+)\]:")
+_SRUN_LABEL = re.compile(r"^(\d{1,6}): (?!\d)")
 _GLOG = re.compile(r"^\[?([IWEF])(\d{3,4}) (\d{2}):(\d{2}):(\d{2})\.(\d{1,9})\b")
 _ISO = re.compile(
     r"^\[?(\d{4})-(\d{2})-(\d{2})[ T_](\d{2}):(\d{2}):(\d{2})(?:[.,](\d{1,9}))?(Z|[+-]\d{2}:?\d{2})?\]?")
@@ -176,6 +177,11 @@ def _peel(text: str, h: LineHeader, ctx: TimeContext) -> str | None:
             h.device = int(m.group(4))
             return text[m.end():]
     if c.isdigit():
+        m = _SRUN_LABEL.match(text)  # srun --label: "<task>: message"; task ids are global ranks
+        if m:
+            if h.rank is None:
+                h.rank = int(m.group(1))
+            return text[m.end():]
         m = _CRI.match(text)
         if m:
             h.time = h.time or parse_iso(m.group(1), ctx)
@@ -214,10 +220,13 @@ def _peel(text: str, h: LineHeader, ctx: TimeContext) -> str | None:
             return _glog(m, text, h, ctx)
         return None
     if c == "[":
-        m = _RANK.match(text) or _DEFAULT_RANK.match(text)
+        m = _RANK.match(text)
         if m:
             if h.rank is None:
                 h.rank = int(m.group(1))
+            return text[m.end():]
+        m = _DEFAULT_RANK.match(text)  # torchrun --tee: a *local* rank, so it names no global rank
+        if m:
             return text[m.end():]
         m = _UPTIME.match(text)
         if m:
