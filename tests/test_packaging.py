@@ -1,0 +1,34 @@
+"""The wheel carries the rule catalog: an installed copy analyses a bundle without the repository."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_wheel_ships_the_catalog_and_analyses_without_the_repo(tmp_path: Path) -> None:
+    out = tmp_path / "wheel"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out), str(REPO)],
+                   check=True, capture_output=True, timeout=300)
+    wheel = next(out.glob("hypocenter-*.whl"))
+    site = tmp_path / "site"
+    with zipfile.ZipFile(wheel) as zf:
+        names = zf.namelist()
+        zf.extractall(site)
+    assert "hypocenter/catalog/gpu/xid.yaml" in names
+    assert "hypocenter/catalog/data/xid-catalog.yaml" in names
+    # Run from an unrelated directory with only the unpacked wheel first on the path.
+    code = ("import sys, json; sys.path.insert(0, sys.argv[1]); "
+            "from hypocenter.engine.rules import builtin_catalog; from hypocenter.engine import analyze_bundle; "
+            "d = analyze_bundle(sys.argv[2]); "
+            "print(json.dumps({'catalog': str(builtin_catalog()), 'sub': d.root_cause.subdomain}))")
+    r = subprocess.run([sys.executable, "-c", code, str(site), str(REPO / "examples" / "nvlink-xid149")],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=120, check=True)
+    got = json.loads(r.stdout)
+    assert got["catalog"].startswith(str(site))
+    assert got["sub"] == "nvlink"
