@@ -50,11 +50,12 @@ def choose_modes(count: int, seed: int, prior: str, modes: Sequence[Mode] | None
     raise ValueError(f"unknown prior {prior!r} (expected one of {', '.join(PRIORS)})")
 
 
-def build(mode: Mode, seed: int, nodes_max: int = DEFAULT_NODES_MAX) -> dict[str, str]:
-    """All files of one bundle, by relative path."""
+def build(mode: Mode, seed: int, nodes_max: int = DEFAULT_NODES_MAX, *, nodes: int | None = None) -> dict[str, str]:
+    """All files of one bundle, by relative path; `nodes` pins the job size (tests of large jobs)."""
     rng = Random(seed)
-    world = draw_world(rng, seed, nodes_max=min(nodes_max, mode.max_nodes), schedulers=mode.schedulers,
-                       platforms=mode.platforms, min_torch=mode.min_torch)
+    cap = min(nodes_max, mode.max_nodes) if nodes is None else nodes
+    world = draw_world(rng, seed, nodes_max=cap, schedulers=mode.schedulers, platforms=mode.platforms, min_torch=mode.min_torch,
+                       min_nodes=nodes or 2, max_nodes=nodes or 4096)
     sc = Scenario(mode.id, mode.outcome, mode.domain, mode.subdomain, world, seed)
     mode.build(sc)
     noise.background(sc)

@@ -3,7 +3,7 @@
 Pod container termination states (`Error`/1, `OOMKilled`/137, 143 after SIGTERM), pod
 `DisruptionTarget` conditions, `kubectl get events -o json` lists, node `Ready=Unknown`
 (`NodeStatusUnknown`), Kueue Workload conditions (`Evicted`/`Preempted` with the preemption
-message template) — failure-signatures.md §4.5–§4.7. Pure data builders; no timing decisions.
+message template) — failure-signatures.md §4.5-§4.7. Pure data builders; no timing decisions.
 """
 
 from __future__ import annotations
@@ -121,7 +121,7 @@ def kueue_workload(world: World, conditions: list[dict[str, Any]], *, as_yaml: b
         "status": {"conditions": conditions},
     }
     if as_yaml:
-        return yaml.safe_dump(obj, sort_keys=True)
+        return yaml.safe_dump(obj, sort_keys=True, width=1000)
     return json.dumps(obj, indent=2, sort_keys=True) + "\n"
 
 

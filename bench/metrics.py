@@ -54,6 +54,20 @@ def sample(start: float, end: float, step: float, value: Callable[[float], float
     return out
 
 
+def step_values(start: float, end: float, step: float, at: float, before: float, after: float, fmt: str = "{:g}") -> list[tuple[float, str]]:
+    """A series that is `before` until `at` and `after` from then on (counters that jump, gauges that switch)."""
+    return sample(start, end, step, lambda t: after if t >= at else before, fmt)
+
+
+def constant(start: float, end: float, step: float, value: float, fmt: str = "{:g}") -> list[tuple[float, str]]:
+    return sample(start, end, step, lambda t: value, fmt)
+
+
+def counter(start: float, end: float, step: float, base: float, per_second: float) -> list[tuple[float, str]]:
+    """A monotonically growing counter."""
+    return sample(start, end, step, lambda t: base + (t - start) * per_second, "{:.0f}")
+
+
 def query_range(series: Sequence[Series]) -> str:
     result = [{"metric": dict(sorted(labels.items())), "values": [[t if t % 1 else int(t), v] for t, v in values]}
               for labels, values in series if values]

@@ -1,7 +1,7 @@
-"""NCCL log lines by NCCL version (failure-signatures.md §2.1–§2.4, §6.12).
+"""NCCL log lines by NCCL version (failure-signatures.md §2.1-§2.4, §6.12).
 
 `host:pid:tid [dev] file:line NCCL WARN …` and `… NCCL INFO …` lines: init chatter, NET/IB
-completion errors in the four format eras (<2.10, 2.10–2.19, 2.20–2.27, ≥2.28), socket and
+completion errors in the four format eras (<2.10, 2.10-2.19, 2.20-2.27, ≥2.28), socket and
 proxy errors, async IB events, `-> N` breadcrumbs, and the bootstrap / duplicate-GPU errors of
 misconfigured jobs. The host part is what NCCL sees: the pod name on Kubernetes.
 """

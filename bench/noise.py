@@ -17,7 +17,7 @@ from bench.world import Node
 
 
 def background(sc: Scenario) -> None:
-    """Benign system-log lines over [start − hours, end + minutes] on every node with a kernel log."""
+    """Benign system-log lines over [start - hours, end + minutes] on every node with a kernel log."""
     if not sc.kernel_logs:
         return
     w, rng = sc.w, sc.rng
@@ -46,7 +46,7 @@ def background(sc: Scenario) -> None:
                     "IPv4: martian source 255.255.255.255 from 172.16.0.1, on dev bond0",
                 )), level="info")
             elif pick < 0.45:
-                sc.daemon(node, t, "systemd", rng.choice(("Started Session {} of User {}.".format(rng.randint(100, 9999), w.user),
+                sc.daemon(node, t, "systemd", rng.choice((f"Started Session {rng.randint(100, 9999)} of User {w.user}.",
                                                           "Starting Cleanup of Temporary Directories...",
                                                           "Finished Cleanup of Temporary Directories.",
                                                           "Started Daily apt download activities.")), pid=1)
@@ -92,7 +92,7 @@ def _outsider(sc: Scenario) -> str:
 
 
 def distract(sc: Scenario) -> None:
-    """Inject 1–5 independent distractors the mode did not forbid."""
+    """Inject 1-5 independent distractors the mode did not forbid."""
     w, rng = sc.w, sc.rng
     choices = [
         ("xid_other_job", 0.35), ("xid45_teardown", 0.5), ("aer_corrected", 0.35), ("flap_outside", 0.25),
@@ -208,7 +208,7 @@ def _sticky_xid_gauge(sc: Scenario) -> None:
     old = rng.choice((43, 13, 31, 45))
     step = max(60.0, (sc.end - w.start) / 100)
     series = []
-    for n in ([node] + rng.sample(w.nodes, k=min(3, len(w.nodes))))[:4]:
+    for n in ([node, *rng.sample(w.nodes, k=min(3, len(w.nodes)))])[:4]:
         for g in n.gpus[:2] if n is not node else [gpu]:
             val = float(old) if (n is node and g is gpu) else 0.0
             labels = metrics.dcgm_labels(w, n, g, "DCGM_FI_DEV_XID_ERRORS")
@@ -216,7 +216,7 @@ def _sticky_xid_gauge(sc: Scenario) -> None:
                 labels["err_code"] = str(old)
                 labels["err_msg"] = {43: "GPU stopped processing", 13: "Graphics Engine Exception", 31: "GPU memory page fault",
                                      45: "Preemptive cleanup, due to previous errors -- Most likely to see when running multiple cuda applications and hitting a DBE"}[old]
-            series.append((labels, metrics.sample(w.start, sc.end, step, lambda t, v=val: v)))
+            series.append((labels, metrics.constant(w.start, sc.end, step, val)))
     sc.bundle.put("metrics/dcgm_xid_errors_history.json", metrics.query_range(series))
     sc.distractor(f"DCGM_FI_DEV_XID_ERRORS stuck at {old} on {node.name} GPU {gpu.index} (sticky gauge)")
 
@@ -227,9 +227,8 @@ def _xmit_wait(sc: Scenario) -> None:
     series = []
     for n in w.nodes[:16]:
         for h in n.hcas[:2]:
-            rate = rng.uniform(1e5, 5e6)
             series.append((metrics.ib_labels(n, h, "node_infiniband_port_transmit_wait_total"),
-                           metrics.sample(w.start, sc.end, step, lambda t, r=rate: int((t - w.start) * r + 1e9), "{:d}")))
+                           metrics.counter(w.start, sc.end, step, rng.uniform(1e9, 5e10), rng.uniform(1e5, 5e6))))
     sc.bundle.put("metrics/ib_xmit_wait.json", metrics.query_range(series))
     sc.distractor("PortXmitWait growing on all HCAs (congestion, not an error)")
 

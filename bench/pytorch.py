@@ -1,6 +1,6 @@
-"""PyTorch, torchrun and CUDA error output by PyTorch version (failure-signatures.md §2.5–§2.7).
+"""PyTorch, torchrun and CUDA error output by PyTorch version (failure-signatures.md §2.5-§2.7).
 
-ProcessGroupNCCL watchdog wording for ≤1.13, 2.0–2.1, 2.2–2.3 (`Timeout at NCCL work … last
+ProcessGroupNCCL watchdog wording for ≤1.13, 2.0-2.1, 2.2-2.3 (`Timeout at NCCL work … last
 enqueued NCCL work`) and 2.4+ (`[PG ID 0 PG GUID 0(default_pg) Rank N]`, flight-recorder dump
 signals), the heartbeat monitor, DistBackendError tracebacks, user-code tracebacks, CUDA error
 texts and OOM messages by era, and torchrun's agent lines and ChildFailedError block. Builders
@@ -88,7 +88,9 @@ def watchdog_timeout(world: World, rank: int, seq: int, op: str, numel: int, ran
     frames = _frames(world, rng)
 
     def render(d: datetime) -> str:
-        E = lambda where: glog(world, d, "E", where)  # noqa: E731
+        def E(where: str) -> str:  # the glog level letter
+            return glog(world, d, "E", where)
+
         c10d: list[str]
         tail: list[str]
         if v < (2, 0):
@@ -271,7 +273,7 @@ def collective_frames(world: World, op: str) -> list[Frame]:
     if world.stack.torch >= (2, 1):
         frames.append((f"{site}/torch/distributed/c10d_logger.py", 83 if world.stack.torch >= (2, 4) else 47, "wrapper", "return func(*args, **kwargs)"))
     frames.append((f"{site}/torch/distributed/distributed_c10d.py", {"all_reduce": 2501, "broadcast": 2417}.get(fn, 3201), fn,
-                   "work.wait()" if fn != "barrier" else "work.wait()"))
+                   "work.wait()"))
     return frames
 
 

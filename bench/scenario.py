@@ -10,7 +10,7 @@ stacks do, so they add collateral descriptions to the truth; they never decide t
 from __future__ import annotations
 
 import zlib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from random import Random
@@ -20,7 +20,14 @@ import yaml
 
 from bench import kube, nccl, pytorch, slurm
 from bench.timeline import Bundle, Clock, Entry, LineFn, Stream, Text
-from bench.training import Plan, benign_c10d_warning, checkpoint_lines, make_plan, progress_line, startup_lines
+from bench.training import (
+    Plan,
+    benign_c10d_warning,
+    checkpoint_lines,
+    make_plan,
+    progress_line,
+    startup_lines,
+)
 from bench.world import HCA, Node, Platform, Scheduler, World
 
 OUTCOMES = ("attributed", "ambiguous", "unattributed", "not_failed")
@@ -293,27 +300,34 @@ class Scenario:
                     "*****************************************")
         return render
 
-    def train(self, until: float, *, slow: float = 1.0, from_t: float | None = None) -> int:
-        """Rank 0's progress lines from the last reported point up to `until`; returns the last iteration."""
+    def train(self, until: float, *, slow: float = 1.0, from_t: float | None = None, key_last: bool = False) -> int:
+        """Rank 0's progress lines from the last reported point up to `until`; returns the last iteration.
+
+        `key_last` marks the final progress line as evidence (progress right up to the end)."""
         w, rng, plan = self.w, self.rng, self.plan
         t = from_t if from_t is not None else self.ran_until
         it = plan.iteration_at(t)
         it = (it // plan.log_every + 1) * plan.log_every
         last = plan.iteration_at(t)
+        last_entry: Entry | None = None
         while True:
             tt = plan.time_of(it)
             if slow != 1.0 and from_t is not None:
                 tt = from_t + (tt - from_t) * slow
             if tt > until:
                 break
-            self.out(0, tt, progress_line(w, plan, it, rng, slow), err=False)
-            if it % plan.ckpt_every == 0 and it > 0:
-                secs = rng.uniform(15, 90)
+            s = self.rank_stream(0, err=False)
+            last_entry = self._add(s, tt, progress_line(w, plan, it, rng, slow), writer=w.node_of(0), level="info")
+            secs = rng.uniform(15, 90)
+            if it % plan.ckpt_every == 0 and it > 0 and tt + secs < until:
                 a, b = checkpoint_lines(w, it, rng, secs)
                 self.out(0, tt + 0.5, a, err=False)
                 self.out(0, tt + 0.5 + secs, b, err=False)
             last = it
             it += plan.log_every
+        if key_last and last_entry is not None:
+            last_entry.key = True
+            self.protected.add(self.rank_stream(0, err=False).path)
         self.ran_until = max(self.ran_until, until)
         return last
 
@@ -522,8 +536,11 @@ class Scenario:
         failures = [(r, w.local_of(r), self.exits[r].code, w.rank_pid(r), self.exits[r].t,
                      self.exits[r].traceback if self.rng.random() < 0.5 else None) for tt, r in own if tt <= t_detect + 0.5]
         host = node.pod if w.scheduler == "kubernetes" else node.name
-        self.node_out(node, t_detect + rng.uniform(4, 6),
-                      pytorch.child_failed_error(w, host, failures, lambda tt, node=node: self.clock.local(tt, node)))
+
+        def local_time(tt: float) -> datetime:
+            return self.clock.local(tt, node)
+
+        self.node_out(node, t_detect + rng.uniform(4, 6), pytorch.child_failed_error(w, host, failures, local_time))
 
     def _srun_teardown(self, t_end: float) -> float:
         w, rng = self.w, self.rng
@@ -578,10 +595,12 @@ class Scenario:
         self.exit_code = exit_code if attempt_exit == -1 else attempt_exit
         self.reason = None if reason in ("None", "") else reason
 
-    def finish_k8s(self, *, state: str, reason: str | None, pod_exit: dict[str, tuple[str, int, str | None]] | None = None,
+    def finish_k8s(self, *, state: str, reason: str | None, pod_exit: Mapping[str, tuple[str, int, str | None]] | None = None,
                    conditions: list[dict[str, Any]] | None = None, events: list[dict[str, Any]] | None = None,
-                   job_condition: tuple[str, str, str] | None = None) -> None:
-        """pods.json, events.json and the job object; `pod_exit` maps node → (reason, exit code, message)."""
+                   job_condition: tuple[str, str, str] | None = None) -> str:
+        """pods.json, events.json and the job object; `pod_exit` maps node → (reason, exit code, message).
+
+        Returns the path of the pod list."""
         w, rng = self.w, self.rng
         end = self.end
         pods = []
@@ -603,7 +622,8 @@ class Scenario:
             conds = [{k: v for k, v in c.items() if k != "_node"} for c in conds]
             pods.append(kube.pod(w, node, start=w.start + rng.uniform(0, 5), end=t_end, phase=phase, reason=reason_txt,
                                  exit_code=code, message=msg, restarts=0, conditions=conds))
-        self.bundle.put(rng.choice(("events/pods.json", "events/kubectl-get-pods.json")), kube.as_list(pods))
+        pods_path = rng.choice(("events/pods.json", "events/kubectl-get-pods.json"))
+        self.bundle.put(pods_path, kube.as_list(pods))
         evs = list(events or [])
         for node in w.nodes:
             evs.append(kube.event(w, kind="Pod", name=node.pod, reason="Started", message=f"Started container {'pytorch' if w.k8s_kind == 'PyTorchJob' else 'trainer'}",
@@ -620,6 +640,7 @@ class Scenario:
         self.state = state
         self.reason = reason
         self.exit_code = None if state in ("PREEMPTED",) else (0 if state == "SUCCEEDED" else 1)
+        return pods_path
 
     # ---------------------------------------------------------------------------------------------
     # Writing

@@ -108,7 +108,7 @@ def ts_rfc3339_utc(d: datetime, digits: int = 9) -> str:
 def _uptime(t: float, node: Node) -> str:
     up = max(t - node.boot_time, 0.0)
     sec = int(up)
-    usec = int(round((up - sec) * 1_000_000)) % 1_000_000
+    usec = round((up - sec) * 1_000_000) % 1_000_000
     return f"[{sec:5d}.{usec:06d}]"
 
 
@@ -151,7 +151,7 @@ def render_system_line(e: Entry, node: Node, fmt: KernelFormat, clock: Clock, te
         up = max(e.t - node.boot_time, 0.0)
         rec: dict[str, str] = {
             "__CURSOR": f"s={node.name[-4:]}e{e.seq:x};i={e.seq + 4096:x}",
-            "__REALTIME_TIMESTAMP": str(int(round((e.t + node.skew) * 1_000_000))),
+            "__REALTIME_TIMESTAMP": str(round((e.t + node.skew) * 1_000_000)),
             "__MONOTONIC_TIMESTAMP": str(int(up * 1_000_000)),
             "_BOOT_ID": hashlib.md5(f"{node.name}|{node.boot_time}".encode()).hexdigest(),
             "_HOSTNAME": host,

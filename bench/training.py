@@ -120,8 +120,8 @@ def startup_lines(world: World, rng: Random) -> list[Callable[[datetime], str]]:
         return lambda d: text
 
     if world.framework == "megatron":
-        lines += [fixed("using world size: {}, data-parallel size: {}, context-parallel size: 1, tensor-model-parallel size: {}, "
-                        "pipeline-model-parallel size: {}".format(world.world_size, max(1, world.world_size // 8), 8 if world.gpus_per_node == 8 else 4, 1)),
+        lines += [fixed(f"using world size: {world.world_size}, data-parallel size: {max(1, world.world_size // 8)}, context-parallel size: 1, tensor-model-parallel size: {8 if world.gpus_per_node == 8 else 4}, "
+                        f"pipeline-model-parallel size: {1}"),
                   fixed("> initializing torch distributed ..."),
                   fixed(f"> initialized tensor model parallel with size {8 if world.gpus_per_node == 8 else 4}"),
                   fixed("> compiling dataset index builder ..."),

@@ -99,7 +99,7 @@ class GPU:
 
     @property
     def nccl_busid(self) -> str:
-        dom, bus, dev = self.pci.split(":")
+        dom, bus, _dev = self.pci.split(":")
         return f"{int(bus, 16):x}000" if dom == "0000" else f"{dom.lstrip('0')}{bus}000"
 
 
@@ -346,12 +346,12 @@ def _node_count(rng: Random, nodes_max: int) -> int:
     allowed = [(n, w) for n, w in options if n <= nodes_max] or [(max(2, nodes_max), 1)]
     total = sum(w for _, w in allowed)
     pick = rng.uniform(0, total)
-    for n, w in allowed:
+    n = allowed[-1][0]
+    for size, w in allowed:
         pick -= w
         if pick <= 0:
+            n = size
             break
-    else:
-        n = allowed[-1][0]
     if n >= 4 and rng.random() < 0.35:  # odd allocations happen
         n = rng.randint(max(2, n // 2 + 1), n)
     return min(n, nodes_max)

@@ -7,7 +7,19 @@ complete registry keyed by mode id (a test checks that ids are unique and labels
 from __future__ import annotations
 
 from bench.scenario import Mode
-from bench.scenarios import external, gpu, gpu_firmware, gpu_memory, host, network, nvlink, resource, software, special, storage
+from bench.scenarios import (
+    external,
+    gpu,
+    gpu_firmware,
+    gpu_memory,
+    host,
+    network,
+    nvlink,
+    resource,
+    software,
+    special,
+    storage,
+)
 
 _FAMILIES = (gpu, gpu_memory, gpu_firmware, nvlink, host, network, storage, software, resource, external, special)
 

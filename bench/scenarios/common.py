@@ -90,11 +90,13 @@ def kernel_gpu_teardown(sc: Scenario, node: Node, gpu: GPU, t: float, cause: int
     sc.collateral(f"Xid 45 on {len(lines)} other GPU(s) of {node.name} during teardown")
 
 
-def node_stopped_k8s(sc: Scenario, node: Node, t_lost: float) -> None:
-    """Node controller view of a node that stopped posting status."""
+def node_stopped_k8s(sc: Scenario, node: Node, t_lost: float) -> str:
+    """Node controller view of a node that stopped posting status; returns the file written."""
     w, rng = sc.w, sc.rng
     t_nr = t_lost + rng.uniform(38, 55)
     nobj = kube.node_obj(w, node, ready="Unknown", reason="NodeStatusUnknown", message="Kubelet stopped posting node status.", t=t_nr,
                          taints=[{"key": "node.kubernetes.io/unreachable", "effect": "NoExecute", "timeAdded": kube.ts(t_nr)},
                                  {"key": "node.kubernetes.io/unreachable", "effect": "NoSchedule", "timeAdded": kube.ts(t_nr)}])
-    sc.bundle.put(rng.choice(("events/nodes.json", f"events/node-{node.name}.json")), kube.as_list([nobj]))
+    path = rng.choice(("events/nodes.json", f"events/node-{node.name}.json"))
+    sc.bundle.put(path, kube.as_list([nobj]))
+    return path

@@ -51,7 +51,7 @@ def kueue_preemption(sc: Scenario) -> None:
     events = [kube.event(w, kind="Workload", name=f"{w.k8s_kind.lower()}-{w.job_id}", reason="Preempted", message=msg, t=t, component="kueue-admission")]
     events += [kube.event(w, kind="Pod", name=n.pod, reason="Killing", message=f"Stopping container {'pytorch' if w.k8s_kind == 'PyTorchJob' else 'trainer'}",
                           t=t + 0.2, host=n.name) for n in w.nodes]
-    sc.root_event(None, path, f"Evicted=True reason=Preempted: {msg}")
+    sc.root_event(None, path, msg)
     sc.collateral("all pods terminated with SIGTERM (exit 143)")
     sc.teardown(t)
     sc.finish_k8s(state="PREEMPTED", reason="Preempted", pod_exit={n.name: ("Error", 143, None) for n in w.nodes}, events=events,
@@ -120,7 +120,7 @@ def maintenance(sc: Scenario) -> None:
         rec = slurm.node_record(w, node.name, ["DOWN", "DRAIN"], why, "root", t_down)
         path = rng.choice(("events/scontrol-nodes.json", "events/scontrol-show-node.json"))
         sc.bundle.put(path, slurm.scontrol_nodes(w, [rec]))
-        sc.root_event(node, path, f"{node.name} reason={why} set by root")
+        sc.root_event(node, path, why)
         if rng.random() < 0.6:
             sc.bundle.put("logs/_job/slurmctld.log", "\n".join([
                 slurm.ctld_line(sc.local(t_down - 0.2), f"update_node: node {node.name} reason set to: {why}"),
@@ -140,7 +140,7 @@ def maintenance(sc: Scenario) -> None:
         _shutdown_lines(sc, node, t + rng.uniform(10, 60))
     else:
         cond = kube.disruption("EvictionByEvictionAPI", "Eviction API: evicting", t)
-        pod_exit = ("Error", 143, None)
+        pod_exit = ("Error", 143, "")
         events.append(kube.event(w, kind="Pod", name=node.pod, reason="Killing", message="Stopping container pytorch", t=t + 0.1, host=node.name))
         events.append(kube.event(w, kind="Pod", name=node.pod, reason="Evicted", message=f"Evicted pod: {why}", t=t, etype="Normal",
                                  component="eviction-api"))
@@ -155,14 +155,11 @@ def maintenance(sc: Scenario) -> None:
                          taints=[{"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule", "timeAdded": kube.ts(t - 20)}])
     nobj["metadata"]["annotations"] = {"maintenance.example.com/reason": why}
     sc.bundle.put("events/nodes.json", kube.as_list([nobj]))
-    sc.root_event(node, "events/pods.json", f"{node.pod} DisruptionTarget {cond['reason']}: {cond['message']}")
     job_cond = ("Failed", "PyTorchJobFailed", f"PyTorchJob {w.job_id} is failed because 1 Worker replica(s) failed.") if w.k8s_kind == "PyTorchJob" \
         else ("Failed", "FailedJobs", "jobset failed due to one or more job failures")
-    sc.finish_k8s(state="FAILED", reason=None, pod_exit={node.name: pod_exit}, conditions=[dict(cond, _node=node.name)], events=events,
-                  job_condition=job_cond)
-    if sc.bundle.static.get("events/pods.json") is None:
-        sc.truth.root_event = None
-        sc.root_event(node, next(p for p in sc.bundle.static if "pods" in p), f"{node.pod} DisruptionTarget {cond['reason']}: {cond['message']}")
+    pods_path = sc.finish_k8s(state="FAILED", reason=None, pod_exit={node.name: pod_exit}, conditions=[dict(cond, _node=node.name)],
+                              events=events, job_condition=job_cond)
+    sc.root_event(node, pods_path, str(cond["message"]))
     sc.collateral(f"workers on other nodes fail after {node.name}'s pod was terminated")
 
 

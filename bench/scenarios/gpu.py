@@ -10,7 +10,7 @@ from bench.scenarios.common import finish_failed, gpu_death, kernel_gpu_teardown
 def s01_xid79(sc: Scenario) -> None:
     w, rng = sc.w, sc.rng
     sc.begin()
-    node, gpu, rank = pick_gpu(sc)
+    node, gpu, _rank = pick_gpu(sc)
     t = sc.fault_time()
     sc.train(t - rng.uniform(1, 40))
     port = node.gpu_root_port(gpu)
@@ -44,7 +44,7 @@ def s01_xid79(sc: Scenario) -> None:
 def gpu_hang(sc: Scenario) -> None:
     w, rng = sc.w, sc.rng
     sc.begin()
-    node, gpu, rank = pick_gpu(sc)
+    node, gpu, _rank = pick_gpu(sc)
     t = sc.fault_time()
     sc.train(t - rng.uniform(1, 30))
     code = rng.choice((46, 109, 109, 158)) if w.stack.driver_major >= 570 else rng.choice((46, 109))
@@ -65,16 +65,13 @@ def s14_thermal(sc: Scenario) -> None:
     """One GPU throttles (HW_THERMAL); the whole job slows down and runs into its time limit."""
     w, rng = sc.w, sc.rng
     sc.begin()
-    node, gpu, rank = pick_gpu(sc)
+    node, gpu, _rank = pick_gpu(sc)
     limit_s = rng.choice((4, 6, 8, 12, 24)) * 3600
     end = w.start + limit_s
     t_throttle = sc.plan.t_begin + rng.uniform(0.0, 0.3) * (end - sc.plan.t_begin)
     slow = rng.uniform(1.05, 1.18)
     sc.train(t_throttle)
-    last = sc.train(end - rng.uniform(5, 60), slow=slow, from_t=t_throttle)
-    from bench.training import progress_line
-
-    sc.out(0, end - rng.uniform(1, 4), progress_line(w, sc.plan, last + sc.plan.log_every, rng, slow), err=False, key=True)
+    sc.train(end - rng.uniform(0.5, 3), slow=slow, from_t=t_throttle, key_last=True)
     sc.end = end + rng.uniform(1, 40)
     for r in range(w.world_size):
         sc.exit(r, end + rng.uniform(0.5, 5), -15)

@@ -12,7 +12,7 @@ from bench.scenarios.common import finish_failed, gpu_death, pick_gpu, xid_gauge
 def s12_gsp119(sc: Scenario) -> None:
     w, rng = sc.w, sc.rng
     sc.begin()
-    node, gpu, rank = pick_gpu(sc)
+    node, gpu, _rank = pick_gpu(sc)
     t = sc.fault_time()
     sc.train(t - rng.uniform(1, 30))
     first = rng.choice(("python", "python", "nvidia-smi", "nv-hostengine", "gpud"))
@@ -40,7 +40,7 @@ def s12_gsp119(sc: Scenario) -> None:
 def gsp_other(sc: Scenario) -> None:
     w, rng = sc.w, sc.rng
     sc.begin()
-    node, gpu, rank = pick_gpu(sc)
+    node, gpu, _rank = pick_gpu(sc)
     t = sc.fault_time()
     sc.train(t - rng.uniform(1, 30))
     if rng.random() < 0.5:

@@ -18,9 +18,9 @@ def _remap_metrics(sc: Scenario, node: Node, gpu: GPU, t: float) -> None:
     for g in node.gpus:
         base = 1.0 if g is hist_gpu and rng.random() < 0.5 else 0.0
         series.append((metrics.dcgm_labels(w, node, g, "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS"),
-                       metrics.sample(w.start, sc.end, step, lambda tt, g=g, base=base: base + (1.0 if g is gpu and tt >= t else 0.0))))
+                       metrics.step_values(w.start, sc.end, step, t, base, base + (1.0 if g is gpu else 0.0))))
         series.append((metrics.dcgm_labels(w, node, g, "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS"),
-                       metrics.sample(w.start, sc.end, step, lambda tt, g=g: 2.0 if g is hist_gpu else 0.0)))
+                       metrics.constant(w.start, sc.end, step, 2.0 if g is hist_gpu else 0.0)))
     sc.bundle.put(f"metrics/row_remap_{node.name}.json", metrics.query_range(series))
     sc.distractor(f"non-zero correctable remapped rows on {node.name} GPU {hist_gpu.index} (old history)")
 
@@ -29,7 +29,7 @@ def _ecc_run(sc: Scenario, lines_for: str) -> None:
     """Common flow: a memory Xid sequence on one GPU, the rank on it fails with the ECC CUDA error."""
     w, rng = sc.w, sc.rng
     sc.begin()
-    node, gpu, rank = pick_gpu(sc)
+    node, gpu, _rank = pick_gpu(sc)
     t = sc.fault_time()
     sc.train(t - rng.uniform(1, 30))
     pid = node.rank_pids[gpu.index]

@@ -38,10 +38,9 @@ def _lose(sc: Scenario) -> tuple[Node, float, bool]:
     sc.culprit([node])
     sc.collateral(f"logs from {node.name} stop at {sc.local(t):%H:%M:%S}")
     peers = sc.peers_of(node, 4)
-    if sc.ib_errors(t + rng.uniform(15, 32), node, peers, status=12):
-        if rng.random() < 0.6 and w.stack.torch >= (2, 0):
-            last = nccl.ib_completion(w, w.node_of(peers[0]), peers[0], node, status=12, direction="Send", rng=rng).split("NCCL WARN ", 1)[1]
-            sc.remote_errors(t + rng.uniform(33, 45), peers, last)
+    if sc.ib_errors(t + rng.uniform(15, 32), node, peers, status=12) and rng.random() < 0.6 and w.stack.torch >= (2, 0):
+        last = nccl.ib_completion(w, w.node_of(peers[0]), peers[0], node, status=12, direction="Send", rng=rng).split("NCCL WARN ", 1)[1]
+        sc.remote_errors(t + rng.uniform(33, 45), peers, last)
     if node is w.nodes[0]:
         for r in sc.alive()[:: max(1, w.world_size // 16)]:
             sc.out(r, t + rng.uniform(35, 60), pytorch.tcpstore_reset(w, r, node.name if w.scheduler == "slurm" else node.pod, rng))
@@ -58,7 +57,7 @@ def node_lost_k8s(sc: Scenario) -> None:
     w, rng = sc.w, sc.rng
     node, t, panic = _lose(sc)
     t_first = sc.timeouts(t) if rng.random() < 0.7 else t + rng.uniform(40, 60)
-    node_stopped_k8s(sc, node, t)
+    nodes_path = node_stopped_k8s(sc, node, t)
     t_nr = t + rng.uniform(38, 55)
     t_evict = t_nr + 300 + rng.uniform(0, 10)
     sc.end = max(t_first, t_evict) + rng.uniform(5, 30)
@@ -70,7 +69,7 @@ def node_lost_k8s(sc: Scenario) -> None:
               kube.event(w, kind="Pod", name=node.pod, reason="TaintManagerEviction", message=f"Marking for deletion Pod {w.namespace}/{node.pod}",
                          t=t_evict, component="taint-eviction-controller")]
     if not panic:
-        sc.root_event(node, "events/nodes.json", f"{node.name} Ready=Unknown NodeStatusUnknown: Kubelet stopped posting node status.")
+        sc.root_event(node, nodes_path, "Kubelet stopped posting node status.")
     if w.kueue and rng.random() < 0.3:
         from bench.kube import condition, kueue_workload
 

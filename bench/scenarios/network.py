@@ -14,6 +14,13 @@ def _ranks_on_hca(sc: Scenario, node: Node, hca: HCA) -> list[int]:
     return [sc.w.rank(node, g) for g in range(sc.w.gpus_per_node) if g % len(node.hcas) == idx]
 
 
+def _ramp(start: float, end: float, step: float, since: float, per_second: float) -> list[tuple[float, str]]:
+    """A counter that starts climbing at `since` (symbol errors of a degrading cable)."""
+    def value(t: float) -> float:
+        return max(0.0, t - since) * per_second
+    return metrics.sample(start, end, step, value, "{:.0f}")
+
+
 def _link_metrics(sc: Scenario, downs: dict[str, tuple[HCA, float]], *, symbol_ramp: bool) -> None:
     w, rng = sc.w, sc.rng
     step = max(30.0, round((sc.end - w.start) / 120))
@@ -29,11 +36,10 @@ def _link_metrics(sc: Scenario, downs: dict[str, tuple[HCA, float]], *, symbol_r
             hit = bad is not None and bad[0] is h
             t_down = bad[1] if bad is not None else 0.0
             downed.append((metrics.ib_labels(n, h, "node_infiniband_link_downed_total"),
-                           metrics.sample(w.start, sc.end, step, lambda t, hit=hit, td=t_down: 1.0 if hit and t >= td else 0.0)))
+                           metrics.step_values(w.start, sc.end, step, t_down, 0.0, 1.0 if hit else 0.0)))
             if symbol_ramp:
                 symbols.append((metrics.ib_labels(n, h, "node_infiniband_symbol_error_total"),
-                                metrics.sample(w.start, sc.end, step, lambda t, hit=hit, td=t_down: float(int(max(0.0, t - (td - 3600)) * 14))
-                                               if hit else 0.0, "{:.0f}")))
+                                _ramp(w.start, sc.end, step, t_down - 3600, 14.0 if hit else 0.0)))
     sc.bundle.put("metrics/node_infiniband_link_downed_total.json", metrics.query_range(downed))
     if symbols:
         sc.bundle.put("metrics/node_infiniband_symbol_error_total.json", metrics.query_range(symbols))
@@ -118,7 +124,7 @@ def switch_fault(sc: Scenario) -> None:
         guid = f"0x{w.hexid(16, 'leaf')}"
         series = [({"__name__": "infiniband_switch_port_link_downed_total", "guid": guid, "port": str(p + 1), "switch": f"leaf-{rail:02d}-{first // 8 + 1:02d}",
                     "instance": "ib-exporter:9315", "job": "infiniband"},
-                   metrics.sample(w.start, sc.end, step, lambda tt, hit=p < k: 1.0 if hit and tt >= t else 0.0)) for p in range(max(k + 2, 8))]
+                   metrics.step_values(w.start, sc.end, step, t, 0.0, 1.0 if p < k else 0.0)) for p in range(max(k + 2, 8))]
         sc.bundle.put("metrics/infiniband_switch_port_link_downed_total.json", metrics.query_range(series))
 
 

@@ -1,4 +1,4 @@
-"""hardware/nvlink: NVLink5 Xid 149 (S03) and 144–150 variants on Blackwell, Xid 74 on Ampere/Hopper."""
+"""hardware/nvlink: NVLink5 Xid 149 (S03) and 144-150 variants on Blackwell, Xid 74 on Ampere/Hopper."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ _FATAL5 = (
 def _nvlink_run(sc: Scenario, kind: str) -> None:
     w, rng = sc.w, sc.rng
     sc.begin()
-    node, gpu, rank = pick_gpu(sc)
+    node, gpu, _rank = pick_gpu(sc)
     t = sc.fault_time()
     sc.train(t - rng.uniform(1, 30))
     link = rng.randint(0, 17)

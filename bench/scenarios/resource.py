@@ -6,7 +6,6 @@ from __future__ import annotations
 from bench import kube, pytorch, slurm
 from bench.scenario import Mode, Scenario
 from bench.scenarios.common import finish_failed
-from bench.training import progress_line
 
 
 def gpu_oom(sc: Scenario) -> None:
@@ -22,14 +21,14 @@ def gpu_oom(sc: Scenario) -> None:
     else:
         nodes = rng.sample(w.nodes, k=min(len(w.nodes), rng.randint(2, 3)))
         ranks = [w.rank(n, rng.randrange(w.gpus_per_node)) for n in nodes]
-    frames = pytorch.train_frames(w, rng) + [
-        (f"/workspace/model/{rng.choice(('attention.py', 'mlp.py', 'moe.py'))}", rng.randint(60, 400), "forward",
-         rng.choice(("attn = torch.softmax(scores, dim=-1)", "h = self.act(self.up(x)) * self.gate(x)", "logits = self.lm_head(h).float()")))]
+    frames = [*pytorch.train_frames(w, rng), (f"/workspace/model/{rng.choice(('attention.py', 'mlp.py', 'moe.py'))}", rng.randint(60, 400), "forward", rng.choice(("attn = torch.softmax(scores, dim=-1)", "h = self.act(self.up(x)) * self.gate(x)", "logits = self.lm_head(h).float()")))]
     first = ranks[0]
     for r in ranks:
         tr = t if r == first else t + rng.uniform(0.05, 2.0)
-        sc.crash(r, tr, frames, pytorch.gpu_oom(w, w.local_of(r), rng))
-    sc.root_event(w.node_of(first), sc.rank_stream(first).path, pytorch.gpu_oom(w, w.local_of(first), rng)[0].split(". Tried")[0] + ".")
+        exc = pytorch.gpu_oom(w, w.local_of(r), rng)
+        sc.crash(r, tr, frames, exc)
+        if r == first:
+            sc.root_event(w.node_of(first), sc.rank_stream(first).path, exc[0].split(". Tried")[0] + ".")
     sc.culprit(w.node_of(r) for r in ranks)
     t_detect = sc.after_crash(t, [first])
     finish_failed(sc, t_detect)
@@ -79,8 +78,7 @@ def host_oom(sc: Scenario) -> None:
         return
     if worker:
         site = w.python_site
-        frames = pytorch.train_frames(w, rng) + [(f"{site}/torch/utils/data/dataloader.py", 1133, "_try_get_data",
-                                                  "raise RuntimeError(f'DataLoader worker (pid(s) {pids_str}) exited unexpectedly') from e")]
+        frames = [*pytorch.train_frames(w, rng), (f"{site}/torch/utils/data/dataloader.py", 1133, "_try_get_data", "raise RuntimeError(f'DataLoader worker (pid(s) {pids_str}) exited unexpectedly') from e")]
         sc.crash(rank, t + rng.uniform(0.5, 5), frames, [f"RuntimeError: DataLoader worker (pid(s) {victim_pid}) exited unexpectedly"], key=False)
     else:
         sc.exit(rank, t + rng.uniform(0.01, 0.3), -9)
@@ -96,9 +94,7 @@ def time_limit(sc: Scenario) -> None:
     sc.begin()
     limit_s = rng.choice((2, 4, 6, 8, 12, 24, 48)) * 3600
     end = w.start + limit_s
-    last = sc.train(end - rng.uniform(5, 50))
-    sc.out(0, end - rng.uniform(0.5, 4), progress_line(w, sc.plan, last + sc.plan.log_every, rng), err=False, key=True)
-    sc.root_event(None, sc.rank_stream(0, err=False).path, "progress until the time limit")
+    sc.train(end - rng.uniform(0.5, 3), key_last=True)
     for r in range(w.world_size):
         sc.exit(r, end + rng.uniform(0.2, 4), -15)
     sc.end = end + rng.uniform(1, 40)
@@ -107,9 +103,11 @@ def time_limit(sc: Scenario) -> None:
         sc.srun(end + 0.3, f"srun: Job step aborted: Waiting up to {rng.choice((32, 62, 92))} seconds for job step to finish.")
         sc.teardown(end)
         sc.finish_slurm(state="TIMEOUT", reason="TimeLimit", exit_code=0, banner="TIME LIMIT", limit_min=limit_s // 60, attempt_exit=None)
+        sc.root_event(None, sc.job_stream().path, "DUE TO TIME LIMIT")
         sc.collateral("all tasks terminated by the time limit")
         return
     sc.teardown(end)
+    sc.root_event(None, "events/" + w.k8s_kind.lower() + ".json", "Job was active longer than specified deadline")
     sc.finish_k8s(state="FAILED", reason="DeadlineExceeded",
                   events=[kube.event(w, kind=w.k8s_kind, name=w.job_id, reason="DeadlineExceeded", message="Job was active longer than specified deadline",
                                      t=end, etype="Warning", component="job-controller")],

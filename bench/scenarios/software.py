@@ -55,8 +55,7 @@ def _user_exception(sc: Scenario) -> tuple[list[pytorch.Frame], list[str]]:
         return pytorch.train_frames(w, rng, depth="data"), exc
     a = rng.choice((4096, 8192, 2048))
     line = rng.choice(_MODEL_ERRORS).format(a=a, b=a + rng.randint(1, 7))
-    frames = pytorch.train_frames(w, rng) + [(f"/workspace/model/{rng.choice(('attention.py', 'transformer.py', 'moe.py'))}", rng.randint(80, 600),
-                                              "forward", "x = x + self.pos_emb[:, : x.size(1)]")]
+    frames = [*pytorch.train_frames(w, rng), (f"/workspace/model/{rng.choice(('attention.py', 'transformer.py', 'moe.py'))}", rng.randint(80, 600), "forward", "x = x + self.pos_emb[:, : x.size(1)]")]
     return frames, [line]
 
 
@@ -90,7 +89,7 @@ def s08_mismatch(sc: Scenario) -> None:
     base = sc.op
     odd_op = rng.choice([o for o in ("BROADCAST", "ALLREDUCE", "_ALLGATHER_BASE", "BARRIER") if o != base])
     seq = sc.plan.seq_at(t)
-    sc.timeouts(t, ops={r: odd_op for r in odd}, seq=seq, key_ranks=odd)
+    sc.timeouts(t, ops=dict.fromkeys(odd, odd_op), seq=seq, key_ranks=odd)
     t_first = t + w.timeout_ms / 1000
     sc.root_event(node, sc.rank_stream(odd[0]).path,
                   f"[Rank {odd[0]}] Watchdog caught collective operation timeout: {pytorch.work_desc(w, seq, odd_op, sc.numel, w.timeout_ms)}")
@@ -105,12 +104,8 @@ def app_illegal_access(sc: Scenario) -> None:
     t = sc.fault_time(60, 3 * 3600)
     sc.train(t - rng.uniform(1, 20))
     everywhere = rng.random() < 0.4
-    if everywhere:
-        ranks = list(range(w.world_size))
-    else:
-        ranks = [rng.randrange(w.world_size)]
-    frames = pytorch.train_frames(w, rng) + [(f"{w.python_site}/{rng.choice(('flash_attn/flash_attn_interface.py', 'apex/normalization/fused_layer_norm.py', 'transformer_engine/pytorch/module/linear.py'))}",
-                                              rng.randint(80, 900), rng.choice(("forward", "_flash_attn_forward", "apply")), "out = kernel(*args)")]
+    ranks = list(range(w.world_size)) if everywhere else [rng.randrange(w.world_size)]
+    frames = [*pytorch.train_frames(w, rng), (f"{w.python_site}/{rng.choice(('flash_attn/flash_attn_interface.py', 'apex/normalization/fused_layer_norm.py', 'transformer_engine/pytorch/module/linear.py'))}", rng.randint(80, 900), rng.choice(("forward", "_flash_attn_forward", "apply")), "out = kernel(*args)")]
     exc = pytorch.cuda_error(w, "an illegal memory access was encountered")
     first = ranks[0] if not everywhere else rng.choice(ranks)
     xid_kind = rng.choice((31, 31, 13))
@@ -156,9 +151,7 @@ def identical_everywhere(sc: Scenario) -> None:
 def _init_failure(sc: Scenario, affected: list[Node], exc_for: dict[int, list[str]], warn_for: dict[int, str], t: float) -> float:
     """Ranks on `affected` nodes fail while creating the communicator; the rest wait in their first collective."""
     w, rng = sc.w, sc.rng
-    frames = pytorch.train_frames(w, rng)[:2] + [
-        (f"{w.python_site}/torch/distributed/distributed_c10d.py", 4104 if w.stack.torch >= (2, 4) else 3696, "barrier",
-         "work = default_pg.barrier(opts=opts)")]
+    frames = [*pytorch.train_frames(w, rng)[:2], (f"{w.python_site}/torch/distributed/distributed_c10d.py", 4104 if w.stack.torch >= (2, 4) else 3696, "barrier", "work = default_pg.barrier(opts=opts)")]
     first = None
     for node in affected:
         for r in w.ranks_of(node):
@@ -186,7 +179,7 @@ def socket_ifname(sc: Scenario) -> None:
     warn_line = "Bootstrap : no socket interface found"
     warn_for = {r: nccl.bootstrap_no_interface(w, n, r) for n in affected for r in w.ranks_of(n)}
     exc = pytorch.nccl_error_exc(w, 3, warn_line)
-    t_detect = _init_failure(sc, affected, {r: exc for r in warn_for}, warn_for, t)
+    t_detect = _init_failure(sc, affected, dict.fromkeys(warn_for, exc), warn_for, t)
     root_node = affected[0]
     if w.nccl_debug:
         sc.root_event(root_node, sc.rank_stream(w.rank(root_node, 0)).path, warn_for[w.rank(root_node, 0)].split("NCCL WARN ", 1)[1])
@@ -211,7 +204,7 @@ def duplicate_gpu(sc: Scenario) -> None:
     line = nccl.duplicate_gpu(w, node, ra, rb, busid)
     exc = pytorch.nccl_error_exc(w, 5, line.split("NCCL WARN ", 1)[1])
     warn_for = {ra: line, rb: nccl.duplicate_gpu(w, node, rb, ra, busid)}
-    t_detect = _init_failure(sc, [node], {r: exc for r in w.ranks_of(node)}, warn_for, t)
+    t_detect = _init_failure(sc, [node], dict.fromkeys(w.ranks_of(node), exc), warn_for, t)
     sc.root_event(node, sc.rank_stream(ra).path, line.split("NCCL WARN ", 1)[1] if w.nccl_debug else exc[0])
     sc.culprit([node])
     sc.collateral("ranks on one node share a GPU (CUDA_VISIBLE_DEVICES misconfigured)")

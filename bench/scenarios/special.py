@@ -10,7 +10,6 @@ from bench import kube, metrics, nccl, nvidia, pytorch
 from bench.scenario import Mode, Scenario
 from bench.scenarios.common import finish_failed, pick_gpu
 from bench.timeline import LineFn
-from bench.training import progress_line
 
 
 def _pg_not_destroyed(sc: Scenario, rank: int) -> LineFn:
@@ -30,8 +29,7 @@ def completed(sc: Scenario) -> None:
     w, rng = sc.w, sc.rng
     sc.begin()
     end = sc.plan.t_begin + rng.uniform(1800, 10 * 3600)
-    last = sc.train(end - rng.uniform(5, 60))
-    sc.out(0, end - 2, progress_line(w, sc.plan, last + sc.plan.log_every, rng), err=False, key=True)
+    sc.train(end - rng.uniform(2, 5), key_last=True)
     sc.out(0, end - 1, "[after training is done] datetime: " if w.framework == "megatron" else "Training completed. Saving final model...", err=False)
     scary = 0
     if w.nccl_debug:
@@ -84,9 +82,10 @@ def _fault(sc: Scenario, kind: str, t: float, exclude: set[str]) -> tuple[str, s
     node = rng.choice([n for n in w.nodes if n.name not in exclude])
     gpu = rng.choice(node.gpus)
     if kind == "xid79":
-        sc.kernel(node, t, nvidia.xid79_lines(gpu, rng), key=True)
+        lines = nvidia.xid79_lines(gpu, rng)
+        sc.kernel(node, t, lines, key=True)
         sc.culprit([node], [(node, "gpu", gpu.pci)])
-        text, domain = nvidia.xid79_lines(gpu, rng)[0], "hardware"
+        text, domain = lines[0], "hardware"
     elif kind == "xid48":
         text = nvidia.xid48(gpu, rng)
         sc.kernel(node, t, text, key=True)
@@ -170,7 +169,7 @@ def s15_silent_hang(sc: Scenario) -> None:
 
 
 def unknown_timeouts(sc: Scenario) -> None:
-    w, rng = sc.w, sc.rng
+    rng = sc.rng
     sc.begin()
     t = sc.fault_time()
     sc.train(t - rng.uniform(1, 30))

@@ -39,7 +39,7 @@ def s05_fs_stall(sc: Scenario) -> None:
     node = rng.choice(w.nodes)
     t = sc.fault_time()
     it = sc.train(t - rng.uniform(2, 20))
-    start, done = checkpoint_lines(w, it, rng, 0.0)
+    start, _done = checkpoint_lines(w, it, rng, 0.0)
     sc.out(0, t - 1.5, start, err=False)
     lustre = rng.random() < 0.5
     if lustre:
@@ -64,7 +64,7 @@ def s05_fs_stall(sc: Scenario) -> None:
     sc.culprit([node], [(node, comp[0], comp[1])])
     t_saved = t + rng.uniform(20, 60)
     seq = sc.plan.seq_at(t) + 1
-    laggards = {r: seq - 1 for r in w.ranks_of(node)}
+    laggards = dict.fromkeys(w.ranks_of(node), seq - 1)
     if rng.random() < 0.2 and w.stack.torch < (2, 4):
         # no collective timeout (async error handling off): the job sits until its time limit
         limit = t + rng.uniform(2, 10) * 3600
@@ -111,12 +111,7 @@ def s13_ckpt_write(sc: Scenario) -> None:
     if msg.startswith("OSError") and rng.random() < 0.6:
         msg += f": '{ckdir}/{w.job_name}/iter_{it:07d}/mp_rank_00/model_optim_rng.pt'"
     site = w.python_site
-    frames = pytorch.train_frames(w, rng) + [
-        ("/workspace/megatron-lm/megatron/training/checkpointing.py" if w.framework == "megatron" else f"{pytorch.script_path(w)}",
-         rng.randint(300, 500), "save_checkpoint", "torch.save(state_dict, checkpoint_name)"),
-        (f"{site}/torch/serialization.py", 628 if w.stack.torch < (2, 4) else 850, "save", "_save(obj, opened_zipfile, pickle_module, pickle_protocol)"),
-        (f"{site}/torch/serialization.py", 862 if w.stack.torch < (2, 4) else 1114, "_save", "zip_file.write_record(name, storage, num_bytes)"),
-    ]
+    frames = [*pytorch.train_frames(w, rng), ("/workspace/megatron-lm/megatron/training/checkpointing.py" if w.framework == "megatron" else f"{pytorch.script_path(w)}", rng.randint(300, 500), "save_checkpoint", "torch.save(state_dict, checkpoint_name)"), (f"{site}/torch/serialization.py", 628 if w.stack.torch < (2, 4) else 850, "save", "_save(obj, opened_zipfile, pickle_module, pickle_protocol)"), (f"{site}/torch/serialization.py", 862 if w.stack.torch < (2, 4) else 1114, "_save", "zip_file.write_record(name, storage, num_bytes)")]
     sc.crash(writer, t, frames, [msg])
     sc.root_event(node, sc.rank_stream(writer).path, msg)
     sc.culprit([node], [(node, "filesystem", ckdir)])
