@@ -3,14 +3,18 @@
     hypocenter analyze BUNDLE [--format text|json] [--rules PATH]...   diagnose one attempt bundle
     hypocenter schema                                                  JSON Schema of the diagnosis
     hypocenter rules list | check | test [--rule ID]                   the rule catalog
+    hypocenter serve | replay BUNDLE | config show                     the server (hypocenter.api.commands)
 
 Exit codes: 0 a diagnosis was produced (whatever its outcome) / the command succeeded; 1 rules
-check or test found problems; 2 unusable input, with a one-line reason on stderr.
+check or test found problems; 2 unusable input, with a one-line reason on stderr; 70 an internal
+error (a bug: one line on stderr, the traceback only with HYPOCENTER_DEBUG=1). Never a traceback
+for bad input.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -20,11 +24,12 @@ from typing import TextIO
 
 from hypocenter import __version__
 from hypocenter.errors import InputError
-from hypocenter.model import Diagnosis
+from hypocenter.model import SCHEMA_ID, Diagnosis
 
 EXIT_OK = 0
 EXIT_PROBLEMS = 1
 EXIT_INPUT = 2
+EXIT_INTERNAL = 70  # sysexits EX_SOFTWARE
 
 
 class _Style:
@@ -100,8 +105,13 @@ def render_text(d: Diagnosis, style: _Style) -> str:
     bad = [c for c in d.coverage if c.status != "ok"]
     ok = len(d.coverage) - len(bad)
     out.append(style("Coverage", "1") + f": {ok} source(s) read" + (f", {len(bad)} with problems:" if bad else ""))
-    for c in bad:
-        out.append(f"  - {c.source}: {c.status}" + (f" ({c.reason})" if c.reason else ""))
+    for cov in bad:
+        inner = sum(1 for b in bad if b.source.startswith(cov.source + "/"))
+        if inner:  # a node directory: its files are listed one by one right after it
+            out.append(f"  - {cov.source}: {cov.status}, {inner} file(s) with problems:")
+            continue
+        indent = "    " if any(cov.source.startswith(b.source + "/") for b in bad) else "  "
+        out.append(f"{indent}- {cov.source}: {cov.status}" + (f" ({cov.reason})" if cov.reason else ""))
     out.append(f"diagnosis {d.id} · engine {d.engine.version} · ruleset {d.engine.ruleset[:19]}")
     return "\n".join(out) + "\n"
 
@@ -112,16 +122,33 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
     engine = default_engine([Path(p) for p in args.rules], builtin=not args.no_builtin_rules)
     diagnosis = engine.analyze_bundle(Path(args.bundle))
     if args.format == "json":
-        sys.stdout.write(diagnosis.to_json())
+        _emit(diagnosis.to_json(), utf8=True)
     else:
-        sys.stdout.write(render_text(diagnosis, _Style(_color_wanted(sys.stdout, args.color))))
+        _emit(render_text(diagnosis, _Style(_color_wanted(sys.stdout, args.color))))
     return EXIT_OK
+
+
+def _emit(text: str, *, utf8: bool = False) -> None:
+    """Write to stdout. JSON is UTF-8 whatever the locale; a report on a terminal that cannot show
+    some character (PYTHONIOENCODING=ascii, a Latin-1 locale) gets '?' instead of a crash."""
+    encoding = (getattr(sys.stdout, "encoding", None) or "utf-8").lower().replace("-", "").replace("_", "")
+    if encoding == "utf8":
+        sys.stdout.write(text)
+    elif utf8 and hasattr(sys.stdout, "buffer"):
+        sys.stdout.flush()
+        sys.stdout.buffer.write(text.encode("utf-8"))
+        sys.stdout.buffer.flush()
+    else:
+        sys.stdout.write(text.encode(sys.stdout.encoding, errors="replace").decode(sys.stdout.encoding))
 
 
 def _cmd_schema(args: argparse.Namespace) -> int:
     schema = Diagnosis.model_json_schema(by_alias=True, mode="serialization")
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["$id"] = "https://hypocenter.dev/schema/diagnosis/v1.json"
+    # The model gives `schema` a default; every diagnosis carries it, with exactly this value.
+    schema["properties"]["schema"] = {**schema["properties"]["schema"], "const": SCHEMA_ID}
+    schema["required"] = ["schema", *(f for f in schema.get("required", []) if f != "schema")]
     sys.stdout.write(json.dumps(schema, indent=2, sort_keys=True) + "\n")
     return EXIT_OK
 
@@ -150,13 +177,13 @@ def _cmd_rules(args: argparse.Namespace) -> int:
         return EXIT_PROBLEMS if problems else EXIT_OK
     results = run_cases(engine, only=args.rule)
     if args.rule and not results:
-        print(f"no cases for rule {args.rule!r}", file=sys.stderr)
+        print(f"hypocenter: no cases for rule {args.rule!r}", file=sys.stderr)
         return EXIT_INPUT
     failed = [r for r in results if not r.ok]
-    for r in results:
-        if not r.ok or args.verbose:
-            mark = "ok  " if r.ok else "FAIL"
-            print(f"{mark} {r.rule} · {r.case} [{r.expect}] · {r.detail} ({r.where})")
+    for res in results:
+        if not res.ok or args.verbose:
+            mark = "ok  " if res.ok else "FAIL"
+            print(f"{mark} {res.rule} · {res.case} [{res.expect}] · {res.detail} ({res.where})")
     misses = sum(1 for r in results if r.expect == "known_miss")
     print(f"{len(results) - len(failed)} passed, {len(failed)} failed ({misses} known misses)")
     return EXIT_PROBLEMS if failed else EXIT_OK
@@ -191,6 +218,10 @@ def build_parser() -> argparse.ArgumentParser:
             sp.add_argument("--rule", help="run only this rule's cases")
             sp.add_argument("-v", "--verbose", action="store_true", help="show passing cases too")
         sp.set_defaults(func=_cmd_rules)
+
+    from hypocenter.api.commands import add_commands  # serve, replay, config show
+
+    add_commands(sub)
     return p
 
 
@@ -200,13 +231,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         code: int = args.func(args)
         return code
     except InputError as exc:
-        print(f"hypocenter: {exc}", file=sys.stderr)
+        print(f"hypocenter: {_one_line(str(exc))}", file=sys.stderr)
         return EXIT_INPUT
     except BrokenPipeError:
+        # The reader went away (`| head`): stop quietly, and keep Python from complaining at exit.
+        with contextlib.suppress(OSError, ValueError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_OK
     except KeyboardInterrupt:
         print("hypocenter: interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:  # a bug, not bad input: one line, the traceback on request
+        if os.environ.get("HYPOCENTER_DEBUG"):
+            raise
+        print(f"hypocenter: internal error: {type(exc).__name__}: {_one_line(str(exc))} "
+              "(this is a bug, please report it; HYPOCENTER_DEBUG=1 shows the traceback)", file=sys.stderr)
+        return EXIT_INTERNAL
+
+
+def _one_line(text: str) -> str:
+    return " ".join(part.strip() for part in text.splitlines() if part.strip())
 
 
 if __name__ == "__main__":

@@ -15,9 +15,13 @@ from hypocenter.errors import InputError
 
 
 class LineDict(dict[str, Any]):
-    """A mapping loaded from YAML, with the 1-based line where it starts."""
+    """A mapping loaded from YAML, with the 1-based line where it starts and the line of each key."""
 
     line: int = 0
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.key_lines: dict[Any, int] = {}
 
 
 class StrictYAMLError(InputError):
@@ -37,8 +41,8 @@ def _construct_mapping(loader: _Loader, node: yaml.MappingNode, deep: bool = Fal
     out = LineDict()
     out.line = node.start_mark.line + 1
     for key_node, value_node in node.value:
-        key = loader.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
-        if isinstance(key, list | dict):
+        key = loader.construct_object(key_node, deep=deep)
+        if not _hashable(key):  # a list, mapping or set as a key
             raise yaml.constructor.ConstructorError(
                 None, None, "a mapping key must be a scalar", key_node.start_mark
             )
@@ -46,8 +50,17 @@ def _construct_mapping(loader: _Loader, node: yaml.MappingNode, deep: bool = Fal
             raise yaml.constructor.ConstructorError(
                 None, None, f"duplicate key {key!r}", key_node.start_mark
             )
-        out[key] = loader.construct_object(value_node, deep=deep)  # type: ignore[no-untyped-call]
+        out[key] = loader.construct_object(value_node, deep=deep)
+        out.key_lines[key] = key_node.start_mark.line + 1
     return out
+
+
+def _hashable(value: object) -> bool:
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True
 
 
 _Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
@@ -56,14 +69,18 @@ _Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _constru
 def loads(text: str, path: str = "<string>") -> Any:
     """Parse one YAML document; errors name `path:line`."""
     try:
-        return yaml.load(text, Loader=_Loader)  # noqa: S506 - _Loader derives from SafeLoader
+        return yaml.load(text, Loader=_Loader)  # safe: _Loader derives from SafeLoader
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark is not None else None
         problem = exc.problem or str(exc)
+        if exc.context and problem.startswith("but "):  # "expected a single document …, but found another"
+            problem = f"{exc.context}, {problem}"
         raise StrictYAMLError(f"invalid YAML: {problem}", path, line) from None
     except yaml.YAMLError as exc:
         raise StrictYAMLError(f"invalid YAML: {exc}", path, None) from None
+    except RecursionError:
+        raise StrictYAMLError("invalid YAML: nested too deeply", path, None) from None
 
 
 def load_file(path: Path, display: str | None = None) -> Any:

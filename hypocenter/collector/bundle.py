@@ -8,13 +8,18 @@
 A bundle that cannot be analysed at all (no directory, no or bad attempt.yaml) raises
 `BundleError`. A bad file inside a usable bundle never does: it is listed in coverage with the
 reason and the rest is read. Gzip-compressed logs (`kern.log.1.gz`) are read transparently.
+Empty, binary, corrupt-gzip, broken-link and non-regular files (a FIFO is never opened) are
+skipped or failed; undecodable bytes, NUL runs and lines over 64 KiB make a file "partial".
 """
 
 from __future__ import annotations
 
+import errno
 import gzip
 import json
 import os
+import stat
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,6 +36,8 @@ from hypocenter.model import AttemptContext, Coverage
 
 JOB_DIR = "_job"
 _BINARY_PROBE = 8192
+# The extractor cuts candidate lines at 64 KiB (engine.extract.MAX_LINE); say so in coverage.
+MAX_LINE = 64 * 1024
 
 
 @dataclass
@@ -49,25 +56,49 @@ def load_context(root: Path) -> AttemptContext:
         raise BundleError(f"{root}: not a directory (expected an attempt bundle: attempt.yaml, logs/, …)")
     path = root / "attempt.yaml"
     if not path.is_file():
+        if path.is_symlink() or path.exists():
+            raise BundleError(f"{path}: {_kind(path)}, not a readable file")
         raise BundleError(f"{root}: no attempt.yaml (every bundle needs one; see examples/nvlink-xid149/attempt.yaml)")
     try:
         doc = strict_yaml.load_file(path, display=str(path))
     except InputError as exc:
         raise BundleError(str(exc)) from None
+    if doc is None:
+        raise BundleError(f"{path}: empty file (expected a mapping with workload, window, nodes, …)")
     if not isinstance(doc, dict):
-        raise BundleError(f"{path}: expected a mapping with workload, window, nodes, …")
+        raise BundleError(f"{path}: expected a mapping with workload, window, nodes, …, "
+                          f"not a {type(doc).__name__}")
     try:
-        return AttemptContext.model_validate(doc)
+        ctx = AttemptContext.model_validate(doc)
     except ValidationError as exc:
         raise BundleError(_validation_message(exc, path, doc)) from None
+    try:
+        zone(ctx.timezone)
+    except ValueError as exc:
+        line = _line_of(doc, ("timezone",))
+        where = f"{path}:{line}" if line else str(path)
+        raise BundleError(f"{where}: timezone: {_zone_message(ctx.timezone, exc)}") from None
+    return ctx
 
 
-def _validation_message(exc: ValidationError, path: Path, doc: strict_yaml.LineDict) -> str:
-    err = exc.errors()[0]
+def _zone_message(name: str, exc: ValueError) -> str:
+    text = str(exc)
+    if text.startswith("unknown timezone"):
+        return text
+    return f"invalid timezone {name!r}: a UTC offset must lie between -23:59 and +23:59"
+
+
+def _validation_message(exc: ValidationError, path: Path, doc: object) -> str:
+    errors = exc.errors()
+    # A misspelt field also makes the real one "missing": name the misspelling, it is the cause.
+    err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
     loc = [str(p) for p in err["loc"]]
     line = _line_of(doc, err["loc"])
+    msg = str(err["msg"]).removeprefix("Value error, ")
+    if not loc and "rank" in msg:  # the rank map is checked against the whole document
+        line = _line_of(doc, ("ranks",)) or line
     where = f"{path}:{line}" if line else str(path)
-    field_name = ".".join(loc) or "(document)"
+    field_name = ".".join(loc)
     if err["type"] == "extra_forbidden":
         from difflib import get_close_matches
 
@@ -75,8 +106,10 @@ def _validation_message(exc: ValidationError, path: Path, doc: strict_yaml.LineD
         hint = get_close_matches(str(err["loc"][-1]), known, n=1)
         tip = f" (did you mean {hint[0]!r}?)" if hint else f" (known: {', '.join(sorted(known))})"
         return f"{where}: unknown field {field_name!r}{tip}"
-    more = f" (and {exc.error_count() - 1} more problems)" if exc.error_count() > 1 else ""
-    return f"{where}: {field_name}: {err['msg']}{more}"
+    if err["type"] == "missing":
+        msg = "required field is missing"
+    more = f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})" if len(errors) > 1 else ""
+    return f"{where}: {field_name + ': ' if field_name else ''}{msg}{more}"
 
 
 def _known_fields(loc: tuple[int | str, ...]) -> list[str]:
@@ -90,12 +123,14 @@ def _known_fields(loc: tuple[int | str, ...]) -> list[str]:
 
 
 def _line_of(doc: object, loc: tuple[int | str, ...]) -> int | None:
+    """The line of the deepest part of `loc` that the YAML document has (a key's own line when known)."""
     line = getattr(doc, "line", None)
     cur = doc
     for part in loc:
         if isinstance(cur, dict) and part in cur:
+            key_line = getattr(cur, "key_lines", {}).get(part)
             cur = cur[part]
-            line = getattr(cur, "line", line)
+            line = key_line or getattr(cur, "line", line)
         else:
             break
     return line if isinstance(line, int) and line > 0 else None
@@ -110,24 +145,127 @@ def time_context(ctx: AttemptContext) -> TimeContext:
 
 
 def read_text(path: Path) -> tuple[str | None, str, str | None]:
-    """(text, status, reason) for one log file; text None when it cannot be used at all."""
+    """(text, status, reason) for one log file; text None when it cannot be used at all.
+
+    Never raises: a file that cannot be read, is not a regular file, is corrupt gzip, empty or
+    binary comes back with text None; a file with undecodable bytes, NUL bytes or very long lines
+    comes back usable, status "partial" and the reason."""
+    try:
+        mode = path.stat().st_mode
+    except OSError as exc:
+        if path.is_symlink() and exc.errno == errno.ENOENT:
+            return None, "failed", f"broken symbolic link (its target {_readlink(path)} does not exist)"
+        return None, "failed", f"cannot read: {exc.strerror or exc}"
+    if not stat.S_ISREG(mode):
+        return None, "skipped", f"not a regular file: {_kind(path)}"
     try:
         raw = path.read_bytes()
     except OSError as exc:
         return None, "failed", f"cannot read: {exc.strerror or exc}"
-    if path.suffix == ".gz":
+    gz = path.suffix.lower() == ".gz" or raw.startswith(b"\x1f\x8b")
+    if gz:
         try:
             raw = gzip.decompress(raw)
-        except (OSError, EOFError) as exc:
-            return None, "failed", f"bad gzip data: {exc}"
-    if b"\x00" in raw[:_BINARY_PROBE]:
-        return None, "skipped", "binary file (NUL bytes), not a text log"
+        except (OSError, EOFError, zlib.error) as exc:
+            return None, "failed", f"corrupt gzip file: {_gzip_problem(exc)}"
+    if not raw:
+        return None, "skipped", "empty file" + (" (after gzip decompression)" if gz else "")
+    notes: list[str] = []
+    if b"\x00" in raw:
+        probe = raw[:_BINARY_PROBE].replace(b"\x00", b"")
+        if not probe.strip():
+            return None, "skipped", "no text: only NUL bytes"
+        if _looks_binary(probe):
+            return None, "skipped", _binary_reason(raw)
+        nul = raw.count(b"\x00")
+        raw = raw.replace(b"\x00", b"")
+        notes.append(f"{nul} NUL byte{'s' if nul > 1 else ''} dropped (a log cut short by a crash often has them)")
     try:
-        return raw.decode("utf-8"), "ok", ("empty file" if not raw else None)
+        text = raw.decode("utf-8")
     except UnicodeDecodeError:
         text = raw.decode("utf-8", errors="replace")
         bad = text.count("\ufffd")
-        return text, "partial", f"not valid UTF-8: {bad} undecodable byte sequences replaced"
+        notes.append(f"not valid UTF-8: {bad} undecodable byte sequence{'s' if bad > 1 else ''} replaced")
+    if len(text) > MAX_LINE:
+        long_lines = _long_lines(text)
+        if long_lines:
+            notes.append(f"{long_lines} line{'s' if long_lines > 1 else ''} longer than {MAX_LINE // 1024} KiB: "
+                         f"only the first {MAX_LINE // 1024} KiB of such a line is matched against rules")
+    return text, ("partial" if notes else "ok"), ("; ".join(notes) or None)
+
+
+def _long_lines(text: str) -> int:
+    """How many lines are longer than MAX_LINE. Every such line contains a whole block of
+    MAX_LINE/2 characters of the tiling below, so only the blocks are probed for a newline: a few
+    thousand `find` calls for 100 MB of ordinary log lines."""
+    step = MAX_LINE // 2
+    count = 0
+    i = 0
+    while i < len(text):
+        if text.find("\n", i, i + step) >= 0:
+            i += step
+            continue
+        start = text.rfind("\n", 0, i) + 1
+        end = text.find("\n", i)
+        end = len(text) if end < 0 else end
+        if end - start > MAX_LINE:
+            count += 1
+        i = end + 1
+    return count
+
+
+_TEXT_BYTES = bytes([9, 10, 12, 13, 27, *range(32, 256)])
+_MAGIC = ((b"\xfd7zXZ\x00", "xz"), (b"BZh", "bzip2"), (b"\x28\xb5\x2f\xfd", "zstd"), (b"PK\x03\x04", "zip"),
+          (b"\x7fELF", "ELF executable or core dump"))
+
+
+def _looks_binary(probe: bytes) -> bool:
+    """NUL-free sample → True when it is not text (control bytes or invalid UTF-8 in over 10 %)."""
+    control = len(probe.translate(None, _TEXT_BYTES))
+    bad = probe.decode("utf-8", errors="replace").count("\ufffd")
+    return (control + bad) * 10 > len(probe)
+
+
+def _binary_reason(raw: bytes) -> str:
+    for magic, what in _MAGIC:
+        if raw.startswith(magic):
+            if what in ("xz", "bzip2", "zstd", "zip"):
+                return f"binary file: {what}-compressed data (only .gz files are decompressed; decompress it)"
+            return f"binary file ({what}), not a text log"
+    return "binary file (NUL and control bytes), not a text log"
+
+
+def _gzip_problem(exc: BaseException) -> str:
+    if isinstance(exc, EOFError):
+        return "truncated (the compressed data ends early)"
+    if isinstance(exc, gzip.BadGzipFile) and "Not a gzipped file" in str(exc):
+        return "not gzip data (the file ends in .gz but is not gzip-compressed)"
+    return f"damaged compressed data ({exc})"
+
+
+def _kind(path: Path) -> str:
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return "broken symbolic link" if path.is_symlink() else "unreadable"
+    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def _readlink(path: Path) -> str:
+    try:
+        return repr(_display(os.readlink(path)))
+    except OSError:
+        return "?"
+
+
+def _display(name: str) -> str:
+    """A path or node name as valid text: undecodable bytes in file names become U+FFFD."""
+    return name.encode("utf-8", errors="surrogateescape").decode("utf-8", errors="replace")
 
 
 def _files(top: Path) -> list[Path]:
@@ -138,6 +276,16 @@ def _files(top: Path) -> list[Path]:
     return out
 
 
+def _not_a_directory(root: Path, name: str, connector: str, bundle: Bundle) -> bool:
+    """True (and a coverage entry) when bundle/<name> exists but is not a directory."""
+    top = root / name
+    if top.is_dir() or not (top.exists() or top.is_symlink()):
+        return False
+    bundle.coverage.append(Coverage(connector=connector, source=name, status="failed", observations=0,
+                                    reason=f"{name} is {_kind(top)}, expected a directory"))
+    return True
+
+
 def load_bundle(root: Path) -> Bundle:
     root = Path(root)
     context = load_context(root)
@@ -145,31 +293,37 @@ def load_bundle(root: Path) -> Bundle:
     bundle = Bundle(root=root, context=context)
     logs = root / "logs"
     seen_nodes: set[str] = set()
+    _not_a_directory(root, "logs", "files", bundle)
     if logs.is_dir():
-        for node_dir in sorted(p for p in logs.iterdir() if p.is_dir()):
-            node = None if node_dir.name == JOB_DIR else node_dir.name
+        entries = sorted(p for p in logs.iterdir() if not p.name.startswith("."))
+        for stray in (p for p in entries if not p.is_dir()):
+            bundle.coverage.append(Coverage(
+                connector="files", source=_display(stray.relative_to(root).as_posix()), status="skipped",
+                observations=0, reason=(f"not read: {_kind(stray)}" if stray.exists() and not stray.is_file() else
+                                        "not read: logs go in logs/<node>/ (or logs/_job/ for job-level logs)")))
+        for node_dir in (p for p in entries if p.is_dir()):
+            node = None if node_dir.name == JOB_DIR else _display(node_dir.name)
             if node is not None:
                 seen_nodes.add(node)
             lines = 0
             problems: list[str] = []
-            status = "ok"
             for path in _files(node_dir):
-                rel = path.relative_to(root).as_posix()
+                rel = _display(path.relative_to(root).as_posix())
                 text, fstatus, reason = read_text(path)
                 if fstatus != "ok":
                     problems.append(f"{rel}: {reason}")
                     bundle.coverage.append(Coverage(connector="files", source=rel, status=fstatus,  # type: ignore[arg-type]
                                                     observations=0 if text is None else text.count("\n"),
                                                     reason=reason))
-                    status = "partial"
                 if text is None:
                     continue
                 lines += text.count("\n") + (0 if text.endswith("\n") or not text else 1)
                 bundle.sources.append(TextSource(name=rel, text=text, node=node))
-            src = node_dir.relative_to(root).as_posix()
+            src = _display(node_dir.relative_to(root).as_posix())
+            status = ("partial" if problems else "ok") if lines else ("failed" if problems else "missing")
             bundle.coverage.append(Coverage(
-                connector="files", source=src, status=status if lines else ("failed" if problems else "ok"),  # type: ignore[arg-type]
-                observations=lines, reason="; ".join(problems) if problems else (None if lines else "no log lines")))
+                connector="files", source=src, status=status, observations=lines,  # type: ignore[arg-type]
+                reason="; ".join(problems) if problems else (None if lines else f"no log files in {src}")))
     for node in context.nodes:
         if node not in seen_nodes:
             bundle.coverage.append(Coverage(connector="files", source=f"logs/{node}", status="missing",
@@ -182,10 +336,10 @@ def load_bundle(root: Path) -> Bundle:
 
 def _load_metrics(root: Path, tctx: TimeContext, bundle: Bundle) -> None:
     top = root / "metrics"
-    if not top.is_dir():
+    if _not_a_directory(root, "metrics", "metrics", bundle) or not top.is_dir():
         return
     for path in _files(top):
-        rel = path.relative_to(root).as_posix()
+        rel = _display(path.relative_to(root).as_posix())
         text, status, reason = read_text(path)
         if text is None:
             bundle.coverage.append(Coverage(connector="metrics", source=rel, status=status,  # type: ignore[arg-type]
@@ -194,56 +348,77 @@ def _load_metrics(root: Path, tctx: TimeContext, bundle: Bundle) -> None:
         try:
             series = parse_metrics(text, default_time=tctx.end)
         except MetricFormatError as exc:
-            bundle.coverage.append(Coverage(connector="metrics", source=rel, status="failed",
-                                            observations=0, reason=str(exc)))
+            bundle.coverage.append(Coverage(connector="metrics", source=rel, status="failed", observations=0,
+                                            reason=f"not a Prometheus API response or metrics text: {exc}"))
+            continue
+        except Exception as exc:  # one bad file never stops the analysis of the others
+            bundle.coverage.append(Coverage(connector="metrics", source=rel, status="failed", observations=0,
+                                            reason=f"could not be parsed: {_describe(exc)}"))
             continue
         n = sum(len(s.samples) for s in series)
         bundle.sources.append(MetricSource(name=rel, series=series))
-        bundle.coverage.append(Coverage(connector="metrics", source=rel, status="ok", observations=n))
+        bundle.coverage.append(Coverage(connector="metrics", source=rel, status=status,  # type: ignore[arg-type]
+                                        observations=n, reason=reason))
 
 
 def _load_events(root: Path, tctx: TimeContext, bundle: Bundle) -> None:
     top = root / "events"
-    if not top.is_dir():
+    if _not_a_directory(root, "events", "scheduler", bundle) or not top.is_dir():
         return
     for path in _files(top):
-        rel = path.relative_to(root).as_posix()
+        rel = _display(path.relative_to(root).as_posix())
         text, status, reason = read_text(path)
         if text is None:
             bundle.coverage.append(Coverage(connector="scheduler", source=rel, status=status,  # type: ignore[arg-type]
                                             observations=0, reason=reason))
             continue
         try:
-            docs = _documents(text, path)
+            docs = _documents(text)
+            records = [r for i, doc in enumerate(docs)
+                       for r in render(doc, rel if len(docs) == 1 else f"{rel}[{i}]", tctx)]
         except ValueError as exc:
             bundle.coverage.append(Coverage(connector="scheduler", source=rel, status="failed",
                                             observations=0, reason=str(exc)))
             continue
-        records = [r for i, doc in enumerate(docs) for r in render(doc, rel if len(docs) == 1 else f"{rel}[{i}]", tctx)]
+        except Exception as exc:  # one bad file never stops the analysis of the others
+            bundle.coverage.append(Coverage(connector="scheduler", source=rel, status="failed", observations=0,
+                                            reason=f"could not be parsed: {_describe(exc)}"))
+            continue
         if not records:
             bundle.coverage.append(Coverage(connector="scheduler", source=rel, status="failed", observations=0,
                                             reason="no scheduler or Kubernetes records recognised in this document"))
             continue
         bundle.sources.append(RecordSource(name=rel, records=records))
-        bundle.coverage.append(Coverage(connector="scheduler", source=rel, status="ok", observations=len(records)))
+        bundle.coverage.append(Coverage(connector="scheduler", source=rel, status=status,  # type: ignore[arg-type]
+                                        observations=len(records), reason=reason))
 
 
-def _documents(text: str, path: Path) -> list[object]:
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, RecursionError):
+        return "nested too deeply"
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _documents(text: str) -> list[object]:
     stripped = text.lstrip()
     if stripped.startswith("{") or stripped.startswith("["):
         try:
             return [json.loads(text)]
+        except RecursionError:
+            raise ValueError("invalid JSON: nested too deeply") from None
         except json.JSONDecodeError as first:
             docs: list[object] = []
-            for n, line in enumerate(text.splitlines(), start=1):  # JSON lines
+            for line in text.splitlines():  # JSON lines
                 if line.strip():
                     try:
                         docs.append(json.loads(line))
-                    except json.JSONDecodeError:
+                    except (json.JSONDecodeError, RecursionError):
                         raise ValueError(f"invalid JSON at line {first.lineno}: {first.msg}") from None
             return docs
     try:
         return [d for d in yaml.safe_load_all(text) if d is not None]
+    except RecursionError:
+        raise ValueError("invalid YAML: nested too deeply") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""

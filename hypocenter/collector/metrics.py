@@ -28,6 +28,8 @@ def parse_metrics(text: str, default_time: datetime) -> list[Series]:
             doc = json.loads(text)
         except ValueError as exc:
             raise MetricFormatError(f"invalid JSON: {exc}") from None
+        except RecursionError:
+            raise MetricFormatError("invalid JSON: nested too deeply") from None
         return parse_prometheus_json(doc)
     return parse_exposition(text, default_time)
 
@@ -49,17 +51,30 @@ def parse_prometheus_json(doc: Any) -> list[Series]:
         raw = item.get("values")
         if raw is None and "value" in item:
             raw = [item["value"]]
+        if not isinstance(raw, list | None):
+            raise MetricFormatError(f"series {name}{labels}: values is not a list of [time, value] pairs")
         samples: list[tuple[datetime, float]] = []
         for pair in raw or []:
             try:
                 ts, val = float(pair[0]), float(pair[1])
-            except (TypeError, ValueError, IndexError):
-                raise MetricFormatError(f"bad sample {pair!r} in series {name}{labels}") from None
+            except (TypeError, ValueError, IndexError, KeyError):
+                raise MetricFormatError(f"bad sample {str(pair)[:80]} in series {name}{labels}") from None
             if math.isnan(val):
                 continue
-            samples.append((datetime.fromtimestamp(ts, tz=timezone.utc), val))
+            when = _from_epoch(ts)
+            if when is None:
+                raise MetricFormatError(f"bad timestamp {ts!r} in series {name}{labels}")
+            samples.append((when, val))
         out.append(Series(name=name, labels=labels, samples=samples))
     return out
+
+
+def _from_epoch(seconds: float) -> datetime | None:
+    """Seconds since the epoch → aware UTC time; None when not a number or out of range."""
+    try:
+        return datetime.fromtimestamp(seconds, tz=timezone.utc)
+    except (OverflowError, OSError, ValueError):
+        return None
 
 
 _SAMPLE = re.compile(
@@ -93,14 +108,16 @@ def parse_exposition(text: str, default_time: datetime) -> list[Series]:
         try:
             value = float(rawval)
         except ValueError:
-            raise MetricFormatError(f"line {lineno}: bad value {rawval!r}") from None
+            raise MetricFormatError(f"line {lineno}: bad value {rawval!r} in {line[:80]!r}") from None
         when = default_time
         if rawts:
             try:
-                ts = float(rawts)
+                stamp = _from_epoch(float(rawts) if openmetrics else float(rawts) / 1000.0)
             except ValueError:
-                raise MetricFormatError(f"line {lineno}: bad timestamp {rawts!r}") from None
-            when = datetime.fromtimestamp(ts if openmetrics else ts / 1000.0, tz=timezone.utc)
+                stamp = None
+            if stamp is None:
+                raise MetricFormatError(f"line {lineno}: bad timestamp {rawts!r}")
+            when = stamp
         key = (name, tuple(sorted(labels.items())))
         s = series.get(key)
         if s is None:

@@ -77,8 +77,24 @@ def _number(v: Any) -> Any:
 def _epoch(v: Any) -> datetime | None:
     v = _number(v)
     if isinstance(v, int | float) and not isinstance(v, bool) and v > 0:
-        return datetime.fromtimestamp(v, tz=timezone.utc)
+        try:
+            return datetime.fromtimestamp(v, tz=timezone.utc)
+        except (OverflowError, OSError, ValueError):  # out of range for a datetime: no usable time
+            return None
     return None
+
+
+def _dict(v: Any) -> dict[str, Any]:
+    """`v` when it is a mapping, else an empty one: documents from the field are not always well formed."""
+    return v if isinstance(v, dict) else {}
+
+
+def _list(v: Any) -> list[Any]:
+    return v if isinstance(v, list) else []
+
+
+def _name(v: Any) -> str | None:
+    return str(v) if v not in (None, "") and not isinstance(v, dict | list) else None
 
 
 def _states(v: Any) -> str:
@@ -128,7 +144,7 @@ def _slurm_job(job: dict[str, Any], ref: str, ctx: TimeContext) -> Iterator[Reco
         text=(f"slurm job {jid} state={_states(state)} reason={_clean(reason)} "
               f"exit_code={_exit(job.get('exit_code'))} nodes={_nodes(job.get('nodes'))}"),
     )
-    for i, step in enumerate(job.get("steps") or []):
+    for i, step in enumerate(_list(job.get("steps"))):
         if not isinstance(step, dict):
             continue
         sid = step.get("step", {}).get("id") if isinstance(step.get("step"), dict) else step.get("step_id")
@@ -156,29 +172,34 @@ def _slurm_node(node: dict[str, Any], ref: str, ctx: TimeContext) -> Iterator[Re
 
 
 def _when(v: Any, ctx: TimeContext) -> datetime | None:
-    return parse_iso(v, ctx) if isinstance(v, str) else None
+    if not isinstance(v, str):
+        return None
+    try:
+        return parse_iso(v, ctx)
+    except (ValueError, OverflowError):  # e.g. an offset beyond ±24 h
+        return None
 
 
 def _k8s_object(obj: dict[str, Any], kind: str, ref: str, ctx: TimeContext) -> Iterator[Record]:
-    meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+    meta = _dict(obj.get("metadata"))
     name = str(meta.get("name", "?"))
     if "#" not in ref:
         ref = f"{ref}#{kind}/{name}"
-    status = obj.get("status") if isinstance(obj.get("status"), dict) else {}
-    spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
+    status = _dict(obj.get("status"))
+    spec = _dict(obj.get("spec"))
     if kind == "Event":
-        inv = obj.get("involvedObject") or obj.get("regarding") or {}
-        src = obj.get("source") or {}
-        node = inv.get("name") if inv.get("kind") == "Node" else (src.get("host") or obj.get("reportingInstance"))
+        inv = _dict(obj.get("involvedObject") or obj.get("regarding"))
+        src = _dict(obj.get("source"))
+        node = _name(inv.get("name") if inv.get("kind") == "Node" else (src.get("host") or obj.get("reportingInstance")))
         when = (_when(obj.get("lastTimestamp"), ctx) or _when(obj.get("eventTime"), ctx)
                 or _when(obj.get("firstTimestamp"), ctx) or _when(meta.get("creationTimestamp"), ctx))
         yield Record(
-            ref=ref, time=when, node=node or None,
+            ref=ref, time=when, node=node,
             text=(f"k8s event type={_clean(obj.get('type'))} reason={_clean(obj.get('reason'))} "
                   f"object={inv.get('kind', '?')}/{inv.get('name', '?')} message={_clean(obj.get('message') or obj.get('note'))}"),
         )
         return
-    node_name = spec.get("nodeName") if kind == "Pod" else (name if kind == "Node" else None)
+    node_name = _name(spec.get("nodeName")) if kind == "Pod" else (name if kind == "Node" else None)
     if kind == "Pod":
         yield Record(
             ref=ref, time=None, node=node_name,
@@ -186,11 +207,11 @@ def _k8s_object(obj: dict[str, Any], kind: str, ref: str, ctx: TimeContext) -> I
                   f"message={_clean(status.get('message'))}"),
         )
         for group in ("initContainerStatuses", "containerStatuses"):
-            for i, cs in enumerate(status.get(group) or []):
+            for i, cs in enumerate(_list(status.get(group))):
                 if not isinstance(cs, dict):
                     continue
                 for which in ("state", "lastState"):
-                    term = (cs.get(which) or {}).get("terminated")
+                    term = _dict(cs.get(which)).get("terminated")
                     if isinstance(term, dict):
                         yield Record(
                             ref=_sub(ref, f"status.{group}[{i}].{which}"), node=node_name,
@@ -200,7 +221,7 @@ def _k8s_object(obj: dict[str, Any], kind: str, ref: str, ctx: TimeContext) -> I
                                   f"signal={term.get('signal', 0)}"),
                         )
     label = "k8s node" if kind == "Node" else ("k8s pod" if kind == "Pod" else kind.lower())
-    for i, cond in enumerate(status.get("conditions") or []):
+    for i, cond in enumerate(_list(status.get("conditions"))):
         if not isinstance(cond, dict):
             continue
         yield Record(
