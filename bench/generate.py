@@ -98,9 +98,9 @@ def _write_indexed(arg: tuple[tuple[str, int, str, int, str], int]) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.generate", description=__doc__.split("\n\n")[0] if __doc__ else None)
-    parser.add_argument("--out", type=Path, required=True, help="corpus directory (created)")
-    parser.add_argument("--count", type=int, required=True, help="number of bundles")
-    parser.add_argument("--seed", type=int, required=True, help="corpus seed")
+    parser.add_argument("--out", type=Path, help="corpus directory (created)")
+    parser.add_argument("--count", type=int, help="number of bundles")
+    parser.add_argument("--seed", type=int, help="corpus seed")
     parser.add_argument("--prior", choices=PRIORS, default="real", help="mode mix: real-world frequencies or every mode equally")
     parser.add_argument("--nodes-max", type=int, default=DEFAULT_NODES_MAX, help="largest job, in nodes (default %(default)s)")
     parser.add_argument("--jobs", type=int, default=1, help="worker processes (output is identical for any value)")
@@ -111,6 +111,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             label = f"{m.outcome}" if m.domain is None else f"{m.domain}/{m.subdomain}"
             print(f"{m.id:40s} {label:28s} {m.summary}")
         return 0
+    if args.out is None or args.count is None or args.seed is None:
+        parser.error("--out, --count and --seed are required")
     if args.count < 0 or args.nodes_max < 2:
         parser.error("--count must be >= 0 and --nodes-max >= 2")
     t0 = time.perf_counter()

@@ -12,7 +12,7 @@ from __future__ import annotations
 import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from random import Random
 from typing import Any
 
@@ -97,7 +97,7 @@ class Scenario:
         self.w = world
         self.rng: Random = world.rng
         self.clock = Clock(world.tz)
-        self.bundle = Bundle(self.clock, world.stack.kernel)
+        self.bundle = Bundle(self.clock, world.stack.kernel, world.platform)
         self.truth = Truth(mode=mode, seed=seed, outcome=outcome, domain=domain, subdomain=subdomain)
         self.exits: dict[int, Exit] = {}
         self.lost_nodes: dict[str, float] = {}
@@ -212,6 +212,11 @@ class Scenario:
 
     def local(self, t: float, node: Node | None = None) -> datetime:
         return self.clock.local(t, node)
+
+    @staticmethod
+    def utc(t: float) -> str:
+        """A true time for truth descriptions (never skewed, always UTC)."""
+        return datetime.fromtimestamp(t, UTC).strftime("%H:%M:%SZ")
 
     # ---------------------------------------------------------------------------------------------
     # Truth
@@ -579,18 +584,23 @@ class Scenario:
         end = self.end
         node = banner_node or w.master
         if banner != "":
-            self.srun(end - rng.uniform(0.5, 3), slurm.banner(w, f"STEP {w.job_id}.0", node.name, self.local(end - 2, node), banner))
+            self.srun(end - rng.uniform(0.5, 3), slurm.banner(w, f"STEP {w.job_id}.0", node.name, self.local(end - 2, node), banner), key=True)
             if banner in ("TIME LIMIT", "PREEMPTION", None) or rng.random() < 0.5:
-                self.srun(end - rng.uniform(0.1, 0.5), slurm.banner(w, f"JOB {w.job_id}", node.name, self.local(end - 1, node), banner))
+                self.srun(end - rng.uniform(0.1, 0.5), slurm.banner(w, f"JOB {w.job_id}", node.name, self.local(end - 1, node), banner), key=True)
         lim = limit_min if limit_min is not None else int((end - w.start) / 60) + rng.choice((60, 240, 1440))
         steps = [slurm.step(w, f"{w.job_id}.batch", "batch", "CANCELLED" if state in ("TIMEOUT", "CANCELLED", "PREEMPTED") else state,
                             exit_code if state not in ("TIMEOUT", "CANCELLED", "PREEMPTED") else 0, signal or (15 if state != "FAILED" else 0),
                             w.start, end, [w.master.name]),
                  slurm.step(w, f"{w.job_id}.0", "python" if w.launcher == "srun_tasks" else "torchrun",
                             "CANCELLED" if state in ("TIMEOUT", "PREEMPTED", "CANCELLED") else state, exit_code, signal, w.start + 5, end)]
-        text = slurm.sacct_json(w, state=state, reason=reason, exit_code=exit_code, signal=signal, start=w.start, end=end,
-                                limit_min=lim, steps=steps, kill_user=kill_user)
-        self.bundle.put(rng.choice(("events/sacct.json", "events/sacct-job.json", f"events/sacct-{w.job_id}.json")), text)
+        if rng.random() < 0.25:
+            text = slurm.scontrol_job_json(w, state=state, reason=reason, exit_code=exit_code, signal=signal, start=w.start, end=end,
+                                           limit_min=lim)
+            self.bundle.put(rng.choice(("events/scontrol-job.json", f"events/scontrol-show-job-{w.job_id}.json")), text)
+        else:
+            text = slurm.sacct_json(w, state=state, reason=reason, exit_code=exit_code, signal=signal, start=w.start, end=end,
+                                    limit_min=lim, steps=steps, kill_user=kill_user)
+            self.bundle.put(rng.choice(("events/sacct.json", "events/sacct-job.json", f"events/sacct-{w.job_id}.json")), text)
         self.state = state
         self.exit_code = exit_code if attempt_exit == -1 else attempt_exit
         self.reason = None if reason in ("None", "") else reason

@@ -99,6 +99,22 @@ def sacct_json(world: World, *, state: str, reason: str, exit_code: int, signal:
     return json.dumps(doc, indent=2, sort_keys=True) + "\n"
 
 
+def scontrol_job_json(world: World, *, state: str, reason: str, exit_code: int, signal: int, start: float, end: float,
+                      limit_min: int) -> str:
+    """`scontrol show job <id> --json` of the finished job (kept by slurmctld for MinJobAge)."""
+    job: dict[str, Any] = {
+        "job_id": int(world.job_id), "name": world.job_name, "user_name": world.user, "account": "research",
+        "job_state": [state] if world.stack.slurm >= (23, 2) else state, "state_reason": reason,
+        "exit_code": {"status": ["SUCCESS" if exit_code == 0 and signal == 0 else "ERROR"], "return_code": _number(world, exit_code),
+                      "signal": {"id": _number(world, signal), "name": ""}},
+        "nodes": world.hostlist(), "node_count": _number(world, len(world.nodes)), "batch_host": world.master.name,
+        "start_time": _number(world, int(start)), "end_time": _number(world, int(end)), "time_limit": _number(world, limit_min),
+        "partition": "gpu", "cluster": world.cluster,
+    }
+    return json.dumps({"meta": {"plugin": {"type": "openapi/slurmctld"}}, "jobs": [job], "errors": [], "warnings": []},
+                      indent=2, sort_keys=True) + "\n"
+
+
 def step(world: World, step_id: str, name: str, state: str, exit_code: int, signal: int, start: float, end: float,
          nodes: list[str] | None = None) -> dict[str, Any]:
     names = nodes if nodes is not None else [n.name for n in world.nodes]

@@ -178,13 +178,22 @@ def _pod_prefix(style: PodLogStyle, d: datetime, stream: str) -> str:
 
 
 # Boot lines kept at the head of raw dmesg captures: the rtc line is the only wall-clock anchor.
-def boot_lines(node: Node, clock: Clock, kernel: str) -> list[str]:
+_DMI = {
+    "a100": "NVIDIA DGXA100 920-23687-2530-000/DGXA100, BIOS 1.25 02/10/2023",
+    "h100": "NVIDIA DGXH100/DGXH100, BIOS 1.5.1 03/08/2024",
+    "h200": "Supermicro SYS-821GE-TNHR/X13DEG-OAD, BIOS 2.1 11/29/2024",
+    "b200": "NVIDIA DGXB200/DGXB200, BIOS 1.2.0 01/17/2025",
+    "gb200": "NVIDIA GB200 NVL/P3809-BMC, BIOS 02.03.04 04/22/2025",
+}
+
+
+def boot_lines(node: Node, clock: Clock, kernel: str, platform: str = "h100") -> list[str]:
     d = clock.utc(node.boot_time + 1.0, node)
     epoch = int(node.boot_time + 1.0 + node.skew)
     return [
         f"[    0.000000] Linux version {kernel} (buildd@lcy02-amd64-051) (gcc (Ubuntu 11.4.0-1ubuntu1~22.04) 11.4.0) #126-Ubuntu SMP",
         "[    0.000000] Command line: BOOT_IMAGE=/vmlinuz root=UUID=3b1f0c2e ro iommu=pt pci=realloc=off",
-        "[    0.004215] DMI: NVIDIA DGXH100/DGXH100, BIOS 1.5.1 03/08/2024",
+        f"[    0.004215] DMI: {_DMI.get(platform, _DMI['h100'])}",
         f"[    1.{int(node.boot_time) % 900000 + 100000:06d}] rtc_cmos 00:00: setting system clock to {d:%Y-%m-%dT%H:%M:%S} UTC ({epoch})",
         "[    2.331018] pci 0000:00:01.0: [8086:0db0] type 01 class 0x060400",
     ]
@@ -196,6 +205,7 @@ class Bundle:
 
     clock: Clock
     kernel_version: str
+    platform: str = "h100"
     streams: dict[str, Stream] = field(default_factory=dict)
     static: dict[str, str] = field(default_factory=dict)
     _seq: int = 0
@@ -233,7 +243,7 @@ class Bundle:
         key_end = 0
         entries = sorted(stream.entries, key=lambda e: (e.t, e.seq))
         if stream.kind == "system" and stream.fmt == "dmesg_raw" and stream.anchor_boot and stream.node:
-            lines.extend(boot_lines(stream.node, self.clock, self.kernel_version))
+            lines.extend(boot_lines(stream.node, self.clock, self.kernel_version, self.platform))
         for e in entries:
             d = self.clock.local(e.t, stream.node)
             text = e.text(d) if callable(e.text) else e.text

@@ -62,6 +62,14 @@ def finish_failed(sc: Scenario, t: float) -> None:
 def xid_gauge(sc: Scenario, node: Node, gpu: GPU, code: int, t: float, *, vanish: bool = False) -> None:
     """dcgm-exporter's XID gauge for the node's GPUs: last Xid value, sticky; a lost GPU's series stops."""
     w, rng = sc.w, sc.rng
+    if rng.random() < 0.35:
+        # one scrape, saved as exposition text; a GPU that fell off the bus has no series at all
+        t_scrape = t + rng.uniform(20, 90)
+        samples = [(metrics.dcgm_labels(w, node, g, "DCGM_FI_DEV_XID_ERRORS"), str(code if g is gpu else 0), t_scrape)
+                   for g in node.gpus if not (vanish and g is gpu)]
+        fam = ("DCGM_FI_DEV_XID_ERRORS", "gauge", "Value of the last XID error encountered.", samples)
+        sc.bundle.put(f"metrics/dcgm-exporter-{node.name}.txt", metrics.openmetrics([fam]))
+        return
     step = max(15.0, round((sc.end - w.start) / 150))
     series = []
     for g in node.gpus:
@@ -73,8 +81,7 @@ def xid_gauge(sc: Scenario, node: Node, gpu: GPU, code: int, t: float, *, vanish
                 return float(code) if tt >= t else 0.0
             series.append((labels, metrics.sample(w.start, sc.end, step, val)))
         else:
-            series.append((labels, metrics.sample(w.start, sc.end, step, lambda tt: 0.0)))
-    del rng
+            series.append((labels, metrics.constant(w.start, sc.end, step, 0.0)))
     sc.bundle.put(f"metrics/xid_errors_{node.name}.json", metrics.query_range(series))
 
 

@@ -111,7 +111,7 @@ def s14_thermal(sc: Scenario) -> None:
     host_label = "hostname" if w.stack.dcgm_exporter_lower_hostname else "Hostname"
     sc.root_event(node, path, f'{name}{{gpu="{gpu.index}",{host_label}="{node.name}"}} {hot_mask}')
     sc.culprit([node], [(node, "gpu", gpu.pci)])
-    sc.collateral(f"iteration time +{(slow - 1) * 100:.0f}% on all ranks from {sc.local(t_throttle):%H:%M}")
+    sc.collateral(f"iteration time +{(slow - 1) * 100:.0f}% on all ranks from {sc.utc(t_throttle)}")
     sc.collateral("job ran into its time limit")
     if power_cap_everywhere:
         sc.distractor("SW_POWER_CAP set on all GPUs (normal under load)")

@@ -36,7 +36,7 @@ def _lose(sc: Scenario) -> tuple[Node, float, bool]:
         sc.root_kernel(node, t - 0.5, lines, root_line=len(lines) - 1, level="emerg")
     sc.lost_nodes[node.name] = t
     sc.culprit([node])
-    sc.collateral(f"logs from {node.name} stop at {sc.local(t):%H:%M:%S}")
+    sc.collateral(f"logs from {node.name} stop at {sc.utc(t)}")
     peers = sc.peers_of(node, 4)
     if sc.ib_errors(t + rng.uniform(15, 32), node, peers, status=12) and rng.random() < 0.6 and w.stack.torch >= (2, 0):
         last = nccl.ib_completion(w, w.node_of(peers[0]), peers[0], node, status=12, direction="Send", rng=rng).split("NCCL WARN ", 1)[1]

@@ -150,7 +150,7 @@ def s15_silent_hang(sc: Scenario) -> None:
         sc.bundle.put(f"logs/{node.name}/diag-{rng.randint(100, 999)}.txt", "\n".join(diag) + "\n")
         sc.distractor("container diagnostics: dmesg not permitted, nvidia-smi clean")
     sc.forbid.update({"truncated"})
-    sc.collateral(f"training output stops at {sc.local(t):%H:%M:%S} on every rank; no error anywhere")
+    sc.collateral(f"training output stops at {sc.utc(t)} on every rank; no error anywhere")
     if w.scheduler == "slurm":
         sc.srun(limit + 0.3, f"srun: Job step aborted: Waiting up to {rng.choice((32, 62))} seconds for job step to finish.")
         sc.teardown(limit)
