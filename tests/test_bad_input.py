@@ -396,8 +396,6 @@ def test_logs_is_a_file(bundle: Path, capsys: pytest.CaptureFixture[str]) -> Non
     assert all(cov[f"logs/node0{i}"]["status"] == "missing" for i in range(1, 5))
 
 
-@pytest.mark.xfail(reason="lineformat._iso_from_match raises on a UTC offset of 24 h or more "
-                          "(hypocenter/collector/lineformat.py, owned by the engine)", strict=False)
 def test_a_log_line_with_an_impossible_offset(bundle: Path, capsys: pytest.CaptureFixture[str]) -> None:
     with (bundle / "logs/node02/kern.log").open("a") as f:
         f.write("2026-11-02T10:51:03+99:00 node02 kernel: NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.\n")

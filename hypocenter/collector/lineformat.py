@@ -157,7 +157,10 @@ def parse_line(line: str, ctx: TimeContext) -> LineHeader:
     h = LineHeader(message=line)
     text = line
     for _ in range(6):  # layers: CRI → JSON → syslog → uptime → rank → stamp; bounded
-        peeled = _peel(text, h, ctx)
+        try:
+            peeled = _peel(text, h, ctx)
+        except (ValueError, OverflowError, OSError):
+            break  # an impossible stamp (offset ≥ 24 h, year 10000, 1e30 s): keep the line, unparsed
         if peeled is None:
             break
         text = peeled

@@ -244,15 +244,21 @@ def _child(cur: Any, part: int | str) -> Any:
 
 
 def _rule_error(exc: ValidationError, doc: strict_yaml.LineDict, path: str) -> RuleError:
-    err = exc.errors()[0]
+    errors = exc.errors()
+    # A misspelt key also makes its correct name "missing": report the misspelling, it is the cause.
+    err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
     loc = err["loc"]
     line = doc.line
     cur: Any = doc
     for part in loc:
+        key_line = getattr(cur, "key_lines", {}).get(part)
         cur = _child(cur, part)
-        if cur is None:
+        if key_line:
+            line = key_line
+        elif cur is None:
             break
-        line = getattr(cur, "line", line)
+        else:
+            line = getattr(cur, "line", line)
     rid = doc.get("id", "?")
     dotted = ".".join(str(p) for p in loc)
     if err["type"] == "extra_forbidden":
