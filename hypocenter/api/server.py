@@ -1,0 +1,217 @@
+"""`hypocenter serve`: OTLP/gRPC on :4317, OTLP/HTTP + REST on :4318, one store, one engine.
+
+The gRPC OTLP services take raw bytes and decode them here, so a malformed request is answered
+INVALID_ARGUMENT with the reason (grpcio's own deserialisation would answer INTERNAL). A full
+ingest queue is UNAVAILABLE with a `google.rpc.RetryInfo`, which OTLP exporters retry after the
+given delay; a request over the size limit is RESOURCE_EXHAUSTED (not retried).
+
+Binding: loopback unless configured. Port 0 binds any free port; the bound addresses are printed
+as one JSON line on stdout (`{"grpc": "127.0.0.1:…", "http": "127.0.0.1:…"}`) once both listen.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import socket
+import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import grpc
+import uvicorn
+from google.protobuf import duration_pb2
+from google.rpc import code_pb2, error_details_pb2, status_pb2
+from grpc_status import rpc_status
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
+    ExportLogsPartialSuccess,
+    ExportLogsServiceResponse,
+)
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+    ExportMetricsPartialSuccess,
+    ExportMetricsServiceResponse,
+)
+
+from hypocenter.api.http import build_app
+from hypocenter.api.service import Attribution, Backpressure
+from hypocenter.collector import otlp
+from hypocenter.config import Settings
+from hypocenter.errors import InputError, TransientError
+from hypocenter.exporter.store import open_store
+
+log = logging.getLogger("hypocenter.server")
+
+LOGS_SERVICE = "opentelemetry.proto.collector.logs.v1.LogsService"
+METRICS_SERVICE = "opentelemetry.proto.collector.metrics.v1.MetricsService"
+
+
+def _split(address: str) -> tuple[str, int]:
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit():
+        raise InputError(f"listen address {address!r} is not host:port")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+class OTLPGrpc:
+    """LogsService/Export and MetricsService/Export over the shared ingest queue."""
+
+    def __init__(self, service: Attribution) -> None:
+        self.service = service
+
+    def _abort_unavailable(self, context: grpc.ServicerContext, message: str, delay: float) -> None:
+        retry = error_details_pb2.RetryInfo(retry_delay=duration_pb2.Duration(
+            seconds=int(delay), nanos=int((delay - int(delay)) * 1e9)))
+        detail = status_pb2.Status(code=code_pb2.UNAVAILABLE, message=message)
+        detail.details.add().Pack(retry)
+        context.abort_with_status(rpc_status.to_status(detail))
+
+    def _export(self, signal: str, raw: bytes, context: grpc.ServicerContext) -> bytes:
+        try:
+            if signal == "logs":
+                req_l, warnings = otlp.decode_logs(raw, otlp.PROTOBUF_TYPES[0])
+                tagged = otlp.log_entries(req_l)
+                fut = self.service.queue.submit(tagged.accepted, [])
+            else:
+                req_m, warnings = otlp.decode_metrics(raw, otlp.PROTOBUF_TYPES[0])
+                tagged = otlp.metric_entries(req_m)
+                fut = self.service.queue.submit([], tagged.accepted)
+            fut.result(timeout=max(5.0, context.time_remaining() or 60.0))
+        except Backpressure as exc:
+            self._abort_unavailable(context, str(exc), exc.retry_after)
+            raise AssertionError("unreachable") from None  # abort raises
+        except TimeoutError:
+            self._abort_unavailable(context, "the store did not commit in time", self.service.settings.retry_after_s)
+            raise AssertionError("unreachable") from None
+        except TransientError as exc:
+            self._abort_unavailable(context, str(exc), self.service.settings.retry_after_s)
+            raise AssertionError("unreachable") from None
+        except InputError as exc:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        message = "; ".join([*warnings, *tagged.reasons])
+        if signal == "logs":
+            resp_l = ExportLogsServiceResponse()
+            if message:
+                resp_l.partial_success.CopyFrom(ExportLogsPartialSuccess(
+                    rejected_log_records=tagged.rejected, error_message=message))
+            return resp_l.SerializeToString()
+        resp_m = ExportMetricsServiceResponse()
+        if message:
+            resp_m.partial_success.CopyFrom(ExportMetricsPartialSuccess(
+                rejected_data_points=tagged.rejected, error_message=message))
+        return resp_m.SerializeToString()
+
+    def handlers(self) -> list[grpc.GenericRpcHandler]:  # type: ignore[type-arg]
+        def logs(raw: bytes, context: grpc.ServicerContext) -> bytes:
+            return self._export("logs", raw, context)
+
+        def metrics(raw: bytes, context: grpc.ServicerContext) -> bytes:
+            return self._export("metrics", raw, context)
+
+        return [
+            grpc.method_handlers_generic_handler(LOGS_SERVICE, {"Export": grpc.unary_unary_rpc_method_handler(logs)}),
+            grpc.method_handlers_generic_handler(METRICS_SERVICE, {"Export": grpc.unary_unary_rpc_method_handler(metrics)}),
+        ]
+
+
+class Server:
+    """The running server: build with settings, `start()` the gRPC side, `serve()` the HTTP side."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.store = open_store(settings.store)
+        self.service = Attribution(settings, self.store)
+        self.grpc_server: grpc.Server | None = None
+        self.grpc_address = ""
+        self.http_address = ""
+        self._http: uvicorn.Server | None = None
+        self._ready = threading.Event()
+
+    def start_grpc(self) -> None:
+        limit = self.settings.max_message_bytes
+        server = grpc.server(
+            ThreadPoolExecutor(max_workers=self.settings.grpc_workers, thread_name_prefix="hypocenter-grpc"),
+            options=[("grpc.max_receive_message_length", limit), ("grpc.max_send_message_length", 4 << 20)],
+        )
+        server.add_generic_rpc_handlers(OTLPGrpc(self.service).handlers())
+        host, port = _split(self.settings.grpc_listen)
+        bound = server.add_insecure_port(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
+        if bound == 0:
+            raise InputError(f"cannot listen on {self.settings.grpc_listen} (gRPC): address in use or not local")
+        server.start()
+        self.grpc_server = server
+        self.grpc_address = f"{host}:{bound}"
+
+    def _http_socket(self) -> socket.socket:
+        host, port = _split(self.settings.http_listen)
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            sock.close()
+            raise InputError(f"cannot listen on {self.settings.http_listen} (HTTP): {exc.strerror}") from None
+        sock.listen(512)
+        self.http_address = f"{host}:{sock.getsockname()[1]}"
+        return sock
+
+    async def serve(self, announce: bool = True) -> None:
+        sock = self._http_socket()
+        app = build_app(self.service, ready=self._ready.is_set)
+        config = uvicorn.Config(app, log_level=self.settings.log_level, access_log=False, lifespan="off",
+                                timeout_graceful_shutdown=5)
+        self._http = uvicorn.Server(config)
+        self.service.start()
+        task = asyncio.create_task(self._http.serve(sockets=[sock]))
+        while not self._http.started and not task.done():
+            await asyncio.sleep(0.01)
+        self._ready.set()
+        if announce:
+            sys.stdout.write(json.dumps({"grpc": self.grpc_address, "http": self.http_address}) + "\n")
+            sys.stdout.flush()
+        await task
+
+    def shutdown(self) -> None:
+        if self._http is not None:
+            self._http.should_exit = True
+
+    def close(self) -> None:
+        if self.grpc_server is not None:
+            self.grpc_server.stop(grace=2.0).wait(5.0)
+        self.service.close()
+        self.store.close()
+
+
+def run(settings: Settings) -> int:
+    logging.basicConfig(level=settings.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    server = Server(settings)
+    try:
+        server.start_grpc()
+        asyncio.run(server.serve())
+    finally:
+        server.close()
+    return 0
+
+
+def serve_in_thread(settings: Settings) -> tuple[Server, threading.Thread]:
+    """Start a server in this process (tests, embedding); stop it with `server.shutdown()` and join."""
+    server = Server(settings)
+    server.start_grpc()
+
+    def target() -> None:
+        try:
+            asyncio.run(server.serve(announce=False))
+        finally:
+            server.close()
+
+    thread = threading.Thread(target=target, name="hypocenter-serve", daemon=True)
+    thread.start()
+    if not server._ready.wait(30.0):
+        raise TransientError("the server did not start within 30 s")
+    return server, thread
+
+
+_ = Any

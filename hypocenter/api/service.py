@@ -1,0 +1,270 @@
+"""The attribution service behind every API: accept tagged records, decide when to analyse, analyse.
+
+    IngestQueue     bounded queue in front of the store; one writer thread commits batches (group
+                    commit) and only then resolves the caller's future, so OTLP acknowledges what is
+                    on disk. Full → `Backpressure` (UNAVAILABLE + RetryInfo / 503 + Retry-After).
+    Attribution     owns the store, the engine and the trigger loop: an attempt is analysed when a
+                    terminal state arrived and `settle_s` passed, when it was idle for
+                    `idle_timeout_s` (provisional if it has not ended), or when asked to.
+
+Errors, as the APIs map them:
+
+    HypocenterError
+    ├── InputError          bad request: OTLP INVALID_ARGUMENT / HTTP 400 (413, 415 for their subclasses)
+    │   └── UnknownAttempt  no such attempt: NOT_FOUND / 404
+    └── TransientError
+        └── Backpressure    the ingest queue is full: UNAVAILABLE + RetryInfo / 503 + Retry-After
+
+Nothing here knows a wire format: the gRPC and HTTP front ends translate.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from hypocenter.collector.attempts import assemble, summary
+from hypocenter.collector.otlp import Entry, Point
+from hypocenter.config import Settings
+from hypocenter.engine import Engine, default_engine
+from hypocenter.errors import InputError, TransientError
+from hypocenter.exporter.store import DiagnosisFilter, DiagnosisRow, Retention, Store
+from hypocenter.model import AttemptContext, Diagnosis
+
+log = logging.getLogger("hypocenter.server")
+
+
+class Backpressure(TransientError):
+    """The ingest queue is full: the client should retry after `retry_after` seconds."""
+
+    def __init__(self, retry_after: float) -> None:
+        super().__init__(f"ingest queue is full: retry in {retry_after:g} s")
+        self.retry_after = retry_after
+
+
+class UnknownAttempt(InputError):
+    """An attempt the server has no data and no scope for."""
+
+
+@dataclass(slots=True)
+class _Batch:
+    logs: Sequence[Entry]
+    points: Sequence[Point]
+    future: Future[int]
+
+    @property
+    def size(self) -> int:
+        return len(self.logs) + len(self.points)
+
+
+class IngestQueue:
+    """Bounded by records waiting; a request larger than the whole queue is still taken when it is empty."""
+
+    def __init__(self, store: Store, capacity: int, retry_after: float,
+                 on_commit: Callable[[], None] | None = None) -> None:
+        self._store = store
+        self.capacity = capacity
+        self.retry_after = retry_after
+        self._on_commit = on_commit
+        self._queue: deque[_Batch] = deque()
+        self._pending = 0
+        self._cond = threading.Condition()
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name="hypocenter-ingest", daemon=True)
+        self._thread.start()
+
+    @property
+    def pending(self) -> int:
+        return self._pending
+
+    def submit(self, logs: Sequence[Entry], points: Sequence[Point]) -> Future[int]:
+        batch = _Batch(logs, points, Future())
+        if batch.size == 0:
+            batch.future.set_result(0)
+            return batch.future
+        with self._cond:
+            if self._closed:
+                raise Backpressure(self.retry_after)
+            if self._pending and self._pending + batch.size > self.capacity:
+                raise Backpressure(self.retry_after)
+            self._queue.append(batch)
+            self._pending += batch.size
+            self._cond.notify()
+        return batch.future
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._queue and not self._closed:
+                    self._cond.wait()
+                if not self._queue and self._closed:
+                    return
+                batches: list[_Batch] = []
+                size = 0
+                while self._queue and (not batches or size + self._queue[0].size <= 50_000):
+                    b = self._queue.popleft()
+                    batches.append(b)
+                    size += b.size
+            try:
+                self._store.ingest([e for b in batches for e in b.logs], [p for b in batches for p in b.points],
+                                   time.time())
+            except Exception as exc:  # the store failed: no request in this group is acknowledged
+                log.error("store write failed: %s", exc)
+                for b in batches:
+                    b.future.set_exception(TransientError(f"store write failed: {exc}"))
+            else:
+                for b in batches:
+                    b.future.set_result(b.size)
+                if self._on_commit is not None:
+                    self._on_commit()
+            finally:
+                with self._cond:
+                    self._pending -= size
+
+    def close(self, timeout: float = 10.0) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        self._thread.join(timeout)
+
+
+class Attribution:
+    """The service: store + engine + ingest queue + the loop that fires the triggers."""
+
+    def __init__(self, settings: Settings, store: Store, engine: Engine | None = None) -> None:
+        self.settings = settings
+        self.store = store
+        self.engine = engine or default_engine([Path(p) for p in settings.rules], builtin=not settings.no_builtin_rules)
+        self.retention = Retention(max_age_s=settings.retention_max_age_s,
+                                   max_lines_per_stream=settings.retention_max_lines_per_stream,
+                                   diagnoses_max_age_s=settings.retention_diagnoses_max_age_s)
+        self.queue = IngestQueue(store, settings.ingest_queue_records, settings.retry_after_s, self._wake_loop)
+        self._analysis = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._watchers: list[Callable[[DiagnosisRow], None]] = []
+        self._watch_lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self.analyses = 0
+
+    # ------------------------------------------------------------------------------- lifecycle
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="hypocenter-triggers", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        self.queue.close()
+        if self._thread is not None:
+            self._thread.join(30.0)
+
+    def _wake_loop(self) -> None:
+        if self.settings.settle_s == 0:
+            self._wake.set()
+
+    def _loop(self) -> None:
+        last_sweep = 0.0
+        while not self._stop.is_set():
+            self._wake.wait(self.settings.tick_s)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
+            now = time.time()
+            try:
+                for row in self.store.attempts_due(now, self.settings.settle_s, self.settings.idle_timeout_s):
+                    if self._stop.is_set():
+                        return
+                    self._analyze_row(row.workload, row.attempt)
+                if now - last_sweep >= self.settings.retention_interval_s:
+                    removed = self.store.sweep(now, self.retention)
+                    last_sweep = now
+                    if removed:
+                        log.info("retention removed %d rows", removed)
+            except Exception:  # the loop must outlive one bad attempt; the next tick retries
+                log.exception("trigger loop")
+
+    # ------------------------------------------------------------------------------- analysis
+
+    def analyze(self, workload: str, attempt: int) -> tuple[Diagnosis, bool]:
+        """Analyse now (the explicit trigger). Returns the diagnosis and whether it is provisional."""
+        out = self._analyze_row(workload, attempt)
+        if out is None:
+            raise UnknownAttempt(f"no data and no scope for workload {workload!r} attempt {attempt}")
+        return out
+
+    def _analyze_row(self, workload: str, attempt: int) -> tuple[Diagnosis, bool] | None:
+        with self._analysis:
+            row = self.store.attempt(workload, attempt)
+            if row is None:
+                return None
+            started = time.time()
+            inp = assemble(self.store, row, lookback_s=self.settings.node_lookback_s,
+                           slack_s=self.settings.node_slack_s, now=datetime.now(timezone.utc))
+            diagnosis = self.engine.analyze(inp.context, inp.sources, inp.coverage)
+            provisional = inp.context.state is None
+            body = diagnosis.to_json()
+            self.store.put_diagnosis(row.id, body, summary(diagnosis.model_dump(by_alias=True), inp.context),
+                                     provisional, started)
+            self.analyses += 1
+        log.info("diagnosis %s for workload %s attempt %d: %s%s", diagnosis.id, workload, attempt, diagnosis.outcome,
+                 " (provisional)" if provisional else "")
+        self._publish(diagnosis.id)
+        return diagnosis, provisional
+
+    def analyze_context(self, context: AttemptContext, diagnosis: Diagnosis) -> None:
+        """Store a diagnosis made outside the stream (an uploaded bundle) under its attempt."""
+        now = time.time()
+        self.store.set_context(context.workload.id, context.workload.attempt,
+                               context.model_dump(mode="json"), now)
+        row = self.store.attempt(context.workload.id, context.workload.attempt)
+        assert row is not None
+        self.store.put_diagnosis(row.id, diagnosis.to_json(), summary(diagnosis.model_dump(by_alias=True), context),
+                                 context.state is None, time.time() + 1e9)
+        self._publish(diagnosis.id)
+
+    def set_context(self, context: AttemptContext) -> None:
+        self.store.set_context(context.workload.id, context.workload.attempt, context.model_dump(mode="json"),
+                               time.time())
+        self._wake_loop()
+
+    # ------------------------------------------------------------------------------- reading
+
+    def diagnosis(self, diagnosis_id: str) -> DiagnosisRow | None:
+        return self.store.get_diagnosis(diagnosis_id)
+
+    def diagnoses(self, flt: DiagnosisFilter) -> list[DiagnosisRow]:
+        return self.store.list_diagnoses(flt)
+
+    def watch(self, callback: Callable[[DiagnosisRow], None]) -> Callable[[], None]:
+        """Call `callback` with every diagnosis stored from now on; returns the unsubscribe function."""
+        with self._watch_lock:
+            self._watchers.append(callback)
+
+        def cancel() -> None:
+            with self._watch_lock:
+                if callback in self._watchers:
+                    self._watchers.remove(callback)
+        return cancel
+
+    def _publish(self, diagnosis_id: str) -> None:
+        with self._watch_lock:
+            watchers = list(self._watchers)
+        if not watchers:
+            return
+        row = self.store.get_diagnosis(diagnosis_id)
+        if row is None:
+            return
+        for w in watchers:
+            try:
+                w(row)
+            except Exception:  # a slow or gone watcher never blocks analysis
+                log.exception("diagnosis watcher")

@@ -1,0 +1,292 @@
+"""Turn what the server stored for one attempt into the engine's input: scope, sources, coverage.
+
+How an attempt's scope (`AttemptContext`) is decided, most specific first:
+1. an uploaded attempt.yaml (`PUT /v1/attempts/{workload}/{attempt}`), used as it is;
+2. `hypocenter.*` attributes seen on the attempt's records (resource or record), the latest value
+   of each winning: `hypocenter.workload.{name,scheduler,cluster}` (or `k8s.cluster.name`),
+   `hypocenter.attempt.window.{start,end}` (RFC 3339 or Unix nanoseconds), `hypocenter.attempt.state`,
+   `.exit_code`, `.reason`, `.nodes` (a list or a Slurm hostlist such as `node[01-04]`), `.ranks`
+   (`node01=0-7;node02=8-15` or JSON), `.timezone`;
+3. what the data shows: window = first … last record time of the workload's records (the
+   terminal-state record's time ends it), nodes = every `host.name` of the workload's records.
+
+Node-scoped records (no workload) join an attempt when their node is one of its nodes (short
+names and FQDNs match) and their time lies within [window.start - lookback, window.end + slack].
+Streams are rebuilt line by line in `log.file.record_number` order, so line references and
+timestamp inheritance work as they do on the files.
+
+This module reads the store and builds `Source`s; it never extracts or decides anything.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from pydantic import ValidationError
+
+from hypocenter.collector.lineformat import TimeContext, parse_iso, zone
+from hypocenter.collector.scheduler_records import render
+from hypocenter.collector.sources import MetricSource, Record, RecordSource, Series, Source, TextSource
+from hypocenter.exporter.store import AttemptRow, LogRow, PointRow, Store
+from hypocenter.model import AttemptContext, Coverage, Window, Workload, parse_rank_ranges
+
+MAX_LINE_PADDING = 1 << 20  # blank lines kept to preserve line numbers across a gap, at most
+_NODE_LABELS = ("hostname", "Hostname", "node", "nodename", "host", "kubernetes_node", "instance")
+
+
+@dataclass(slots=True)
+class AttemptInput:
+    context: AttemptContext
+    sources: list[Source]
+    coverage: list[Coverage]
+    notes: list[str]
+
+
+def _ns(dt: datetime) -> int:
+    return int(dt.timestamp() * 1_000_000) * 1000
+
+
+def _from_ns(ns: int) -> datetime:
+    return datetime(1970, 1, 1, tzinfo=timezone.utc) + timedelta(microseconds=ns // 1000)
+
+
+def parse_time(text: str | None) -> datetime | None:
+    """RFC 3339 text or Unix nanoseconds (an integer string) → aware UTC time."""
+    if text is None:
+        return None
+    t = text.strip()
+    if re.fullmatch(r"\d{10,20}", t):
+        n = int(t)
+        return _from_ns(n if n > 10**14 else n * 10**9)
+    try:
+        dt = datetime.fromisoformat(t.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return dt if dt.tzinfo else dt.replace(tzinfo=timezone.utc)
+
+
+_HOSTLIST = re.compile(r"([^\[,]+)\[([^\]]+)\]([^,]*)")
+
+
+def expand_hostlist(text: str) -> list[str]:
+    """`node[01-03,07],gpu-a1` → node01 node02 node03 node07 gpu-a1 (Slurm hostlist syntax); JSON lists too."""
+    t = text.strip()
+    if t.startswith("["):
+        try:
+            doc = json.loads(t)
+            if isinstance(doc, list):
+                return [str(x) for x in doc]
+        except json.JSONDecodeError:
+            pass
+    out: list[str] = []
+    pos = 0
+    while pos < len(t):
+        m = _HOSTLIST.match(t, pos)
+        if m:
+            prefix, body, suffix = m.groups()
+            for part in body.split(","):
+                lo, _, hi = part.partition("-")
+                if hi and lo.isdigit() and hi.isdigit():
+                    out.extend(f"{prefix}{i:0{len(lo)}d}{suffix}" for i in range(int(lo), int(hi) + 1))
+                else:
+                    out.append(f"{prefix}{part}{suffix}")
+            pos = m.end()
+        else:
+            end = t.find(",", pos)
+            end = len(t) if end == -1 else end
+            if t[pos:end].strip():
+                out.append(t[pos:end].strip())
+            pos = end
+        if pos < len(t) and t[pos] == ",":
+            pos += 1
+    return out
+
+
+def parse_ranks(text: str) -> dict[str, str]:
+    t = text.strip()
+    if t.startswith("{"):
+        doc = json.loads(t)
+        return {str(k): str(v) for k, v in doc.items()} if isinstance(doc, dict) else {}
+    out: dict[str, str] = {}
+    for part in re.split(r"[;\s]+", t):
+        if "=" in part:
+            node, spec = part.split("=", 1)
+            parse_rank_ranges(spec)
+            out[node.strip()] = spec.strip()
+    return out
+
+
+def context_for(row: AttemptRow, now: datetime) -> tuple[AttemptContext, list[str]]:
+    """The attempt's scope (see the module docstring); notes say what was inferred or ignored."""
+    notes: list[str] = []
+    if row.context is not None:
+        return AttemptContext.model_validate(row.context), notes
+    sc = row.scope
+    start = parse_time(sc.get("window_start"))
+    end = parse_time(sc.get("window_end"))
+    if start is None:
+        start = _from_ns(row.first_ns) if row.first_ns else now
+        notes.append("window start inferred from the first record (no hypocenter.attempt.window.start)")
+    if end is None:
+        end_ns = row.terminal_ns or row.last_ns
+        end = _from_ns(end_ns) if end_ns else max(start, now)
+    end = max(start, end)
+    nodes = expand_hostlist(sc["nodes"]) if sc.get("nodes") else list(row.nodes)
+    ranks: dict[str, str] = {}
+    if sc.get("ranks"):
+        try:
+            ranks = {n: s for n, s in parse_ranks(sc["ranks"]).items() if not nodes or n in nodes}
+        except (ValueError, json.JSONDecodeError) as exc:
+            notes.append(f"hypocenter.attempt.ranks ignored: {exc}")
+    tz = sc.get("timezone") or "UTC"
+    try:
+        zone(tz)
+    except ValueError:
+        notes.append(f"hypocenter.attempt.timezone {tz!r} ignored: unknown zone")
+        tz = "UTC"
+    exit_code: int | None = None
+    if sc.get("exit_code") not in (None, ""):
+        try:
+            exit_code = int(float(sc["exit_code"]))
+        except ValueError:
+            notes.append(f"hypocenter.attempt.exit_code {sc['exit_code']!r} ignored: not a number")
+    fields: dict[str, Any] = {
+        "workload": Workload(id=row.workload, attempt=row.attempt, name=sc.get("name"),
+                             scheduler=sc.get("scheduler"), cluster=sc.get("cluster")),
+        "window": Window(start=start, end=end), "state": sc.get("state") or sc.get("banner_state"),
+        "exit_code": exit_code, "reason": sc.get("reason"), "nodes": sorted(set(nodes)), "ranks": ranks,
+        "timezone": tz,
+    }
+    try:
+        return AttemptContext(**fields), notes
+    except ValidationError as exc:
+        notes.append(f"hypocenter.attempt.ranks ignored: {exc.errors()[0]['msg']}")
+        fields["ranks"] = {}
+        return AttemptContext(**fields), notes
+
+
+class NodeMatcher:
+    """Match stored node names (FQDNs, upper case) to the attempt's node names."""
+
+    def __init__(self, nodes: list[str]) -> None:
+        self._alias: dict[str, str] = {}
+        for n in nodes:
+            for a in (n, n.lower(), n.split(".", 1)[0].lower()):
+                self._alias.setdefault(a, n)
+
+    def resolve(self, name: str | None) -> str | None:
+        if not name:
+            return None
+        key = name.strip().lower()
+        if ":" in key:  # host:port
+            key = key.rsplit(":", 1)[0]
+        return self._alias.get(key) or self._alias.get(key.split(".", 1)[0])
+
+
+def _text(rows: list[LogRow]) -> tuple[str, int]:
+    """A stream's lines in order; gaps in record numbers become blank lines so refs keep their line."""
+    parts: list[str] = []
+    expected = 1
+    count = 0
+    for r in rows:
+        if r.line is not None and r.line > expected:
+            parts.append("\n" * min(r.line - expected, MAX_LINE_PADDING))
+        parts.append(r.body)
+        parts.append("\n")
+        expected = (r.line if r.line is not None else expected) + 1
+        count += 1
+    return "".join(parts), count
+
+
+def assemble(store: Store, row: AttemptRow, *, lookback_s: float, slack_s: float,
+             now: datetime | None = None) -> AttemptInput:
+    ctx, notes = context_for(row, now or datetime.now(timezone.utc))
+    tctx = TimeContext(tz=zone(ctx.timezone), start=ctx.window.start, end=ctx.window.end)
+    matcher = NodeMatcher(ctx.nodes)
+    stored = {n: m for n in store.known_nodes() if (m := matcher.resolve(n)) is not None}
+    lo = _ns(ctx.window.start) - int(lookback_s * 1e9)
+    hi = _ns(ctx.window.end) + int(slack_s * 1e9)
+
+    logs = store.attempt_logs(row.id) + store.node_logs(sorted(stored), lo, hi)
+    streams: dict[tuple[str | None, str, str], list[LogRow]] = defaultdict(list)
+    for r in logs:
+        if r.kind not in ("text", "doc"):
+            continue
+        node = stored.get(r.node, r.node) if r.node is not None else None
+        node = matcher.resolve(node) or node
+        streams[(node, r.stream, r.kind)].append(r)
+    drops = store.drops(row.id, sorted(stored))
+    sources: list[Source] = []
+    coverage: list[Coverage] = []
+    lines_by_node: dict[str, int] = defaultdict(int)
+    for (node, stream, kind), rows in sorted(streams.items(), key=lambda kv: (kv[0][1], kv[0][0] or "", kv[0][2])):
+        rows.sort(key=lambda r: (r.line if r.line is not None else 1 << 62, r.time_ns))
+        dropped = sum(n for (dn, ds), n in drops.items() if ds == stream and (dn or None) in (node, None))
+        reason = f"{dropped} older line(s) removed by retention" if dropped else None
+        if kind == "doc":
+            records: list[Record] = []
+            bad = 0
+            for i, r in enumerate(rows):
+                name = stream if len(rows) == 1 else f"{stream}[{i}]"
+                try:
+                    records.extend(render(json.loads(r.body), name, tctx))
+                except (ValueError, RecursionError):
+                    bad += 1
+            if records:
+                sources.append(RecordSource(name=stream, records=records))
+            coverage.append(Coverage(connector="otlp", source=stream, status="ok" if records and not bad else "partial"
+                                     if records else "failed", observations=len(records),
+                                     reason=None if records else "no scheduler or Kubernetes records recognised"))
+            continue
+        text, count = _text(rows)
+        sources.append(TextSource(name=stream, text=text, node=node))
+        if node is not None:
+            lines_by_node[node] += count
+        coverage.append(Coverage(connector="otlp", source=stream, status="partial" if dropped else "ok",
+                                 observations=count, reason=reason))
+    for node in ctx.nodes:
+        n = lines_by_node.get(node, 0)
+        coverage.append(Coverage(connector="otlp", source=f"logs/{node}", status="ok" if n else "missing",
+                                 observations=n, reason=None if n else f"no log records from node {node} (host.name)"))
+
+    points = store.attempt_points(row.id) + store.node_points(sorted(stored), lo, hi)
+    series: dict[str, dict[tuple[str, tuple[tuple[str, str], ...]], list[PointRow]]] = defaultdict(lambda: defaultdict(list))
+    for p in points:
+        labels = dict(p.labels)
+        if p.node is not None and not any(k in labels for k in _NODE_LABELS):
+            labels["hostname"] = matcher.resolve(p.node) or p.node  # a node-scoped series names its node
+        series[p.source][(p.name, tuple(sorted(labels.items())))].append(p)
+    for source in sorted(series):
+        out: list[Series] = []
+        n = 0
+        for (name, label_items), pts in sorted(series[source].items()):
+            pts.sort(key=lambda p: p.time_ns)
+            out.append(Series(name=name, labels=dict(label_items), samples=[(_from_ns(p.time_ns), p.value) for p in pts]))
+            n += len(pts)
+        sources.append(MetricSource(name=source, series=out))
+        coverage.append(Coverage(connector="otlp-metrics", source=source, status="ok", observations=n))
+    coverage.sort(key=lambda c: (c.source, c.connector))
+    return AttemptInput(context=ctx, sources=sources, coverage=coverage, notes=notes)
+
+
+def summary(diagnosis_json: dict[str, Any], ctx: AttemptContext) -> dict[str, Any]:
+    """The columns the store indexes a diagnosis by."""
+    rc = diagnosis_json.get("root_cause") or {}
+    culprits = set(rc.get("nodes") or [])
+    for c in diagnosis_json.get("candidates") or []:
+        culprits.update(c.get("nodes") or [])
+    return {
+        "id": diagnosis_json["id"], "workload": ctx.workload.id, "attempt": ctx.workload.attempt,
+        "cluster": ctx.workload.cluster, "outcome": diagnosis_json["outcome"], "domain": rc.get("domain"),
+        "subdomain": rc.get("subdomain"), "terminal_state": diagnosis_json.get("terminal_state"),
+        "window_start_ns": _ns(ctx.window.start), "window_end_ns": _ns(ctx.window.end),
+        "culprits": sorted(culprits), "affected": sorted(diagnosis_json.get("affected_nodes") or []),
+    }
+
+
+__all__ = ["AttemptInput", "assemble", "context_for", "expand_hostlist", "parse_iso", "parse_time", "summary"]

@@ -1,0 +1,441 @@
+"""OTLP in: decode export requests and tag every record with its node and workload (contract 2).
+
+    decode_logs(body, content_type)     → ExportLogsServiceRequest  (protobuf or OTLP/JSON)
+    decode_metrics(body, content_type)  → ExportMetricsServiceRequest
+    log_entries(request)                → Tagged(entries, rejected, reasons)
+    metric_entries(request)             → Tagged(points, rejected, reasons)
+
+Tagging follows contract 2, resource attributes first, then the record's own attributes (a record
+may carry what a `groupbyattrs` processor would lift to the resource):
+
+    node      host.name | k8s.node.name
+    workload  hypocenter.workload.id | slurm.job.id | k8s.job.name | Kueue / JobSet / Kubeflow pod labels
+    attempt   hypocenter.workload.attempt | slurm.job.restart_count | JobSet restart-attempt label | 0
+    stream    log.file.path | hypocenter.source | log.file.name  (the stream a line belongs to)
+    line      log.file.record_number (the filelog receiver's `include_file_record_number`)
+
+A record with a workload belongs to that attempt (its node, if any, says where it was written);
+a record with only a node is node-scoped (kernel logs, DCGM, fabric counters) and is joined to
+attempts by node and time at analysis. A record with neither is rejected with a reason. A record's
+time is `time_unix_nano`, else `observed_time_unix_nano`.
+
+Attempt-scope attributes (`hypocenter.attempt.*`, `hypocenter.workload.{name,scheduler,cluster}`)
+are collected into `Entry.scope`; `hypocenter.attempt.state` marks the terminal-state record.
+
+This module only decodes and tags: it does not store, extract or analyse anything.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import gzip
+import hashlib
+import json
+import re
+import zlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from google.protobuf import json_format
+from google.protobuf.message import DecodeError, Message
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+
+from hypocenter.errors import InputError
+
+MAX_MESSAGE_BYTES = 64 << 20  # the size OTLP v1.11 recommends, enforced after decompression too
+
+NODE_KEYS = ("host.name", "k8s.node.name")
+WORKLOAD_KEYS = (
+    "hypocenter.workload.id",
+    "slurm.job.id",
+    "k8s.job.name",
+    "k8s.pod.annotation.kueue.x-k8s.io/workload",
+    "k8s.pod.label.jobset.sigs.k8s.io/jobset-name",
+    "k8s.pod.label.trainer.kubeflow.org/trainjob-name",
+    "k8s.pod.label.training.kubeflow.org/job-name",
+    "k8s.pod.label.batch.kubernetes.io/job-name",
+)
+ATTEMPT_KEYS = (
+    "hypocenter.workload.attempt",
+    "slurm.job.restart_count",
+    "k8s.pod.label.jobset.sigs.k8s.io/restart-attempt",
+    "k8s.pod.annotation.jobset.sigs.k8s.io/restart-attempt",
+)
+STREAM_KEYS = ("log.file.path", "hypocenter.source", "log.file.name")
+LINE_KEY = "log.file.record_number"
+UID_KEY = "log.record.uid"
+STATE_KEY = "hypocenter.attempt.state"
+# Attributes that describe the attempt's scope: (attribute, AttemptScope field).
+SCOPE_KEYS = (
+    ("hypocenter.workload.name", "name"),
+    ("hypocenter.workload.scheduler", "scheduler"),
+    ("hypocenter.workload.cluster", "cluster"),
+    ("k8s.cluster.name", "cluster"),
+    ("slurm.cluster.name", "cluster"),
+    ("hypocenter.attempt.window.start", "window_start"),
+    ("hypocenter.attempt.window.end", "window_end"),
+    ("hypocenter.attempt.state", "state"),
+    ("hypocenter.attempt.exit_code", "exit_code"),
+    ("hypocenter.attempt.reason", "reason"),
+    ("hypocenter.attempt.nodes", "nodes"),
+    ("hypocenter.attempt.ranks", "ranks"),
+    ("hypocenter.attempt.timezone", "timezone"),
+)
+
+JSON_TYPES = ("application/json",)
+PROTOBUF_TYPES = ("application/x-protobuf", "application/protobuf")
+
+
+class OTLPDecodeError(InputError):
+    """A request body that is not a valid OTLP export request (HTTP 400 / INVALID_ARGUMENT)."""
+
+
+class UnsupportedMediaType(InputError):
+    """A content type OTLP/HTTP does not define (HTTP 415)."""
+
+
+class MessageTooLarge(InputError):
+    """A body over the size limit, before or after decompression (HTTP 413 / RESOURCE_EXHAUSTED)."""
+
+
+# --------------------------------------------------------------------------------------------- decoding
+
+
+def media_type(content_type: str | None) -> str:
+    """`application/json; charset=utf-8` → `application/json`; raises UnsupportedMediaType."""
+    kind = (content_type or "").split(";", 1)[0].strip().lower()
+    if kind in JSON_TYPES or kind in PROTOBUF_TYPES:
+        return kind
+    raise UnsupportedMediaType(
+        f"unsupported Content-Type {content_type or '(none)'!r}: OTLP/HTTP takes application/x-protobuf or application/json")
+
+
+def decompress(body: bytes, encoding: str | None, limit: int = MAX_MESSAGE_BYTES) -> bytes:
+    """Undo `Content-Encoding` (none, identity, gzip, deflate) without ever holding more than `limit` bytes."""
+    enc = (encoding or "identity").strip().lower()
+    if enc in ("", "identity", "none"):
+        return body
+    if enc not in ("gzip", "deflate", "x-gzip"):
+        raise UnsupportedMediaType(f"unsupported Content-Encoding {encoding!r}: OTLP/HTTP takes gzip or none")
+    wbits = 16 + zlib.MAX_WBITS if enc != "deflate" else zlib.MAX_WBITS
+    d = zlib.decompressobj(wbits)
+    try:
+        out = d.decompress(body, limit + 1)
+    except zlib.error as exc:
+        raise OTLPDecodeError(f"body is not valid {enc} data: {exc}") from None
+    if len(out) > limit or d.unconsumed_tail:
+        raise MessageTooLarge(f"body is over {limit} bytes after {enc} decompression")
+    if not d.eof:
+        raise OTLPDecodeError(f"body is truncated {enc} data")
+    return out
+
+
+def gunzip(body: bytes) -> bytes:
+    return gzip.decompress(body)
+
+
+def decode_logs(body: bytes, content_type: str) -> tuple[ExportLogsServiceRequest, list[str]]:
+    msg = ExportLogsServiceRequest()
+    return msg, _decode(msg, body, content_type)
+
+
+def decode_metrics(body: bytes, content_type: str) -> tuple[ExportMetricsServiceRequest, list[str]]:
+    msg = ExportMetricsServiceRequest()
+    return msg, _decode(msg, body, content_type)
+
+
+def _decode(msg: Message, body: bytes, content_type: str) -> list[str]:
+    """Fill `msg` from `body`; returns warnings (accepted with a note, e.g. repaired UTF-8)."""
+    warnings: list[str] = []
+    if media_type(content_type) in PROTOBUF_TYPES:
+        try:
+            msg.ParseFromString(body)
+        except DecodeError as exc:
+            raise OTLPDecodeError(f"malformed protobuf {msg.DESCRIPTOR.name}: {_decode_problem(exc)}") from None
+        return warnings
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        text = body.decode("utf-8", errors="replace")
+        warnings.append("request body was not valid UTF-8: undecodable bytes were replaced with U+FFFD")
+    try:
+        doc = json.loads(text)
+    except RecursionError:
+        raise OTLPDecodeError("malformed OTLP/JSON: nested too deeply") from None
+    except json.JSONDecodeError as exc:
+        raise OTLPDecodeError(f"malformed OTLP/JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+    if not isinstance(doc, dict):
+        raise OTLPDecodeError(f"malformed OTLP/JSON: expected an object, not {type(doc).__name__}")
+    try:
+        _hex_ids_to_base64(doc)
+        json_format.ParseDict(doc, msg, ignore_unknown_fields=True)
+    except (json_format.ParseError, ValueError, TypeError) as exc:
+        raise OTLPDecodeError(f"malformed OTLP/JSON {msg.DESCRIPTOR.name}: {exc}") from None
+    except RecursionError:
+        raise OTLPDecodeError("malformed OTLP/JSON: nested too deeply") from None
+    return warnings
+
+
+def _decode_problem(exc: DecodeError) -> str:
+    text = str(exc)
+    if "UTF-8" in text:
+        return ("a string field holds invalid UTF-8 (protobuf strings must be UTF-8; "
+                "send binary log bodies as bytesValue)")
+    return text.split(": ", 1)[-1] or "wire format is corrupt"
+
+
+_HEX = re.compile(r"^[0-9a-fA-F]*$")
+
+
+def _hex_ids_to_base64(node: Any) -> None:
+    """OTLP/JSON carries traceId/spanId as hex, protobuf JSON expects base64: convert in place.
+
+    Left alone, `json_format` decodes the hex as base64 into garbage bytes, silently."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key in ("traceId", "spanId", "parentSpanId") and isinstance(value, str):
+                if not _HEX.match(value) or len(value) % 2:
+                    raise ValueError(f"{key} {value[:40]!r} is not a hex string")
+                node[key] = base64.b64encode(binascii.unhexlify(value)).decode("ascii")
+            else:
+                _hex_ids_to_base64(value)
+    elif isinstance(node, list):
+        for item in node:
+            _hex_ids_to_base64(item)
+
+
+# --------------------------------------------------------------------------------------------- values
+
+
+def any_value(v: AnyValue) -> Any:
+    """An AnyValue as plain Python: str, bool, int, float, list, dict, bytes (as text) or None."""
+    kind = v.WhichOneof("value")
+    if kind is None:
+        return None
+    if kind == "string_value":
+        return v.string_value
+    if kind == "bool_value":
+        return v.bool_value
+    if kind == "int_value":
+        return v.int_value
+    if kind == "double_value":
+        return v.double_value
+    if kind == "array_value":
+        return [any_value(x) for x in v.array_value.values]
+    if kind == "kvlist_value":
+        return {kv.key: any_value(kv.value) for kv in v.kvlist_value.values}
+    if kind == "bytes_value":
+        return v.bytes_value.decode("utf-8", errors="replace")
+    return None  # string_value_strindex needs a dictionary OTLP logs/metrics do not send
+
+
+def attributes(kvs: Iterable[KeyValue]) -> dict[str, Any]:
+    return {kv.key: any_value(kv.value) for kv in kvs}
+
+
+def _text(v: Any) -> str | None:
+    if v is None or v == "":
+        return None
+    if isinstance(v, bool):
+        return str(v).lower()
+    if isinstance(v, float) and v.is_integer():
+        return str(int(v))
+    if isinstance(v, str | int | float):
+        return str(v).strip() or None
+    return json.dumps(v, sort_keys=True, separators=(",", ":"))
+
+
+def _first(keys: Iterable[str], *maps: Mapping[str, Any]) -> str | None:
+    """The first key found, looking in the later (more specific) maps first."""
+    for m in reversed(maps):
+        for k in keys:
+            t = _text(m.get(k))
+            if t is not None:
+                return t
+    return None
+
+
+# --------------------------------------------------------------------------------------------- tagging
+
+
+@dataclass(slots=True)
+class Identity:
+    node: str | None
+    workload: str | None
+    attempt: int
+    scope: dict[str, str]
+
+
+def identify(*maps: Mapping[str, Any]) -> Identity:
+    """Node, workload, attempt and scope attributes from resource (first) and record (later) maps."""
+    attempt_text = _first(ATTEMPT_KEYS, *maps)
+    try:
+        attempt = int(float(attempt_text)) if attempt_text is not None else 0
+    except ValueError:
+        attempt = 0
+    scope: dict[str, str] = {}
+    for key, name in SCOPE_KEYS:
+        t = _first((key,), *maps)
+        if t is not None and name not in scope:
+            scope[name] = t
+    return Identity(node=_first(NODE_KEYS, *maps), workload=_first(WORKLOAD_KEYS, *maps),
+                    attempt=max(0, attempt), scope=scope)
+
+
+@dataclass(slots=True)
+class Entry:
+    """One accepted log record, tagged: text (a log line) or doc (a structured document body)."""
+
+    workload: str | None
+    attempt: int
+    node: str | None
+    stream: str
+    kind: str  # "text" (a log line) | "doc" (a structured document) | "state" (the terminal-state marker)
+    body: str  # the line, or the document as canonical JSON
+    time_ns: int
+    line: int | None
+    dedup: str
+    scope: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class Point:
+    """One accepted metric sample, tagged like a log record."""
+
+    workload: str | None
+    attempt: int
+    node: str | None
+    source: str
+    name: str
+    labels: dict[str, str]
+    time_ns: int
+    value: float
+    scope: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class Tagged:
+    accepted: list[Any]
+    rejected: int = 0
+    reasons: list[str] = field(default_factory=list)
+
+    def message(self) -> str:
+        return "; ".join(self.reasons)
+
+
+_UNSCOPED = ("{n} {what} had neither a node (host.name | k8s.node.name) nor a workload "
+             "(hypocenter.workload.id | slurm.job.id | k8s.job.name | …): they cannot be joined to any attempt")
+
+
+def stream_name(node: str | None, path: str | None, fallback: str) -> str:
+    """The stream a line belongs to; names a node's streams so that two nodes' /var/log/kern.log differ."""
+    name = path or fallback
+    if node is None or node in re.split(r"[/\\]", name):
+        return name
+    return f"{node}:{name}"
+
+
+def log_entries(req: ExportLogsServiceRequest) -> Tagged:
+    out = Tagged(accepted=[])
+    unscoped = 0
+    for rl in req.resource_logs:
+        rattrs = attributes(rl.resource.attributes)
+        for sl in rl.scope_logs:
+            scope_name = sl.scope.name or "otlp"
+            for lr in sl.log_records:
+                lattrs = attributes(lr.attributes)
+                ident = identify(rattrs, lattrs)
+                if ident.node is None and ident.workload is None:
+                    unscoped += 1
+                    continue
+                body = any_value(lr.body)
+                kind = "doc" if isinstance(body, dict | list) else "text"
+                if STATE_KEY in lattrs:  # the terminal-state marker: scope, not a log line to analyse
+                    kind = "state"
+                text = (json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+                        if kind == "doc" else ("" if body is None else str(body) if not isinstance(body, bool)
+                                               else str(body).lower()))
+                stream = stream_name(ident.node, _first(STREAM_KEYS, rattrs, lattrs), f"otlp/{scope_name}")
+                line_text = _text(lattrs.get(LINE_KEY))
+                try:
+                    line = int(line_text) if line_text is not None else None
+                except ValueError:
+                    line = None
+                time_ns = lr.time_unix_nano or lr.observed_time_unix_nano
+                if kind == "text" and ident.workload is not None and "*** " in text:
+                    banner = _BANNER.search(text)
+                    if banner:  # Slurm's end-of-job banner: a terminal state seen in the job's own output
+                        ident.scope.setdefault("banner_state", banner.group(1))
+                uid = _text(lattrs.get(UID_KEY))
+                where = f"{ident.workload}\x1f{ident.attempt}\x1f{ident.node}\x1f{stream}"
+                if uid is not None:
+                    key = f"uid\x1f{where}\x1f{uid}"
+                elif line is not None:
+                    key = f"line\x1f{where}\x1f{line}"
+                else:  # an exporter retry resends the identical record: same times, body and attributes
+                    key = (f"rec\x1f{where}\x1f{lr.time_unix_nano}\x1f{lr.observed_time_unix_nano}\x1f{text}\x1f"
+                           + json.dumps(lattrs, sort_keys=True, default=str))
+                out.accepted.append(Entry(
+                    workload=ident.workload, attempt=ident.attempt, node=ident.node, stream=stream, kind=kind,
+                    body=text, time_ns=time_ns, line=line,
+                    dedup=hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest(),
+                    scope=ident.scope))
+    if unscoped:
+        out.rejected = unscoped
+        out.reasons.append(_UNSCOPED.format(n=unscoped, what="log record(s)"))
+    return out
+
+
+def metric_entries(req: ExportMetricsServiceRequest) -> Tagged:
+    out = Tagged(accepted=[])
+    unscoped = 0
+    unsupported = 0
+    for rm in req.resource_metrics:
+        rattrs = attributes(rm.resource.attributes)
+        for sm in rm.scope_metrics:
+            for metric in sm.metrics:
+                kind = metric.WhichOneof("data")
+                if kind not in ("gauge", "sum"):
+                    n = _count_points(metric, kind)
+                    unsupported += n
+                    continue
+                points = metric.gauge.data_points if kind == "gauge" else metric.sum.data_points
+                for dp in points:
+                    pattrs = attributes(dp.attributes)
+                    ident = identify(rattrs, pattrs)
+                    labels = {k: t for k, v in pattrs.items() if (t := _text(v)) is not None}
+                    node = ident.node
+                    if node is None and ident.workload is None:
+                        node = next((labels[k] for k in _NODE_LABELS if k in labels), None)
+                    if node is None and ident.workload is None:
+                        unscoped += 1
+                        continue
+                    value = dp.as_double if dp.WhichOneof("value") == "as_double" else float(dp.as_int)
+                    source = _first(("hypocenter.source",), rattrs) or f"otlp/{sm.scope.name or 'metrics'}"
+                    out.accepted.append(Point(
+                        workload=ident.workload, attempt=ident.attempt, node=node, source=source,
+                        name=metric.name, labels=labels, time_ns=dp.time_unix_nano or dp.start_time_unix_nano,
+                        value=value, scope=ident.scope))
+    if unscoped:
+        out.rejected += unscoped
+        out.reasons.append(_UNSCOPED.format(n=unscoped, what="data point(s)"))
+    if unsupported:
+        out.rejected += unsupported
+        out.reasons.append(f"{unsupported} histogram/summary data point(s) rejected: only gauges and sums are analysed")
+    return out
+
+
+_BANNER = re.compile(r"\*\*\* JOB \S+ ON \S+ (CANCELLED|FAILED|TIMEOUT|NODE_FAIL|PREEMPTED|OUT_OF_MEMORY)\b")
+
+# Prometheus-style node labels, for node-scoped metrics scraped without a host.name resource.
+_NODE_LABELS = ("Hostname", "hostname", "node", "nodename", "host", "kubernetes_node", "instance")
+
+
+def _count_points(metric: Any, kind: str | None) -> int:
+    if kind is None:
+        return 0
+    return len(getattr(metric, kind).data_points)

@@ -1,0 +1,148 @@
+"""The one settings model of `hypocenter serve` and where each value comes from.
+
+Precedence, lowest to highest:
+
+    defaults  <  YAML file (--config PATH, or HYPOCENTER_CONFIG)  <  HYPOCENTER_<FIELD> environment  <  flags
+
+Every field is flat (`settle_s`, `retention_max_age_s`, …) so that the file key, the environment
+variable (`HYPOCENTER_SETTLE_S`) and the flag (`--settle-s`) are the same name. Lists (`rules`)
+take JSON in the environment. `hypocenter config show` prints each effective value and its origin.
+A bad value is an `InputError` that names where it came from (file:line, variable or flag).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from difflib import get_close_matches
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, ValidationError
+from pydantic.fields import FieldInfo
+from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
+
+from hypocenter import strict_yaml
+from hypocenter.errors import InputError
+
+ENV_PREFIX = "HYPOCENTER_"
+CONFIG_ENV = "HYPOCENTER_CONFIG"
+
+
+class Settings(BaseSettings):
+    """Everything `hypocenter serve` can be told. Field descriptions are the documentation."""
+
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid", frozen=True)
+
+    grpc_listen: str = Field("127.0.0.1:4317", description="OTLP/gRPC and hypocenter.v1 gRPC address (host:port; port 0 = any)")
+    http_listen: str = Field("127.0.0.1:4318", description="OTLP/HTTP and REST address (host:port; port 0 = any)")
+    store: str = Field("hypocenter.db", description="SQLite file path (or sqlite:///path); created if missing")
+    store_synchronous: Literal["NORMAL", "FULL", "EXTRA"] = Field(
+        "FULL", description="SQLite synchronous mode: FULL survives power loss, NORMAL only process crashes")
+    max_message_bytes: int = Field(64 << 20, ge=1024, description="largest OTLP request, after decompression")
+    ingest_queue_records: int = Field(
+        200_000, ge=1, description="records waiting for the store before OTLP answers UNAVAILABLE / 503")
+    retry_after_s: float = Field(1.0, gt=0, description="back-off sent with UNAVAILABLE (RetryInfo) and 503 (Retry-After)")
+    grpc_workers: int = Field(8, ge=1, le=256, description="gRPC worker threads")
+    settle_s: float = Field(10.0, ge=0, description="quiet time after a terminal state before the attempt is analysed")
+    idle_timeout_s: float = Field(900.0, gt=0, description="an attempt quiet this long is analysed (provisional if not ended)")
+    tick_s: float = Field(0.5, gt=0, le=60, description="how often the analysis loop looks for attempts that are due")
+    node_lookback_s: float = Field(3600.0, ge=0, description="node-scoped records this long before an attempt's window join it")
+    node_slack_s: float = Field(600.0, ge=0, description="node-scoped records this long after an attempt's window join it")
+    retention_max_age_s: float = Field(7 * 86400.0, gt=0, description="accepted records are kept this long")
+    retention_max_lines_per_stream: int = Field(1_000_000, ge=1, description="oldest lines beyond this are removed per stream")
+    retention_diagnoses_max_age_s: float = Field(90 * 86400.0, gt=0, description="diagnoses are kept this long")
+    retention_interval_s: float = Field(300.0, gt=0, description="how often retention runs")
+    rules: list[str] = Field(default_factory=list, description="extra rule files or directories")
+    no_builtin_rules: bool = Field(False, description="use only the extra rules")
+    log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="server log level")
+
+    @classmethod
+    def settings_customise_sources(
+        cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource, dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # init = flags and the file, merged by `load_settings` in precedence order; env sits between.
+        return (init_settings,)
+
+
+def _env_values(environ: Mapping[str, str]) -> dict[str, Any]:
+    """HYPOCENTER_* variables decoded the pydantic-settings way (JSON for lists)."""
+    source = EnvSettingsSource(Settings, case_sensitive=False, env_prefix=ENV_PREFIX)
+    source.env_vars = {k.lower(): v for k, v in environ.items()}
+    out: dict[str, Any] = {}
+    for name, info in Settings.model_fields.items():
+        value, _, complex_ = source.get_field_value(info, name)
+        if value is not None:
+            try:
+                out[name] = source.prepare_field_value(name, info, value, complex_)
+            except ValueError as exc:
+                raise InputError(f"{ENV_PREFIX}{name.upper()}: {exc}") from None
+    return out
+
+
+def _file_values(path: Path) -> tuple[dict[str, Any], dict[str, str]]:
+    if not path.is_file():
+        raise InputError(f"{path}: no such config file")
+    doc = strict_yaml.load_file(path, display=str(path))
+    if doc is None:
+        return {}, {}
+    if not isinstance(doc, dict):
+        raise InputError(f"{path}: expected a mapping of settings, not a {type(doc).__name__}")
+    lines: dict[str, int] = getattr(doc, "key_lines", {})
+    where: dict[str, str] = {}
+    for key in doc:
+        line = lines.get(key) or getattr(doc, "line", 0)
+        where[str(key)] = f"{path}:{line}" if line else str(path)
+        if key not in Settings.model_fields:
+            hint = get_close_matches(str(key), list(Settings.model_fields), n=1)
+            tip = f" (did you mean {hint[0]!r}?)" if hint else ""
+            raise InputError(f"{where[str(key)]}: unknown setting {key!r}{tip}")
+    return dict(doc), where
+
+
+def load_settings(flags: Mapping[str, Any] | None = None, config: str | Path | None = None,
+                  environ: Mapping[str, str] | None = None) -> tuple[Settings, dict[str, str]]:
+    """Effective settings and, per field, where its value came from (default, file:line, env VAR, flag)."""
+    env = dict(os.environ if environ is None else environ)
+    flag_values = {k: v for k, v in (flags or {}).items() if v is not None}
+    for key in flag_values:
+        if key not in Settings.model_fields:
+            raise InputError(f"unknown setting {key!r}")
+    path = config if config is not None else env.get(CONFIG_ENV)
+    file_values, file_where = _file_values(Path(path)) if path else ({}, {})
+    env_values = _env_values({k: v for k, v in env.items() if k.upper() != CONFIG_ENV})
+    merged = {**file_values, **env_values, **flag_values}
+    origin: dict[str, str] = {}
+    for name in Settings.model_fields:
+        if name in flag_values:
+            origin[name] = f"flag --{name.replace('_', '-')}"
+        elif name in env_values:
+            origin[name] = f"env {ENV_PREFIX}{name.upper()}"
+        elif name in file_values:
+            origin[name] = f"file {file_where[name]}"
+        else:
+            origin[name] = "default"
+    try:
+        return Settings(**merged), origin
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        name = str(err["loc"][0]) if err["loc"] else ""
+        where = origin.get(name, "settings").replace("file ", "")
+        raise InputError(f"{where}: {name}: {err['msg']}") from None
+
+
+def describe(settings: Settings, origin: Mapping[str, str]) -> list[tuple[str, str, str]]:
+    """(name, value, origin) rows for `hypocenter config show`."""
+    rows: list[tuple[str, str, str]] = []
+    for name in Settings.model_fields:
+        value = getattr(settings, name)
+        text = ",".join(value) if isinstance(value, list) else str(value).lower() if isinstance(value, bool) else str(value)
+        rows.append((name, text, origin[name]))
+    return rows
+
+
+def field_help(name: str) -> str:
+    info: FieldInfo = Settings.model_fields[name]
+    return info.description or ""

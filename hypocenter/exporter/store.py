@@ -1,0 +1,529 @@
+"""The store: what the server accepted, the attempts it knows, and the diagnoses it made.
+
+    Store (protocol)       what the server needs; a PostgreSQL store implements the same methods
+    SQLiteStore(path)      the embedded default: one file, WAL, versioned migrations.
+                           `SQLiteStore(":memory:")` is the in-memory double for tests.
+
+Tables (migration 1): `attempts` (scope per workload attempt), `attempt_nodes`, `log_entries`
+(accepted log records: workload-scoped ones carry `attempt_id`; node-scoped ones only `node`, and
+are joined to attempts by node and time when an attempt is analysed), `metric_points` (likewise),
+`stream_drops` (lines removed by retention, reported in coverage), `diagnoses` (+ `diagnosis_nodes`).
+
+Durability: `ingest` commits before it returns, and the server acknowledges a request only after
+that, so an acknowledged record survives a crash (SIGKILL, power loss with `synchronous=FULL`).
+Records are idempotent: an exporter retry of an acknowledged batch is stored once (`dedup` key).
+
+The store knows nothing about the engine or OTLP wire formats: it keeps tagged rows and JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from hypocenter.collector.otlp import Entry, Point
+from hypocenter.errors import InputError
+
+# Every migration, in order. Never edit a released one: append a new one.
+MIGRATIONS: tuple[str, ...] = (
+    """
+    CREATE TABLE attempts (
+        id INTEGER PRIMARY KEY,
+        workload TEXT NOT NULL,
+        attempt INTEGER NOT NULL,
+        scope TEXT NOT NULL DEFAULT '{}',     -- merged hypocenter.* scope attributes (JSON)
+        context TEXT,                         -- an uploaded attempt.yaml, validated (JSON), wins over scope
+        first_ns INTEGER,                     -- earliest / latest time of its workload-scoped data
+        last_ns INTEGER,
+        terminal_ns INTEGER,                  -- time of the terminal-state record, when one arrived
+        activity REAL NOT NULL,               -- wall clock of the last data that touched the attempt
+        dirty INTEGER NOT NULL DEFAULT 1,     -- data arrived since the last analysis
+        analyzed_at REAL,
+        UNIQUE (workload, attempt)
+    );
+    CREATE TABLE attempt_nodes (
+        attempt_id INTEGER NOT NULL REFERENCES attempts(id) ON DELETE CASCADE,
+        node TEXT NOT NULL,
+        PRIMARY KEY (attempt_id, node)
+    );
+    CREATE INDEX attempt_nodes_node ON attempt_nodes (node);
+    CREATE TABLE log_entries (
+        id INTEGER PRIMARY KEY,
+        attempt_id INTEGER REFERENCES attempts(id) ON DELETE CASCADE,
+        node TEXT,
+        stream TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        line INTEGER,
+        time_ns INTEGER NOT NULL,
+        body TEXT NOT NULL,
+        received REAL NOT NULL,
+        dedup TEXT NOT NULL UNIQUE
+    );
+    CREATE INDEX log_entries_attempt ON log_entries (attempt_id, stream, line);
+    CREATE INDEX log_entries_node ON log_entries (node, time_ns) WHERE attempt_id IS NULL;
+    CREATE INDEX log_entries_received ON log_entries (received);
+    CREATE TABLE metric_points (
+        id INTEGER PRIMARY KEY,
+        attempt_id INTEGER REFERENCES attempts(id) ON DELETE CASCADE,
+        node TEXT,
+        source TEXT NOT NULL,
+        name TEXT NOT NULL,
+        labels TEXT NOT NULL,
+        time_ns INTEGER NOT NULL,
+        value REAL NOT NULL,
+        received REAL NOT NULL,
+        dedup TEXT NOT NULL UNIQUE
+    );
+    CREATE INDEX metric_points_attempt ON metric_points (attempt_id);
+    CREATE INDEX metric_points_node ON metric_points (node, time_ns) WHERE attempt_id IS NULL;
+    CREATE TABLE stream_drops (
+        scope TEXT NOT NULL,                  -- attempt id or '' for node-scoped streams
+        node TEXT NOT NULL,
+        stream TEXT NOT NULL,
+        dropped INTEGER NOT NULL,
+        PRIMARY KEY (scope, node, stream)
+    );
+    CREATE TABLE diagnoses (
+        id TEXT PRIMARY KEY,
+        attempt_id INTEGER REFERENCES attempts(id) ON DELETE SET NULL,
+        workload TEXT NOT NULL,
+        attempt INTEGER NOT NULL,
+        cluster TEXT,
+        outcome TEXT NOT NULL,
+        domain TEXT,
+        subdomain TEXT,
+        terminal_state TEXT,
+        provisional INTEGER NOT NULL,
+        window_start_ns INTEGER,
+        window_end_ns INTEGER,
+        created REAL NOT NULL,
+        body TEXT NOT NULL
+    );
+    CREATE INDEX diagnoses_created ON diagnoses (created);
+    CREATE TABLE diagnosis_nodes (
+        diagnosis_id TEXT NOT NULL REFERENCES diagnoses(id) ON DELETE CASCADE,
+        node TEXT NOT NULL,
+        role TEXT NOT NULL,                   -- culprit | affected
+        PRIMARY KEY (diagnosis_id, node, role)
+    );
+    CREATE INDEX diagnosis_nodes_node ON diagnosis_nodes (node, role);
+    """,
+)
+
+
+class StoreError(InputError):
+    """A store that cannot be opened or migrated (a path to fix, a newer schema)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Retention:
+    max_age_s: float = 7 * 86400.0            # accepted records older than this (by arrival) are removed
+    max_lines_per_stream: int = 1_000_000     # oldest lines of a longer stream are removed
+    diagnoses_max_age_s: float = 90 * 86400.0
+
+
+@dataclass(slots=True)
+class AttemptRow:
+    id: int
+    workload: str
+    attempt: int
+    scope: dict[str, str]
+    context: dict[str, Any] | None
+    nodes: list[str]
+    first_ns: int | None
+    last_ns: int | None
+    terminal_ns: int | None
+    activity: float
+    dirty: bool
+    analyzed_at: float | None
+
+
+@dataclass(slots=True)
+class LogRow:
+    node: str | None
+    stream: str
+    kind: str
+    line: int | None
+    time_ns: int
+    body: str
+
+
+@dataclass(slots=True)
+class PointRow:
+    node: str | None
+    source: str
+    name: str
+    labels: dict[str, str]
+    time_ns: int
+    value: float
+
+
+@dataclass(slots=True)
+class DiagnosisFilter:
+    cluster: str | None = None
+    outcome: str | None = None
+    domain: str | None = None
+    node: str | None = None          # a culprit node (root cause or candidate)
+    workload: str | None = None
+    since_ns: int | None = None      # the attempt's window overlaps [since, until]
+    until_ns: int | None = None
+    limit: int = 100
+
+
+@dataclass(slots=True)
+class DiagnosisRow:
+    id: str
+    workload: str
+    attempt: int
+    cluster: str | None
+    outcome: str
+    domain: str | None
+    subdomain: str | None
+    provisional: bool
+    created: float
+    body: str
+    nodes: list[str] = field(default_factory=list)
+
+
+class Store(Protocol):
+    """What the server needs from a store. Every method is safe to call from any thread."""
+
+    def ingest(self, logs: Sequence[Entry], points: Sequence[Point], now: float) -> int: ...
+    def set_context(self, workload: str, attempt: int, context: dict[str, Any], now: float) -> None: ...
+    def attempt(self, workload: str, attempt: int) -> AttemptRow | None: ...
+    def attempts_due(self, now: float, settle_s: float, idle_s: float) -> list[AttemptRow]: ...
+    def attempt_logs(self, attempt_id: int) -> list[LogRow]: ...
+    def node_logs(self, nodes: Sequence[str], start_ns: int, end_ns: int) -> list[LogRow]: ...
+    def attempt_points(self, attempt_id: int) -> list[PointRow]: ...
+    def node_points(self, nodes: Sequence[str], start_ns: int, end_ns: int) -> list[PointRow]: ...
+    def known_nodes(self) -> list[str]: ...
+    def drops(self, attempt_id: int, nodes: Sequence[str]) -> dict[tuple[str, str], int]: ...
+    def put_diagnosis(self, attempt_id: int, body: str, summary: dict[str, Any], provisional: bool,
+                      analyzed_from: float) -> None: ...
+    def get_diagnosis(self, diagnosis_id: str) -> DiagnosisRow | None: ...
+    def list_diagnoses(self, flt: DiagnosisFilter) -> list[DiagnosisRow]: ...
+    def sweep(self, now: float, retention: Retention) -> int: ...
+    def stats(self) -> dict[str, int]: ...
+    def close(self) -> None: ...
+
+
+def open_store(url: str) -> SQLiteStore:
+    """`sqlite:///path/file.db`, `sqlite://:memory:` or a plain path. PostgreSQL URLs come later."""
+    if url.startswith(("postgres://", "postgresql://")):
+        raise StoreError("PostgreSQL stores are not available in this version: use a SQLite file path")
+    path = url.removeprefix("sqlite:///").removeprefix("sqlite://")
+    return SQLiteStore(path)
+
+
+class SQLiteStore:
+    """The embedded store. One connection behind a lock: SQLite has one writer at a time anyway."""
+
+    def __init__(self, path: str | Path, *, synchronous: str = "FULL") -> None:
+        self.path = str(path)
+        if self.path != ":memory:":
+            parent = Path(self.path).parent
+            if not parent.is_dir():
+                raise StoreError(f"{self.path}: directory {parent} does not exist")
+        try:
+            self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30.0)
+        except sqlite3.Error as exc:
+            raise StoreError(f"{self.path}: cannot open the store: {exc}") from None
+        self._lock = threading.RLock()
+        self._db.row_factory = sqlite3.Row
+        if synchronous.upper() not in ("OFF", "NORMAL", "FULL", "EXTRA"):
+            raise StoreError(f"synchronous must be OFF, NORMAL, FULL or EXTRA, not {synchronous!r}")
+        try:
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute(f"PRAGMA synchronous={synchronous.upper()}")
+            self._db.execute("PRAGMA foreign_keys=ON")
+            self.migrate()
+        except sqlite3.DatabaseError as exc:
+            self._db.close()
+            raise StoreError(f"{self.path}: not a usable hypocenter store: {exc}") from None
+
+    # ----------------------------------------------------------------------------------- plumbing
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    def _rows(self, sql: str, args: Sequence[Any] = ()) -> list[sqlite3.Row]:
+        with self._lock:
+            return list(self._db.execute(sql, args).fetchall())
+
+    def migrate(self) -> int:
+        """Apply the migrations this file does not have yet; returns the schema version."""
+        with self._tx() as db:
+            db.execute("CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied REAL NOT NULL)")
+            have = db.execute("SELECT COALESCE(MAX(version), 0) FROM schema_migrations").fetchone()[0]
+            if have > len(MIGRATIONS):
+                raise StoreError(f"{self.path}: schema version {have} is newer than this hypocenter "
+                                 f"knows ({len(MIGRATIONS)}): upgrade hypocenter")
+            for version in range(have + 1, len(MIGRATIONS) + 1):
+                for statement in MIGRATIONS[version - 1].split(";"):
+                    if statement.strip():
+                        db.execute(statement)
+                db.execute("INSERT INTO schema_migrations VALUES (?, ?)", (version, time.time()))
+        return len(MIGRATIONS)
+
+    def schema_version(self) -> int:
+        return int(self._rows("SELECT COALESCE(MAX(version), 0) FROM schema_migrations")[0][0])
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    # ----------------------------------------------------------------------------------- ingest
+
+    def _attempt_id(self, db: sqlite3.Connection, workload: str, attempt: int, now: float) -> int:
+        row = db.execute("SELECT id FROM attempts WHERE workload=? AND attempt=?", (workload, attempt)).fetchone()
+        if row is not None:
+            return int(row[0])
+        cur = db.execute("INSERT INTO attempts (workload, attempt, activity) VALUES (?, ?, ?)", (workload, attempt, now))
+        return int(cur.lastrowid or 0)
+
+    def ingest(self, logs: Sequence[Entry], points: Sequence[Point], now: float) -> int:
+        """Store what is new in one transaction; returns how many rows were new (retries are not)."""
+        new = 0
+        with self._tx() as db:
+            ids: dict[tuple[str, int], int] = {}
+            touched: dict[int, tuple[int | None, int | None, int | None, dict[str, str], set[str]]] = {}
+            node_times: dict[str, tuple[int, int]] = {}
+
+            def attempt_of(workload: str | None, attempt: int) -> int | None:
+                if workload is None:
+                    return None
+                key = (workload, attempt)
+                if key not in ids:
+                    ids[key] = self._attempt_id(db, workload, attempt, now)
+                return ids[key]
+
+            def touch(aid: int | None, node: str | None, t: int, scope: dict[str, str], terminal: bool) -> None:
+                if aid is None:
+                    if node is not None and t:
+                        lo, hi = node_times.get(node, (t, t))
+                        node_times[node] = (min(lo, t), max(hi, t))
+                    return
+                alo, ahi, term, sc, nodes = touched.get(aid, (None, None, None, {}, set()))
+                if t:
+                    alo = t if alo is None else min(alo, t)
+                    ahi = t if ahi is None else max(ahi, t)
+                if terminal:
+                    term = t or int(now * 1e9)
+                sc.update(scope)
+                if node is not None:
+                    nodes.add(node)
+                touched[aid] = (alo, ahi, term, sc, nodes)
+
+            for e in logs:
+                aid = attempt_of(e.workload, e.attempt)
+                cur = db.execute(
+                    "INSERT OR IGNORE INTO log_entries (attempt_id, node, stream, kind, line, time_ns, body, received, dedup)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (aid, e.node, e.stream, e.kind, e.line, e.time_ns, e.body, now, e.dedup))
+                new += cur.rowcount
+                touch(aid, e.node, e.time_ns, e.scope, "state" in e.scope or "banner_state" in e.scope)
+            for p in points:
+                aid = attempt_of(p.workload, p.attempt)
+                labels = json.dumps(p.labels, sort_keys=True, separators=(",", ":"))
+                dedup = f"{aid}\x1f{p.node}\x1f{p.source}\x1f{p.name}\x1f{labels}\x1f{p.time_ns}"
+                cur = db.execute(
+                    "INSERT OR IGNORE INTO metric_points (attempt_id, node, source, name, labels, time_ns, value, received, dedup)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (aid, p.node, p.source, p.name, labels, p.time_ns, p.value, now, dedup))
+                new += cur.rowcount
+                touch(aid, None if aid is not None else p.node, p.time_ns, p.scope, False)  # metric labels name no attempt node
+            for aid, (lo, hi, term, sc, nodes) in touched.items():
+                row = db.execute("SELECT scope, first_ns, last_ns, terminal_ns FROM attempts WHERE id=?", (aid,)).fetchone()
+                scope = json.loads(row["scope"])
+                scope.update(sc)
+                first = min(x for x in (row["first_ns"], lo) if x is not None) if (row["first_ns"] or lo) else None
+                last = max(x for x in (row["last_ns"], hi) if x is not None) if (row["last_ns"] or hi) else None
+                db.execute("UPDATE attempts SET scope=?, first_ns=?, last_ns=?, terminal_ns=COALESCE(?, terminal_ns),"
+                           " activity=?, dirty=1 WHERE id=?",
+                           (json.dumps(scope, sort_keys=True), first, last, term, now, aid))
+                db.executemany("INSERT OR IGNORE INTO attempt_nodes VALUES (?, ?)", [(aid, n) for n in sorted(nodes)])
+            for node, (lo, hi) in node_times.items():
+                # Late node-scoped data re-opens the attempts that ran on that node at that time.
+                db.execute(
+                    "UPDATE attempts SET dirty=1, activity=? WHERE id IN (SELECT attempt_id FROM attempt_nodes WHERE node=?)"
+                    " AND analyzed_at IS NOT NULL AND COALESCE(first_ns, 0) <= ? + 3600000000000"
+                    " AND COALESCE(last_ns, ?) >= ? - 3600000000000",
+                    (now, node, hi, hi, lo))
+        return new
+
+    def set_context(self, workload: str, attempt: int, context: dict[str, Any], now: float) -> None:
+        """Pin an attempt's scope (an uploaded attempt.yaml, validated by the caller)."""
+        with self._tx() as db:
+            aid = self._attempt_id(db, workload, attempt, now)
+            db.execute("UPDATE attempts SET context=?, activity=?, dirty=1 WHERE id=?",
+                       (json.dumps(context, sort_keys=True, default=str), now, aid))
+
+    # ----------------------------------------------------------------------------------- attempts
+
+    def _attempt_row(self, row: sqlite3.Row) -> AttemptRow:
+        nodes = [r[0] for r in self._rows("SELECT node FROM attempt_nodes WHERE attempt_id=? ORDER BY node", (row["id"],))]
+        return AttemptRow(id=row["id"], workload=row["workload"], attempt=row["attempt"], scope=json.loads(row["scope"]),
+                          context=json.loads(row["context"]) if row["context"] else None, nodes=nodes,
+                          first_ns=row["first_ns"], last_ns=row["last_ns"], terminal_ns=row["terminal_ns"],
+                          activity=row["activity"], dirty=bool(row["dirty"]), analyzed_at=row["analyzed_at"])
+
+    def attempt(self, workload: str, attempt: int) -> AttemptRow | None:
+        rows = self._rows("SELECT * FROM attempts WHERE workload=? AND attempt=?", (workload, attempt))
+        return self._attempt_row(rows[0]) if rows else None
+
+    def attempts_due(self, now: float, settle_s: float, idle_s: float) -> list[AttemptRow]:
+        """Dirty attempts that ended `settle_s` ago, or that have been quiet for `idle_s`."""
+        rows = self._rows(
+            "SELECT * FROM attempts WHERE dirty=1 AND ((terminal_ns IS NOT NULL OR context IS NOT NULL) AND activity <= ?"
+            " OR activity <= ?) ORDER BY activity, id",
+            (now - settle_s, now - idle_s))
+        return [self._attempt_row(r) for r in rows]
+
+    def attempt_logs(self, attempt_id: int) -> list[LogRow]:
+        return [LogRow(r["node"], r["stream"], r["kind"], r["line"], r["time_ns"], r["body"]) for r in self._rows(
+            "SELECT node, stream, kind, line, time_ns, body FROM log_entries WHERE attempt_id=? ORDER BY stream, line, id",
+            (attempt_id,))]
+
+    def node_logs(self, nodes: Sequence[str], start_ns: int, end_ns: int) -> list[LogRow]:
+        if not nodes:
+            return []
+        marks = ",".join("?" * len(nodes))
+        return [LogRow(r["node"], r["stream"], r["kind"], r["line"], r["time_ns"], r["body"]) for r in self._rows(
+            f"SELECT node, stream, kind, line, time_ns, body FROM log_entries WHERE attempt_id IS NULL"
+            f" AND node IN ({marks}) AND time_ns BETWEEN ? AND ? ORDER BY node, stream, line, id",
+            (*nodes, start_ns, end_ns))]
+
+    def attempt_points(self, attempt_id: int) -> list[PointRow]:
+        return [self._point(r) for r in self._rows(
+            "SELECT * FROM metric_points WHERE attempt_id=? ORDER BY source, name, labels, time_ns", (attempt_id,))]
+
+    def node_points(self, nodes: Sequence[str], start_ns: int, end_ns: int) -> list[PointRow]:
+        if not nodes:
+            return []
+        marks = ",".join("?" * len(nodes))
+        return [self._point(r) for r in self._rows(
+            f"SELECT * FROM metric_points WHERE attempt_id IS NULL AND node IN ({marks}) AND time_ns BETWEEN ? AND ?"
+            " ORDER BY source, name, labels, time_ns", (*nodes, start_ns, end_ns))]
+
+    @staticmethod
+    def _point(r: sqlite3.Row) -> PointRow:
+        return PointRow(r["node"], r["source"], r["name"], json.loads(r["labels"]), r["time_ns"], r["value"])
+
+    def known_nodes(self) -> list[str]:
+        """Nodes that have node-scoped data (for matching FQDNs and aliases to an attempt's names)."""
+        return [r[0] for r in self._rows(
+            "SELECT DISTINCT node FROM log_entries WHERE attempt_id IS NULL AND node IS NOT NULL"
+            " UNION SELECT DISTINCT node FROM metric_points WHERE attempt_id IS NULL AND node IS NOT NULL")]
+
+    def drops(self, attempt_id: int, nodes: Sequence[str]) -> dict[tuple[str, str], int]:
+        marks = ",".join("?" * len(nodes)) or "''"
+        return {(r["node"], r["stream"]): r["dropped"] for r in self._rows(
+            f"SELECT node, stream, dropped FROM stream_drops WHERE scope=? OR (scope='' AND node IN ({marks}))",
+            (str(attempt_id), *nodes))}
+
+    # ----------------------------------------------------------------------------------- diagnoses
+
+    def put_diagnosis(self, attempt_id: int, body: str, summary: dict[str, Any], provisional: bool,
+                      analyzed_from: float) -> None:
+        """Store the attempt's diagnosis (replacing the previous one) and clear its dirty flag unless
+        data arrived after `analyzed_from` (the wall time the analysis read the store)."""
+        with self._tx() as db:
+            db.execute("DELETE FROM diagnoses WHERE attempt_id=? OR id=?", (attempt_id, summary["id"]))
+            db.execute(
+                "INSERT INTO diagnoses (id, attempt_id, workload, attempt, cluster, outcome, domain, subdomain,"
+                " terminal_state, provisional, window_start_ns, window_end_ns, created, body)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (summary["id"], attempt_id, summary["workload"], summary["attempt"], summary.get("cluster"),
+                 summary["outcome"], summary.get("domain"), summary.get("subdomain"), summary.get("terminal_state"),
+                 int(provisional), summary.get("window_start_ns"), summary.get("window_end_ns"), time.time(), body))
+            db.executemany("INSERT OR IGNORE INTO diagnosis_nodes VALUES (?, ?, ?)",
+                           [(summary["id"], n, "culprit") for n in summary.get("culprits", [])]
+                           + [(summary["id"], n, "affected") for n in summary.get("affected", [])])
+            db.execute("UPDATE attempts SET analyzed_at=?, dirty=CASE WHEN activity > ? THEN 1 ELSE 0 END WHERE id=?",
+                       (time.time(), analyzed_from, attempt_id))
+
+    def _diag(self, r: sqlite3.Row) -> DiagnosisRow:
+        nodes = [x[0] for x in self._rows(
+            "SELECT node FROM diagnosis_nodes WHERE diagnosis_id=? AND role='culprit' ORDER BY node", (r["id"],))]
+        return DiagnosisRow(id=r["id"], workload=r["workload"], attempt=r["attempt"], cluster=r["cluster"],
+                            outcome=r["outcome"], domain=r["domain"], subdomain=r["subdomain"],
+                            provisional=bool(r["provisional"]), created=r["created"], body=r["body"], nodes=nodes)
+
+    def get_diagnosis(self, diagnosis_id: str) -> DiagnosisRow | None:
+        rows = self._rows("SELECT * FROM diagnoses WHERE id=?", (diagnosis_id,))
+        return self._diag(rows[0]) if rows else None
+
+    def list_diagnoses(self, flt: DiagnosisFilter) -> list[DiagnosisRow]:
+        where: list[str] = []
+        args: list[Any] = []
+        for column, value in (("cluster", flt.cluster), ("outcome", flt.outcome), ("domain", flt.domain),
+                              ("workload", flt.workload)):
+            if value is not None:
+                where.append(f"{column}=?")
+                args.append(value)
+        if flt.node is not None:
+            where.append("id IN (SELECT diagnosis_id FROM diagnosis_nodes WHERE node=? AND role='culprit')")
+            args.append(flt.node)
+        if flt.since_ns is not None:
+            where.append("COALESCE(window_end_ns, 0) >= ?")
+            args.append(flt.since_ns)
+        if flt.until_ns is not None:
+            where.append("COALESCE(window_start_ns, 0) <= ?")
+            args.append(flt.until_ns)
+        sql = "SELECT * FROM diagnoses" + (" WHERE " + " AND ".join(where) if where else "")
+        sql += " ORDER BY window_end_ns DESC, id LIMIT ?"
+        args.append(max(1, min(flt.limit, 1000)))
+        return [self._diag(r) for r in self._rows(sql, args)]
+
+    # ----------------------------------------------------------------------------------- retention
+
+    def sweep(self, now: float, retention: Retention) -> int:
+        """Apply retention; returns rows removed. Lines cut from a stream are counted for coverage."""
+        removed = 0
+        with self._tx() as db:
+            cutoff = now - retention.max_age_s
+            removed += db.execute("DELETE FROM log_entries WHERE received < ?", (cutoff,)).rowcount
+            removed += db.execute("DELETE FROM metric_points WHERE received < ?", (cutoff,)).rowcount
+            over = db.execute(
+                "SELECT COALESCE(attempt_id, '') AS scope, COALESCE(node, '') AS node, stream, COUNT(*) AS n"
+                " FROM log_entries GROUP BY attempt_id, node, stream HAVING n > ?",
+                (retention.max_lines_per_stream,)).fetchall()
+            for r in over:
+                extra = r["n"] - retention.max_lines_per_stream
+                scope_sql = "attempt_id IS NULL" if r["scope"] == "" else "attempt_id = ?"
+                scope_args: tuple[Any, ...] = () if r["scope"] == "" else (int(r["scope"]),)
+                ids = db.execute(
+                    f"SELECT id FROM log_entries WHERE {scope_sql} AND COALESCE(node, '') = ? AND stream = ?"
+                    " ORDER BY time_ns, line, id LIMIT ?", (*scope_args, r["node"], r["stream"], extra)).fetchall()
+                db.executemany("DELETE FROM log_entries WHERE id=?", [(i[0],) for i in ids])
+                db.execute("INSERT INTO stream_drops VALUES (?, ?, ?, ?) ON CONFLICT (scope, node, stream)"
+                           " DO UPDATE SET dropped = dropped + excluded.dropped",
+                           (str(r["scope"]), r["node"], r["stream"], len(ids)))
+                removed += len(ids)
+            removed += db.execute("DELETE FROM diagnoses WHERE created < ?",
+                                  (now - retention.diagnoses_max_age_s,)).rowcount
+            removed += db.execute(
+                "DELETE FROM attempts WHERE activity < ? AND id NOT IN (SELECT attempt_id FROM diagnoses"
+                " WHERE attempt_id IS NOT NULL)", (cutoff,)).rowcount
+        return removed
+
+    def stats(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for table in ("attempts", "log_entries", "metric_points", "diagnoses"):
+            out[table] = int(self._rows(f"SELECT COUNT(*) FROM {table}")[0][0])
+        return out

@@ -1,0 +1,307 @@
+"""`hypocenter replay BUNDLE`: send an attempt bundle to a server as OTLP, the way collectors would.
+
+The client is the official OpenTelemetry Python SDK exporters (OTLP/gRPC, or OTLP/HTTP with
+`--http`), with their own retry on UNAVAILABLE / 503. What goes out, in this order:
+
+  node logs      logs/<node>/{kern.log,dmesg*,journal*,messages*,syslog*,nvidia-smi*,dcgmi*,…}:
+                 node-scoped, resource `host.name=<node>` only (a node agent knows no job)
+  app logs       the other files of logs/<node>/ (resource host.name + workload attributes) and
+                 logs/_job/ (workload attributes only)
+  metrics        each series as an OTLP gauge; node-scoped when a label names one of the attempt's
+                 nodes, else tagged with the workload
+  events         each scheduler / Kubernetes document as one log record whose body is the document
+                 (as the k8sobjects receiver sends them), tagged with the workload
+  state          last: one record with `hypocenter.attempt.state` (+ exit code, reason, window end),
+                 the trigger for analysis
+
+Every log record carries `log.file.path` (the bundle-relative path, so evidence refs match
+`hypocenter analyze`) and `log.file.record_number` (its line), and a time parsed from the line the
+way a collector's timestamp operator would (lines without one take the previous line's time).
+Resending the same bundle is idempotent on the server.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from hypocenter.collector.attempts import NodeMatcher
+from hypocenter.collector.bundle import JOB_DIR, _documents, load_context, read_text, time_context
+from hypocenter.collector.lineformat import TimeContext, parse_line
+from hypocenter.collector.metrics import MetricFormatError, parse_metrics
+from hypocenter.errors import HypocenterError, InputError, TransientError
+from hypocenter.model import AttemptContext
+
+NODE_FILES = re.compile(r"^(kern|dmesg|journal|messages|syslog|nvidia-smi|dcgmi|perfquery|ibstat|ibdiagnet|mlx|ipmi|sel)",
+                        re.IGNORECASE)
+BATCH = 512
+_NODE_LABELS = ("hostname", "Hostname", "node", "nodename", "host", "kubernetes_node", "instance")
+
+
+@dataclass(slots=True)
+class LogLine:
+    body: Any
+    time_ns: int
+    attributes: dict[str, Any]
+
+
+@dataclass(slots=True)
+class Stream:
+    """One resource's worth of records (one file, or one metrics file's node)."""
+
+    resource: dict[str, Any]
+    lines: list[LogLine]
+
+
+@dataclass(slots=True)
+class ReplayReport:
+    log_records: int = 0
+    metric_points: int = 0
+    requests: int = 0
+    partial_rejections: int = 0
+
+
+def _ns(dt: datetime) -> int:
+    return int(dt.timestamp() * 1_000_000) * 1000
+
+
+def workload_attributes(ctx: AttemptContext) -> dict[str, Any]:
+    wl = ctx.workload
+    attrs: dict[str, Any] = {
+        "service.name": "hypocenter-replay",
+        "hypocenter.workload.id": wl.id,
+        "hypocenter.workload.attempt": wl.attempt,
+        "hypocenter.attempt.window.start": ctx.window.start.isoformat().replace("+00:00", "Z"),
+        "hypocenter.attempt.timezone": ctx.timezone,
+    }
+    for key, value in (("name", wl.name), ("scheduler", wl.scheduler), ("cluster", wl.cluster)):
+        if value:
+            attrs[f"hypocenter.workload.{key}"] = value
+    if ctx.nodes:
+        attrs["hypocenter.attempt.nodes"] = ",".join(ctx.nodes)
+    if ctx.ranks:
+        attrs["hypocenter.attempt.ranks"] = json.dumps(dict(ctx.ranks), sort_keys=True)
+    return attrs
+
+
+def _lines(text: str, rel: str, tctx: TimeContext, fallback_ns: int) -> list[LogLine]:
+    """One record per line, timed like a collector's timestamp parser (previous time if none)."""
+    parts = text.split("\n")
+    if parts and parts[-1] == "":
+        parts.pop()
+    times: list[int | None] = []
+    for line in parts:
+        stamp = parse_line(line[:4096], tctx).time if line.strip() else None
+        times.append(_ns(stamp) if stamp is not None else None)
+    first = next((t for t in times if t is not None), fallback_ns)
+    out: list[LogLine] = []
+    last = first
+    for i, (line, ns) in enumerate(zip(parts, times, strict=True), start=1):
+        last = ns if ns is not None else last
+        out.append(LogLine(body=line, time_ns=last, attributes={"log.file.path": rel, "log.file.record_number": i}))
+    return out
+
+
+def _files(top: Path) -> list[Path]:
+    return sorted(p for p in top.rglob("*") if p.is_file() and not p.name.startswith("."))
+
+
+def plan(root: Path) -> tuple[AttemptContext, list[Stream], list[Stream], list[tuple[dict[str, Any], list[Any]]]]:
+    """(context, node streams, workload streams, metric groups) of a bundle, in send order."""
+    ctx = load_context(root)
+    tctx = time_context(ctx)
+    wattrs = workload_attributes(ctx)
+    end_ns = _ns(ctx.window.end)
+    node_streams: list[Stream] = []
+    app_streams: list[Stream] = []
+    logs = root / "logs"
+    if logs.is_dir():
+        for node_dir in sorted(p for p in logs.iterdir() if p.is_dir() and not p.name.startswith(".")):
+            node = None if node_dir.name == JOB_DIR else node_dir.name
+            for path in _files(node_dir):
+                rel = path.relative_to(root).as_posix()
+                text, _, _ = read_text(path)
+                if text is None:
+                    continue
+                lines = _lines(text, rel, tctx, end_ns)
+                if node is not None and NODE_FILES.match(path.name):
+                    node_streams.append(Stream(resource={"host.name": node, "service.name": "node-agent"}, lines=lines))
+                else:
+                    res = dict(wattrs)
+                    if node is not None:
+                        res["host.name"] = node
+                    app_streams.append(Stream(resource=res, lines=lines))
+    events = root / "events"
+    if events.is_dir():
+        for path in _files(events):
+            rel = path.relative_to(root).as_posix()
+            text, _, _ = read_text(path)
+            if text is None:
+                continue
+            try:
+                docs = _documents(text)
+            except ValueError:
+                continue
+            lines = [LogLine(body=doc, time_ns=end_ns, attributes={"log.file.path": rel, "log.file.record_number": i})
+                     for i, doc in enumerate(docs, start=1)]
+            app_streams.append(Stream(resource=dict(wattrs), lines=lines))
+    metric_groups: list[tuple[dict[str, Any], list[Any]]] = []
+    matcher = NodeMatcher(ctx.nodes)
+    metrics = root / "metrics"
+    if metrics.is_dir():
+        for path in _files(metrics):
+            rel = path.relative_to(root).as_posix()
+            text, _, _ = read_text(path)
+            if text is None:
+                continue
+            try:
+                series = parse_metrics(text, default_time=ctx.window.end)
+            except (MetricFormatError, ValueError):
+                continue
+            by_node: dict[str | None, list[Any]] = {}
+            for s in series:
+                node = next((m for k in _NODE_LABELS if (m := matcher.resolve(s.labels.get(k))) is not None), None)
+                by_node.setdefault(node, []).append(s)
+            for node, group in sorted(by_node.items(), key=lambda kv: kv[0] or ""):
+                res = {"host.name": node, "service.name": "node-agent"} if node else dict(wattrs)
+                res["hypocenter.source"] = rel
+                metric_groups.append((res, group))
+    return ctx, node_streams, app_streams, metric_groups
+
+
+def state_record(ctx: AttemptContext) -> Stream:
+    attrs: dict[str, Any] = {
+        "hypocenter.attempt.state": ctx.state or "UNKNOWN",
+        "hypocenter.attempt.window.end": ctx.window.end.isoformat().replace("+00:00", "Z"),
+        "log.file.path": "hypocenter/attempt-state",
+    }
+    if ctx.exit_code is not None:
+        attrs["hypocenter.attempt.exit_code"] = ctx.exit_code
+    if ctx.reason:
+        attrs["hypocenter.attempt.reason"] = ctx.reason
+    body = f"attempt {ctx.workload.id}.{ctx.workload.attempt} ended: state={ctx.state or 'UNKNOWN'}"
+    return Stream(resource=workload_attributes(ctx), lines=[LogLine(body=body, time_ns=_ns(ctx.window.end),
+                                                                    attributes=attrs)])
+
+
+class Sender:
+    """The OpenTelemetry SDK exporters, pointed at one endpoint."""
+
+    def __init__(self, endpoint: str, http: bool, timeout: float = 30.0) -> None:
+        self.http = http
+        if http:
+            from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter as HTTPLogs
+            from opentelemetry.exporter.otlp.proto.http.metric_exporter import (
+                OTLPMetricExporter as HTTPMetrics,
+            )
+
+            base = endpoint if endpoint.startswith(("http://", "https://")) else f"http://{endpoint}"
+            self.logs: Any = HTTPLogs(endpoint=f"{base.rstrip('/')}/v1/logs", timeout=timeout)
+            self.metrics: Any = HTTPMetrics(endpoint=f"{base.rstrip('/')}/v1/metrics", timeout=timeout)
+        else:
+            from opentelemetry.exporter.otlp.proto.grpc._log_exporter import OTLPLogExporter as GrpcLogs
+            from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import (
+                OTLPMetricExporter as GrpcMetrics,
+            )
+
+            target = endpoint.removeprefix("http://")
+            self.logs = GrpcLogs(endpoint=target, insecure=True, timeout=timeout)
+            self.metrics = GrpcMetrics(endpoint=target, insecure=True, timeout=timeout)
+
+    def send_logs(self, stream: Stream, report: ReplayReport) -> None:
+        from opentelemetry._logs import LogRecord
+        from opentelemetry.sdk._logs import ReadableLogRecord
+        from opentelemetry.sdk._logs.export import LogRecordExportResult
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+
+        resource = Resource(stream.resource)
+        scope = InstrumentationScope("hypocenter.replay")
+        now = time.time_ns()
+        for chunk in _chunks(stream.lines, BATCH):
+            batch = [ReadableLogRecord(LogRecord(timestamp=line.time_ns, observed_timestamp=now, body=line.body,
+                                                 attributes=line.attributes), resource, scope) for line in chunk]
+            if self.logs.export(batch) != LogRecordExportResult.SUCCESS:
+                raise TransientError(f"the server did not accept {len(batch)} log record(s) "
+                                     f"({chunk[0].attributes.get('log.file.path')}): see the exporter's log above")
+            report.log_records += len(batch)
+            report.requests += 1
+
+    def send_metrics(self, resource_attrs: dict[str, Any], series: list[Any], report: ReplayReport) -> None:
+        from opentelemetry.sdk.metrics.export import (
+            Gauge,
+            Metric,
+            MetricExportResult,
+            MetricsData,
+            NumberDataPoint,
+            ResourceMetrics,
+            ScopeMetrics,
+        )
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+
+        metrics = []
+        count = 0
+        for s in series:
+            points = [NumberDataPoint(attributes=dict(s.labels), start_time_unix_nano=0, time_unix_nano=_ns(when),
+                                      value=value) for when, value in s.samples]
+            count += len(points)
+            metrics.append(Metric(name=s.name, description=None, unit=None, data=Gauge(data_points=points)))
+        data = MetricsData(resource_metrics=[ResourceMetrics(
+            resource=Resource(resource_attrs), schema_url="",
+            scope_metrics=[ScopeMetrics(scope=InstrumentationScope("hypocenter.replay"), metrics=metrics, schema_url="")])])
+        if self.metrics.export(data) != MetricExportResult.SUCCESS:
+            raise TransientError(f"the server did not accept metrics from {resource_attrs.get('hypocenter.source')}")
+        report.metric_points += count
+        report.requests += 1
+
+    def close(self) -> None:
+        self.logs.shutdown()
+        self.metrics.shutdown()
+
+
+def _chunks(items: Sequence[LogLine], n: int) -> Iterator[Sequence[LogLine]]:
+    for i in range(0, len(items), n):
+        yield items[i:i + n]
+
+
+def replay(bundle: Path, endpoint: str, *, http: bool = False, send_state: bool = True,
+           timeout: float = 30.0) -> tuple[AttemptContext, ReplayReport]:
+    """Send the bundle; raises InputError for an unusable bundle, TransientError when the server refuses."""
+    ctx, node_streams, app_streams, metric_groups = plan(Path(bundle))
+    sender = Sender(endpoint, http, timeout)
+    report = ReplayReport()
+    try:
+        for stream in node_streams:
+            sender.send_logs(stream, report)
+        for attrs, series in metric_groups:
+            sender.send_metrics(attrs, series, report)
+        for stream in app_streams:
+            sender.send_logs(stream, report)
+        if send_state:
+            sender.send_logs(state_record(ctx), report)
+    finally:
+        sender.close()
+    return ctx, report
+
+
+def trigger(rest: str, ctx: AttemptContext, timeout: float = 60.0) -> tuple[int, str]:
+    """POST /v1/attempts/{workload}/{attempt}/analyze on the REST base URL; (status, body)."""
+    import httpx
+
+    base = rest if rest.startswith(("http://", "https://")) else f"http://{rest}"
+    url = f"{base.rstrip('/')}/v1/attempts/{ctx.workload.id}/{ctx.workload.attempt}/analyze"
+    try:
+        resp = httpx.post(url, timeout=timeout)
+    except httpx.HTTPError as exc:
+        raise TransientError(f"{url}: {exc}") from None
+    return resp.status_code, resp.text
+
+
+__all__ = ["HypocenterError", "InputError", "plan", "replay", "trigger"]
