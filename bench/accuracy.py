@@ -231,13 +231,15 @@ def score(results: Sequence[Result], wall: float, *, worst: int = 20) -> dict[st
     by_mode: dict[str, list[Result]] = defaultdict(list)
     for r in results:
         by_mode[r.mode].append(r)
+    per_label = _prf([(r.truth.key, r.pred.key if r.pred else None) for r in results])
     per_mode = {}
     for mode, rs in sorted(by_mode.items()):
         mp, mr, *_ = _nodes_pr(rs)
         wrong = Counter(r.pred.key if r.pred else "(error)" for r in rs if not r.label_ok)
         per_mode[mode] = {
             "n": len(rs), "truth": rs[0].truth.key, "exact": _ratio(sum(x.exact for x in rs), len(rs)),
-            "label_recall": _ratio(sum(x.label_ok for x in rs), len(rs)), "node_precision": mp, "node_recall": mr,
+            "label_recall": _ratio(sum(x.label_ok for x in rs), len(rs)), "label_precision": per_label[rs[0].truth.key]["precision"],
+            "node_precision": mp, "node_recall": mr,
             "top_wrong": wrong.most_common(1)[0][0] if wrong else None,
         }
     confusion: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
@@ -263,7 +265,7 @@ def score(results: Sequence[Result], wall: float, *, worst: int = 20) -> dict[st
         "component_recall": _ratio(comp_hit, comp_all),
         "errors": sum(1 for r in results if r.error),
         "per_domain": _prf([(r.truth.domain_key, r.pred.domain_key if r.pred else None) for r in results]),
-        "per_label": _prf([(r.truth.key, r.pred.key if r.pred else None) for r in results]),
+        "per_label": per_label,
         "per_mode": per_mode,
         "confusion": {t: dict(sorted(row.items())) for t, row in sorted(confusion.items())},
         "worst": [{"bundle": r.bundle, "mode": r.mode, "truth": r.truth.text(), "predicted": r.pred.text() if r.pred else None,
@@ -299,10 +301,10 @@ def format_report(s: dict[str, Any]) -> str:
     for cls, v in s["per_domain"].items():
         out.append(f"{cls:24s} {v['truth']:5d} {v['predicted']:5d} {_fmt(v['precision']):>6s} {_fmt(v['recall']):>6s}")
     out.append("")
-    out.append(f"{'mode':40s} {'n':>4s} {'exact':>6s} {'label':>6s} {'nodeP':>6s} {'nodeR':>6s}  most common wrong label")
+    out.append(f"{'mode':40s} {'n':>4s} {'exact':>6s} {'labelP':>6s} {'labelR':>6s} {'nodeP':>6s} {'nodeR':>6s}  most common wrong label")
     for mode, v in s["per_mode"].items():
-        out.append(f"{mode:40s} {v['n']:4d} {_fmt(v['exact']):>6s} {_fmt(v['label_recall']):>6s} {_fmt(v['node_precision']):>6s} "
-                   f"{_fmt(v['node_recall']):>6s}  {v['top_wrong'] or ''}")
+        out.append(f"{mode:40s} {v['n']:4d} {_fmt(v['exact']):>6s} {_fmt(v['label_precision']):>6s} {_fmt(v['label_recall']):>6s} "
+                   f"{_fmt(v['node_precision']):>6s} {_fmt(v['node_recall']):>6s}  {v['top_wrong'] or ''}")
     out.append("")
     cols = sorted({c for row in s["confusion"].values() for c in row})
     idx = {c: i for i, c in enumerate(cols)}

@@ -117,6 +117,7 @@ class Scenario:
         self.compact = world.world_size > 256
         self.oom_tasks: set[int] = set()
         self.env: dict[str, str] = {}
+        self.signalled_agents: set[str] = set()
 
     # ---------------------------------------------------------------------------------------------
     # Streams
@@ -528,8 +529,7 @@ class Scenario:
         local.sort()
         own = [(tt, r) for tt, r in local if self.exits[r].code != -15]
         if not own:
-            t0 = local[0][0]
-            self.node_out(node, t0 - 0.2, pytorch.agent_signal(w, node.agent_pid, "SIGTERM"))
+            self.agent_signalled(node, local[0][0] - 0.2)
             return
         t0, r0 = own[0]
         t_detect = t0 + rng.uniform(0.5, 5.0)
@@ -546,6 +546,12 @@ class Scenario:
             return self.clock.local(tt, node)
 
         self.node_out(node, t_detect + rng.uniform(4, 6), pytorch.child_failed_error(w, host, failures, local_time))
+
+    def agent_signalled(self, node: Node, t: float) -> None:
+        """torchrun on `node` receives SIGTERM from the scheduler (printed once per agent)."""
+        if node.name not in self.signalled_agents:
+            self.signalled_agents.add(node.name)
+            self.node_out(node, t, pytorch.agent_signal(self.w, node.agent_pid, "SIGTERM"))
 
     def _srun_teardown(self, t_end: float) -> float:
         w, rng = self.w, self.rng

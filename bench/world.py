@@ -321,6 +321,7 @@ def _hostnames(rng: Random, style: str, count: int, platform: str) -> list[str]:
         nums.append(num)
         num += 1 if rng.random() < 0.85 else rng.randint(2, 4)
     letter = rng.choice("abcdefgh")
+    pool = rng.choice(("a3mega", "a3ultra", "gpu"))
     for i, n in enumerate(nums):
         if style == "gpu":
             names.append(f"gpu-{letter}{n:0{width}d}")
@@ -332,7 +333,7 @@ def _hostnames(rng: Random, style: str, count: int, platform: str) -> list[str]:
             rack = 1 + (n - 1) // 8
             names.append(f"dgx-{platform}-r{rack:02d}-n{(n - 1) % 8 + 1:02d}")
         elif style == "gke":
-            names.append(f"gke-{letter}3-pool-{rng.choice(('a3mega', 'a3ultra', 'gpu'))}-{n:04d}")
+            names.append(f"gke-{letter}3-pool-{pool}-{n:04d}")
         else:
             raise ValueError(style)
     if style == "gke":

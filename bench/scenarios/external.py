@@ -13,7 +13,7 @@ def _sigterm_all(sc: Scenario, t: float, *, collateral_p: float = 0.6) -> None:
     w, rng = sc.w, sc.rng
     if w.uses_torchrun:
         for node in w.nodes:
-            sc.node_out(node, t + rng.uniform(0, 1.5), pytorch.agent_signal(w, node.agent_pid, "SIGTERM"))
+            sc.agent_signalled(node, t + rng.uniform(0, 1.5))
             sc.node_out(node, t + rng.uniform(1.5, 2.5), pytorch.agent_sigterm(w, node.agent_pid, node.rank_pids))
     if rng.random() < collateral_p:
         victims = rng.sample(range(w.world_size), k=min(w.world_size, rng.randint(1, 6)))
@@ -147,7 +147,7 @@ def maintenance(sc: Scenario) -> None:
     for r in w.ranks_of(node):
         sc.exit(r, t + rng.uniform(1, 5), -15)
     if w.uses_torchrun:
-        sc.node_out(node, t + 0.5, pytorch.agent_signal(w, node.agent_pid, "SIGTERM"))
+        sc.agent_signalled(node, t + 0.5)
     t_detect = sc.after_crash(t + 3, list(w.ranks_of(node)), hang_p=0.5)
     sc.teardown(t_detect)
     nobj = kube.node_obj(w, node, ready="True" if not graceful else "False", reason="KubeletReady" if not graceful else "KubeletNotReady",
