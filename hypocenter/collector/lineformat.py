@@ -61,6 +61,7 @@ class LineHeader:
     tag: str | None = None
     rank: int | None = None
     device: int | None = None
+    task: int | None = None  # srun --label task id: the global rank only when srun starts one task per rank
 
     @property
     def source_hint(self) -> str | None:
@@ -165,6 +166,8 @@ def parse_line(line: str, ctx: TimeContext) -> LineHeader:
             break
         text = peeled
     h.message = text
+    if h.rank is None and h.task is not None:
+        h.rank = h.task
     return h
 
 
@@ -180,10 +183,9 @@ def _peel(text: str, h: LineHeader, ctx: TimeContext) -> str | None:
             h.device = int(m.group(4))
             return text[m.end():]
     if c.isdigit():
-        m = _SRUN_LABEL.match(text)  # srun --label: "<task>: message"; task ids are global ranks
+        m = _SRUN_LABEL.match(text)  # srun --label: "<task>: message"
         if m:
-            if h.rank is None:
-                h.rank = int(m.group(1))
+            h.task = int(m.group(1))
             return text[m.end():]
         m = _CRI.match(text)
         if m:
@@ -225,8 +227,7 @@ def _peel(text: str, h: LineHeader, ctx: TimeContext) -> str | None:
     if c == "[":
         m = _RANK.match(text)
         if m:
-            if h.rank is None:
-                h.rank = int(m.group(1))
+            h.rank = int(m.group(1))  # PyTorch's own prefix wins over an srun task label
             return text[m.end():]
         m = _DEFAULT_RANK.match(text)  # torchrun --tee: a *local* rank, so it names no global rank
         if m:
