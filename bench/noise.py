@@ -97,7 +97,8 @@ def distract(sc: Scenario) -> None:
     choices = [
         ("xid_other_job", 0.35), ("xid45_teardown", 0.5), ("aer_corrected", 0.35), ("flap_outside", 0.25),
         ("outsider_node", 0.12), ("lustre_recovered", 0.15), ("sticky_xid_gauge", 0.15), ("xmit_wait", 0.15),
-        ("nvlink_nonfatal_before", 0.2), ("unrelated_drain", 0.12), ("missing_kernel_logs", 0.25), ("truncated", 0.15),
+        ("nvlink_nonfatal_before", 0.2), ("unrelated_drain", 0.12), ("missing_pod_logs", 0.12), ("missing_kernel_logs", 0.25),
+        ("truncated", 0.15),
     ]
     kernel_needed = {"xid_other_job", "xid45_teardown", "aer_corrected", "flap_outside", "lustre_recovered", "nvlink_nonfatal_before",
                      "missing_kernel_logs", "truncated"}
@@ -275,6 +276,20 @@ def _missing_kernel_logs(sc: Scenario) -> None:
     sc.distractor(f"no kernel log for {len(drop)} node(s): {names}")
 
 
+def _missing_pod_logs(sc: Scenario) -> None:
+    """Pods deleted before anyone ran `kubectl logs`: their output is simply not in the bundle."""
+    if sc.w.output != "pods" or len(sc.w.nodes) < 3:
+        return
+    paths = [p for n in sc.w.nodes if n.name not in sc.truth.nodes
+             for p in [sc.node_stream(n).path] if p not in sc.protected and p in sc.bundle.streams]
+    if not paths:
+        return
+    drop = sc.rng.sample(paths, k=min(len(paths), max(1, len(paths) // 3)))
+    for p in drop:
+        sc.bundle.drop(p)
+    sc.distractor(f"no container log for {len(drop)} pod(s) (deleted before collection)")
+
+
 def _truncated(sc: Scenario) -> None:
     rng = sc.rng
     paths = [p for p, s in sorted(sc.bundle.streams.items()) if s.entries and p.startswith("logs/")]
@@ -290,5 +305,6 @@ _DISTRACTORS = {
     "xid_other_job": _xid_other_job, "xid45_teardown": _xid45_teardown, "aer_corrected": _aer_corrected,
     "flap_outside": _flap_outside, "outsider_node": _outsider_node, "lustre_recovered": _lustre_recovered,
     "sticky_xid_gauge": _sticky_xid_gauge, "xmit_wait": _xmit_wait, "nvlink_nonfatal_before": _nvlink_nonfatal_before,
-    "unrelated_drain": _unrelated_drain, "missing_kernel_logs": _missing_kernel_logs, "truncated": _truncated,
+    "unrelated_drain": _unrelated_drain, "missing_pod_logs": _missing_pod_logs, "missing_kernel_logs": _missing_kernel_logs,
+    "truncated": _truncated,
 }
