@@ -7,12 +7,13 @@ culprit-node precision >= 0.99, and never attributed when the truth is unattribu
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 from pathlib import Path
 
 import pytest
 
-from bench.accuracy import Label, Result, Thresholds, evaluate, format_report, score
+from bench.accuracy import Label, Result, Thresholds, evaluate, format_report, main, score
 from bench.generate import generate
 
 
@@ -40,6 +41,16 @@ def test_engine_meets_accuracy_targets(tmp_path: Path) -> None:
     assert summary["exact_match"] >= 0.97, report
     assert summary["node_precision"] >= 0.99, report
     assert summary["false_confident_rate_unattributed"] == 0, report
+
+
+def test_cli_exit_status_follows_thresholds(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    corpus = tmp_path / "corpus"
+    generate(corpus, 3, seed=9, prior="uniform", nodes_max=2)
+    out = tmp_path / "summary.json"
+    assert main([str(corpus), "--jobs", "1", "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["summary"]["scenarios"] == 3
+    assert main([str(corpus), "--jobs", "1", "--min-exact", "1.01"]) == 1
+    assert "FAIL: exact match" in capsys.readouterr().out
 
 
 def _r(mode: str, truth: Label, pred: Label | None) -> Result:
