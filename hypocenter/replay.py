@@ -180,6 +180,7 @@ def state_record(ctx: AttemptContext) -> Stream:
         "hypocenter.attempt.state": ctx.state or "UNKNOWN",
         "hypocenter.attempt.window.end": ctx.window.end.isoformat().replace("+00:00", "Z"),
         "log.file.path": "hypocenter/attempt-state",
+        "log.file.record_number": 1,  # one state per attempt: a resent one is stored once
     }
     if ctx.exit_code is not None:
         attrs["hypocenter.attempt.exit_code"] = ctx.exit_code

@@ -18,7 +18,6 @@ import socket
 import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 import grpc
 import uvicorn
@@ -39,7 +38,7 @@ from hypocenter.api.service import Attribution, Backpressure
 from hypocenter.collector import otlp
 from hypocenter.config import Settings
 from hypocenter.errors import InputError, TransientError
-from hypocenter.exporter.store import open_store
+from hypocenter.exporter.store import Store, open_store
 
 log = logging.getLogger("hypocenter.server")
 
@@ -118,9 +117,9 @@ class OTLPGrpc:
 class Server:
     """The running server: build with settings, `start()` the gRPC side, `serve()` the HTTP side."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, store: Store | None = None) -> None:
         self.settings = settings
-        self.store = open_store(settings.store)
+        self.store = store if store is not None else open_store(settings.store)
         self.service = Attribution(settings, self.store)
         self.grpc_server: grpc.Server | None = None
         self.grpc_address = ""
@@ -196,9 +195,9 @@ def run(settings: Settings) -> int:
     return 0
 
 
-def serve_in_thread(settings: Settings) -> tuple[Server, threading.Thread]:
+def serve_in_thread(settings: Settings, store: Store | None = None) -> tuple[Server, threading.Thread]:
     """Start a server in this process (tests, embedding); stop it with `server.shutdown()` and join."""
-    server = Server(settings)
+    server = Server(settings, store)
     server.start_grpc()
 
     def target() -> None:
@@ -213,5 +212,3 @@ def serve_in_thread(settings: Settings) -> tuple[Server, threading.Thread]:
         raise TransientError("the server did not start within 30 s")
     return server, thread
 
-
-_ = Any

@@ -157,6 +157,10 @@ def parse_line(line: str, ctx: TimeContext) -> LineHeader:
     """Peel the recognised prefixes of one line. Never raises."""
     h = LineHeader(message=line)
     text = line
+    if text[:1] in (" ", "\t"):
+        stripped = text.lstrip(" \t")
+        if stripped[:1] in ("[", "{", "<") or stripped[:1].isdigit():  # Megatron's " [2026-…] iteration …"
+            text = stripped
     for _ in range(6):  # layers: CRI → JSON → syslog → uptime → rank → stamp; bounded
         try:
             peeled = _peel(text, h, ctx)

@@ -253,7 +253,9 @@ class Extractor:
                 if fm is None:
                     continue
                 fields = _fields(fm, comp)
-                node = names.resolve(rec.node) or names.resolve(_str(fields.get("host")))
+                named = rec.node or _str(fields.get("host"))
+                # A record about a node outside the attempt keeps that node's name, so scope drops it.
+                node = names.resolve(named) or (named if named and names.nodes else None)
                 result.events.append(Event(
                     kind=comp.spec.event, rule=comp.rule.id, time=rec.time or tctx.end, approx=rec.time is None,
                     node=node, source="scheduler", ref=rec.ref, text=rec.text[:MAX_TEXT], fields=fields))

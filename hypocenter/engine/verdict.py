@@ -127,7 +127,9 @@ def _when_matches(w: When, text: re.Pattern[str] | None, e: Event) -> bool:
 
 
 def in_scope(e: Event, ctx: AttemptContext) -> bool:
-    if e.source in ("app", "scheduler"):
+    """Workload-scoped events always count; node-scoped ones (kernel, metrics, scheduler records
+    about a node) only for the attempt's nodes and window."""
+    if e.source == "app" or (e.source == "scheduler" and e.node is None):
         return True
     if ctx.nodes and e.node is not None and e.node not in ctx.nodes:
         return False
