@@ -83,6 +83,18 @@ def _ecc_run(sc: Scenario, lines_for: str) -> None:
         xid_gauge(sc, node, gpu, code, t)
     if lines_for in ("s02", "xid64") and rng.random() < 0.6:
         _remap_metrics(sc, node, gpu, t)
+    if lines_for in ("s02", "xid64") and rng.random() < 0.3:
+        msg = (f"GPU {gpu.index} had memory errors and row remappings are pending" if lines_for == "s02"
+               else f"GPU {gpu.index} had uncorrectable memory errors and row remapping failed.")
+        sc.bundle.put(f"logs/{node.name}/dcgmi-health.txt", "\n".join([
+            "+---------------------------+----------------------------------------------------------+",
+            "| Health Monitor Report                                                                |",
+            "+===========================+==========================================================+",
+            "| Overall Health            | Failure                                                  |",
+            f"| GPU List                  | {gpu.index}                                                        |",
+            "| -> Memory system          | Failure                                                  |",
+            f"|                           | {msg} |",
+            "+---------------------------+----------------------------------------------------------+"]) + "\n")
 
 
 def s02_hbm(sc: Scenario) -> None:

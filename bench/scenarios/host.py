@@ -36,6 +36,15 @@ def _lose(sc: Scenario) -> tuple[Node, float, bool]:
         sc.root_kernel(node, t - 0.5, lines, root_line=len(lines) - 1, level="emerg")
     sc.lost_nodes[node.name] = t
     sc.culprit([node])
+    if not panic and rng.random() < 0.25:
+        # collected from the BMC after the fact: `ipmitool sel elist`
+        d = sc.local(t + rng.uniform(-2, 1), node)
+        sensor, event = rng.choice((("Power Supply PS2", "Failure detected"), ("Power Supply PS1", "Power Supply AC lost"),
+                                    ("CPU_CATERR", "State Asserted"), ("Watchdog2 #0xca", "Hard reset")))
+        sel = [f" {rng.randint(0x100, 0x1ff):x} | {d:%m/%d/%Y} | {d:%H:%M:%S} | {sensor} | {event} | Asserted",
+               f" {rng.randint(0x200, 0x2ff):x} | {d:%m/%d/%Y} | {(sc.local(t + 190, node)):%H:%M:%S} | System Event #0x{rng.randint(0x80, 0xff):x} | OEM System boot event | Asserted"]
+        sc.bundle.put(f"logs/{node.name}/ipmi-sel.txt", "\n".join(sel) + "\n")
+        sc.collateral(f"BMC SEL on {node.name}: {sensor} {event}")
     sc.collateral(f"logs from {node.name} stop at {sc.utc(t)}")
     peers = sc.peers_of(node, 4)
     if sc.ib_errors(t + rng.uniform(15, 32), node, peers, status=12) and rng.random() < 0.6 and w.stack.torch >= (2, 0):

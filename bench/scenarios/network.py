@@ -94,6 +94,16 @@ def s04_link_flap(sc: Scenario) -> None:
     finish_failed(sc, t_detect)
     if rng.random() < 0.6:
         _link_metrics(sc, {node.name: (hca, t)}, symbol_ramp=rng.random() < 0.6)
+    if not roce and rng.random() < 0.3:
+        counters = {"SymbolErrorCounter": rng.randint(2000, 65535), "LinkErrorRecoveryCounter": rng.randint(3, 40),
+                    "LinkDownedCounter": rng.randint(1, 4), "PortRcvErrors": rng.randint(100, 9000),
+                    "PortRcvRemotePhysicalErrors": 0, "PortRcvSwitchRelayErrors": 0, "PortXmitDiscards": rng.randint(0, 50),
+                    "PortXmitConstraintErrors": 0, "PortRcvConstraintErrors": 0, "LocalLinkIntegrityErrors": rng.randint(0, 3),
+                    "ExcessiveBufferOverrunErrors": 0, "VL15Dropped": 0, "PortXmitWait": rng.randint(10**6, 10**9)}
+        lid = rng.randint(10, 60000)
+        body = [f"# Port extended counters: Lid {lid} port {hca.port} (CapMask: 0x5300 CapMask2: 0x0000002)", f"PortSelect:{'.' * 22}{hca.port}"]
+        body += [f"{k}:{'.' * max(1, 33 - len(k))}{v}" for k, v in counters.items()]
+        sc.bundle.put(f"logs/{node.name}/perfquery-{hca.name}.txt", f"$ perfquery -x -C {hca.name} -P {hca.port}\n" + "\n".join(body) + "\n")
 
 
 def switch_fault(sc: Scenario) -> None:
