@@ -63,9 +63,14 @@ class ServerProcess:
 
     def kill(self) -> None:
         """SIGKILL: no shutdown code runs."""
-        if self.proc is not None and self.proc.poll() is None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait(10)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+        self.proc = None
 
     def stop(self) -> None:
         if self.proc is None:
