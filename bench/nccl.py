@@ -52,7 +52,6 @@ def init_lines(world: World, node: Node, rank: int, rng: Random, comm: str) -> l
     local = world.local_of(rank)
     pid = world.rank_pid(rank)
     v = world.stack.nccl
-    hca = node.hcas[local % len(node.hcas)]
     oob = f"{oob_interface(node)}:{node.ib_ip}<0>"
     out: list[str] = []
     if rank == 0:
@@ -71,8 +70,8 @@ def init_lines(world: World, node: Node, rank: int, rng: Random, comm: str) -> l
     if v >= (2, 13, 0):
         out.append(info(world, node, pid, local, f"comm {comm} rank {rank} nranks {world.world_size} cudaDev {local} "
                         f"nvmlDev {local} busId {bus} commId 0x{world.hexid(16, 'commid')} - Init START"))
-    out.append(info(world, node, pid, local, f"NCCL_IB_HCA set to {hca.name.split('_')[0]}" if rng.random() < 0.05 else "Setting affinity for GPU "
-                    f"{local} to {rng.choice(('ffffffff,00000000', 'ff,ffff0000,00000000', '0fffff'))}"))
+    out.append(info(world, node, pid, local, f"Setting affinity for GPU {local} to "
+                    f"{rng.choice(('ffffffff,00000000', 'ff,ffff0000,00000000', '0fffff'))}"))
     if v >= (2, 13, 0):
         out.append(info(world, node, pid, local, f"ncclCommInitRank comm {comm} rank {rank} nranks {world.world_size} cudaDev {local} "
                         f"nvmlDev {local} busId {bus} commId 0x{world.hexid(16, 'commid')} - Init COMPLETE"))

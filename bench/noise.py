@@ -136,11 +136,9 @@ def _xid45_teardown(sc: Scenario) -> None:
         if node.name in sc.lost_nodes:
             continue
         t = sc.end - rng.uniform(0.5, 8)
-        pid = node.rank_pids[0]
         lines = [nvidia.xid45(g, node.rank_pids[g.index], "python" if rng.random() < 0.5 else "pt_main_thread", rng)
                  for g in rng.sample(node.gpus, k=rng.randint(2, len(node.gpus)))]
         sc.kernel(node, t, lines, gap=0.0009)
-        del pid
     sc.distractor("Xid 45 teardown burst on " + ", ".join(n.name for n in nodes) + " when the job was killed")
 
 
