@@ -38,10 +38,6 @@ def ib_labels(node: Node, hca: HCA, name: str) -> dict[str, str]:
     return {"__name__": name, "device": hca.name, "port": str(hca.port), "instance": f"{node.name}:9100", "job": "node"}
 
 
-def node_labels(node: Node, name: str, **extra: str) -> dict[str, str]:
-    return {"__name__": name, "instance": f"{node.name}:9100", "job": "node", **extra}
-
-
 def sample(start: float, end: float, step: float, value: Callable[[float], float | None], fmt: str = "{:g}") -> list[tuple[float, str]]:
     """Samples of `value(t)` every `step` seconds; a None value means the scrape failed (gap)."""
     out: list[tuple[float, str]] = []

@@ -180,13 +180,6 @@ def bootstrap_no_interface(world: World, node: Node, rank: int) -> str:
     return warn(world, node, pid, local, "bootstrap.cc:" + ("42" if world.stack.nccl < (2, 19, 0) else "97"), "Bootstrap : no socket interface found")
 
 
-def socket_connect_failed(world: World, node: Node, rank: int, ip: str, rng: Random) -> str:
-    pid, local = world.rank_pid(rank), world.local_of(rank)
-    why = rng.choice(("No route to host", "Connection refused", "Connection timed out"))
-    return warn(world, node, pid, local, "misc/socket.cc:" + str(rng.choice((456, 484, 557))),
-                f"socketStartConnect: Connect to {ip}<{rng.randint(32768, 60999)}> failed : {why}")
-
-
 def duplicate_gpu(world: World, node: Node, rank: int, other: int, busid: str) -> str:
     pid, local = world.rank_pid(rank), world.local_of(rank)
     return warn(world, node, pid, local, "init.cc:" + ("593" if world.stack.nccl < (2, 18, 0) else "871"),

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from random import Random
 
-from bench.world import GPU, HCA, Node, World
+from bench.world import GPU, HCA, World
 
 
 def _proc(pid: int | None, name: str | None) -> str:
@@ -250,9 +250,3 @@ def mlx5_health(hca: HCA, rng: Random) -> list[str]:
         f"mlx5_core {hca.bdf}: print_health_info:{rng.choice((420, 433))}:(pid 0): assert_var[0] 0x{rng.randint(0, 0xffffffff):08x}",
     ]
 
-
-def node_ib(node: Node, name: str) -> HCA:
-    for h in node.hcas:
-        if h.name == name:
-            return h
-    raise KeyError(name)

@@ -441,9 +441,18 @@ class Scenario:
         if w.nccl_debug is None:
             return 0
         count = 0
+        dead_local = [w.local_of(r) for r in w.ranks_of(dead) if r in self.exits]
+        reporters = list(reporters) + [r for r in w.ranks_of(dead) if r not in self.exits][:3]
         for r in self.alive(reporters):
             node = w.node_of(r)
-            lines = [nccl.socket_closed(w, node, r, dead, rng)]
+            if node is dead:
+                if w.nccl_debug != "INFO" or not dead_local:
+                    continue
+                lines = [nccl.service_thread_closed(w, node, r, dead_local[0])]
+            else:
+                lines = [nccl.socket_closed(w, node, r, dead, rng)]
+                if rng.random() < 0.3:
+                    lines.append(nccl.proxy_failed(w, node, r, w.rank(dead, dead_local[0] if dead_local else 0)))
             if w.nccl_debug == "INFO":
                 lines += nccl.breadcrumbs(w, node, r, 6)[:1]
             self.out(r, t + rng.uniform(0.2, 4.0), "\n".join(lines))
