@@ -10,8 +10,9 @@ How an attempt's scope (`AttemptContext`) is decided, most specific first:
 3. what the data shows: window = first … last record time of the workload's records (the
    terminal-state record's time ends it), nodes = every `host.name` of the workload's records.
 
-Node-scoped records (no workload) join an attempt when their node is one of its nodes (short
-names and FQDNs match) and their time lies within [window.start - lookback, window.end + slack].
+Node-scoped streams (no workload) join an attempt when their node is one of its nodes (short
+names and FQDNs match) and one of their records lies within [window.start - lookback, window.end +
+slack]; such a stream joins whole, as far as retention kept it (its boot lines anchor uptime stamps).
 Streams are rebuilt line by line in `log.file.record_number` order, so line references and
 timestamp inheritance work as they do on the files.
 
@@ -159,7 +160,7 @@ def context_for(row: AttemptRow, now: datetime) -> tuple[AttemptContext, list[st
         "workload": Workload(id=row.workload, attempt=row.attempt, name=sc.get("name"),
                              scheduler=sc.get("scheduler"), cluster=sc.get("cluster")),
         "window": Window(start=start, end=end), "state": sc.get("state") or sc.get("banner_state"),
-        "exit_code": exit_code, "reason": sc.get("reason"), "nodes": sorted(set(nodes)), "ranks": ranks,
+        "exit_code": exit_code, "reason": sc.get("reason"), "nodes": list(dict.fromkeys(nodes)), "ranks": ranks,
         "timezone": tz,
     }
     try:

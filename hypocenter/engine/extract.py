@@ -123,7 +123,7 @@ class Extractor:
         max_uptime: dict[str, float] = {}
         for src in sources:
             if isinstance(src, TextSource):
-                self._text(src, tctx, names, ranks, result, pending, anchors, max_uptime)
+                self._text(src, tctx, names, ranks, result, pending, anchors, max_uptime, context.nodes)
             elif isinstance(src, RecordSource):
                 for rec in src.records:
                     self._record(rec, tctx, names, result)
@@ -143,12 +143,13 @@ class Extractor:
 
     def _text(self, src: TextSource, tctx: TimeContext, names: NodeNames, ranks: dict[int, str],
               result: ExtractionResult, pending: list[_Pending], anchors: dict[str, list[timedelta]],
-              max_uptime: dict[str, float]) -> None:
+              max_uptime: dict[str, float], context_nodes: list[str]) -> None:
         data = src.text if isinstance(src.text, bytes) else src.text.encode("utf-8", "surrogateescape")
         n = len(data)
         result.lines_scanned += data.count(b"\n")
         epoch = datetime(1970, 1, 1, tzinfo=tctx.start.tzinfo)
         node_dir = src.node
+        first_node = context_nodes[0] if context_nodes else None
         self._probe_anchors(data, tctx, node_dir, anchors)
         line_no = 1
         counted = 0
@@ -211,7 +212,8 @@ class Extractor:
                     rank = int(fields["rank"])  # type: ignore[arg-type]
                 node = node_dir or names.resolve(_str(fields.get("host"))) or host_node
                 if node is None and rank is not None:
-                    node = ranks.get(rank)
+                    # Without a rank map, rank 0 is on the first node of the allocation (Slurm's batch host).
+                    node = ranks.get(rank) or (first_node if rank == 0 and not ranks else None)
                 ev = Event(kind=comp.spec.event, rule=comp.rule.id, time=when, approx=approx,
                            inherited=inherited and when is not None, node=node,
                            rank=rank, source=kind, ref=f"{src.name}:{line_no}",

@@ -77,7 +77,8 @@ class Candidate:
 
     @property
     def approx(self) -> bool:
-        return any(e.approx for e in self.events[:1])
+        """No event of this cause has a wall-clock time (raw dmesg with nothing to anchor it)."""
+        return bool(self.events) and all(e.approx for e in self.events)
 
     def sort_key(self) -> tuple[str, int, str, str]:
         return (isoformat(self.first_seen) or "~", -self.spec.precedence, self.rule.id, ",".join(sorted(self.nodes)))
@@ -313,15 +314,20 @@ def _survived(cands: list[Candidate], events: list[Event]) -> list[Candidate]:
     typical = gaps[len(gaps) // 2] if gaps else 0.0
     grace = max(PROGRESS_GRACE, timedelta(seconds=3 * typical))
     last = times[-1]
-    return [c for c in cands if c.first_seen is not None and c.first_seen + grace < last
-            and c.spec.domain != "external"]
+    out = []
+    for c in cands:
+        exact = [e.time for e in c.events if e.time is not None and not e.inherited and not e.approx]
+        # Only a stamped signal can be shown to precede progress; an inherited time is a lower bound.
+        if exact and min(exact) + grace < last and c.spec.domain != "external":
+            out.append(c)
+    return out
 
 
 def _starts_together(a: Candidate, b: Candidate) -> bool:
     if a is b:
         return True
-    if a.first_seen is None or b.first_seen is None:
-        return True
+    if a.first_seen is None or b.first_seen is None or a.approx or b.approx:
+        return True  # without wall-clock times their order is unknown
     return b.first_seen - a.first_seen <= AMBIGUITY_WINDOW
 
 

@@ -115,6 +115,10 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX diagnosis_nodes_node ON diagnosis_nodes (node, role);
     """,
+    # 2: node streams join attempts whole (see node_logs)
+    """
+    CREATE INDEX log_entries_node_stream ON log_entries (node, stream, line) WHERE attempt_id IS NULL;
+    """,
 )
 
 
@@ -402,10 +406,15 @@ class SQLiteStore:
     def node_logs(self, nodes: Sequence[str], start_ns: int, end_ns: int) -> list[LogRow]:
         if not nodes:
             return []
+        # A node stream joins whole (what retention kept of it) when any of its records falls in the
+        # range: its earlier lines carry the boot stamps that anchor uptime-only kernel lines, and
+        # the engine itself tells old faults from the attempt's.
         marks = ",".join("?" * len(nodes))
         return [LogRow(r["node"], r["stream"], r["kind"], r["line"], r["time_ns"], r["body"]) for r in self._rows(
-            f"SELECT node, stream, kind, line, time_ns, body FROM log_entries WHERE attempt_id IS NULL"
-            f" AND node IN ({marks}) AND time_ns BETWEEN ? AND ? ORDER BY node, stream, line, id",
+            f"SELECT e.node, e.stream, e.kind, e.line, e.time_ns, e.body FROM log_entries e JOIN ("
+            f"  SELECT DISTINCT node, stream FROM log_entries WHERE attempt_id IS NULL AND node IN ({marks})"
+            f"  AND time_ns BETWEEN ? AND ?) s ON e.node = s.node AND e.stream = s.stream"
+            f" WHERE e.attempt_id IS NULL ORDER BY e.node, e.stream, e.line, e.id",
             (*nodes, start_ns, end_ns))]
 
     def attempt_points(self, attempt_id: int) -> list[PointRow]:
