@@ -75,13 +75,24 @@ def _int(v: object) -> int | None:
 
 
 def hang_laggard(view: AttemptView) -> list[Finding]:
-    """Ranks whose last enqueued NCCL work is behind the others' (per process group)."""
+    """Ranks that never enqueued the collective the others timed out on (per process group).
+
+    The stuck collective is the SeqNum most ranks' watchdogs report; a rank whose last enqueued work
+    is below it never issued it. Ranks may run ahead (async enqueue), so "behind the maximum" is not
+    the test. Without a reported SeqNum, the laggards are a minority below everyone else.
+    """
     per_rank: dict[tuple[str, int], tuple[int, Event]] = {}
+    stuck_votes: dict[str, Counter[int]] = defaultdict(Counter)
     for e in view.of_kind("watchdog_timeout", "watchdog_progress"):
-        enq = _int(e.fields.get("last_enqueued"))
-        if enq is None or e.rank is None:
+        if e.rank is None:
             continue
         pg = str(e.fields.get("pg") or "0")
+        seq = _int(e.fields.get("seq"))
+        if seq is not None:
+            stuck_votes[pg][seq] += 1
+        enq = _int(e.fields.get("last_enqueued"))
+        if enq is None:
+            continue
         key = (pg, e.rank)
         if key not in per_rank or enq > per_rank[key][0]:
             per_rank[key] = (enq, e)
@@ -93,10 +104,15 @@ def hang_laggard(view: AttemptView) -> list[Finding]:
         rows = by_pg[pg]
         if len(rows) < 2:
             continue
-        top = max(enq for _, enq, _ in rows)
-        behind = [(r, enq, e) for r, enq, e in rows if enq < top]
+        votes = stuck_votes.get(pg)
+        if votes:
+            stuck = sorted(votes.items(), key=lambda kv: (-kv[1], kv[0]))[0][0]
+            behind = [(r, enq, e) for r, enq, e in rows if enq < stuck]
+        else:
+            stuck = max(enq for _, enq, _ in rows)
+            behind = [(r, enq, e) for r, enq, e in rows if enq < stuck]
         ahead = len(rows) - len(behind)
-        # The laggards must be the minority: if most ranks are "behind", the leaders are the odd ones.
+        # The laggards must be the minority: if most ranks are "behind", nobody is the odd one out.
         if not behind or len(behind) >= ahead:
             continue
         nodes = sorted({n for _, _, e in behind if (n := view.node_of(e))})
@@ -104,11 +120,10 @@ def hang_laggard(view: AttemptView) -> list[Finding]:
             continue
         evs = tuple(e for _, _, e in behind)
         ranks = ", ".join(str(r) for r, _, _ in behind)
-        first = first_seen(list(evs))
         findings.append(Finding(
-            nodes=tuple(nodes), events=evs, first_seen=first,
-            detail=(f"rank(s) {ranks} last enqueued NCCL work {min(enq for _, enq, _ in behind)} while "
-                    f"{ahead} other rank(s) enqueued {top}")))
+            nodes=tuple(nodes), events=evs, first_seen=first_seen(list(evs)),
+            detail=(f"rank(s) {ranks} last enqueued NCCL work {min(enq for _, enq, _ in behind)} and never "
+                    f"issued work {stuck}, which {ahead} other rank(s) waited on")))
     return findings
 
 
