@@ -197,6 +197,7 @@ class Event(BaseModel):
     time: datetime | None
     approx: bool = False
     inherited: bool = False  # time taken from an earlier line of the stream: a lower bound
+    time_max: datetime | None = None  # for inherited times: the next stamp in the stream, an upper bound
     node: str | None
     rank: int | None = None
     source: SourceKind

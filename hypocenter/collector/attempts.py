@@ -204,6 +204,27 @@ def _text(rows: list[LogRow]) -> tuple[str, int]:
     return "".join(parts), count
 
 
+def _generations(streams: dict[tuple[str | None, str, str], list[LogRow]]
+                 ) -> dict[tuple[str | None, str, str], list[LogRow]]:
+    """Split each stream (rows in arrival order) where its record numbers start again — a rotated or
+    truncated file — into `stream` (the newest file) and `stream.1`, `stream.2`, … (older ones, as
+    logrotate names them); each part in record-number order."""
+    out: dict[tuple[str | None, str, str], list[LogRow]] = {}
+    for (node, stream, kind), rows in streams.items():
+        parts: list[list[LogRow]] = [[]]
+        high = 0
+        for r in rows:
+            if r.line is not None and r.line <= high and parts[-1] and kind == "text":
+                parts.append([])
+                high = 0
+            parts[-1].append(r)
+            high = max(high, r.line or 0)
+        for age, part in enumerate(reversed(parts)):
+            part.sort(key=lambda r: r.line if r.line is not None else 1 << 62)
+            out[(node, stream if age == 0 else f"{stream}.{age}", kind)] = part
+    return out
+
+
 def assemble(store: Store, row: AttemptRow, *, lookback_s: float, slack_s: float,
              now: datetime | None = None) -> AttemptInput:
     ctx, notes = context_for(row, now or datetime.now(timezone.utc))
@@ -213,20 +234,23 @@ def assemble(store: Store, row: AttemptRow, *, lookback_s: float, slack_s: float
     lo = _ns(ctx.window.start) - int(lookback_s * 1e9)
     hi = _ns(ctx.window.end) + int(slack_s * 1e9)
 
-    logs = store.attempt_logs(row.id) + store.node_logs(sorted(stored), lo, hi)
-    streams: dict[tuple[str | None, str, str], list[LogRow]] = defaultdict(list)
-    for r in logs:
-        if r.kind not in ("text", "doc"):
-            continue
-        node = stored.get(r.node, r.node) if r.node is not None else None
-        node = matcher.resolve(node) or node
-        streams[(node, r.stream, r.kind)].append(r)
+    streams: dict[tuple[str | None, str, str], list[LogRow]] = {}
+    for node_scoped, part in ((False, store.attempt_logs(row.id)), (True, store.node_logs(sorted(stored), lo, hi))):
+        grouped: dict[tuple[str | None, str, str], list[LogRow]] = defaultdict(list)
+        for r in part:
+            if r.kind not in ("text", "doc"):
+                continue
+            node = matcher.resolve(r.node) or r.node
+            grouped[(node, r.stream, r.kind)].append(r)
+        for key, rows in _generations(grouped).items():
+            # a node's older (rotated) files join only when they reach into the attempt's time
+            if not node_scoped or any(lo <= r.time_ns <= hi for r in rows):
+                streams.setdefault(key, rows)
     drops = store.drops(row.id, sorted(stored))
     sources: list[Source] = []
     coverage: list[Coverage] = []
     lines_by_node: dict[str, int] = defaultdict(int)
     for (node, stream, kind), rows in sorted(streams.items(), key=lambda kv: (kv[0][1], kv[0][0] or "", kv[0][2])):
-        rows.sort(key=lambda r: (r.line if r.line is not None else 1 << 62, r.time_ns))
         dropped = sum(n for (dn, ds), n in drops.items() if ds == stream and (dn or None) in (node, None))
         reason = f"{dropped} older line(s) removed by retention" if dropped else None
         if kind == "doc":

@@ -374,8 +374,8 @@ def log_entries(req: ExportLogsServiceRequest) -> Tagged:
                 where = f"{ident.workload}\x1f{ident.attempt}\x1f{ident.node}\x1f{stream}"
                 if uid is not None:
                     key = f"uid\x1f{where}\x1f{uid}"
-                elif line is not None:
-                    key = f"line\x1f{where}\x1f{line}"
+                elif line is not None:  # after rotation a file restarts at 1: time and text tell the lines apart
+                    key = f"line\x1f{where}\x1f{line}\x1f{lr.time_unix_nano}\x1f{text}"
                 else:  # an exporter retry resends the identical record: same times, body and attributes
                     key = (f"rec\x1f{where}\x1f{lr.time_unix_nano}\x1f{lr.observed_time_unix_nano}\x1f{text}\x1f"
                            + json.dumps(lattrs, sort_keys=True, default=str))

@@ -61,12 +61,13 @@ Analyzer = Callable[[AttemptView], list[Finding]]
 
 
 def first_seen(events: list[Event]) -> datetime | None:
-    """When a cause began: its earliest stamped event; inherited times (a lower bound taken from an
-    earlier line) only when nothing better is known."""
+    """When a cause began: its earliest stamped event. Without one, the earliest estimate from
+    inherited times: a line without a stamp was written between the stamp before it and the stamp
+    after it, and error bursts sit right before the next stamped line, so the upper bound is used."""
     exact = [e.time for e in events if e.time is not None and not e.inherited]
     if exact:
         return min(exact)
-    return min((e.time for e in events if e.time is not None), default=None)
+    return min(((e.time_max or e.time) for e in events if e.time is not None), default=None)
 
 
 

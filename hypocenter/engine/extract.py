@@ -156,6 +156,7 @@ class Extractor:
         line_end = -1
         resolved_at = -1                       # line-start offset whose time is known
         resolved_time: datetime | None = None
+        next_at, next_time = -1, None           # the next stamped line after the current one, if looked up
         has_uptime_only = False
         for _, start, _ in self._scan(data):
             if start <= line_end:
@@ -190,6 +191,11 @@ class Extractor:
                     approx = when is None
             if when is not None:
                 resolved_at, resolved_time = ls, when
+            upper: datetime | None = None
+            if inherited and when is not None:
+                if next_at <= le:
+                    next_at, next_time = _next_stamp(data, le, tctx)
+                upper = next_time
             host_node = names.resolve(header.host) if header.host else None
             seen_rules: set[str] = set()
             for comp in matched:
@@ -215,7 +221,9 @@ class Extractor:
                     # Without a rank map, rank 0 is on the first node of the allocation (Slurm's batch host).
                     node = ranks.get(rank) or (first_node if rank == 0 and not ranks else None)
                 ev = Event(kind=comp.spec.event, rule=comp.rule.id, time=when, approx=approx,
-                           inherited=inherited and when is not None, node=node,
+                           inherited=inherited and when is not None,
+                           time_max=upper if inherited and upper is not None and when is not None and upper >= when else None,
+                           node=node,
                            rank=rank, source=kind, ref=f"{src.name}:{line_no}",
                            text=line.rstrip()[:MAX_TEXT], fields=fields)
                 if when is None and header.uptime is not None:
@@ -371,6 +379,23 @@ def _inherit(data: bytes, ls: int, stop: int, tctx: TimeContext) -> datetime | N
             return h.time
         end = start - 1
     return None
+
+
+def _next_stamp(data: bytes, le: int, tctx: TimeContext) -> tuple[int, datetime | None]:
+    """The start offset and stamp of the first stamped line after offset `le` (bounded look-ahead);
+    (len(data), None) when there is none."""
+    start = le + 1
+    n = len(data)
+    for _ in range(BACKSCAN_LINES):
+        if start >= n:
+            break
+        end = data.find(b"\n", start)
+        end = n if end == -1 else end
+        h = parse_line(data[start:min(end, start + 512)].decode("utf-8", "replace"), tctx)
+        if h.time is not None:
+            return start, h.time
+        start = end + 1
+    return n, None
 
 
 def _block(data: bytes, ls: int, le: int, before: int, after: int, tctx: TimeContext) -> str:

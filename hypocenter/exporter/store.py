@@ -400,7 +400,7 @@ class SQLiteStore:
 
     def attempt_logs(self, attempt_id: int) -> list[LogRow]:
         return [LogRow(r["node"], r["stream"], r["kind"], r["line"], r["time_ns"], r["body"]) for r in self._rows(
-            "SELECT node, stream, kind, line, time_ns, body FROM log_entries WHERE attempt_id=? ORDER BY stream, line, id",
+            "SELECT node, stream, kind, line, time_ns, body FROM log_entries WHERE attempt_id=? ORDER BY stream, id",
             (attempt_id,))]
 
     def node_logs(self, nodes: Sequence[str], start_ns: int, end_ns: int) -> list[LogRow]:
@@ -414,7 +414,7 @@ class SQLiteStore:
             f"SELECT e.node, e.stream, e.kind, e.line, e.time_ns, e.body FROM log_entries e JOIN ("
             f"  SELECT DISTINCT node, stream FROM log_entries WHERE attempt_id IS NULL AND node IN ({marks})"
             f"  AND time_ns BETWEEN ? AND ?) s ON e.node = s.node AND e.stream = s.stream"
-            f" WHERE e.attempt_id IS NULL ORDER BY e.node, e.stream, e.line, e.id",
+            f" WHERE e.attempt_id IS NULL ORDER BY e.node, e.stream, e.id",
             (*nodes, start_ns, end_ns))]
 
     def attempt_points(self, attempt_id: int) -> list[PointRow]:
