@@ -73,12 +73,7 @@ def _fired(engine: Engine, rule: Rule, ctx: AttemptContext, sources: list[Source
     if rule.analyzer:
         view = AttemptView(context=ctx, events=scoped, rank_nodes=ctx.rank_nodes())
         return [e for f in ANALYZERS[rule.analyzer](view) for e in f.events]
-    hits: list[Event] = []
-    for e in scoped:
-        a = engine.verdict.classifier.classify(e)
-        if a is not None and a.rule.id == rule.id:
-            hits.append(e)
-    return hits
+    return [e for e, a in engine.verdict.classify(scoped) if a.rule.id == rule.id]
 
 
 def run_case(engine: Engine, rule: Rule, case: CaseSpec) -> CaseResult:

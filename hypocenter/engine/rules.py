@@ -124,6 +124,26 @@ class When(_Spec):
         return v
 
 
+class RecoverySpec(_Spec):
+    kind: list[str]
+    text: str
+    within_s: int = Field(default=300, ge=1)
+
+    @field_validator("kind", mode="before")
+    @classmethod
+    def _one_or_many(cls, v: Any) -> Any:
+        return [v] if isinstance(v, str) else v
+
+    @field_validator("text")
+    @classmethod
+    def _compiles(cls, v: str) -> str:
+        try:
+            re.compile(v)
+        except re.error as exc:
+            raise ValueError(f"text regex does not compile: {exc}") from None
+        return v
+
+
 class AttributeSpec(_Spec):
     when: When
     role: Role
@@ -136,6 +156,11 @@ class AttributeSpec(_Spec):
     explains_on_node: list[str] = Field(default_factory=list)
     action: Action = "INVESTIGATE"
     summary: str = "{title} on {nodes}"
+    # stop: the job cannot outlive this cause (progress after it clears it); slow: a straggler the
+    # job keeps running under until a time limit, so progress after it says nothing.
+    effect: Literal["stop", "slow"] = "stop"
+    # Not a cause if the same node logs a matching recovery this soon after (a Lustre reconnect).
+    unless_recovered: RecoverySpec | None = None
 
     @model_validator(mode="after")
     def _classified(self) -> AttributeSpec:

@@ -26,7 +26,7 @@ from typing import Any
 
 from hypocenter import __version__
 from hypocenter.engine.analyzers import ANALYZERS, AttemptView, first_seen
-from hypocenter.engine.rules import AttributeSpec, Rule, Ruleset, When
+from hypocenter.engine.rules import AttributeSpec, RecoverySpec, Rule, Ruleset, When
 from hypocenter.model import (
     AttemptContext,
     AttemptRef,
@@ -105,11 +105,32 @@ class Classifier:
         for attrs in self.by_kind.values():
             attrs.sort(key=lambda a: (-a.spec.precedence, a.rule.id))
 
-    def classify(self, e: Event) -> _Attr | None:
+    def classify(self, e: Event, recovered: _Recoveries | None = None) -> _Attr | None:
         for a in self.by_kind.get(e.kind, ()):
-            if _when_matches(a.spec.when, a.text, e):
-                return a
+            if not _when_matches(a.spec.when, a.text, e):
+                continue
+            if a.spec.unless_recovered is not None and recovered is not None and recovered.after(e, a.spec.unless_recovered):
+                continue  # e.g. a Lustre disconnect that reconnected within minutes: fall through to context
+            return a
         return None
+
+
+class _Recoveries:
+    """Per node, the events that can show a condition cleared (reconnects, server OK)."""
+
+    def __init__(self, events: list[Event]) -> None:
+        self.by_node: dict[str, list[Event]] = defaultdict(list)
+        for e in events:
+            if e.node and e.time is not None:
+                self.by_node[e.node].append(e)
+
+    def after(self, e: Event, spec: RecoverySpec) -> bool:
+        if not e.node or e.time is None:
+            return False
+        pattern = re.compile(spec.text)
+        limit = e.time + timedelta(seconds=spec.within_s)
+        return any(r.kind in spec.kind and e.time <= r.time <= limit and pattern.search(r.text)  # type: ignore[operator]
+                   for r in self.by_node.get(e.node, ()))
 
 
 def _when_matches(w: When, text: re.Pattern[str] | None, e: Event) -> bool:
@@ -197,11 +218,7 @@ class Verdict:
         for e in events:
             if e.node is None and e.rank is not None:
                 e.node = rank_nodes.get(e.rank)
-        roles: list[tuple[Event, _Attr]] = []
-        for e in events:
-            a = self.classifier.classify(e)
-            if a is not None:
-                roles.append((e, a))
+        roles = self.classify(events)
         candidates = self._candidates(roles)
         view = AttemptView(context=ctx, events=events, rank_nodes=rank_nodes)
         for rule in self.analyzer_rules_sorted():
@@ -214,6 +231,16 @@ class Verdict:
         survived = _survived(candidates, events)
         primary, explained = _explain([c for c in candidates if c not in survived])
         return self._diagnosis(ctx, events, roles, primary, explained + survived, coverage)
+
+    def classify(self, events: list[Event]) -> list[tuple[Event, _Attr]]:
+        """Each in-scope event with the attribution rule that gives it its role (unclassified ones dropped)."""
+        recovered = _Recoveries(events)
+        roles: list[tuple[Event, _Attr]] = []
+        for e in events:
+            a = self.classifier.classify(e, recovered)
+            if a is not None:
+                roles.append((e, a))
+        return roles
 
     def analyzer_rules_sorted(self) -> list[Rule]:
         return sorted(self.classifier.analyzer_rules, key=lambda r: r.id)
@@ -318,7 +345,7 @@ def _survived(cands: list[Candidate], events: list[Event]) -> list[Candidate]:
     for c in cands:
         exact = [e.time for e in c.events if e.time is not None and not e.inherited and not e.approx]
         # Only a stamped signal can be shown to precede progress; an inherited time is a lower bound.
-        if exact and min(exact) + grace < last and c.spec.domain != "external":
+        if exact and min(exact) + grace < last and c.spec.domain != "external" and c.spec.effect == "stop":
             out.append(c)
     return out
 
