@@ -29,7 +29,7 @@ from pydantic import ValidationError
 from hypocenter import strict_yaml
 from hypocenter.collector.lineformat import TimeContext, zone
 from hypocenter.collector.metrics import MetricFormatError, parse_metrics
-from hypocenter.collector.scheduler_records import render
+from hypocenter.collector.scheduler_records import parse_scontrol, render
 from hypocenter.collector.sources import MetricSource, RecordSource, Source, TextSource
 from hypocenter.errors import BundleError, InputError
 from hypocenter.model import AttemptContext, Coverage
@@ -400,6 +400,9 @@ def _describe(exc: BaseException) -> str:
 
 
 def _documents(text: str) -> list[object]:
+    scontrol = parse_scontrol(text)
+    if scontrol is not None:
+        return [scontrol]
     stripped = text.lstrip()
     if stripped.startswith("{") or stripped.startswith("["):
         try:

@@ -19,10 +19,46 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import datetime, timezone
+import re
 from typing import Any
 
 from hypocenter.collector.lineformat import TimeContext, parse_iso
 from hypocenter.collector.sources import Record
+
+
+_SCONTROL_KEY = re.compile(r"(?:^|\s)([A-Za-z][\w/:.]*)=")
+
+
+def parse_scontrol(text: str) -> dict[str, list[dict[str, Any]]] | None:
+    """`scontrol show node` / `scontrol show job` text (Key=Value, blank-line separated records) as
+    the JSON shapes `render` reads; None when the text is not in that format."""
+    if not re.match(r"\s*(?:NodeName|JobId)=", text):
+        return None
+    nodes: list[dict[str, Any]] = []
+    jobs: list[dict[str, Any]] = []
+    for block in re.split(r"\n\s*\n", text.strip()):
+        kv: dict[str, str] = {}
+        for line in block.splitlines():
+            keys = list(_SCONTROL_KEY.finditer(line))
+            for i, m in enumerate(keys):
+                end = keys[i + 1].start() if i + 1 < len(keys) else len(line)
+                kv.setdefault(m.group(1), line[m.end():end].strip())
+        if "NodeName" in kv:
+            reason = kv.get("Reason", "")
+            when = re.search(r"\[[^@\]]*@([\dT:-]+)\]\s*$", reason)
+            nodes.append({"name": kv["NodeName"], "state": kv.get("State", "UNKNOWN").split("+"),
+                          "reason": reason, "reason_changed_at_iso": when.group(1) if when else None})
+        elif "JobId" in kv:
+            rc, _, sig = kv.get("ExitCode", "0:0").partition(":")
+            jobs.append({"job_id": kv["JobId"], "job_state": [kv.get("JobState", "UNKNOWN")],
+                         "state_reason": kv.get("Reason", "None"), "exit_code": f"{rc}:{sig or 0}",
+                         "nodes": kv.get("NodeList", ""), "end_time_iso": kv.get("EndTime")})
+    out: dict[str, list[dict[str, Any]]] = {}
+    if nodes:
+        out["nodes"] = nodes
+    if jobs:
+        out["jobs"] = jobs
+    return out or None
 
 
 def render(doc: Any, name: str, ctx: TimeContext) -> list[Record]:
@@ -139,6 +175,8 @@ def _slurm_job(job: dict[str, Any], ref: str, ctx: TimeContext) -> Iterator[Reco
     reason = state.get("reason") if isinstance(state, dict) else job.get("state_reason")
     times = job.get("time", {})
     end = _epoch(times.get("end")) if isinstance(times, dict) else _epoch(job.get("end_time"))
+    if end is None and isinstance(job.get("end_time_iso"), str):
+        end = parse_iso(job["end_time_iso"], ctx)
     yield Record(
         ref=ref, time=end, node=None,
         text=(f"slurm job {jid} state={_states(state)} reason={_clean(reason)} "
@@ -163,7 +201,9 @@ def _slurm_node(node: dict[str, Any], ref: str, ctx: TimeContext) -> Iterator[Re
     name = str(node.get("name"))
     reason = node.get("reason") or "-"
     yield Record(
-        ref=ref, time=_epoch(node.get("reason_changed_at")), node=name,
+        ref=ref, node=name,
+        time=_epoch(node.get("reason_changed_at")) or (
+            parse_iso(node["reason_changed_at_iso"], ctx) if isinstance(node.get("reason_changed_at_iso"), str) else None),
         text=f"slurm node {name} state={_states(node.get('state'))} reason={_clean(reason)}",
     )
 

@@ -18,7 +18,7 @@ import yaml
 
 from hypocenter.collector.bundle import time_context
 from hypocenter.collector.metrics import parse_metrics
-from hypocenter.collector.scheduler_records import render
+from hypocenter.collector.scheduler_records import parse_scontrol, render
 from hypocenter.collector.sources import MetricSource, RecordSource, Source, TextSource
 from hypocenter.engine import Engine, _attempt_record
 from hypocenter.engine.analyzers import ANALYZERS, AttemptView
@@ -59,7 +59,7 @@ def case_sources(case: CaseSpec, ctx: AttemptContext) -> list[Source]:
         out.append(MetricSource(name=f"metrics/{key}", series=parse_metrics(case.metrics[key], tctx.end)))
     for key in sorted(case.events):
         text = case.events[key]
-        doc = json.loads(text) if text.lstrip().startswith(("{", "[")) else yaml.safe_load(text)
+        doc = parse_scontrol(text) or (json.loads(text) if text.lstrip().startswith(("{", "[")) else yaml.safe_load(text))
         out.append(RecordSource(name=f"events/{key}", records=render(doc, f"events/{key}", tctx)))
     return out
 
