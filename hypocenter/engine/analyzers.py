@@ -125,7 +125,36 @@ def hang_laggard(view: AttemptView) -> list[Finding]:
             nodes=tuple(nodes), events=evs, first_seen=first_seen(list(evs)),
             detail=(f"rank(s) {ranks} last enqueued NCCL work {min(enq for _, enq, _ in behind)} and never "
                     f"issued work {stuck}, which {ahead} other rank(s) waited on")))
+    if not findings:
+        findings = _silent_ranks(view, {r for (_, r) in per_rank} | _reporting_ranks(view))
     return findings
+
+
+def _reporting_ranks(view: AttemptView) -> set[int]:
+    return {e.rank for e in view.of_kind("watchdog_timeout", "watchdog_progress") if e.rank is not None}
+
+
+def _silent_ranks(view: AttemptView, reporting: set[int]) -> list[Finding]:
+    """With a rank map: nearly every rank's watchdog fired, a few ranks said nothing, and each of
+    them shares a node with ranks that did report (so that node's logs are there and its host was
+    alive). Those ranks never reached the collective."""
+    ranks = view.rank_nodes
+    if not ranks or not reporting:
+        return []
+    missing = sorted(r for r in ranks if r not in reporting)
+    if not missing or len(missing) * 8 > len(ranks) or len(reporting) * 4 < len(ranks) * 3:
+        return []
+    nodes_reporting = {ranks[r] for r in reporting if r in ranks}
+    if any(ranks[r] not in nodes_reporting for r in missing):
+        return []
+    nodes = sorted({ranks[r] for r in missing})
+    if len(nodes) > 2:
+        return []
+    evs = [e for e in view.of_kind("watchdog_timeout") if e.rank is not None]
+    first = first_seen(evs[:1])
+    return [Finding(nodes=tuple(nodes), events=tuple(evs[:3]), first_seen=first,
+                    detail=(f"rank(s) {', '.join(map(str, missing))} never reported the collective timeout that "
+                            f"{len(reporting)} other rank(s) reported"))]
 
 
 def collective_mismatch(view: AttemptView) -> list[Finding]:

@@ -150,6 +150,7 @@ class Extractor:
         epoch = datetime(1970, 1, 1, tzinfo=tctx.start.tzinfo)
         node_dir = src.node
         first_node = context_nodes[0] if context_nodes else None
+        file_rank = _rank_from_name(src.name)
         self._probe_anchors(data, tctx, node_dir, anchors)
         line_no = 1
         counted = 0
@@ -213,7 +214,7 @@ class Extractor:
                     stated = parse_iso(str(fields["at"]), tctx)  # a time the line states (banners)
                     if stated is not None:
                         when, approx, inherited = stated, False, False
-                rank = header.rank
+                rank = header.rank if header.rank is not None else file_rank
                 if rank is None and isinstance(fields.get("rank"), int):
                     rank = int(fields["rank"])  # type: ignore[arg-type]
                 node = node_dir or names.resolve(_str(fields.get("host"))) or host_node
@@ -379,6 +380,15 @@ def _inherit(data: bytes, ls: int, stop: int, tctx: TimeContext) -> datetime | N
             return h.time
         end = start - 1
     return None
+
+
+_RANK_FILE = re.compile(r"(?:^|[/_.-])rank[-_]?(\d{1,6})(?:\.[a-z]+)*$")
+
+
+def _rank_from_name(name: str) -> int | None:
+    """Per-rank log files (`rank-13.log`, `rank13.out`, `train_rank_13.txt`) name their rank."""
+    m = _RANK_FILE.search(name.rsplit("/", 1)[-1].lower())
+    return int(m.group(1)) if m else None
 
 
 def _next_stamp(data: bytes, le: int, tctx: TimeContext) -> tuple[int, datetime | None]:
