@@ -160,7 +160,7 @@ def context_for(row: AttemptRow, now: datetime) -> tuple[AttemptContext, list[st
         "workload": Workload(id=row.workload, attempt=row.attempt, name=sc.get("name"),
                              scheduler=sc.get("scheduler"), cluster=sc.get("cluster")),
         "window": Window(start=start, end=end), "state": sc.get("state") or sc.get("banner_state"),
-        "exit_code": exit_code, "reason": sc.get("reason"), "nodes": list(dict.fromkeys(nodes)), "ranks": ranks,
+        "exit_code": exit_code, "reason": sc.get("reason"), "nodes": nodes, "ranks": ranks,  # nodes as given
         "timezone": tz,
     }
     try:

@@ -28,9 +28,10 @@ _RFC5424 = re.compile(
     r"^<\d{1,3}>1 (\S+) (\S+) (\S+) \S+ \S+ (?:-|(?:\[[^\]]*\])+) ?")
 _RFC3164 = re.compile(
     r"^(?:<\d{1,3}>)?([A-Z][a-z]{2}) {1,2}(\d{1,2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))? "
-    r"(\S+) ([^\s:\[]+)(?:\[\d+\])?: ?")
+    r"([A-Za-z0-9][\w.-]*) ([A-Za-z_][\w.@/-]*)(?:\[\d+\])?: ?")
 _SHORT_ISO = re.compile(
-    r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})) (\S+) ([^\s:\[]+)(?:\[\d+\])?: ?")
+    r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})) ([A-Za-z0-9][\w.-]*) "
+    r"([A-Za-z_][\w.@/-]*)(?:\[\d+\])?: ?")
 _DMESG_T = re.compile(
     r"^\[(?:[A-Z][a-z]{2}) ([A-Z][a-z]{2}) {1,2}(\d{1,2}) (\d{2}):(\d{2}):(\d{2}) (\d{4})\] ?")
 _UPTIME = re.compile(r"^\[\s*(\d+\.\d+)\] ?")
@@ -225,7 +226,7 @@ def _peel(text: str, h: LineHeader, ctx: TimeContext) -> str | None:
             h.tag = m.group(8)
             return text[m.end():]
         m = _GLOG.match(text)
-        if m and h.time is None:
+        if m:
             return _glog(m, text, h, ctx)
         return None
     if c == "[":
@@ -254,7 +255,7 @@ def _peel(text: str, h: LineHeader, ctx: TimeContext) -> str | None:
                 h.tag = "kernel"
             return text[m.end():]
         m = _GLOG.match(text)
-        if m and h.time is None:
+        if m:
             return _glog(m, text, h, ctx)
         m = _ISO.match(text)
         if m and h.time is None:
@@ -266,7 +267,7 @@ def _peel(text: str, h: LineHeader, ctx: TimeContext) -> str | None:
 def _glog(m: re.Match[str], text: str, h: LineHeader, ctx: TimeContext) -> str:
     md = m.group(2)
     month, day = int(md[:-2]), int(md[-2:])
-    if 1 <= month <= 12 and 1 <= day <= 31:
+    if h.time is None and 1 <= month <= 12 and 1 <= day <= 31:  # an outer stamp (CRI) wins
         h.time = ctx.complete(month, day, int(m.group(3)), int(m.group(4)), int(m.group(5)),
                               _micros(m.group(6)))
     end = text.find("]", m.end())
