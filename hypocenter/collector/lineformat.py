@@ -40,6 +40,7 @@ _NCCL = re.compile(r"^([A-Za-z0-9][\w.-]*):(\d+):(\d+) \[(\d+)\] ")
 _DEFAULT_RANK = re.compile(r"^\[default(\d+)\]:")
 _SRUN_LABEL = re.compile(r"^(\d{1,6}): (?!\d)")
 _GLOG = re.compile(r"^\[?([IWEF])(\d{3,4}) (\d{2}):(\d{2}):(\d{2})\.(\d{1,9})\b")
+_US_DATE = re.compile(r"^\[?(\d{2})/(\d{2})/(\d{4})[ ,]+(\d{2}):(\d{2}):(\d{2})(?:[.,](\d{1,9}))?\]?")  # HF Trainer
 _ISO = re.compile(
     r"^\[?(\d{4})-(\d{2})-(\d{2})[ T_](\d{2}):(\d{2}):(\d{2})(?:[.,](\d{1,9}))?(Z|[+-]\d{2}:?\d{2})?\]?")
 
@@ -205,6 +206,12 @@ def _peel(text: str, h: LineHeader, ctx: TimeContext) -> str | None:
         m = _ISO.match(text)
         if m and h.time is None:
             h.time = _iso_from_match(m, ctx)
+            return text[m.end():].lstrip(" -|:")
+        m = _US_DATE.match(text)
+        if m and h.time is None:
+            a, b, y, hh, mi, ss, frac = m.groups()
+            month, day = (int(a), int(b)) if int(a) <= 12 else (int(b), int(a))
+            h.time = ctx.localize(datetime(int(y), month, day, int(hh), int(mi), int(ss), _micros(frac)))
             return text[m.end():].lstrip(" -|:")
         return None
     if c == "{":

@@ -392,11 +392,24 @@ def _explains(a: Candidate, b: Candidate) -> bool:
         return False
     if (a.spec.precedence, -_ts(a)) <= (b.spec.precedence, -_ts(b)):
         return False  # only a stronger (or equally strong and earlier) cause explains another
-    if a.first_seen is not None and b.first_seen is not None and a.first_seen > b.first_seen + SKEW:
+    b_latest = _latest_start(b)
+    if a.first_seen is not None and b_latest is not None and a.first_seen > b_latest + SKEW:
         return False
     if _matches(a.spec.explains, b.cls):
         return True
     return _matches(a.spec.explains_on_node, b.cls) and bool(a.nodes & b.nodes or not b.nodes)
+
+
+def _latest_start(c: Candidate) -> datetime | None:
+    """The latest time the cause can have begun: its first stamped event; for a cause known only from
+    unstamped lines, the stamp after them; None when nothing bounds it (it may have begun any time)."""
+    exact = [e.time for e in c.events if e.time is not None and not e.inherited and not e.approx]
+    if exact:
+        return min(exact)
+    bounds = [e.time_max for e in c.events if e.time_max is not None]
+    if bounds and len(bounds) == len(c.events):
+        return min(bounds)
+    return None if c.events else c.first_seen
 
 
 def _ts(c: Candidate) -> float:
