@@ -397,7 +397,8 @@ def _explains(a: Candidate, b: Candidate) -> bool:
         return False
     if _matches(a.spec.explains, b.cls):
         return True
-    return _matches(a.spec.explains_on_node, b.cls) and bool(a.nodes & b.nodes or not b.nodes)
+    # A cause whose node is unknown (an exception line with no rank or host) may be on b's node.
+    return _matches(a.spec.explains_on_node, b.cls) and bool(a.nodes & b.nodes or not b.nodes or not a.nodes)
 
 
 def _latest_start(c: Candidate) -> datetime | None:
@@ -424,6 +425,15 @@ def _explain(cands: list[Candidate]) -> tuple[list[Candidate], list[Candidate]]:
             explained.append(b)
         else:
             primary.append(b)
+    for a in primary:
+        if a.nodes or a.spec.locus == "job":
+            continue
+        # Locate a cause that names no node by the node its consequences point at: the peer every
+        # other node lost its connection to is where the failing process was.
+        located = sorted({n for b in explained if b.nodes and _explains(a, b)
+                          and _matches(a.spec.explains_on_node, b.cls) for n in b.nodes})
+        if len(located) == 1:
+            a.nodes = set(located)
     return primary, explained
 
 
