@@ -46,8 +46,10 @@ def parse_scontrol(text: str) -> dict[str, list[dict[str, Any]]] | None:
         if "NodeName" in kv:
             reason = kv.get("Reason", "")
             when = re.search(r"\[[^@\]]*@([\dT:-]+)\]\s*$", reason)
+            by = re.search(r"\[([^@\]]+)@[^\]]*\]\s*$", reason)
             nodes.append({"name": kv["NodeName"], "state": kv.get("State", "UNKNOWN").split("+"),
-                          "reason": reason, "reason_changed_at_iso": when.group(1) if when else None})
+                          "reason": reason, "reason_changed_at_iso": when.group(1) if when else None,
+                          "reason_set_by_user": by.group(1) if by else None})
         elif "JobId" in kv:
             rc, _, sig = kv.get("ExitCode", "0:0").partition(":")
             jobs.append({"job_id": kv["JobId"], "job_state": [kv.get("JobState", "UNKNOWN")],
@@ -204,7 +206,8 @@ def _slurm_node(node: dict[str, Any], ref: str, ctx: TimeContext) -> Iterator[Re
         ref=ref, node=name,
         time=_epoch(node.get("reason_changed_at")) or (
             parse_iso(node["reason_changed_at_iso"], ctx) if isinstance(node.get("reason_changed_at_iso"), str) else None),
-        text=f"slurm node {name} state={_states(node.get('state'))} reason={_clean(reason)}",
+        text=(f"slurm node {name} state={_states(node.get('state'))} reason={_clean(reason)}"
+              + (f" set_by={node['reason_set_by_user']}" if node.get("reason_set_by_user") else "")),
     )
 
 

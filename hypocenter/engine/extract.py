@@ -151,6 +151,10 @@ class Extractor:
         node_dir = src.node
         first_node = context_nodes[0] if context_nodes else None
         file_rank = _rank_from_name(src.name)
+        # srun --label ids are ranks only when srun starts one task per rank; with one torchrun per
+        # node they are node indices, which the stream shows by pairing a label with another [rankN].
+        pair = _LABEL_AND_RANK.search(data)
+        labels_are_ranks = pair is None or pair.group(1) == pair.group(2)
         self._probe_anchors(data, tctx, node_dir, anchors)
         line_no = 1
         counted = 0
@@ -214,7 +218,11 @@ class Extractor:
                     stated = parse_iso(str(fields["at"]), tctx)  # a time the line states (banners)
                     if stated is not None:
                         when, approx, inherited = stated, False, False
-                rank = header.rank if header.rank is not None else file_rank
+                rank = header.rank
+                if rank is not None and not labels_are_ranks and header.task is not None and rank == header.task:
+                    rank = None  # the rank came from an srun label that is a node index here
+                if rank is None:
+                    rank = file_rank
                 if rank is None and isinstance(fields.get("rank"), int):
                     rank = int(fields["rank"])  # type: ignore[arg-type]
                 node = node_dir or names.resolve(_str(fields.get("host"))) or host_node
@@ -238,13 +246,18 @@ class Extractor:
     def _probe_anchors(data: bytes, tctx: TimeContext, node: str | None,
                        anchors: dict[str, list[timedelta]]) -> None:
         """Pair wall and uptime stamps from a stream's first lines (kern.log carries both)."""
-        if not node or b"] " not in data[:4096]:
+        if not node or b"] " not in data[:65536]:
             return
         epoch = datetime(1970, 1, 1, tzinfo=tctx.start.tzinfo)
-        for line in data[:8192].decode("utf-8", "replace").splitlines()[:20]:
+        head = data[:65536].decode("utf-8", "replace")
+        for line in head.splitlines()[:20]:
             h = parse_line(line, tctx)
             if h.time is not None and h.uptime is not None:
                 anchors[node].append(h.time - epoch - timedelta(seconds=h.uptime))
+        # Raw dmesg from boot: the RTC line pairs an uptime with the wall clock it set.
+        m = _RTC.search(head)
+        if m:
+            anchors[node].append(timedelta(seconds=int(m.group(2)) - float(m.group(1))))
 
     # ----------------------------------------------------------------------------------------- records
 
@@ -382,6 +395,8 @@ def _inherit(data: bytes, ls: int, stop: int, tctx: TimeContext) -> datetime | N
     return None
 
 
+_RTC = re.compile(r"\[\s*(\d+\.\d+)\] rtc_cmos \S+ setting system clock to \S+ UTC \((\d+)\)")
+_LABEL_AND_RANK = re.compile(rb"(?m)^(\d{1,6}): \[rank(\d+)\]:")
 _RANK_FILE = re.compile(r"(?:^|[/_.-])rank[-_]?(\d{1,6})(?:\.[a-z]+)*$")
 
 

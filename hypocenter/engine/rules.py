@@ -159,6 +159,9 @@ class AttributeSpec(_Spec):
     # stop: the job cannot outlive this cause (progress after it clears it); slow: a straggler the
     # job keeps running under until a time limit, so progress after it says nothing.
     effect: Literal["stop", "slow"] = "stop"
+    # How long the cause may precede its first evidence: a scheduler notices a lost node only after
+    # its heartbeat timeout (Slurm SlurmdTimeout, Kubernetes node-monitor grace).
+    lag_s: int = Field(default=0, ge=0, le=3600)
     # Not a cause if the same node logs a matching recovery this soon after (a Lustre reconnect).
     unless_recovered: RecoverySpec | None = None
 

@@ -393,7 +393,8 @@ def _explains(a: Candidate, b: Candidate) -> bool:
     if (a.spec.precedence, -_ts(a)) <= (b.spec.precedence, -_ts(b)):
         return False  # only a stronger (or equally strong and earlier) cause explains another
     b_latest = _latest_start(b)
-    if a.first_seen is not None and b_latest is not None and a.first_seen > b_latest + SKEW:
+    if a.first_seen is not None and b_latest is not None and \
+            a.first_seen - timedelta(seconds=a.spec.lag_s) > b_latest + SKEW:
         return False
     if _matches(a.spec.explains, b.cls):
         return True
