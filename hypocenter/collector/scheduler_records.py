@@ -17,14 +17,13 @@ Canonical forms (what YAML rules match; documented in rules/README.md):
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from datetime import datetime, timezone
-import re
 from typing import Any
 
 from hypocenter.collector.lineformat import TimeContext, parse_iso
 from hypocenter.collector.sources import Record
-
 
 _SCONTROL_KEY = re.compile(r"(?:^|\s)([A-Za-z][\w/:.]*)=")
 
