@@ -172,9 +172,12 @@ def collective_mismatch(view: AttemptView) -> list[Finding]:
         ops = Counter(op for op, _ in ranks.values())
         if len(ops) < 2:
             continue
-        common = sorted(ops.items(), key=lambda kv: (-kv[1], kv[0]))[0][0]
+        lowest_op = ranks[min(ranks)][0]
+        # The majority is the program as written; on an even split the side with the lowest rank is
+        # the deviant, since rank-0-only branches (`if rank == 0: …`) are the usual divergence.
+        common = sorted(ops.items(), key=lambda kv: (-kv[1], kv[0] == lowest_op, kv[0]))[0][0]
         odd = sorted((r, op, e) for r, (op, e) in ranks.items() if op != common)
-        if len(odd) * 2 >= len(ranks):
+        if len(odd) * 2 > len(ranks):
             continue
         nodes = sorted({n for _, _, e in odd if (n := view.node_of(e))})
         if not nodes:

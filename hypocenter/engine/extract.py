@@ -375,7 +375,7 @@ def _source_kind(h: LineHeader) -> SourceKind:
     msg = h.message
     if msg.startswith(_SCHED_PREFIXES):
         return "scheduler"
-    if h.uptime is not None or msg.startswith(("NVRM:", "mlx5_core ", "pcieport ", "Out of memory: Killed")):
+    if h.uptime is not None or _KERNEL_MESSAGE.match(msg):
         return "kernel"
     return "app"
 
@@ -395,6 +395,12 @@ def _inherit(data: bytes, ls: int, stop: int, tctx: TimeContext) -> datetime | N
     return None
 
 
+# Messages only the kernel writes, for dmesg exports whose stamps carry no "kernel:" tag
+# (`dmesg --time-format=iso`, journalctl -k -o cat).
+_KERNEL_MESSAGE = re.compile(
+    r"(?:NVRM: |nvidia(?:-\w+)?: |mlx5_core |mlx5_ib|pcieport |nfs: server |Lustre(?:Error)?: |INFO: task |"
+    r"(?:Memory cgroup )?[Oo]ut of memory: |oom-kill:|\S+ invoked oom-killer|Kernel panic|mce: |EDAC |"
+    r"clocksource: |BUG: |NETDEV WATCHDOG|rtc_cmos |pci \d{4}:|ib\w*: |nvme\d|XFS |EXT4-fs )")
 _RTC = re.compile(r"\[\s*(\d+\.\d+)\] rtc_cmos \S+ setting system clock to \S+ UTC \((\d+)\)")
 _LABEL_AND_RANK = re.compile(rb"(?m)^(\d{1,6}): \[rank(\d+)\]:")
 _RANK_FILE = re.compile(r"(?:^|[/_.-])rank[-_]?(\d{1,6})(?:\.[a-z]+)*$")
