@@ -200,7 +200,7 @@ def ib_peer(view: AttemptView) -> list[Finding]:
     names = {n.lower(): n for n in view.context.nodes}
     blamed: dict[str, dict[str, Event]] = defaultdict(dict)
     for e in view.of_kind("nccl_ib_completion_error", "nccl_peer_closed"):
-        peer = e.fields.get("peer")
+        peer = e.fields.get("peer") or e.fields.get("peer2")
         status = e.fields.get("status")
         reporter = view.node_of(e)
         if not isinstance(peer, str) or not reporter:
