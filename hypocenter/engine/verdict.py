@@ -230,6 +230,10 @@ class Verdict:
         candidates = _merge(candidates)
         survived = _survived(candidates, events)
         primary, explained = _explain([c for c in candidates if c not in survived])
+        _locate_by_exits(primary, events, len(rank_nodes))
+        for c in primary:
+            if c.nodes == {"*"}:
+                c.nodes = set(ctx.nodes)
         return self._diagnosis(ctx, events, roles, primary, explained + survived, coverage)
 
     def classify(self, events: list[Event]) -> list[tuple[Event, _Attr]]:
@@ -328,6 +332,31 @@ def _scheduler_state(events: list[Event]) -> str | None:
         if e.kind == "job_state" and isinstance(e.fields.get("state"), str):
             return str(e.fields["state"]).split("+")[0].upper()
     return None
+
+
+def _stream_order(e: Event) -> tuple[str, str, int]:
+    path, _, line = e.ref.rpartition(":")
+    return (isoformat(e.time) or "~", path, int(line) if line.isdigit() else 0)
+
+
+def _locate_by_exits(primary: list[Candidate], events: list[Event], ranks: int) -> None:
+    """A cause whose lines name no rank or host (a bare traceback in a merged job log) is located by
+    what the processes did: the same exception from (nearly) every rank is everywhere; otherwise it
+    is where a process first exited with an error code (`srun: error: <node>: task N: Exited with exit
+    code 1`, a torchrun failure entry with a positive exit code). Signal exits (Terminated, Aborted,
+    -6, -15) are the collateral of that first exit."""
+    for c in primary:
+        if c.nodes or c.spec.locus == "job":
+            continue
+        if ranks >= 2 and len(c.events) * 2 >= ranks:
+            c.nodes = {"*"}
+            continue
+        exits = sorted((e for e in events if e.node and (
+            (e.kind == "task_exit" and e.fields.get("code") not in (None, "0"))
+            or (e.kind == "child_failed" and isinstance(e.fields.get("exitcode"), int) and int(e.fields["exitcode"]) > 0)  # type: ignore[arg-type]
+        )), key=_stream_order)
+        if exits and exits[0].node:
+            c.nodes = {exits[0].node}
 
 
 def _survived(cands: list[Candidate], events: list[Event]) -> list[Candidate]:
