@@ -43,7 +43,7 @@ class Settings(BaseSettings):
     ingest_queue_records: int = Field(
         200_000, ge=1, description="records waiting for the store before OTLP answers UNAVAILABLE / 503")
     retry_after_s: float = Field(1.0, gt=0, description="back-off sent with UNAVAILABLE (RetryInfo) and 503 (Retry-After)")
-    grpc_workers: int = Field(8, ge=1, le=256, description="gRPC worker threads")
+    grpc_workers: int = Field(8, ge=1, le=256, description="gRPC worker threads (at most half of them hold WatchDiagnoses streams)")
     settle_s: float = Field(10.0, ge=0, description="quiet time after a terminal state before the attempt is analysed")
     idle_timeout_s: float = Field(900.0, gt=0, description="an attempt quiet this long is analysed (provisional if not ended)")
     tick_s: float = Field(0.5, gt=0, le=60, description="how often the analysis loop looks for attempts that are due")

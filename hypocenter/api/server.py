@@ -1,5 +1,9 @@
 """`hypocenter serve`: OTLP/gRPC on :4317, OTLP/HTTP + REST on :4318, one store, one engine.
 
+The gRPC port also serves `hypocenter.v1.Attribution` (api/attribution_grpc.py), gRPC health
+checking (`grpc.health.v1.Health`: NOT_SERVING until both listeners are up, SERVING while ready,
+NOT_SERVING again on shutdown) and server reflection (for grpcurl and friends).
+
 The gRPC OTLP services take raw bytes and decode them here, so a malformed request is answered
 INVALID_ARGUMENT with the reason (grpcio's own deserialisation would answer INTERNAL). A full
 ingest queue is UNAVAILABLE with a `google.rpc.RetryInfo`, which OTLP exporters retry after the
@@ -18,11 +22,14 @@ import socket
 import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import grpc
 import uvicorn
 from google.protobuf import duration_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
 from grpc_status import rpc_status
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
     ExportLogsPartialSuccess,
@@ -33,8 +40,10 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsServiceResponse,
 )
 
+from hypocenter.api.attribution_grpc import SERVICE_NAME, AttributionGrpc
 from hypocenter.api.http import build_app
 from hypocenter.api.service import Attribution, Backpressure
+from hypocenter.api.v1 import attribution_pb2_grpc
 from hypocenter.collector import otlp
 from hypocenter.config import Settings
 from hypocenter.errors import InputError, TransientError
@@ -126,6 +135,17 @@ class Server:
         self.http_address = ""
         self._http: uvicorn.Server | None = None
         self._ready = threading.Event()
+        self.health: Any = None
+
+    def _health_services(self) -> tuple[str, ...]:
+        return ("", SERVICE_NAME, LOGS_SERVICE, METRICS_SERVICE)
+
+    def _set_health(self, serving: bool) -> None:
+        if self.health is None:
+            return
+        status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
+        for name in self._health_services():
+            self.health.set(name, status)
 
     def start_grpc(self) -> None:
         limit = self.settings.max_message_bytes
@@ -134,6 +154,13 @@ class Server:
             options=[("grpc.max_receive_message_length", limit), ("grpc.max_send_message_length", 4 << 20)],
         )
         server.add_generic_rpc_handlers(OTLPGrpc(self.service).handlers())
+        attribution_pb2_grpc.add_AttributionServicer_to_server(
+            AttributionGrpc(self.service, max_watchers=self.settings.grpc_workers // 2), server)
+        self.health = health.HealthServicer()
+        self._set_health(False)
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
+        reflection.enable_server_reflection(
+            (SERVICE_NAME, LOGS_SERVICE, METRICS_SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
         host, port = _split(self.settings.grpc_listen)
         bound = server.add_insecure_port(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
         if bound == 0:
@@ -167,6 +194,7 @@ class Server:
         while not self._http.started and not task.done():
             await asyncio.sleep(0.01)
         self._ready.set()
+        self._set_health(True)
         if announce:
             sys.stdout.write(json.dumps({"grpc": self.grpc_address, "http": self.http_address}) + "\n")
             sys.stdout.flush()
@@ -177,6 +205,8 @@ class Server:
             self._http.should_exit = True
 
     def close(self) -> None:
+        if self.health is not None:
+            self.health.enter_graceful_shutdown()
         if self.grpc_server is not None:
             self.grpc_server.stop(grace=2.0).wait(5.0)
         self.service.close()

@@ -1,0 +1,190 @@
+"""gRPC `hypocenter.v1.Attribution` (hypocenter/api/v1/attribution.proto), served next to OTLP on :4317.
+
+    Analyze         POST /v1/attempts/{workload}/{attempt}/analyze
+    GetDiagnosis    GET  /v1/diagnoses/{id}
+    ListDiagnoses   GET  /v1/diagnoses?cluster&outcome&domain&node&workload&since&until&limit
+    WatchDiagnoses  a server stream of every diagnosis stored from now on (no REST twin)
+
+`diagnosis_json` is the stored contract-3 JSON, the same bytes REST returns; the other fields are
+the store's index columns. Status codes: NOT_FOUND (unknown attempt or id), INVALID_ARGUMENT (bad
+request), UNAVAILABLE (store trouble: retry), RESOURCE_EXHAUSTED (too many watchers, or a watcher
+too slow to keep up).
+
+A watch holds one of the server's gRPC worker threads for as long as it is open, so at most half
+of `grpc_workers` watches run at once: OTLP exports always have threads left.
+
+This module translates between protobuf and the service; it holds no state of its own but the
+watchers' queues.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+import grpc
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from hypocenter.api.service import Attribution, UnknownAttempt
+from hypocenter.api.v1 import attribution_pb2 as pb
+from hypocenter.api.v1 import attribution_pb2_grpc as pb_grpc
+from hypocenter.errors import InputError, TransientError
+from hypocenter.exporter.store import DiagnosisFilter, DiagnosisRow
+from hypocenter.model import Diagnosis
+
+log = logging.getLogger("hypocenter.server")
+
+SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Attribution"].full_name
+WATCH_QUEUE = 1000  # diagnoses waiting for one slow watcher before it is cut off
+_T = TypeVar("_T")
+
+
+def _timestamp(seconds: float) -> Timestamp:
+    ts = Timestamp()
+    ts.FromNanoseconds(int(seconds * 1e9))
+    return ts
+
+
+def _message(row: DiagnosisRow, *, include_json: bool = True) -> pb.Diagnosis:
+    msg = pb.Diagnosis(id=row.id, workload=row.workload, attempt=row.attempt, outcome=row.outcome,
+                       nodes=row.nodes, provisional=row.provisional, created=_timestamp(row.created))
+    for name in ("cluster", "domain", "subdomain"):
+        value = getattr(row, name)
+        if value is not None:
+            setattr(msg, name, value)
+    if include_json:
+        msg.diagnosis_json = row.body
+    return msg
+
+
+def _from_diagnosis(diagnosis: Diagnosis, body: str, provisional: bool, created: float) -> pb.Diagnosis:
+    """The message for a diagnosis the store no longer holds (replaced or swept in between)."""
+    doc: dict[str, Any] = json.loads(body)
+    rc = doc.get("root_cause") or {}
+    culprits = set(rc.get("nodes") or [])
+    for c in doc.get("candidates") or []:
+        culprits.update(c.get("nodes") or [])
+    row = DiagnosisRow(id=diagnosis.id, workload=doc["attempt"]["workload_id"], attempt=doc["attempt"]["attempt"],
+                       cluster=doc["attempt"].get("cluster"), outcome=doc["outcome"], domain=rc.get("domain"),
+                       subdomain=rc.get("subdomain"), provisional=provisional, created=created, body=body,
+                       nodes=sorted(culprits))
+    return _message(row)
+
+
+def _filter(f: pb.DiagnosisFilter) -> DiagnosisFilter:
+    return DiagnosisFilter(cluster=f.cluster if f.HasField("cluster") else None,
+                           outcome=f.outcome if f.HasField("outcome") else None,
+                           domain=f.domain if f.HasField("domain") else None,
+                           node=f.node if f.HasField("node") else None,
+                           workload=f.workload if f.HasField("workload") else None)
+
+
+def _matches(flt: DiagnosisFilter, row: DiagnosisRow) -> bool:
+    return ((flt.cluster is None or row.cluster == flt.cluster)
+            and (flt.outcome is None or row.outcome == flt.outcome)
+            and (flt.domain is None or row.domain == flt.domain)
+            and (flt.workload is None or row.workload == flt.workload)
+            and (flt.node is None or flt.node in row.nodes))
+
+
+class AttributionGrpc(pb_grpc.AttributionServicer):
+    def __init__(self, service: Attribution, max_watchers: int) -> None:
+        self.service = service
+        self.max_watchers = max_watchers
+        self._watchers = threading.BoundedSemaphore(max_watchers) if max_watchers > 0 else None
+
+    def Analyze(self, request: pb.AnalyzeRequest, context: grpc.ServicerContext) -> pb.Diagnosis:
+        if not request.workload:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "workload is required")
+        try:
+            diagnosis, provisional = self.service.analyze(request.workload, request.attempt)
+        except UnknownAttempt as exc:
+            context.abort(grpc.StatusCode.NOT_FOUND, str(exc))
+        except TransientError as exc:
+            context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
+        except InputError as exc:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        body = diagnosis.to_json()  # what REST's analyze returns
+        row = self.service.diagnosis(diagnosis.id)
+        if row is None or row.body != body:
+            return _from_diagnosis(diagnosis, body, provisional, time.time())
+        return _message(row)
+
+    def GetDiagnosis(self, request: pb.GetDiagnosisRequest, context: grpc.ServicerContext) -> pb.Diagnosis:
+        row = self._read(context, lambda: self.service.diagnosis(request.id))
+        if row is None:
+            context.abort(grpc.StatusCode.NOT_FOUND, f"no diagnosis {request.id!r}")
+        return _message(row)
+
+    def ListDiagnoses(self, request: pb.ListDiagnosesRequest,
+                      context: grpc.ServicerContext) -> pb.ListDiagnosesResponse:
+        limit = request.limit or 100
+        if not 1 <= limit <= 1000:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"limit must be 1..1000 (0 = 100), not {request.limit}")
+        flt = _filter(request.filter)
+        flt.limit = limit
+        if request.HasField("since"):
+            flt.since_ns = request.since.ToNanoseconds()
+        if request.HasField("until"):
+            flt.until_ns = request.until.ToNanoseconds()
+        rows = self._read(context, lambda: self.service.diagnoses(flt))
+        return pb.ListDiagnosesResponse(diagnoses=[_message(r, include_json=request.include_json) for r in rows])
+
+    def WatchDiagnoses(self, request: pb.WatchDiagnosesRequest,
+                       context: grpc.ServicerContext) -> Iterator[pb.Diagnosis]:
+        if self._watchers is None or not self._watchers.acquire(blocking=False):
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                          f"at most {self.max_watchers} watches at once (half of grpc_workers)")
+        try:
+            yield from self._watch(request, context)
+        finally:
+            self._watchers.release()
+
+    def _watch(self, request: pb.WatchDiagnosesRequest, context: grpc.ServicerContext) -> Iterator[pb.Diagnosis]:
+        flt = _filter(request.filter)
+        pending: queue.Queue[DiagnosisRow | None] = queue.Queue(WATCH_QUEUE)
+        overflow = threading.Event()
+
+        def deliver(row: DiagnosisRow) -> None:  # runs on the analysis thread: never blocks
+            if not _matches(flt, row):
+                return
+            try:
+                pending.put_nowait(row)
+            except queue.Full:
+                overflow.set()
+
+        def wake() -> None:
+            try:
+                pending.put_nowait(None)
+            except queue.Full:
+                overflow.set()
+
+        cancel = self.service.watch(deliver)
+        context.add_callback(wake)
+        try:
+            context.send_initial_metadata((("hypocenter-watch", "subscribed"),))
+            while context.is_active():
+                if overflow.is_set():
+                    context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                                  f"watcher fell {WATCH_QUEUE} diagnoses behind: reconnect and list to catch up")
+                try:
+                    row = pending.get(timeout=1.0)
+                except queue.Empty:
+                    continue
+                if row is not None:
+                    yield _message(row)
+        finally:
+            cancel()
+
+    @staticmethod
+    def _read(context: grpc.ServicerContext, read: Callable[[], _T]) -> _T:
+        try:
+            return read()
+        except Exception as exc:  # a store that cannot answer now: the client may retry
+            log.error("store read failed: %s", exc)
+            context.abort(grpc.StatusCode.UNAVAILABLE, f"store unavailable: {exc}")
