@@ -18,7 +18,7 @@ from difflib import get_close_matches
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError
+from pydantic import Field, SecretStr, ValidationError
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 
@@ -56,6 +56,20 @@ class Settings(BaseSettings):
     rules: list[str] = Field(default_factory=list, description="extra rule files or directories")
     no_builtin_rules: bool = Field(False, description="use only the extra rules")
     log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="server log level")
+    # Outputs (exporter/outputs.py): Prometheus /metrics, and diagnoses pushed through the outbox.
+    metrics_listen: str = Field("127.0.0.1:9464", description="Prometheus /metrics address (host:port; port 0 = any; empty = off)")
+    metrics_window_s: float = Field(86400.0, gt=0, description="window of the hypocenter_recent_* gauges (culprit nodes, GPUs, ports)")
+    metrics_top_n: int = Field(20, ge=1, le=1000, description="culprit nodes / components exposed by name; the rest are summed as \"other\"")
+    loki_url: str = Field("", description="Loki base URL to push diagnoses to (e.g. http://loki:3100); empty = off")
+    loki_encoding: Literal["protobuf", "json"] = Field("protobuf", description="Loki push body: snappy protobuf or gzip JSON")
+    loki_tenant: str = Field("", description="X-Scope-OrgID sent to a multi-tenant Loki")
+    loki_basic_auth: SecretStr = Field(SecretStr(""), description="user:password for a Loki behind basic auth")
+    grafana_url: str = Field("", description="Grafana base URL to add diagnosis annotations to; empty = off")
+    grafana_token: SecretStr = Field(SecretStr(""), description="Grafana service-account token (annotations:create)")
+    grafana_dashboard_uid: str = Field("", description="attach annotations to this dashboard (default: organisation-wide)")
+    export_timeout_s: float = Field(10.0, gt=0, description="timeout of one Loki / Grafana request")
+    export_retry_max_s: float = Field(300.0, gt=0, description="longest back-off between retries of a failing exporter")
+    export_max_age_s: float = Field(6 * 86400.0, gt=0, description="a diagnosis not delivered by then is dropped (Loki refuses week-old entries)")
 
     @classmethod
     def settings_customise_sources(

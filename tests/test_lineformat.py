@@ -46,6 +46,9 @@ def utc(*a: int) -> datetime:
     # Hugging Face Trainer / transformers logging (%m/%d/%Y %H:%M:%S)
     ("11/02/2026 10:15:03 - INFO - __main__ - step 16200: {'loss': 6.81}", utc(2026, 11, 2, 10, 15, 3),
      "INFO - __main__ - step 16200: {'loss': 6.81}", {}),
+    # torchtitan's "[titan]" logger tag before a Python logging stamp
+    ("[titan] 2026-11-02 10:15:03,250 - root - INFO - step:    20  loss: 10.8873", utc(2026, 11, 2, 10, 15, 3, 250000),
+     "root - INFO - step:    20  loss: 10.8873", {}),
     # NCCL prefix: no stamp, host and device
     ("gpu-a02:40211:40980 [3] transport/net_ib.cc:1696 NCCL WARN NET/IB : Got completion", None,
      "transport/net_ib.cc:1696 NCCL WARN NET/IB : Got completion", {"host": "gpu-a02", "device": 3}),

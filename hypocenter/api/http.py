@@ -159,16 +159,22 @@ def build_app(service: Attribution, ready: Callable[[], bool] = lambda: True) ->
                 fut = service.queue.submit([], tagged.accepted)
             await _wait(fut)
         except otlp.UnsupportedMediaType as exc:
+            service.activity.refused(signal, "otlp_http", "unsupported_media_type")
             return _otlp_error(415, code_pb2.INVALID_ARGUMENT, str(exc), JSON)
         except otlp.MessageTooLarge as exc:
+            service.activity.refused(signal, "otlp_http", "too_large")
             return _otlp_error(413, code_pb2.RESOURCE_EXHAUSTED, str(exc), media)
         except Backpressure as exc:
+            service.activity.refused(signal, "otlp_http", "backpressure")
             return _otlp_error(503, code_pb2.UNAVAILABLE, str(exc), media,
                                headers={"Retry-After": str(max(1, round(exc.retry_after)))})
         except TransientError as exc:
+            service.activity.refused(signal, "otlp_http", "store_unavailable")
             return _otlp_error(503, code_pb2.UNAVAILABLE, str(exc), media, headers={"Retry-After": "1"})
         except InputError as exc:
+            service.activity.refused(signal, "otlp_http", "malformed")
             return _otlp_error(400, code_pb2.INVALID_ARGUMENT, str(exc), media)
+        service.activity.ingested(signal, "otlp_http", len(tagged.accepted), len(raw), tagged.rejected_by)
         message = "; ".join([*warnings, *tagged.reasons])
         if signal == "logs":
             resp_l = ExportLogsServiceResponse()

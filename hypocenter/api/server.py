@@ -9,8 +9,12 @@ INVALID_ARGUMENT with the reason (grpcio's own deserialisation would answer INTE
 ingest queue is UNAVAILABLE with a `google.rpc.RetryInfo`, which OTLP exporters retry after the
 given delay; a request over the size limit is RESOURCE_EXHAUSTED (not retried).
 
+Prometheus `/metrics` listens on its own address (`metrics_listen`), and diagnoses go out to Loki
+and Grafana through the store's outbox (exporter/outputs.py).
+
 Binding: loopback unless configured. Port 0 binds any free port; the bound addresses are printed
-as one JSON line on stdout (`{"grpc": "127.0.0.1:…", "http": "127.0.0.1:…"}`) once both listen.
+as one JSON line on stdout (`{"grpc": "127.0.0.1:…", "http": "127.0.0.1:…", "metrics": "…"}`) once
+they listen ("metrics" is empty when /metrics is off).
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ from hypocenter.api.v1 import attribution_pb2_grpc
 from hypocenter.collector import otlp
 from hypocenter.config import Settings
 from hypocenter.errors import InputError, TransientError
+from hypocenter.exporter.outputs import Outputs
 from hypocenter.exporter.store import Store, open_store
 
 log = logging.getLogger("hypocenter.server")
@@ -87,16 +92,21 @@ class OTLPGrpc:
                 fut = self.service.queue.submit([], tagged.accepted)
             fut.result(timeout=max(5.0, context.time_remaining() or 60.0))
         except Backpressure as exc:
+            self.service.activity.refused(signal, "otlp_grpc", "backpressure")
             self._abort_unavailable(context, str(exc), exc.retry_after)
             raise AssertionError("unreachable") from None  # abort raises
         except TimeoutError:
+            self.service.activity.refused(signal, "otlp_grpc", "store_unavailable")
             self._abort_unavailable(context, "the store did not commit in time", self.service.settings.retry_after_s)
             raise AssertionError("unreachable") from None
         except TransientError as exc:
+            self.service.activity.refused(signal, "otlp_grpc", "store_unavailable")
             self._abort_unavailable(context, str(exc), self.service.settings.retry_after_s)
             raise AssertionError("unreachable") from None
         except InputError as exc:
+            self.service.activity.refused(signal, "otlp_grpc", "malformed")
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        self.service.activity.ingested(signal, "otlp_grpc", len(tagged.accepted), len(raw), tagged.rejected_by)
         message = "; ".join([*warnings, *tagged.reasons])
         if signal == "logs":
             resp_l = ExportLogsServiceResponse()
@@ -130,6 +140,7 @@ class Server:
         self.settings = settings
         self.store = store if store is not None else open_store(settings.store)
         self.service = Attribution(settings, self.store)
+        self.outputs = Outputs(settings, self.store, self.service)  # /metrics; the Loki / Grafana outbox
         self.grpc_server: grpc.Server | None = None
         self.grpc_address = ""
         self.http_address = ""
@@ -190,13 +201,15 @@ class Server:
                                 timeout_graceful_shutdown=5)
         self._http = uvicorn.Server(config)
         self.service.start()
+        self.outputs.start()
         task = asyncio.create_task(self._http.serve(sockets=[sock]))
         while not self._http.started and not task.done():
             await asyncio.sleep(0.01)
         self._ready.set()
         self._set_health(True)
         if announce:
-            sys.stdout.write(json.dumps({"grpc": self.grpc_address, "http": self.http_address}) + "\n")
+            sys.stdout.write(json.dumps({"grpc": self.grpc_address, "http": self.http_address,
+                                         "metrics": self.outputs.metrics_address}) + "\n")
             sys.stdout.flush()
         await task
 
@@ -210,6 +223,7 @@ class Server:
         if self.grpc_server is not None:
             self.grpc_server.stop(grace=2.0).wait(5.0)
         self.service.close()
+        self.outputs.close()
         self.store.close()
 
 

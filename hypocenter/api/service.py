@@ -35,6 +35,7 @@ from hypocenter.collector.otlp import Entry, Point
 from hypocenter.config import Settings
 from hypocenter.engine import Engine, default_engine
 from hypocenter.errors import InputError, TransientError
+from hypocenter.exporter.activity import Activity
 from hypocenter.exporter.store import DiagnosisFilter, DiagnosisRow, Retention, Store
 from hypocenter.model import AttemptContext, Diagnosis
 
@@ -153,6 +154,7 @@ class Attribution:
         self._watch_lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self.analyses = 0
+        self.activity = Activity()  # what this process did, for /metrics
 
     # ------------------------------------------------------------------------------- lifecycle
 
@@ -215,6 +217,7 @@ class Attribution:
             self.store.put_diagnosis(row.id, body, summary(diagnosis.model_dump(by_alias=True), inp.context),
                                      provisional, started)
             self.analyses += 1
+            self.activity.analysed(diagnosis, provisional, time.time() - started)
         log.info("diagnosis %s for workload %s attempt %d: %s%s", diagnosis.id, workload, attempt, diagnosis.outcome,
                  " (provisional)" if provisional else "")
         self._publish(diagnosis.id)
@@ -229,6 +232,7 @@ class Attribution:
         assert row is not None
         self.store.put_diagnosis(row.id, diagnosis.to_json(), summary(diagnosis.model_dump(by_alias=True), context),
                                  context.state is None, time.time() + 1e9)
+        self.activity.analysed(diagnosis, context.state is None, None)
         self._publish(diagnosis.id)
 
     def set_context(self, context: AttemptContext) -> None:

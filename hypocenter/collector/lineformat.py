@@ -44,6 +44,7 @@ _US_DATE = re.compile(r"^\[?(\d{2})/(\d{2})/(\d{4})[ ,]+(\d{2}):(\d{2}):(\d{2})(
 _ISO = re.compile(
     r"^\[?(\d{4})-(\d{2})-(\d{2})[ T_](\d{2}):(\d{2}):(\d{2})(?:[.,](\d{1,9}))?(Z|[+-]\d{2}:?\d{2})?\]?")
 
+_APP_TAG = re.compile(r"^\[[A-Za-z][\w.-]{0,30}\] (?=\[?\d{4}-\d{2}-\d{2}[ T])")  # "[titan] 2026-…"
 _KERNEL_TAGS = frozenset({"kernel", "kern"})
 _SCHEDULER_TAGS = frozenset({"slurmstepd", "slurmd", "slurmctld", "srun", "sbatch", "kubelet"})
 
@@ -237,6 +238,9 @@ def _peel(text: str, h: LineHeader, ctx: TimeContext) -> str | None:
             return _glog(m, text, h, ctx)
         return None
     if c == "[":
+        m = _APP_TAG.match(text)
+        if m:
+            return text[m.end():]
         m = _RANK.match(text)
         if m:
             h.rank = int(m.group(1))  # PyTorch's own prefix wins over an srun task label

@@ -322,6 +322,7 @@ class Tagged:
     accepted: list[Any]
     rejected: int = 0
     reasons: list[str] = field(default_factory=list)
+    rejected_by: dict[str, int] = field(default_factory=dict)   # the same count by reason, for /metrics
 
     def message(self) -> str:
         return "; ".join(self.reasons)
@@ -386,6 +387,7 @@ def log_entries(req: ExportLogsServiceRequest) -> Tagged:
                     scope=ident.scope))
     if unscoped:
         out.rejected = unscoped
+        out.rejected_by["no_node_or_workload"] = unscoped
         out.reasons.append(_UNSCOPED.format(n=unscoped, what="log record(s)"))
     return out
 
@@ -422,9 +424,11 @@ def metric_entries(req: ExportMetricsServiceRequest) -> Tagged:
                         value=value, scope=ident.scope))
     if unscoped:
         out.rejected += unscoped
+        out.rejected_by["no_node_or_workload"] = unscoped
         out.reasons.append(_UNSCOPED.format(n=unscoped, what="data point(s)"))
     if unsupported:
         out.rejected += unsupported
+        out.rejected_by["unsupported_metric_type"] = unsupported
         out.reasons.append(f"{unsupported} histogram/summary data point(s) rejected: only gauges and sums are analysed")
     return out
 

@@ -228,7 +228,10 @@ def time_limit(view: AttemptView) -> list[Finding]:
     if not limits:
         return []
     end = min((e.time for e in limits if e.time), default=view.context.window.end)
-    progress = [e.time for e in view.of_kind("progress") if e.time and e.time <= end + timedelta(seconds=60)]
+    progress = [e.time for e in view.of_kind("progress")
+                if e.time and not e.inherited and not e.approx and e.time <= end + timedelta(seconds=60)]
+    if not progress:
+        return []  # no stamped progress: a hang that ate the remaining time cannot be ruled out
     if progress:
         progress.sort()
         gaps = [(b - a).total_seconds() for a, b in pairwise(progress)]
@@ -237,7 +240,7 @@ def time_limit(view: AttemptView) -> list[Finding]:
         if (end - progress[-1]).total_seconds() > allowed:
             return []  # progress stopped long before the limit: a hang, not the limit
     return [Finding(nodes=(), events=tuple(limits[:3]), first_seen=end,
-                    detail="progress continued until the limit" if progress else "no progress lines to check")]
+                    detail=f"training progress continued until {progress[-1].isoformat()}")]
 
 
 ANALYZERS: dict[str, Analyzer] = {

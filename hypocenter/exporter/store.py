@@ -1,13 +1,17 @@
 """The store: what the server accepted, the attempts it knows, and the diagnoses it made.
 
-    Store (protocol)       what the server needs; a PostgreSQL store implements the same methods
+    Store (protocol)       what the server needs
     SQLiteStore(path)      the embedded default: one file, WAL, versioned migrations.
                            `SQLiteStore(":memory:")` is the in-memory double for tests.
+    PostgresStore(url)     exporter/postgres.py: these same queries and migrations on PostgreSQL,
+                           for replicas that share one database (`open_store("postgresql://…")`)
 
 Tables (migration 1): `attempts` (scope per workload attempt), `attempt_nodes`, `log_entries`
 (accepted log records: workload-scoped ones carry `attempt_id`; node-scoped ones only `node`, and
 are joined to attempts by node and time when an attempt is analysed), `metric_points` (likewise),
 `stream_drops` (lines removed by retention, reported in coverage), `diagnoses` (+ `diagnosis_nodes`).
+Migration 3: `exports`, the outbox: one row per diagnosis and configured exporter (Loki, Grafana),
+written in the diagnosis' own transaction and deleted once delivered (exporter/outbox.py).
 
 Durability: `ingest` commits before it returns, and the server acknowledges a request only after
 that, so an acknowledged record survives a crash (SIGKILL, power loss with `synchronous=FULL`).
@@ -119,6 +123,20 @@ MIGRATIONS: tuple[str, ...] = (
     """
     CREATE INDEX log_entries_node_stream ON log_entries (node, stream, line) WHERE attempt_id IS NULL;
     """,
+    # 3: the export outbox (exporter/outbox.py)
+    """
+    CREATE TABLE exports (
+        id INTEGER PRIMARY KEY,
+        diagnosis_id TEXT NOT NULL,           -- no foreign key: a superseded diagnosis is reported, not cascaded away
+        exporter TEXT NOT NULL,
+        created REAL NOT NULL,                -- when the diagnosis was stored
+        due REAL NOT NULL,                    -- not before: back-off after a transient failure, or a claim's lease
+        attempts INTEGER NOT NULL DEFAULT 0,
+        last_error TEXT,
+        UNIQUE (diagnosis_id, exporter)
+    );
+    CREATE INDEX exports_due ON exports (exporter, due);
+    """,
 )
 
 
@@ -182,6 +200,31 @@ class DiagnosisFilter:
 
 
 @dataclass(slots=True)
+class PendingExport:
+    """An outbox row claimed for delivery; `diagnosis` is None when it was superseded or expired."""
+
+    id: int
+    exporter: str
+    diagnosis_id: str
+    created: float
+    attempts: int
+    diagnosis: DiagnosisRow | None
+
+
+@dataclass(slots=True)
+class DiagnosisFacts:
+    """What /metrics aggregates over recent diagnoses (no body)."""
+
+    id: str
+    cluster: str | None
+    outcome: str
+    domain: str | None
+    subdomain: str | None
+    culprits: list[str]
+    components: list[tuple[str, str, str]]   # (node, kind, id) of the root cause, e.g. a GPU or a port
+
+
+@dataclass(slots=True)
 class DiagnosisRow:
     id: str
     workload: str
@@ -216,12 +259,21 @@ class Store(Protocol):
     def sweep(self, now: float, retention: Retention) -> int: ...
     def stats(self) -> dict[str, int]: ...
     def close(self) -> None: ...
+    # the outbox (exporter/outbox.py) and /metrics (exporter/prometheus.py)
+    exporters: tuple[str, ...]
+    def claim_exports(self, exporter: str, now: float, limit: int, lease_s: float) -> list[PendingExport]: ...
+    def finish_exports(self, ids: Sequence[int]) -> None: ...
+    def retry_exports(self, ids: Sequence[int], due: float, error: str) -> None: ...
+    def export_backlog(self) -> dict[str, tuple[int, float]]: ...
+    def diagnosis_facts(self, since: float) -> list[DiagnosisFacts]: ...
 
 
 def open_store(url: str) -> SQLiteStore:
-    """`sqlite:///path/file.db`, `sqlite://:memory:` or a plain path. PostgreSQL URLs come later."""
+    """`sqlite:///path/file.db`, `sqlite://:memory:`, a plain path, or `postgresql://…` (exporter/postgres.py)."""
     if url.startswith(("postgres://", "postgresql://")):
-        raise StoreError("PostgreSQL stores are not available in this version: use a SQLite file path")
+        from hypocenter.exporter.postgres import PostgresStore
+
+        return PostgresStore(url)
     path = url.removeprefix("sqlite:///").removeprefix("sqlite://")
     return SQLiteStore(path)
 
@@ -240,6 +292,8 @@ class SQLiteStore:
         except sqlite3.Error as exc:
             raise StoreError(f"{self.path}: cannot open the store: {exc}") from None
         self._lock = threading.RLock()
+        # Exporters each new diagnosis is queued for, in its own transaction (set by the server).
+        self.exporters: tuple[str, ...] = ()
         self._db.row_factory = sqlite3.Row
         if synchronous.upper() not in ("OFF", "NORMAL", "FULL", "EXTRA"):
             raise StoreError(f"synchronous must be OFF, NORMAL, FULL or EXTRA, not {synchronous!r}")
@@ -463,6 +517,11 @@ class SQLiteStore:
             db.executemany("INSERT OR IGNORE INTO diagnosis_nodes VALUES (?, ?, ?)",
                            [(summary["id"], n, "culprit") for n in summary.get("culprits", [])]
                            + [(summary["id"], n, "affected") for n in summary.get("affected", [])])
+            now = time.time()  # the outbox: a re-analysed diagnosis is sent again, afresh
+            db.executemany("INSERT INTO exports (diagnosis_id, exporter, created, due) VALUES (?, ?, ?, ?)"
+                           " ON CONFLICT (diagnosis_id, exporter) DO UPDATE SET created=excluded.created,"
+                           " due=excluded.due, attempts=0, last_error=NULL",
+                           [(summary["id"], name, now, now) for name in self.exporters])
             db.execute("UPDATE attempts SET analyzed_at=?, dirty=CASE WHEN activity > ? THEN 1 ELSE 0 END WHERE id=?",
                        (time.time(), analyzed_from, attempt_id))
 
@@ -535,4 +594,50 @@ class SQLiteStore:
         out: dict[str, int] = {}
         for table in ("attempts", "log_entries", "metric_points", "diagnoses"):
             out[table] = int(self._rows(f"SELECT COUNT(*) FROM {table}")[0][0])
+        # awaiting a verdict: never analysed, or data arrived since the last analysis
+        out["attempts_open"] = int(self._rows(
+            "SELECT COUNT(*) FROM attempts WHERE dirty=1 OR analyzed_at IS NULL")[0][0])
+        return out
+
+    # ----------------------------------------------------------------------------------- outbox
+
+    def claim_exports(self, exporter: str, now: float, limit: int, lease_s: float) -> list[PendingExport]:
+        """The oldest due rows of one exporter, leased for `lease_s` so another replica skips them."""
+        with self._tx() as db:
+            rows = db.execute("SELECT * FROM exports WHERE exporter=? AND due<=? ORDER BY created, id LIMIT ?",
+                              (exporter, now, limit)).fetchall()
+            db.executemany("UPDATE exports SET due=? WHERE id=?", [(now + lease_s, r["id"]) for r in rows])
+        return [PendingExport(id=r["id"], exporter=r["exporter"], diagnosis_id=r["diagnosis_id"], created=r["created"],
+                              attempts=r["attempts"], diagnosis=self.get_diagnosis(r["diagnosis_id"])) for r in rows]
+
+    def finish_exports(self, ids: Sequence[int]) -> None:
+        """Delivered, or given up on: the rows leave the outbox."""
+        with self._tx() as db:
+            db.executemany("DELETE FROM exports WHERE id=?", [(i,) for i in ids])
+
+    def retry_exports(self, ids: Sequence[int], due: float, error: str) -> None:
+        with self._tx() as db:
+            db.executemany("UPDATE exports SET due=?, attempts=attempts+1, last_error=? WHERE id=?",
+                           [(due, error[:500], i) for i in ids])
+
+    def export_backlog(self) -> dict[str, tuple[int, float]]:
+        """Per exporter: rows waiting, and the time the oldest of them was stored."""
+        return {r[0]: (int(r[1]), float(r[2])) for r in self._rows(
+            "SELECT exporter, COUNT(*), MIN(created) FROM exports GROUP BY exporter")}
+
+    def diagnosis_facts(self, since: float) -> list[DiagnosisFacts]:
+        """Final diagnoses stored since `since`, with their culprit nodes and root-cause components."""
+        culprits: dict[str, list[str]] = {}
+        for r in self._rows("SELECT n.diagnosis_id, n.node FROM diagnosis_nodes n JOIN diagnoses d ON d.id = n.diagnosis_id"
+                            " WHERE n.role='culprit' AND d.created >= ? AND d.provisional=0 ORDER BY n.node", (since,)):
+            culprits.setdefault(r[0], []).append(r[1])
+        out: list[DiagnosisFacts] = []
+        for r in self._rows("SELECT id, cluster, outcome, domain, subdomain,"
+                            " json_extract(body, '$.root_cause.components') AS components"
+                            " FROM diagnoses WHERE created >= ? AND provisional=0 ORDER BY id", (since,)):
+            comps = json.loads(r["components"]) if r["components"] else []
+            out.append(DiagnosisFacts(
+                id=r["id"], cluster=r["cluster"], outcome=r["outcome"], domain=r["domain"], subdomain=r["subdomain"],
+                culprits=culprits.get(r["id"], []),
+                components=[(str(c.get("node")), str(c.get("kind")), str(c.get("id"))) for c in comps]))
         return out

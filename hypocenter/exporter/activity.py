@@ -1,0 +1,163 @@
+"""What this process did since it started: records taken and refused, analyses, exports.
+
+The front ends (OTLP/gRPC, OTLP/HTTP, REST), the analysis loop and the outbox report here; the
+Prometheus collector (exporter/prometheus.py) reads a consistent snapshot on each scrape. Counts
+live in memory and restart at zero with the process, as Prometheus counters do; what must survive
+a restart (diagnoses, pending exports) lives in the store and is read from there.
+
+Every label value recorded here comes from a small closed set (signals, receivers, reasons,
+outcomes, taxonomy, exporter names) or from the cluster names of the fleet: nothing per attempt or
+per record, so the series count stays bounded however long the process runs.
+
+This module must stay free of any wire format and of prometheus_client: it only counts.
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from hypocenter.model import Diagnosis
+
+# Seconds; an analysis reads the attempt's records from the store, extracts, correlates, decides.
+LATENCY_BUCKETS: tuple[float, ...] = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+# Why a request or a record was refused. Requests refused whole are retried by OTLP clients
+# (backpressure, store_unavailable) or are lost at the client (the others).
+REQUEST_REASONS = ("malformed", "too_large", "unsupported_media_type", "backpressure", "store_unavailable")
+RECORD_REASONS = ("no_node_or_workload", "unsupported_metric_type")
+
+
+@dataclass(frozen=True, slots=True)
+class Exemplar:
+    """The last diagnosis that moved a series: its id, and when."""
+
+    diagnosis_id: str
+    value: float
+    time: float
+
+
+@dataclass(slots=True)
+class Latency:
+    counts: list[int] = field(default_factory=lambda: [0] * (len(LATENCY_BUCKETS) + 1))
+    total: float = 0.0
+    exemplars: list[Exemplar | None] = field(default_factory=lambda: [None] * (len(LATENCY_BUCKETS) + 1))
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """A consistent copy of every tally, taken under the lock."""
+
+    ingested_records: dict[tuple[str, str], int]
+    ingested_bytes: dict[tuple[str, str], int]
+    refused_requests: dict[tuple[str, str, str], int]
+    rejected_records: dict[tuple[str, str], int]
+    diagnoses: dict[tuple[str, str, str, str], tuple[int, Exemplar | None]]
+    provisional: int
+    symptom_events: dict[str, int]
+    latency: Latency
+    exported: dict[str, int]
+    export_failures: dict[tuple[str, str], int]
+    export_dropped: dict[tuple[str, str], int]
+    started: float
+
+
+class Activity:
+    """Thread-safe tallies; every method is cheap and never raises into its caller."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.started = time.time()
+        self._records: dict[tuple[str, str], int] = defaultdict(int)
+        self._bytes: dict[tuple[str, str], int] = defaultdict(int)
+        self._refused: dict[tuple[str, str, str], int] = defaultdict(int)
+        self._rejected: dict[tuple[str, str], int] = defaultdict(int)
+        self._diagnoses: dict[tuple[str, str, str, str], int] = defaultdict(int)
+        self._diagnosis_exemplars: dict[tuple[str, str, str, str], Exemplar] = {}
+        self._provisional = 0
+        self._symptoms: dict[str, int] = defaultdict(int)
+        self._latency = Latency()
+        self._exported: dict[str, int] = defaultdict(int)
+        self._export_failures: dict[tuple[str, str], int] = defaultdict(int)
+        self._export_dropped: dict[tuple[str, str], int] = defaultdict(int)
+
+    # ------------------------------------------------------------------------------- ingest
+
+    def ingested(self, signal: str, source: str, records: int, nbytes: int,
+                 rejected_by: dict[str, int] | None = None) -> None:
+        """A request was committed: `records` accepted, `nbytes` on the wire, some left out by reason."""
+        with self._lock:
+            self._records[(signal, source)] += records
+            self._bytes[(signal, source)] += nbytes
+            for reason, n in (rejected_by or {}).items():
+                if n:
+                    self._rejected[(signal, reason)] += n
+
+    def refused(self, signal: str, source: str, reason: str) -> None:
+        """A whole request was refused (see REQUEST_REASONS)."""
+        with self._lock:
+            self._refused[(signal, source, reason)] += 1
+
+    # ------------------------------------------------------------------------------- analysis
+
+    def analysed(self, diagnosis: Diagnosis, provisional: bool, seconds: float | None) -> None:
+        """A diagnosis was stored; `seconds` is how long the analysis took (None: made elsewhere)."""
+        now = time.time()
+        rc = diagnosis.root_cause
+        key = (diagnosis.attempt.cluster or "", diagnosis.outcome, rc.domain if rc else "", rc.subdomain if rc else "")
+        ident = diagnosis.id
+        with self._lock:
+            if seconds is not None:
+                i = bisect.bisect_left(LATENCY_BUCKETS, seconds)
+                self._latency.counts[i] += 1
+                self._latency.total += seconds
+                self._latency.exemplars[i] = Exemplar(ident, seconds, now)
+            if provisional:  # the attempt has not ended: its final diagnosis is counted when it comes
+                self._provisional += 1
+                return
+            self._diagnoses[key] += 1
+            self._diagnosis_exemplars[key] = Exemplar(ident, 1.0, now)
+            for s in diagnosis.symptoms:
+                self._symptoms[s.kind] += s.count
+
+    # ------------------------------------------------------------------------------- exports
+
+    def exported(self, exporter: str, n: int) -> None:
+        with self._lock:
+            self._exported[exporter] += n
+
+    def export_failed(self, exporter: str, kind: str) -> None:
+        """One failed delivery attempt: kind is `transient` (retried) or `permanent`."""
+        with self._lock:
+            self._export_failures[(exporter, kind)] += 1
+
+    def export_dropped(self, exporter: str, reason: str, n: int = 1) -> None:
+        """Diagnoses that will never reach this exporter: rejected, expired, superseded."""
+        with self._lock:
+            self._export_dropped[(exporter, reason)] += n
+
+    # ------------------------------------------------------------------------------- reading
+
+    def snapshot(self) -> Snapshot:
+        with self._lock:
+            lat = Latency(list(self._latency.counts), self._latency.total, list(self._latency.exemplars))
+            return Snapshot(
+                ingested_records=dict(self._records), ingested_bytes=dict(self._bytes),
+                refused_requests=dict(self._refused), rejected_records=dict(self._rejected),
+                diagnoses={k: (v, self._diagnosis_exemplars.get(k)) for k, v in self._diagnoses.items()},
+                provisional=self._provisional, symptom_events=dict(self._symptoms), latency=lat,
+                exported=dict(self._exported), export_failures=dict(self._export_failures),
+                export_dropped=dict(self._export_dropped), started=self.started)
+
+
+def cumulative(counts: Iterable[int]) -> list[int]:
+    out: list[int] = []
+    total = 0
+    for c in counts:
+        total += c
+        out.append(total)
+    return out

@@ -1,0 +1,107 @@
+"""Grafana annotations for diagnoses (`POST /api/annotations`), through the same outbox as Loki.
+
+Body (Grafana HTTP API, legacy annotations, supported through Grafana 13):
+    {"time": <ms>, "timeEnd": <ms>, "tags": [...], "text": "...", "dashboardUID": "..."?}
+Without `dashboardUID` the annotation belongs to the organisation and shows on every dashboard
+whose annotation query asks for its tags (grafana/dashboards/* ask for `hypocenter`). Answer:
+200 `{"message": "Annotation added", "id": N}`. Auth: a service-account token (`Bearer`), with
+the `annotations:create` permission.
+
+The region spans from where the failure began (root cause first_seen, else the attempt's end) to
+the attempt's end. Tags: `hypocenter`, `cluster:<c>`, `outcome:<o>`, `domain:<d>`, `subdomain:<s>`,
+`node:<n>` per culprit node (at most NODE_TAGS), `workload:<id>`, `attempt:<n>`.
+
+Annotations are sent one per request so that a failure never re-sends one already added.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+import httpx
+
+from hypocenter import __version__
+from hypocenter.exporter.outbox import ExportRejected, ExportUnavailable, classify_status
+from hypocenter.exporter.store import DiagnosisRow
+
+NODE_TAGS = 10
+
+
+def _ms(text: str | None) -> int | None:
+    if not text:
+        return None
+    try:
+        return int(datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() * 1000)
+    except ValueError:
+        return None
+
+
+def annotation(row: DiagnosisRow, dashboard_uid: str = "") -> dict[str, Any]:
+    d: dict[str, Any] = json.loads(row.body)
+    rc = d.get("root_cause") or {}
+    a = d.get("attempt") or {}
+    window = a.get("window") or {}
+    end = _ms(window.get("end")) or int(row.created * 1000)
+    start = min(_ms(rc.get("first_seen")) or end, end)
+    nodes = list(rc.get("nodes") or [])
+    tags = ["hypocenter", f"outcome:{row.outcome}"]
+    if row.cluster:
+        tags.append(f"cluster:{row.cluster}")
+    if row.domain:
+        tags += [f"domain:{row.domain}", f"subdomain:{row.subdomain or ''}"]
+    tags += [f"node:{n}" for n in nodes[:NODE_TAGS]]
+    tags += [f"workload:{row.workload}", f"attempt:{row.attempt}"]
+    if row.provisional:
+        tags.append("provisional")
+    if rc:
+        where = ", ".join(nodes) or "the job"
+        comps = ", ".join(f"{c['kind']} {c['id']}" for c in rc.get("components") or [])
+        text = (f"{row.outcome}: {rc.get('domain')}/{rc.get('subdomain')} on {where}"
+                + (f" ({comps})" if comps else "") + f" — {rc.get('summary', '')} · action {rc.get('action')}")
+    else:
+        text = {"unattributed": "unattributed: no root cause can be attributed from the evidence available",
+                "not_failed": "not failed"}.get(row.outcome, row.outcome)
+    text += f" · workload {row.workload} attempt {row.attempt} · diagnosis {row.id}"
+    body: dict[str, Any] = {"time": start, "timeEnd": end, "tags": tags, "text": text}
+    if dashboard_uid:
+        body["dashboardUID"] = dashboard_uid
+    return body
+
+
+class GrafanaAnnotations:
+    """Adds one annotation per diagnosis; raises ExportRejected / ExportUnavailable on failure."""
+
+    name = "grafana"
+    max_batch = 1
+
+    def __init__(self, url: str, *, token: str = "", dashboard_uid: str = "", org_id: int | None = None,
+                 timeout_s: float = 10.0, transport: httpx.BaseTransport | None = None) -> None:
+        self.url = url.rstrip("/") + "/api/annotations"
+        self.dashboard_uid = dashboard_uid
+        headers = {"User-Agent": f"hypocenter/{__version__}", "Content-Type": "application/json"}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        if org_id is not None:
+            headers["X-Grafana-Org-Id"] = str(org_id)
+        self._client = httpx.Client(timeout=timeout_s, headers=headers, transport=transport)
+
+    def send(self, batch: Sequence[DiagnosisRow]) -> None:
+        for row in batch:
+            try:
+                r = self._client.post(self.url, content=json.dumps(annotation(row, self.dashboard_uid)))
+            except httpx.HTTPError as exc:
+                raise ExportUnavailable(f"{type(exc).__name__}: {exc}") from None
+            if r.status_code != 200:
+                raise classify_status(r.status_code, r.text, r.headers.get("Retry-After"))
+            try:
+                answer = r.json()
+            except ValueError:
+                raise ExportRejected(f"not a Grafana annotations API answer: {r.text[:200]!r}") from None
+            if not isinstance(answer, dict) or "id" not in answer:
+                raise ExportRejected(f"not a Grafana annotations API answer: {r.text[:200]!r}")
+
+    def close(self) -> None:
+        self._client.close()

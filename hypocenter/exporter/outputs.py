@@ -1,0 +1,76 @@
+"""What leaves `hypocenter serve` besides its APIs: `/metrics`, and diagnoses pushed to Loki and Grafana.
+
+    EXPORTERS            the registry: exporter name → builder from settings (None when not configured)
+    Outputs(settings, store, service)
+        .start()         /metrics listener; the outbox thread; wake the outbox on every new diagnosis
+        .close()
+
+The server builds one `Outputs` before analysis starts, so that the store knows which exporters
+to queue each diagnosis for from the first one on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from hypocenter.api.service import Attribution
+from hypocenter.config import Settings
+from hypocenter.exporter.grafana import GrafanaAnnotations
+from hypocenter.exporter.loki import LokiExporter
+from hypocenter.exporter.outbox import Backoff, Exporter, Outbox
+from hypocenter.exporter.prometheus import HypocenterCollector, MetricsEndpoint
+from hypocenter.exporter.store import DiagnosisRow, Store
+
+
+def _loki(s: Settings) -> Exporter | None:
+    if not s.loki_url:
+        return None
+    return LokiExporter(s.loki_url, encoding=s.loki_encoding, tenant=s.loki_tenant,
+                        basic_auth=s.loki_basic_auth.get_secret_value(), timeout_s=s.export_timeout_s)
+
+
+def _grafana(s: Settings) -> Exporter | None:
+    if not s.grafana_url:
+        return None
+    return GrafanaAnnotations(s.grafana_url, token=s.grafana_token.get_secret_value(),
+                              dashboard_uid=s.grafana_dashboard_uid, timeout_s=s.export_timeout_s)
+
+
+EXPORTERS: dict[str, Callable[[Settings], Exporter | None]] = {"loki": _loki, "grafana": _grafana}
+
+
+class Outputs:
+    def __init__(self, settings: Settings, store: Store, service: Attribution, *,
+                 exporters: list[Exporter] | None = None) -> None:
+        self.settings = settings
+        self.service = service
+        built = [e for build in EXPORTERS.values() if (e := build(settings)) is not None]
+        self.exporters: list[Exporter] = built if exporters is None else exporters
+        store.exporters = tuple(e.name for e in self.exporters)
+        self.outbox = Outbox(store, self.exporters, service.activity,
+                             backoff=Backoff(max_s=settings.export_retry_max_s),
+                             max_age_s=settings.export_max_age_s) if self.exporters else None
+        self.collector = HypocenterCollector(service.activity, store, exporters=store.exporters,
+                                             window_s=settings.metrics_window_s, top=settings.metrics_top_n,
+                                             ruleset=service.engine.ruleset.fingerprint)
+        self.metrics = MetricsEndpoint(self.collector)
+        self.metrics_address = ""
+        self._unwatch: Callable[[], None] | None = None
+
+    def start(self) -> None:
+        if self.settings.metrics_listen:
+            self.metrics_address = self.metrics.start(self.settings.metrics_listen)
+        if self.outbox is not None:
+            outbox = self.outbox
+
+            def wake(_row: DiagnosisRow) -> None:
+                outbox.wake()
+            self._unwatch = self.service.watch(wake)
+            outbox.start()
+
+    def close(self) -> None:
+        if self._unwatch is not None:
+            self._unwatch()
+        if self.outbox is not None:
+            self.outbox.close()
+        self.metrics.stop()

@@ -1,0 +1,276 @@
+"""Prometheus `/metrics` on its own port: diagnoses, culprits, ingest, drops, latency, exports.
+
+One custom collector on a private `CollectorRegistry` computes every family on each scrape from
+current state: the process' tallies (`Activity`) and the store. Nothing is registered globally,
+so two servers in one process (tests, embedding) never share series.
+
+Families (all prefixed `hypocenter_`; no label is named `job` or `instance`, which Prometheus
+reserves for the target; `cluster` is the workload's cluster):
+
+    diagnoses_total{cluster,outcome,domain,subdomain}       counter  final diagnoses this process made;
+                                                                     exemplar: the latest diagnosis_id
+    provisional_diagnoses_total                             counter  analyses of attempts not yet ended
+    analysis_duration_seconds                               histogram  store read + engine; exemplars
+    symptom_events_total{kind}                              counter  events diagnoses classed as symptoms
+    ingest_records_total / ingest_bytes_total{signal,source}  counter  committed OTLP records / wire bytes
+    refused_requests_total{signal,source,reason}            counter  requests refused whole
+    rejected_records_total{signal,reason}                   counter  records left out of accepted requests
+    attempts_open                                           gauge    attempts awaiting a verdict (store)
+    recent_diagnoses{cluster,outcome,domain,subdomain}      gauge    final diagnoses stored in the window (store)
+    recent_node_root_causes{cluster,node}                   gauge    of those, naming the node as (candidate)
+                                                                     root cause: top N nodes, the rest in node="other"
+    recent_component_root_causes{cluster,node,component_kind,component}
+                                                            gauge    the same per GPU / port, top N + "other"
+    recent_window_seconds                                   gauge    the window of the recent_* families
+    export_pending{exporter}, export_oldest_pending_age_seconds{exporter}   gauge  the outbox (store)
+    exported_diagnoses_total / export_failures_total{exporter,kind} / export_dropped_total{exporter,reason}
+    store_up                                                gauge    1 when the store answered this scrape
+    build_info{version,ruleset}, start_time_seconds
+
+The `recent_*` gauges come from the shared store, so every replica reports the same values:
+aggregate them with `max without (instance, pod)`, never `sum` (deploy/prometheus/ does).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter as Tally
+from collections.abc import Iterable, Iterator, Sequence
+from wsgiref.simple_server import WSGIServer
+
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    InfoMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+from prometheus_client.samples import Exemplar
+
+from hypocenter import __version__
+from hypocenter.errors import InputError
+from hypocenter.exporter.activity import LATENCY_BUCKETS, Activity, cumulative
+from hypocenter.exporter.activity import Exemplar as Last
+from hypocenter.exporter.store import DiagnosisFacts, Store
+
+log = logging.getLogger("hypocenter.metrics")
+
+OTHER = "other"
+
+
+def _exemplar(last: Last | None) -> Exemplar | None:
+    if last is None:
+        return None
+    return Exemplar({"diagnosis_id": last.diagnosis_id}, last.value, last.time)
+
+
+def top_n(counts: Tally[tuple[str, ...]], n: int) -> list[tuple[tuple[str, ...], int]]:
+    """The `n` largest series, then one `other` series per cluster (the first key part) for the rest.
+
+    Ties break by name so that the same state always exposes the same series."""
+    ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    kept = ranked[:n]
+    rest: Tally[str] = Tally()
+    for key, value in ranked[n:]:
+        rest[key[0]] += value
+    width = len(ranked[0][0]) if ranked else 0
+    other = [((cluster, *([OTHER] * (width - 1))), value) for cluster, value in sorted(rest.items())]
+    return kept + other
+
+
+class HypocenterCollector(Collector):
+    """Builds every family from the tallies and the store at scrape time."""
+
+    def __init__(self, activity: Activity, store: Store, *, exporters: Sequence[str] = (), window_s: float = 86400.0,
+                 top: int = 20, ruleset: str = "") -> None:
+        self.activity = activity
+        self.store = store
+        self.exporters = tuple(exporters)
+        self.window_s = window_s
+        self.top = top
+        self.ruleset = ruleset
+
+    def describe(self) -> Iterable[Metric]:
+        return []  # computed at scrape time: nothing to check at registration
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self._process()
+        yield from self._from_store()
+
+    # ------------------------------------------------------------------------------- process tallies
+
+    def _process(self) -> Iterator[Metric]:
+        snap = self.activity.snapshot()
+        info = InfoMetricFamily("hypocenter_build", "hypocenter version and the fingerprint of its loaded ruleset")
+        info.add_metric([], {"version": __version__, "ruleset": self.ruleset})
+        yield info
+        yield GaugeMetricFamily("hypocenter_start_time_seconds", "When this process started (Unix time)",
+                                value=snap.started)
+
+        d = CounterMetricFamily("hypocenter_diagnoses", "Final diagnoses made by this process",
+                                labels=["cluster", "outcome", "domain", "subdomain"])
+        for verdict, (value, last) in sorted(snap.diagnoses.items()):
+            d.add_metric(list(verdict), value, exemplar=_exemplar(last))
+        yield d
+        yield CounterMetricFamily("hypocenter_provisional_diagnoses",
+                                  "Analyses of attempts that had not ended (idle timeout), counted apart",
+                                  value=snap.provisional)
+
+        h = HistogramMetricFamily("hypocenter_analysis_duration_seconds",
+                                  "Time to analyse an attempt: read its records from the store, extract, decide",
+                                  labels=[])
+        totals = cumulative(snap.latency.counts)
+        buckets: list[tuple[str, float] | tuple[str, float, Exemplar]] = []
+        for i, bound in enumerate([*(str(b) for b in LATENCY_BUCKETS), "+Inf"]):
+            ex = _exemplar(snap.latency.exemplars[i])
+            buckets.append((bound, float(totals[i]), ex) if ex is not None else (bound, float(totals[i])))
+        h.add_metric([], buckets, snap.latency.total)
+        yield h
+
+        s = CounterMetricFamily("hypocenter_symptom_events", "Events that final diagnoses classed as symptoms, by kind",
+                                labels=["kind"])
+        for kind, value in sorted(snap.symptom_events.items()):
+            s.add_metric([kind], value)
+        yield s
+
+        rec = CounterMetricFamily("hypocenter_ingest_records", "Records committed to the store",
+                                  labels=["signal", "source"])
+        byt = CounterMetricFamily("hypocenter_ingest_bytes", "Request bytes received (as sent, before decompression)",
+                                  labels=["signal", "source"], unit="bytes")
+        for pair, value in sorted(snap.ingested_records.items()):
+            rec.add_metric(list(pair), value)
+        for pair, value in sorted(snap.ingested_bytes.items()):
+            byt.add_metric(list(pair), value)
+        yield rec
+        yield byt
+        ref = CounterMetricFamily("hypocenter_refused_requests", "Requests refused whole, by reason",
+                                  labels=["signal", "source", "reason"])
+        for key3, value in sorted(snap.refused_requests.items()):
+            ref.add_metric(list(key3), value)
+        yield ref
+        rej = CounterMetricFamily("hypocenter_rejected_records",
+                                  "Records left out of an accepted request (OTLP partial success), by reason",
+                                  labels=["signal", "reason"])
+        for pair, value in sorted(snap.rejected_records.items()):
+            rej.add_metric(list(pair), value)
+        yield rej
+
+        ok = CounterMetricFamily("hypocenter_exported_diagnoses", "Diagnoses delivered, by exporter",
+                                 labels=["exporter"])
+        for name in sorted({*self.exporters, *snap.exported}):
+            ok.add_metric([name], snap.exported.get(name, 0))
+        yield ok
+        fail = CounterMetricFamily("hypocenter_export_failures",
+                                   "Failed deliveries, by exporter and kind (transient: retried; permanent: dropped)",
+                                   labels=["exporter", "kind"])
+        for name in self.exporters:
+            for kind in ("transient", "permanent"):
+                fail.add_metric([name, kind], snap.export_failures.get((name, kind), 0))
+        for (name, kind), value in sorted(snap.export_failures.items()):
+            if name not in self.exporters:
+                fail.add_metric([name, kind], value)
+        yield fail
+        drop = CounterMetricFamily("hypocenter_export_dropped",
+                                   "Diagnoses that will never reach an exporter: rejected, expired or superseded",
+                                   labels=["exporter", "reason"])
+        for (name, reason), value in sorted(snap.export_dropped.items()):
+            drop.add_metric([name, reason], value)
+        yield drop
+
+    # ------------------------------------------------------------------------------- store state
+
+    def _from_store(self) -> Iterator[Metric]:
+        now = time.time()
+        try:
+            stats = self.store.stats()
+            backlog = self.store.export_backlog()
+            facts = self.store.diagnosis_facts(now - self.window_s)
+        except Exception as exc:  # a scrape must not fail because the store did: say so instead
+            log.warning("metrics: store unavailable: %s", exc)
+            yield GaugeMetricFamily("hypocenter_store_up", "1 when the store answered this scrape", value=0)
+            return
+        yield GaugeMetricFamily("hypocenter_store_up", "1 when the store answered this scrape", value=1)
+        yield GaugeMetricFamily("hypocenter_attempts_open",
+                                "Attempts awaiting a verdict: never analysed, or data arrived since",
+                                value=stats.get("attempts_open", 0))
+        pending = GaugeMetricFamily("hypocenter_export_pending", "Diagnoses waiting in the outbox, by exporter",
+                                    labels=["exporter"])
+        age = GaugeMetricFamily("hypocenter_export_oldest_pending_age_seconds",
+                                "Age of the oldest diagnosis waiting in the outbox (0 when empty)",
+                                labels=["exporter"])
+        for name in sorted({*self.exporters, *backlog}):
+            count, oldest = backlog.get(name, (0, now))
+            pending.add_metric([name], count)
+            age.add_metric([name], max(0.0, now - oldest) if count else 0.0)
+        yield pending
+        yield age
+        yield from self._recent(facts)
+
+    def _recent(self, facts: list[DiagnosisFacts]) -> Iterator[Metric]:
+        yield GaugeMetricFamily("hypocenter_recent_window_seconds", "The window of the hypocenter_recent_* gauges",
+                                value=self.window_s)
+        by_verdict: Tally[tuple[str, ...]] = Tally()
+        by_node: Tally[tuple[str, ...]] = Tally()
+        by_component: Tally[tuple[str, ...]] = Tally()
+        for f in facts:
+            cluster = f.cluster or ""
+            by_verdict[(cluster, f.outcome, f.domain or "", f.subdomain or "")] += 1
+            for node in f.culprits:
+                by_node[(cluster, node)] += 1
+            for node, kind, ident in sorted(set(f.components)):
+                by_component[(cluster, node, kind, ident)] += 1
+        v = GaugeMetricFamily("hypocenter_recent_diagnoses", "Final diagnoses stored within the window",
+                              labels=["cluster", "outcome", "domain", "subdomain"])
+        for key, value in sorted(by_verdict.items()):
+            v.add_metric(list(key), value)
+        yield v
+        n = GaugeMetricFamily("hypocenter_recent_node_root_causes",
+                              "Final diagnoses within the window naming the node as (a candidate) root cause; "
+                              "the top nodes by count, the rest summed in node=\"other\"",
+                              labels=["cluster", "node"])
+        for key, value in top_n(by_node, self.top):
+            n.add_metric(list(key), value)
+        yield n
+        c = GaugeMetricFamily("hypocenter_recent_component_root_causes",
+                              "Final diagnoses within the window naming the component (GPU, port) in their root cause; "
+                              "the top components by count, the rest summed in component=\"other\"",
+                              labels=["cluster", "node", "component_kind", "component"])
+        for key, value in top_n(by_component, self.top):
+            c.add_metric(list(key), value)
+        yield c
+
+
+class MetricsEndpoint:
+    """`/metrics` (OpenMetrics with exemplars when asked for, else text 0.0.4) on its own listener."""
+
+    def __init__(self, collector: HypocenterCollector) -> None:
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(collector)
+        self._httpd: WSGIServer | None = None
+        self._thread: threading.Thread | None = None
+        self.address = ""
+
+    def start(self, listen: str) -> str:
+        host, sep, port = listen.rpartition(":")
+        if not sep or not port.isdigit():
+            raise InputError(f"metrics listen address {listen!r} is not host:port")
+        host = host.strip("[]") or "127.0.0.1"
+        try:
+            self._httpd, self._thread = start_http_server(int(port), addr=host, registry=self.registry)
+        except OSError as exc:
+            raise InputError(f"cannot listen on {listen} (metrics): {exc.strerror}") from None
+        self.address = f"{host}:{self._httpd.server_port}"
+        return self.address
+
+    def stop(self) -> None:
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+            self._httpd = None
+        if self._thread is not None:
+            self._thread.join(5.0)
+            self._thread = None
