@@ -227,7 +227,9 @@ class Verdict:
                 candidates.append(Candidate(rule=rule, spec=rule.attribute, nodes=set(f.nodes), events=list(f.events),
                                             first_seen=f.first_seen, detail=f.detail,
                                             components={(c.node, c.kind, c.id): c for c in f.components}))
-        candidates = _merge(candidates)
+        # Nothing that began after the attempt ended caused it (clock skew allowed).
+        candidates = [c for c in _merge(candidates)
+                      if c.first_seen is None or c.approx or c.first_seen <= ctx.window.end + SKEW]
         survived = _survived(candidates, events)
         primary, explained = _explain([c for c in candidates if c not in survived])
         _locate_by_exits(primary, events, len(rank_nodes))
