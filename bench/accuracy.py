@@ -56,8 +56,12 @@ class Label:
     def domain_key(self) -> str:
         return self.domain if self.domain is not None else f"({self.outcome})"
 
-    def text(self) -> str:
-        return f"{self.key} [{', '.join(self.nodes)}]" if self.nodes else self.key
+    def text(self, most: int = 6) -> str:
+        if not self.nodes:
+            return self.key
+        shown = ", ".join(self.nodes[:most])
+        more = f", … +{len(self.nodes) - most}" if len(self.nodes) > most else ""
+        return f"{self.key} [{shown}{more}]"
 
 
 @dataclass
