@@ -103,14 +103,14 @@ class Extractor:
         # ~40x the throughput of a Python `re` alternation of the same literals.
         self._ac = BytesAhoCorasick([t.encode() for t in self.tokens]) if self.tokens else None
 
-    def _scan(self, data: bytes) -> list[tuple[int, int, int]]:
+    def scan(self, data: bytes) -> list[tuple[int, int, int]]:
         """(token index, start, end) of every non-overlapping token occurrence, in order."""
         if self._ac is None:
             return []
         return self._ac.find_matches_as_indexes(data)
 
     def is_candidate(self, text: str) -> bool:
-        return bool(self._scan(text.encode("utf-8", "surrogateescape")))
+        return bool(self.scan(text.encode("utf-8", "surrogateescape")))
 
     # ----------------------------------------------------------------------------------------- text
 
@@ -153,8 +153,7 @@ class Extractor:
         file_rank = _rank_from_name(src.name)
         # srun --label ids are ranks only when srun starts one task per rank; with one torchrun per
         # node they are node indices, which the stream shows by pairing a label with another [rankN].
-        pair = _LABEL_AND_RANK.search(data)
-        labels_are_ranks = pair is None or pair.group(1) == pair.group(2)
+        labels_are_ranks: bool | None = None  # decided on the first labelled candidate (one search of the stream)
         self._probe_anchors(data, tctx, node_dir, anchors)
         line_no = 1
         counted = 0
@@ -163,7 +162,7 @@ class Extractor:
         resolved_time: datetime | None = None
         next_at, next_time = -1, None           # the next stamped line after the current one, if looked up
         has_uptime_only = False
-        for _, start, _ in self._scan(data):
+        for _, start, _ in self.scan(data):
             if start <= line_end:
                 continue  # another token on a line already handled
             ls = data.rfind(b"\n", 0, start) + 1
@@ -219,8 +218,12 @@ class Extractor:
                     if stated is not None:
                         when, approx, inherited = stated, False, False
                 rank = header.rank
-                if rank is not None and not labels_are_ranks and header.task is not None and rank == header.task:
-                    rank = None  # the rank came from an srun label that is a node index here
+                if rank is not None and header.task is not None and rank == header.task:
+                    if labels_are_ranks is None:
+                        pair = _LABEL_AND_RANK.search(data)
+                        labels_are_ranks = pair is None or pair.group(1) == pair.group(2)
+                    if not labels_are_ranks:
+                        rank = None  # the rank came from an srun label that is a node index here
                 if rank is None:
                     rank = file_rank
                 if rank is None and isinstance(fields.get("rank"), int):
