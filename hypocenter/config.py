@@ -36,7 +36,8 @@ class Settings(BaseSettings):
 
     grpc_listen: str = Field("127.0.0.1:4317", description="OTLP/gRPC and hypocenter.v1 gRPC address (host:port; port 0 = any)")
     http_listen: str = Field("127.0.0.1:4318", description="OTLP/HTTP and REST address (host:port; port 0 = any)")
-    store: str = Field("hypocenter.db", description="SQLite file path (or sqlite:///path); created if missing")
+    store: str = Field("hypocenter.db", description="SQLite file path (or sqlite:///path; created if missing), or "
+                       "postgresql://user:password@host:port/database (needs hypocenter[postgresql])")
     store_synchronous: Literal["NORMAL", "FULL", "EXTRA"] = Field(
         "FULL", description="SQLite synchronous mode: FULL survives power loss, NORMAL only process crashes")
     max_message_bytes: int = Field(64 << 20, ge=1024, description="largest OTLP request, after decompression")

@@ -27,10 +27,13 @@ def clean_env() -> dict[str, str]:
 class ServerProcess:
     """`hypocenter serve` on 127.0.0.1 port 0; `grpc` / `http` are the bound addresses."""
 
-    def __init__(self, store: Path, *extra: str, log: Path | None = None) -> None:
+    def __init__(self, store: Path | str, *extra: str, log: Path | None = None) -> None:
+        """`store` is a SQLite file, or a store URL (then `log` is required)."""
         self.store = store
         self.extra = extra
-        self.log_path = log or store.with_suffix(".log")
+        if log is None and not isinstance(store, Path):
+            raise TypeError("a store URL needs an explicit log path")
+        self.log_path = log or Path(store).with_suffix(".log")
         self.proc: subprocess.Popen[bytes] | None = None
         self.grpc = ""
         self.http = ""

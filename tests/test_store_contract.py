@@ -1,0 +1,227 @@
+"""One store contract, run against SQLite and PostgreSQL: nothing acknowledged is lost, nothing is
+stored twice, migrations are idempotent, diagnoses survive a reconnect, and both stores hand the
+engine the same rows in the same order.
+
+PostgreSQL runs when HYPOCENTER_TEST_POSTGRES_URL names a database this test may create schemas in
+(`.ci/run` starts one from Debian's package and sets it); each test gets a schema of its own.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from postgres_support import PG_URL, fresh_schema
+
+from hypocenter.collector.otlp import Entry, Point
+from hypocenter.exporter.store import MIGRATIONS, DiagnosisFilter, Retention, SQLiteStore, Store, open_store
+
+T0 = 1_793_000_000_000_000_000
+
+
+@pytest.fixture()
+def pg_schema() -> Iterator[str]:
+    yield from fresh_schema()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def open_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[], Store]]:
+    """Opens (and reopens: a reconnect) one store of the parametrised kind; closes what it opened."""
+    url = str(tmp_path / "store.db") if request.param == "sqlite" else request.getfixturevalue("pg_schema")
+    opened: list[Store] = []
+
+    def connect() -> Store:
+        opened.append(open_store(url))
+        return opened[-1]
+
+    yield connect
+    for s in opened:
+        s.close()
+
+
+def _entries(workload: str | None, node: str | None, stream: str, n: int, start: int = 0) -> list[Entry]:
+    return [Entry(workload=workload, attempt=0, node=node, stream=stream, kind="text",
+                  body=f"{stream} line {i} ünïcode", time_ns=T0 + i * 1_000_000_000, line=i + 1,
+                  dedup=f"{workload}|{node}|{stream}|{i + 1}", scope={"cluster": "eos"} if workload else {})
+            for i in range(start, n)]
+
+
+def _points(workload: str | None, node: str | None, n: int) -> list[Point]:
+    return [Point(workload=workload, attempt=0, node=node, source="metrics/dcgm.json", name="DCGM_FI_DEV_XID_ERRORS",
+                  labels={"gpu": str(i % 2), "Hostname": node or "?"}, time_ns=T0 + i * 15_000_000_000, value=float(i))
+            for i in range(n)]
+
+
+def _summary(did: str, workload: str, outcome: str = "attributed", domain: str | None = "hardware",
+             culprits: tuple[str, ...] = ("node02",)) -> dict[str, Any]:
+    return {"id": did, "workload": workload, "attempt": 0, "cluster": "eos", "outcome": outcome, "domain": domain,
+            "subdomain": "nvlink" if domain else None, "terminal_state": "FAILED", "window_start_ns": T0,
+            "window_end_ns": T0 + 3600 * 10**9, "culprits": list(culprits), "affected": ["node01", "node02"]}
+
+
+def test_migrations_are_idempotent(open_url: Callable[[], Store]) -> None:
+    first = open_url()
+    assert isinstance(first, SQLiteStore)  # PostgresStore runs SQLiteStore's queries
+    assert first.schema_version() == len(MIGRATIONS)
+    first.close()
+    again = open_url()
+    assert isinstance(again, SQLiteStore)
+    assert again.migrate() == len(MIGRATIONS) and again.migrate() == len(MIGRATIONS)
+    versions = [r[0] for r in again._rows("SELECT version FROM schema_migrations ORDER BY version")]
+    assert versions == list(range(1, len(MIGRATIONS) + 1))
+
+
+def test_nothing_lost_nothing_twice(open_url: Callable[[], Store]) -> None:
+    store = open_url()
+    logs = _entries("81234", "node01", "logs/node01/train.log", 50) + _entries(None, "node02", "logs/node02/kern.log", 30)
+    points = _points("81234", None, 8) + _points(None, "node02", 6)
+    now = time.time()
+    assert store.ingest(logs, points, now) == len(logs) + len(points)
+    assert store.ingest(logs, points, now + 1) == 0  # an exporter retry of an acknowledged batch
+    assert store.ingest(logs[:10] + _entries("81234", "node01", "logs/node01/train.log", 60, 50), [], now + 2) == 10
+    row = store.attempt("81234", 0)
+    assert row is not None and row.nodes == ["node01"] and row.scope == {"cluster": "eos"} and row.dirty
+    assert row.first_ns == T0 and row.last_ns == T0 + 7 * 15 * 10**9  # its last metric point
+    got = store.attempt_logs(row.id)
+    assert [g.line for g in got] == list(range(1, 61)) and got[0].body == "logs/node01/train.log line 0 ünïcode"
+    assert len(store.node_logs(["node02"], T0, T0 + 10**9)) == 30  # the node stream joins whole
+    assert store.node_logs(["node09"], T0, T0 + 10**12) == []
+    assert len(store.attempt_points(row.id)) == 8 and len(store.node_points(["node02"], T0, T0 + 10**12)) == 6
+    assert store.known_nodes() == ["node02"]
+    stats = store.stats()
+    assert (stats["attempts"], stats["log_entries"], stats["metric_points"]) == (1, 90, 14)
+
+
+def test_concurrent_writers_store_once(open_url: Callable[[], Store]) -> None:
+    """Two connections (two replicas, or a retry racing the original) ingest the same records."""
+    a, b = open_url(), open_url()
+    logs = _entries("77", "node01", "logs/node01/train.log", 200)
+    counts: list[int] = []
+
+    def write(store: Store) -> None:
+        for i in range(0, len(logs), 20):
+            counts.append(store.ingest(logs[i:i + 20], [], time.time()))
+
+    threads = [threading.Thread(target=write, args=(s,)) for s in (a, b)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert sum(counts) == 200
+    row = a.attempt("77", 0)
+    assert row is not None and len(b.attempt_logs(row.id)) == 200 and b.stats()["attempts"] == 1
+
+
+def test_diagnoses_survive_a_reconnect(open_url: Callable[[], Store]) -> None:
+    store = open_url()
+    store.ingest(_entries("81234", "node01", "s", 3) + _entries("233410", "node07", "s", 3), [], time.time())
+    for workload, did, summary in (("81234", "dx-a", _summary("dx-a", "81234")),
+                                   ("233410", "dx-b", _summary("dx-b", "233410", domain="network",
+                                                               culprits=("node07",)))):
+        row = store.attempt(workload, 0)
+        assert row is not None
+        body = json.dumps({"id": did, "text": "ünïcode \u2192 evidence"}, ensure_ascii=False)
+        store.put_diagnosis(row.id, body, summary, provisional=False, analyzed_from=time.time() + 1)
+    # re-analysis replaces, never duplicates
+    row = store.attempt("81234", 0)
+    assert row is not None and not row.dirty
+    store.put_diagnosis(row.id, '{"id": "dx-a", "v": 2}', _summary("dx-a", "81234"), provisional=False,
+                        analyzed_from=time.time() + 1)
+    store.close()
+    again = open_url()
+    got = again.get_diagnosis("dx-a")
+    assert got is not None and got.body == '{"id": "dx-a", "v": 2}' and got.nodes == ["node02"]
+    b = again.get_diagnosis("dx-b")
+    assert b is not None and b.body == json.dumps({"id": "dx-b", "text": "ünïcode \u2192 evidence"}, ensure_ascii=False)
+
+    def ids(**kw: Any) -> list[str]:
+        return [r.id for r in again.list_diagnoses(DiagnosisFilter(**kw))]
+
+    assert sorted(ids()) == ["dx-a", "dx-b"]
+    assert ids(domain="network") == ["dx-b"] and ids(node="node02") == ["dx-a"] and ids(cluster="nope") == []
+    assert ids(since_ns=T0 + 7200 * 10**9) == [] and sorted(ids(until_ns=T0)) == ["dx-a", "dx-b"]
+    assert again.stats()["diagnoses"] == 2
+
+
+def test_retention_counts_what_it_drops(open_url: Callable[[], Store]) -> None:
+    store = open_url()
+    store.ingest(_entries(None, "node02", "logs/node02/kern.log", 10) + _entries("5", "node01", "app", 4), [],
+                 time.time())
+    removed = store.sweep(time.time(), Retention(max_lines_per_stream=6))
+    assert removed == 4
+    kept = store.node_logs(["node02"], T0, T0 + 10**12)
+    assert [k.line for k in kept] == [5, 6, 7, 8, 9, 10]  # the oldest went
+    row = store.attempt("5", 0)
+    assert row is not None
+    assert store.drops(row.id, ["node02"]) == {("node02", "logs/node02/kern.log"): 4}
+    store.sweep(time.time(), Retention(max_lines_per_stream=5))
+    assert store.drops(row.id, ["node02"]) == {("node02", "logs/node02/kern.log"): 5}
+
+
+# ------------------------------------------------------------------------------------------ PostgreSQL only
+
+
+def _columns_sqlite(path: Path) -> dict[str, list[tuple[str, bool]]]:
+    with sqlite3.connect(path) as con:
+        tables = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table' ORDER BY name")]
+        return {t: [(c[1], bool(c[3]) or bool(c[5])) for c in con.execute(f"PRAGMA table_info({t})")] for t in tables}
+
+
+def test_postgresql_has_the_sqlite_schema(pg_schema: str, tmp_path: Path) -> None:
+    import psycopg
+
+    SQLiteStore(tmp_path / "ref.db").close()
+    want = _columns_sqlite(tmp_path / "ref.db")
+    store = open_store(pg_schema)
+    store.close()
+    schema = pg_schema.rsplit("%3D", 1)[1]
+    have: dict[str, list[tuple[str, bool]]] = {}
+    with psycopg.connect(PG_URL) as conn:
+        for table, column, nullable, key in conn.execute(
+                "SELECT c.table_name, c.column_name, c.is_nullable, EXISTS (SELECT 1 FROM"
+                " information_schema.key_column_usage k JOIN information_schema.table_constraints tc"
+                " ON tc.constraint_name = k.constraint_name AND tc.table_schema = k.table_schema"
+                " WHERE tc.constraint_type = 'PRIMARY KEY' AND k.table_schema = c.table_schema"
+                " AND k.table_name = c.table_name AND k.column_name = c.column_name)"
+                " FROM information_schema.columns c WHERE c.table_schema = %s ORDER BY c.table_name, c.ordinal_position",
+                (schema,)):
+            have.setdefault(table, []).append((column, nullable == "NO" or key))
+    assert have == want
+
+
+def test_both_stores_hand_the_engine_the_same_rows(pg_schema: str, tmp_path: Path) -> None:
+    """Order matters to byte-identical diagnoses: text sorts by bytes and NULLs first, as in SQLite."""
+    sqlite, pg = open_store(str(tmp_path / "s.db")), open_store(pg_schema)
+    try:
+        logs = [*_entries(None, "node-b", "Zeta.log", 5), *_entries(None, "node-b", "alpha.log", 5),
+                *_entries(None, "node-B", "_kern", 5), *_entries(None, "node-b", "Éclair", 3),
+                *_entries("9", "node-b", "b", 4), *_entries("9", "node-a", "B", 4)]
+        logs.append(Entry(workload="9", attempt=0, node=None, stream="events/x.json", kind="doc", body='{"a": 1}',
+                          time_ns=T0, line=None, dedup="nul-line"))
+        logs.append(Entry(workload="9", attempt=0, node="node-a", stream="B", kind="text", body="nul\x00byte",
+                          time_ns=T0, line=99, dedup="nul-byte"))
+        points = _points(None, "node-b", 6) + _points("9", None, 6)
+        for s in (sqlite, pg):
+            s.ingest(logs, points, time.time())
+        nodes = ["node-B", "node-b"]
+        a, b = sqlite.attempt("9", 0), pg.attempt("9", 0)
+        assert a is not None and b is not None and a.nodes == b.nodes
+        for name, read in (("node_logs", lambda s, r: s.node_logs(nodes, T0, T0 + 10**12)),
+                           ("attempt_logs", lambda s, r: s.attempt_logs(r.id)),
+                           ("attempt_points", lambda s, r: s.attempt_points(r.id)),
+                           ("node_points", lambda s, r: s.node_points(nodes, T0, T0 + 10**12))):
+            want, have = read(sqlite, a), read(pg, b)
+            if name == "attempt_logs":  # PostgreSQL text holds no NUL: it is stored as U+FFFD
+                want = [w if "\x00" not in w.body else type(w)(w.node, w.stream, w.kind, w.line, w.time_ns,
+                                                               w.body.replace("\x00", "\ufffd")) for w in want]
+            assert have == want, name
+        assert sorted(sqlite.known_nodes()) == sorted(pg.known_nodes())
+    finally:
+        sqlite.close()
+        pg.close()
