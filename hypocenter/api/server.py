@@ -80,6 +80,13 @@ class OTLPGrpc:
         detail.details.add().Pack(retry)
         context.abort_with_status(rpc_status.to_status(detail))
 
+    @staticmethod
+    def _commit_wait(context: grpc.ServicerContext) -> float:
+        """How long to wait for the store: the client's deadline, within [5 s, 60 s]. A client that
+        sends no deadline (rotel, grpcurl) gets a `time_remaining()` near 2**63 ns, which no wait takes."""
+        remaining = context.time_remaining()
+        return min(60.0, max(5.0, remaining if remaining is not None else 60.0))
+
     def _export(self, signal: str, raw: bytes, context: grpc.ServicerContext) -> bytes:
         try:
             if signal == "logs":
@@ -90,7 +97,7 @@ class OTLPGrpc:
                 req_m, warnings = otlp.decode_metrics(raw, otlp.PROTOBUF_TYPES[0])
                 tagged = otlp.metric_entries(req_m)
                 fut = self.service.queue.submit([], tagged.accepted)
-            fut.result(timeout=max(5.0, context.time_remaining() or 60.0))
+            fut.result(timeout=self._commit_wait(context))
         except Backpressure as exc:
             self.service.activity.refused(signal, "otlp_grpc", "backpressure")
             self._abort_unavailable(context, str(exc), exc.retry_after)
