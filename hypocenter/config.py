@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from difflib import get_close_matches
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import Field, SecretStr, ValidationError
 from pydantic.fields import FieldInfo
@@ -148,11 +149,28 @@ def load_settings(flags: Mapping[str, Any] | None = None, config: str | Path | N
         raise InputError(f"{where}: {name}: {err['msg']}") from None
 
 
+def redact_url(url: str) -> str:
+    """A URL as it may be printed or logged: its password replaced by ***."""
+    parts = urlsplit(url)
+    try:
+        password = parts.password
+    except ValueError:  # not a URL with a parsable authority: nothing to hide in it
+        return url
+    if password is None:
+        return url
+    return urlunsplit(parts._replace(netloc=parts.netloc.replace(f":{password}@", ":***@", 1)))
+
+
+def shown(name: str, value: Any) -> Any:
+    """A setting's value as `hypocenter config show` prints it (a store URL's password hidden)."""
+    return redact_url(value) if name == "store" and isinstance(value, str) else value
+
+
 def describe(settings: Settings, origin: Mapping[str, str]) -> list[tuple[str, str, str]]:
     """(name, value, origin) rows for `hypocenter config show`."""
     rows: list[tuple[str, str, str]] = []
     for name in Settings.model_fields:
-        value = getattr(settings, name)
+        value = shown(name, getattr(settings, name))
         text = ",".join(value) if isinstance(value, list) else str(value).lower() if isinstance(value, bool) else str(value)
         rows.append((name, text, origin[name]))
     return rows

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from hypocenter.config import Settings, describe, field_help, load_settings
+from hypocenter.config import Settings, describe, field_help, load_settings, shown
 from hypocenter.errors import TransientError
 
 EXIT_OK = 0
@@ -53,7 +53,8 @@ def _cmd_config_show(args: argparse.Namespace) -> int:
     settings, origin = _settings(args)
     rows = describe(settings, origin)
     if args.format == "json":
-        doc = {name: {"value": settings.model_dump(mode="json")[name], "origin": where} for name, _, where in rows}
+        values = settings.model_dump(mode="json")
+        doc = {name: {"value": shown(name, values[name]), "origin": where} for name, _, where in rows}
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
         return EXIT_OK
     width = max(len(n) for n, _, _ in rows)

@@ -153,7 +153,8 @@ class Extractor:
         file_rank = _rank_from_name(src.name)
         # srun --label ids are ranks only when srun starts one task per rank; with one torchrun per
         # node they are node indices, which the stream shows by pairing a label with another [rankN].
-        labels_are_ranks: bool | None = None  # decided on the first labelled candidate (one search of the stream)
+        label_nodes: dict[int, str] | None = None  # srun task label → node, when labels are not ranks
+        labels_checked = False
         self._probe_anchors(data, tctx, node_dir, anchors)
         line_no = 1
         counted = 0
@@ -218,17 +219,19 @@ class Extractor:
                     if stated is not None:
                         when, approx, inherited = stated, False, False
                 rank = header.rank
+                label_node: str | None = None
                 if rank is not None and header.task is not None and rank == header.task:
-                    if labels_are_ranks is None:
-                        pair = _LABEL_AND_RANK.search(data)
-                        labels_are_ranks = pair is None or pair.group(1) == pair.group(2)
-                    if not labels_are_ranks:
-                        rank = None  # the rank came from an srun label that is a node index here
+                    if not labels_checked:
+                        label_nodes = _srun_labels(data, context_nodes, len(ranks))
+                        labels_checked = True
+                    if label_nodes is not None:
+                        rank = None  # the label is a task (one per node), not a rank
+                        label_node = label_nodes.get(header.task)
                 if rank is None:
                     rank = file_rank
                 if rank is None and isinstance(fields.get("rank"), int):
                     rank = int(fields["rank"])  # type: ignore[arg-type]
-                node = node_dir or names.resolve(_str(fields.get("host"))) or host_node
+                node = node_dir or names.resolve(_str(fields.get("host"))) or host_node or label_node
                 if node is None and rank is not None:
                     # Without a rank map, rank 0 is on the first node of the allocation (Slurm's batch host).
                     node = ranks.get(rank) or (first_node if rank == 0 and not ranks else None)
@@ -406,6 +409,32 @@ _KERNEL_MESSAGE = re.compile(
     r"clocksource: |BUG: |NETDEV WATCHDOG|rtc_cmos |pci \d{4}:|ib\w*: |nvme\d|XFS |EXT4-fs )")
 _RTC = re.compile(r"\[\s*(\d+\.\d+)\] rtc_cmos \S+ setting system clock to \S+ UTC \((\d+)\)")
 _LABEL_AND_RANK = re.compile(rb"(?m)^(\d{1,6}): \[rank(\d+)\]:")
+_LABEL = re.compile(rb"(?m)^(\d{1,6}): ")
+_SRUN_TASK_NODE = re.compile(rb"srun: error: ([\w.-]+): task (\d+):")
+
+
+def _srun_labels(data: bytes, nodes: list[str], n_ranks: int) -> dict[int, str] | None:
+    """srun --label prefixes are task ids. They are the ranks when srun starts one task per rank;
+    with one launcher (torchrun) per node they are node indices. Decide once per stream: a label
+    paired with a different [rankN], or labels that never reach the node count while the job has
+    more ranks than nodes, mean tasks-per-node; then map each task to its node (from `srun: error:
+    <node>: task N` lines, else the allocation order). None: labels are ranks."""
+    pair = _LABEL_AND_RANK.search(data)
+    per_node = pair is not None and pair.group(1) != pair.group(2)
+    if not per_node:
+        top = max((int(m.group(1)) for m in _LABEL.finditer(data)), default=-1)
+        per_node = bool(nodes) and n_ranks > len(nodes) and 0 <= top < len(nodes)
+    if not per_node:
+        return None
+    mapping = dict(enumerate(nodes))
+    names = {n.lower(): n for n in nodes}
+    for m in _SRUN_TASK_NODE.finditer(data):
+        host = m.group(1).decode(errors="replace").lower()
+        if host in names:
+            mapping[int(m.group(2))] = names[host]
+    return mapping
+
+
 _RANK_FILE = re.compile(r"(?:^|[/_.-])rank[-_]?(\d{1,6})(?:\.[a-z]+)*$")
 
 

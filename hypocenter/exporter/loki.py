@@ -18,7 +18,7 @@ What is sent per diagnosis, in one stream per label set:
   one `record="diagnosis"` entry: the verdict as one JSON line
   one `record="evidence"` entry per evidence item (at most EVIDENCE_MAX), so a logs panel can show them
   structured metadata (not indexed, filterable with `| workload_id="81234"`): diagnosis_id,
-    workload_id, attempt, nodes, rule, subdomain, action, quality, provisional, first_seen, …
+    workload_id, attempt, nodes, affected_nodes, components, rule, subdomain, action, quality, …
 
 Timestamps: the diagnosis entry is dated where the failure began (root cause first_seen, else the
 attempt's end) so a dashboard annotation lands there, but never more than BACKDATE_S before the
@@ -48,6 +48,7 @@ SERVICE_NAME = "hypocenter"
 LABELS = ("service_name", "cluster", "outcome", "domain")
 BACKDATE_S = 50 * 60
 EVIDENCE_MAX = 50
+AFFECTED_MAX = 256  # structured metadata is limited to 64 KB per entry
 TEXT_MAX = 4096
 
 
@@ -147,7 +148,8 @@ def verdict_line(d: dict[str, Any], provisional: bool) -> str:
                        for c in d.get("candidates") or []],
         "quality": (d.get("quality") or {}).get("level"), "terminal_state": d.get("terminal_state"),
         "workload_id": a.get("workload_id"), "attempt": a.get("attempt"), "cluster": a.get("cluster"),
-        "affected_nodes": len(d.get("affected_nodes") or []), "provisional": provisional, "diagnosis_id": d.get("id"),
+        "affected_node_count": len(d.get("affected_nodes") or []), "provisional": provisional,
+        "diagnosis_id": d.get("id"),
     }
     return json.dumps(doc, separators=(",", ":"), ensure_ascii=False)
 
@@ -169,6 +171,7 @@ def diagnosis_entries(row: DiagnosisRow) -> tuple[dict[str, str], list[LokiEntry
     meta = {
         "record": "diagnosis", **common,
         "nodes": ",".join(rc.get("nodes") or []),
+        "affected_nodes": ",".join((d.get("affected_nodes") or [])[:AFFECTED_MAX]),
         "components": ",".join(f"{c['node']}/{c['kind']}/{c['id']}" for c in rc.get("components") or []),
         "rule": rc.get("rule") or "", "subdomain": rc.get("subdomain") or "", "action": rc.get("action") or "",
         "first_seen": rc.get("first_seen") or "", "quality": (d.get("quality") or {}).get("level") or "",

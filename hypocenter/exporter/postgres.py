@@ -36,8 +36,8 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
+from hypocenter.config import redact_url
 from hypocenter.errors import TransientError
 from hypocenter.exporter.store import MIGRATIONS, SQLiteStore, StoreError
 
@@ -148,14 +148,6 @@ class _Connection:
 # --------------------------------------------------------------------------------------------- the store
 
 
-def _redacted(url: str) -> str:
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return urlunsplit(parts._replace(netloc=netloc))
-
-
 class PostgresStore(SQLiteStore):
     """SQLiteStore's queries over one PostgreSQL connection (behind a lock, like SQLite's)."""
 
@@ -166,7 +158,7 @@ class PostgresStore(SQLiteStore):
             raise StoreError("PostgreSQL stores need psycopg 3: pip install 'hypocenter[postgresql]'") from None
         self._psycopg = psycopg
         self.url = url
-        self.path = _redacted(url)
+        self.path = redact_url(url)
         self._lock = threading.RLock()
         self.exporters: tuple[str, ...] = ()
         self._conn: Any = None
