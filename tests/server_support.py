@@ -37,10 +37,11 @@ class ServerProcess:
         self.proc: subprocess.Popen[bytes] | None = None
         self.grpc = ""
         self.http = ""
+        self.metrics = ""
 
     def start(self, timeout: float = 30.0) -> ServerProcess:
         cmd = [sys.executable, "-m", "hypocenter.cli", "serve", "--grpc-listen", "127.0.0.1:0",
-               "--http-listen", "127.0.0.1:0", "--store", str(self.store), "--settle-s", "0.3",
+               "--http-listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--store", str(self.store), "--settle-s", "0.3",
                "--tick-s", "0.05", "--log-level", "warning", *self.extra]
         log = self.log_path.open("ab")
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, env=clean_env(), cwd=REPO)
@@ -54,7 +55,7 @@ class ServerProcess:
             self.stop()
             raise RuntimeError(f"server did not start: {self.log_path.read_text(errors='replace')[-2000:]}")
         addrs = json.loads(line[0])
-        self.grpc, self.http = addrs["grpc"], addrs["http"]
+        self.grpc, self.http, self.metrics = addrs["grpc"], addrs["http"], addrs.get("metrics", "")
         return self
 
     @property

@@ -29,7 +29,7 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    settings, _ = load_settings({"grpc_listen": "127.0.0.1:0", "http_listen": "127.0.0.1:0",
+    settings, _ = load_settings({"grpc_listen": "127.0.0.1:0", "http_listen": "127.0.0.1:0", "metrics_listen": "127.0.0.1:0",
                                  "store": str(tmp_path_factory.mktemp("cs") / "s.db"), "settle_s": 3600,
                                  "idle_timeout_s": 86400, "log_level": "error"}, environ={})
     srv, thread = serve_in_thread(settings)

@@ -1,0 +1,112 @@
+"""The real Prometheus and promtool (Debian packages `prometheus`, installed by .ci/run) for the tests.
+
+`PrometheusProcess` runs `prometheus` as a subprocess on a loopback ephemeral port with a temporary
+config and TSDB directory, and stops it (SIGTERM, then SIGKILL) however the test ends.
+"""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+PROMTOOL = shutil.which("promtool")
+PROMETHEUS = shutil.which("prometheus")
+
+needs_promtool = pytest.mark.skipif(PROMTOOL is None, reason="promtool is not installed (Debian package "
+                                    "`prometheus`; .ci/run installs it)")
+needs_prometheus = pytest.mark.skipif(PROMETHEUS is None, reason="prometheus is not installed (Debian package "
+                                      "`prometheus`; .ci/run installs it)")
+
+
+def promtool(*args: str, stdin: str | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    assert PROMTOOL is not None
+    return subprocess.run([PROMTOOL, *args], input=stdin, capture_output=True, text=True, timeout=120, cwd=cwd,
+                          check=False)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+class PrometheusProcess:
+    """`prometheus` scraping `targets` every second, on 127.0.0.1:<ephemeral>."""
+
+    def __init__(self, workdir: Path, targets: list[str], *, job: str = "hypocenter",
+                 rule_files: list[Path] | None = None) -> None:
+        self.workdir = workdir
+        self.config = workdir / "prometheus.yml"
+        doc: dict[str, Any] = {
+            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+            "scrape_configs": [{"job_name": job, "static_configs": [{"targets": targets}]}],
+        }
+        if rule_files:
+            doc["rule_files"] = [str(p) for p in rule_files]
+        self.config.write_text(yaml.safe_dump(doc))
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.port = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 30.0) -> PrometheusProcess:
+        assert PROMETHEUS is not None
+        log = (self.workdir / "prometheus.log").open("ab")
+        for _ in range(3):  # the port may be taken between choosing and binding it
+            self.port = free_port()
+            self.proc = subprocess.Popen(
+                [PROMETHEUS, f"--config.file={self.config}", f"--storage.tsdb.path={self.workdir / 'tsdb'}",
+                 f"--web.listen-address=127.0.0.1:{self.port}", "--enable-feature=exemplar-storage",
+                 "--log.level=warn"],
+                stdout=log, stderr=log, cwd=self.workdir)
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline and self.proc.poll() is None:
+                try:
+                    if httpx.get(f"{self.url}/-/ready", timeout=1.0).status_code == 200:
+                        log.close()
+                        return self
+                except httpx.HTTPError:
+                    pass
+                time.sleep(0.1)
+            self.stop()
+        log.close()
+        raise RuntimeError(f"prometheus did not start: {(self.workdir / 'prometheus.log').read_text()[-2000:]}")
+
+    def query(self, expr: str) -> list[dict[str, Any]]:
+        r = httpx.get(f"{self.url}/api/v1/query", params={"query": expr}, timeout=10.0)
+        r.raise_for_status()
+        result: list[dict[str, Any]] = r.json()["data"]["result"]
+        return result
+
+    def wait_for(self, expr: str, timeout: float = 30.0) -> list[dict[str, Any]]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            result = self.query(expr)
+            if result:
+                return result
+            time.sleep(0.25)
+        raise AssertionError(f"{expr} returned nothing within {timeout} s")
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        self.proc = None
