@@ -19,9 +19,18 @@ import re
 from collections.abc import Iterable
 from difflib import get_close_matches
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from hypocenter import strict_yaml
 from hypocenter.errors import InputError, RuleError
@@ -29,6 +38,22 @@ from hypocenter.model import TAXONOMY, Action, FieldValue, Role, SourceKind
 
 Status = Literal["experimental", "test", "stable"]
 _LINE_SOURCES: tuple[SourceKind, ...] = ("kernel", "app", "scheduler")
+
+
+def _as_list(v: Any) -> Any:
+    """YAML convenience: `kind: xid` means `kind: [xid]`."""
+    return [v] if isinstance(v, str) else v
+
+
+def _regex(v: str) -> str:
+    try:
+        re.compile(v)
+    except re.error as exc:
+        raise ValueError(f"regex does not compile: {exc}") from None
+    return v
+
+
+Regex = Annotated[str, AfterValidator(_regex)]
 _ID = re.compile(r"^[a-z0-9][a-z0-9-]*[a-z0-9]$")
 
 
@@ -42,7 +67,7 @@ class ExtractSpec(_Spec):
 
     source: list[SourceKind] = Field(default_factory=lambda: list(_LINE_SOURCES))
     tokens: list[str] = Field(min_length=1)
-    pattern: str
+    pattern: Regex
     event: str
     lines_before: int = Field(default=0, ge=0, le=20)
     lines_after: int = Field(default=0, ge=0, le=20)
@@ -53,10 +78,8 @@ class ExtractSpec(_Spec):
 
     @field_validator("source", mode="before")
     @classmethod
-    def _one_or_many(cls, v: Any) -> Any:
-        if v == "any":
-            return ["kernel", "app", "scheduler"]
-        return [v] if isinstance(v, str) else v
+    def _any_source(cls, v: Any) -> Any:
+        return list(_LINE_SOURCES) if v == "any" else _as_list(v)
 
     @field_validator("tokens")
     @classmethod
@@ -66,14 +89,6 @@ class ExtractSpec(_Spec):
                 raise ValueError(f"token {t!r} is too short to be a useful prefilter literal")
         return v
 
-    @field_validator("pattern")
-    @classmethod
-    def _compiles(cls, v: str) -> str:
-        try:
-            re.compile(v)
-        except re.error as exc:
-            raise ValueError(f"pattern does not compile: {exc}") from None
-        return v
 
 
 class MetricSpec(_Spec):
@@ -96,52 +111,18 @@ class MetricSpec(_Spec):
 class When(_Spec):
     """Which events an attribution applies to: kind(s), exact field values, a regex on the text."""
 
-    kind: list[str]
+    kind: Annotated[list[str], BeforeValidator(_as_list)]
     fields: dict[str, FieldValue | list[FieldValue]] = Field(default_factory=dict)
     unless: dict[str, FieldValue | list[FieldValue]] = Field(default_factory=dict)
     has: list[str] = Field(default_factory=list)
-    text: str | None = None
-    source: list[SourceKind] | None = None
-
-    @field_validator("kind", mode="before")
-    @classmethod
-    def _one_or_many(cls, v: Any) -> Any:
-        return [v] if isinstance(v, str) else v
-
-    @field_validator("source", mode="before")
-    @classmethod
-    def _src(cls, v: Any) -> Any:
-        return [v] if isinstance(v, str) else v
-
-    @field_validator("text")
-    @classmethod
-    def _compiles(cls, v: str | None) -> str | None:
-        if v is not None:
-            try:
-                re.compile(v)
-            except re.error as exc:
-                raise ValueError(f"text regex does not compile: {exc}") from None
-        return v
+    text: Regex | None = None
+    source: Annotated[list[SourceKind] | None, BeforeValidator(_as_list)] = None
 
 
 class RecoverySpec(_Spec):
-    kind: list[str]
-    text: str
+    kind: Annotated[list[str], BeforeValidator(_as_list)]
+    text: Regex
     within_s: int = Field(default=300, ge=1)
-
-    @field_validator("kind", mode="before")
-    @classmethod
-    def _one_or_many(cls, v: Any) -> Any:
-        return [v] if isinstance(v, str) else v
-
-    @field_validator("text")
-    @classmethod
-    def _compiles(cls, v: str) -> str:
-        try:
-            re.compile(v)
-        except re.error as exc:
-            raise ValueError(f"text regex does not compile: {exc}") from None
-        return v
 
 
 class AttributeSpec(_Spec):
