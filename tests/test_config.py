@@ -70,3 +70,12 @@ def test_config_show_prints_values_and_origins(tmp_path: Path) -> None:
     bad = subprocess.run([sys.executable, "-m", "hypocenter.cli", "config", "show", "--tick-s", "-1"],
                          capture_output=True, text=True, env=clean_env(), cwd=REPO, timeout=60, check=False)
     assert bad.returncode == 2 and "flag --tick-s" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_config_show_hides_the_store_password() -> None:
+    env = {**clean_env(), "HYPOCENTER_STORE": "postgresql://hypo:s3cret@db.example:5432/hypocenter"}
+    for fmt in ("text", "json"):
+        r = subprocess.run([sys.executable, "-m", "hypocenter.cli", "config", "show", "--format", fmt],
+                           capture_output=True, text=True, timeout=60, env=env, cwd=REPO, check=True)
+        assert "s3cret" not in r.stdout and "postgresql://hypo:***@db.example:5432/hypocenter" in r.stdout
+    json.loads(r.stdout)

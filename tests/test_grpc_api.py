@@ -209,6 +209,12 @@ def test_watch_receives_the_diagnosis_a_replay_produces(server: ServerProcess, c
     msg = got[0]
     assert msg.workload == workload and msg.outcome == expected["outcome"]
     assert essence(json.loads(msg.diagnosis_json)) == essence(expected)
+    # Analyze the replayed attempt again on demand: the same diagnosis, the same bytes as REST
+    again = stub.Analyze(pb.AnalyzeRequest(workload=workload, attempt=expected["attempt"]["attempt"]), timeout=60)
+    assert again.id == msg.id == expected["id"] and not again.provisional
+    assert essence(json.loads(again.diagnosis_json)) == essence(expected)
+    with server.client() as c:
+        assert c.get(f"/v1/diagnoses/{again.id}").content.decode("utf-8") == again.diagnosis_json
     # every watcher is offered each diagnosis before the next is stored: the other one has seen it by now
     other_call.cancel()
     other_reader.join(10)

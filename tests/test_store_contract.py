@@ -180,6 +180,10 @@ def test_postgresql_has_the_sqlite_schema(pg_schema: str, tmp_path: Path) -> Non
     want = _columns_sqlite(tmp_path / "ref.db")
     store = open_store(pg_schema)
     store.close()
+    # PostgresStore skips SQLiteStore.__init__: it must set every attribute that one sets (but the file's)
+    reference = SQLiteStore(":memory:")
+    reference.close()
+    assert set(vars(reference)) - {"_db"} <= set(vars(store))
     schema = pg_schema.rsplit("%3D", 1)[1]
     have: dict[str, list[tuple[str, bool]]] = {}
     with psycopg.connect(PG_URL) as conn:
