@@ -68,6 +68,8 @@ def test_collector_counts_and_bounds_culprits(nvlink_doc: dict[str, Any]) -> Non
         doc = variant(nvlink_doc, f"dx-{i:02d}", node, "0000:3b:00")
         store_diagnosis(store, doc)
         activity.analysed(Diagnosis.model_validate(doc), False, 0.02 * (i + 1))
+    # analysed again with the same verdict (an explicit trigger racing the settle timer): timed, not recounted
+    activity.analysed(Diagnosis.model_validate(variant(nvlink_doc, "dx-00", "n1", "0000:3b:00")), False, 0.01)
     store_diagnosis(store, variant(nvlink_doc, "dx-prov", "n9", "gpu0"), provisional=True)
     activity.analysed(Diagnosis.model_validate(variant(nvlink_doc, "dx-prov", "n9", "gpu0")), True, 0.5)
     activity.ingested("logs", "otlp_grpc", 10, 1000, {"no_node_or_workload": 2})
@@ -94,7 +96,7 @@ def test_collector_counts_and_bounds_culprits(nvlink_doc: dict[str, Any]) -> Non
     assert [s.value for s in fam["hypocenter_provisional_diagnoses"].samples if s.name.endswith("_total")] == [1]
     lat = fam["hypocenter_analysis_duration_seconds"]
     count = next(s.value for s in lat.samples if s.name.endswith("_count"))
-    assert count == 9
+    assert count == 10
     assert any(s.exemplar is not None and s.exemplar.labels["diagnosis_id"] == "dx-prov" for s in lat.samples)
     recent = fam["hypocenter_recent_diagnoses"].samples
     assert [(s.labels["subdomain"], s.value) for s in recent] == [("nvlink", 8)]

@@ -17,7 +17,7 @@ from __future__ import annotations
 import bisect
 import threading
 import time
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -28,6 +28,10 @@ LATENCY_BUCKETS: tuple[float, ...] = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 
 
 # Why a request or a record was refused. Requests refused whole are retried by OTLP clients
 # (backpressure, store_unavailable) or are lost at the client (the others).
+# Verdicts already counted, by diagnosis id: a re-analysis that reaches the same verdict (an explicit
+# trigger racing the settle timer, late data that changes nothing) is not a second diagnosis.
+COUNTED_MAX = 100_000
+
 REQUEST_REASONS = ("malformed", "too_large", "unsupported_media_type", "backpressure", "store_unavailable")
 RECORD_REASONS = ("no_node_or_workload", "unsupported_metric_type")
 
@@ -79,6 +83,7 @@ class Activity:
         self._diagnoses: dict[tuple[str, str, str, str], int] = defaultdict(int)
         self._diagnosis_exemplars: dict[tuple[str, str, str, str], Exemplar] = {}
         self._provisional = 0
+        self._counted: OrderedDict[str, tuple[str, str, str, str]] = OrderedDict()
         self._symptoms: dict[str, int] = defaultdict(int)
         self._latency = Latency()
         self._exported: dict[str, int] = defaultdict(int)
@@ -105,7 +110,10 @@ class Activity:
     # ------------------------------------------------------------------------------- analysis
 
     def analysed(self, diagnosis: Diagnosis, provisional: bool, seconds: float | None) -> None:
-        """A diagnosis was stored; `seconds` is how long the analysis took (None: made elsewhere)."""
+        """A diagnosis was stored; `seconds` is how long the analysis took (None: made elsewhere).
+
+        Every analysis is timed; a final diagnosis is counted once per verdict (an attempt whose
+        verdict changes on late data is counted under each), provisional ones only as provisional."""
         now = time.time()
         rc = diagnosis.root_cause
         key = (diagnosis.attempt.cluster or "", diagnosis.outcome, rc.domain if rc else "", rc.subdomain if rc else "")
@@ -119,6 +127,12 @@ class Activity:
             if provisional:  # the attempt has not ended: its final diagnosis is counted when it comes
                 self._provisional += 1
                 return
+            if self._counted.get(ident) == key:
+                self._counted.move_to_end(ident)
+                return
+            self._counted[ident] = key
+            if len(self._counted) > COUNTED_MAX:
+                self._counted.popitem(last=False)
             self._diagnoses[key] += 1
             self._diagnosis_exemplars[key] = Exemplar(ident, 1.0, now)
             for s in diagnosis.symptoms:

@@ -7,8 +7,10 @@ so two servers in one process (tests, embedding) never share series.
 Families (all prefixed `hypocenter_`; no label is named `job` or `instance`, which Prometheus
 reserves for the target; `cluster` is the workload's cluster):
 
-    diagnoses_total{cluster,outcome,domain,subdomain}       counter  final diagnoses this process made;
-                                                                     exemplar: the latest diagnosis_id
+    diagnoses_total{cluster,outcome,domain,subdomain}       counter  final diagnoses this process made (a
+                                                                     re-analysis reaching the same verdict is
+                                                                     not counted again); exemplar: the latest
+                                                                     diagnosis_id
     provisional_diagnoses_total                             counter  analyses of attempts not yet ended
     analysis_duration_seconds                               histogram  store read + engine; exemplars
     symptom_events_total{kind}                              counter  events diagnoses classed as symptoms
