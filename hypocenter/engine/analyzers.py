@@ -135,9 +135,9 @@ def _reporting_ranks(view: AttemptView) -> set[int]:
 
 
 def _silent_ranks(view: AttemptView, reporting: set[int]) -> list[Finding]:
-    """With a rank map: nearly every rank's watchdog fired, a few ranks said nothing, and each of
-    them shares a node with ranks that did report (so that node's logs are there and its host was
-    alive). Those ranks never reached the collective."""
+    """With a rank map: nearly every rank's watchdog fired, a few ranks that were logging said
+    nothing about it, and each of them shares a node with ranks that did report (so that node's logs
+    are there and its host was alive). Those ranks never reached the collective."""
     ranks = view.rank_nodes
     if not ranks or not reporting:
         return []
@@ -146,6 +146,11 @@ def _silent_ranks(view: AttemptView, reporting: set[int]) -> list[Finding]:
         return []
     nodes_reporting = {ranks[r] for r in reporting if r in ranks}
     if any(ranks[r] not in nodes_reporting for r in missing):
+        return []
+    # Each silent rank must have left output of its own: silence in a truncated or missing log is
+    # absence of data, not evidence.
+    heard = {e.rank for e in view.events if e.rank is not None}
+    if any(r not in heard for r in missing):
         return []
     nodes = sorted({ranks[r] for r in missing})
     if len(nodes) > 2:
