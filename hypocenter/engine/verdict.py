@@ -231,12 +231,12 @@ class Verdict:
         candidates = [c for c in _merge(candidates)
                       if c.first_seen is None or c.approx or c.first_seen <= ctx.window.end + SKEW]
         survived = _survived(candidates, events)
-        primary, explained = _explain([c for c in candidates if c not in survived])
+        primary, _ = _explain([c for c in candidates if c not in survived])
         _locate_by_exits(primary, events, len(rank_nodes))
         for c in primary:
             if c.nodes == {"*"}:
                 c.nodes = set(ctx.nodes)
-        return self._diagnosis(ctx, events, roles, primary, explained + survived, coverage)
+        return self._diagnosis(ctx, events, roles, primary, coverage)
 
     def classify(self, events: list[Event]) -> list[tuple[Event, _Attr]]:
         """Each in-scope event with the attribution rule that gives it its role (unclassified ones dropped)."""
@@ -273,7 +273,7 @@ class Verdict:
     # ----------------------------------------------------------------------------------------- output
 
     def _diagnosis(self, ctx: AttemptContext, events: list[Event], roles: list[tuple[Event, _Attr]],
-                   primary: list[Candidate], explained: list[Candidate], coverage: list[Coverage]) -> Diagnosis:
+                   primary: list[Candidate], coverage: list[Coverage]) -> Diagnosis:
         state = ctx.state or _scheduler_state(events)
         completed = state in ("COMPLETED", "SUCCEEDED", "SUCCESS", "FINISHED") or (state is None and ctx.exit_code == 0)
         reasons: list[str] = []
