@@ -7,7 +7,6 @@ config and TSDB directory, and stops it (SIGTERM, then SIGKILL) however the test
 from __future__ import annotations
 
 import shutil
-import signal
 import socket
 import subprocess
 import time
@@ -17,6 +16,7 @@ from typing import Any
 import httpx
 import pytest
 import yaml
+from server_support import terminate
 
 PROMTOOL = shutil.which("promtool")
 PROMETHEUS = shutil.which("prometheus")
@@ -102,11 +102,5 @@ class PrometheusProcess:
     def stop(self) -> None:
         if self.proc is None:
             return
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+        terminate(self.proc)
         self.proc = None

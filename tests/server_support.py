@@ -24,6 +24,17 @@ def clean_env() -> dict[str, str]:
     return env
 
 
+
+def terminate(proc: subprocess.Popen[Any]) -> None:
+    """SIGTERM a test's subprocess, give it 15 s to exit cleanly, then SIGKILL it."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
 class ServerProcess:
     """`hypocenter serve` on 127.0.0.1 port 0; `grpc` / `http` are the bound addresses."""
 
@@ -79,13 +90,7 @@ class ServerProcess:
     def stop(self) -> None:
         if self.proc is None:
             return
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+        terminate(self.proc)
         if self.proc.stdout is not None:
             self.proc.stdout.close()
         self.proc = None

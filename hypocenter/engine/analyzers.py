@@ -237,13 +237,11 @@ def time_limit(view: AttemptView) -> list[Finding]:
                 if e.time and not e.inherited and not e.approx and e.time <= end + timedelta(seconds=60)]
     if not progress:
         return []  # no stamped progress: a hang that ate the remaining time cannot be ruled out
-    if progress:
-        progress.sort()
-        gaps = [(b - a).total_seconds() for a, b in pairwise(progress)]
-        typical = sorted(gaps)[len(gaps) // 2] if gaps else 0.0
-        allowed = max(900.0, 4 * typical)
-        if (end - progress[-1]).total_seconds() > allowed:
-            return []  # progress stopped long before the limit: a hang, not the limit
+    progress.sort()
+    gaps = [(b - a).total_seconds() for a, b in pairwise(progress)]
+    typical = sorted(gaps)[len(gaps) // 2] if gaps else 0.0
+    if (end - progress[-1]).total_seconds() > max(900.0, 4 * typical):
+        return []  # progress stopped long before the limit: a hang, not the limit
     return [Finding(nodes=(), events=tuple(limits[:3]), first_seen=end,
                     detail=f"training progress continued until {progress[-1].isoformat()}")]
 
