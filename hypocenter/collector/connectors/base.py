@@ -1,0 +1,117 @@
+"""What every pull connector is: the shapes it returns, how it fails, how it retries.
+
+Two kinds of connector (DESIGN.md data flow, step 1 and 2):
+
+  ScopeConnector  (Slurm, Kueue, Kubernetes Jobs)  job id → `Scope`: the AttemptContext, the
+                  scheduler records that explain how it ended, and any logs only it can reach
+                  (Kubernetes pod logs).
+  DataConnector   (Loki, Prometheus, local files)   AttemptContext → `Collected`: text streams,
+                  metric series, records, for the attempt's nodes and window.
+
+Both report `Coverage` per source they read (ok / partial / failed with reason, observation
+count). A data connector never raises for a source it could not read: it reports it failed and
+the analysis goes on with lower quality. A scope connector raises `ConnectorError` when it cannot
+name the attempt at all (no such job), since nothing can be analysed without a scope.
+
+Errors are classified (`ConnectorError.kind`): `transient` (connection refused/reset, timeout,
+HTTP 429/5xx, a scheduler daemon not answering) is retried with exponential backoff up to the
+policy's limit; `permanent` (bad request, 4xx, unparseable answer), `auth` (401/403, missing
+credentials) and `not_found` (404, unknown job id) are not.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal, Protocol, TypeVar
+
+from hypocenter.collector.sources import Source
+from hypocenter.errors import HypocenterError
+from hypocenter.model import AttemptContext, Coverage
+
+ErrorKind = Literal["transient", "permanent", "auth", "not_found"]
+
+T = TypeVar("T")
+
+
+class ConnectorError(HypocenterError):
+    """A connector call failed; `kind` says whether trying again may help."""
+
+    def __init__(self, message: str, *, kind: ErrorKind = "permanent") -> None:
+        super().__init__(message)
+        self.kind: ErrorKind = kind
+
+    @property
+    def transient(self) -> bool:
+        return self.kind == "transient"
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """Every connector call has a timeout; transient failures are retried with jittered backoff."""
+
+    timeout_s: float = 30.0  # one call (HTTP request, scheduler command)
+    attempts: int = 4  # calls in all, the first included
+    backoff_s: float = 0.5  # first wait; doubles each time, capped at max_backoff_s
+    max_backoff_s: float = 8.0
+
+    def delays(self) -> list[float]:
+        return [min(self.max_backoff_s, self.backoff_s * 2**i) for i in range(max(0, self.attempts - 1))]
+
+
+def with_retries(call: Callable[[], T], policy: RetryPolicy, *, what: str,
+                 sleep: Callable[[float], None] = time.sleep) -> T:
+    """Run `call`; retry a transient ConnectorError per `policy`; re-raise the last error with the
+    number of tries in its message. Non-transient errors are raised at once."""
+    delays = policy.delays()
+    for i in range(len(delays) + 1):
+        try:
+            return call()
+        except ConnectorError as exc:
+            if not exc.transient or i == len(delays):
+                if exc.transient and i:
+                    raise ConnectorError(f"{what}: {exc} (gave up after {i + 1} tries)", kind=exc.kind) from None
+                raise
+            # full jitter would make runs differ in timing only, never in results
+            sleep(delays[i] * (0.5 + random.random() / 2))
+    raise AssertionError("unreachable")
+
+
+@dataclass(slots=True)
+class Collected:
+    """What a data connector gathered for one attempt."""
+
+    sources: list[Source] = field(default_factory=list)
+    coverage: list[Coverage] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class Scope:
+    """What a scope connector found for one job id: the attempt and the scheduler's own account."""
+
+    context: AttemptContext
+    collected: Collected = field(default_factory=Collected)
+    notes: list[str] = field(default_factory=list)  # e.g. "attempt 2 of 3 (requeued twice)"
+
+
+class ScopeConnector(Protocol):
+    name: str
+
+    def scope(self) -> Scope: ...
+
+
+class DataConnector(Protocol):
+    name: str
+
+    def collect(self, context: AttemptContext) -> Collected: ...
+
+
+def merge(parts: Sequence[Collected]) -> Collected:
+    out = Collected()
+    for p in parts:
+        out.sources.extend(p.sources)
+        out.coverage.extend(p.coverage)
+    out.coverage.sort(key=lambda c: (c.source, c.connector))
+    return out
