@@ -30,6 +30,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from hypocenter.collector.hostlist import expand_hostlist  # moved there; re-exported for callers
 from hypocenter.collector.lineformat import TimeContext, parse_iso, zone
 from hypocenter.collector.scheduler_records import render
 from hypocenter.collector.sources import MetricSource, Record, RecordSource, Series, Source, TextSource
@@ -69,43 +70,6 @@ def parse_time(text: str | None) -> datetime | None:
     except ValueError:
         return None
     return dt if dt.tzinfo else dt.replace(tzinfo=timezone.utc)
-
-
-_HOSTLIST = re.compile(r"([^\[,]+)\[([^\]]+)\]([^,]*)")
-
-
-def expand_hostlist(text: str) -> list[str]:
-    """`node[01-03,07],gpu-a1` → node01 node02 node03 node07 gpu-a1 (Slurm hostlist syntax); JSON lists too."""
-    t = text.strip()
-    if t.startswith("["):
-        try:
-            doc = json.loads(t)
-            if isinstance(doc, list):
-                return [str(x) for x in doc]
-        except json.JSONDecodeError:
-            pass
-    out: list[str] = []
-    pos = 0
-    while pos < len(t):
-        m = _HOSTLIST.match(t, pos)
-        if m:
-            prefix, body, suffix = m.groups()
-            for part in body.split(","):
-                lo, _, hi = part.partition("-")
-                if hi and lo.isdigit() and hi.isdigit():
-                    out.extend(f"{prefix}{i:0{len(lo)}d}{suffix}" for i in range(int(lo), int(hi) + 1))
-                else:
-                    out.append(f"{prefix}{part}{suffix}")
-            pos = m.end()
-        else:
-            end = t.find(",", pos)
-            end = len(t) if end == -1 else end
-            if t[pos:end].strip():
-                out.append(t[pos:end].strip())
-            pos = end
-        if pos < len(t) and t[pos] == ",":
-            pos += 1
-    return out
 
 
 def parse_ranks(text: str) -> dict[str, str]:

@@ -1,0 +1,136 @@
+"""Slurm hostlist expressions: `gpu-a[01-16,20]`, `rack[1-2]-n[01-02]`, `a1,b[3-4]` → node names.
+
+The syntax Slurm prints in `NodeList=`, `sacct -o NodeList`, `squeue -o %N` and its JSON `nodes`:
+
+    gpu-a[01-03,07]       gpu-a01 gpu-a02 gpu-a03 gpu-a07     ranges and single values, zero padding
+                                                              kept from the range's first number
+    rack[1-2]-n[01-02]    rack1-n01 rack1-n02 rack2-n01 rack2-n02   several bracket groups: the
+                                                              product, the leftmost group outermost
+    a[1-2],b,c[5]         a1 a2 b c5                          `,` (or white space) between hosts,
+                                                              commas inside brackets stay in the group
+
+Order is kept as written and duplicates are dropped (Slurm's own hostlist does the same).
+`expand` is strict (a `HostlistError` naming the problem); `expand_hostlist` never raises and
+keeps a malformed part as a literal name, for inputs that must not stop an analysis.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from hypocenter.errors import InputError
+
+# A range like 1-100000 in a typo'd hostlist would make a million node names; no cluster has that.
+MAX_HOSTS = 65536
+_RANGE = re.compile(r"(\d+)(?:-(\d+))?")
+
+
+class HostlistError(InputError):
+    """A hostlist expression that cannot be expanded (unbalanced brackets, a bad range, too many hosts)."""
+
+
+def _split_top(text: str) -> list[str]:
+    """Split on commas and white space outside brackets."""
+    parts: list[str] = []
+    depth = 0
+    cur: list[str] = []
+    for ch in text:
+        if ch == "[":
+            depth += 1
+            if depth > 1:
+                raise HostlistError(f"hostlist {text!r}: nested '[' inside a bracket group")
+        elif ch == "]":
+            depth -= 1
+            if depth < 0:
+                raise HostlistError(f"hostlist {text!r}: ']' without '['")
+        if depth == 0 and (ch == "," or ch.isspace()):
+            if cur:
+                parts.append("".join(cur))
+            cur = []
+            continue
+        cur.append(ch)
+    if depth:
+        raise HostlistError(f"hostlist {text!r}: '[' without ']'")
+    if cur:
+        parts.append("".join(cur))
+    return parts
+
+
+def _group(body: str, whole: str) -> list[str]:
+    """The values of one bracket group: `01-03,07` → 01 02 03 07."""
+    out: list[str] = []
+    for item in body.split(","):
+        item = item.strip()
+        m = _RANGE.fullmatch(item)
+        if not m:
+            raise HostlistError(f"hostlist {whole!r}: {item!r} is not a number or a range like 01-16")
+        lo, hi = m.group(1), m.group(2)
+        if hi is None:
+            out.append(lo)
+            continue
+        if int(hi) < int(lo):
+            raise HostlistError(f"hostlist {whole!r}: range {item!r} runs backwards")
+        if int(hi) - int(lo) >= MAX_HOSTS:
+            raise HostlistError(f"hostlist {whole!r}: range {item!r} has more than {MAX_HOSTS} values")
+        width = len(lo) if lo.startswith("0") else 0
+        out.extend(f"{i:0{width}d}" for i in range(int(lo), int(hi) + 1))
+    return out
+
+
+def _expand_one(token: str) -> list[str]:
+    names = [""]
+    pos = 0
+    while pos < len(token):
+        start = token.find("[", pos)
+        if start < 0:
+            names = [n + token[pos:] for n in names]
+            break
+        prefix = token[pos:start]
+        end = token.index("]", start)  # balanced: _split_top checked
+        values = _group(token[start + 1:end], token)
+        if len(names) * len(values) > MAX_HOSTS:
+            raise HostlistError(f"hostlist {token!r} names more than {MAX_HOSTS} hosts")
+        names = [n + prefix + v for n in names for v in values]
+        pos = end + 1
+    return names
+
+
+def expand(text: str) -> list[str]:
+    """Every host of a hostlist expression, in order, without duplicates; HostlistError if malformed.
+    A JSON list of names (as some tools write) is accepted too; empty text or `(null)` is no host."""
+    t = text.strip()
+    if t in ("", "(null)", "None assigned"):
+        return []
+    if t.startswith("[") and t.endswith("]"):
+        try:
+            doc = json.loads(t)
+        except json.JSONDecodeError:
+            doc = None
+        if isinstance(doc, list):
+            return list(dict.fromkeys(str(x) for x in doc))
+    out: list[str] = []
+    for token in _split_top(t):
+        out.extend(_expand_one(token))
+        if len(out) > MAX_HOSTS:
+            raise HostlistError(f"hostlist names more than {MAX_HOSTS} hosts")
+    return list(dict.fromkeys(out))
+
+
+def expand_hostlist(text: str) -> list[str]:
+    """Like `expand`, but never raises: a part that is not valid hostlist syntax is kept as written."""
+    try:
+        return expand(text)
+    except HostlistError:
+        pass
+    out: list[str] = []
+    try:
+        tokens = _split_top(text.strip())
+    except HostlistError:
+        tokens = [p for p in re.split(r"[,\s]+", text.strip()) if p]
+    for token in tokens:
+        try:
+            out.extend(_expand_one(token))
+        except (HostlistError, ValueError):
+            out.append(token)
+    return list(dict.fromkeys(out))
