@@ -167,21 +167,39 @@ def _clean(text: Any) -> str:
     return " ".join(str(text).split()) if text not in (None, "") else "-"
 
 
-def _slurm_job(job: dict[str, Any], ref: str, ctx: TimeContext) -> Iterator[Record]:
+def slurm_job_label(job: dict[str, Any]) -> str:
+    """The id a person types for this job record: `81234`, array task `81234_7`, het component
+    `81234+1`; sacct keeps these under `array`/`het`, scontrol and squeue as top-level fields."""
     jid = job.get("job_id", job.get("jobid", "?"))
-    array = job.get("array", {})
-    if isinstance(array, dict) and _number(array.get("task_id")) is not None:
-        jid = f"{_number(array.get('job_id')) or jid}_{_number(array.get('task_id'))}"
+    array = _dict(job.get("array"))
+    array_job, task = array.get("job_id"), array.get("task_id")
+    if not array:
+        array_job, task = job.get("array_job_id"), job.get("array_task_id")
+    if _number(task) is not None and _number(array_job):
+        return f"{_number(array_job)}_{_number(task)}"
+    het = _dict(job.get("het"))
+    het_job, offset = (het.get("job_id"), het.get("job_offset")) if het else (job.get("het_job_id"), job.get("het_job_offset"))
+    if _number(het_job) and _number(offset) is not None:
+        return f"{_number(het_job)}+{_number(offset)}"
+    return str(_number(jid))
+
+
+def _slurm_job(job: dict[str, Any], ref: str, ctx: TimeContext) -> Iterator[Record]:
+    jid = slurm_job_label(job)
     state = job.get("state", job.get("job_state"))
     reason = state.get("reason") if isinstance(state, dict) else job.get("state_reason")
     times = job.get("time", {})
     end = _epoch(times.get("end")) if isinstance(times, dict) else _epoch(job.get("end_time"))
     if end is None and isinstance(job.get("end_time_iso"), str):
         end = parse_iso(job["end_time_iso"], ctx)
+    exit_code = job.get("exit_code")
+    if isinstance(exit_code, int) and not isinstance(exit_code, bool) and "job_state" in job:
+        # scontrol/squeue before data_parser (Slurm ≤ 22.05) print the raw wait(2) status: 256 is exit 1.
+        exit_code = f"{(exit_code >> 8) & 0xFF}:{exit_code & 0x7F}"
     yield Record(
         ref=ref, time=end, node=None,
         text=(f"slurm job {jid} state={_states(state)} reason={_clean(reason)} "
-              f"exit_code={_exit(job.get('exit_code'))} nodes={_nodes(job.get('nodes'))}"),
+              f"exit_code={_exit(exit_code)} nodes={_nodes(job.get('nodes'))}"),
     )
     for i, step in enumerate(_list(job.get("steps"))):
         if not isinstance(step, dict):
@@ -189,6 +207,8 @@ def _slurm_job(job: dict[str, Any], ref: str, ctx: TimeContext) -> Iterator[Reco
         sid = step.get("step", {}).get("id") if isinstance(step.get("step"), dict) else step.get("step_id")
         if isinstance(sid, dict):  # data_parser 0.0.39: {"job_id": .., "step_id": ..}
             sid = f"{sid.get('job_id')}.{_number(sid.get('step_id'))}"
+        elif isinstance(step.get("step"), dict) and "job_id" in step["step"] and "." not in str(sid):
+            sid = f"{step['step']['job_id']}.{sid}"  # Slurm 22.05 (dbv0.0.38): {"job_id": 3, "id": "batch"}
         st = step.get("time", {})
         send = _epoch(st.get("end")) if isinstance(st, dict) else None
         yield Record(

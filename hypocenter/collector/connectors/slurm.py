@@ -1,0 +1,543 @@
+"""Slurm scope connector: a job id → the attempt it names, and Slurm's own account of how it ended.
+
+    SlurmConnector("81234").scope()      plain job        (attempt = how often it was requeued)
+    SlurmConnector("81234_7").scope()    array task 7
+    SlurmConnector("81234+1").scope()    heterogeneous job component 1 (`81234` alone = all components)
+
+What it asks, through the client commands (an injectable `runner`, so tests replay recorded output)
+or, with `rest_url`, slurmrestd (same JSON documents, header `X-SLURM-USER-TOKEN`, token from
+`rest_token` or `$SLURM_JWT`):
+
+    accounting   sacct --json --duplicates -j ID     /slurmdb/<v>/job/ID   every instance of the job
+                                                     (a requeued job has one per attempt), steps,
+                                                     states, reasons, exit codes, nodes, times
+    controller   scontrol show job ID --json         /slurm/<v>/job/ID     while slurmctld still
+                 (Slurm ≤ 22.05: squeue --json)                            knows it (MinJobAge):
+                                                                           restart count, live state
+    nodes        scontrol show node LIST --json      /slurm/<v>/nodes      state and drain reason of
+                 (Slurm ≤ 22.05: text form)                                the job's nodes
+
+The attempt number is the requeue count: `restart_cnt` (scontrol; sacct from data_parser v0.0.44),
+else the position of the instance among sacct's duplicates. When the newest instance has not
+started yet (requeued, pending), the newest one that ran is analysed.
+
+Terminal state, reason and exit code come from the controller when it still describes the same
+instance (it is live, and Slurm 22.05's `sacct --json` reports exit code 0 for failed jobs),
+otherwise from accounting. Records (`slurm job|step|node …`, see scheduler_records) come from
+accounting, from the controller only when accounting has nothing (e.g. no slurmdbd).
+
+Either source alone is enough to name the attempt; the connector raises `ConnectorError` only when
+neither can (no such job: `not_found`; commands missing: `permanent`; controller down: `transient`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from functools import partial
+from typing import Any, Literal
+
+import httpx
+
+from hypocenter.collector.connectors.base import (
+    Collected,
+    ConnectorError,
+    RetryPolicy,
+    Scope,
+    with_retries,
+)
+from hypocenter.collector.hostlist import HostlistError, expand, expand_hostlist
+from hypocenter.collector.lineformat import TimeContext, parse_iso
+from hypocenter.collector.scheduler_records import parse_scontrol, render, slurm_job_label
+from hypocenter.collector.sources import RecordSource
+from hypocenter.model import AttemptContext, Coverage, Window, Workload
+
+DEFAULT_POLICY = RetryPolicy()
+Runner = Callable[[Sequence[str], float], str]
+"""Runs a command (argv, timeout in seconds) and returns its standard output; raises ConnectorError."""
+
+REST_VERSIONS = ("v0.0.41", "v0.0.42", "v0.0.43", "v0.0.40", "v0.0.44")
+"""slurmrestd API versions tried in order: v0.0.41 is served by Slurm 24.05, 24.11 and 25.05."""
+
+_BASE_STATES = ("PENDING", "RUNNING", "SUSPENDED", "COMPLETED", "CANCELLED", "FAILED", "TIMEOUT",
+                "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY", "REQUEUED")
+_TRANSIENT = re.compile(
+    r"Unable to contact slurm controller|Socket timed out|Connection refused|Connection timed out"
+    r"|slurmctld.*not responding|Problem talking to the database|Unable to connect to database"
+    r"|Zero Bytes were transmitted or received|Slurm backup controller in standby mode|Resource temporarily unavailable",
+    re.IGNORECASE)
+_NOT_FOUND = re.compile(r"Invalid job id specified|Invalid node name specified|Unable to find job", re.IGNORECASE)
+_NO_JSON = re.compile(r"unrecognized option '--json'|invalid option|unknown option", re.IGNORECASE)
+
+
+def run_command(argv: Sequence[str], timeout: float) -> str:
+    """The default runner: the real binary, its stdout; failures classified for retry."""
+    tool = argv[0]
+    try:
+        proc = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, check=False,
+                              stdin=subprocess.DEVNULL)
+    except FileNotFoundError:
+        raise ConnectorError(f"{tool} not found on PATH: install Slurm's client commands or use --slurm-rest URL",
+                             kind="permanent") from None
+    except subprocess.TimeoutExpired:
+        raise ConnectorError(f"{tool} did not answer within {timeout:g} s", kind="transient") from None
+    except OSError as exc:
+        raise ConnectorError(f"{tool} could not be run: {exc.strerror or exc}", kind="permanent") from None
+    if proc.returncode != 0:
+        raise classify(tool, proc.stderr.strip() or proc.stdout.strip() or f"exit status {proc.returncode}")
+    return proc.stdout
+
+
+def classify(tool: str, message: str) -> ConnectorError:
+    """A Slurm command's complaint as a ConnectorError of the right kind."""
+    text = " ".join(message.split())[:400]
+    if _TRANSIENT.search(text):
+        return ConnectorError(f"{tool}: {text}", kind="transient")
+    if _NOT_FOUND.search(text):
+        return ConnectorError(f"{tool}: {text}", kind="not_found")
+    if re.search(r"Access/permission denied|Invalid user|authentication", text, re.IGNORECASE):
+        return ConnectorError(f"{tool}: {text}", kind="auth")
+    return ConnectorError(f"{tool}: {text}", kind="permanent")
+
+
+@dataclass(frozen=True, slots=True)
+class JobRef:
+    """A job id as typed: `81234`, `81234_7` (array task) or `81234+1` (heterogeneous component)."""
+
+    text: str
+    job: int
+    task: int | None = None
+    offset: int | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> JobRef:
+        t = text.strip()
+        m = re.fullmatch(r"(\d+)(?:_(\d+)|\+(\d+))?", t)
+        if not m:
+            raise ConnectorError(f"{text!r} is not a Slurm job id (expected 81234, 81234_7 for an array task, "
+                                 "or 81234+1 for a heterogeneous job component)", kind="permanent")
+        return cls(t, int(m.group(1)), int(m.group(2)) if m.group(2) else None,
+                   int(m.group(3)) if m.group(3) else None)
+
+    def matches(self, job: dict[str, Any]) -> bool:
+        label = slurm_job_label(job)
+        if self.task is not None or self.offset is not None:
+            return label == self.text
+        own = _int(job.get("job_id", job.get("jobid")))
+        return label == self.text or (own == self.job and "_" not in label and "+" not in label) \
+            or label.startswith((f"{self.job}_", f"{self.job}+"))
+
+
+@dataclass(slots=True)
+class _Facts:
+    """One job record of either format, reduced to what the scope needs."""
+
+    label: str
+    name: str | None
+    cluster: str | None
+    state: str | None
+    reason: str | None
+    rc: int | None
+    signal: int | None
+    submit: datetime | None
+    start: datetime | None
+    end: datetime | None
+    nodes: str
+    restarts: int | None
+    raw: dict[str, Any] = field(repr=False)
+
+
+def _int(v: Any) -> int | None:
+    if isinstance(v, dict):
+        if v.get("set") is False or v.get("infinite"):
+            return None
+        v = v.get("number")
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, int):
+        return v
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    if isinstance(v, str) and v.strip().isdigit():
+        return int(v)
+    return None
+
+
+def _time(v: Any) -> datetime | None:
+    n = _int(v)
+    if n is None or n <= 0:
+        return None
+    try:
+        return datetime.fromtimestamp(n, tz=timezone.utc)
+    except (OverflowError, OSError, ValueError):
+        return None
+
+
+def _first_state(v: Any) -> str | None:
+    if isinstance(v, dict):
+        v = v.get("current")
+    items = v if isinstance(v, list) else [v] if v else []
+    names = [str(x).upper() for x in items]
+    return next((n for n in names if n in _BASE_STATES), names[0] if names else None)
+
+
+def _exit(v: Any, raw_status: bool) -> tuple[int | None, int | None]:
+    """(return code, signal) from every exit_code shape Slurm has printed."""
+    if isinstance(v, dict):
+        rc = _int(v.get("return_code"))
+        sig = v.get("signal")
+        sig_n = _int(sig.get("id", sig.get("signal_id"))) if isinstance(sig, dict) else _int(sig)
+        return rc, sig_n or None
+    if isinstance(v, str) and ":" in v:
+        a, _, b = v.partition(":")
+        return _int(a), _int(b) or None
+    n = _int(v)
+    if n is not None and raw_status:  # a wait(2) status (Slurm ≤ 22.05 controller JSON)
+        return (n >> 8) & 0xFF, (n & 0x7F) or None
+    return n, None
+
+
+def _facts(job: dict[str, Any], meta_cluster: str | None) -> _Facts:
+    controller = "job_state" in job
+    times = job.get("time") if isinstance(job.get("time"), dict) else {}
+    assert isinstance(times, dict)
+    reason = job.get("state", {}).get("reason") if isinstance(job.get("state"), dict) else job.get("state_reason")
+    rc, sig = _exit(job.get("exit_code"), raw_status=controller)
+    start = _time(times.get("start")) if times else _time(job.get("start_time"))
+    end = _time(times.get("end")) if times else _time(job.get("end_time"))
+    if start is None and isinstance(job.get("start_time_iso"), str):
+        start = _iso(job["start_time_iso"])
+    if end is None and isinstance(job.get("end_time_iso"), str):
+        end = _iso(job["end_time_iso"])
+    nodes = job.get("nodes")
+    return _Facts(
+        label=slurm_job_label(job),
+        name=str(job["name"]) if job.get("name") else None,
+        cluster=str(job["cluster"]) if job.get("cluster") else meta_cluster,
+        state=_first_state(job.get("state") if not controller else job.get("job_state")),
+        reason=None if reason in (None, "", "None") else str(reason),
+        rc=rc, signal=sig,
+        submit=_time(times.get("submission")) if times else _time(job.get("submit_time")),
+        start=start, end=end,
+        nodes=nodes if isinstance(nodes, str) and nodes not in ("None assigned", "(null)") else "",
+        restarts=_int(job.get("restart_cnt")),
+        raw=job,
+    )
+
+
+def _iso(text: str) -> datetime | None:
+    ctx = TimeContext(tz=timezone.utc, start=datetime(1970, 1, 1, tzinfo=timezone.utc),
+                      end=datetime(2200, 1, 1, tzinfo=timezone.utc))
+    try:
+        return parse_iso(text, ctx)
+    except (ValueError, OverflowError):
+        return None
+
+
+def _meta_cluster(doc: dict[str, Any]) -> str | None:
+    meta = doc.get("meta") if isinstance(doc.get("meta"), dict) else {}
+    assert isinstance(meta, dict)
+    for key in ("slurm", "Slurm"):
+        part = meta.get(key)
+        if isinstance(part, dict) and part.get("cluster"):
+            return str(part["cluster"])
+    return None
+
+
+def _load_json(tool: str, text: str) -> dict[str, Any]:
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConnectorError(f"{tool}: answer is not JSON ({exc.msg} at line {exc.lineno})", kind="permanent") from None
+    if not isinstance(doc, dict):
+        raise ConnectorError(f"{tool}: answer is not a JSON object", kind="permanent")
+    errors = [e for e in doc.get("errors") or [] if isinstance(e, dict)]
+    if errors and not doc.get("jobs") and not doc.get("nodes"):
+        first = errors[0]
+        raise classify(tool, str(first.get("description") or first.get("error") or first))
+    return doc
+
+
+class SlurmConnector:
+    """Scope one Slurm job (see the module docstring)."""
+
+    name = "slurm"
+
+    def __init__(self, job_id: str, *, runner: Runner | None = None, policy: RetryPolicy = DEFAULT_POLICY,
+                 rest_url: str | None = None, rest_token: str | None = None, rest_version: str | None = None,
+                 transport: httpx.BaseTransport | None = None, sleep: Callable[[float], None] = time.sleep,
+                 now: Callable[[], datetime] | None = None) -> None:
+        self.ref = JobRef.parse(job_id)
+        self.runner = runner or run_command
+        self.policy = policy
+        self.rest_url = rest_url.rstrip("/") if rest_url else None
+        self.rest_token = rest_token if rest_token is not None else os.environ.get("SLURM_JWT")
+        self.rest_versions = (rest_version,) if rest_version else REST_VERSIONS
+        self.transport = transport
+        self.sleep = sleep
+        self.now = now or (lambda: datetime.now(timezone.utc))
+        self._client: httpx.Client | None = None
+
+    # ------------------------------------------------------------------ asking Slurm
+
+    def _run(self, argv: list[str]) -> str:
+        return with_retries(lambda: self.runner(argv, self.policy.timeout_s), self.policy, what=argv[0],
+                            sleep=self.sleep)
+
+    def _get(self, path: str, what: str) -> dict[str, Any]:
+        """One slurmrestd GET, trying API versions until one is served."""
+        if self._client is None:
+            headers = {"Accept": "application/json"}
+            if self.rest_token:
+                headers["X-SLURM-USER-TOKEN"] = self.rest_token
+                if os.environ.get("SLURM_USER"):
+                    headers["X-SLURM-USER-NAME"] = os.environ["SLURM_USER"]
+            self._client = httpx.Client(base_url=self.rest_url or "", headers=headers, timeout=self.policy.timeout_s,
+                                        transport=self.transport)
+        last: ConnectorError | None = None
+        for version in self.rest_versions:
+            url = path.format(v=version)
+            try:
+                return with_retries(partial(self._get_once, url, what), self.policy, what=what, sleep=self.sleep)
+            except _UnknownVersion as exc:
+                last = ConnectorError(str(exc), kind="not_found")
+                continue
+        raise last or ConnectorError(f"{what}: no slurmrestd API version answered", kind="not_found")
+
+    def _get_once(self, url: str, what: str) -> dict[str, Any]:
+        assert self._client is not None
+        try:
+            resp = self._client.get(url)
+        except httpx.TimeoutException:
+            raise ConnectorError(f"{what}: slurmrestd did not answer within {self.policy.timeout_s:g} s",
+                                 kind="transient") from None
+        except httpx.TransportError as exc:
+            raise ConnectorError(f"{what}: cannot reach slurmrestd at {self.rest_url}: {exc}", kind="transient") from None
+        if resp.status_code in (401, 403):
+            raise ConnectorError(f"{what}: slurmrestd refused the request (HTTP {resp.status_code}): "
+                                 "set a token with $SLURM_JWT (scontrol token)", kind="auth")
+        if resp.status_code == 429 or resp.status_code >= 500:
+            try:
+                return _load_json(what, resp.text)  # slurmrestd answers 500 with a Slurm error list
+            except ConnectorError as exc:
+                if exc.kind != "permanent":
+                    raise
+            raise ConnectorError(f"{what}: slurmrestd answered HTTP {resp.status_code}", kind="transient")
+        if resp.status_code == 404:
+            try:
+                doc = resp.json()
+            except ValueError:
+                doc = None
+            if not isinstance(doc, dict) or not ("errors" in doc or "jobs" in doc):
+                raise _UnknownVersion(f"{what}: slurmrestd does not serve {url} (HTTP 404)")
+            return _load_json(what, resp.text)
+        if resp.status_code >= 400:
+            raise ConnectorError(f"{what}: slurmrestd answered HTTP {resp.status_code}: {resp.text[:200]}",
+                                 kind="permanent")
+        doc = _load_json(what, resp.text)
+        self.rest_versions = (url.split("/")[2],)  # the version that answered serves the next calls too
+        return doc
+
+    def _accounting(self) -> dict[str, Any]:
+        if self.rest_url:
+            return self._get(f"/slurmdb/{{v}}/job/{self.ref.text}", "slurmrestd slurmdb job")
+        return _load_json("sacct", self._run(["sacct", "--json", "--duplicates", "-j", self.ref.text]))
+
+    def _controller(self) -> tuple[dict[str, Any], str]:
+        if self.rest_url:
+            return self._get(f"/slurm/{{v}}/job/{self.ref.text}", "slurmrestd job"), "slurmrestd job"
+        try:
+            return _load_json("scontrol", self._run(["scontrol", "show", "job", self.ref.text, "--json"])), "scontrol"
+        except ConnectorError as exc:
+            if not _NO_JSON.search(str(exc)):
+                raise
+        # Slurm ≤ 22.05: scontrol has no --json, squeue has (every job slurmctld still holds).
+        doc = _load_json("squeue", self._run(["squeue", "--json", "--states=all", "--jobs", self.ref.text]))
+        return doc, "squeue"
+
+    def _nodes(self, hostlist: str) -> tuple[dict[str, Any], str]:
+        if self.rest_url:
+            return self._get("/slurm/{v}/nodes", "slurmrestd nodes"), "slurmrestd nodes"
+        try:
+            return _load_json("scontrol", self._run(["scontrol", "show", "node", hostlist, "--json"])), "scontrol"
+        except ConnectorError as exc:
+            if not _NO_JSON.search(str(exc)):
+                raise
+        text = self._run(["scontrol", "show", "node", hostlist])
+        doc = parse_scontrol(text)
+        if doc is None:
+            raise ConnectorError("scontrol show node: output not in the Key=Value form", kind="permanent")
+        return dict(doc), "scontrol"
+
+    # ------------------------------------------------------------------ the scope
+
+    def scope(self) -> Scope:
+        coverage: list[Coverage] = []
+        notes: list[str] = []
+        acct_doc: dict[str, Any] | None = None
+        ctl_doc: dict[str, Any] | None = None
+        ctl_tool = "scontrol"
+        errors: list[ConnectorError] = []
+        label = self.ref.text
+        try:
+            acct_doc = self._accounting()
+        except ConnectorError as exc:
+            errors.append(exc)
+            coverage.append(Coverage(connector=self.name, source=f"slurm/sacct-{label}.json",
+                                     status="missing" if exc.kind == "not_found" else "failed",
+                                     observations=0, reason=str(exc)))
+        try:
+            ctl_doc, ctl_tool = self._controller()
+        except ConnectorError as exc:
+            errors.append(exc)
+            coverage.append(Coverage(
+                connector=self.name, source=f"slurm/scontrol-job-{label}.json",
+                status="missing" if exc.kind == "not_found" else "failed", observations=0,
+                reason=("slurmctld no longer holds the job (finished longer ago than MinJobAge)"
+                        if exc.kind == "not_found" else str(exc))))
+        acct = [_facts(j, _meta_cluster(acct_doc)) for j in _jobs(acct_doc) if self.ref.matches(j)] if acct_doc else []
+        ctl = [_facts(j, _meta_cluster(ctl_doc)) for j in _jobs(ctl_doc) if self.ref.matches(j)] if ctl_doc else []
+        if not acct and not ctl:
+            real = [e for e in errors if e.kind != "not_found"]
+            if real and len(real) == len(errors):
+                kind = "transient" if any(e.transient for e in real) else real[0].kind
+                raise ConnectorError(f"Slurm job {label}: " + "; ".join(str(e) for e in real), kind=kind)
+            raise ConnectorError(f"Slurm job {label} not found: neither accounting (sacct) nor slurmctld "
+                                 "knows it", kind="not_found")
+        acct = self._one_job(acct)
+        ctl = self._one_job(ctl)
+        context, chosen, same_instance = self._context(acct, ctl, notes)
+        tctx = TimeContext(tz=timezone.utc, start=context.window.start, end=context.window.end)
+        sources: list[RecordSource] = []
+        if acct_doc is not None:
+            kept = [f.raw for f in acct if chosen is None or f is chosen or f.label != chosen.label]
+            records = render({"jobs": kept}, f"slurm/sacct-{label}.json", tctx)
+            sources.append(RecordSource(name=f"slurm/sacct-{label}.json", records=records))
+            coverage.append(Coverage(connector=self.name, source=f"slurm/sacct-{label}.json",
+                                     status="ok" if acct else "missing", observations=len(records),
+                                     reason=None if acct else "accounting has no record of this job"))
+        if ctl_doc is not None:
+            records = render({"jobs": [f.raw for f in ctl]}, f"slurm/{ctl_tool}-job-{label}.json", tctx)
+            used = len(records) if not acct else 0  # accounting already says the same: no duplicate records
+            if used:
+                sources.append(RecordSource(name=f"slurm/{ctl_tool}-job-{label}.json", records=records))
+            reason = None if ctl else "slurmctld no longer holds this job"
+            if ctl and not same_instance:
+                reason = "slurmctld describes a newer instance of the job: used for the requeue count only"
+            coverage.append(Coverage(connector=self.name, source=f"slurm/scontrol-job-{label}.json",
+                                     status="ok" if ctl else "missing", observations=len(ctl), reason=reason))
+        if context.nodes:
+            sources_n, cov = self._node_records(context.nodes, chosen, tctx, label)
+            sources.extend(sources_n)
+            coverage.append(cov)
+        coverage.sort(key=lambda c: (c.source, c.connector))
+        return Scope(context=context, collected=Collected(sources=list(sources), coverage=coverage), notes=notes)
+
+    def _one_job(self, facts: list[_Facts]) -> list[_Facts]:
+        """Refuse a bare array id that names several tasks: the tasks are separate attempts."""
+        tasks = sorted({f.label for f in facts if "_" in f.label})
+        if self.ref.task is None and len(tasks) > 1:
+            raise ConnectorError(f"Slurm job {self.ref.text} is a job array ({len(tasks)} tasks: "
+                                 f"{', '.join(tasks[:4])}{' …' if len(tasks) > 4 else ''}): name one task, "
+                                 f"e.g. {tasks[-1]}", kind="permanent")
+        return facts
+
+    def _context(self, acct: list[_Facts], ctl: list[_Facts], notes: list[str]
+                 ) -> tuple[AttemptContext, _Facts | None, bool]:
+        het = len({f.label for f in (acct or ctl)}) > 1  # a bare het job id: every component
+        # sacct --duplicates lists one instance per attempt, oldest first
+        instances = sorted(acct, key=lambda f: (f.submit or datetime.min.replace(tzinfo=timezone.utc)))
+        chosen: _Facts | None = None
+        attempt = 0
+        same = True
+        if instances and not het:
+            started = [f for f in instances if f.start is not None]
+            chosen = started[-1] if started else instances[-1]
+            idx = instances.index(chosen)
+            attempt = idx
+            if chosen is not instances[-1]:
+                notes.append(f"the newest instance of job {self.ref.text} has not started "
+                             f"({instances[-1].state}); the attempt before it is analysed")
+            if chosen.restarts is not None:
+                attempt = chosen.restarts
+            elif ctl and ctl[0].restarts is not None:
+                attempt = max(0, ctl[0].restarts - (len(instances) - 1 - idx))
+            same = chosen is instances[-1]
+        elif ctl and not het:
+            chosen = ctl[0]
+            attempt = ctl[0].restarts or 0
+        # The controller's view wins for the end state when it is about the same instance.
+        primary = [chosen] if chosen is not None else (acct or ctl)
+        facts = ctl if (ctl and same and not het) else primary
+        # The component that failed speaks for a het job, before one cancelled because of it.
+        lead = next((f for f in facts if f.state not in (None, "COMPLETED", "CANCELLED")),
+                    next((f for f in facts if f.state not in (None, "COMPLETED")), facts[0]))
+        starts = [t for f in primary if (t := f.start or f.submit) is not None]
+        start = min(starts, default=None)
+        end = max((f.end for f in primary if f.end is not None), default=None)
+        now = self.now()
+        if start is None:
+            start = now
+            notes.append(f"job {self.ref.text} has not started: the window is empty")
+        if end is None or lead.state in ("RUNNING", "PENDING", "SUSPENDED"):
+            end = max(start, now)
+            if lead.state in ("RUNNING", "SUSPENDED"):
+                notes.append(f"job {self.ref.text} is still {lead.state.lower()}: the window ends now")
+        end = max(start, end)
+        nodes: list[str] = []
+        for f in (facts if het else primary):
+            hostlist = f.nodes or next((c.nodes for c in ctl if c.nodes), "")
+            try:
+                nodes.extend(expand(hostlist))
+            except HostlistError as exc:
+                notes.append(str(exc))
+                nodes.extend(expand_hostlist(hostlist))
+        exit_code = None
+        if lead.signal:
+            exit_code = 128 + lead.signal  # the shell's convention, as torchrun and Kubernetes report it
+        elif lead.rc is not None:
+            exit_code = lead.rc
+        if attempt:
+            notes.append(f"attempt {attempt}: job {self.ref.text} was requeued {attempt} time(s) before it")
+        context = AttemptContext(
+            workload=Workload(id=self.ref.text, attempt=attempt, name=lead.name, scheduler="slurm",
+                              cluster=next((f.cluster for f in facts + primary if f.cluster), None)),
+            window=Window(start=start, end=end),
+            state=lead.state, exit_code=exit_code, reason=lead.reason,
+            nodes=list(dict.fromkeys(nodes)),
+        )
+        return context, chosen, same
+
+    def _node_records(self, nodes: list[str], chosen: _Facts | None, tctx: TimeContext, label: str
+                      ) -> tuple[list[RecordSource], Coverage]:
+        source = f"slurm/nodes-{label}.json"
+        hostlist = (chosen.nodes if chosen is not None and chosen.nodes else ",".join(nodes))
+        try:
+            doc, _tool = self._nodes(hostlist)
+        except ConnectorError as exc:
+            return [], Coverage(connector=self.name, source=source, status="failed", observations=0,
+                                reason=f"node states and drain reasons not read: {exc}")
+        wanted = set(nodes)
+        kept = [n for n in doc.get("nodes") or [] if isinstance(n, dict) and str(n.get("name")) in wanted]
+        records = render({"nodes": kept}, source, tctx) if kept else []
+        missing = sorted(wanted - {str(n.get("name")) for n in kept})
+        status: Literal["ok", "partial", "missing"] = "ok" if not missing else ("partial" if kept else "missing")
+        reason = None if not missing else f"no state for {len(missing)} node(s): {', '.join(missing[:5])}"
+        return ([RecordSource(name=source, records=records)] if records else []), Coverage(
+            connector=self.name, source=source, status=status, observations=len(records), reason=reason)
+
+
+class _UnknownVersion(ConnectorError):
+    """slurmrestd does not serve this API version (a plain 404): try the next one."""
+
+
+def _jobs(doc: dict[str, Any] | None) -> list[dict[str, Any]]:
+    if not doc:
+        return []
+    return [j for j in doc.get("jobs") or [] if isinstance(j, dict)]
