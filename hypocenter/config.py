@@ -54,7 +54,10 @@ class Settings(BaseSettings):
     retention_max_age_s: float = Field(7 * 86400.0, gt=0, description="accepted records are kept this long")
     retention_max_lines_per_stream: int = Field(1_000_000, ge=1, description="oldest lines beyond this are removed per stream")
     retention_diagnoses_max_age_s: float = Field(90 * 86400.0, gt=0, description="diagnoses are kept this long")
-    retention_interval_s: float = Field(300.0, gt=0, description="how often retention runs")
+    retention_interval_s: float = Field(300.0, gt=0, description="how often retention and compaction run")
+    compact_after_s: float = Field(
+        1800.0, ge=-1, description="once a log line is this old, its text is blanked unless a rule can read it "
+        "(a token line, its context, the stamps it inherits); -1 = never")
     rules: list[str] = Field(default_factory=list, description="extra rule files or directories")
     no_builtin_rules: bool = Field(False, description="use only the extra rules")
     log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="server log level")

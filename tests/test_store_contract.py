@@ -229,3 +229,23 @@ def test_both_stores_hand_the_engine_the_same_rows(pg_schema: str, tmp_path: Pat
     finally:
         sqlite.close()
         pg.close()
+
+
+def test_compaction_blanks_text_but_keeps_rows_and_retries_idempotent(open_url: Callable[[], Store]) -> None:
+    store = open_url()
+    rows = _entries("9", "node01", "train.log", 50)
+    store.ingest(rows, [], now=1000.0, stalls=[("9", 0, T0 + 5)])
+    assert store.compaction_due(cutoff=999.0, limit=10) == []  # nothing old enough yet
+    (key,) = store.compaction_due(cutoff=1001.0, limit=10)
+    lines = store.stream_lines(key)
+    assert [x.line for x in lines] == list(range(1, 51))
+    store.compact([x.id for x in lines[:40]], [x.id for x in lines[40:]])
+    assert store.compaction_due(cutoff=1001.0, limit=10) == []
+    after = store.stream_lines(key)
+    assert [x.body for x in after[:40]] == [""] * 40 and all(x.compacted == 2 for x in after[:40])
+    assert [x.body for x in after[40:]] == [r.body for r in rows[40:]]
+    assert store.ingest(rows, [], now=2000.0) == 0  # a late retry of a blanked line is still a duplicate
+    row = store.attempt("9", 0)
+    assert row is not None and len(store.attempt_logs(row.id)) == 50
+    # the stall makes the attempt due after the settle time, with no terminal state and no idle timeout
+    assert [a.workload for a in store.attempts_due(now=2000.5, settle_s=0.1, idle_s=10**6)] == ["9"]

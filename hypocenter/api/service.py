@@ -20,24 +20,29 @@ Nothing here knows a wire format: the gRPC and HTTP front ends translate.
 
 from __future__ import annotations
 
+import bisect
 import logging
 import threading
 import time
-from collections import deque
+from collections import defaultdict, deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from hypocenter.collector.attempts import assemble, summary
+from hypocenter.collector.bundle import time_context
+from hypocenter.collector.compaction import CompactionReport, compact
 from hypocenter.collector.otlp import Entry, Point
+from hypocenter.collector.sources import TextSource
 from hypocenter.config import Settings
 from hypocenter.engine import Engine, default_engine
+from hypocenter.engine.extract import Extractor
 from hypocenter.errors import InputError, TransientError
 from hypocenter.exporter.activity import Activity
 from hypocenter.exporter.store import DiagnosisFilter, DiagnosisRow, Retention, Store
-from hypocenter.model import AttemptContext, Diagnosis
+from hypocenter.model import AttemptContext, Diagnosis, Window, Workload
 
 log = logging.getLogger("hypocenter.server")
 
@@ -65,12 +70,66 @@ class _Batch:
         return len(self.logs) + len(self.points)
 
 
+class IngestEvents:
+    """Records become events as they arrive: the same extraction rules as `hypocenter analyze`, run on
+    each committed batch's candidate lines with the record's own node and stream.
+
+    What these events are for: the extracted-events metric, and the hang trigger — a workload that
+    reports a watchdog or heartbeat timeout is marked stalled, so it gets a provisional diagnosis
+    as soon as it goes quiet instead of after the idle timeout. The verdict itself is made from the
+    store with the attempt's scope (rank map, window, timezone), which a single record does not
+    know; compaction keeps exactly the lines that verdict can read."""
+
+    STALL_KINDS = frozenset({"watchdog_timeout", "heartbeat_timeout"})
+
+    def __init__(self, extractor: Extractor, activity: Activity) -> None:
+        self._extractor = extractor
+        self._activity = activity
+
+    def __call__(self, logs: Sequence[Entry]) -> list[tuple[str, int, int]]:
+        texts = [e for e in logs if e.kind == "text" and e.body]
+        if not texts:
+            return []
+        data = "\n".join(e.body for e in texts).encode("utf-8", "surrogateescape")
+        starts: list[int] = []
+        pos = 0
+        for e in texts:
+            starts.append(pos)
+            pos += len(e.body.encode("utf-8", "surrogateescape")) + 1
+        streams: dict[tuple[str | None, int, str | None, str], list[Entry]] = defaultdict(list)
+        last = -1
+        for _, start, _ in self._extractor.scan(data):
+            i = bisect.bisect_right(starts, start) - 1
+            if i != last:
+                last = i
+                e = texts[i]
+                streams[(e.workload, e.attempt, e.node, e.stream)].append(e)
+        kinds: dict[str, int] = defaultdict(int)
+        stalls: list[tuple[str, int, int]] = []
+        for (workload, attempt, node, stream), entries in streams.items():
+            times = [e.time_ns for e in entries if e.time_ns] or [time.time_ns()]
+            lo = datetime.fromtimestamp(min(times) / 1e9, timezone.utc)
+            hi = datetime.fromtimestamp(max(times) / 1e9, timezone.utc)
+            ctx = AttemptContext(workload=Workload(id=workload or "-", attempt=attempt),
+                                 window=Window(start=lo - timedelta(hours=1), end=hi + timedelta(hours=1)),
+                                 nodes=[node] if node else [])
+            src = TextSource(name=stream, text="\n".join(e.body for e in entries), node=node)
+            for ev in self._extractor.extract([src], ctx, time_context(ctx)).events:
+                kinds[ev.kind] += 1
+                if ev.kind in self.STALL_KINDS and workload is not None:
+                    stalls.append((workload, attempt, int(ev.time.timestamp() * 1e9) if ev.time else max(times)))
+        self._activity.extracted(kinds)
+        return stalls
+
+
 class IngestQueue:
     """Bounded by records waiting; a request larger than the whole queue is still taken when it is empty."""
 
     def __init__(self, store: Store, capacity: int, retry_after: float,
-                 on_commit: Callable[[], None] | None = None) -> None:
+                 on_commit: Callable[[], None] | None = None,
+                 events: Callable[[Sequence[Entry]], list[tuple[str, int, int]]] | None = None) -> None:
         self._store = store
+        self._events = events
         self.capacity = capacity
         self.retry_after = retry_after
         self._on_commit = on_commit
@@ -114,8 +173,14 @@ class IngestQueue:
                     batches.append(b)
                     size += b.size
             try:
-                self._store.ingest([e for b in batches for e in b.logs], [p for b in batches for p in b.points],
-                                   time.time())
+                logs = [e for b in batches for e in b.logs]
+                stalls: list[tuple[str, int, int]] = []
+                if self._events is not None:
+                    try:
+                        stalls = self._events(logs)
+                    except Exception:  # a trigger hint; the records themselves must still be stored
+                        log.exception("extraction on ingest")
+                self._store.ingest(logs, [p for b in batches for p in b.points], time.time(), stalls)
             except Exception as exc:  # the store failed: no request in this group is acknowledged
                 log.error("store write failed: %s", exc)
                 for b in batches:
@@ -146,7 +211,9 @@ class Attribution:
         self.retention = Retention(max_age_s=settings.retention_max_age_s,
                                    max_lines_per_stream=settings.retention_max_lines_per_stream,
                                    diagnoses_max_age_s=settings.retention_diagnoses_max_age_s)
-        self.queue = IngestQueue(store, settings.ingest_queue_records, settings.retry_after_s, self._wake_loop)
+        self.activity = Activity()  # what this process did, for /metrics
+        self.queue = IngestQueue(store, settings.ingest_queue_records, settings.retry_after_s, self._wake_loop,
+                                 IngestEvents(self.engine.extractor, self.activity))
         self._analysis = threading.Lock()
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -154,7 +221,6 @@ class Attribution:
         self._watch_lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self.analyses = 0
-        self.activity = Activity()  # what this process did, for /metrics
 
     # ------------------------------------------------------------------------------- lifecycle
 
@@ -191,8 +257,18 @@ class Attribution:
                     last_sweep = now
                     if removed:
                         log.info("retention removed %d rows", removed)
+                    self.compact(now)
             except Exception:  # the loop must outlive one bad attempt; the next tick retries
                 log.exception("trigger loop")
+
+    def compact(self, now: float | None = None) -> CompactionReport:
+        """Blank the raw lines no rule can read once they are `compact_after_s` old (see compaction)."""
+        if self.settings.compact_after_s < 0:
+            return CompactionReport()
+        report = compact(self.store, self.engine.extractor, time.time() if now is None else now,
+                         self.settings.compact_after_s)
+        self.activity.compacted(report.blanked, report.bytes_freed)
+        return report
 
     # ------------------------------------------------------------------------------- analysis
 

@@ -14,9 +14,10 @@ out of it.
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -99,6 +100,9 @@ class Extractor:
             if rule.metric is not None:
                 self.metric_rules.append((rule, rule.metric))
         self.tokens = sorted(self._by_token, key=lambda t: (-len(t), t))
+        # Per token (automaton index): the most lines before / after a line with it that its rules read.
+        self._reach = [(max(c.spec.lines_before for c in self._by_token[t]), max(c.spec.lines_after for c in self._by_token[t]))
+                       for t in self.tokens]
         # One Aho-Corasick automaton over every rule's literal tokens, run on raw bytes in Rust:
         # ~40x the throughput of a Python `re` alternation of the same literals.
         self._ac = BytesAhoCorasick([t.encode() for t in self.tokens]) if self.tokens else None
@@ -111,6 +115,81 @@ class Extractor:
 
     def is_candidate(self, text: str) -> bool:
         return bool(self.scan(text.encode("utf-8", "surrogateescape")))
+
+    def evidence_lines(self, lines: Sequence[tuple[int, str]], tctx: TimeContext, *, tail: int = 200) -> set[int]:
+        """Which of a stream's lines (line number, text; ascending) extraction can ever read.
+
+        A stream rebuilt from these lines alone, with blank lines in place of the others, extracts
+        exactly the events the whole stream does: candidate lines and the context lines rules read
+        around them; the nearest stamped line before and after each candidate (the stamps an
+        unstamped candidate inherits and is bounded by; the lines between are unstamped, blank or
+        not); the first 20 lines (wall/uptime stamp pairs) and RTC lines (boot anchors); the first
+        line of each srun label and the first label+rank pair (tasks vs ranks); `srun: error:
+        <node>: task N` lines; and the last `tail` lines (the uptime a stream ends at, and the
+        context of candidates still to come). Returns indices into `lines`."""
+        if not lines:
+            return set()
+        bodies = [b for _, b in lines]
+        data = "\n".join(bodies).encode("utf-8", "surrogateescape")
+        starts: list[int] = []
+        pos = 0
+        for b in bodies:
+            starts.append(pos)
+            pos += len(b.encode("utf-8", "surrogateescape")) + 1
+        numbers = [n for n, _ in lines]
+        reach_max = max((max(r) for r in self._reach), default=0)
+        keep: set[int] = set(range(max(0, len(lines) - reach_max), len(lines)))
+        keep.update(i for i, n in enumerate(numbers) if n <= 20)
+        reach: dict[int, tuple[int, int]] = {}  # candidate line → lines its rules read before / after it
+        for tok, start, _ in self.scan(data):
+            i = bisect.bisect_right(starts, start) - 1
+            before, after = reach.get(i, (0, 0))
+            tok_before, tok_after = self._reach[tok]
+            reach[i] = (max(before, tok_before), max(after, tok_after))
+        stamped: dict[int, bool] = {}
+
+        def has_stamp(i: int) -> bool:
+            if i not in stamped:
+                stamped[i] = parse_line(bodies[i][:512], tctx).time is not None
+            return stamped[i]
+
+        for i, (before, after) in reach.items():
+            n = numbers[i]
+            lo = bisect.bisect_left(numbers, n - before)
+            hi = bisect.bisect_right(numbers, n + after)
+            keep.update(range(lo, hi))
+            for step, limit in ((-1, n - BACKSCAN_LINES), (1, n + BACKSCAN_LINES)):
+                j = i + step
+                while 0 <= j < len(lines) and (numbers[j] >= limit if step < 0 else numbers[j] <= limit):
+                    if has_stamp(j):
+                        keep.add(j)
+                        break
+                    j += step
+        # The stream's end: the last stamp (inherited by candidates still to come) and the highest
+        # uptime among its last `tail` lines (where uptime-only lines are placed without an anchor).
+        for j in range(len(lines) - 1, -1, -1):
+            if has_stamp(j):
+                keep.add(j)
+                break
+        uptimes = [(float(m.group(1)), j) for j in range(max(0, len(lines) - tail), len(lines))
+                   if (m := _UPTIME.search(bodies[j])) is not None]
+        if uptimes:
+            keep.add(max(uptimes)[1])
+        labels: set[bytes] = set()
+        pair_seen = False
+        for i, b in enumerate(bodies):
+            if "rtc_cmos" in b or "srun: error:" in b:
+                keep.add(i)
+            raw = b[:24].encode("utf-8", "surrogateescape")
+            label = _LABEL.match(raw)
+            if label is not None:
+                if label.group(1) not in labels:
+                    labels.add(label.group(1))
+                    keep.add(i)
+                if not pair_seen and _LABEL_AND_RANK.match(raw):
+                    pair_seen = True
+                    keep.add(i)
+        return keep
 
     # ----------------------------------------------------------------------------------------- text
 
@@ -477,10 +556,13 @@ def _block(data: bytes, ls: int, le: int, before: int, after: int, tctx: TimeCon
     return "\n".join(parse_line(x[:MAX_LINE], tctx).message for x in lines)
 
 
+_UPTIME = re.compile(r"\[\s*(\d+\.\d+)\]")
+
+
 def _last_uptime(data: bytes) -> float:
     best = 0.0
     for line in data[-65536:].decode("utf-8", "replace").splitlines()[-200:]:
-        m = re.search(r"\[\s*(\d+\.\d+)\]", line)
+        m = _UPTIME.search(line)
         if m:
             best = max(best, float(m.group(1)))
     return best

@@ -63,6 +63,9 @@ class Snapshot:
     diagnoses: dict[tuple[str, str, str, str], tuple[int, Exemplar | None]]
     provisional: int
     symptom_events: dict[str, int]
+    extracted_events: dict[str, int]
+    compacted_lines: int
+    compacted_bytes: int
     latency: Latency
     exported: dict[str, int]
     export_failures: dict[tuple[str, str], int]
@@ -85,6 +88,8 @@ class Activity:
         self._provisional = 0
         self._counted: OrderedDict[str, tuple[str, str, str, str]] = OrderedDict()
         self._symptoms: dict[str, int] = defaultdict(int)
+        self._extracted: dict[str, int] = defaultdict(int)
+        self._compacted = [0, 0]
         self._latency = Latency()
         self._exported: dict[str, int] = defaultdict(int)
         self._export_failures: dict[tuple[str, str], int] = defaultdict(int)
@@ -101,6 +106,17 @@ class Activity:
             for reason, n in (rejected_by or {}).items():
                 if n:
                     self._rejected[(signal, reason)] += n
+
+    def extracted(self, kinds: dict[str, int]) -> None:
+        """Events extracted from records as they were committed, by kind."""
+        with self._lock:
+            for kind, n in kinds.items():
+                self._extracted[kind] += n
+
+    def compacted(self, lines: int, nbytes: int) -> None:
+        with self._lock:
+            self._compacted[0] += lines
+            self._compacted[1] += nbytes
 
     def refused(self, signal: str, source: str, reason: str) -> None:
         """A whole request was refused (see REQUEST_REASONS)."""
@@ -163,7 +179,9 @@ class Activity:
                 ingested_records=dict(self._records), ingested_bytes=dict(self._bytes),
                 refused_requests=dict(self._refused), rejected_records=dict(self._rejected),
                 diagnoses={k: (v, self._diagnosis_exemplars.get(k)) for k, v in self._diagnoses.items()},
-                provisional=self._provisional, symptom_events=dict(self._symptoms), latency=lat,
+                provisional=self._provisional, symptom_events=dict(self._symptoms),
+                extracted_events=dict(self._extracted), compacted_lines=self._compacted[0],
+                compacted_bytes=self._compacted[1], latency=lat,
                 exported=dict(self._exported), export_failures=dict(self._export_failures),
                 export_dropped=dict(self._export_dropped), started=self.started)
 

@@ -14,6 +14,8 @@ reserves for the target; `cluster` is the workload's cluster):
     provisional_diagnoses_total                             counter  analyses of attempts not yet ended
     analysis_duration_seconds                               histogram  store read + engine; exemplars
     symptom_events_total{kind}                              counter  events diagnoses classed as symptoms
+    extracted_events_total{kind}                            counter  events extracted from records as they arrived
+    compacted_lines_total, compacted_bytes_total            counter  raw lines blanked by compaction, and their bytes
     ingest_records_total / ingest_bytes_total{signal,source}  counter  committed OTLP records / wire bytes
     refused_requests_total{signal,source,reason}            counter  requests refused whole
     rejected_records_total{signal,reason}                   counter  records left out of accepted requests
@@ -138,6 +140,16 @@ class HypocenterCollector(Collector):
         for kind, value in sorted(snap.symptom_events.items()):
             s.add_metric([kind], value)
         yield s
+
+        e = CounterMetricFamily("hypocenter_extracted_events", "Events extracted from log records as they were "
+                                "committed, by kind", labels=["kind"])
+        for kind, value in sorted(snap.extracted_events.items()):
+            e.add_metric([kind], value)
+        yield e
+        yield CounterMetricFamily("hypocenter_compacted_lines", "Raw log lines whose text compaction blanked "
+                                  "(no rule can read them)", value=snap.compacted_lines)
+        yield CounterMetricFamily("hypocenter_compacted_bytes", "Bytes of raw log text compaction blanked",
+                                  value=snap.compacted_bytes, unit="bytes")
 
         rec = CounterMetricFamily("hypocenter_ingest_records", "Records committed to the store",
                                   labels=["signal", "source"])

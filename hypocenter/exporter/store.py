@@ -137,6 +137,12 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX exports_due ON exports (exporter, due);
     """,
+    # 4: compaction (collector/compaction.py) and the hang trigger
+    """
+    ALTER TABLE log_entries ADD COLUMN compacted INTEGER NOT NULL DEFAULT 0;  -- 0 new, 1 kept as evidence, 2 blanked
+    CREATE INDEX log_entries_uncompacted ON log_entries (received) WHERE compacted = 0 AND kind = 'text';
+    ALTER TABLE attempts ADD COLUMN stalled_ns INTEGER;  -- a watchdog / heartbeat timeout seen before any terminal state
+    """,
 )
 
 
@@ -224,6 +230,22 @@ class DiagnosisFacts:
     components: list[tuple[str, str, str]]   # (node, kind, id) of the root cause, e.g. a GPU or a port
 
 
+@dataclass(frozen=True, slots=True)
+class StreamKey:
+    attempt_id: int | None  # None: a node-scoped stream
+    node: str | None
+    stream: str
+
+
+@dataclass(slots=True)
+class StreamLine:
+    id: int
+    line: int | None
+    body: str
+    received: float
+    compacted: int
+
+
 @dataclass(slots=True)
 class DiagnosisRow:
     id: str
@@ -242,7 +264,11 @@ class DiagnosisRow:
 class Store(Protocol):
     """What the server needs from a store. Every method is safe to call from any thread."""
 
-    def ingest(self, logs: Sequence[Entry], points: Sequence[Point], now: float) -> int: ...
+    def ingest(self, logs: Sequence[Entry], points: Sequence[Point], now: float,
+               stalls: Sequence[tuple[str, int, int]] = ()) -> int: ...
+    def compaction_due(self, cutoff: float, limit: int) -> list[StreamKey]: ...
+    def stream_lines(self, key: StreamKey) -> list[StreamLine]: ...
+    def compact(self, blank: Sequence[int], keep: Sequence[int]) -> None: ...
     def set_context(self, workload: str, attempt: int, context: dict[str, Any], now: float) -> None: ...
     def attempt(self, workload: str, attempt: int) -> AttemptRow | None: ...
     def attempts_due(self, now: float, settle_s: float, idle_s: float) -> list[AttemptRow]: ...
@@ -354,8 +380,10 @@ class SQLiteStore:
         cur = db.execute("INSERT INTO attempts (workload, attempt, activity) VALUES (?, ?, ?)", (workload, attempt, now))
         return int(cur.lastrowid or 0)
 
-    def ingest(self, logs: Sequence[Entry], points: Sequence[Point], now: float) -> int:
-        """Store what is new in one transaction; returns how many rows were new (retries are not)."""
+    def ingest(self, logs: Sequence[Entry], points: Sequence[Point], now: float,
+               stalls: Sequence[tuple[str, int, int]] = ()) -> int:
+        """Store what is new in one transaction; returns how many rows were new (retries are not).
+        `stalls`: (workload, attempt, time) of watchdog / heartbeat timeouts found in these records."""
         new = 0
         with self._tx() as db:
             ids: dict[tuple[str, int], int] = {}
@@ -415,6 +443,9 @@ class SQLiteStore:
                            " activity=?, dirty=1 WHERE id=?",
                            (json.dumps(scope, sort_keys=True), first, last, term, now, aid))
                 db.executemany("INSERT OR IGNORE INTO attempt_nodes VALUES (?, ?)", [(aid, n) for n in sorted(nodes)])
+            for workload, attempt, t in stalls:
+                aid = attempt_of(workload, attempt)
+                db.execute("UPDATE attempts SET stalled_ns=COALESCE(stalled_ns, ?) WHERE id=?", (t, aid))
             for node, (lo, hi) in node_times.items():
                 # Late node-scoped data re-opens the attempts that ran on that node at that time.
                 db.execute(
@@ -445,10 +476,11 @@ class SQLiteStore:
         return self._attempt_row(rows[0]) if rows else None
 
     def attempts_due(self, now: float, settle_s: float, idle_s: float) -> list[AttemptRow]:
-        """Dirty attempts that ended `settle_s` ago, or that have been quiet for `idle_s`."""
+        """Dirty attempts that ended `settle_s` ago, that reported a watchdog / heartbeat timeout and
+        then went quiet for `settle_s` (a hang: provisional), or that have been quiet for `idle_s`."""
         rows = self._rows(
-            "SELECT * FROM attempts WHERE dirty=1 AND ((terminal_ns IS NOT NULL OR context IS NOT NULL) AND activity <= ?"
-            " OR activity <= ?) ORDER BY activity, id",
+            "SELECT * FROM attempts WHERE dirty=1 AND ((terminal_ns IS NOT NULL OR context IS NOT NULL"
+            " OR stalled_ns IS NOT NULL) AND activity <= ? OR activity <= ?) ORDER BY activity, id",
             (now - settle_s, now - idle_s))
         return [self._attempt_row(r) for r in rows]
 
@@ -498,6 +530,33 @@ class SQLiteStore:
         return {(r["node"], r["stream"]): r["dropped"] for r in self._rows(
             f"SELECT node, stream, dropped FROM stream_drops WHERE scope=? OR (scope='' AND node IN ({marks}))",
             (str(attempt_id), *nodes))}
+
+    # ----------------------------------------------------------------------------------- compaction
+
+    def compaction_due(self, cutoff: float, limit: int) -> list[StreamKey]:
+        """Text streams with lines received before `cutoff` that compaction has not looked at."""
+        return [StreamKey(r["attempt_id"], r["node"], r["stream"]) for r in self._rows(
+            "SELECT DISTINCT attempt_id, node, stream FROM log_entries WHERE compacted = 0 AND kind = 'text'"
+            " AND received < ? ORDER BY attempt_id, node, stream LIMIT ?", (cutoff, limit))]
+
+    def stream_lines(self, key: StreamKey) -> list[StreamLine]:
+        scope = "attempt_id IS NULL" if key.attempt_id is None else "attempt_id = ?"
+        args: tuple[Any, ...] = () if key.attempt_id is None else (key.attempt_id,)
+        return [StreamLine(r["id"], r["line"], r["body"], r["received"], r["compacted"]) for r in self._rows(
+            f"SELECT id, line, body, received, compacted FROM log_entries WHERE {scope} AND COALESCE(node, '') = ?"
+            " AND stream = ? AND kind = 'text' ORDER BY id", (*args, key.node or "", key.stream))]
+
+    def compact(self, blank: Sequence[int], keep: Sequence[int]) -> None:
+        """Blank the text of lines no extraction can read (the row stays: its line number, time and
+        dedup key keep line references, coverage counts and retries exact) and mark the rest kept."""
+        with self._tx() as db:
+            for i in range(0, len(blank), 500):
+                part = blank[i:i + 500]
+                db.execute(f"UPDATE log_entries SET body = '', compacted = 2 WHERE id IN ({','.join('?' * len(part))})",
+                           part)
+            for i in range(0, len(keep), 500):
+                part = keep[i:i + 500]
+                db.execute(f"UPDATE log_entries SET compacted = 1 WHERE id IN ({','.join('?' * len(part))})", part)
 
     # ----------------------------------------------------------------------------------- diagnoses
 

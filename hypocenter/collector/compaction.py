@@ -1,0 +1,107 @@
+"""Compaction: the server keeps only the raw lines extraction can read, not whole logs.
+
+Every accepted line is stored as it arrives (so nothing acknowledged is lost and a crash loses
+nothing). Once a line is `compact_after_s` old, compaction decides per stream which lines the
+engine could ever read (`Extractor.evidence_lines`: lines with a rule token, the context lines
+rules read around them, the stamps unstamped candidates inherit, boot anchors, srun labels, the
+stream's head and tail) and blanks the text of every other line. The row stays as a tombstone —
+line number, time, dedup key — so line references, coverage counts and idempotent retries are
+exactly what they were, and a stream rebuilt from the store extracts the same events, hence the
+same diagnosis, as the whole stream would (tests/test_compaction.py checks this on every example).
+
+A line arriving later than `compact_after_s` after its neighbours may find its context already
+blanked; that only narrows evidence excerpts, and is why the default horizon is generous.
+Compaction never touches structured documents, metric points or the terminal-state records.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+
+from hypocenter.collector.lineformat import TimeContext
+from hypocenter.engine.extract import Extractor
+from hypocenter.exporter.store import Store, StreamKey, StreamLine
+
+log = logging.getLogger("hypocenter.server")
+
+_PAD_LIMIT = 1 << 20  # as attempts.MAX_LINE_PADDING: the same placement the rebuilt text gets
+
+
+@dataclass(slots=True)
+class CompactionReport:
+    streams: int = 0
+    blanked: int = 0
+    bytes_freed: int = 0
+
+
+def generations(rows: list[StreamLine]) -> list[list[StreamLine]]:
+    """A stream's rows (arrival order) split where record numbers start again (rotation), each part
+    in record-number order — the parts `collector.attempts` rebuilds as `stream`, `stream.1`, …"""
+    parts: list[list[StreamLine]] = [[]]
+    high = 0
+    for r in rows:
+        if r.line is not None and r.line <= high and parts[-1]:
+            parts.append([])
+            high = 0
+        parts[-1].append(r)
+        high = max(high, r.line or 0)
+    for part in parts:
+        part.sort(key=lambda r: r.line if r.line is not None else 1 << 62)
+    return [p for p in parts if p]
+
+
+def placed(part: list[StreamLine]) -> list[int]:
+    """The line number each row gets in the rebuilt text (gaps kept as blank lines, as attempts._text)."""
+    out: list[int] = []
+    expected = 1  # the record number the next row would have without a gap
+    pos = 0       # the rebuilt text's line count so far
+    for r in part:
+        if r.line is not None and r.line > expected:
+            pos += min(r.line - expected, _PAD_LIMIT)
+        pos += 1
+        out.append(pos)
+        expected = (r.line if r.line is not None else expected) + 1
+    return out
+
+
+def compact(store: Store, extractor: Extractor, now: float, compact_after_s: float, *,
+            max_streams: int = 200) -> CompactionReport:
+    """One pass over the streams with lines older than the horizon; returns what it blanked."""
+    cutoff = now - compact_after_s
+    report = CompactionReport()
+    # Year-less stamps only need *a* year to tell stamped from unstamped lines.
+    when = datetime.fromtimestamp(now, timezone.utc)
+    tctx = TimeContext(tz=timezone.utc, start=when - timedelta(days=1), end=when)
+    for key in store.compaction_due(cutoff, max_streams):
+        blank, keep, freed = _stream(store, extractor, key, cutoff, tctx)
+        store.compact(blank, keep)
+        report.streams += 1
+        report.blanked += len(blank)
+        report.bytes_freed += freed
+    if report.blanked:
+        log.info("compaction blanked %d line(s) (%d bytes) in %d stream(s)", report.blanked, report.bytes_freed,
+                 report.streams)
+    return report
+
+
+def _stream(store: Store, extractor: Extractor, key: StreamKey, cutoff: float,
+            tctx: TimeContext) -> tuple[list[int], list[int], int]:
+    blank: list[int] = []
+    keep: list[int] = []
+    freed = 0
+    for part in generations(store.stream_lines(key)):
+        numbers = placed(part)
+        live = [(i, r) for i, r in enumerate(part) if r.compacted != 2]
+        needed = extractor.evidence_lines([(numbers[i], r.body) for i, r in live], tctx)
+        for j, (_, r) in enumerate(live):
+            if r.received >= cutoff:
+                continue
+            if j in needed:
+                if r.compacted == 0:
+                    keep.append(r.id)
+            else:
+                blank.append(r.id)
+                freed += len(r.body.encode("utf-8", "surrogateescape"))
+    return blank, keep, freed
