@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from hypocenter.collector.attempts import NodeMatcher
-from hypocenter.collector.bundle import JOB_DIR, _documents, load_context, read_text, time_context
+from hypocenter.collector.bundle import JOB_DIR, documents, load_context, read_text, time_context
 from hypocenter.collector.lineformat import TimeContext, parse_line
 from hypocenter.collector.metrics import MetricFormatError, parse_metrics
 from hypocenter.errors import HypocenterError, InputError, TransientError
@@ -145,7 +145,7 @@ def plan(root: Path) -> tuple[AttemptContext, list[Stream], list[Stream], list[t
             if text is None:
                 continue
             try:
-                docs = _documents(text)
+                docs = documents(text)
             except ValueError:
                 continue
             lines = [LogLine(body=doc, time_ns=end_ns, attributes={"log.file.path": rel, "log.file.record_number": i})

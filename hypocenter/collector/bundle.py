@@ -373,7 +373,7 @@ def _load_events(root: Path, tctx: TimeContext, bundle: Bundle) -> None:
                                             observations=0, reason=reason))
             continue
         try:
-            docs = _documents(text)
+            docs = documents(text)
             records = [r for i, doc in enumerate(docs)
                        for r in render(doc, rel if len(docs) == 1 else f"{rel}[{i}]", tctx)]
         except ValueError as exc:
@@ -399,7 +399,9 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def _documents(text: str) -> list[object]:
+def documents(text: str) -> list[object]:
+    """The scheduler / Kubernetes documents in one file: `scontrol show` text, one JSON document, or
+    JSON lines. ValueError names what is wrong."""
     scontrol = parse_scontrol(text)
     if scontrol is not None:
         return [scontrol]
