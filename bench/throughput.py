@@ -7,6 +7,7 @@ progress, one candidate line in ~20,000) and times, in the same run and on the s
 
 - `hypocenter` extraction (prefilter + parse of candidates + rule patterns), single process;
 - the prefilter alone (Aho-Corasick over the raw bytes);
+- the server's compaction pass (which lines keep their text: `Extractor.evidence_lines`);
 - `grep -c -F -f tokens` (GNU grep's multi-literal search over the same rule tokens), and
   `rg -c -F -f tokens` when ripgrep is installed.
 
@@ -93,6 +94,14 @@ def main() -> int:
         result = engine.extractor.extract([TextSource("logs/n1/node.log", data, "n1")], ctx, time_context(ctx))
         print(f"hypocenter extraction         {_rate(nbytes, time.perf_counter() - t)}  "
               f"{result.candidates} candidate lines, {len(result.events)} events")
+
+        # The server's compaction pass over the same stream: which lines keep their text.
+        text = data.decode("utf-8", "surrogateescape").split("\n")
+        t = time.perf_counter()
+        keep = engine.extractor.evidence_lines(list(enumerate(text, 1)), time_context(ctx))
+        kept = sum(len(text[i]) + 1 for i in keep)
+        print(f"hypocenter compaction pass    {_rate(nbytes, time.perf_counter() - t)}  "
+              f"{len(keep)} lines ({kept / 1e3:.1f} KB) keep their text")
 
         for tool in ("grep", "rg"):
             exe = shutil.which(tool)
