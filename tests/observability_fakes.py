@@ -14,6 +14,29 @@ FakeGrafana (`POST /api/annotations`): JSON body with `text` required, `time`/`t
   integers, `tags` strings; answers 200 `{"message": "Annotation added", "id": N}`; 401 when a
   token is configured and `Authorization: Bearer <token>` is missing.
 
+FakeLoki also answers the query side a pull connector uses (Loki HTTP API reference "Query logs
+within a range of time", "Query streams", "Query logs at a single point in time"), over what was
+pushed or `preload`ed:
+  * `GET /loki/api/v1/query_range`: LogQL log queries — a stream selector with `=`, `!=`, `=~`,
+    `!~` matchers (regexes fully anchored; at least one matcher that does not match the empty
+    string), then `|=`, `!=`, `|~`, `!~` line filters and `| name op "value"` label filters over
+    stream labels and structured metadata. Strings follow Go's strconv.Unquote (double-quoted with
+    escapes, or back-quoted raw); regexes are Python `re` restricted to what RE2 accepts. `start` is
+    inclusive, `end` exclusive; `limit` (default 100) counts entries over all streams and may not
+    exceed `max_entries_limit_per_query`; `end - start` may not exceed `max_query_length`;
+    `direction` forward | backward (default). Entries at one timestamp come in stream-label order,
+    or in a fresh random order per request (`ties="random"`), which Loki does not promise either.
+    Answer `{"status": "success", "data": {"resultType": "streams", "result": [{"stream": {..},
+    "values": [["<ns>", "<line>"], ..]}], "stats": {..}}}`; with the request header
+    `X-Loki-Response-Encoding-Flags: categorize-labels`, `stream` holds index labels only, each value
+    carries a third element `{"structuredMetadata": {..}}` and `data.encodingFlags` says so;
+    otherwise structured metadata is merged into `stream` (one stream per distinct metadata).
+  * `GET|POST /loki/api/v1/series` (`match[]`, `start`, `end`): the index label sets with entries
+    in range.
+  * `GET /loki/api/v1/query`: only `sum by (<label>) (count_over_time(<log query> [<N>s]))`.
+  A bad query is 400 with Loki's kind of text message. `required_headers` makes any query without
+  them 401 (a Loki behind an auth proxy, or multi-tenant Loki without `X-Scope-OrgID`).
+
 Both can be told to answer the next requests with given statuses (`fail_next([503, 429])`), with a
 `Retry-After` header, or to stall longer than the client's timeout.
 """
@@ -23,10 +46,13 @@ from __future__ import annotations
 import contextlib
 import gzip
 import json
+import random
 import re
 import threading
 import time
+import urllib.parse
 from dataclasses import dataclass, field
+from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -259,10 +285,17 @@ class _FakeServer:
                         self.wfile.write(body)
 
             def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                self.serve("POST")
+
+            def do_GET(self) -> None:
+                self.serve("GET")
+
+            def serve(self, method: str) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0)) if method == "POST" else b""
                 b = server.behaviour
                 with b.lock:
-                    b.requests.append({"path": self.path, "headers": dict(self.headers), "size": len(body)})
+                    b.requests.append({"method": method, "path": self.path, "headers": dict(self.headers),
+                                       "size": len(body)})
                 if b.stall_s:
                     time.sleep(b.stall_s)
                 failure = b.next_failure()
@@ -270,7 +303,10 @@ class _FakeServer:
                     extra = {"Retry-After": b.retry_after} if b.retry_after else None
                     self.reply(failure, f"injected failure {failure}\n".encode(), headers=extra)
                     return
-                status, answer, ctype = server.handle(self.path, dict(self.headers), body)
+                if method == "POST":
+                    status, answer, ctype = server.handle(self.path, dict(self.headers), body)
+                else:
+                    status, answer, ctype = server.handle_get(self.path, dict(self.headers))
                 self.reply(status, answer, ctype)
 
         return Handler
@@ -278,14 +314,144 @@ class _FakeServer:
     def handle(self, path: str, headers: dict[str, str], body: bytes) -> tuple[int, bytes, str]:
         raise NotImplementedError
 
+    def handle_get(self, path: str, headers: dict[str, str]) -> tuple[int, bytes, str]:
+        return 405, b"method not allowed\n", "text/plain"
+
 
 class FakeLoki(_FakeServer):
-    def __init__(self) -> None:
+    def __init__(self, *, max_entries_limit_per_query: int = 5000, max_query_length_s: float = 721 * 3600.0,
+                 ties: str = "labels", seed: int = 0, required_headers: dict[str, str] | None = None) -> None:
         super().__init__()
         self.entries: list[PushedEntry] = []
         self.tenants: list[str | None] = []
+        self.max_entries_limit_per_query = max_entries_limit_per_query
+        self.max_query_length_ns = int(max_query_length_s * 1e9)
+        self.ties = ties
+        self.random = random.Random(seed)
+        self.required_headers = dict(required_headers or {})
+        self.queries: list[dict[str, str]] = []  # parameters of every query_range answered
+
+    def preload(self, entries: list[PushedEntry]) -> None:
+        """Entries as if pushed (validated the same way)."""
+        validate(entries)
+        self.entries.extend(entries)
+
+    def handle_get(self, path: str, headers: dict[str, str]) -> tuple[int, bytes, str]:
+        url = urllib.parse.urlsplit(path)
+        return self._query(url.path, urllib.parse.parse_qsl(url.query, keep_blank_values=True), headers)
+
+    def _query(self, path: str, params: list[tuple[str, str]], headers: dict[str, str]) -> tuple[int, bytes, str]:
+        for name, value in self.required_headers.items():
+            if headers.get(name) != value:
+                return 401, b"no org id\n" if name == "X-Scope-OrgID" else b"Unauthorized\n", "text/plain"
+        try:
+            if path == "/loki/api/v1/query_range":
+                doc = self._query_range(dict(params), headers)
+            elif path == "/loki/api/v1/series":
+                doc = self._series(params)
+            elif path == "/loki/api/v1/query":
+                doc = self._instant(dict(params))
+            else:
+                return 404, b"404 page not found\n", "text/plain"
+        except LogQLError as exc:
+            return 400, f"{exc}\n".encode(), "text/plain; charset=utf-8"
+        return 200, json.dumps(doc).encode(), "application/json; charset=UTF-8"
+
+    def _range(self, params: dict[str, str]) -> tuple[int, int]:
+        now = time.time_ns()
+        end = _loki_time(params["end"]) if params.get("end") else now
+        start = _loki_time(params["start"]) if params.get("start") else end - 3600 * 10**9
+        if end < start:
+            raise LogQLError("invalid start and end time: end timestamp must not be before or equal to start time")
+        if end - start > self.max_query_length_ns:
+            raise LogQLError(f"the query time range exceeds the limit (query length: {_duration(end - start)}, "
+                             f"limit: {_duration(self.max_query_length_ns)})")
+        return start, end
+
+    def _select(self, query: LogQuery, start: int, end: int) -> list[tuple[int, int, PushedEntry]]:
+        """(timestamp, tie-break, entry) of every entry the query selects in [start, end)."""
+        out = []
+        for seq, e in enumerate(self.entries):
+            if start <= e.ts_ns < end and query.matches(e):
+                out.append((e.ts_ns, seq, e))
+        if self.ties == "random":
+            keys = {id(e): self.random.random() for _, _, e in out}
+            out.sort(key=lambda t: (t[0], keys[id(t[2])]))
+        else:  # per stream labels, then push order within the stream (Loki keeps a stream's order)
+            out.sort(key=lambda t: (t[0], sorted(t[2].labels.items()), t[1]))
+        return out
+
+    def _query_range(self, params: dict[str, str], headers: dict[str, str]) -> dict[str, Any]:
+        if "query" not in params:
+            raise LogQLError("query parameter is required")
+        query = parse_logql(params["query"])
+        start, end = self._range(params)
+        try:
+            limit = int(params.get("limit", "100"))
+        except ValueError:
+            raise LogQLError(f"invalid limit {params['limit']!r}") from None
+        if limit <= 0:
+            raise LogQLError("limit must be a positive value")
+        if limit > self.max_entries_limit_per_query:
+            raise LogQLError(f"max entries limit per query exceeded, limit > max_entries_limit_per_query "
+                             f"({limit} > {self.max_entries_limit_per_query})")
+        direction = params.get("direction", "backward").lower()
+        if direction not in ("forward", "backward"):
+            raise LogQLError(f"invalid direction {params['direction']!r}")
+        with self.behaviour.lock:
+            self.queries.append(dict(params))
+        selected = self._select(query, start, end)
+        if direction == "backward":
+            selected.reverse()
+        chosen = selected[:limit]
+        categorize = "categorize-labels" in headers.get("X-Loki-Response-Encoding-Flags", "")
+        streams: dict[tuple[tuple[str, str], ...], list[list[Any]]] = {}
+        for ts, _, e in chosen:
+            labels = e.labels if categorize else {**e.metadata, **e.labels}
+            value: list[Any] = [str(ts), e.line]
+            if categorize and e.metadata:
+                value.append({"structuredMetadata": dict(e.metadata)})
+            streams.setdefault(tuple(sorted(labels.items())), []).append(value)
+        result = [{"stream": dict(k), "values": v} for k, v in streams.items()]
+        data: dict[str, Any] = {"resultType": "streams", "result": result,
+                                "stats": {"summary": {"totalEntriesReturned": len(chosen),
+                                                      "totalLinesProcessed": len(selected)}}}
+        if categorize:
+            data["encodingFlags"] = ["categorize-labels"]
+        return {"status": "success", "data": data}
+
+    def _series(self, params: list[tuple[str, str]]) -> dict[str, Any]:
+        selectors = [v for k, v in params if k == "match[]"]
+        if not selectors:
+            raise LogQLError("at least one match[] argument is required")
+        queries = [parse_logql(m) for m in selectors]
+        if any(q.stages for q in queries):
+            raise LogQLError("only stream selectors are allowed in match[]")
+        start, end = self._range(dict(params))
+        seen: dict[tuple[tuple[str, str], ...], dict[str, str]] = {}
+        for q in queries:
+            for _, _, e in self._select(q, start, end):
+                seen.setdefault(tuple(sorted(e.labels.items())), dict(e.labels))
+        return {"status": "success", "data": list(seen.values())}
+
+    def _instant(self, params: dict[str, str]) -> dict[str, Any]:
+        m = _COUNT_BY.match(params.get("query", ""))
+        if not m:
+            raise LogQLError("this fake only answers sum by (<label>) (count_over_time(<log query> [<N>s]))")
+        label, inner, seconds = m.group(1), parse_logql(m.group(2)), int(m.group(3))
+        at = _loki_time(params["time"]) if params.get("time") else time.time_ns()
+        if seconds * 10**9 > self.max_query_length_ns:
+            raise LogQLError("the query time range exceeds the limit")
+        counts: dict[str, int] = {}
+        for _, _, e in self._select(inner, at - seconds * 10**9, at):
+            value = {**e.metadata, **e.labels}.get(label, "")
+            counts[value] = counts.get(value, 0) + 1
+        result = [{"metric": {label: v} if v else {}, "value": [at / 1e9, str(n)]} for v, n in sorted(counts.items())]
+        return {"status": "success", "data": {"resultType": "vector", "result": result}}
 
     def handle(self, path: str, headers: dict[str, str], body: bytes) -> tuple[int, bytes, str]:
+        if path == "/loki/api/v1/series":
+            return self._query(path, urllib.parse.parse_qsl(body.decode(), keep_blank_values=True), headers)
         if path != "/loki/api/v1/push":
             return 404, b"404 page not found\n", "text/plain"
         ctype = (headers.get("Content-Type") or "").split(";")[0].strip()
@@ -304,6 +470,195 @@ class FakeLoki(_FakeServer):
         self.entries.extend(entries)
         self.tenants.append(headers.get("X-Scope-OrgID"))
         return 204, b"", ""
+
+
+# ----------------------------------------------------------------------------------- LogQL (query side)
+
+
+class LogQLError(ValueError):
+    pass
+
+
+_COUNT_BY = re.compile(r"^sum by \((\w+)\) \(count_over_time\((.*) \[(\d+)s\]\)\)$", re.S)
+_RE2_UNSUPPORTED = re.compile(r"\(\?[=!]|\(\?<[=!]|\\[1-9]|\(\?P=|[*+?}][+]")
+_IDENT = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+_GO_ESCAPES = {"a": "\a", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v", "\\": "\\", '"': '"'}
+
+
+def _loki_time(text: str) -> int:
+    """Loki's accepted timestamps: integer ns epoch, float seconds, RFC 3339."""
+    if re.fullmatch(r"\d+", text):
+        return int(text)
+    try:
+        return int(float(text) * 1e9)
+    except ValueError:
+        pass
+    try:
+        return int(datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() * 1e9)
+    except ValueError:
+        raise LogQLError(f"cannot parse {text!r} to a valid timestamp") from None
+
+
+def _duration(ns: int) -> str:
+    hours, rest = divmod(ns // 10**9, 3600)
+    return f"{hours}h{rest // 60}m{rest % 60}s"
+
+
+def _re2(pattern: str, anchored: bool) -> re.Pattern[str]:
+    if _RE2_UNSUPPORTED.search(pattern):
+        raise LogQLError(f"error parsing regexp: invalid or unsupported Perl syntax in `{pattern}`")
+    # RE2 takes flags anywhere; Python only at the start: hoist a leading `(?i)` out of the anchoring group.
+    m = re.match(r"\(\?([imsU]+)\)", pattern)
+    flags = f"(?{m.group(1).replace('U', '')})" if m and m.group(1).replace("U", "") else ""
+    body = pattern[m.end():] if m else pattern
+    try:
+        return re.compile(flags + (f"(?:{body})\\Z" if anchored else body))
+    except re.error as exc:
+        raise LogQLError(f"error parsing regexp: {exc}: `{pattern}`") from None
+
+
+@dataclass
+class LogQuery:
+    matchers: list[tuple[str, str, str, re.Pattern[str] | None]]
+    stages: list[tuple[str, str, str, re.Pattern[str] | None]]  # (kind "line"|"label", op, name/value, regex)
+
+    def matches(self, e: PushedEntry) -> bool:
+        if not all(_test(op, e.labels.get(name, ""), value, rx, full=True) for name, op, value, rx in self.matchers):
+            return False
+        for kind, op, name_or_value, rx in self.stages:
+            if kind == "line":
+                if not _test(op, e.line, name_or_value, rx, full=False):
+                    return False
+            else:
+                name, value = name_or_value.split("\0", 1)
+                if not _test(op, {**e.labels, **e.metadata}.get(name, ""), value, rx, full=True):
+                    return False
+        return True
+
+
+def _test(op: str, text: str, value: str, rx: re.Pattern[str] | None, *, full: bool) -> bool:
+    if op in ("=~", "|~", "!~"):
+        assert rx is not None
+        hit = bool(rx.match(text) if full else rx.search(text))
+        return hit if op != "!~" else not hit
+    if op == "|=":
+        return value in text
+    if full:
+        return (text == value) if op == "=" else (text != value)
+    return value not in text  # "!=" as a line filter
+
+
+class _Lexer:
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.pos = 0
+
+    def error(self, what: str) -> LogQLError:
+        return LogQLError(f"parse error at line 1, col {self.pos + 1}: syntax error: {what}")
+
+    def skip(self) -> None:
+        while self.pos < len(self.text) and self.text[self.pos] in " \t\n\r":
+            self.pos += 1
+
+    def peek(self, *options: str) -> str | None:
+        self.skip()
+        return next((o for o in options if self.text.startswith(o, self.pos)), None)
+
+    def expect(self, *options: str) -> str:
+        found = self.peek(*options)
+        if found is None:
+            rest = self.text[self.pos:self.pos + 10] or "end of input"
+            raise self.error(f"unexpected {rest!r}, expecting {' or '.join(options)}")
+        self.pos += len(found)
+        return found
+
+    def ident(self) -> str:
+        self.skip()
+        m = _IDENT.match(self.text, self.pos)
+        if not m:
+            raise self.error(f"unexpected {self.text[self.pos:self.pos + 10]!r}, expecting IDENTIFIER")
+        self.pos = m.end()
+        return m.group(0)
+
+    def string(self) -> str:
+        """A Go string literal: back-quoted raw, or double-quoted with Go's escapes only."""
+        self.skip()
+        if self.text.startswith("`", self.pos):
+            end = self.text.find("`", self.pos + 1)
+            if end < 0:
+                raise self.error("literal not terminated")
+            value = self.text[self.pos + 1:end]
+            self.pos = end + 1
+            return value
+        if not self.text.startswith('"', self.pos):
+            raise self.error(f"unexpected {self.text[self.pos:self.pos + 10]!r}, expecting STRING")
+        i = self.pos + 1
+        out: list[str] = []
+        while i < len(self.text):
+            c = self.text[i]
+            if c == '"':
+                self.pos = i + 1
+                return "".join(out)
+            if c == "\n":
+                break
+            if c == "\\":
+                nxt = self.text[i + 1:i + 2]
+                if nxt in _GO_ESCAPES:
+                    out.append(_GO_ESCAPES[nxt])
+                    i += 2
+                    continue
+                m = re.match(r"x([0-9a-fA-F]{2})|u([0-9a-fA-F]{4})|U([0-9a-fA-F]{8})|([0-7]{3})", self.text[i + 1:])
+                if not m:
+                    self.pos = i
+                    raise self.error(f"invalid char escape \\{nxt}")
+                digits = next(g for g in m.groups() if g)
+                out.append(chr(int(digits, 8 if m.group(4) else 16)))
+                i += 1 + m.end()
+                continue
+            out.append(c)
+            i += 1
+        raise self.error("literal not terminated")
+
+
+def parse_logql(text: str) -> LogQuery:
+    """A LogQL log query: `{matchers}` then line filters and label filters."""
+    lx = _Lexer(text)
+    lx.expect("{")
+    matchers: list[tuple[str, str, str, re.Pattern[str] | None]] = []
+    while lx.peek("}") is None:
+        if matchers:
+            lx.expect(",")
+        name = lx.ident()
+        op = lx.expect("=~", "!~", "!=", "=")
+        value = lx.string()
+        matchers.append((name, op, value, _re2(value, anchored=True) if "~" in op else None))
+    lx.expect("}")
+    if not matchers:
+        raise LogQLError("parse error : queries require at least one regexp or equality matcher that does not "
+                         "have an empty-compatible value. For instance, app=~\".*\" does not meet this requirement, "
+                         "but app=~\".+\" will")
+    if all(_test(op, "", value, rx, full=True) for _, op, value, rx in matchers):
+        raise LogQLError("parse error : queries require at least one regexp or equality matcher that does not "
+                         "have an empty-compatible value. For instance, app=~\".*\" does not meet this requirement, "
+                         "but app=~\".+\" will")
+    stages: list[tuple[str, str, str, re.Pattern[str] | None]] = []
+    while True:
+        op = lx.peek("|=", "|~", "!=", "!~", "|")
+        if op is None:
+            break
+        lx.pos += len(op)
+        if op == "|":
+            name = lx.ident()
+            lop = lx.expect("=~", "!~", "!=", "=")
+            value = lx.string()
+            stages.append(("label", lop, f"{name}\0{value}", _re2(value, anchored=True) if "~" in lop else None))
+        else:
+            value = lx.string()
+            stages.append(("line", op, value, _re2(value, anchored=False) if "~" in op else None))
+    lx.skip()
+    if lx.pos != len(text):
+        raise lx.error(f"unexpected {text[lx.pos:lx.pos + 10]!r}")
+    return LogQuery(matchers, stages)
 
 
 class FakeGrafana(_FakeServer):
