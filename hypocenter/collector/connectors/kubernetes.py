@@ -1,0 +1,637 @@
+"""Kubernetes scope connector: a Kueue Workload or a training job → the attempt, its records and pod logs.
+
+    KubernetesConnector.for_kueue("team-b/llm-sft-wl")          --kueue NS/WORKLOAD
+    KubernetesConnector.for_job("ml-team/train")                --k8s-job NS/NAME  (JobSet, PyTorchJob
+    KubernetesConnector.for_job("ml-team/pytorchjob/train")        or batch Job; a kind may be named)
+
+What it reads (GET only), through the API server:
+    the job object          jobsets.jobset.x-k8s.io/v1alpha2, pytorchjobs.kubeflow.org/v1, jobs.batch/v1
+    its Kueue Workload      workloads.kueue.x-k8s.io/v1beta1 (owner reference; conditions, eviction
+                            and preemption reasons, requeue count)
+    its pods                label selector jobset.sigs.k8s.io/jobset-name, training.kubeflow.org/job-name,
+                            batch.kubernetes.io/job-name (job-name before Kubernetes 1.27)
+    events                  fieldSelector involvedObject.name=… for the object, workload and each pod
+    the pods' nodes         conditions (Ready, pressure) as `k8s node … condition` records
+    pod logs                every container, `timestamps=true`, and the previous container when it
+                            restarted or was OOMKilled, as TextSources `logs/<node>/<pod>.log`
+                            (`<pod>.<container>.log` for extra containers, `….previous.log`)
+
+The attempt number — what "the Nth try" means differs per kind, so each is stated plainly:
+    Kueue Workload   status.requeueState.count, minus one while the workload is evicted and not
+                     admitted again (the count already includes the requeue of the attempt that ended)
+    JobSet           status.restarts (each restart recreates every child Job); pods of other
+                     restarts (label jobset.sigs.k8s.io/restart-attempt) are left out
+    PyTorchJob       the highest container restartCount among its pods: the operator restarts
+                     failed replicas in place, so restarts are visible only there
+    batch Job        0: a Job retries pods, not attempts (backoffLimit); every pod it still has is
+                     in scope, and status.failed says how many were retried
+
+Auth, first that applies: an explicit kubeconfig (`kubeconfig=`), in-cluster (service account token
+and CA under /var/run/secrets/kubernetes.io/serviceaccount, KUBERNETES_SERVICE_HOST/PORT), then
+$KUBECONFIG (first file) or ~/.kube/config; from a kubeconfig: the current (or named) context,
+bearer token or tokenFile, client certificate and key (file or data), CA (file or data),
+insecure-skip-tls-verify, and exec credential plugins (client.authentication.k8s.io ExecCredential).
+
+HTTP 401/403 → `auth`, 404 → `not_found`, 429/5xx/timeouts → `transient` (retried). Only the job
+object itself is required; anything else that fails lowers coverage.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import ssl
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Literal
+
+import httpx
+
+from hypocenter import strict_yaml
+from hypocenter.collector.connectors.base import Collected, ConnectorError, RetryPolicy, Scope, with_retries
+from hypocenter.collector.lineformat import TimeContext, parse_iso
+from hypocenter.collector.scheduler_records import render
+from hypocenter.collector.sources import RecordSource, Source, TextSource
+from hypocenter.errors import InputError
+from hypocenter.model import AttemptContext, Coverage, Window, Workload
+
+SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+DEFAULT_POLICY = RetryPolicy()
+Kind = Literal["JobSet", "PyTorchJob", "Job"]
+
+# kind → (API path of the collection, pod label that names the job)
+KINDS: dict[str, tuple[str, str]] = {
+    "JobSet": ("/apis/jobset.x-k8s.io/v1alpha2/namespaces/{ns}/jobsets", "jobset.sigs.k8s.io/jobset-name"),
+    "PyTorchJob": ("/apis/kubeflow.org/v1/namespaces/{ns}/pytorchjobs", "training.kubeflow.org/job-name"),
+    "Job": ("/apis/batch/v1/namespaces/{ns}/jobs", "batch.kubernetes.io/job-name"),
+}
+_KIND_NAMES = {k.lower(): k for k in KINDS} | {"jobsets": "JobSet", "pytorchjobs": "PyTorchJob", "jobs": "Job"}
+WORKLOADS = "/apis/kueue.x-k8s.io/v1beta1/namespaces/{ns}/workloads"
+_TERMINAL = {"Failed": "FAILED", "Complete": "COMPLETED", "Completed": "COMPLETED", "Succeeded": "COMPLETED",
+             "Suspended": "SUSPENDED"}
+
+
+# --------------------------------------------------------------------------------------------- auth
+
+
+@dataclass(slots=True)
+class Credentials:
+    """Where the API server is and how to talk to it."""
+
+    server: str
+    headers: dict[str, str] = field(default_factory=dict)
+    ca_data: bytes | None = None  # PEM
+    insecure: bool = False
+    client_cert: bytes | None = None  # PEM
+    client_key: bytes | None = None  # PEM
+    namespace: str | None = None
+    origin: str = ""  # "in-cluster" or "kubeconfig <path> context <name>", for messages
+
+    def ssl_context(self) -> ssl.SSLContext:
+        ctx = ssl.create_default_context()
+        if self.insecure:
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE
+        elif self.ca_data:
+            ctx.load_verify_locations(cadata=self.ca_data.decode("ascii", errors="replace"))
+        if self.client_cert and self.client_key:
+            # ssl loads a client certificate only from files: write them where only we can read, briefly.
+            with tempfile.TemporaryDirectory(prefix="hypocenter-k8s-") as tmp:
+                cert, key = Path(tmp) / "cert.pem", Path(tmp) / "key.pem"
+                for path, data in ((cert, self.client_cert), (key, self.client_key)):
+                    path.touch(mode=0o600)
+                    path.write_bytes(data)
+                ctx.load_cert_chain(str(cert), str(key))
+        return ctx
+
+
+def _read(path: str | Path, base: Path | None, what: str) -> bytes:
+    p = Path(path).expanduser()
+    if base is not None and not p.is_absolute():
+        p = base / p
+    try:
+        return p.read_bytes()
+    except OSError as exc:
+        raise ConnectorError(f"{what} {p}: {exc.strerror or exc}", kind="auth") from None
+
+
+def _b64(text: str, what: str) -> bytes:
+    try:
+        return base64.b64decode(text, validate=False)
+    except (ValueError, TypeError):
+        raise ConnectorError(f"{what} is not base64", kind="auth") from None
+
+
+def in_cluster(env: Mapping[str, str], root: Path = SERVICE_ACCOUNT) -> Credentials | None:
+    host, port = env.get("KUBERNETES_SERVICE_HOST"), env.get("KUBERNETES_SERVICE_PORT", "443")
+    token_file = root / "token"
+    if not host or not token_file.is_file():
+        return None
+    token = _read(token_file, None, "service account token").decode().strip()
+    ca = root / "ca.crt"
+    ns = root / "namespace"
+    server = f"https://[{host}]:{port}" if ":" in host else f"https://{host}:{port}"
+    return Credentials(server=server, headers={"Authorization": f"Bearer {token}"},
+                       ca_data=ca.read_bytes() if ca.is_file() else None,
+                       namespace=ns.read_text().strip() if ns.is_file() else None, origin="in-cluster")
+
+
+def from_kubeconfig(path: Path, context: str | None = None,
+                    run: Callable[[list[str], Mapping[str, str]], str] | None = None) -> Credentials:
+    try:
+        doc = strict_yaml.load_file(path, display=str(path))
+    except InputError as exc:
+        raise ConnectorError(f"kubeconfig: {exc}", kind="auth") from None
+    if not isinstance(doc, dict):
+        raise ConnectorError(f"kubeconfig {path}: not a kubeconfig (expected a mapping)", kind="auth")
+
+    def named(section: str, name: str) -> dict[str, Any]:
+        for item in doc.get(section) or []:
+            if isinstance(item, dict) and item.get("name") == name:
+                inner = item.get(section[:-1])
+                return inner if isinstance(inner, dict) else {}
+        raise ConnectorError(f"kubeconfig {path}: no {section[:-1]} named {name!r}", kind="auth")
+
+    ctx_name = context or doc.get("current-context")
+    if not ctx_name:
+        raise ConnectorError(f"kubeconfig {path}: no current-context (name one with --context)", kind="auth")
+    ctx = named("contexts", str(ctx_name))
+    cluster = named("clusters", str(ctx.get("cluster")))
+    user = named("users", str(ctx.get("user"))) if ctx.get("user") else {}
+    base = path.parent
+    if not cluster.get("server"):
+        raise ConnectorError(f"kubeconfig {path}: cluster {ctx.get('cluster')!r} has no server", kind="auth")
+    creds = Credentials(server=str(cluster["server"]).rstrip("/"), namespace=ctx.get("namespace"),
+                        insecure=bool(cluster.get("insecure-skip-tls-verify")),
+                        origin=f"kubeconfig {path} context {ctx_name}")
+    if cluster.get("certificate-authority-data"):
+        creds.ca_data = _b64(str(cluster["certificate-authority-data"]), "certificate-authority-data")
+    elif cluster.get("certificate-authority"):
+        creds.ca_data = _read(str(cluster["certificate-authority"]), base, "certificate-authority")
+    if user.get("client-certificate-data"):
+        creds.client_cert = _b64(str(user["client-certificate-data"]), "client-certificate-data")
+    elif user.get("client-certificate"):
+        creds.client_cert = _read(str(user["client-certificate"]), base, "client-certificate")
+    if user.get("client-key-data"):
+        creds.client_key = _b64(str(user["client-key-data"]), "client-key-data")
+    elif user.get("client-key"):
+        creds.client_key = _read(str(user["client-key"]), base, "client-key")
+    token = user.get("token")
+    if not token and user.get("tokenFile"):
+        token = _read(str(user["tokenFile"]), base, "tokenFile").decode().strip()
+    if not token and isinstance(user.get("exec"), dict):
+        token = _exec_token(user["exec"], run or _run_plugin)
+    if token:
+        creds.headers["Authorization"] = f"Bearer {token}"
+    elif user.get("username") and user.get("password"):
+        pair = f"{user['username']}:{user['password']}".encode()
+        creds.headers["Authorization"] = "Basic " + base64.b64encode(pair).decode("ascii")
+    return creds
+
+
+def _run_plugin(argv: list[str], env: Mapping[str, str]) -> str:
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False,
+                              env={**os.environ, **env}, stdin=subprocess.DEVNULL)
+    except FileNotFoundError:
+        raise ConnectorError(f"kubeconfig exec plugin {argv[0]} not found on PATH", kind="auth") from None
+    except subprocess.TimeoutExpired:
+        raise ConnectorError(f"kubeconfig exec plugin {argv[0]} did not answer in 60 s", kind="transient") from None
+    if proc.returncode != 0:
+        raise ConnectorError(f"kubeconfig exec plugin {argv[0]}: {proc.stderr.strip()[:300]}", kind="auth")
+    return proc.stdout
+
+
+def _exec_token(spec: dict[str, Any], run: Callable[[list[str], Mapping[str, str]], str]) -> str:
+    argv = [str(spec.get("command", ""))] + [str(a) for a in spec.get("args") or []]
+    env = {str(e["name"]): str(e["value"]) for e in spec.get("env") or [] if isinstance(e, dict) and "name" in e}
+    env["KUBERNETES_EXEC_INFO"] = json.dumps({"apiVersion": spec.get("apiVersion"), "kind": "ExecCredential",
+                                              "spec": {"interactive": False}})
+    try:
+        cred = json.loads(run(argv, env))
+        token = cred["status"]["token"]
+    except (ValueError, KeyError, TypeError):
+        raise ConnectorError(f"kubeconfig exec plugin {argv[0]}: no ExecCredential status.token in its output",
+                             kind="auth") from None
+    return str(token)
+
+
+def credentials(kubeconfig: str | Path | None = None, context: str | None = None,
+                env: Mapping[str, str] | None = None, service_account: Path = SERVICE_ACCOUNT) -> Credentials:
+    """The module docstring's order: explicit kubeconfig, in-cluster, $KUBECONFIG, ~/.kube/config."""
+    env = os.environ if env is None else env
+    if kubeconfig is not None:
+        return from_kubeconfig(Path(kubeconfig).expanduser(), context)
+    if context is None:
+        found = in_cluster(env, service_account)
+        if found is not None:
+            return found
+    paths = [p for p in env.get("KUBECONFIG", "").split(os.pathsep) if p]
+    paths.append(str(Path(env.get("HOME", "~")).expanduser() / ".kube" / "config"))
+    for p in paths:
+        if Path(p).is_file():
+            return from_kubeconfig(Path(p), context)
+    raise ConnectorError("no Kubernetes credentials: not in a cluster (no KUBERNETES_SERVICE_HOST and service "
+                         "account token) and no kubeconfig ($KUBECONFIG, ~/.kube/config or --kubeconfig)", kind="auth")
+
+
+# --------------------------------------------------------------------------------------------- API
+
+
+class KubeAPI:
+    """GETs against one API server, with the policy's timeout, classification and retries."""
+
+    def __init__(self, creds: Credentials, *, policy: RetryPolicy = DEFAULT_POLICY,
+                 transport: httpx.BaseTransport | None = None, sleep: Callable[[float], None] = time.sleep) -> None:
+        self.creds = creds
+        self.policy = policy
+        self.sleep = sleep
+        if transport is None:
+            transport = httpx.HTTPTransport(verify=creds.ssl_context())
+        self._client = httpx.Client(base_url=creds.server, headers=creds.headers, transport=transport,
+                                    timeout=httpx.Timeout(policy.timeout_s))
+
+    def close(self) -> None:
+        self._client.close()
+
+    def get(self, path: str, params: Mapping[str, str] | None = None, *, what: str) -> Any:
+        text = self.get_text(path, params, what=what)
+        try:
+            return json.loads(text)
+        except ValueError:
+            raise ConnectorError(f"{what}: answer is not JSON", kind="permanent") from None
+
+    def get_text(self, path: str, params: Mapping[str, str] | None = None, *, what: str) -> str:
+        return with_retries(lambda: self._once(path, params, what), self.policy, what=what, sleep=self.sleep)
+
+    def _once(self, path: str, params: Mapping[str, str] | None, what: str) -> str:
+        try:
+            resp = self._client.get(path, params=params)
+        except httpx.TimeoutException:
+            raise ConnectorError(f"{what}: no answer from {self.creds.server} within {self.policy.timeout_s:g} s",
+                                 kind="transient") from None
+        except httpx.TransportError as exc:
+            raise ConnectorError(f"{what}: {self.creds.server}: {type(exc).__name__}: {exc}", kind="transient") from None
+        if resp.status_code < 300:
+            return resp.text
+        message = _status_message(resp)
+        detail = f"{what}: HTTP {resp.status_code}: {message}"
+        if resp.status_code in (401, 403):
+            raise ConnectorError(f"{detail} (credentials from {self.creds.origin})", kind="auth")
+        if resp.status_code == 404:
+            raise ConnectorError(detail, kind="not_found")
+        if resp.status_code in (408, 429) or resp.status_code >= 500:
+            raise ConnectorError(detail, kind="transient")
+        raise ConnectorError(detail, kind="permanent")
+
+
+def _status_message(resp: httpx.Response) -> str:
+    """A Kubernetes `Status` object's message, else the body."""
+    try:
+        doc = resp.json()
+    except ValueError:
+        doc = None
+    if isinstance(doc, dict) and isinstance(doc.get("message"), str):
+        return str(doc["message"])[:300]
+    return resp.text.strip()[:300] or resp.reason_phrase
+
+
+# --------------------------------------------------------------------------------------------- scope
+
+
+def split_ref(text: str, what: str) -> tuple[str, str | None, str]:
+    """`NS/NAME` or `NS/KIND/NAME` → (namespace, kind or None, name)."""
+    parts = text.strip().split("/")
+    if len(parts) == 2 and all(parts):
+        return parts[0], None, parts[1]
+    if len(parts) == 3 and all(parts) and parts[1].lower() in _KIND_NAMES:
+        return parts[0], _KIND_NAMES[parts[1].lower()], parts[2]
+    raise ConnectorError(f"{what} {text!r}: expected NAMESPACE/NAME (or NAMESPACE/KIND/NAME, KIND one of "
+                         "jobset, pytorchjob, job)", kind="permanent")
+
+
+def _meta(obj: dict[str, Any]) -> dict[str, Any]:
+    m = obj.get("metadata")
+    return m if isinstance(m, dict) else {}
+
+
+def _status(obj: dict[str, Any]) -> dict[str, Any]:
+    s = obj.get("status")
+    return s if isinstance(s, dict) else {}
+
+
+def _items(doc: Any) -> list[dict[str, Any]]:
+    return [i for i in (doc.get("items") or []) if isinstance(i, dict)] if isinstance(doc, dict) else []
+
+
+def _conditions(obj: dict[str, Any]) -> list[dict[str, Any]]:
+    return [c for c in _status(obj).get("conditions") or [] if isinstance(c, dict)]
+
+
+_EPOCH = TimeContext(tz=timezone.utc, start=datetime(1970, 1, 1, tzinfo=timezone.utc),
+                     end=datetime(2200, 1, 1, tzinfo=timezone.utc))
+
+
+def _when(v: Any) -> datetime | None:
+    if not isinstance(v, str):
+        return None
+    try:
+        return parse_iso(v, _EPOCH)
+    except (ValueError, OverflowError):
+        return None
+
+
+def _terminated(pod: dict[str, Any]) -> Iterator[tuple[str, str, dict[str, Any]]]:
+    """(container, "state"|"lastState", terminated) for every terminated container of a pod."""
+    for cs in _status(pod).get("containerStatuses") or []:
+        if not isinstance(cs, dict):
+            continue
+        for which in ("state", "lastState"):
+            term = (cs.get(which) or {}).get("terminated") if isinstance(cs.get(which), dict) else None
+            if isinstance(term, dict):
+                yield str(cs.get("name", "?")), which, term
+
+
+@dataclass(slots=True)
+class _Found:
+    kind: str
+    obj: dict[str, Any]
+    workload: dict[str, Any] | None = None
+
+
+class KubernetesConnector:
+    """Scope one Kueue Workload or training job (see the module docstring)."""
+
+    name = "kubernetes"
+
+    def __init__(self, namespace: str, name: str, *, kind: str | None = None, workload: bool = False,
+                 api: KubeAPI | None = None, kubeconfig: str | Path | None = None, context: str | None = None,
+                 policy: RetryPolicy = DEFAULT_POLICY, transport: httpx.BaseTransport | None = None,
+                 now: Callable[[], datetime] | None = None, progress: Callable[[str], None] | None = None) -> None:
+        self.namespace, self.job_name, self.kind, self.is_workload = namespace, name, kind, workload
+        self._api = api
+        self._api_args = (kubeconfig, context, policy, transport)
+        self.now = now or (lambda: datetime.now(timezone.utc))
+        self.progress = progress or (lambda text: None)
+
+    @classmethod
+    def for_kueue(cls, ref: str, **kwargs: Any) -> KubernetesConnector:
+        ns, _kind, name = split_ref(ref, "--kueue")
+        return cls(ns, name, workload=True, **kwargs)
+
+    @classmethod
+    def for_job(cls, ref: str, **kwargs: Any) -> KubernetesConnector:
+        ns, kind, name = split_ref(ref, "--k8s-job")
+        return cls(ns, name, kind=kind, **kwargs)
+
+    @property
+    def api(self) -> KubeAPI:
+        if self._api is None:
+            kubeconfig, context, policy, transport = self._api_args
+            self._api = KubeAPI(credentials(kubeconfig, context), policy=policy, transport=transport)
+        return self._api
+
+    # ------------------------------------------------------------------ finding the objects
+
+    def _find(self) -> _Found:
+        ns = self.namespace
+        if self.is_workload:
+            wl = self.api.get(f"{WORKLOADS.format(ns=ns)}/{self.job_name}", what=f"Kueue Workload {ns}/{self.job_name}")
+            owner = next((o for o in _meta(wl).get("ownerReferences") or []
+                          if isinstance(o, dict) and o.get("kind") in KINDS), None)
+            if owner is None:
+                raise ConnectorError(f"Kueue Workload {ns}/{self.job_name} is owned by no JobSet, PyTorchJob or Job",
+                                     kind="permanent")
+            kind = str(owner["kind"])
+            obj = self.api.get(f"{KINDS[kind][0].format(ns=ns)}/{owner['name']}", what=f"{kind} {ns}/{owner['name']}")
+            return _Found(kind, obj, wl)
+        kinds = [self.kind] if self.kind else list(KINDS)
+        missing: list[str] = []
+        for kind in kinds:
+            try:
+                obj = self.api.get(f"{KINDS[kind][0].format(ns=ns)}/{self.job_name}", what=f"{kind} {ns}/{self.job_name}")
+            except ConnectorError as exc:
+                if exc.kind != "not_found":
+                    raise
+                missing.append(kind)
+                continue
+            return _Found(kind, obj)
+        raise ConnectorError(f"no {' / '.join(missing)} named {self.job_name} in namespace {ns}", kind="not_found")
+
+    def _workload_of(self, found: _Found, coverage: list[Coverage]) -> dict[str, Any] | None:
+        uid = _meta(found.obj).get("uid")
+        try:
+            doc = self.api.get(WORKLOADS.format(ns=self.namespace), what="Kueue Workloads")
+        except ConnectorError as exc:
+            status: Literal["skipped", "failed"] = "skipped" if exc.kind == "not_found" else "failed"
+            coverage.append(Coverage(connector=self.name, source="k8s/workload.json", status=status, observations=0,
+                                     reason="Kueue is not installed" if exc.kind == "not_found" else str(exc)))
+            return None
+        for wl in _items(doc):
+            owners = _meta(wl).get("ownerReferences") or []
+            if any(isinstance(o, dict) and (o.get("uid") == uid or (o.get("kind") == found.kind
+                                                                     and o.get("name") == self.job_name))
+                   for o in owners):
+                return wl
+        return None
+
+    def _pods(self, found: _Found) -> list[dict[str, Any]]:
+        name = _meta(found.obj).get("name", self.job_name)
+        label = KINDS[found.kind][1]
+        path = f"/api/v1/namespaces/{self.namespace}/pods"
+        pods = _items(self.api.get(path, {"labelSelector": f"{label}={name}"}, what="pods"))
+        if not pods and found.kind == "Job":  # clusters before 1.27 label only job-name
+            pods = _items(self.api.get(path, {"labelSelector": f"job-name={name}"}, what="pods"))
+        if found.kind == "JobSet":  # pods of earlier restarts, if any survive, are other attempts
+            restarts = str(_status(found.obj).get("restarts", 0))
+            pods = [p for p in pods
+                    if (_meta(p).get("labels") or {}).get("jobset.sigs.k8s.io/restart-attempt", restarts) == restarts]
+        return sorted(pods, key=lambda p: str(_meta(p).get("name")))
+
+    # ------------------------------------------------------------------ the scope
+
+    def scope(self) -> Scope:
+        coverage: list[Coverage] = []
+        notes: list[str] = []
+        self.progress(f"kubernetes: reading {self.namespace}/{self.job_name}")
+        found = self._find()
+        workload = found.workload if found.workload is not None else self._workload_of(found, coverage)
+        pods: list[dict[str, Any]] = []
+        try:
+            pods = self._pods(found)
+        except ConnectorError as exc:
+            coverage.append(Coverage(connector=self.name, source="k8s/pods.json", status="failed", observations=0,
+                                     reason=str(exc)))
+        context = self._context(found, workload, pods, notes)
+        tctx = TimeContext(tz=timezone.utc, start=context.window.start, end=context.window.end)
+        sources: list[Source] = []
+
+        def records(doc: Any, source: str) -> None:
+            recs = render(doc, source, tctx)
+            if recs:
+                sources.append(RecordSource(name=source, records=recs))
+            coverage.append(Coverage(connector=self.name, source=source, status="ok", observations=len(recs)))
+
+        records(found.obj, f"k8s/{found.kind.lower()}-{self.job_name}.json")
+        if workload is not None:
+            records(workload, f"k8s/workload-{_meta(workload).get('name')}.json")
+        if pods:
+            records({"kind": "PodList", "items": pods}, "k8s/pods.json")
+        elif not any(c.source == "k8s/pods.json" for c in coverage):
+            coverage.append(Coverage(connector=self.name, source="k8s/pods.json", status="missing", observations=0,
+                                     reason="no pods left (deleted after the job ended?): no pod logs or states"))
+        involved = [(found.kind, str(_meta(found.obj).get("name")))]
+        if workload is not None:
+            involved.append(("Workload", str(_meta(workload).get("name"))))
+        involved += [("Pod", str(_meta(p).get("name"))) for p in pods]
+        self._events(involved, records, coverage)
+        self._nodes(context.nodes, records, coverage)
+        sources.extend(self._logs(pods, coverage))
+        coverage.sort(key=lambda c: (c.source, c.connector))
+        return Scope(context=context, collected=Collected(sources=sources, coverage=coverage), notes=notes)
+
+    def _events(self, involved: list[tuple[str, str]], records: Callable[[Any, str], None],
+                coverage: list[Coverage]) -> None:
+        items: list[dict[str, Any]] = []
+        failed: list[str] = []
+        for kind, name in involved:
+            try:
+                doc = self.api.get(f"/api/v1/namespaces/{self.namespace}/events",
+                                   {"fieldSelector": f"involvedObject.kind={kind},involvedObject.name={name}"},
+                                   what=f"events of {kind}/{name}")
+            except ConnectorError as exc:
+                failed.append(f"{kind}/{name}: {exc}")
+                continue
+            items.extend(_items(doc))
+        by_key: dict[str, dict[str, Any]] = {}
+        for e in items:  # an event can involve the same object through two queries: keep one
+            by_key.setdefault(str(_meta(e).get("uid") or _meta(e).get("name") or id(e)), e)
+        unique = list(by_key.values())
+        if unique:
+            records({"kind": "EventList", "items": unique}, "k8s/events.json")
+        if failed:
+            coverage.append(Coverage(connector=self.name, source="k8s/events.json",
+                                     status="partial" if unique else "failed", observations=len(unique),
+                                     reason="; ".join(failed[:3])))
+        elif not unique:
+            coverage.append(Coverage(connector=self.name, source="k8s/events.json", status="missing", observations=0,
+                                     reason="no events left (the API server keeps them about an hour)"))
+
+    def _nodes(self, nodes: list[str], records: Callable[[Any, str], None], coverage: list[Coverage]) -> None:
+        got: list[dict[str, Any]] = []
+        failed: list[str] = []
+        for node in nodes:
+            try:
+                got.append(self.api.get(f"/api/v1/nodes/{node}", what=f"node {node}"))
+            except ConnectorError as exc:
+                failed.append(f"{node}: {exc}")
+        if got:
+            records({"kind": "NodeList", "items": got}, "k8s/nodes.json")
+        if failed:
+            coverage.append(Coverage(connector=self.name, source="k8s/nodes.json",
+                                     status="partial" if got else "failed", observations=len(got),
+                                     reason="; ".join(failed[:3])))
+
+    def _logs(self, pods: list[dict[str, Any]], coverage: list[Coverage]) -> list[TextSource]:
+        out: list[TextSource] = []
+        for pod in pods:
+            pod_name = str(_meta(pod).get("name"))
+            node = str((pod.get("spec") or {}).get("nodeName") or "_job")
+            statuses = {str(cs.get("name")): cs for cs in _status(pod).get("containerStatuses") or [] if isinstance(cs, dict)}
+            containers = [str(c.get("name")) for c in (pod.get("spec") or {}).get("containers") or [] if isinstance(c, dict)]
+            containers = containers or list(statuses)
+            for i, container in enumerate(containers):
+                stem = f"logs/{node}/{pod_name}" + ("" if i == 0 else f".{container}")
+                cs = statuses.get(container, {})
+                previous = bool(cs.get("restartCount")) or isinstance((cs.get("lastState") or {}).get("terminated"), dict)
+                for prev in ((True, False) if previous else (False,)):
+                    name = stem + (".previous" if prev else "") + ".log"
+                    self.progress(f"kubernetes: log {name}")
+                    params = {"container": container, "timestamps": "true"}
+                    if prev:
+                        params["previous"] = "true"
+                    try:
+                        text = self.api.get_text(f"/api/v1/namespaces/{self.namespace}/pods/{pod_name}/log", params,
+                                                 what=f"log of {pod_name}/{container}" + (" (previous)" if prev else ""))
+                    except ConnectorError as exc:
+                        coverage.append(Coverage(connector=self.name, source=name,
+                                                 status="missing" if exc.kind == "not_found" else "failed",
+                                                 observations=0, reason=str(exc)))
+                        continue
+                    lines = text.count("\n") + (0 if text.endswith("\n") or not text else 1)
+                    if text:
+                        out.append(TextSource(name=name, text=text, node=None if node == "_job" else node))
+                    coverage.append(Coverage(connector=self.name, source=name, status="ok" if text else "missing",
+                                             observations=lines, reason=None if text else "empty log"))
+        return out
+
+    def _context(self, found: _Found, workload: dict[str, Any] | None, pods: list[dict[str, Any]],
+                 notes: list[str]) -> AttemptContext:
+        obj = found.obj
+        meta, status = _meta(obj), _status(obj)
+        # attempt (module docstring)
+        if self.is_workload and workload is not None:
+            count = int((_status(workload).get("requeueState") or {}).get("count") or 0)
+            wl_conds = {c.get("type"): c for c in _conditions(workload)}
+            evicted = (wl_conds.get("Evicted") or {}).get("status") == "True"
+            admitted = (wl_conds.get("Admitted") or {}).get("status") == "True"
+            attempt = max(0, count - 1) if evicted and not admitted else count
+        elif found.kind == "JobSet":
+            attempt = int(status.get("restarts") or 0)
+        elif found.kind == "PyTorchJob":
+            attempt = max((int(cs.get("restartCount") or 0) for p in pods
+                           for cs in _status(p).get("containerStatuses") or [] if isinstance(cs, dict)), default=0)
+        else:
+            attempt = 0
+            if status.get("failed"):
+                notes.append(f"batch Job: {status['failed']} failed pod(s) were retried within this attempt")
+        state, reason = self._state(found, workload)
+        # exit code: the first container to terminate with a non-zero code
+        terms = sorted(((_when(t.get("finishedAt")) or datetime.max.replace(tzinfo=timezone.utc), t)
+                        for p in pods for _c, _w, t in _terminated(p) if t.get("exitCode")), key=lambda x: x[0])
+        exit_code = int(terms[0][1]["exitCode"]) if terms else None
+        # window: creation or start … completion, last condition change or last container end
+        starts = [t for t in (_when(status.get("startTime")), _when(meta.get("creationTimestamp")),
+                              *(_when(_status(p).get("startTime")) for p in pods)) if t]
+        ends = [t for t in (_when(status.get("completionTime")),
+                            *(_when(c.get("lastTransitionTime")) for c in _conditions(obj) if c.get("status") == "True"),
+                            *(_when(t.get("finishedAt")) for p in pods for _c, _w, t in _terminated(p))) if t]
+        if workload is not None:
+            ends += [t for c in _conditions(workload) if c.get("type") in ("Evicted", "Finished")
+                     and c.get("status") == "True" and (t := _when(c.get("lastTransitionTime")))]
+        now = self.now()
+        start = min(starts) if starts else now
+        end = max(ends) if ends and state not in ("RUNNING", None) else now
+        if state == "RUNNING":
+            notes.append(f"{found.kind} {self.namespace}/{self.job_name} is still running: the window ends now")
+        nodes = list(dict.fromkeys(str((p.get("spec") or {}).get("nodeName")) for p in pods
+                                   if (p.get("spec") or {}).get("nodeName")))
+        return AttemptContext(
+            # the job object names the workload, also when it was found through its Kueue Workload
+            workload=Workload(id=f"{self.namespace}/{meta.get('name', self.job_name)}", attempt=attempt,
+                              name=str(meta.get("name", self.job_name)),
+                              scheduler="kueue" if self.is_workload else "kubernetes", cluster=None),
+            window=Window(start=start, end=max(start, end)), state=state, exit_code=exit_code, reason=reason,
+            nodes=nodes)
+
+    def _state(self, found: _Found, workload: dict[str, Any] | None) -> tuple[str | None, str | None]:
+        if workload is not None:
+            conds = {c.get("type"): c for c in _conditions(workload) if c.get("status") == "True"}
+            if "Evicted" in conds:
+                ev = conds["Evicted"]
+                pre = conds.get("Preempted")
+                if ev.get("reason") == "Preempted":
+                    return "PREEMPTED", str(ev.get("reason"))
+                return "EVICTED", str(ev.get("reason") or (pre or {}).get("reason") or "Evicted")
+        true = sorted((c for c in _conditions(found.obj) if c.get("status") == "True" and c.get("type") in _TERMINAL),
+                      key=lambda c: str(c.get("lastTransitionTime") or ""))
+        if true:
+            last = true[-1]
+            return _TERMINAL[str(last["type"])], (str(last["reason"]) if last.get("reason") else None)
+        return "RUNNING", None
