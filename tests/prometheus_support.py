@@ -10,6 +10,7 @@ import shutil
 import socket
 import subprocess
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,8 @@ import httpx
 import pytest
 import yaml
 from server_support import terminate
+
+from hypocenter.collector.sources import Series
 
 PROMTOOL = shutil.which("promtool")
 PROMETHEUS = shutil.which("prometheus")
@@ -41,15 +44,16 @@ def free_port() -> int:
 
 
 class PrometheusProcess:
-    """`prometheus` scraping `targets` every second, on 127.0.0.1:<ephemeral>."""
+    """`prometheus` scraping `targets` every second (none: it only serves its TSDB), on 127.0.0.1:<ephemeral>."""
 
     def __init__(self, workdir: Path, targets: list[str], *, job: str = "hypocenter",
-                 rule_files: list[Path] | None = None) -> None:
+                 rule_files: list[Path] | None = None, extra_args: list[str] | None = None) -> None:
         self.workdir = workdir
         self.config = workdir / "prometheus.yml"
+        self.extra_args = list(extra_args or [])
         doc: dict[str, Any] = {
             "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-            "scrape_configs": [{"job_name": job, "static_configs": [{"targets": targets}]}],
+            "scrape_configs": [{"job_name": job, "static_configs": [{"targets": targets}]}] if targets else [],
         }
         if rule_files:
             doc["rule_files"] = [str(p) for p in rule_files]
@@ -69,7 +73,7 @@ class PrometheusProcess:
             self.proc = subprocess.Popen(
                 [PROMETHEUS, f"--config.file={self.config}", f"--storage.tsdb.path={self.workdir / 'tsdb'}",
                  f"--web.listen-address=127.0.0.1:{self.port}", "--enable-feature=exemplar-storage",
-                 "--log.level=warn"],
+                 "--log.level=warn", *self.extra_args],
                 stdout=log, stderr=log, cwd=self.workdir)
             deadline = time.monotonic() + timeout
             while time.monotonic() < deadline and self.proc.poll() is None:
@@ -104,3 +108,32 @@ class PrometheusProcess:
             return
         terminate(self.proc)
         self.proc = None
+
+
+def openmetrics(series: Iterable[Series]) -> str:
+    """Series as OpenMetrics text for `promtool tsdb create-blocks-from openmetrics`: one family's
+    samples together, each series in time order, seconds since the epoch, `# EOF` at the end."""
+    def esc(v: str) -> str:
+        return v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+    families: dict[str, list[str]] = {}
+    for s in series:
+        labels = ",".join(f'{k}="{esc(v)}"' for k, v in sorted(s.labels.items()))
+        lines = families.setdefault(s.name, [])
+        for when, value in sorted(s.samples):
+            lines.append(f"{s.name}{{{labels}}} {value!r} {when.timestamp():.3f}")
+    return "".join(f"# TYPE {name} gauge\n" + "\n".join(lines) + "\n" for name, lines in sorted(families.items())) \
+        + "# EOF\n"
+
+
+def backfilled_prometheus(workdir: Path, series: Iterable[Series]) -> PrometheusProcess:
+    """A started Prometheus serving exactly `series`, written as TSDB blocks by promtool (the
+    documented backfill path), with no scrape targets. Retention is counted back from the newest
+    block, so a long one keeps every recorded sample whatever its age."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    source = workdir / "series.om"
+    source.write_text(openmetrics(series))
+    made = promtool("tsdb", "create-blocks-from", "openmetrics", str(source), str(workdir / "tsdb"))
+    if made.returncode != 0:
+        raise RuntimeError(f"promtool create-blocks-from failed: {made.stdout[-2000:]}{made.stderr[-2000:]}")
+    return PrometheusProcess(workdir, [], extra_args=["--storage.tsdb.retention.time=100y"]).start()

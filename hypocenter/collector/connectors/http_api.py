@@ -82,13 +82,23 @@ class HttpApi:
         self.classify = classify
         self.sleep = sleep
         self.calls = 0  # HTTP requests sent, retries included
+        self._headers = dict(headers or {})
+        self._transport = transport
+        self._client: httpx.Client | None = None
+
+    def __enter__(self) -> HttpApi:
+        """Open connections for one collection; leaving the block closes them (a connector object
+        may live long, its sockets only as long as a collect)."""
         # One timeout for connect, write, pool and each read: a backend that accepts the connection and
         # then says nothing is a transient failure after timeout_s, never a hang.
-        self._client = httpx.Client(headers=dict(headers or {}), timeout=httpx.Timeout(policy.timeout_s),
-                                    transport=transport, follow_redirects=True)
+        self._client = httpx.Client(headers=self._headers, timeout=httpx.Timeout(self.policy.timeout_s),
+                                    transport=self._transport, follow_redirects=True)
+        return self
 
-    def close(self) -> None:
-        self._client.close()
+    def __exit__(self, *exc: object) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
 
     def get(self, path: str, params: Mapping[str, str | int] | list[tuple[str, str]], *, what: str,
             headers: Mapping[str, str] | None = None) -> Any:
@@ -102,6 +112,8 @@ class HttpApi:
 
     def _once(self, method: str, path: str, what: str, *, params: Any = None, data: Any = None,
               headers: Mapping[str, str] | None = None) -> Any:
+        if self._client is None:
+            raise RuntimeError("HttpApi used outside `with api:`")
         self.calls += 1
         url = self.base_url + path
         try:

@@ -2,12 +2,14 @@
 
 What it asks (LogQL `GET /loki/api/v1/query_range`, direction=forward):
 
-    {<selector>, host=~"(?i)(?:node01|node02)(?:\\..*)?"} |~ "Xid \\(|NCCL WARN|…"
+    {<selector>, host=~"(?i)(?:node01|node02)(?:[.:].*)?"} |~ "Xid \\(|NCCL WARN|…"
 
-* Stream selector: the attempt's nodes on the node label (`node_label`, default `host`: the label
-  promtail's and Alloy's journal/syslog examples relabel the hostname to; `hostname`, `node`,
-  `nodename` or Kubernetes' `node_name` are one argument away), case-insensitive, short names
-  matching FQDNs, plus any fixed matchers (`selector`, e.g. `job="varlogs"`). With OTLP-native
+* Stream selector: the attempt's nodes on the node label, case-insensitive, short names matching
+  FQDNs, plus any fixed matchers (`selector`, e.g. `job="varlogs"`). There is no standard node
+  label: promtail and Alloy pass the host on only where a config relabels `__journal__hostname` or
+  adds an external label, and `host` is the name most such configs pick, so it is the default
+  (`node_label`); `hostname`, `nodename` or the promtail Helm chart's `node_name` are one argument
+  away. With OTLP-native
   ingestion Loki keeps `host.name` as structured metadata `host_name`, not an index label:
   `node_label_kind="metadata"` then filters `| host_name=~"…"` after a `selector` that must name
   the streams. Job-level logs (not tied to one node) come from `workload_selector`, a template
@@ -232,7 +234,8 @@ class LokiConnector:
 
     def collect(self, context: AttemptContext) -> Collected:
         try:
-            return self._collect(context)
+            with self.api:
+                return self._collect(context)
         except Exception as exc:  # a bug or an answer unlike any Loki's must not stop the analysis
             reason = f"internal error: {type(exc).__name__}: {exc}"
             sources = [f"logs/{n}" for n in context.nodes] or [f"logs/{JOB}"]

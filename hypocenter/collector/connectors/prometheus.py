@@ -1,0 +1,228 @@
+"""The Prometheus pull connector: the series the metric rules read, for an attempt's nodes and window.
+
+What it asks (`POST /api/v1/query_range`, form-encoded so long selectors meet no URL limit):
+
+    {__name__=~"DCGM_FI_DEV_XID_ERRORS|node_infiniband_link_downed_total|…", Hostname=~"(?i)(?:node01|…)(?:\\..*)?"}
+
+* Metric names: every `metric.metrics` of the ruleset's metric rules (never a fixed list).
+* Nodes: exporters name the host in different labels (dcgm-exporter `Hostname`, node_exporter
+  `instance` as host:port, kube-prometheus `node` …), and one selector can test only one label, so
+  there is one query per label of the rules' `node_labels`; a series two of them select is kept
+  once (same label set). The regex matches a node's short name in any case, with an optional
+  domain or `:port`.
+* Window: [start - lookback, end + slack] (the server's node_lookback_s / node_slack_s): a
+  counter's increase needs the sample before the fault.
+* Step: `resolution_s` (default 15 s, the usual scrape interval of dcgm-exporter and
+  node_exporter): finer only repeats samples, coarser can step over a gauge that was non-zero for
+  one scrape. Prometheus refuses more than 11,000 points per series, so the window is cut into
+  pieces of at most 11,000 evaluation instants; only when that would take more than `max_pieces`
+  pieces does the step grow:
+
+      step   = max(resolution_s, ceil(span / (max_points * max_pieces - 1)))
+      pieces = ceil((span / step + 1) / max_points)
+
+  Piece k evaluates start + (k*max_points + j)*step, j < max_points: consecutive pieces neither
+  overlap nor leave a gap, so no sample is read twice.
+
+What it returns: one MetricSource per metric name (`prometheus/<name>`), each series with its
+name and labels (the node label included), samples in time order. Coverage per node
+(`prometheus/<node>`): ok with the sample count, missing when no rule metric has a series for the
+node (no exporter there: absence, not health), partial or failed with Prometheus' own message when
+queries failed. Error answers (`{"status": "error", "errorType": …, "error": …}`): `bad_data`,
+`execution` and other 4xx are permanent; `timeout`, `canceled`, `unavailable`, 429 and 5xx transient.
+
+Never raises from `collect`; every call has the policy's timeout and retries (http_api.py).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime, timezone
+
+import httpx
+
+from hypocenter.collector.connectors.base import Collected, ConnectorError, RetryPolicy
+from hypocenter.collector.connectors.http_api import (
+    DEFAULT_POLICY,
+    HttpApi,
+    auth_headers,
+    classify_status,
+    message_of,
+)
+from hypocenter.collector.connectors.scope import NODE_LOOKBACK_S, NODE_SLACK_S, node_regex, re2_escape
+from hypocenter.collector.metrics import MetricFormatError, parse_prometheus_json
+from hypocenter.collector.sources import MetricSource, Series, Source
+from hypocenter.engine.extract import NodeNames
+from hypocenter.engine.rules import Ruleset
+from hypocenter.model import AttemptContext, Coverage
+
+MAX_POINTS = 11_000  # Prometheus: "exceeded maximum resolution of 11,000 points per timeseries"
+_TRANSIENT_TYPES = frozenset({"timeout", "canceled", "unavailable"})
+SeriesKey = tuple[str, tuple[tuple[str, str], ...]]
+
+
+def classify_prometheus(response: httpx.Response, what: str) -> ConnectorError | None:
+    """Prometheus' error JSON says what kind of failure it was (`errorType`); the status code alone
+    would call a query timeout (503) and a bad query (400) by their HTTP class only."""
+    if 200 <= response.status_code < 300:
+        return None
+    try:
+        doc = response.json()
+    except ValueError:
+        doc = None
+    error_type = doc.get("errorType") if isinstance(doc, dict) else None
+    if isinstance(error_type, str):
+        detail = f"{what}: HTTP {response.status_code} {error_type}: {message_of(response)}"
+        if response.status_code in (401, 403):
+            return ConnectorError(detail, kind="auth")
+        if error_type in _TRANSIENT_TYPES or response.status_code in (429, 503):
+            return ConnectorError(detail, kind="transient")
+        return ConnectorError(detail, kind="permanent")
+    return classify_status(response, what)
+
+
+def plan(start: float, end: float, *, resolution_s: float, max_points: int = MAX_POINTS,
+         max_pieces: int = 8) -> tuple[int, list[tuple[int, int]]]:
+    """(step in s, [(piece start, piece end)] in epoch s) for a query_range over [start, end] (module docstring)."""
+    lo = math.floor(start)
+    hi = math.ceil(end)
+    span = max(0, hi - lo)
+    step = max(math.ceil(resolution_s), math.ceil(span / (max_points * max_pieces - 1)) if span else 1, 1)
+    instants = span // step + 1
+    out: list[tuple[int, int]] = []
+    first = 0
+    while first < instants:
+        last = min(instants, first + max_points) - 1
+        out.append((lo + first * step, lo + last * step))
+        first = last + 1
+    return step, out
+
+
+class PrometheusConnector:
+    """Pull the metric rules' series from Prometheus (module docstring)."""
+
+    name = "prometheus"
+
+    def __init__(self, url: str, *, policy: RetryPolicy = DEFAULT_POLICY, headers: Mapping[str, str] | None = None,
+                 token: str | None = None, basic_auth: tuple[str, str] | None = None,
+                 transport: httpx.BaseTransport | None = None, resolution_s: float = 15.0,
+                 max_points: int = MAX_POINTS, max_pieces: int = 8, lookback_s: float = NODE_LOOKBACK_S,
+                 slack_s: float = NODE_SLACK_S, metrics: Sequence[str] | None = None,
+                 node_labels: Sequence[str] | None = None, ruleset: Ruleset | None = None,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        all_headers = {**auth_headers(token=token, basic_auth=basic_auth), **(headers or {})}
+        self.api = HttpApi(url, policy=policy, headers=all_headers, transport=transport,
+                           classify=classify_prometheus, sleep=sleep)
+        self.resolution_s = resolution_s
+        self.max_points = max_points
+        self.max_pieces = max_pieces
+        self.lookback_s = lookback_s
+        self.slack_s = slack_s
+        if ruleset is None and (metrics is None or node_labels is None):
+            from hypocenter.engine import default_engine
+
+            ruleset = default_engine().ruleset
+        rule_metrics, rule_labels = _rule_metrics(ruleset) if ruleset is not None else ([], [])
+        self.metrics = sorted(set(metrics)) if metrics is not None else rule_metrics
+        self.node_labels = list(dict.fromkeys(node_labels)) if node_labels is not None else rule_labels
+
+    def collect(self, context: AttemptContext) -> Collected:
+        try:
+            with self.api:
+                return self._collect(context)
+        except Exception as exc:  # a bug or an answer unlike any Prometheus' must not stop the analysis
+            return Collected(coverage=[Coverage(connector=self.name, source=f"prometheus/{n}", status="failed",
+                                                observations=0, reason=f"internal error: {type(exc).__name__}: {exc}")
+                                       for n in context.nodes or ["_all"]])
+
+    def selectors(self, nodes: Sequence[str]) -> list[str]:
+        """One selector per node label: every rule metric, on the attempt's nodes."""
+        names = "|".join(re2_escape(m) for m in self.metrics)
+        return [f'{{__name__=~"{names}", {label}=~"{_promql_escape(node_regex(nodes))}"}}'
+                for label in self.node_labels]
+
+    def _collect(self, ctx: AttemptContext) -> Collected:
+        if not self.metrics or not ctx.nodes:
+            return Collected()
+        start = ctx.window.start.timestamp() - self.lookback_s
+        end = ctx.window.end.timestamp() + self.slack_s
+        step, spans = plan(start, end, resolution_s=self.resolution_s, max_points=self.max_points,
+                           max_pieces=self.max_pieces)
+        samples: dict[SeriesKey, dict[float, float]] = defaultdict(dict)
+        tried = failed = 0
+        problems: list[str] = []
+        for query in self.selectors(ctx.nodes):
+            for a, b in spans:
+                tried += 1
+                try:
+                    doc = self.api.post_form("/api/v1/query_range",
+                                             {"query": query, "start": str(a), "end": str(b), "step": str(step)},
+                                             what="Prometheus query_range")
+                    got = parse_prometheus_json(doc)
+                except ConnectorError as exc:
+                    failed += 1
+                    if str(exc) not in problems:
+                        problems.append(str(exc))
+                    continue
+                except MetricFormatError as exc:
+                    failed += 1
+                    problems.append(f"Prometheus query_range: unexpected answer: {exc}")
+                    continue
+                for s in got:
+                    into = samples[(s.name, tuple(sorted(s.labels.items())))]
+                    for when, value in s.samples:
+                        into[when.timestamp()] = value
+        return self._result(ctx, samples, tried, failed, problems)
+
+    def _result(self, ctx: AttemptContext, samples: dict[SeriesKey, dict[float, float]], tried: int, failed: int,
+                problems: list[str]) -> Collected:
+        names = NodeNames(ctx.nodes)
+        by_metric: dict[str, list[Series]] = defaultdict(list)
+        per_node: dict[str, int] = defaultdict(int)
+        for (name, labels), points in sorted(samples.items()):
+            label_map = dict(labels)
+            series = Series(name=name, labels=label_map, samples=[
+                (datetime.fromtimestamp(t, tz=timezone.utc), v) for t, v in sorted(points.items())])
+            by_metric[name].append(series)
+            host = next((label_map[k] for k in self.node_labels if k in label_map), None)
+            node = names.resolve(host)
+            if node is not None:
+                per_node[node] += len(series.samples)
+        sources: list[Source] = [MetricSource(name=f"prometheus/{m}", series=s) for m, s in sorted(by_metric.items())]
+        reason = "; ".join(problems) or None
+        coverage: list[Coverage] = []
+        for node in ctx.nodes:
+            n = per_node.get(node, 0)
+            source = f"prometheus/{node}"
+            if tried and failed == tried:
+                coverage.append(Coverage(connector=self.name, source=source, status="failed", observations=n,
+                                         reason=reason))
+            elif failed:
+                coverage.append(Coverage(connector=self.name, source=source, status="partial", observations=n,
+                                         reason=f"{failed} of {tried} queries failed: {reason}"))
+            elif n:
+                coverage.append(Coverage(connector=self.name, source=source, status="ok", observations=n))
+            else:
+                coverage.append(Coverage(connector=self.name, source=source, status="missing", observations=0,
+                                         reason=f"no series of {', '.join(self.metrics)} for node {node} "
+                                                f"(labels {', '.join(self.node_labels)})"))
+        return Collected(sources=sources, coverage=coverage)
+
+
+def _rule_metrics(ruleset: Ruleset) -> tuple[list[str], list[str]]:
+    """The metric names the rules read and the labels they take a node from, in the rules' order."""
+    metrics: set[str] = set()
+    labels: list[str] = []
+    for rule in ruleset.rules:
+        if rule.metric is not None:
+            metrics.update(rule.metric.metrics)
+            labels.extend(rule.metric.node_labels)
+    return sorted(metrics), list(dict.fromkeys(labels))
+
+
+def _promql_escape(text: str) -> str:
+    """Inside a PromQL double-quoted string (Go escapes): backslash and quote."""
+    return text.replace("\\", "\\\\").replace('"', '\\"')
