@@ -1,6 +1,8 @@
 """The `hypocenter` command.
 
     hypocenter analyze BUNDLE [--format text|json] [--rules PATH]...   diagnose one attempt bundle
+    hypocenter analyze --slurm JOBID | --kueue NS/WL | --k8s-job NS/NAME [--logs DIR] [--loki URL]
+                       [--prometheus URL] [--config FILE]              pull the attempt (hypocenter.pull)
     hypocenter schema                                                  JSON Schema of the diagnosis
     hypocenter rules list | check | test [--rule ID]                   the rule catalog
     hypocenter serve | replay BUNDLE | config show                     the server (hypocenter.api.commands)
@@ -117,10 +119,15 @@ def render_text(d: Diagnosis, style: _Style) -> str:
 
 
 def _cmd_analyze(args: argparse.Namespace) -> int:
+    from hypocenter import pull
     from hypocenter.engine import default_engine
 
+    cfg = pull.merged(args)  # bad combinations fail before the rules are loaded
     engine = default_engine([Path(p) for p in args.rules], builtin=not args.no_builtin_rules)
-    diagnosis = engine.analyze_bundle(Path(args.bundle))
+    if cfg.bundle and not (cfg.logs or cfg.loki or cfg.prometheus):
+        diagnosis = engine.analyze_bundle(Path(cfg.bundle))
+    else:
+        diagnosis = pull.analyze(cfg, engine, pull.tty_progress)
     if args.format == "json":
         _emit(diagnosis.to_json(), utf8=True)
     else:
@@ -199,8 +206,23 @@ def build_parser() -> argparse.ArgumentParser:
                         help="extra rule file or directory (repeatable); added to the built-in catalog")
         sp.add_argument("--no-builtin-rules", action="store_true", help="use only the --rules given")
 
-    a = sub.add_parser("analyze", help="diagnose one attempt bundle (a directory with attempt.yaml, logs/, …)")
-    a.add_argument("bundle", help="path to the attempt bundle directory")
+    a = sub.add_parser("analyze", help="diagnose one attempt: a bundle directory, or a job pulled from the scheduler",
+                       description="Diagnose one attempt. Give exactly one of BUNDLE, --slurm, --kueue, --k8s-job; "
+                                   "--logs, --loki and --prometheus add evidence (see hypocenter/pull.py).")
+    a.add_argument("bundle", nargs="?", help="path to an attempt bundle directory (attempt.yaml, logs/, …)")
+    pa = a.add_argument_group("pull from the scheduler (instead of BUNDLE)")
+    pa.add_argument("--slurm", metavar="JOBID", help="a Slurm job: 81234, array task 81234_7, het component 81234+1")
+    pa.add_argument("--slurm-rest", metavar="URL", help="ask slurmrestd at URL instead of sacct/scontrol (token: $SLURM_JWT)")
+    pa.add_argument("--kueue", metavar="NS/WORKLOAD", help="a Kueue Workload")
+    pa.add_argument("--k8s-job", metavar="NS/NAME", help="a JobSet, PyTorchJob or batch Job (NS/KIND/NAME to name the kind)")
+    pa.add_argument("--kubeconfig", metavar="PATH", help="kubeconfig file (default: in-cluster, $KUBECONFIG, ~/.kube/config)")
+    pa.add_argument("--context", metavar="NAME", help="kubeconfig context (default: current-context)")
+    pa.add_argument("--logs", metavar="DIR", action="append", default=[],
+                    help="a bundle-like directory: logs/<node>/<file>, metrics/, events/ (repeatable)")
+    pa.add_argument("--loki", metavar="URL", help="pull the attempt's log lines from Loki")
+    pa.add_argument("--prometheus", metavar="URL", help="pull the rules' metric series from Prometheus")
+    pa.add_argument("--config", metavar="FILE", help="YAML naming the scope and sources; flags win over it")
+    pa.add_argument("--timeout", metavar="S", type=float, help="seconds per connector call (default 30)")
     a.add_argument("--format", choices=("text", "json"), default="text", help="text report (default) or diagnosis JSON")
     a.add_argument("--color", choices=("auto", "always", "never"), default="auto", help="colour the text report (auto: on a terminal)")
     rule_opts(a)
