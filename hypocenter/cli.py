@@ -122,7 +122,10 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
     from hypocenter import pull
     from hypocenter.engine import default_engine
 
-    cfg = pull.merged(args)  # bad combinations fail before the rules are loaded
+    try:
+        cfg = pull.merged(args)  # bad combinations fail before the rules are loaded
+    except pull.UsageError as exc:
+        args.parser.error(str(exc))  # usage and the message, exit 2
     engine = default_engine([Path(p) for p in args.rules], builtin=not args.no_builtin_rules)
     if cfg.bundle and not (cfg.logs or cfg.loki or cfg.prometheus):
         diagnosis = engine.analyze_bundle(Path(cfg.bundle))
@@ -226,7 +229,7 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--format", choices=("text", "json"), default="text", help="text report (default) or diagnosis JSON")
     a.add_argument("--color", choices=("auto", "always", "never"), default="auto", help="colour the text report (auto: on a terminal)")
     rule_opts(a)
-    a.set_defaults(func=_cmd_analyze)
+    a.set_defaults(func=_cmd_analyze, parser=a)
 
     s = sub.add_parser("schema", help="print the JSON Schema of the diagnosis (hypocenter.diagnosis/v1)")
     s.set_defaults(func=_cmd_schema)

@@ -38,6 +38,10 @@ from hypocenter.errors import InputError
 from hypocenter.model import AttemptContext, Coverage, Diagnosis
 
 
+class UsageError(InputError):
+    """Flags that do not go together: the CLI shows its usage with the message."""
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -125,16 +129,16 @@ def merged(args: Any) -> PullConfig:
     if getattr(args, "prometheus", None):
         cfg.prometheus = PrometheusSource(url=args.prometheus, headers=cfg.prometheus.headers if cfg.prometheus else {})
     if cfg.timeout is not None and cfg.timeout <= 0:
-        raise InputError(f"--timeout must be a positive number of seconds, not {cfg.timeout:g}")
+        raise UsageError(f"--timeout must be a positive number of seconds, not {cfg.timeout:g}")
     scopes = [n for n in ("bundle", "slurm", "kueue", "k8s_job") if getattr(cfg, n)]
     if len(scopes) != 1:
         given = f" (given: {', '.join(_flag(s) for s in scopes)})" if scopes else ""
-        raise InputError("give exactly one attempt to analyse: BUNDLE, --slurm JOBID, --kueue NS/WORKLOAD or "
+        raise UsageError("give exactly one attempt to analyse: BUNDLE, --slurm JOBID, --kueue NS/WORKLOAD or "
                          f"--k8s-job NS/NAME{given}")
     if cfg.slurm_rest and not cfg.slurm:
-        raise InputError("--slurm-rest goes with --slurm JOBID")
+        raise UsageError("--slurm-rest goes with --slurm JOBID")
     if (cfg.kubeconfig or cfg.context) and not (cfg.kueue or cfg.k8s_job):
-        raise InputError("--kubeconfig and --context go with --kueue or --k8s-job")
+        raise UsageError("--kubeconfig and --context go with --kueue or --k8s-job")
     return cfg
 
 
