@@ -24,8 +24,9 @@ pushed or `preload`ed:
     escapes, or back-quoted raw); regexes are Python `re` restricted to what RE2 accepts. `start` is
     inclusive, `end` exclusive; `limit` (default 100) counts entries over all streams and may not
     exceed `max_entries_limit_per_query`; `end - start` may not exceed `max_query_length`;
-    `direction` forward | backward (default). Entries at one timestamp come in stream-label order,
-    or in a fresh random order per request (`ties="random"`), which Loki does not promise either.
+    `direction` forward | backward (default). Entries at one timestamp keep push order within a
+    stream; between streams they come in label order, or in a fresh random order per request
+    (`ties="random"`): Loki promises no order there.
     Answer `{"status": "success", "data": {"resultType": "streams", "result": [{"stream": {..},
     "values": [["<ns>", "<line>"], ..]}], "stats": {..}}}`; with the request header
     `X-Loki-Response-Encoding-Flags: categorize-labels`, `stream` holds index labels only, each value
@@ -374,10 +375,11 @@ class FakeLoki(_FakeServer):
         for seq, e in enumerate(self.entries):
             if start <= e.ts_ns < end and query.matches(e):
                 out.append((e.ts_ns, seq, e))
+        # Within a stream Loki keeps push order; between streams at one timestamp it promises nothing.
         if self.ties == "random":
-            keys = {id(e): self.random.random() for _, _, e in out}
-            out.sort(key=lambda t: (t[0], keys[id(t[2])]))
-        else:  # per stream labels, then push order within the stream (Loki keeps a stream's order)
+            keys = {tuple(sorted(e.labels.items())): self.random.random() for _, _, e in out}
+            out.sort(key=lambda t: (t[0], keys[tuple(sorted(t[2].labels.items()))], t[1]))
+        else:
             out.sort(key=lambda t: (t[0], sorted(t[2].labels.items()), t[1]))
         return out
 
