@@ -288,9 +288,16 @@ def _not_a_directory(root: Path, name: str, connector: str, bundle: Bundle) -> b
 
 def load_bundle(root: Path) -> Bundle:
     root = Path(root)
-    context = load_context(root)
+    bundle = Bundle(root=root, context=load_context(root))
+    read_data(bundle)
+    return bundle
+
+
+def read_data(bundle: Bundle) -> None:
+    """Read logs/, metrics/ and events/ under `bundle.root` for `bundle.context` into its sources and
+    coverage (the local-files connector, connectors/files.py, reads a directory the same way)."""
+    root, context = bundle.root, bundle.context
     tctx = time_context(context)
-    bundle = Bundle(root=root, context=context)
     logs = root / "logs"
     seen_nodes: set[str] = set()
     _not_a_directory(root, "logs", "files", bundle)
@@ -331,7 +338,6 @@ def load_bundle(root: Path) -> Bundle:
     _load_metrics(root, tctx, bundle)
     _load_events(root, tctx, bundle)
     bundle.coverage.sort(key=lambda c: (c.source, c.connector))
-    return bundle
 
 
 def _load_metrics(root: Path, tctx: TimeContext, bundle: Bundle) -> None:
