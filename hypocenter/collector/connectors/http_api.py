@@ -71,6 +71,17 @@ def classify_status(response: httpx.Response, what: str) -> ConnectorError | Non
     return ConnectorError(detail, kind="permanent")
 
 
+class _Borrowed(httpx.BaseTransport):
+    """A caller's transport: used, never closed (httpx.Client closes its transport with itself, and
+    a connector collects many times with the one it was given)."""
+
+    def __init__(self, inner: httpx.BaseTransport) -> None:
+        self.inner = inner
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        return self.inner.handle_request(request)
+
+
 class HttpApi:
     """One backend's base URL with a client that applies the policy to every call."""
 
@@ -83,7 +94,7 @@ class HttpApi:
         self.sleep = sleep
         self.calls = 0  # HTTP requests sent, retries included
         self._headers = dict(headers or {})
-        self._transport = transport
+        self._transport = _Borrowed(transport) if transport is not None else None
         self._client: httpx.Client | None = None
 
     def __enter__(self) -> HttpApi:

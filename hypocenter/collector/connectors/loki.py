@@ -40,6 +40,12 @@ ok, partial (an error, the page cap or the context cap cut something short), fai
 failed), or missing (Loki holds no stream for the node in the window, per `/series`).
 
 Never raises from `collect`; every HTTP call has the policy's timeout and retries (http_api.py).
+
+Known limits. Evidence refs (`loki/node02/kern.log:3`) count lines of the returned stream, not of
+the file on the node. The extractor's whole-stream heuristics see candidate lines only, and dated
+lines no longer begin with an srun `--label` id: such ids are read as ranks, which is right when
+srun starts one task per rank and wrong with one launcher per node (the whole file would show
+that). Retry-After is not read; the policy's backoff applies.
 """
 
 from __future__ import annotations
@@ -484,7 +490,9 @@ class LokiConnector:
             doc = self.api.get("/loki/api/v1/series", [("match[]", selector), ("start", str(a)), ("end", str(b))],
                                what="Loki series")
             items = doc.get("data") if isinstance(doc, dict) else None
-            out.extend(i for i in items or [] if isinstance(i, dict))
+            if not isinstance(items, list):
+                raise ConnectorError(f"Loki series: not a list of label sets: {str(doc)[:200]}", kind="permanent")
+            out.extend(i for i in items if isinstance(i, dict))
         return out
 
     def _status(self, source: str, n: int, run: _Run, has_logs: bool, check_error: str | None,
