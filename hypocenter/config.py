@@ -58,6 +58,22 @@ class Settings(BaseSettings):
     compact_after_s: float = Field(
         1800.0, ge=-1, description="once a log line is this old, its text is blanked unless a rule can read it "
         "(a token line, its context, the stamps it inherits); -1 = never")
+    # Pull connectors (api/pulls.py): the same ones as `hypocenter analyze --slurm/--loki/--prometheus`.
+    pull_loki_url: str = Field("", description="Loki to read an attempt's logs from when none arrived over OTLP "
+                               "(e.g. http://loki:3100); empty = off")
+    pull_loki_tenant: str = Field("", description="X-Scope-OrgID for pull_loki_url")
+    pull_loki_node_label: str = Field("host", description="the Loki stream label that names a node")
+    pull_loki_workload_selector: str = Field("", description="LogQL stream selector of a job's own logs, "
+                                             "{workload} filled in (e.g. {job=\"slurm\", workload=\"{workload}\"}); "
+                                             "empty = node streams only")
+    pull_prometheus_url: str = Field("", description="Prometheus to read the metric rules' series from when none "
+                                     "arrived over OTLP (e.g. http://prometheus:9090); empty = off")
+    pull_timeout_s: float = Field(30.0, gt=0, description="timeout of one pull connector call (retried with back-off)")
+    slurm_poll_s: float = Field(0.0, ge=0, description="ask Slurm accounting (sacct) this often for jobs that "
+                                "ended, and analyse each (0 = off)")
+    slurm_poll_lookback_s: float = Field(3600.0, gt=0, description="how far back the first Slurm poll looks")
+    slurm_rest_url: str = Field("", description="slurmrestd URL to scope polled jobs with (JWT in $SLURM_JWT); "
+                                "empty = the client commands")
     rules: list[str] = Field(default_factory=list, description="extra rule files or directories")
     no_builtin_rules: bool = Field(False, description="use only the extra rules")
     log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="server log level")

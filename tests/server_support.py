@@ -38,13 +38,15 @@ def terminate(proc: subprocess.Popen[Any]) -> None:
 class ServerProcess:
     """`hypocenter serve` on 127.0.0.1 port 0; `grpc` / `http` are the bound addresses."""
 
-    def __init__(self, store: Path | str, *extra: str, log: Path | None = None) -> None:
+    def __init__(self, store: Path | str, *extra: str, log: Path | None = None,
+                 env: dict[str, str] | None = None) -> None:
         """`store` is a SQLite file, or a store URL (then `log` is required)."""
         self.store = store
         self.extra = extra
         if log is None and not isinstance(store, Path):
             raise TypeError("a store URL needs an explicit log path")
         self.log_path = log or Path(store).with_suffix(".log")
+        self.env = {**clean_env(), **(env or {})}
         self.proc: subprocess.Popen[bytes] | None = None
         self.grpc = ""
         self.http = ""
@@ -55,7 +57,7 @@ class ServerProcess:
                "--http-listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--store", str(self.store), "--settle-s", "0.3",
                "--tick-s", "0.05", "--log-level", "warning", *self.extra]
         log = self.log_path.open("ab")
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, env=clean_env(), cwd=REPO)
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, env=self.env, cwd=REPO)
         log.close()
         line: list[bytes] = []
         assert self.proc.stdout is not None

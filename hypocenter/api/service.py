@@ -21,6 +21,8 @@ Nothing here knows a wire format: the gRPC and HTTP front ends translate.
 from __future__ import annotations
 
 import bisect
+import hashlib
+import json
 import logging
 import threading
 import time
@@ -31,11 +33,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+from hypocenter.api.pulls import Pulls, SlurmPoller, records_document
 from hypocenter.collector.attempts import assemble, summary
 from hypocenter.collector.bundle import time_context
 from hypocenter.collector.compaction import CompactionReport, compact
 from hypocenter.collector.otlp import Entry, Point
-from hypocenter.collector.sources import TextSource
+from hypocenter.collector.sources import RecordSource, TextSource
 from hypocenter.config import Settings
 from hypocenter.engine import Engine, default_engine
 from hypocenter.engine.extract import Extractor
@@ -214,6 +217,8 @@ class Attribution:
         self.activity = Activity()  # what this process did, for /metrics
         self.queue = IngestQueue(store, settings.ingest_queue_records, settings.retry_after_s, self._wake_loop,
                                  IngestEvents(self.engine.extractor, self.activity))
+        self.pulls = Pulls(settings, self.engine.ruleset)
+        self.slurm = SlurmPoller(settings, self.store_scope) if settings.slurm_poll_s > 0 else None
         self._analysis = threading.Lock()
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -227,10 +232,14 @@ class Attribution:
     def start(self) -> None:
         self._thread = threading.Thread(target=self._loop, name="hypocenter-triggers", daemon=True)
         self._thread.start()
+        if self.slurm is not None:
+            self.slurm.start()
 
     def close(self) -> None:
         self._stop.set()
         self._wake.set()
+        if self.slurm is not None:
+            self.slurm.close()
         self.queue.close()
         if self._thread is not None:
             self._thread.join(30.0)
@@ -287,6 +296,10 @@ class Attribution:
             started = time.time()
             inp = assemble(self.store, row, lookback_s=self.settings.node_lookback_s,
                            slack_s=self.settings.node_slack_s, now=datetime.now(timezone.utc))
+            if self.pulls:
+                pulled, covered = self.pulls.collect(inp)
+                inp.sources.extend(pulled)
+                inp.coverage.extend(covered)
             diagnosis = self.engine.analyze(inp.context, inp.sources, inp.coverage)
             provisional = inp.context.state is None
             body = diagnosis.to_json()
@@ -310,6 +323,25 @@ class Attribution:
                                  context.state is None, time.time() + 1e9)
         self.activity.analysed(diagnosis, context.state is None, None)
         self._publish(diagnosis.id)
+
+    def store_scope(self, context: AttemptContext, records: list[RecordSource]) -> bool:
+        """Keep a scope connector's attempt (and its scheduler records) as the attempt's own; False
+        when the store already holds exactly this scope (a poll that saw the job again)."""
+        scope = context.model_dump(mode="json")
+        row = self.store.attempt(context.workload.id, context.workload.attempt)
+        if row is not None and row.context == scope:
+            return False
+        now = time.time()
+        if records:
+            body = json.dumps(records_document(records), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+            entry = Entry(workload=context.workload.id, attempt=context.workload.attempt, node=None,
+                          stream=f"{context.workload.scheduler or 'scheduler'}/records", kind="doc", body=body,
+                          time_ns=int(context.window.end.timestamp() * 1e9), line=None,
+                          dedup=hashlib.blake2b(body.encode(), digest_size=16).hexdigest())
+            self.store.ingest([entry], [], now)
+        self.store.set_context(context.workload.id, context.workload.attempt, scope, now)
+        self._wake_loop()
+        return True
 
     def set_context(self, context: AttemptContext) -> None:
         self.store.set_context(context.workload.id, context.workload.attempt, context.model_dump(mode="json"),

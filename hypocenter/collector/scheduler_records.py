@@ -62,6 +62,11 @@ def parse_scontrol(text: str) -> dict[str, list[dict[str, Any]]] | None:
     return out or None
 
 
+RECORDS_KIND = "HypocenterSchedulerRecords"
+"""A document of records already rendered (the server keeps a pull connector's records this way):
+`{"kind": RECORDS_KIND, "records": [{"ref", "time" (RFC 3339 or null), "node", "text"}]}`."""
+
+
 def render(doc: Any, name: str, ctx: TimeContext) -> list[Record]:
     """All records of one document; unknown shapes yield nothing (the caller reports that)."""
     return list(_walk(doc, name, ctx))
@@ -95,6 +100,13 @@ def _walk(doc: Any, ref: str, ctx: TimeContext) -> Iterator[Record]:
             yield from _walk(item, _sub(ref, f"items[{i}]"), ctx)
         return
     kind = doc.get("kind")
+    if kind == RECORDS_KIND and isinstance(doc.get("records"), list):
+        for r in doc["records"]:
+            if isinstance(r, dict) and isinstance(r.get("text"), str) and isinstance(r.get("ref"), str):
+                when = parse_iso(r["time"], ctx) if isinstance(r.get("time"), str) else None
+                yield Record(ref=r["ref"], time=when, node=r.get("node") if isinstance(r.get("node"), str) else None,
+                             text=r["text"])
+        return
     if isinstance(kind, str):
         yield from _k8s_object(doc, kind, ref, ctx)
 

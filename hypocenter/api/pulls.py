@@ -1,0 +1,193 @@
+"""The server's pull side: the same connectors as `hypocenter analyze --slurm/--loki/--prometheus`.
+
+    Pulls        data connectors consulted when an attempt is analysed: Loki (`pull_loki_url`) for
+                 an attempt no log record reached over OTLP, Prometheus (`pull_prometheus_url`) for
+                 one no metric point did — a deployment that already ships logs to Loki and
+                 metrics to Prometheus needs only the scheduler's word to get a diagnosis, and one
+                 that pushes over OTLP never gets the same lines twice.
+    SlurmPoller  every `slurm_poll_s`, asks Slurm accounting (`sacct --json`) which jobs ended since
+                 the last look, scopes each with the Slurm connector (attempt = requeue count,
+                 window, nodes, state, exit code) and stores that scope and Slurm's records as
+                 the attempt's; the trigger loop then analyses it like any attempt that ended.
+
+A failing connector never stops an analysis: its coverage entry says what failed and quality
+drops. A poll that fails is logged and tried again at the next interval.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from hypocenter.collector.attempts import AttemptInput
+from hypocenter.collector.connectors import connector_class
+from hypocenter.collector.connectors.base import (
+    Collected,
+    ConnectorError,
+    DataConnector,
+    RetryPolicy,
+    with_retries,
+)
+from hypocenter.collector.connectors.slurm import SlurmConnector, run_command
+from hypocenter.collector.scheduler_records import RECORDS_KIND, slurm_job_label
+from hypocenter.collector.sources import MetricSource, RecordSource, Source, TextSource
+from hypocenter.config import Settings
+from hypocenter.engine.rules import Ruleset
+from hypocenter.model import Coverage
+
+log = logging.getLogger("hypocenter.server")
+
+Runner = Callable[[Sequence[str], float], str]
+# Slurm's terminal job states (sacct -s takes these abbreviations): BOOT_FAIL, CANCELLED, COMPLETED,
+# DEADLINE, FAILED, NODE_FAIL, OUT_OF_MEMORY, PREEMPTED, TIMEOUT.
+ENDED_STATES = "BF,CA,CD,DL,F,NF,OOM,PR,TO"
+
+
+class Pulls:
+    """Data connectors the server consults at analysis time."""
+
+    def __init__(self, settings: Settings, ruleset: Ruleset) -> None:
+        policy = RetryPolicy(timeout_s=settings.pull_timeout_s)
+        self.logs: DataConnector | None = None
+        self.metrics: DataConnector | None = None
+        if settings.pull_loki_url:
+            self.logs = connector_class("loki")(settings.pull_loki_url, policy=policy,
+                                                tenant=settings.pull_loki_tenant or None,
+                                                node_label=settings.pull_loki_node_label, ruleset=ruleset,
+                                                workload_selector=settings.pull_loki_workload_selector or None,
+                                                lookback_s=settings.node_lookback_s, slack_s=settings.node_slack_s)
+        if settings.pull_prometheus_url:
+            self.metrics = connector_class("prometheus")(settings.pull_prometheus_url, policy=policy, ruleset=ruleset,
+                                                         lookback_s=settings.node_lookback_s,
+                                                         slack_s=settings.node_slack_s)
+
+    def __bool__(self) -> bool:
+        return self.logs is not None or self.metrics is not None
+
+    def collect(self, inp: AttemptInput) -> tuple[list[Source], list[Coverage]]:
+        """What the connectors add to an attempt assembled from the store."""
+        sources: list[Source] = []
+        coverage: list[Coverage] = []
+        pushed_text = any(isinstance(s, TextSource) for s in inp.sources)
+        pushed_metrics = any(isinstance(s, MetricSource) for s in inp.sources)
+        for connector, pushed in ((self.logs, pushed_text), (self.metrics, pushed_metrics)):
+            if connector is None:
+                continue
+            if pushed:
+                coverage.append(Coverage(connector=connector.name, source=connector.name, status="skipped",
+                                         observations=0, reason="the attempt's records arrived over OTLP"))
+                continue
+            got = _safe_collect(connector, inp)
+            sources.extend(got.sources)
+            coverage.extend(got.coverage)
+        return sources, coverage
+
+
+def _safe_collect(connector: DataConnector, inp: AttemptInput) -> Collected:
+    try:
+        return connector.collect(inp.context)
+    except Exception as exc:  # a data connector must not stop the analysis, whatever went wrong
+        log.warning("%s: %s", connector.name, exc)
+        return Collected(coverage=[Coverage(connector=connector.name, source=connector.name, status="failed",
+                                            observations=0, reason=f"{type(exc).__name__}: {exc}")])
+
+
+# --------------------------------------------------------------------------------------------- Slurm
+
+
+def ended_jobs(runner: Runner, policy: RetryPolicy, since: datetime, until: datetime) -> list[str]:
+    """Ids (`81234`, `81234_7`, `81234+1`) of the jobs that ended in [since, until], oldest first."""
+    fmt = "%Y-%m-%dT%H:%M:%S"
+    argv = ["sacct", "--json", "--allusers", "--allocations", "--state", ENDED_STATES,
+            "--starttime", since.astimezone(timezone.utc).strftime(fmt),
+            "--endtime", until.astimezone(timezone.utc).strftime(fmt)]
+    text = with_retries(lambda: runner(argv, policy.timeout_s), policy, what="sacct")
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConnectorError(f"sacct --json printed something that is not JSON: {exc}") from None
+    jobs = doc.get("jobs") if isinstance(doc, dict) else None
+    if not isinstance(jobs, list):
+        raise ConnectorError("sacct --json: no `jobs` list in its answer")
+    seen: dict[str, float] = {}
+    for job in jobs:
+        if isinstance(job, dict):
+            label = slurm_job_label(job)
+            end = job.get("time", {}).get("end") if isinstance(job.get("time"), dict) else None
+            if isinstance(end, dict):
+                end = end.get("number")
+            seen.setdefault(label, float(end) if isinstance(end, int | float) else 0.0)
+    return sorted(seen, key=lambda k: (seen[k], k))
+
+
+class SlurmPoller:
+    """A thread that turns jobs Slurm reports as ended into scoped attempts in the store."""
+
+    def __init__(self, settings: Settings, store_context: Callable[[Any, list[RecordSource]], bool],
+                 runner: Runner = run_command) -> None:
+        self.interval = settings.slurm_poll_s
+        self.lookback = timedelta(seconds=settings.slurm_poll_lookback_s)
+        self.rest_url = settings.slurm_rest_url or None
+        self.policy = RetryPolicy(timeout_s=settings.pull_timeout_s)
+        self.runner = runner
+        self._store_context = store_context
+        self._since: datetime | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="hypocenter-slurm-poll", daemon=True)
+        self.scoped = 0
+        self.failures = 0
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(self.policy.timeout_s + 5)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.poll()
+            except ConnectorError as exc:
+                self.failures += 1
+                log.warning("slurm poll: %s (retrying in %g s)", exc, self.interval)
+            except Exception:  # the poller must outlive one bad answer
+                self.failures += 1
+                log.exception("slurm poll")
+            self._stop.wait(self.interval)
+
+    def poll(self, now: datetime | None = None) -> int:
+        """One look at accounting; returns how many attempts were scoped anew."""
+        now = now or datetime.now(timezone.utc)
+        since = self._since or now - self.lookback
+        new = 0
+        for job in ended_jobs(self.runner, self.policy, since - timedelta(minutes=1), now):
+            if self._stop.is_set():
+                break
+            try:
+                scope = SlurmConnector(job, runner=self.runner, policy=self.policy, rest_url=self.rest_url).scope()
+            except ConnectorError as exc:
+                log.warning("slurm poll: job %s: %s", job, exc)
+                continue
+            records = [s for s in scope.collected.sources if isinstance(s, RecordSource)]
+            if self._store_context(scope.context, records):
+                new += 1
+        self._since = now
+        self.scoped += new
+        return new
+
+
+def records_document(sources: list[RecordSource]) -> dict[str, Any]:
+    """Scheduler records as one document the store keeps and `render` reads back unchanged."""
+    return {"kind": RECORDS_KIND, "records": [
+        {"ref": r.ref, "time": r.time.isoformat() if r.time else None, "node": r.node, "text": r.text}
+        for s in sources for r in s.records]}
+
+
+__all__ = ["ENDED_STATES", "Pulls", "SlurmPoller", "ended_jobs", "records_document"]
+

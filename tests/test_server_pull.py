@@ -1,0 +1,80 @@
+"""The server pulls: Slurm says a job ended, Loki holds its logs, nothing is pushed over OTLP.
+
+`hypocenter serve --slurm-poll-s … --pull-loki-url …` polls Slurm accounting (here the recorded
+JSON of Slurm 24.05 behind the fake `sacct`/`scontrol` of examples/fake-slurm), scopes the ended
+job with the Slurm connector, pulls its logs from (fake) Loki and analyses it: the verdict must be
+the one `hypocenter analyze` gives on the bundle those logs came from.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+from observability_fakes import FakeLoki
+from server_support import REPO, ServerProcess, analyze, wait_for_diagnosis
+from test_pull_end_to_end import push_logs, verdict
+
+from hypocenter.api.pulls import ended_jobs
+from hypocenter.collector.bundle import load_bundle
+from hypocenter.collector.connectors.base import ConnectorError, RetryPolicy
+from hypocenter.collector.connectors.slurm import run_command
+
+FAKE_BIN = REPO / "examples" / "fake-slurm" / "bin"
+FIXTURES = REPO / "tests" / "fixtures" / "slurm" / "24.05"
+BUNDLE = REPO / "examples" / "nvlink-xid149"
+
+
+@pytest.fixture
+def loki() -> Iterator[FakeLoki]:
+    fake = FakeLoki().start()
+    yield fake
+    fake.stop()
+
+
+def test_a_job_slurm_reports_ended_is_analysed_from_loki(loki: FakeLoki, tmp_path: Path) -> None:
+    push_logs(load_bundle(BUNDLE), loki)
+    env = {"PATH": f"{FAKE_BIN}:{os.environ.get('PATH', '')}", "HYPOCENTER_FAKE_SLURM": str(FIXTURES)}
+    srv = ServerProcess(tmp_path / "store.db", "--slurm-poll-s", "0.5", "--slurm-poll-lookback-s", str(10 * 365 * 86400),
+                        "--pull-loki-url", loki.url,
+                        "--pull-loki-workload-selector", '{job="slurm", workload="{workload}"}', env=env).start()
+    try:
+        with srv.client() as client:
+            got = wait_for_diagnosis(client, "81234", timeout=60)
+    finally:
+        srv.stop()
+    assert verdict(got) == verdict(analyze(BUNDLE))
+    sources = {c["source"]: c for c in got["coverage"]}
+    assert any(c["connector"] == "loki" and c["status"] == "ok" for c in got["coverage"]), got["coverage"]
+    assert sources["slurm/records"]["status"] == "ok" and sources["slurm/records"]["observations"] > 0
+    assert got["terminal_state"] == analyze(BUNDLE)["terminal_state"]  # Slurm's word, not a log line's
+    assert got["attempt"]["scheduler"] == "slurm"
+
+
+def test_the_poll_lists_ended_jobs_and_reports_a_missing_sacct() -> None:
+    env_path = f"{FAKE_BIN}:{os.environ.get('PATH', '')}"
+    old = dict(os.environ)
+    os.environ.update({"PATH": env_path, "HYPOCENTER_FAKE_SLURM": str(FIXTURES)})
+    try:
+        jobs = ended_jobs(run_command, RetryPolicy(timeout_s=10), datetime(2020, 1, 1, tzinfo=timezone.utc),
+                          datetime.now(timezone.utc))
+    finally:
+        os.environ.clear()
+        os.environ.update(old)
+    assert "81234" in jobs and any(j.startswith("90002+") for j in jobs), jobs
+    no_slurm = RetryPolicy(timeout_s=5, attempts=1)
+    with pytest.raises(ConnectorError, match="hypocenter-no-such-sacct not found on PATH"):
+        ended_jobs(lambda argv, t: run_command(["hypocenter-no-such-sacct", *argv[1:]], t), no_slurm,
+                   datetime(2020, 1, 1, tzinfo=timezone.utc), datetime.now(timezone.utc))
+
+
+def test_settings_show_the_pull_options() -> None:
+    from hypocenter.config import Settings
+    fields = Settings.model_fields
+    for name in ("pull_loki_url", "pull_prometheus_url", "slurm_poll_s", "slurm_rest_url"):
+        assert fields[name].description, name
+    assert json.dumps(Settings().model_dump(mode="json"))  # defaults are plain values
