@@ -280,7 +280,13 @@ def prometheus_panel(prom: Prometheus, panel: dict[str, Any], values: dict[str, 
     width, _ = _panel_px(panel["gridPos"])
     legend_opts = (panel.get("options") or {}).get("legend") or {}
     plot_width = width - (300 if legend_opts.get("placement") == "right" else 0)
-    interval, rate_interval = intervals(t1 - t0, plot_width, SCRAPE_S)
+    # A panel's own minimum interval ("interval": "1h") raises $__interval, as in Grafana.
+    floor_s = SCRAPE_S
+    if m := re.fullmatch(r"(\d+)([smhd])", str(panel.get("interval", ""))):
+        floor_s = max(SCRAPE_S, int(m.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)])
+    interval, rate_interval = intervals(t1 - t0, plot_width, floor_s)
+    if floor_s != SCRAPE_S:
+        rate_interval = max(interval + SCRAPE_S, 4 * SCRAPE_S)
     scoped = {**values, "__interval": _duration(interval), "__rate_interval": _duration(rate_interval),
               "__range": _duration(int(t1 - t0))}
     queries: list[str] = []

@@ -63,7 +63,8 @@ def loki(expr: str, ref: str = "A", max_lines: int = 1000) -> dict[str, Any]:
 def panel(kind: str, title: str, targets: list[dict[str, Any]], *, description: str = "", unit: str = "",
           options: dict[str, Any] | None = None, custom: dict[str, Any] | None = None,
           links: list[dict[str, Any]] | None = None, transformations: list[dict[str, Any]] | None = None,
-          overrides: list[dict[str, Any]] | None = None, datasource: dict[str, str] = PROM) -> dict[str, Any]:
+          overrides: list[dict[str, Any]] | None = None, datasource: dict[str, str] = PROM,
+          interval: str = "") -> dict[str, Any]:
     defaults: dict[str, Any] = {}
     if unit:
         defaults["unit"] = unit
@@ -77,6 +78,8 @@ def panel(kind: str, title: str, targets: list[dict[str, Any]], *, description: 
         p["description"] = description
     if transformations:
         p["transformations"] = transformations
+    if interval:  # the panel's minimum interval: with increase(…[$__interval]) one bar per interval, no overlap
+        p["interval"] = interval
     return p
 
 
@@ -146,9 +149,9 @@ def fleet() -> dict[str, Any]:
                   options={"reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
                            "colorMode": "none", "graphMode": "area"}), 6, 5)
     by_domain = ('sum by (domain) (label_replace(increase(hypocenter_diagnoses_total{' + c
-                 + ', outcome!="not_failed"}[$__rate_interval]), "domain", "unattributed", "domain", ""))')
+                 + ', outcome!="not_failed"}[$__interval]), "domain", "unattributed", "domain", ""))')
     lay.add(panel("timeseries", "Diagnoses over time, by domain", [prom(by_domain, "{{domain}}")],
-                  custom=TIMESERIES_BARS, options={"legend": {"displayMode": "table", "placement": "right",
+                  custom=TIMESERIES_BARS, interval="1h", options={"legend": {"displayMode": "table", "placement": "right",
                                                               "calcs": ["sum"], "showLegend": True},
                                                    "tooltip": {"mode": "multi", "sort": "desc"}}), 16, 9)
     lay.add(panel("timeseries", "Unattributed share", [prom(
@@ -230,8 +233,8 @@ def attempt() -> dict[str, Any]:
                            "enableLogDetails": True, "sortOrder": "Ascending", "dedupStrategy": "none",
                            "showLabels": False, "showCommonLabels": False}), 24, 12)
     lay.add(panel("timeseries", "Diagnoses in this cluster", [prom(
-        'sum by (outcome) (increase(hypocenter_diagnoses_total{cluster=~"$cluster"}[$__rate_interval]))', "{{outcome}}")],
-        custom=TIMESERIES_BARS, description="Root-cause annotations of the attempt appear on every time panel.",
+        'sum by (outcome) (increase(hypocenter_diagnoses_total{cluster=~"$cluster"}[$__interval]))', "{{outcome}}")],
+        custom=TIMESERIES_BARS, interval="1h", description="Root-cause annotations of the attempt appear on every time panel.",
         options={"legend": {"displayMode": "list", "placement": "bottom", "showLegend": True},
                  "tooltip": {"mode": "multi", "sort": "desc"}}), 12, 8)
     lay.add(panel("timeseries", "GPU Xid errors on the culprit node (dcgm-exporter)", [prom(

@@ -7,7 +7,8 @@ so two servers in one process (tests, embedding) never share series.
 Families (all prefixed `hypocenter_`; no label is named `job` or `instance`, which Prometheus
 reserves for the target; `cluster` is the workload's cluster):
 
-    diagnoses_total{cluster,outcome,domain,subdomain}       counter  final diagnoses this process made (a
+    diagnoses_total{cluster,outcome,domain,subdomain}       counter  final diagnoses this process made, every
+                                                                     verdict of every cluster seen from 0 (a
                                                                      re-analysis reaching the same verdict is
                                                                      not counted again); exemplar: the latest
                                                                      diagnosis_id
@@ -60,6 +61,7 @@ from hypocenter.errors import InputError
 from hypocenter.exporter.activity import LATENCY_BUCKETS, Activity, cumulative
 from hypocenter.exporter.activity import Exemplar as Last
 from hypocenter.exporter.store import DiagnosisFacts, Store
+from hypocenter.model import TAXONOMY
 
 log = logging.getLogger("hypocenter.metrics")
 
@@ -86,6 +88,12 @@ def top_n(counts: Tally[tuple[str, ...]], n: int) -> list[tuple[tuple[str, ...],
     return kept + other
 
 
+VERDICTS: tuple[tuple[str, str, str], ...] = (
+    ("ambiguous", "", ""), ("unattributed", "", ""), ("not_failed", "", ""),
+    *(("attributed", domain, sub) for domain, subs in sorted(TAXONOMY.items()) for sub in subs))
+"""(outcome, domain, subdomain) of hypocenter_diagnoses_total that exist from the start, at 0."""
+
+
 class HypocenterCollector(Collector):
     """Builds every family from the tallies and the store at scrape time."""
 
@@ -97,6 +105,7 @@ class HypocenterCollector(Collector):
         self.window_s = window_s
         self.top = top
         self.ruleset = ruleset
+        self._clusters: set[str] = {""}  # clusters with diagnoses: their verdict series start at 0
 
     def describe(self) -> Iterable[Metric]:
         return []  # computed at scrape time: nothing to check at registration
@@ -117,7 +126,11 @@ class HypocenterCollector(Collector):
 
         d = CounterMetricFamily("hypocenter_diagnoses", "Final diagnoses made by this process",
                                 labels=["cluster", "outcome", "domain", "subdomain"])
-        for verdict, (value, last) in sorted(snap.diagnoses.items()):
+        # Every verdict of every cluster seen starts at 0, so that increase() and rate() count a
+        # series' first diagnosis too (a counter that appears at 1 loses it).
+        clusters = self._clusters | {k[0] for k in snap.diagnoses}
+        zero = {(c, *v): (0, None) for c in clusters for v in VERDICTS}
+        for verdict, (value, last) in sorted({**zero, **snap.diagnoses}.items()):
             d.add_metric(list(verdict), value, exemplar=_exemplar(last))
         yield d
         yield CounterMetricFamily("hypocenter_provisional_diagnoses",
@@ -222,6 +235,7 @@ class HypocenterCollector(Collector):
             age.add_metric([name], max(0.0, now - oldest) if count else 0.0)
         yield pending
         yield age
+        self._clusters |= {f.cluster or "" for f in facts}
         yield from self._recent(facts)
 
     def _recent(self, facts: list[DiagnosisFacts]) -> Iterator[Metric]:
