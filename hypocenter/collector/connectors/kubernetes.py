@@ -316,22 +316,63 @@ def split_ref(text: str, what: str) -> tuple[str, str | None, str]:
                          "jobset, pytorchjob, job)", kind="permanent")
 
 
+# An answer can be unlike any API server's (a proxy, a half-upgraded CRD): every field is read
+# through these, so a wrong type is an absent field, never an exception in the middle of a scope.
+
+
+def _field(obj: Any, key: str) -> dict[str, Any]:
+    v = obj.get(key) if isinstance(obj, dict) else None
+    return v if isinstance(v, dict) else {}
+
+
+def _dicts(v: Any) -> list[dict[str, Any]]:
+    return [i for i in v if isinstance(i, dict)] if isinstance(v, list) else []
+
+
+def _number(v: Any) -> int | None:
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, int):
+        return v
+    if isinstance(v, str) and v.strip().lstrip("-").isdigit():
+        return int(v)
+    return None
+
+
 def _meta(obj: dict[str, Any]) -> dict[str, Any]:
-    m = obj.get("metadata")
-    return m if isinstance(m, dict) else {}
+    return _field(obj, "metadata")
 
 
 def _status(obj: dict[str, Any]) -> dict[str, Any]:
-    s = obj.get("status")
-    return s if isinstance(s, dict) else {}
+    return _field(obj, "status")
+
+
+def _spec(obj: dict[str, Any]) -> dict[str, Any]:
+    return _field(obj, "spec")
+
+
+def _node_of(pod: dict[str, Any]) -> str | None:
+    node = _spec(pod).get("nodeName")
+    return node if isinstance(node, str) and node else None
 
 
 def _items(doc: Any) -> list[dict[str, Any]]:
-    return [i for i in (doc.get("items") or []) if isinstance(i, dict)] if isinstance(doc, dict) else []
+    return _dicts(doc.get("items")) if isinstance(doc, dict) else []
 
 
 def _conditions(obj: dict[str, Any]) -> list[dict[str, Any]]:
-    return [c for c in _status(obj).get("conditions") or [] if isinstance(c, dict)]
+    return [c for c in _dicts(_status(obj).get("conditions")) if isinstance(c.get("type"), str)]
+
+
+def _container_statuses(pod: dict[str, Any]) -> list[dict[str, Any]]:
+    return _dicts(_status(pod).get("containerStatuses"))
+
+
+def _object(doc: Any, what: str) -> dict[str, Any]:
+    if not isinstance(doc, dict):
+        raise ConnectorError(f"{what}: answer is not a Kubernetes object (a JSON {type(doc).__name__})",
+                             kind="permanent")
+    return doc
 
 
 _EPOCH = TimeContext(tz=timezone.utc, start=datetime(1970, 1, 1, tzinfo=timezone.utc),
@@ -349,12 +390,10 @@ def _when(v: Any) -> datetime | None:
 
 def _terminated(pod: dict[str, Any]) -> Iterator[tuple[str, str, dict[str, Any]]]:
     """(container, "state"|"lastState", terminated) for every terminated container of a pod."""
-    for cs in _status(pod).get("containerStatuses") or []:
-        if not isinstance(cs, dict):
-            continue
+    for cs in _container_statuses(pod):
         for which in ("state", "lastState"):
-            term = (cs.get(which) or {}).get("terminated") if isinstance(cs.get(which), dict) else None
-            if isinstance(term, dict):
+            term = _field(_field(cs, which), "terminated")
+            if term:
                 yield str(cs.get("name", "?")), which, term
 
 
@@ -402,20 +441,23 @@ class KubernetesConnector:
     def _find(self) -> _Found:
         ns = self.namespace
         if self.is_workload:
-            wl = self.api.get(f"{WORKLOADS.format(ns=ns)}/{self.job_name}", what=f"Kueue Workload {ns}/{self.job_name}")
-            owner = next((o for o in _meta(wl).get("ownerReferences") or []
-                          if isinstance(o, dict) and o.get("kind") in KINDS), None)
+            what = f"Kueue Workload {ns}/{self.job_name}"
+            wl = _object(self.api.get(f"{WORKLOADS.format(ns=ns)}/{self.job_name}", what=what), what)
+            owner = next((o for o in _dicts(_meta(wl).get("ownerReferences"))
+                          if isinstance(o.get("kind"), str) and o["kind"] in KINDS), None)
             if owner is None:
                 raise ConnectorError(f"Kueue Workload {ns}/{self.job_name} is owned by no JobSet, PyTorchJob or Job",
                                      kind="permanent")
             kind = str(owner["kind"])
-            obj = self.api.get(f"{KINDS[kind][0].format(ns=ns)}/{owner['name']}", what=f"{kind} {ns}/{owner['name']}")
-            return _Found(kind, obj, wl)
+            what = f"{kind} {ns}/{owner['name']}"
+            return _Found(kind, _object(self.api.get(f"{KINDS[kind][0].format(ns=ns)}/{owner['name']}", what=what),
+                                        what), wl)
         kinds = [self.kind] if self.kind else list(KINDS)
         missing: list[str] = []
         for kind in kinds:
             try:
-                obj = self.api.get(f"{KINDS[kind][0].format(ns=ns)}/{self.job_name}", what=f"{kind} {ns}/{self.job_name}")
+                what = f"{kind} {ns}/{self.job_name}"
+                obj = _object(self.api.get(f"{KINDS[kind][0].format(ns=ns)}/{self.job_name}", what=what), what)
             except ConnectorError as exc:
                 if exc.kind != "not_found":
                     raise
@@ -434,9 +476,8 @@ class KubernetesConnector:
                                      reason="Kueue is not installed" if exc.kind == "not_found" else str(exc)))
             return None
         for wl in _items(doc):
-            owners = _meta(wl).get("ownerReferences") or []
-            if any(isinstance(o, dict) and (o.get("uid") == uid or (o.get("kind") == found.kind
-                                                                     and o.get("name") == self.job_name))
+            owners = _dicts(_meta(wl).get("ownerReferences"))
+            if any(o.get("uid") == uid or (o.get("kind") == found.kind and o.get("name") == self.job_name)
                    for o in owners):
                 return wl
         return None
@@ -451,7 +492,7 @@ class KubernetesConnector:
         if found.kind == "JobSet":  # pods of earlier restarts, if any survive, are other attempts
             restarts = str(_status(found.obj).get("restarts", 0))
             pods = [p for p in pods
-                    if (_meta(p).get("labels") or {}).get("jobset.sigs.k8s.io/restart-attempt", restarts) == restarts]
+                    if _field(_meta(p), "labels").get("jobset.sigs.k8s.io/restart-attempt", restarts) == restarts]
         return sorted(pods, key=lambda p: str(_meta(p).get("name")))
 
     # ------------------------------------------------------------------ the scope
@@ -542,14 +583,14 @@ class KubernetesConnector:
         out: list[TextSource] = []
         for pod in pods:
             pod_name = str(_meta(pod).get("name"))
-            node = str((pod.get("spec") or {}).get("nodeName") or "_job")
-            statuses = {str(cs.get("name")): cs for cs in _status(pod).get("containerStatuses") or [] if isinstance(cs, dict)}
-            containers = [str(c.get("name")) for c in (pod.get("spec") or {}).get("containers") or [] if isinstance(c, dict)]
+            node = _node_of(pod) or "_job"
+            statuses = {str(cs.get("name")): cs for cs in _container_statuses(pod)}
+            containers = [str(c.get("name")) for c in _dicts(_spec(pod).get("containers"))]
             containers = containers or list(statuses)
             for i, container in enumerate(containers):
                 stem = f"logs/{node}/{pod_name}" + ("" if i == 0 else f".{container}")
                 cs = statuses.get(container, {})
-                previous = bool(cs.get("restartCount")) or isinstance((cs.get("lastState") or {}).get("terminated"), dict)
+                previous = bool(_number(cs.get("restartCount"))) or bool(_field(_field(cs, "lastState"), "terminated"))
                 for prev in ((True, False) if previous else (False,)):
                     name = stem + (".previous" if prev else "") + ".log"
                     self.progress(f"kubernetes: log {name}")
@@ -577,16 +618,16 @@ class KubernetesConnector:
         meta, status = _meta(obj), _status(obj)
         # attempt (module docstring)
         if self.is_workload and workload is not None:
-            count = int((_status(workload).get("requeueState") or {}).get("count") or 0)
+            count = _number(_field(_status(workload), "requeueState").get("count")) or 0
             wl_conds = {c.get("type"): c for c in _conditions(workload)}
             evicted = (wl_conds.get("Evicted") or {}).get("status") == "True"
             admitted = (wl_conds.get("Admitted") or {}).get("status") == "True"
             attempt = max(0, count - 1) if evicted and not admitted else count
         elif found.kind == "JobSet":
-            attempt = int(status.get("restarts") or 0)
+            attempt = _number(status.get("restarts")) or 0
         elif found.kind == "PyTorchJob":
-            attempt = max((int(cs.get("restartCount") or 0) for p in pods
-                           for cs in _status(p).get("containerStatuses") or [] if isinstance(cs, dict)), default=0)
+            attempt = max((_number(cs.get("restartCount")) or 0 for p in pods for cs in _container_statuses(p)),
+                          default=0)
         else:
             attempt = 0
             if status.get("failed"):
@@ -594,8 +635,8 @@ class KubernetesConnector:
         state, reason = self._state(found, workload)
         # exit code: the first container to terminate with a non-zero code
         terms = sorted(((_when(t.get("finishedAt")) or datetime.max.replace(tzinfo=timezone.utc), t)
-                        for p in pods for _c, _w, t in _terminated(p) if t.get("exitCode")), key=lambda x: x[0])
-        exit_code = int(terms[0][1]["exitCode"]) if terms else None
+                        for p in pods for _c, _w, t in _terminated(p) if _number(t.get("exitCode"))), key=lambda x: x[0])
+        exit_code = _number(terms[0][1]["exitCode"]) if terms else None
         # window: creation or start … completion, last condition change or last container end
         starts = [t for t in (_when(status.get("startTime")), _when(meta.get("creationTimestamp")),
                               *(_when(_status(p).get("startTime")) for p in pods)) if t]
@@ -610,8 +651,7 @@ class KubernetesConnector:
         end = max(ends) if ends and state not in ("RUNNING", None) else now
         if state == "RUNNING":
             notes.append(f"{found.kind} {self.namespace}/{self.job_name} is still running: the window ends now")
-        nodes = list(dict.fromkeys(str((p.get("spec") or {}).get("nodeName")) for p in pods
-                                   if (p.get("spec") or {}).get("nodeName")))
+        nodes = list(dict.fromkeys(node for p in pods if (node := _node_of(p))))
         return AttemptContext(
             # the job object names the workload, also when it was found through its Kueue Workload
             workload=Workload(id=f"{self.namespace}/{meta.get('name', self.job_name)}", attempt=attempt,
