@@ -222,8 +222,14 @@ def build_parser() -> argparse.ArgumentParser:
     pa.add_argument("--context", metavar="NAME", help="kubeconfig context (default: current-context)")
     pa.add_argument("--logs", metavar="DIR", action="append", default=[],
                     help="a bundle-like directory: logs/<node>/<file>, metrics/, events/ (repeatable)")
-    pa.add_argument("--loki", metavar="URL", help="pull the attempt's log lines from Loki")
-    pa.add_argument("--prometheus", metavar="URL", help="pull the rules' metric series from Prometheus")
+    pa.add_argument("--loki", metavar="URL", help="pull the attempt's log lines from Loki (auth: $LOKI_BEARER_TOKEN, "
+                    "$LOKI_USERNAME/$LOKI_PASSWORD, or token_file in --config)")
+    pa.add_argument("--loki-node-label", metavar="LABEL", help="the Loki stream label naming a node (default: host)")
+    pa.add_argument("--loki-workload-selector", metavar="SELECTOR",
+                    help="LogQL matchers of the job's own logs, e.g. 'job=\"slurm\", slurm_job_id=\"{workload}\"' "
+                         "({workload}, {attempt} filled in); without it job-level logs (stdout) are not pulled")
+    pa.add_argument("--prometheus", metavar="URL", help="pull the rules' metric series from Prometheus (auth: "
+                    "$PROMETHEUS_BEARER_TOKEN, $PROMETHEUS_USERNAME/$PROMETHEUS_PASSWORD, or token_file in --config)")
     pa.add_argument("--config", metavar="FILE", help="YAML naming the scope and sources; flags win over it")
     pa.add_argument("--timeout", metavar="S", type=float, help="seconds per connector call (default 30)")
     a.add_argument("--format", choices=("text", "json"), default="text", help="text report (default) or diagnosis JSON")

@@ -12,9 +12,28 @@ the systems the cluster already runs, and hand everything to the engine.
     kubeconfig: ~/.kube/config
     context: prod
     logs: [/shared/collected/81234]
-    loki: {url: https://loki:3100, tenant: team-a, headers: {X-Custom: v}}   # or loki: URL
-    prometheus: {url: https://prometheus:9090}                              # or prometheus: URL
+    loki:                     # or loki: URL
+      url: https://loki:3100
+      tenant: team-a          # X-Scope-OrgID
+      node_label: host        # the stream label naming a node (promtail/Alloy: what you relabel to)
+      node_label_kind: index  # or metadata: OTLP-native `host_name`, filtered after `selector`
+      selector: job="varlogs" # fixed matchers added to every node query
+      workload_selector: job="slurm", slurm_job_id="{workload}"   # the job's own logs (stdout);
+                              # without it they are not pulled. {workload}, {attempt} filled in
+      token_file: /run/secrets/loki-token     # bearer token; or username + password_file
+      headers: {X-Custom: v}
+    prometheus:               # or prometheus: URL
+      url: https://prometheus:9090
+      node_labels: [Hostname, instance]       # labels naming a node (default: the rules' own)
+      resolution_s: 30        # query step before it grows to fit Prometheus' point limit (default 15)
+      token_file: /run/secrets/prom-token     # or username + password_file
     timeout: 30               # seconds per call
+
+Secrets are neither flags (other users see a command line) nor values in the config file: a token
+or password comes from a file (`token_file`, `password_file`, relative to the config file) or from
+the environment, which wins over the file as everywhere in hypocenter: Loki reads logcli's variables `LOKI_BEARER_TOKEN`,
+`LOKI_BEARER_TOKEN_FILE`, `LOKI_USERNAME`, `LOKI_PASSWORD`; Prometheus the same with `PROMETHEUS_`.
+A bearer token wins over basic auth.
 
 A scope connector that cannot name the attempt stops the command (exit 2, one `hypocenter:` line);
 a data connector that fails is a failed coverage entry and the verdict is given without it.
@@ -22,14 +41,15 @@ a data connector that fails is a failed coverage entry and the verdict is given 
 
 from __future__ import annotations
 
+import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from hypocenter import strict_yaml
 from hypocenter.collector.connectors import connector_class
@@ -46,15 +66,66 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class LokiSource(_Strict):
-    url: str
+class _HttpSource(_Strict):
+    url: str = ""  # may come from --loki / --prometheus instead
+    headers: dict[str, str] = Field(default_factory=dict)
+    token_file: str | None = None
+    username: str | None = None
+    password_file: str | None = None
+
+    kind: ClassVar[str]  # the config key, and (upper case) the prefix of its environment variables
+
+    def auth(self, env: Mapping[str, str]) -> dict[str, Any]:
+        """`token` / `basic_auth` for the connector, from the environment or the secret files
+        (module docstring); a file that cannot be read is a one-line error."""
+        env_prefix = self.kind.upper()
+        token = env.get(f"{env_prefix}_BEARER_TOKEN") or _secret(env.get(f"{env_prefix}_BEARER_TOKEN_FILE"),
+                                                                 f"${env_prefix}_BEARER_TOKEN_FILE")
+        token = token or _secret(self.token_file, f"{self.kind}.token_file")
+        username = env.get(f"{env_prefix}_USERNAME") or self.username
+        password = env.get(f"{env_prefix}_PASSWORD") or _secret(self.password_file, f"{self.kind}.password_file")
+        if token:
+            return {"token": token}
+        if username and password is None:
+            raise InputError(f"{self.kind}: username {username!r} without a password (password_file, or "
+                             f"${env_prefix}_PASSWORD)")
+        return {"basic_auth": (username or "", password)} if password is not None else {}
+
+
+def _secret(path: str | None, what: str) -> str | None:
+    if not path:
+        return None
+    try:
+        return Path(path).expanduser().read_text().strip()
+    except OSError as exc:
+        raise InputError(f"{what}: cannot read {path}: {exc.strerror or exc}") from None
+
+
+class LokiSource(_HttpSource):
+    kind: ClassVar[str] = "loki"
     tenant: str | None = None
-    headers: dict[str, str] = Field(default_factory=dict)
+    node_label: str = "host"
+    node_label_kind: Literal["index", "metadata"] = "index"
+    selector: str | None = None
+    workload_selector: str | None = None
+
+    @model_validator(mode="after")
+    def _metadata_needs_selector(self) -> LokiSource:
+        if self.node_label_kind == "metadata" and not self.selector:
+            raise ValueError("node_label_kind: metadata needs a selector naming the streams (Loki filters "
+                             "structured metadata only after a stream selector)")
+        return self
 
 
-class PrometheusSource(_Strict):
-    url: str
-    headers: dict[str, str] = Field(default_factory=dict)
+class PrometheusSource(_HttpSource):
+    kind: ClassVar[str] = "prometheus"
+    node_labels: list[str] | None = Field(default=None, min_length=1)
+    resolution_s: float | None = Field(default=None, gt=0)
+
+    @field_validator("node_labels", mode="before")
+    @classmethod
+    def _one_or_many(cls, v: object) -> object:
+        return [v] if isinstance(v, str) else v
 
 
 class PullConfig(_Strict):
@@ -102,7 +173,12 @@ def load_config(path: Path) -> PullConfig:
         line = getattr(doc, "key_lines", {}).get(err["loc"][0]) if err["loc"] else None
         where = f"{path}:{line}" if line else str(path)
         if err["type"] == "extra_forbidden":
-            known = ", ".join(PullConfig.model_fields)
+            if loc[0] in ("loki", "prometheus") and loc[-1] in ("token", "password"):
+                env = f"${loc[0].upper()}_{'BEARER_TOKEN' if loc[-1] == 'token' else 'PASSWORD'}"
+                raise InputError(f"{where}: {'.'.join(loc)}: secrets are not read from the config file: use "
+                                 f"{loc[-1]}_file (a file holding it), or set {env}") from None
+            nested: dict[str, type[BaseModel]] = {"loki": LokiSource, "prometheus": PrometheusSource}
+            known = ", ".join(nested.get(loc[0], PullConfig).model_fields if len(loc) > 1 else PullConfig.model_fields)
             raise InputError(f"{where}: unknown key {'.'.join(loc)!r} (known: {known})") from None
         raise InputError(f"{where}: {'.'.join(loc)}: {str(err['msg']).removeprefix('Value error, ')}") from None
     base = path.parent
@@ -111,6 +187,10 @@ def load_config(path: Path) -> PullConfig:
         if value:
             setattr(cfg, name, str(base / Path(value).expanduser()))
     cfg.logs = [str(base / Path(p).expanduser()) for p in cfg.logs]
+    for source in (cfg.loki, cfg.prometheus):
+        for name in ("token_file", "password_file"):
+            if source is not None and getattr(source, name):
+                setattr(source, name, str(base / Path(getattr(source, name)).expanduser()))
     return cfg
 
 
@@ -123,11 +203,18 @@ def merged(args: Any) -> PullConfig:
             setattr(cfg, name, value)
     if getattr(args, "logs", None):
         cfg.logs = list(args.logs)
-    if getattr(args, "loki", None):
-        cfg.loki = LokiSource(url=args.loki, tenant=cfg.loki.tenant if cfg.loki else None,
-                              headers=cfg.loki.headers if cfg.loki else {})
+    loki = {k: v for k, v in (("url", getattr(args, "loki", None)),
+                              ("node_label", getattr(args, "loki_node_label", None)),
+                              ("workload_selector", getattr(args, "loki_workload_selector", None))) if v is not None}
+    if loki:
+        if cfg.loki is None and "url" not in loki:
+            raise UsageError(f"{_flag('loki_' + next(iter(loki)))} goes with --loki URL (or loki: in --config)")
+        cfg.loki = _updated(LokiSource, cfg.loki, loki)
     if getattr(args, "prometheus", None):
-        cfg.prometheus = PrometheusSource(url=args.prometheus, headers=cfg.prometheus.headers if cfg.prometheus else {})
+        cfg.prometheus = _updated(PrometheusSource, cfg.prometheus, {"url": args.prometheus})
+    for name, source in (("loki", cfg.loki), ("prometheus", cfg.prometheus)):
+        if source is not None and not source.url:
+            raise UsageError(f"{name}: in --config needs a url (url: … there, or --{name} URL)")
     if cfg.timeout is not None and cfg.timeout <= 0:
         raise UsageError(f"--timeout must be a positive number of seconds, not {cfg.timeout:g}")
     scopes = [n for n in ("bundle", "slurm", "kueue", "k8s_job") if getattr(cfg, n)]
@@ -140,6 +227,14 @@ def merged(args: Any) -> PullConfig:
     if (cfg.kubeconfig or cfg.context) and not (cfg.kueue or cfg.k8s_job):
         raise UsageError("--kubeconfig and --context go with --kueue or --k8s-job")
     return cfg
+
+
+def _updated(model: type[_HttpSource], old: _HttpSource | None, changes: dict[str, Any]) -> Any:
+    """The file's source with the flags' values, validated again."""
+    try:
+        return model.model_validate({**(old.model_dump() if old is not None else {}), **changes})
+    except ValidationError as exc:
+        raise UsageError(str(exc.errors()[0]["msg"]).removeprefix("Value error, ")) from None
 
 
 def _flag(name: str) -> str:
@@ -156,6 +251,7 @@ class Gathered:
 def gather(cfg: PullConfig, *, ruleset: Any = None, progress: Callable[[str], None] = lambda s: None) -> Gathered:
     """Scope the attempt, then collect from every data source; see the module docstring for failures."""
     policy = RetryPolicy(timeout_s=cfg.timeout) if cfg.timeout else RetryPolicy()
+    connectors = _data_connectors(cfg, policy, ruleset)  # a secret that cannot be read stops us before the pull
     if cfg.bundle:
         from hypocenter.collector.bundle import load_bundle
 
@@ -164,7 +260,7 @@ def gather(cfg: PullConfig, *, ruleset: Any = None, progress: Callable[[str], No
     else:
         scope = _scope(cfg, policy, progress)
     parts = [scope.collected]
-    for name, make in _data_connectors(cfg, policy, ruleset):
+    for name, make in connectors:
         progress(f"collecting from {name}")
         try:
             parts.append(make().collect(scope.context))
@@ -193,18 +289,24 @@ def _scope(cfg: PullConfig, policy: RetryPolicy, progress: Callable[[str], None]
         raise InputError(f"{which}: {exc}") from None
 
 
-def _data_connectors(cfg: PullConfig, policy: RetryPolicy, ruleset: Any) -> list[tuple[str, Callable[[], Any]]]:
+def _data_connectors(cfg: PullConfig, policy: RetryPolicy, ruleset: Any,
+                     env: Mapping[str, str] = os.environ) -> list[tuple[str, Callable[[], Any]]]:
     out: list[tuple[str, Callable[[], Any]]] = []
     for directory in cfg.logs:
         out.append((f"files {directory}", partial(_make, "files", "--logs", Path(directory))))
     if cfg.loki:
         loki = cfg.loki
-        out.append((f"loki {loki.url}", lambda: _make("loki", "--loki", loki.url, policy=policy,
-                                                      headers=loki.headers or None, tenant=loki.tenant, ruleset=ruleset)))
+        out.append((f"loki {loki.url}", partial(
+            _make, "loki", "--loki", loki.url, policy=policy, headers=loki.headers or None, tenant=loki.tenant,
+            node_label=loki.node_label, node_label_kind=loki.node_label_kind, selector=loki.selector,
+            workload_selector=loki.workload_selector, ruleset=ruleset, **loki.auth(env))))
     if cfg.prometheus:
         prom = cfg.prometheus
-        out.append((f"prometheus {prom.url}", lambda: _make("prometheus", "--prometheus", prom.url, policy=policy,
-                                                            headers=prom.headers or None, ruleset=ruleset)))
+        options = {k: v for k, v in (("node_labels", prom.node_labels), ("resolution_s", prom.resolution_s))
+                   if v is not None}
+        out.append((f"prometheus {prom.url}", partial(
+            _make, "prometheus", "--prometheus", prom.url, policy=policy, headers=prom.headers or None,
+            ruleset=ruleset, **options, **prom.auth(env))))
     return out
 
 

@@ -1,15 +1,23 @@
 """`hypocenter analyze` in pull mode: --slurm with fake client commands on PATH, --logs, --config,
-and the one-line errors of bad combinations."""
+the Loki and Prometheus options (flags, config, secrets from files and the environment), and the
+one-line errors of bad combinations."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from observability_fakes import FakeLoki
+from test_pull_end_to_end import push_logs
 
+from hypocenter import pull
 from hypocenter.cli import main
+from hypocenter.collector.bundle import load_bundle
+from hypocenter.collector.connectors.base import RetryPolicy
 
 ROOT = Path(__file__).resolve().parent.parent
 FAKE_BIN = ROOT / "examples" / "fake-slurm" / "bin"
@@ -113,3 +121,103 @@ def test_a_failing_data_source_lowers_quality_but_gives_a_verdict(capsys: pytest
     failed = [c for c in d["coverage"] if c["status"] == "failed"]  # type: ignore[union-attr]
     assert failed and failed[0]["connector"] == "files"  # type: ignore[index]
     assert d["outcome"] in ("unattributed", "attributed", "ambiguous")
+
+
+# ------------------------------------------------------------------------------ Loki and Prometheus options
+
+
+@pytest.fixture
+def loki_hostname_labels() -> Iterator[FakeLoki]:
+    """The example's logs in a Loki behind auth and tenancy, node streams labelled `hostname` (not
+    the default `host`), the job's stdout in {job="slurm", workload="81234"}."""
+    fake = FakeLoki(required_headers={"Authorization": "Bearer s3cret", "X-Scope-OrgID": "team-a"}).start()
+    push_logs(load_bundle(EXAMPLE), fake)
+    for entry in fake.entries:
+        if "host" in entry.labels:
+            entry.labels["hostname"] = entry.labels.pop("host")
+    yield fake
+    fake.stop()
+
+
+def _loki_coverage(d: dict[str, object]) -> dict[str, str]:
+    return {c["source"]: c["status"] for c in d["coverage"] if c["connector"] == "loki"}  # type: ignore[union-attr,index]
+
+
+@pytest.mark.usefixtures("fake_slurm")
+def test_loki_options_from_flags_and_a_token_file(loki_hostname_labels: FakeLoki, capsys: pytest.CaptureFixture[str],
+                                                  tmp_path: Path) -> None:
+    (tmp_path / "loki-token").write_text("s3cret\n")
+    cfg = tmp_path / "pull.yaml"
+    cfg.write_text("loki:\n  tenant: team-a\n  token_file: loki-token\n")  # relative to the file
+    d = _json(capsys, "--slurm", "81234", "--config", str(cfg), "--loki", loki_hostname_labels.url,
+              "--loki-node-label", "hostname", "--loki-workload-selector", 'job="slurm", workload="{workload}"')
+    assert d["root_cause"] == _json(capsys, str(EXAMPLE))["root_cause"]
+    assert _loki_coverage(d) == dict.fromkeys(["logs/_job", "logs/node01", "logs/node02", "logs/node03", "logs/node04"],
+                                              "ok")
+    # the flags' defaults: node streams looked for under `host`, and no job-level query at all
+    d = _json(capsys, "--slurm", "81234", "--config", str(cfg), "--loki", loki_hostname_labels.url)
+    assert set(_loki_coverage(d).values()) == {"missing"} and "logs/_job" not in _loki_coverage(d)
+
+
+@pytest.mark.usefixtures("fake_slurm")
+def test_loki_options_from_the_config_and_the_token_from_the_environment(
+        loki_hostname_labels: FakeLoki, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+        tmp_path: Path) -> None:
+    cfg = tmp_path / "pull.yaml"
+    cfg.write_text(f"slurm: 81234\nloki:\n  url: {loki_hostname_labels.url}\n  tenant: team-a\n  node_label: hostname\n"
+                   "  workload_selector: '{job=\"slurm\", workload=\"{workload}\"}'\n  token_file: nowhere\n")
+    monkeypatch.setenv("LOKI_BEARER_TOKEN", "s3cret")  # the environment wins over the file
+    d = _json(capsys, "--config", str(cfg))
+    assert set(_loki_coverage(d).values()) == {"ok"} and "logs/_job" in _loki_coverage(d)
+    monkeypatch.setenv("LOKI_BEARER_TOKEN", "wrong")
+    d = _json(capsys, "--config", str(cfg))  # refused: a failed source, still a verdict
+    assert set(_loki_coverage(d).values()) == {"failed"}
+
+
+def test_prometheus_options_and_basic_auth(tmp_path: Path) -> None:
+    (tmp_path / "pw").write_text("hunter2\n")
+    cfg = tmp_path / "pull.yaml"
+    cfg.write_text("slurm: 1\nprometheus:\n  url: http://prometheus:9090\n  node_labels: [Hostname, node]\n"
+                   "  resolution_s: 30\n  username: ops\n  password_file: pw\n")
+    (_name, make), = pull._data_connectors(pull.load_config(cfg), RetryPolicy(), None, env={})
+    prometheus = make()
+    assert (prometheus.node_labels, prometheus.resolution_s) == (["Hostname", "node"], 30)
+    assert prometheus.api._headers["Authorization"] == "Basic " + base64.b64encode(b"ops:hunter2").decode()
+    (_name, make), = pull._data_connectors(pull.load_config(cfg), RetryPolicy(), None,
+                                           env={"PROMETHEUS_BEARER_TOKEN": "t0k"})
+    assert make().api._headers["Authorization"] == "Bearer t0k"
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("loki:\n  url: http://l\n  token: abc\n", "loki.token: secrets are not read from the config file: use token_file"),
+    ("prometheus:\n  url: http://p\n  password: x\n", "set $PROMETHEUS_PASSWORD"),
+    ("loki:\n  url: http://l\n  nodelabel: h\n", "unknown key 'loki.nodelabel' (known: url, headers,"),
+    ("loki:\n  url: http://l\n  node_label_kind: metadata\n", "node_label_kind: metadata needs a selector"),
+    ("loki:\n  url: http://l\n  node_label_kind: label\n", "Input should be 'index' or 'metadata'"),
+    ("prometheus:\n  url: http://p\n  resolution_s: 0\n", "resolution_s: Input should be greater than 0"),
+])
+def test_bad_source_options_are_one_line(text: str, message: str, capsys: pytest.CaptureFixture[str],
+                                         tmp_path: Path) -> None:
+    cfg = tmp_path / "pull.yaml"
+    cfg.write_text("slurm: 1\n" + text)
+    assert main(["analyze", "--config", str(cfg)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1 and err.startswith("hypocenter: "), err
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--slurm", "1", "--loki-node-label", "hostname"], "--loki-node-label goes with --loki URL"),
+    (["--slurm", "1", "--loki-workload-selector", "a=\"b\""], "--loki-workload-selector goes with --loki URL"),
+])
+def test_loki_flags_need_a_loki(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["analyze", *argv])
+    assert message in capsys.readouterr().err
+
+
+def test_an_unreadable_secret_file_stops_before_the_pull(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    cfg = tmp_path / "pull.yaml"
+    cfg.write_text("slurm: 1\nloki: {url: 'http://l', token_file: missing}\n")
+    assert main(["analyze", "--config", str(cfg)]) == 2
+    err = capsys.readouterr().err
+    assert f"loki.token_file: cannot read {tmp_path / 'missing'}: No such file" in err and err.count("\n") == 1
