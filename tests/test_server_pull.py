@@ -31,14 +31,16 @@ BUNDLE = REPO / "examples" / "nvlink-xid149"
 
 @pytest.fixture
 def loki() -> Iterator[FakeLoki]:
-    fake = FakeLoki().start()
+    # A multi-tenant Loki behind a token, as `LOKI_BEARER_TOKEN` / `LOKI_ORG_ID` (logcli's variables) say.
+    fake = FakeLoki(required_headers={"Authorization": "Bearer s3cret", "X-Scope-OrgID": "team-a"}).start()
     yield fake
     fake.stop()
 
 
 def test_a_job_slurm_reports_ended_is_analysed_from_loki(loki: FakeLoki, tmp_path: Path) -> None:
     push_logs(load_bundle(BUNDLE), loki)
-    env = {"PATH": f"{FAKE_BIN}:{os.environ.get('PATH', '')}", "HYPOCENTER_FAKE_SLURM": str(FIXTURES)}
+    env = {"PATH": f"{FAKE_BIN}:{os.environ.get('PATH', '')}", "HYPOCENTER_FAKE_SLURM": str(FIXTURES),
+           "LOKI_BEARER_TOKEN": "s3cret", "LOKI_ORG_ID": "team-a"}
     srv = ServerProcess(tmp_path / "store.db", "--slurm-poll-s", "0.5", "--slurm-poll-lookback-s", str(10 * 365 * 86400),
                         "--pull-loki-url", loki.url,
                         "--pull-loki-workload-selector", '{job="slurm", workload="{workload}"}', env=env).start()

@@ -10,6 +10,10 @@
                  window, nodes, state, exit code) and stores that scope and Slurm's records as
                  the attempt's; the trigger loop then analyses it like any attempt that ended.
 
+Credentials are never settings: Loki's come from logcli's variables (`LOKI_BEARER_TOKEN[_FILE]`,
+`LOKI_USERNAME` + `LOKI_PASSWORD`, tenant `LOKI_ORG_ID` unless `pull_loki_tenant` is set),
+Prometheus' from the same names with `PROMETHEUS_` — as for `hypocenter analyze`.
+
 A failing connector never stops an analysis: its coverage entry says what failed and quality
 drops. A poll that fails is logged and tried again at the next interval.
 """
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta, timezone
@@ -38,6 +43,7 @@ from hypocenter.collector.sources import MetricSource, RecordSource, Source, Tex
 from hypocenter.config import Settings
 from hypocenter.engine.rules import Ruleset
 from hypocenter.model import Coverage
+from hypocenter.pull import LokiSource, PrometheusSource
 
 log = logging.getLogger("hypocenter.server")
 
@@ -54,14 +60,19 @@ class Pulls:
         policy = RetryPolicy(timeout_s=settings.pull_timeout_s)
         self.logs: DataConnector | None = None
         self.metrics: DataConnector | None = None
+        # Credentials as `hypocenter analyze` takes them, from logcli's / promtool's environment variables
+        # (LOKI_BEARER_TOKEN[_FILE], LOKI_USERNAME + LOKI_PASSWORD; PROMETHEUS_…): never a setting.
         if settings.pull_loki_url:
             self.logs = connector_class("loki")(settings.pull_loki_url, policy=policy,
-                                                tenant=settings.pull_loki_tenant or None,
+                                                **LokiSource(url=settings.pull_loki_url).auth(os.environ),
+                                                tenant=settings.pull_loki_tenant or os.environ.get("LOKI_ORG_ID") or None,
                                                 node_label=settings.pull_loki_node_label, ruleset=ruleset,
                                                 workload_selector=settings.pull_loki_workload_selector or None,
                                                 lookback_s=settings.node_lookback_s, slack_s=settings.node_slack_s)
         if settings.pull_prometheus_url:
             self.metrics = connector_class("prometheus")(settings.pull_prometheus_url, policy=policy, ruleset=ruleset,
+                                                         **PrometheusSource(url=settings.pull_prometheus_url
+                                                                            ).auth(os.environ),
                                                          lookback_s=settings.node_lookback_s,
                                                          slack_s=settings.node_slack_s)
 
