@@ -14,7 +14,7 @@ the systems the cluster already runs, and hand everything to the engine.
     logs: [/shared/collected/81234]
     loki:                     # or loki: URL
       url: https://loki:3100
-      tenant: team-a          # X-Scope-OrgID
+      tenant: team-a          # X-Scope-OrgID ($LOKI_ORG_ID wins, as for logcli)
       node_label: host        # the stream label naming a node (promtail/Alloy: what you relabel to)
       node_label_kind: index  # or metadata: OTLP-native `host_name`, filtered after `selector`
       selector: job="varlogs" # fixed matchers added to every node query
@@ -33,7 +33,8 @@ Secrets are neither flags (other users see a command line) nor values in the con
 or password comes from a file (`token_file`, `password_file`, relative to the config file) or from
 the environment, which wins over the file as everywhere in hypocenter: Loki reads logcli's variables `LOKI_BEARER_TOKEN`,
 `LOKI_BEARER_TOKEN_FILE`, `LOKI_USERNAME`, `LOKI_PASSWORD`; Prometheus the same with `PROMETHEUS_`.
-A bearer token wins over basic auth.
+A bearer token wins over basic auth. The Loki tenant (not a secret) follows the same order:
+`LOKI_ORG_ID`, else `tenant:`.
 
 A scope connector that cannot name the attempt stops the command (exit 2, one `hypocenter:` line);
 a data connector that fails is a failed coverage entry and the verdict is given without it.
@@ -297,7 +298,8 @@ def _data_connectors(cfg: PullConfig, policy: RetryPolicy, ruleset: Any,
     if cfg.loki:
         loki = cfg.loki
         out.append((f"loki {loki.url}", partial(
-            _make, "loki", "--loki", loki.url, policy=policy, headers=loki.headers or None, tenant=loki.tenant,
+            _make, "loki", "--loki", loki.url, policy=policy, headers=loki.headers or None,
+            tenant=env.get("LOKI_ORG_ID") or loki.tenant,
             node_label=loki.node_label, node_label_kind=loki.node_label_kind, selector=loki.selector,
             workload_selector=loki.workload_selector, ruleset=ruleset, **loki.auth(env))))
     if cfg.prometheus:

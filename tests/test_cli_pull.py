@@ -188,6 +188,20 @@ def test_prometheus_options_and_basic_auth(tmp_path: Path) -> None:
     assert make().api._headers["Authorization"] == "Bearer t0k"
 
 
+@pytest.mark.parametrize(("tenant", "env", "header"), [
+    (None, {"LOKI_ORG_ID": "team-a"}, "team-a"),  # logcli's variable, when the file names none
+    ("team-b", {}, "team-b"),
+    ("team-b", {"LOKI_ORG_ID": "team-a"}, "team-a"),  # the environment wins over the file, as for the token
+    (None, {}, None),
+])
+def test_the_loki_tenant_from_the_config_or_the_environment(tenant: str | None, env: dict[str, str],
+                                                            header: str | None, tmp_path: Path) -> None:
+    cfg = tmp_path / "pull.yaml"
+    cfg.write_text("slurm: 1\nloki:\n  url: http://loki:3100\n" + (f"  tenant: {tenant}\n" if tenant else ""))
+    (_name, make), = pull._data_connectors(pull.load_config(cfg), RetryPolicy(), None, env=env)
+    assert make().api._headers.get("X-Scope-OrgID") == header
+
+
 @pytest.mark.parametrize(("text", "message"), [
     ("loki:\n  url: http://l\n  token: abc\n", "loki.token: secrets are not read from the config file: use token_file"),
     ("prometheus:\n  url: http://p\n  password: x\n", "set $PROMETHEUS_PASSWORD"),
