@@ -9,16 +9,17 @@ A data connector (Loki, Prometheus, local files: AttemptContext → Collected):
    failed coverage entry with the reason; permanent and auth errors are not retried and say so;
 3. every call has a timeout: a backend that accepts the call and never answers is a transient
    timeout within the retry policy, never a hang;
-4. `collect` never raises for a data source, even when the answer is garbage.
+4. `collect` never raises for a data source, even when the answer is garbage;
+5. nothing stays open: every HTTP client a call opened is closed when it returns (base.py, "Resources").
 
 A scope connector (Slurm through its commands or slurmrestd, Kubernetes: job id → Scope) passes
-the same four, with the one difference base.py documents: it raises `ConnectorError` when it cannot
+the same five, with the one difference base.py documents: it raises `ConnectorError` when it cannot
 name the attempt at all. So each fault is injected at one of two targets:
 
     "scope"      every source that could name the attempt (Slurm: accounting and the controller;
                  Kubernetes: the job object). A persistent fault there raises ConnectorError with
                  the fault's `kind` (transient ones after the policy's tries, saying how many;
-                 garbage as a non-transient kind), never another exception.
+                 garbage, an answer not understood, as permanent), never another exception.
     "evidence"   a source that only adds evidence (Slurm: node states; Kubernetes: pods, events,
                  node conditions, pod logs). A fault there never raises: the scope comes back, what
                  the other sources hold is complete and not repeated, and the failing source is a
@@ -49,6 +50,7 @@ import pytest
 from kube_fake import FakeKube
 from observability_fakes import FakeLoki, PushedEntry
 from prometheus_support import PROMETHEUS, PROMTOOL, PrometheusProcess, backfilled_prometheus
+from resource_spies import record_clients
 
 from hypocenter.collector.connectors.base import (
     Collected,
@@ -414,6 +416,13 @@ def test_garbage_answers_never_raise(harness: Harness) -> None:
     assert got.coverage and any(c.status in ("failed", "partial", "skipped") for c in got.coverage), got.coverage
 
 
+def test_nothing_stays_open_after_a_collect(harness: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
+    harness.load(records(10, False))
+    opened = record_clients(monkeypatch)
+    collect(harness)
+    assert all(c.is_closed for c in opened)
+
+
 # ===================================================================================== scope connectors
 
 
@@ -443,6 +452,7 @@ GARBAGE = [
     "[]",
     "null",
     '{"jobs": "x", "nodes": "x", "items": "x", "metadata": [], "status": []}',
+    '{"jobs": 5, "nodes": 5, "items": 5, "metadata": 5, "status": 5}',
     # the right keys with values of the wrong types, as a half-upgraded server might send
     json.dumps({"jobs": [7, None, {"job_id": 4242, "state": {"current": 5}, "time": {"start": "x"}, "nodes": 5,
                                    "exit_code": [1], "restart_cnt": "x", "steps": [5, {"step": 7}]}],
@@ -812,6 +822,13 @@ def test_scope_every_record_comes_back_exactly_once(scope_harness: ScopeHarness)
     assert {c.status for c in got.collected.coverage} <= {"ok"}, got.collected.coverage
 
 
+def test_scope_nothing_stays_open(scope_harness: ScopeHarness, monkeypatch: pytest.MonkeyPatch) -> None:
+    scope_harness.load(records(10, False))
+    opened = record_clients(monkeypatch)
+    scope_harness.connector(POLICY).scope()
+    assert all(c.is_closed for c in opened)
+
+
 @pytest.mark.parametrize("target", TARGETS)
 def test_scope_transient_errors_are_retried_and_nothing_is_lost(scope_harness: ScopeHarness, target: Target) -> None:
     needs_at(scope_harness, "transient", target)
@@ -888,6 +905,8 @@ def test_scope_garbage_answers_never_crash(scope_harness: ScopeHarness, target: 
     try:
         scope = scope_harness.connector(POLICY).scope()
     except ConnectorError as exc:
-        assert not exc.transient, exc  # trying again would get the same garbage
+        # an answer not understood: never transient (trying again gets the same garbage), never
+        # not_found (no source said that the job does not exist)
+        assert exc.kind == "permanent", exc
     else:
         assert scope.context.workload.id

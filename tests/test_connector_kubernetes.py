@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from kube_fake import FakeKube, documents, example_logs
+from resource_spies import CallersTransport, record_clients
 
 from hypocenter.collector.bundle import load_bundle
 from hypocenter.collector.connectors.base import ConnectorError, RetryPolicy
@@ -271,3 +272,37 @@ def test_the_connector_sends_the_kubeconfig_token(tmp_path: Path) -> None:
                                         now=lambda: NOW).scope()
     assert scope.context.state == "FAILED"
     assert {r.url.host for r in fake.requests} == {"k8s.test"}
+
+
+def test_the_connector_closes_the_api_client_it_created(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = _example_fake("hbm-ecc-xid48")
+    fake.token = "abc"
+    transport = CallersTransport(fake.handle)
+    opened = record_clients(monkeypatch)
+    connector = KubernetesConnector.for_job("ml-team/train", kubeconfig=_kubeconfig(tmp_path, {"token": "abc"}),
+                                            transport=transport, policy=FAST, now=lambda: NOW)
+    assert connector.scope().context == connector.scope().context  # a connector serves many scopes
+    fake.objects.clear()  # the job is gone: the scope raises, and still closes its client
+    with pytest.raises(ConnectorError):
+        connector.scope()
+    assert len(opened) == 3 and all(c.is_closed for c in opened)
+    assert not transport.closed
+
+
+def test_a_callers_kubeapi_and_transport_stay_usable(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = _example_fake("hbm-ecc-xid48")
+    transport = CallersTransport(fake.handle)
+    opened = record_clients(monkeypatch)
+    api = KubeAPI(Credentials(server="https://k8s.test", headers={"Authorization": "Bearer fake-token"}),
+                  policy=FAST, transport=transport)
+    connector = KubernetesConnector.for_job("ml-team/train", api=api, now=lambda: NOW)
+    first = connector.scope()
+    api.close()
+    assert not transport.closed  # the caller's, whoever closes what
+    with api:  # the caller's block: the scopes inside it neither open nor close connections
+        second, third = connector.scope(), connector.scope()
+        assert not opened[-1].is_closed
+    assert first.context == second.context == third.context
+    assert len(opened) == 2 and all(c.is_closed for c in opened) and not transport.closed
+    with pytest.raises(RuntimeError, match="outside `with api:`"):
+        api.get("/api/v1/nodes", what="nodes")

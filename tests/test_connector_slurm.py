@@ -4,12 +4,13 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 
 import httpx
 import pytest
+from resource_spies import CallersTransport, record_clients
 
 from hypocenter.collector.connectors.base import ConnectorError, RetryPolicy
 from hypocenter.collector.connectors.slurm import JobRef, SlurmConnector, classify, run_command
@@ -193,6 +194,41 @@ def test_unknown_job_is_not_found() -> None:
     assert err.value.kind == "not_found"
 
 
+def _answering(docs: dict[str, str]) -> Callable[[Sequence[str], float], str]:
+    """A runner whose sacct, scontrol show job and scontrol show node print the given documents."""
+    def run(argv: Sequence[str], timeout: float) -> str:
+        which = "node" if list(argv[1:3]) == ["show", "node"] else argv[0]
+        return docs[which]
+    return run
+
+
+@pytest.mark.parametrize(("sacct", "scontrol", "kind"), [
+    ('{"jobs": "x"}', '{"jobs": "x"}', "permanent"),  # neither answer is a list of jobs: not understood
+    ('{"jobs": 5}', '{"meta": {}}', "permanent"),
+    ('{"jobs": [7]}', '{"jobs": [null]}', "permanent"),
+    ('{"jobs": []}', '{"jobs": []}', "not_found"),  # well-formed, without the job
+    ('{"jobs": "x"}', '{"jobs": [{"job_id": 1, "name": "other"}]}', "not_found"),  # one source says: no such job
+])
+def test_answers_without_the_job(sacct: str, scontrol: str, kind: str) -> None:
+    runner = _answering({"sacct": sacct, "scontrol": scontrol})
+    with pytest.raises(ConnectorError) as err:
+        SlurmConnector("81234", runner=runner, policy=FAST, sleep=lambda s: None).scope()
+    assert err.value.kind == kind, err.value
+    if kind == "permanent":
+        assert "answer not understood" in str(err.value)
+
+
+def test_an_answer_not_understood_beside_the_job_is_a_failed_source() -> None:
+    f = FIXTURES / "24.05"
+    runner = _answering({"sacct": (f / "sacct-81234.json").read_text(), "scontrol": '{"jobs": "x"}',
+                         "node": '{"nodes": 5}'})
+    scope = SlurmConnector("81234", runner=runner, policy=FAST, now=lambda: NOW).scope()
+    status = {c.source: (c.status, c.reason) for c in scope.collected.coverage}
+    assert status["slurm/sacct-81234.json"][0] == "ok"
+    for source in ("slurm/scontrol-job-81234.json", "slurm/nodes-81234.json"):
+        assert status[source][0] == "failed" and "answer not understood" in (status[source][1] or ""), status
+
+
 def test_missing_binaries_are_a_clear_permanent_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(ConnectorError) as err:
@@ -306,3 +342,21 @@ def test_slurmrestd_unknown_job() -> None:
     with pytest.raises(ConnectorError) as err:
         SlurmConnector("5", rest_url="http://slurm:6820", policy=FAST, transport=_rest(routes, [])).scope()
     assert err.value.kind == "not_found"
+
+
+def test_slurmrestd_connections_live_for_one_scope(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The client is closed when scope() returns or raises; the caller's transport stays open and
+    serves the next scope (base.py, "Resources")."""
+    f = FIXTURES / "24.05"
+    routes = {"/slurmdb/v0.0.41/job/81234": (200, (f / "sacct-81234.json").read_text()),
+              "/slurm/v0.0.41/job/81234": (200, (f / "scontrol-job-81234.json").read_text()),
+              "/slurm/v0.0.41/nodes": (200, (f / "scontrol-node-81234.json").read_text())}
+    transport = CallersTransport(_rest(routes, []).handler)
+    opened = record_clients(monkeypatch)
+    connector = SlurmConnector("81234", rest_url="http://slurm:6820", rest_token="t", policy=FAST,
+                               transport=transport, now=lambda: NOW)
+    assert connector.scope().context == connector.scope().context
+    with pytest.raises(ConnectorError):
+        SlurmConnector("5", rest_url="http://slurm:6820", policy=FAST, transport=transport).scope()
+    assert len(opened) == 3 and all(c.is_closed for c in opened)
+    assert not transport.closed

@@ -17,6 +17,13 @@ Errors are classified (`ConnectorError.kind`): `transient` (connection refused/r
 HTTP 429/5xx, a scheduler daemon not answering) is retried with exponential backoff up to the
 policy's limit; `permanent` (bad request, 4xx, unparseable answer), `auth` (401/403, missing
 credentials) and `not_found` (404, unknown job id) are not.
+
+Resources: a connector object may live long (a server keeps one per backend), its connections
+only as long as one `scope()` or `collect()`. Every connector opens its HTTP clients when the
+call begins and closes them when it returns or raises, so a connector holds nothing open between
+calls and needs no `close()` or `with`. A connector closes only what it created: a transport or
+an API client (`KubeAPI`) passed in is the caller's, used and never closed (http_api.py
+`BorrowedTransport`), and stays usable for the next call.
 """
 
 from __future__ import annotations

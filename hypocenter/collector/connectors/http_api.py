@@ -71,9 +71,10 @@ def classify_status(response: httpx.Response, what: str) -> ConnectorError | Non
     return ConnectorError(detail, kind="permanent")
 
 
-class _Borrowed(httpx.BaseTransport):
+class BorrowedTransport(httpx.BaseTransport):
     """A caller's transport: used, never closed (httpx.Client closes its transport with itself, and
-    a connector collects many times with the one it was given)."""
+    a connector collects many times with the one it was given). Every connector client that is
+    handed a transport wraps it in this (base.py, "Resources")."""
 
     def __init__(self, inner: httpx.BaseTransport) -> None:
         self.inner = inner
@@ -94,7 +95,7 @@ class HttpApi:
         self.sleep = sleep
         self.calls = 0  # HTTP requests sent, retries included
         self._headers = dict(headers or {})
-        self._transport = _Borrowed(transport) if transport is not None else None
+        self._transport = BorrowedTransport(transport) if transport is not None else None
         self._client: httpx.Client | None = None
 
     def __enter__(self) -> HttpApi:

@@ -55,6 +55,7 @@ import httpx
 
 from hypocenter import strict_yaml
 from hypocenter.collector.connectors.base import Collected, ConnectorError, RetryPolicy, Scope, with_retries
+from hypocenter.collector.connectors.http_api import BorrowedTransport
 from hypocenter.collector.lineformat import TimeContext, parse_iso
 from hypocenter.collector.scheduler_records import render
 from hypocenter.collector.sources import RecordSource, Source, TextSource
@@ -245,20 +246,42 @@ def credentials(kubeconfig: str | Path | None = None, context: str | None = None
 
 
 class KubeAPI:
-    """GETs against one API server, with the policy's timeout, classification and retries."""
+    """GETs against one API server, with the policy's timeout, classification and retries.
+
+    Connections are open only inside `with api:` (the connector opens one block per scope; blocks
+    may nest, the outermost closes), so one KubeAPI serves many scopes and holds nothing open
+    between them. A transport passed in is the caller's: used, never closed (base.py, "Resources")."""
 
     def __init__(self, creds: Credentials, *, policy: RetryPolicy = DEFAULT_POLICY,
                  transport: httpx.BaseTransport | None = None, sleep: Callable[[float], None] = time.sleep) -> None:
         self.creds = creds
         self.policy = policy
         self.sleep = sleep
-        if transport is None:
-            transport = httpx.HTTPTransport(verify=creds.ssl_context())
-        self._client = httpx.Client(base_url=creds.server, headers=creds.headers, transport=transport,
-                                    timeout=httpx.Timeout(policy.timeout_s))
+        self._transport = BorrowedTransport(transport) if transport is not None else None
+        # once, not per block: a client certificate is loaded through a temporary file
+        self._verify: ssl.SSLContext | bool = creds.ssl_context() if transport is None else True
+        self._client: httpx.Client | None = None
+        self._depth = 0
+
+    def __enter__(self) -> KubeAPI:
+        if self._client is None:
+            transport = self._transport or httpx.HTTPTransport(verify=self._verify)
+            self._client = httpx.Client(base_url=self.creds.server, headers=self.creds.headers, transport=transport,
+                                        timeout=httpx.Timeout(self.policy.timeout_s))
+        self._depth += 1
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._depth -= 1
+        if self._depth <= 0:
+            self.close()
 
     def close(self) -> None:
-        self._client.close()
+        """Close the connections now; the next `with` opens new ones. The caller's transport stays open."""
+        self._depth = 0
+        if self._client is not None:
+            self._client.close()
+            self._client = None
 
     def get(self, path: str, params: Mapping[str, str] | None = None, *, what: str) -> Any:
         text = self.get_text(path, params, what=what)
@@ -271,6 +294,8 @@ class KubeAPI:
         return with_retries(lambda: self._once(path, params, what), self.policy, what=what, sleep=self.sleep)
 
     def _once(self, path: str, params: Mapping[str, str] | None, what: str) -> str:
+        if self._client is None:
+            raise RuntimeError("KubeAPI used outside `with api:`")
         try:
             resp = self._client.get(path, params=params)
         except httpx.TimeoutException:
@@ -498,9 +523,13 @@ class KubernetesConnector:
     # ------------------------------------------------------------------ the scope
 
     def scope(self) -> Scope:
+        self.progress(f"kubernetes: reading {self.namespace}/{self.job_name}")
+        with self.api:  # connections live for this scope only (base.py, "Resources")
+            return self._scope()
+
+    def _scope(self) -> Scope:
         coverage: list[Coverage] = []
         notes: list[str] = []
-        self.progress(f"kubernetes: reading {self.namespace}/{self.job_name}")
         found = self._find()
         workload = found.workload if found.workload is not None else self._workload_of(found, coverage)
         pods: list[dict[str, Any]] = []

@@ -27,7 +27,8 @@ otherwise from accounting. Records (`slurm job|step|node …`, see scheduler_rec
 accounting, from the controller only when accounting has nothing (e.g. no slurmdbd).
 
 Either source alone is enough to name the attempt; the connector raises `ConnectorError` only when
-neither can (no such job: `not_found`; commands missing: `permanent`; controller down: `transient`).
+neither can (no such job: `not_found`; commands missing, or answers that are no list of jobs:
+`permanent`; controller down: `transient`). A slurmrestd client lives for one `scope()` (base.py).
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ from hypocenter.collector.connectors.base import (
     Scope,
     with_retries,
 )
+from hypocenter.collector.connectors.http_api import BorrowedTransport
 from hypocenter.collector.hostlist import HostlistError, expand, expand_hostlist
 from hypocenter.collector.lineformat import TimeContext, parse_iso
 from hypocenter.collector.scheduler_records import parse_scontrol, render, slurm_job_label
@@ -279,7 +281,7 @@ class SlurmConnector:
         self.rest_url = rest_url.rstrip("/") if rest_url else None
         self.rest_token = rest_token if rest_token is not None else os.environ.get("SLURM_JWT")
         self.rest_versions = (rest_version,) if rest_version else REST_VERSIONS
-        self.transport = transport
+        self._transport = BorrowedTransport(transport) if transport is not None else None
         self.sleep = sleep
         self.now = now or (lambda: datetime.now(timezone.utc))
         self._client: httpx.Client | None = None
@@ -299,7 +301,7 @@ class SlurmConnector:
                 if os.environ.get("SLURM_USER"):
                     headers["X-SLURM-USER-NAME"] = os.environ["SLURM_USER"]
             self._client = httpx.Client(base_url=self.rest_url or "", headers=headers, timeout=self.policy.timeout_s,
-                                        transport=self.transport)
+                                        transport=self._transport)
         last: ConnectorError | None = None
         for version in self.rest_versions:
             url = path.format(v=version)
@@ -378,6 +380,14 @@ class SlurmConnector:
     # ------------------------------------------------------------------ the scope
 
     def scope(self) -> Scope:
+        try:
+            return self._scope()
+        finally:  # slurmrestd's connections, opened on first use, live for this scope only (base.py)
+            if self._client is not None:
+                self._client.close()
+                self._client = None
+
+    def _scope(self) -> Scope:
         coverage: list[Coverage] = []
         notes: list[str] = []
         acct_doc: dict[str, Any] | None = None
@@ -404,8 +414,11 @@ class SlurmConnector:
         acct = [_facts(j, _meta_cluster(acct_doc)) for j in _jobs(acct_doc) if self.ref.matches(j)] if acct_doc else []
         ctl = [_facts(j, _meta_cluster(ctl_doc)) for j in _jobs(ctl_doc) if self.ref.matches(j)] if ctl_doc else []
         if not acct and not ctl:
-            real = [e for e in errors if e.kind != "not_found"]
-            if real and len(real) == len(errors):
+            # What each source said: an error, a list of jobs without this one, or an answer not understood.
+            said = errors + [_without_job(doc, tool) for doc, tool in ((acct_doc, "accounting"), (ctl_doc, ctl_tool))
+                             if doc is not None]
+            real = [e for e in said if e.kind != "not_found"]
+            if len(real) == len(said):
                 kind = "transient" if any(e.transient for e in real) else real[0].kind
                 raise ConnectorError(f"Slurm job {label}: " + "; ".join(str(e) for e in real), kind=kind)
             raise ConnectorError(f"Slurm job {label} not found: neither accounting (sacct) nor slurmctld "
@@ -419,19 +432,17 @@ class SlurmConnector:
             kept = [f.raw for f in acct if chosen is None or f is chosen or f.label != chosen.label]
             records = render({"jobs": kept}, f"slurm/sacct-{label}.json", tctx)
             sources.append(RecordSource(name=f"slurm/sacct-{label}.json", records=records))
-            coverage.append(Coverage(connector=self.name, source=f"slurm/sacct-{label}.json",
-                                     status="ok" if acct else "missing", observations=len(records),
-                                     reason=None if acct else "accounting has no record of this job"))
+            coverage.append(_answer_coverage(self.name, f"slurm/sacct-{label}.json", acct_doc, "accounting", bool(acct),
+                                             len(records), "accounting has no record of this job"))
         if ctl_doc is not None:
             records = render({"jobs": [f.raw for f in ctl]}, f"slurm/{ctl_tool}-job-{label}.json", tctx)
             used = len(records) if not acct else 0  # accounting already says the same: no duplicate records
             if used:
                 sources.append(RecordSource(name=f"slurm/{ctl_tool}-job-{label}.json", records=records))
-            reason = None if ctl else "slurmctld no longer holds this job"
-            if ctl and not same_instance:
-                reason = "slurmctld describes a newer instance of the job: used for the requeue count only"
-            coverage.append(Coverage(connector=self.name, source=f"slurm/scontrol-job-{label}.json",
-                                     status="ok" if ctl else "missing", observations=len(ctl), reason=reason))
+            coverage.append(_answer_coverage(
+                self.name, f"slurm/scontrol-job-{label}.json", ctl_doc, ctl_tool, bool(ctl), len(ctl),
+                "slurmctld no longer holds this job" if not ctl else None if same_instance
+                else "slurmctld describes a newer instance of the job: used for the requeue count only"))
         if context.nodes:
             sources_n, cov = self._node_records(context.nodes, chosen, tctx, label)
             sources.extend(sources_n)
@@ -523,8 +534,12 @@ class SlurmConnector:
         except ConnectorError as exc:
             return [], Coverage(connector=self.name, source=source, status="failed", observations=0,
                                 reason=f"node states and drain reasons not read: {exc}")
+        if not isinstance(doc.get("nodes"), list):
+            return [], Coverage(connector=self.name, source=source, status="failed", observations=0,
+                                reason=f"node states and drain reasons not read: answer not understood (no list of "
+                                       f"nodes): {str(doc)[:200]}")
         wanted = set(nodes)
-        kept = [n for n in doc.get("nodes") or [] if isinstance(n, dict) and str(n.get("name")) in wanted]
+        kept = [n for n in doc["nodes"] if isinstance(n, dict) and str(n.get("name")) in wanted]
         records = render({"nodes": kept}, source, tctx) if kept else []
         missing = sorted(wanted - {str(n.get("name")) for n in kept})
         status: Literal["ok", "partial", "missing"] = "ok" if not missing else ("partial" if kept else "missing")
@@ -538,6 +553,30 @@ class _UnknownVersion(ConnectorError):
 
 
 def _jobs(doc: dict[str, Any] | None) -> list[dict[str, Any]]:
-    if not doc:
-        return []
-    return [j for j in doc.get("jobs") or [] if isinstance(j, dict)]
+    jobs = doc.get("jobs") if doc else None
+    return [j for j in jobs if isinstance(j, dict)] if isinstance(jobs, list) else []
+
+
+def _understood(doc: dict[str, Any]) -> bool:
+    """A list of job objects, maybe empty: what every Slurm release answers, whether it knows the job or not."""
+    jobs = doc.get("jobs")
+    return isinstance(jobs, list) and all(isinstance(j, dict) for j in jobs)
+
+
+def _without_job(doc: dict[str, Any], tool: str) -> ConnectorError:
+    """An answer that does not name the job: `not_found` when it is a list of jobs, else not understood."""
+    if _understood(doc):
+        return ConnectorError(f"{tool}: no such job", kind="not_found")
+    return ConnectorError(f"{tool}: answer not understood (no list of jobs): {str(doc)[:200]}", kind="permanent")
+
+
+def _answer_coverage(connector: str, source: str, doc: dict[str, Any], tool: str, has_job: bool, observations: int,
+                     reason: str | None) -> Coverage:
+    """Coverage of a source that answered: ok when it named the job, missing when its list of jobs
+    lacks it, failed when the answer is not understood."""
+    if has_job:
+        return Coverage(connector=connector, source=source, status="ok", observations=observations, reason=reason)
+    if not _understood(doc):
+        return Coverage(connector=connector, source=source, status="failed", observations=0,
+                        reason=str(_without_job(doc, tool)))
+    return Coverage(connector=connector, source=source, status="missing", observations=observations, reason=reason)
