@@ -139,6 +139,12 @@ class AttemptContext(_Strict):
     def _upper_state(cls, v: str | None) -> str | None:
         return v.strip().upper() if isinstance(v, str) else v
 
+    @field_validator("nodes")
+    @classmethod
+    def _once_each(cls, v: list[str]) -> list[str]:
+        # An allocation names a node once; a repeat (a hand-written list, a merged hostlist) is the same node.
+        return list(dict.fromkeys(v))
+
     @model_validator(mode="after")
     def _ranks_on_known_nodes(self) -> AttemptContext:
         for node, spec in self.ranks.items():
