@@ -89,10 +89,12 @@ class IngestEvents:
         self._extractor = extractor
         self._activity = activity
 
-    def __call__(self, logs: Sequence[Entry]) -> list[tuple[str, int, int]]:
+    def __call__(self, logs: Sequence[Entry]) -> tuple[list[tuple[str, int, int]], Callable[[], None]]:
+        """(workload, attempt, time) of stalls, and what to call once the batch is committed (the
+        metric counts only events of records that were stored: a refused batch is sent again)."""
         texts = [e for e in logs if e.kind == "text" and e.body]
         if not texts:
-            return []
+            return [], _nothing
         data = "\n".join(e.body for e in texts).encode("utf-8", "surrogateescape")
         starts: list[int] = []
         pos = 0
@@ -121,8 +123,11 @@ class IngestEvents:
                 kinds[ev.kind] += 1
                 if ev.kind in self.STALL_KINDS and workload is not None:
                     stalls.append((workload, attempt, int(ev.time.timestamp() * 1e9) if ev.time else max(times)))
-        self._activity.extracted(kinds)
-        return stalls
+        return stalls, lambda: self._activity.extracted(kinds)
+
+
+def _nothing() -> None:
+    pass
 
 
 class IngestQueue:
@@ -130,7 +135,8 @@ class IngestQueue:
 
     def __init__(self, store: Store, capacity: int, retry_after: float,
                  on_commit: Callable[[], None] | None = None,
-                 events: Callable[[Sequence[Entry]], list[tuple[str, int, int]]] | None = None) -> None:
+                 events: Callable[[Sequence[Entry]], tuple[list[tuple[str, int, int]], Callable[[], None]]] | None = None
+                 ) -> None:
         self._store = store
         self._events = events
         self.capacity = capacity
@@ -178,12 +184,14 @@ class IngestQueue:
             try:
                 logs = [e for b in batches for e in b.logs]
                 stalls: list[tuple[str, int, int]] = []
+                committed = _nothing
                 if self._events is not None:
                     try:
-                        stalls = self._events(logs)
+                        stalls, committed = self._events(logs)
                     except Exception:  # a trigger hint; the records themselves must still be stored
                         log.exception("extraction on ingest")
                 self._store.ingest(logs, [p for b in batches for p in b.points], time.time(), stalls)
+                committed()
             except Exception as exc:  # the store failed: no request in this group is acknowledged
                 log.error("store write failed: %s", exc)
                 for b in batches:
