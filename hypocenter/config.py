@@ -74,6 +74,9 @@ class Settings(BaseSettings):
     slurm_poll_lookback_s: float = Field(3600.0, gt=0, description="how far back the first Slurm poll looks")
     slurm_rest_url: str = Field("", description="slurmrestd URL to scope polled jobs with (JWT in $SLURM_JWT); "
                                 "empty = the client commands")
+    kubeconfig: str = Field("", description="kubeconfig for POST /v1/scopes with kueue / k8s_job (empty: in-cluster "
+                            "service account, else $KUBECONFIG or ~/.kube/config)")
+    kube_context: str = Field("", description="kubeconfig context to use (empty: its current-context)")
     rules: list[str] = Field(default_factory=list, description="extra rule files or directories")
     no_builtin_rules: bool = Field(False, description="use only the extra rules")
     log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="server log level")

@@ -80,3 +80,56 @@ def test_settings_show_the_pull_options() -> None:
     for name in ("pull_loki_url", "pull_prometheus_url", "slurm_poll_s", "slurm_rest_url"):
         assert fields[name].description, name
     assert json.dumps(Settings().model_dump(mode="json"))  # defaults are plain values
+
+
+def test_rest_scope_by_slurm_job_id(loki: FakeLoki, tmp_path: Path) -> None:
+    """`POST /v1/scopes {"slurm": ID}` — what a Slurm epilog would call — analyses the job now."""
+    push_logs(load_bundle(BUNDLE), loki)
+    env = {"PATH": f"{FAKE_BIN}:{os.environ.get('PATH', '')}", "HYPOCENTER_FAKE_SLURM": str(FIXTURES),
+           "LOKI_BEARER_TOKEN": "s3cret", "LOKI_ORG_ID": "team-a"}
+    srv = ServerProcess(tmp_path / "store.db", "--pull-loki-url", loki.url,
+                        "--pull-loki-workload-selector", '{job="slurm", workload="{workload}"}', env=env).start()
+    try:
+        with srv.client() as client:
+            r = client.post("/v1/scopes", json={"slurm": "81234"})
+            assert r.status_code == 200, r.text
+            assert verdict(r.json()) == verdict(analyze(BUNDLE))
+            assert r.headers["X-Hypocenter-Provisional"] == "false"
+            missing = client.post("/v1/scopes", json={"slurm": "4242"})
+            assert missing.status_code == 404 and "4242" in missing.json()["message"]
+            both = client.post("/v1/scopes", json={"slurm": "81234", "kueue": "a/b"})
+            assert both.status_code == 422 and "exactly one" in both.text
+    finally:
+        srv.stop()
+
+
+def test_a_kubernetes_scope_is_kept_with_its_pod_logs(tmp_path: Path) -> None:
+    from test_connector_kubernetes import _connector, _example_fake, _node_logs
+
+    from hypocenter.api.service import Attribution
+    from hypocenter.config import load_settings
+    from hypocenter.engine import default_engine
+    from hypocenter.exporter.store import open_store
+
+    example = REPO / "examples" / "hbm-ecc-xid48"
+    scope = _connector(_example_fake("hbm-ecc-xid48"), "ml-team/train").scope()
+    sources = [*scope.collected.sources, *_node_logs(example)]
+    direct = default_engine().analyze(scope.context, sources, scope.collected.coverage)
+    settings, _ = load_settings({"store": str(tmp_path / "s.db"), "settle_s": 3600, "idle_timeout_s": 86400},
+                                environ={})
+    store = open_store(settings.store)
+    service = Attribution(settings, store)
+    try:
+        assert service.store_scope(scope.context, sources) is True
+        assert service.store_scope(scope.context, sources) is False  # seen again: nothing to do
+        d, provisional = service.analyze(scope.context.workload.id, scope.context.workload.attempt)
+    finally:
+        service.close()
+        store.close()
+    assert not provisional
+    assert d.root_cause is not None and direct.root_cause is not None
+    assert (d.outcome, d.root_cause.domain, d.root_cause.subdomain, d.root_cause.nodes) == \
+        (direct.outcome, direct.root_cause.domain, direct.root_cause.subdomain, direct.root_cause.nodes)
+    # the pod logs were kept line by line: evidence points into them as into the connector's sources
+    pod_refs = {e.ref.rsplit(":", 1)[0] for e in direct.evidence if e.ref.startswith("logs/")}
+    assert pod_refs and pod_refs <= {e.ref.rsplit(":", 1)[0] for e in d.evidence}

@@ -14,6 +14,8 @@ REST (/v1, documented in /openapi.json and /docs):
     GET  /v1/diagnoses?cluster&outcome&domain&node&workload&since&until&limit
     GET  /v1/diagnoses/{id}                           the diagnosis JSON, byte for byte as stored
     POST /v1/bundles                                  a tar.gz attempt bundle → its diagnosis
+    POST /v1/scopes                                   {"slurm": ID} | {"kueue": NS/WL} | {"k8s_job": NS/NAME}:
+                                                      scope the job with its connector, analyse now
     GET  /healthz, /readyz
 """
 
@@ -41,7 +43,7 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsPartialSuccess,
     ExportMetricsServiceResponse,
 )
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from starlette.concurrency import run_in_threadpool
 
 from hypocenter import __version__, strict_yaml
@@ -85,6 +87,28 @@ class AttemptInfo(BaseModel):
     analyzed_at: str | None
     log_records: int
     metric_points: int
+
+
+class ScopeRequest(BaseModel):
+    """A job named by its scheduler id: exactly one field."""
+
+    model_config = ConfigDict(extra="forbid")
+    slurm: str | None = Field(None, description="Slurm job id: 81234, array task 81234_7, het component 81234+1")
+    kueue: str | None = Field(None, description="a Kueue Workload: NAMESPACE/NAME")
+    k8s_job: str | None = Field(None, description="a JobSet, PyTorchJob or Job: NAMESPACE/NAME or NAMESPACE/KIND/NAME")
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> ScopeRequest:
+        if sum(v is not None for v in (self.slurm, self.kueue, self.k8s_job)) != 1:
+            raise ValueError("give exactly one of slurm, kueue, k8s_job")
+        return self
+
+    def which(self) -> tuple[str, str]:
+        for kind in ("slurm", "kueue", "k8s_job"):
+            value = getattr(self, kind)
+            if value is not None:
+                return kind, str(value)
+        raise AssertionError("validated")
 
 
 class Problem(BaseModel):
@@ -230,6 +254,27 @@ def build_app(service: Attribution, ready: Callable[[], bool] = lambda: True) ->
             diagnosis, provisional = await run_in_threadpool(service.analyze, workload, attempt)
         except UnknownAttempt as exc:
             return _problem(404, str(exc))
+        return Response(diagnosis.to_json(), media_type=JSON,
+                        headers={"X-Hypocenter-Provisional": str(provisional).lower()})
+
+    @app.post("/v1/scopes", tags=["attempts"], summary="Analyse a job named by its scheduler id",
+              description="Exactly one of `slurm` (81234, 81234_7, 81234+1), `kueue` (NS/WORKLOAD) or `k8s_job` "
+                          "(NS/NAME or NS/KIND/NAME): the server asks the scheduler for the attempt with the "
+                          "same connector as `hypocenter analyze --slurm/--kueue/--k8s-job`, keeps that scope and "
+                          "the records and pod logs it brought, and analyses now (with the pull connectors, if "
+                          "configured). For a Slurm epilog: `curl -X POST -d '{\"slurm\": \"'$SLURM_JOB_ID'\"}'`.",
+              responses={200: {"model": Diagnosis}, 400: {"model": Problem}, 404: {"model": Problem},
+                         503: {"model": Problem}})
+    async def analyze_scope(request: ScopeRequest) -> Response:
+        kind, job = request.which()
+        try:
+            diagnosis, provisional = await run_in_threadpool(service.analyze_scope, kind, job)
+        except UnknownAttempt as exc:
+            return _problem(404, str(exc))
+        except TransientError as exc:
+            return _problem(503, str(exc), headers={"Retry-After": "5"})
+        except InputError as exc:
+            return _problem(400, str(exc))
         return Response(diagnosis.to_json(), media_type=JSON,
                         headers={"X-Hypocenter-Provisional": str(provisional).lower()})
 

@@ -138,7 +138,7 @@ def ended_jobs(runner: Runner, policy: RetryPolicy, since: datetime, until: date
 class SlurmPoller:
     """A thread that turns jobs Slurm reports as ended into scoped attempts in the store."""
 
-    def __init__(self, settings: Settings, store_context: Callable[[Any, list[RecordSource]], bool],
+    def __init__(self, settings: Settings, store_context: Callable[[Any, list[Source]], bool],
                  runner: Runner = run_command) -> None:
         self.interval = settings.slurm_poll_s
         self.lookback = timedelta(seconds=settings.slurm_poll_lookback_s)
@@ -185,8 +185,7 @@ class SlurmPoller:
             except ConnectorError as exc:
                 log.warning("slurm poll: job %s: %s", job, exc)
                 continue
-            records = [s for s in scope.collected.sources if isinstance(s, RecordSource)]
-            if self._store_context(scope.context, records):
+            if self._store_context(scope.context, scope.collected.sources):
                 new += 1
         self._since = now
         self.scoped += new

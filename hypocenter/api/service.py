@@ -37,8 +37,10 @@ from hypocenter.api.pulls import Pulls, SlurmPoller, records_document
 from hypocenter.collector.attempts import assemble, summary
 from hypocenter.collector.bundle import time_context
 from hypocenter.collector.compaction import CompactionReport, compact
+from hypocenter.collector.connectors import connector_class
+from hypocenter.collector.connectors.base import ConnectorError, RetryPolicy
 from hypocenter.collector.otlp import Entry, Point
-from hypocenter.collector.sources import RecordSource, TextSource
+from hypocenter.collector.sources import RecordSource, Source, TextSource
 from hypocenter.config import Settings
 from hypocenter.engine import Engine, default_engine
 from hypocenter.engine.extract import Extractor
@@ -332,24 +334,64 @@ class Attribution:
         self.activity.analysed(diagnosis, context.state is None, None)
         self._publish(diagnosis.id)
 
-    def store_scope(self, context: AttemptContext, records: list[RecordSource]) -> bool:
-        """Keep a scope connector's attempt (and its scheduler records) as the attempt's own; False
-        when the store already holds exactly this scope (a poll that saw the job again)."""
+    def store_scope(self, context: AttemptContext, sources: Sequence[Source]) -> bool:
+        """Keep a scope connector's attempt as the attempt's own, with what it brought: scheduler
+        records (one records document) and logs only it can reach (Kubernetes pod logs, line by
+        line, as a collector would send them). False when the store already holds exactly this
+        scope (a poll that saw the job again)."""
         scope = context.model_dump(mode="json")
         row = self.store.attempt(context.workload.id, context.workload.attempt)
         if row is not None and row.context == scope:
             return False
-        now = time.time()
+        wl, attempt = context.workload.id, context.workload.attempt
+        end_ns = int(context.window.end.timestamp() * 1e9)
+
+        def dedup(*parts: str) -> str:
+            return hashlib.blake2b("\x1f".join(parts).encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+
+        entries: list[Entry] = []
+        records = [s for s in sources if isinstance(s, RecordSource)]
         if records:
             body = json.dumps(records_document(records), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-            entry = Entry(workload=context.workload.id, attempt=context.workload.attempt, node=None,
-                          stream=f"{context.workload.scheduler or 'scheduler'}/records", kind="doc", body=body,
-                          time_ns=int(context.window.end.timestamp() * 1e9), line=None,
-                          dedup=hashlib.blake2b(body.encode(), digest_size=16).hexdigest())
-            self.store.ingest([entry], [], now)
-        self.store.set_context(context.workload.id, context.workload.attempt, scope, now)
+            entries.append(Entry(workload=wl, attempt=attempt, node=None,
+                                 stream=f"{context.workload.scheduler or 'scheduler'}/records", kind="doc", body=body,
+                                 time_ns=end_ns, line=None, dedup=dedup("scope", wl, str(attempt), body)))
+        for src in sources:
+            if isinstance(src, TextSource):
+                text = src.text.decode("utf-8", "replace") if isinstance(src.text, bytes) else src.text
+                for i, line in enumerate(text.split("\n"), 1):
+                    if line or i == 1:
+                        entries.append(Entry(workload=wl, attempt=attempt, node=src.node, stream=src.name, kind="text",
+                                             body=line, time_ns=end_ns, line=i,
+                                             dedup=dedup("scope", wl, str(attempt), src.name, str(i), line)))
+        now = time.time()
+        for i in range(0, len(entries), 50_000):
+            self.store.ingest(entries[i:i + 50_000], [], now)
+        self.store.set_context(wl, attempt, scope, now)
         self._wake_loop()
         return True
+
+    def analyze_scope(self, kind: str, job: str) -> tuple[Diagnosis, bool]:
+        """The explicit trigger by scheduler id: scope the job with its connector (`slurm`, `kueue`,
+        `k8s_job`), keep that scope, analyse now (with the pull connectors, if configured)."""
+        policy = RetryPolicy(timeout_s=self.settings.pull_timeout_s)
+        try:
+            if kind == "slurm":
+                connector = connector_class("slurm")(job, policy=policy, rest_url=self.settings.slurm_rest_url or None)
+            else:
+                kubernetes = connector_class("kubernetes")
+                kwargs = {"kubeconfig": self.settings.kubeconfig or None, "context": self.settings.kube_context or None,
+                          "policy": policy}
+                connector = (kubernetes.for_kueue(job, **kwargs) if kind == "kueue" else kubernetes.for_job(job, **kwargs))
+            scope = connector.scope()
+        except ConnectorError as exc:
+            if exc.kind == "not_found":
+                raise UnknownAttempt(f"{kind} {job}: {exc}") from None
+            if exc.transient:
+                raise TransientError(f"{kind} {job}: {exc}") from None
+            raise InputError(f"{kind} {job}: {exc}") from None
+        self.store_scope(scope.context, scope.collected.sources)
+        return self.analyze(scope.context.workload.id, scope.context.workload.attempt)
 
     def set_context(self, context: AttemptContext) -> None:
         self.store.set_context(context.workload.id, context.workload.attempt, context.model_dump(mode="json"),
