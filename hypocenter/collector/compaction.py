@@ -26,8 +26,6 @@ from hypocenter.exporter.store import Store, StreamKey, StreamLine
 
 log = logging.getLogger("hypocenter.server")
 
-_PAD_LIMIT = 1 << 20  # as attempts.MAX_LINE_PADDING: the same placement the rebuilt text gets
-
 
 @dataclass(slots=True)
 class CompactionReport:
@@ -53,16 +51,13 @@ def generations(rows: list[StreamLine]) -> list[list[StreamLine]]:
 
 
 def placed(part: list[StreamLine]) -> list[int]:
-    """The line number each row gets in the rebuilt text (gaps kept as blank lines, as attempts._text)."""
+    """The line each row is in the rebuilt text: its record number, else the next one after the
+    previous row's (as attempts._text lays rows out, gaps kept as blank lines)."""
     out: list[int] = []
-    expected = 1  # the record number the next row would have without a gap
-    pos = 0       # the rebuilt text's line count so far
+    expected = 1
     for r in part:
-        if r.line is not None and r.line > expected:
-            pos += min(r.line - expected, _PAD_LIMIT)
-        pos += 1
-        out.append(pos)
-        expected = (r.line if r.line is not None else expected) + 1
+        out.append(r.line if r.line is not None else expected)
+        expected = out[-1] + 1
     return out
 
 
@@ -91,7 +86,13 @@ def _stream(store: Store, extractor: Extractor, key: StreamKey, cutoff: float,
     blank: list[int] = []
     keep: list[int] = []
     freed = 0
-    for part in generations(store.stream_lines(key)):
+    # Lines with record numbers are placed by their numbers, so the tombstones need not be read
+    # (a generation's restart shows in the head lines it keeps); lines without are placed by
+    # arrival order, tombstones included.
+    rows = store.stream_lines(key, live_only=True)
+    if any(r.line is None for r in rows):
+        rows = store.stream_lines(key)
+    for part in generations(rows):
         numbers = placed(part)
         live = [(i, r) for i, r in enumerate(part) if r.compacted != 2]
         needed = extractor.evidence_lines([(numbers[i], r.body) for i, r in live], tctx)

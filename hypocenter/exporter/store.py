@@ -143,6 +143,10 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX log_entries_uncompacted ON log_entries (received) WHERE compacted = 0 AND kind = 'text';
     ALTER TABLE attempts ADD COLUMN stalled_ns INTEGER;  -- a watchdog / heartbeat timeout seen before any terminal state
     """,
+    # 5: a compaction pass reads a stream's live lines only, not its tombstones
+    """
+    CREATE INDEX log_entries_live ON log_entries (stream, node, id) WHERE compacted < 2 AND kind = 'text';
+    """,
 )
 
 
@@ -267,7 +271,7 @@ class Store(Protocol):
     def ingest(self, logs: Sequence[Entry], points: Sequence[Point], now: float,
                stalls: Sequence[tuple[str, int, int]] = ()) -> int: ...
     def compaction_due(self, cutoff: float, limit: int) -> list[StreamKey]: ...
-    def stream_lines(self, key: StreamKey) -> list[StreamLine]: ...
+    def stream_lines(self, key: StreamKey, *, live_only: bool = False) -> list[StreamLine]: ...
     def compact(self, blank: Sequence[int], keep: Sequence[int]) -> None: ...
     def set_context(self, workload: str, attempt: int, context: dict[str, Any], now: float) -> None: ...
     def attempt(self, workload: str, attempt: int) -> AttemptRow | None: ...
@@ -539,12 +543,17 @@ class SQLiteStore:
             "SELECT DISTINCT attempt_id, node, stream FROM log_entries WHERE compacted = 0 AND kind = 'text'"
             " AND received < ? ORDER BY attempt_id, node, stream LIMIT ?", (cutoff, limit))]
 
-    def stream_lines(self, key: StreamKey) -> list[StreamLine]:
-        scope = "attempt_id IS NULL" if key.attempt_id is None else "attempt_id = ?"
-        args: tuple[Any, ...] = () if key.attempt_id is None else (key.attempt_id,)
+    def stream_lines(self, key: StreamKey, *, live_only: bool = False) -> list[StreamLine]:
+        """A text stream's rows in arrival order; `live_only`: without the blanked ones (tombstones)."""
+        where = ["stream = ?", "kind = 'text'", "attempt_id IS NULL" if key.attempt_id is None else "attempt_id = ?",
+                 "node IS NULL" if key.node is None else "node = ?"]
+        args: list[Any] = [key.stream, *([] if key.attempt_id is None else [key.attempt_id]),
+                           *([] if key.node is None else [key.node])]
+        if live_only:
+            where.append("compacted < 2")
         return [StreamLine(r["id"], r["line"], r["body"], r["received"], r["compacted"]) for r in self._rows(
-            f"SELECT id, line, body, received, compacted FROM log_entries WHERE {scope} AND COALESCE(node, '') = ?"
-            " AND stream = ? AND kind = 'text' ORDER BY id", (*args, key.node or "", key.stream))]
+            f"SELECT id, line, body, received, compacted FROM log_entries WHERE {' AND '.join(where)} ORDER BY id",
+            args)]
 
     def compact(self, blank: Sequence[int], keep: Sequence[int]) -> None:
         """Blank the text of lines no extraction can read (the row stays: its line number, time and
