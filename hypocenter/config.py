@@ -74,9 +74,12 @@ class Settings(BaseSettings):
     slurm_poll_lookback_s: float = Field(3600.0, gt=0, description="how far back the first Slurm poll looks")
     slurm_rest_url: str = Field("", description="slurmrestd URL to scope polled jobs with (JWT in $SLURM_JWT); "
                                 "empty = the client commands")
-    kubeconfig: str = Field("", description="kubeconfig for POST /v1/scopes with kueue / k8s_job (empty: in-cluster "
+    kubeconfig: str = Field("", description="kubeconfig for the Kueue poll and POST /v1/scopes (empty: in-cluster "
                             "service account, else $KUBECONFIG or ~/.kube/config)")
     kube_context: str = Field("", description="kubeconfig context to use (empty: its current-context)")
+    kube_poll_s: float = Field(0.0, ge=0, description="list Kueue Workloads this often for ones that finished or "
+                               "were evicted, and analyse each (0 = off)")
+    kube_poll_lookback_s: float = Field(3600.0, gt=0, description="how far back the first Kueue poll looks")
     rules: list[str] = Field(default_factory=list, description="extra rule files or directories")
     no_builtin_rules: bool = Field(False, description="use only the extra rules")
     log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="server log level")

@@ -133,3 +133,37 @@ def test_a_kubernetes_scope_is_kept_with_its_pod_logs(tmp_path: Path) -> None:
     # the pod logs were kept line by line: evidence points into them as into the connector's sources
     pod_refs = {e.ref.rsplit(":", 1)[0] for e in direct.evidence if e.ref.startswith("logs/")}
     assert pod_refs and pod_refs <= {e.ref.rsplit(":", 1)[0] for e in d.evidence}
+
+
+def test_the_kueue_poll_scopes_workloads_that_ended(tmp_path: Path) -> None:
+    """`--kube-poll-s`: Workloads whose Finished or Evicted condition turned true since the last look
+    are scoped with the Kubernetes connector and kept; a second look keeps nothing new."""
+    from test_connector_kubernetes import FAST, _example_fake
+
+    from hypocenter.api.pulls import KueuePoller, ended_workloads
+    from hypocenter.api.service import Attribution
+    from hypocenter.collector.connectors.kubernetes import Credentials, KubeAPI
+    from hypocenter.config import load_settings
+    from hypocenter.exporter.store import open_store
+
+    fake = _example_fake("kueue-preemption")
+    api = KubeAPI(Credentials(server="https://k8s.test", headers={"Authorization": "Bearer fake-token"}),
+                  policy=FAST, transport=fake.transport, sleep=lambda s: None)
+    assert "team-b/jobset-llm-sft-5f2a1" in ended_workloads(api, datetime(2026, 11, 1, tzinfo=timezone.utc))
+    assert ended_workloads(api, datetime(2026, 12, 1, tzinfo=timezone.utc)) == []  # nothing ended since
+    settings, _ = load_settings({"store": str(tmp_path / "s.db"), "settle_s": 3600, "idle_timeout_s": 86400,
+                                 "kube_poll_s": 60, "kube_poll_lookback_s": 90 * 86400}, environ={})
+    store = open_store(settings.store)
+    service = Attribution(settings, store)
+    try:
+        poller = KueuePoller(settings, service.store_scope, api=api)
+        assert poller.poll(now=datetime(2026, 12, 2, tzinfo=timezone.utc)) >= 1
+        row = store.attempt("team-b/llm-sft", 0)
+        assert row is not None and row.context is not None and row.context["state"] == "PREEMPTED"
+        assert poller.poll(now=datetime(2026, 12, 2, 0, 1, tzinfo=timezone.utc)) == 0
+        d, provisional = service.analyze("team-b/llm-sft", 0)
+    finally:
+        service.close()
+        store.close()
+    assert not provisional and d.root_cause is not None
+    assert (d.root_cause.domain, d.root_cause.subdomain) == ("external", "preemption")

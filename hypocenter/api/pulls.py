@@ -9,6 +9,9 @@
                  the last look, scopes each with the Slurm connector (attempt = requeue count,
                  window, nodes, state, exit code) and stores that scope and Slurm's records as
                  the attempt's; the trigger loop then analyses it like any attempt that ended.
+    KueuePoller  every `kube_poll_s`, lists Kueue Workloads (all namespaces) whose Finished or
+                 Evicted condition turned true since the last look and does the same with the
+                 Kubernetes connector (pod logs, previous containers, events, node conditions).
 
 Credentials are never settings: Loki's come from logcli's variables (`LOKI_BEARER_TOKEN[_FILE]`,
 `LOKI_USERNAME` + `LOKI_PASSWORD`, tenant `LOKI_ORG_ID` unless `pull_loki_tenant` is set),
@@ -28,15 +31,17 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from hypocenter.collector.attempts import AttemptInput
+from hypocenter.collector.attempts import AttemptInput, parse_time
 from hypocenter.collector.connectors import connector_class
 from hypocenter.collector.connectors.base import (
     Collected,
     ConnectorError,
     DataConnector,
     RetryPolicy,
+    Scope,
     with_retries,
 )
+from hypocenter.collector.connectors.kubernetes import KubeAPI, KubernetesConnector, credentials
 from hypocenter.collector.connectors.slurm import SlurmConnector, run_command
 from hypocenter.collector.scheduler_records import RECORDS_KIND, slurm_job_label
 from hypocenter.collector.sources import MetricSource, RecordSource, Source, TextSource
@@ -135,20 +140,23 @@ def ended_jobs(runner: Runner, policy: RetryPolicy, since: datetime, until: date
     return sorted(seen, key=lambda k: (seen[k], k))
 
 
-class SlurmPoller:
-    """A thread that turns jobs Slurm reports as ended into scoped attempts in the store."""
+class _Poller:
+    """A thread that asks a scheduler which jobs ended since its last look and keeps each one's scope
+    in the store (the trigger loop then analyses it like any attempt that ended). A scope the store
+    already holds is not stored again, so overlapping looks and restarts cost nothing."""
 
-    def __init__(self, settings: Settings, store_context: Callable[[Any, list[Source]], bool],
-                 runner: Runner = run_command) -> None:
-        self.interval = settings.slurm_poll_s
-        self.lookback = timedelta(seconds=settings.slurm_poll_lookback_s)
-        self.rest_url = settings.slurm_rest_url or None
-        self.policy = RetryPolicy(timeout_s=settings.pull_timeout_s)
-        self.runner = runner
+    what = "poll"
+
+    def __init__(self, interval_s: float, lookback_s: float, timeout_s: float,
+                 store_context: Callable[[Any, list[Source]], bool]) -> None:
+        self.interval = interval_s
+        self.lookback = timedelta(seconds=lookback_s)
+        self.policy = RetryPolicy(timeout_s=timeout_s)
         self._store_context = store_context
         self._since: datetime | None = None
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="hypocenter-slurm-poll", daemon=True)
+        self._thread = threading.Thread(target=self._loop, name=f"hypocenter-{self.what.replace(' ', '-')}",
+                                        daemon=True)
         self.scoped = 0
         self.failures = 0
 
@@ -166,30 +174,113 @@ class SlurmPoller:
                 self.poll()
             except ConnectorError as exc:
                 self.failures += 1
-                log.warning("slurm poll: %s (retrying in %g s)", exc, self.interval)
+                log.warning("%s: %s (retrying in %g s)", self.what, exc, self.interval)
             except Exception:  # the poller must outlive one bad answer
                 self.failures += 1
-                log.exception("slurm poll")
+                log.exception(self.what)
             self._stop.wait(self.interval)
 
+    def _jobs(self, since: datetime, now: datetime) -> list[str]:
+        raise NotImplementedError
+
+    def _scope(self, job: str) -> Scope:
+        raise NotImplementedError
+
     def poll(self, now: datetime | None = None) -> int:
-        """One look at accounting; returns how many attempts were scoped anew."""
+        """One look; returns how many attempts were scoped anew."""
         now = now or datetime.now(timezone.utc)
         since = self._since or now - self.lookback
         new = 0
-        for job in ended_jobs(self.runner, self.policy, since - timedelta(minutes=1), now):
+        for job in self._jobs(since - timedelta(minutes=1), now):
             if self._stop.is_set():
                 break
             try:
-                scope = SlurmConnector(job, runner=self.runner, policy=self.policy, rest_url=self.rest_url).scope()
+                scope = self._scope(job)
             except ConnectorError as exc:
-                log.warning("slurm poll: job %s: %s", job, exc)
+                log.warning("%s: %s: %s", self.what, job, exc)
                 continue
             if self._store_context(scope.context, scope.collected.sources):
                 new += 1
         self._since = now
         self.scoped += new
         return new
+
+
+class SlurmPoller(_Poller):
+    """Every `slurm_poll_s`, scopes the jobs Slurm accounting reports ended since the last look."""
+
+    what = "slurm poll"
+
+    def __init__(self, settings: Settings, store_context: Callable[[Any, list[Source]], bool],
+                 runner: Runner = run_command) -> None:
+        super().__init__(settings.slurm_poll_s, settings.slurm_poll_lookback_s, settings.pull_timeout_s, store_context)
+        self.rest_url = settings.slurm_rest_url or None
+        self.runner = runner
+
+    def _jobs(self, since: datetime, now: datetime) -> list[str]:
+        return ended_jobs(self.runner, self.policy, since, now)
+
+    def _scope(self, job: str) -> Scope:
+        scope: Scope = SlurmConnector(job, runner=self.runner, policy=self.policy, rest_url=self.rest_url).scope()
+        return scope
+
+
+# --------------------------------------------------------------------------------------------- Kueue
+
+KUEUE_WORKLOADS = "/apis/kueue.x-k8s.io/v1beta1/workloads"
+# Conditions that end an attempt of a Kueue Workload: it finished (succeeded or failed), or it was
+# evicted (preempted, PodsReady timeout, deactivated) — each eviction ends one admission.
+ENDING_CONDITIONS = ("Finished", "Evicted")
+
+
+def ended_workloads(api: KubeAPI, since: datetime) -> list[str]:
+    """`NS/NAME` of the Kueue Workloads (all namespaces) whose Finished or Evicted condition turned
+    true at or after `since`, oldest first."""
+    with api:
+        doc = api.get(KUEUE_WORKLOADS, what="Kueue Workloads")
+    items = doc.get("items") if isinstance(doc, dict) else None
+    if not isinstance(items, list):
+        raise ConnectorError("Kueue Workloads: no `items` list in the answer")
+    found: dict[str, datetime] = {}
+    for wl in items:
+        meta = wl.get("metadata") if isinstance(wl, dict) else None
+        status = wl.get("status") if isinstance(wl, dict) else None
+        if not isinstance(meta, dict) or not isinstance(status, dict):
+            continue
+        for cond in status.get("conditions") or []:
+            if not isinstance(cond, dict) or cond.get("type") not in ENDING_CONDITIONS or cond.get("status") != "True":
+                continue
+            when = parse_time(str(cond.get("lastTransitionTime") or ""))
+            if when is not None and when >= since:
+                ref = f"{meta.get('namespace')}/{meta.get('name')}"
+                found[ref] = min(found.get(ref, when), when)
+    return sorted(found, key=lambda k: (found[k], k))
+
+
+class KueuePoller(_Poller):
+    """Every `kube_poll_s`, scopes the Kueue Workloads that finished or were evicted since the last look."""
+
+    what = "kueue poll"
+
+    def __init__(self, settings: Settings, store_context: Callable[[Any, list[Source]], bool],
+                 api: KubeAPI | None = None) -> None:
+        super().__init__(settings.kube_poll_s, settings.kube_poll_lookback_s, settings.pull_timeout_s, store_context)
+        self._api = api
+        self._kubeconfig = settings.kubeconfig or None
+        self._context = settings.kube_context or None
+
+    def _jobs(self, since: datetime, now: datetime) -> list[str]:
+        return ended_workloads(self.api, since)
+
+    @property
+    def api(self) -> KubeAPI:
+        if self._api is None:
+            self._api = KubeAPI(credentials(self._kubeconfig, self._context), policy=self.policy)
+        return self._api
+
+    def _scope(self, job: str) -> Scope:
+        scope: Scope = KubernetesConnector.for_kueue(job, api=self.api, policy=self.policy).scope()
+        return scope
 
 
 def records_document(sources: list[RecordSource]) -> dict[str, Any]:
@@ -199,5 +290,5 @@ def records_document(sources: list[RecordSource]) -> dict[str, Any]:
         for s in sources for r in s.records]}
 
 
-__all__ = ["ENDED_STATES", "Pulls", "SlurmPoller", "ended_jobs", "records_document"]
+__all__ = ["ENDED_STATES", "KueuePoller", "Pulls", "SlurmPoller", "ended_jobs", "ended_workloads", "records_document"]
 

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from hypocenter.api.pulls import Pulls, SlurmPoller, records_document
+from hypocenter.api.pulls import KueuePoller, Pulls, SlurmPoller, records_document
 from hypocenter.collector.attempts import assemble, summary
 from hypocenter.collector.bundle import time_context
 from hypocenter.collector.compaction import CompactionReport, compact
@@ -228,7 +228,11 @@ class Attribution:
         self.queue = IngestQueue(store, settings.ingest_queue_records, settings.retry_after_s, self._wake_loop,
                                  IngestEvents(self.engine.extractor, self.activity))
         self.pulls = Pulls(settings, self.engine.ruleset)
-        self.slurm = SlurmPoller(settings, self.store_scope) if settings.slurm_poll_s > 0 else None
+        self.pollers: list[SlurmPoller | KueuePoller] = []
+        if settings.slurm_poll_s > 0:
+            self.pollers.append(SlurmPoller(settings, self.store_scope))
+        if settings.kube_poll_s > 0:
+            self.pollers.append(KueuePoller(settings, self.store_scope))
         self._analysis = threading.Lock()
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -242,14 +246,14 @@ class Attribution:
     def start(self) -> None:
         self._thread = threading.Thread(target=self._loop, name="hypocenter-triggers", daemon=True)
         self._thread.start()
-        if self.slurm is not None:
-            self.slurm.start()
+        for poller in self.pollers:
+            poller.start()
 
     def close(self) -> None:
         self._stop.set()
         self._wake.set()
-        if self.slurm is not None:
-            self.slurm.close()
+        for poller in self.pollers:
+            poller.close()
         self.queue.close()
         if self._thread is not None:
             self._thread.join(30.0)
