@@ -360,3 +360,12 @@ def test_slurmrestd_connections_live_for_one_scope(monkeypatch: pytest.MonkeyPat
         SlurmConnector("5", rest_url="http://slurm:6820", policy=FAST, transport=transport).scope()
     assert len(opened) == 3 and all(c.is_closed for c in opened)
     assert not transport.closed
+
+
+def test_a_host_without_slurm_configuration_gets_a_hint() -> None:
+    from hypocenter.collector.connectors.slurm import classify
+
+    err = classify("sacct", "sacct: error: resolve_ctls_from_dns_srv: res_nsearch error: Unknown host\n"
+                            "sacct: error: fetch_config: DNS SRV lookup failed\n"
+                            "sacct: fatal: Could not establish a configuration source")
+    assert err.kind == "permanent" and "SLURM_CONF" in str(err) and "res_nsearch" not in str(err)

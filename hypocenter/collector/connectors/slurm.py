@@ -99,6 +99,11 @@ def run_command(argv: Sequence[str], timeout: float) -> str:
 def classify(tool: str, message: str) -> ConnectorError:
     """A Slurm command's complaint as a ConnectorError of the right kind."""
     text = " ".join(message.split())[:400]
+    if "Could not establish a configuration source" in text:
+        # the client found no slurm.conf (nor a configless DNS SRV record): say what to do, not the DNS noise
+        return ConnectorError(f"{tool}: no Slurm configuration on this host (no slurm.conf, $SLURM_CONF unset, no "
+                              "DNS SRV record for configless mode): point SLURM_CONF at the cluster's slurm.conf, "
+                              "or use --slurm-rest URL", kind="permanent")
     if _TRANSIENT.search(text):
         return ConnectorError(f"{tool}: {text}", kind="transient")
     if _NOT_FOUND.search(text):
