@@ -58,6 +58,9 @@ class Settings(BaseSettings):
     compact_after_s: float = Field(
         1800.0, ge=-1, description="once a log line is this old, its text is blanked unless a rule can read it "
         "(a token line, its context, the stamps it inherits); -1 = never")
+    collapse_after_s: float = Field(
+        86400.0, ge=-1, description="once blanked this long (retries of those records are no longer expected), "
+        "each run of blanked lines is merged into one row; -1 = keep one row per line until retention")
     # Pull connectors (api/pulls.py): the same ones as `hypocenter analyze --slurm/--loki/--prometheus`.
     pull_loki_url: str = Field("", description="Loki to read an attempt's logs from when none arrived over OTLP "
                                "(e.g. http://loki:3100); empty = off")

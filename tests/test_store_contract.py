@@ -249,3 +249,23 @@ def test_compaction_blanks_text_but_keeps_rows_and_retries_idempotent(open_url: 
     assert row is not None and len(store.attempt_logs(row.id)) == 50
     # the stall makes the attempt due after the settle time, with no terminal state and no idle timeout
     assert [a.workload for a in store.attempts_due(now=2000.5, settle_s=0.1, idle_s=10**6)] == ["9"]
+
+
+def test_blanked_runs_merge_into_one_row_that_keeps_the_count(open_url: Callable[[], Store]) -> None:
+    store = open_url()
+    store.ingest(_entries(None, "node01", "kern.log", 30), [], now=1000.0)
+    (key,) = store.compaction_due(cutoff=1001.0, limit=10)
+    lines = store.stream_lines(key)
+    # lines 1-10 and 21-30 blanked, 11-20 kept as evidence: two runs around them
+    store.compact([x.id for x in lines[:10] + lines[20:]], [x.id for x in lines[10:20]])
+    assert store.collapse_due(cutoff=1000.5, limit=10) == [key]
+    tomb = store.stream_tombstones(key)
+    assert len(tomb) == 20
+    by_line = {x.line: x.id for x in tomb}
+    store.collapse([(by_line[10], 10, [by_line[i] for i in range(1, 10)]),
+                    (by_line[30], 10, [by_line[i] for i in range(21, 30)])])
+    assert store.collapse_due(cutoff=1000.5, limit=10) == []
+    rows = store.node_logs(["node01"], T0, T0 + 10**12)
+    assert [(r.kind, r.line) for r in rows if r.kind == "gap"] == [("gap", 10), ("gap", 30)]
+    assert sum(int(r.body) if r.kind == "gap" else 1 for r in rows) == 30
+    assert len(store.stream_lines(key, live_only=True)) == 10

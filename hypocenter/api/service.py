@@ -289,7 +289,7 @@ class Attribution:
         if self.settings.compact_after_s < 0:
             return CompactionReport()
         report = compact(self.store, self.engine.extractor, time.time() if now is None else now,
-                         self.settings.compact_after_s)
+                         self.settings.compact_after_s, collapse_after_s=self.settings.collapse_after_s)
         self.activity.compacted(report.blanked, report.bytes_freed)
         return report
 

@@ -154,17 +154,20 @@ class NodeMatcher:
 
 
 def _text(rows: list[LogRow]) -> tuple[str, int]:
-    """A stream's lines in order; gaps in record numbers become blank lines so refs keep their line."""
+    """A stream's lines in order; gaps in record numbers become blank lines so refs keep their line.
+    A `gap` row stands for a run of lines compaction blanked and merged (its body: how many), ending
+    at its record number."""
     parts: list[str] = []
     expected = 1
     count = 0
     for r in rows:
+        merged = int(r.body) if r.kind == "gap" and r.body.isdigit() else 0
         if r.line is not None and r.line > expected:
-            parts.append("\n" * min(r.line - expected, MAX_LINE_PADDING))
-        parts.append(r.body)
+            parts.append("\n" * min(r.line - expected, max(MAX_LINE_PADDING, merged)))
+        parts.append("" if r.kind == "gap" else r.body)
         parts.append("\n")
         expected = (r.line if r.line is not None else expected) + 1
-        count += 1
+        count += merged or 1
     return "".join(parts), count
 
 
@@ -202,10 +205,10 @@ def assemble(store: Store, row: AttemptRow, *, lookback_s: float, slack_s: float
     for node_scoped, part in ((False, store.attempt_logs(row.id)), (True, store.node_logs(sorted(stored), lo, hi))):
         grouped: dict[tuple[str | None, str, str], list[LogRow]] = defaultdict(list)
         for r in part:
-            if r.kind not in ("text", "doc"):
+            if r.kind not in ("text", "doc", "gap"):
                 continue
             node = matcher.resolve(r.node) or r.node
-            grouped[(node, r.stream, r.kind)].append(r)
+            grouped[(node, r.stream, "text" if r.kind == "gap" else r.kind)].append(r)
         for key, rows in _generations(grouped).items():
             # a node's older (rotated) files join only when they reach into the attempt's time
             if not node_scoped or any(lo <= r.time_ns <= hi for r in rows):

@@ -32,6 +32,7 @@ class CompactionReport:
     streams: int = 0
     blanked: int = 0
     bytes_freed: int = 0
+    merged: int = 0  # blanked rows merged into gap rows (and so deleted)
 
 
 def generations(rows: list[StreamLine]) -> list[list[StreamLine]]:
@@ -62,8 +63,9 @@ def placed(part: list[StreamLine]) -> list[int]:
 
 
 def compact(store: Store, extractor: Extractor, now: float, compact_after_s: float, *,
-            max_streams: int = 200) -> CompactionReport:
-    """One pass over the streams with lines older than the horizon; returns what it blanked."""
+            collapse_after_s: float = -1, max_streams: int = 200) -> CompactionReport:
+    """One pass over the streams with lines older than the horizon; returns what it blanked. With
+    `collapse_after_s` ≥ 0, runs of lines blanked at least that long ago become one gap row each."""
     cutoff = now - compact_after_s
     report = CompactionReport()
     # Year-less stamps only need *a* year to tell stamped from unstamped lines.
@@ -75,10 +77,37 @@ def compact(store: Store, extractor: Extractor, now: float, compact_after_s: flo
         report.streams += 1
         report.blanked += len(blank)
         report.bytes_freed += freed
-    if report.blanked:
-        log.info("compaction blanked %d line(s) (%d bytes) in %d stream(s)", report.blanked, report.bytes_freed,
-                 report.streams)
+    if collapse_after_s >= 0:
+        for key in store.collapse_due(now - collapse_after_s, max_streams):
+            runs = _runs(store, key, now - collapse_after_s)
+            store.collapse(runs)
+            report.merged += sum(len(drop) for _, _, drop in runs)
+    if report.blanked or report.merged:
+        log.info("compaction blanked %d line(s) (%d bytes) in %d stream(s), merged %d blank row(s)",
+                 report.blanked, report.bytes_freed, report.streams, report.merged)
     return report
+
+
+def _runs(store: Store, key: StreamKey, cutoff: float) -> list[tuple[int, int, list[int]]]:
+    """Runs of blanked rows (record-numbered, blanked before `cutoff`) with no live line between them,
+    each merged into its last row: (row kept, lines it stands for, rows dropped). A run next to an
+    earlier gap row joins it."""
+    rows = sorted([*store.stream_lines(key, live_only=True), *store.stream_tombstones(key)], key=lambda r: r.id)
+    out: list[tuple[int, int, list[int]]] = []
+    for part in generations(rows):
+        run: list[StreamLine] = []
+        for r in [*part, None]:
+            mergeable = (r is not None and r.line is not None and r.compacted >= 2
+                         and (r.compacted == 3 or r.received < cutoff))
+            if mergeable and r is not None:
+                run.append(r)
+                continue
+            if len(run) > 1 or (len(run) == 1 and run[0].compacted == 2):
+                last = run[-1]
+                lines = sum(int(x.body) if x.compacted == 3 and x.body.isdigit() else 1 for x in run)
+                out.append((last.id, lines, [x.id for x in run[:-1]]))
+            run = []
+    return out
 
 
 def _stream(store: Store, extractor: Extractor, key: StreamKey, cutoff: float,

@@ -147,6 +147,10 @@ MIGRATIONS: tuple[str, ...] = (
     """
     CREATE INDEX log_entries_live ON log_entries (stream, node, id) WHERE compacted < 2 AND kind = 'text';
     """,
+    # 6: runs of blanked lines merge into one `gap` row (compacted = 3) once retries are no longer expected
+    """
+    CREATE INDEX log_entries_tombstones ON log_entries (received) WHERE compacted = 2;
+    """,
 )
 
 
@@ -273,6 +277,9 @@ class Store(Protocol):
     def compaction_due(self, cutoff: float, limit: int) -> list[StreamKey]: ...
     def stream_lines(self, key: StreamKey, *, live_only: bool = False) -> list[StreamLine]: ...
     def compact(self, blank: Sequence[int], keep: Sequence[int]) -> None: ...
+    def collapse_due(self, cutoff: float, limit: int) -> list[StreamKey]: ...
+    def stream_tombstones(self, key: StreamKey) -> list[StreamLine]: ...
+    def collapse(self, runs: Sequence[tuple[int, int, Sequence[int]]]) -> None: ...
     def set_context(self, workload: str, attempt: int, context: dict[str, Any], now: float) -> None: ...
     def attempt(self, workload: str, attempt: int) -> AttemptRow | None: ...
     def attempts_due(self, now: float, settle_s: float, idle_s: float) -> list[AttemptRow]: ...
@@ -566,6 +573,34 @@ class SQLiteStore:
             for i in range(0, len(keep), 500):
                 part = keep[i:i + 500]
                 db.execute(f"UPDATE log_entries SET compacted = 1 WHERE id IN ({','.join('?' * len(part))})", part)
+
+    def collapse_due(self, cutoff: float, limit: int) -> list[StreamKey]:
+        """Streams with lines blanked before `cutoff` not yet merged into gap rows."""
+        return [StreamKey(r["attempt_id"], r["node"], r["stream"]) for r in self._rows(
+            "SELECT DISTINCT attempt_id, node, stream FROM log_entries WHERE compacted = 2 AND received < ?"
+            " AND line IS NOT NULL"
+            " ORDER BY attempt_id, node, stream LIMIT ?", (cutoff, limit))]
+
+    def stream_tombstones(self, key: StreamKey) -> list[StreamLine]:
+        """A stream's blanked lines and gap rows (compacted 2 and 3), arrival order."""
+        where = ["stream = ?", "compacted >= 2", "attempt_id IS NULL" if key.attempt_id is None else "attempt_id = ?",
+                 "node IS NULL" if key.node is None else "node = ?"]
+        args: list[Any] = [key.stream, *([] if key.attempt_id is None else [key.attempt_id]),
+                           *([] if key.node is None else [key.node])]
+        return [StreamLine(r["id"], r["line"], r["body"], r["received"], r["compacted"]) for r in self._rows(
+            f"SELECT id, line, body, received, compacted FROM log_entries WHERE {' AND '.join(where)} ORDER BY id",
+            args)]
+
+    def collapse(self, runs: Sequence[tuple[int, int, Sequence[int]]]) -> None:
+        """Each run (row kept, lines it stands for, rows merged into it): the kept row becomes the run's
+        gap row, the others go."""
+        with self._tx() as db:
+            for keep, lines, drop in runs:
+                db.execute("UPDATE log_entries SET kind = 'gap', body = ?, compacted = 3 WHERE id = ?",
+                           (str(lines), keep))
+                for i in range(0, len(drop), 500):
+                    part = list(drop[i:i + 500])
+                    db.execute(f"DELETE FROM log_entries WHERE id IN ({','.join('?' * len(part))})", part)
 
     # ----------------------------------------------------------------------------------- diagnoses
 
