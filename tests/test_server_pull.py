@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import subprocess
 from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
@@ -167,3 +169,29 @@ def test_the_kueue_poll_scopes_workloads_that_ended(tmp_path: Path) -> None:
         store.close()
     assert not provisional and d.root_cause is not None
     assert (d.root_cause.domain, d.root_cause.subdomain) == ("external", "preemption")
+
+
+@pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
+def test_the_slurm_epilog_script_gets_the_job_analysed(loki: FakeLoki, tmp_path: Path) -> None:
+    """deploy/slurm/hypocenter-epilog.sh, run the way slurmctld runs an EpilogSlurmctld."""
+    push_logs(load_bundle(BUNDLE), loki)
+    env = {"PATH": f"{FAKE_BIN}:{os.environ.get('PATH', '')}", "HYPOCENTER_FAKE_SLURM": str(FIXTURES),
+           "LOKI_BEARER_TOKEN": "s3cret", "LOKI_ORG_ID": "team-a"}
+    srv = ServerProcess(tmp_path / "store.db", "--pull-loki-url", loki.url,
+                        "--pull-loki-workload-selector", '{job="slurm", workload="{workload}"}', env=env).start()
+    script = REPO / "deploy" / "slurm" / "hypocenter-epilog.sh"
+    try:
+        run = subprocess.run([str(script)], env={"PATH": os.environ["PATH"], "SLURM_JOB_ID": "81234",
+                                                 "HYPOCENTER_URL": srv.base}, capture_output=True, text=True,
+                             timeout=60, check=False)
+        assert run.returncode == 0 and run.stderr == ""
+        with srv.client() as client:
+            got = wait_for_diagnosis(client, "81234", timeout=30)
+        assert verdict(got) == verdict(analyze(BUNDLE))
+        # an unknown job, or no job id at all: a line on stderr, and still exit 0 (never fail the epilog)
+        for extra in ({"SLURM_JOB_ID": "4242"}, {}):
+            bad = subprocess.run([str(script)], env={"PATH": os.environ["PATH"], "HYPOCENTER_URL": srv.base, **extra},
+                                 capture_output=True, text=True, timeout=60, check=False)
+            assert bad.returncode == 0 and bad.stderr.startswith("hypocenter-epilog: "), bad.stderr
+    finally:
+        srv.stop()
