@@ -157,12 +157,6 @@ class Stack:
     def driver_major(self) -> int:
         return int(self.driver.split(".")[0])
 
-    def torch_at_least(self, major: int, minor: int) -> bool:
-        return self.torch >= (major, minor)
-
-    def nccl_at_least(self, major: int, minor: int) -> bool:
-        return self.nccl[:2] >= (major, minor)
-
 
 @dataclass
 class World:
