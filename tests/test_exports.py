@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 from observability_fakes import FakeGrafana, FakeLoki
-from server_support import EXAMPLES, ServerProcess, replay, wait_for_diagnosis
+from server_support import ServerProcess, replay, wait_for_diagnosis
 from test_metrics import NVLINK, store_diagnosis, variant
 
 from hypocenter.exporter.activity import Activity
@@ -303,6 +303,3 @@ def test_real_grafana_takes_the_annotation(doc: dict[str, Any]) -> None:
     assert [a for a in found if ident in a["text"]]
     for a in found:
         httpx.delete(f"{url}/api/annotations/{a['id']}", headers=auth, timeout=10)
-
-
-__all__ = ["EXAMPLES"]
