@@ -79,21 +79,20 @@ def generate(out: Path, count: int, seed: int, prior: str = "uniform", nodes_max
     out.mkdir(parents=True, exist_ok=True)
     modes = choose_modes(count, seed, prior)
     width = max(4, len(str(max(count - 1, 0))))
-    work = [(str(out), i, m.id, nodes_max, str(seed)) for i, m in enumerate(modes)]
     dirs = [out / f"{i:0{width}d}-{m.id}" for i, m in enumerate(modes)]
+    work = [(d, m.id, scenario_seed(seed, i), nodes_max) for i, (d, m) in enumerate(zip(dirs, modes, strict=True))]
     if jobs > 1 and count > 8:
         with ProcessPoolExecutor(max_workers=jobs) as pool:
-            list(pool.map(_write_indexed, [(j, width) for j in work], chunksize=4))
+            list(pool.map(_write_one, work, chunksize=4))
     else:
-        for j in work:
-            _write_indexed((j, width))
+        for job in work:
+            _write_one(job)
     return dirs
 
 
-def _write_indexed(arg: tuple[tuple[str, int, str, int, str], int]) -> None:
-    (out, index, mode_id, nodes_max, seed), width = arg
-    files = build(MODES[mode_id], scenario_seed(int(seed), index), nodes_max)
-    write_bundle(Path(out) / f"{index:0{width}d}-{mode_id}", files)
+def _write_one(job: tuple[Path, str, int, int]) -> None:
+    directory, mode_id, seed, nodes_max = job
+    write_bundle(directory, build(MODES[mode_id], seed, nodes_max))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
