@@ -10,6 +10,7 @@ import os
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -217,8 +218,7 @@ def test_grafana_annotation_shape_auth_and_failures(grafana: FakeGrafana, doc: d
         box.close()
     ann = next(a for a in grafana.annotations if doc["id"] in a["text"])
     rc = doc["root_cause"]
-    assert ann["time"] == int(time.mktime(time.strptime(rc["first_seen"], "%Y-%m-%dT%H:%M:%SZ")) * 1000
-                              - time.timezone * 1000)
+    assert ann["time"] == int(datetime.fromisoformat(rc["first_seen"]).timestamp() * 1000)
     assert ann["timeEnd"] >= ann["time"]
     assert {"hypocenter", "cluster:eos", "domain:hardware", "node:node02", "workload:81234"} <= set(ann["tags"])
     assert "hardware/nvlink on node02" in ann["text"] and "RESET_GPU" in ann["text"]
