@@ -35,14 +35,6 @@ from fastapi.responses import JSONResponse, Response
 from google.protobuf import json_format
 from google.protobuf.message import Message
 from google.rpc import code_pb2, status_pb2
-from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
-    ExportLogsPartialSuccess,
-    ExportLogsServiceResponse,
-)
-from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
-    ExportMetricsPartialSuccess,
-    ExportMetricsServiceResponse,
-)
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from starlette.concurrency import run_in_threadpool
 
@@ -173,15 +165,9 @@ def build_app(service: Attribution, ready: Callable[[], bool] = lambda: True) ->
             media = otlp.media_type(request.headers.get("content-type"))
             raw = await _read_body(request, limit)
             body = await run_in_threadpool(otlp.decompress, raw, request.headers.get("content-encoding"), limit)
-            if signal == "logs":
-                req_l, warnings = await run_in_threadpool(otlp.decode_logs, body, media)
-                tagged = await run_in_threadpool(otlp.log_entries, req_l)
-                fut = service.queue.submit(tagged.accepted, [])
-            else:
-                req_m, warnings = await run_in_threadpool(otlp.decode_metrics, body, media)
-                tagged = await run_in_threadpool(otlp.metric_entries, req_m)
-                fut = service.queue.submit([], tagged.accepted)
-            await _wait(fut)
+            tagged, warnings = await run_in_threadpool(otlp.receive, signal, body, media)
+            logs, points = (tagged.accepted, []) if signal == "logs" else ([], tagged.accepted)
+            await _wait(service.queue.submit(logs, points))
         except otlp.UnsupportedMediaType as exc:
             service.activity.refused(signal, "otlp_http", "unsupported_media_type")
             return _otlp_error(415, code_pb2.INVALID_ARGUMENT, str(exc), JSON)
@@ -199,18 +185,7 @@ def build_app(service: Attribution, ready: Callable[[], bool] = lambda: True) ->
             service.activity.refused(signal, "otlp_http", "malformed")
             return _otlp_error(400, code_pb2.INVALID_ARGUMENT, str(exc), media)
         service.activity.ingested(signal, "otlp_http", len(tagged.accepted), len(raw), tagged.rejected_by)
-        message = "; ".join([*warnings, *tagged.reasons])
-        if signal == "logs":
-            resp_l = ExportLogsServiceResponse()
-            if message:
-                resp_l.partial_success.CopyFrom(ExportLogsPartialSuccess(
-                    rejected_log_records=tagged.rejected, error_message=message))
-            return _otlp_ok(resp_l, media)
-        resp_m = ExportMetricsServiceResponse()
-        if message:
-            resp_m.partial_success.CopyFrom(ExportMetricsPartialSuccess(
-                rejected_data_points=tagged.rejected, error_message=message))
-        return _otlp_ok(resp_m, media)
+        return _otlp_ok(otlp.export_response(signal, tagged, warnings), media)
 
     @app.post("/v1/logs", tags=["otlp"], summary="OTLP/HTTP logs export (protobuf or JSON)")
     async def otlp_logs(request: Request) -> Response:

@@ -35,14 +35,6 @@ from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from grpc_status import rpc_status
-from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
-    ExportLogsPartialSuccess,
-    ExportLogsServiceResponse,
-)
-from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
-    ExportMetricsPartialSuccess,
-    ExportMetricsServiceResponse,
-)
 
 from hypocenter.api.attribution_grpc import SERVICE_NAME, AttributionGrpc
 from hypocenter.api.http import build_app
@@ -89,15 +81,9 @@ class OTLPGrpc:
 
     def _export(self, signal: str, raw: bytes, context: grpc.ServicerContext) -> bytes:
         try:
-            if signal == "logs":
-                req_l, warnings = otlp.decode_logs(raw, otlp.PROTOBUF_TYPES[0])
-                tagged = otlp.log_entries(req_l)
-                fut = self.service.queue.submit(tagged.accepted, [])
-            else:
-                req_m, warnings = otlp.decode_metrics(raw, otlp.PROTOBUF_TYPES[0])
-                tagged = otlp.metric_entries(req_m)
-                fut = self.service.queue.submit([], tagged.accepted)
-            fut.result(timeout=self._commit_wait(context))
+            tagged, warnings = otlp.receive(signal, raw, otlp.PROTOBUF_TYPES[0])
+            logs, points = (tagged.accepted, []) if signal == "logs" else ([], tagged.accepted)
+            self.service.queue.submit(logs, points).result(timeout=self._commit_wait(context))
         except Backpressure as exc:
             self.service.activity.refused(signal, "otlp_grpc", "backpressure")
             self._abort_unavailable(context, str(exc), exc.retry_after)
@@ -114,18 +100,7 @@ class OTLPGrpc:
             self.service.activity.refused(signal, "otlp_grpc", "malformed")
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         self.service.activity.ingested(signal, "otlp_grpc", len(tagged.accepted), len(raw), tagged.rejected_by)
-        message = "; ".join([*warnings, *tagged.reasons])
-        if signal == "logs":
-            resp_l = ExportLogsServiceResponse()
-            if message:
-                resp_l.partial_success.CopyFrom(ExportLogsPartialSuccess(
-                    rejected_log_records=tagged.rejected, error_message=message))
-            return resp_l.SerializeToString()
-        resp_m = ExportMetricsServiceResponse()
-        if message:
-            resp_m.partial_success.CopyFrom(ExportMetricsPartialSuccess(
-                rejected_data_points=tagged.rejected, error_message=message))
-        return resp_m.SerializeToString()
+        return otlp.export_response(signal, tagged, warnings).SerializeToString()
 
     def handlers(self) -> list[grpc.GenericRpcHandler]:  # type: ignore[type-arg]
         def logs(raw: bytes, context: grpc.ServicerContext) -> bytes:

@@ -4,6 +4,8 @@
     decode_metrics(body, content_type)  → ExportMetricsServiceRequest
     log_entries(request)                → Tagged(entries, rejected, reasons)
     metric_entries(request)             → Tagged(points, rejected, reasons)
+    receive(signal, body, content_type) → (Tagged, warnings): both of the above for "logs" | "metrics"
+    export_response(signal, tagged, warnings)  → the Export*ServiceResponse, with its partial success
 
 Tagging follows contract 2, resource attributes first, then the record's own attributes (a record
 may carry what a `groupbyattrs` processor would lift to the resource):
@@ -22,14 +24,13 @@ time is `time_unix_nano`, else `observed_time_unix_nano`.
 Attempt-scope attributes (`hypocenter.attempt.*`, `hypocenter.workload.{name,scheduler,cluster}`)
 are collected into `Entry.scope`; `hypocenter.attempt.state` marks the terminal-state record.
 
-This module only decodes and tags: it does not store, extract or analyse anything.
+This module only decodes, tags and answers: it does not store, extract or analyse anything.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-import gzip
 import hashlib
 import json
 import re
@@ -40,8 +41,16 @@ from typing import Any
 
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError, Message
-from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
-from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
+    ExportLogsPartialSuccess,
+    ExportLogsServiceRequest,
+    ExportLogsServiceResponse,
+)
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+    ExportMetricsPartialSuccess,
+    ExportMetricsServiceRequest,
+    ExportMetricsServiceResponse,
+)
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 
 from hypocenter.errors import InputError
@@ -132,10 +141,6 @@ def decompress(body: bytes, encoding: str | None, limit: int = MAX_MESSAGE_BYTES
     if not d.eof:
         raise OTLPDecodeError(f"body is truncated {enc} data")
     return out
-
-
-def gunzip(body: bytes) -> bytes:
-    return gzip.decompress(body)
 
 
 def decode_logs(body: bytes, content_type: str) -> tuple[ExportLogsServiceRequest, list[str]]:
@@ -324,9 +329,6 @@ class Tagged:
     reasons: list[str] = field(default_factory=list)
     rejected_by: dict[str, int] = field(default_factory=dict)   # the same count by reason, for /metrics
 
-    def message(self) -> str:
-        return "; ".join(self.reasons)
-
 
 _UNSCOPED = ("{n} {what} had neither a node (host.name | k8s.node.name) nor a workload "
              "(hypocenter.workload.id | slurm.job.id | k8s.job.name | …): they cannot be joined to any attempt")
@@ -431,6 +433,30 @@ def metric_entries(req: ExportMetricsServiceRequest) -> Tagged:
         out.rejected_by["unsupported_metric_type"] = unsupported
         out.reasons.append(f"{unsupported} histogram/summary data point(s) rejected: only gauges and sums are analysed")
     return out
+
+
+def receive(signal: str, body: bytes, content_type: str) -> tuple[Tagged, list[str]]:
+    """An export request of `signal` ("logs" | "metrics") decoded and tagged, with the decoding warnings."""
+    if signal == "logs":
+        logs, warnings = decode_logs(body, content_type)
+        return log_entries(logs), warnings
+    metrics, warnings = decode_metrics(body, content_type)
+    return metric_entries(metrics), warnings
+
+
+def export_response(signal: str, tagged: Tagged, warnings: Iterable[str] = ()) -> Message:
+    """The answer to an accepted export: a partial success naming what was rejected and why, and
+    any warning about what was accepted; an empty response when there is nothing to say."""
+    message = "; ".join([*warnings, *tagged.reasons])
+    if signal == "logs":
+        if not message:
+            return ExportLogsServiceResponse()
+        return ExportLogsServiceResponse(partial_success=ExportLogsPartialSuccess(
+            rejected_log_records=tagged.rejected, error_message=message))
+    if not message:
+        return ExportMetricsServiceResponse()
+    return ExportMetricsServiceResponse(partial_success=ExportMetricsPartialSuccess(
+        rejected_data_points=tagged.rejected, error_message=message))
 
 
 _BANNER = re.compile(r"\*\*\* JOB \S+ ON \S+ (CANCELLED|FAILED|TIMEOUT|NODE_FAIL|PREEMPTED|OUT_OF_MEMORY)\b")
