@@ -5,8 +5,7 @@
                              [--max-false-confident X] [--max-false-confident-unattributed X]
 
 Every bundle (a directory holding `truth.yaml`) is analysed with the library call
-`hypocenter.engine.analyze_bundle`; if the engine cannot be imported the benchmark falls back to
-`hypocenter analyze BUNDLE --format json`. Bundles are analysed in parallel processes. A
+`hypocenter.engine.analyze_bundle`, in parallel processes. A
 prediction is an *exact match* when outcome, domain, subdomain and the culprit node set all equal
 the truth. The report adds per-domain and per-mode precision/recall, culprit-node precision and
 recall (micro, over node sets), the false-confident rate (attributed when the truth is
@@ -21,8 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
-import subprocess
 import sys
 import time
 from collections import Counter, defaultdict
@@ -34,6 +31,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from hypocenter.engine import analyze_bundle
 
 
 @dataclass(frozen=True)
@@ -125,30 +124,10 @@ def _diagnose(bundle: str) -> tuple[dict[str, Any] | None, str | None, float]:
     """Analyse one bundle in this process: the diagnosis as JSON data, or an error text."""
     t0 = time.perf_counter()
     try:
-        from hypocenter.engine import analyze_bundle
-    except ImportError:
-        return _diagnose_cli(bundle, t0)
-    try:
         diag = analyze_bundle(Path(bundle))
         return diag.model_dump(mode="json"), None, time.perf_counter() - t0
     except Exception as exc:  # the benchmark reports engine crashes per bundle instead of stopping
         return None, f"{type(exc).__name__}: {exc}", time.perf_counter() - t0
-
-
-def _diagnose_cli(bundle: str, t0: float) -> tuple[dict[str, Any] | None, str | None, float]:
-    exe = shutil.which("hypocenter")
-    cmd = [exe, "analyze", bundle, "--format", "json"] if exe else [sys.executable, "-m", "hypocenter.cli", "analyze", bundle, "--format", "json"]
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return None, f"{type(exc).__name__}: {exc}", time.perf_counter() - t0
-    if proc.returncode != 0:
-        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or [f"exit {proc.returncode}"]
-        return None, f"hypocenter analyze exited {proc.returncode}: {tail[0]}", time.perf_counter() - t0
-    try:
-        return json.loads(proc.stdout), None, time.perf_counter() - t0
-    except json.JSONDecodeError as exc:
-        return None, f"unparseable JSON from hypocenter analyze: {exc}", time.perf_counter() - t0
 
 
 def find_bundles(corpus: Path) -> list[Path]:
