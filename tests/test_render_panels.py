@@ -9,6 +9,7 @@ needs /usr/bin/chromium, node and `npm ci --prefix docs/panels`; CI does not ins
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import struct
 import zlib
@@ -36,16 +37,19 @@ from bench.render_panels import (
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
+GRAFANA_VARIABLES = {"__interval", "__rate_interval", "__range"}  # the ones render_panels substitutes itself
+
+
 def test_every_picked_panel_is_in_its_dashboard() -> None:
     for page in PAGES:
         dashboard = load_dashboard(page.uid)
-        declared = {v["name"] for v in dashboard["templating"]["list"]}
+        declared = {v["name"] for v in dashboard["templating"]["list"]} | GRAFANA_VARIABLES
         for pick in page.picks:
             panel = find_panel(dashboard, pick)
             assert panel["targets"], f"{page.uid}: {pick.title} has no queries"
             for target in panel["targets"]:
-                used = {name for name in declared if f"${name}" in target["expr"] or f"${{{name}}}" in target["expr"]}
-                assert used <= declared
+                used = set(re.findall(r"\$\{?(\w+)", target["expr"]))
+                assert used <= declared, f"{page.uid}: {pick.title} uses undeclared {used - declared}"
 
 
 def test_a_renamed_panel_is_reported() -> None:
