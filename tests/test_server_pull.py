@@ -39,13 +39,19 @@ def loki() -> Iterator[FakeLoki]:
     fake.stop()
 
 
-def test_a_job_slurm_reports_ended_is_analysed_from_loki(loki: FakeLoki, tmp_path: Path) -> None:
+def _pulling_server(loki: FakeLoki, store: Path, *extra: str) -> ServerProcess:
+    """`hypocenter serve` with the fake Slurm on PATH, pulling from the fake Loki (behind its token) that
+    now holds BUNDLE's logs."""
     push_logs(load_bundle(BUNDLE), loki)
     env = {"PATH": f"{FAKE_BIN}:{os.environ.get('PATH', '')}", "HYPOCENTER_FAKE_SLURM": str(FIXTURES),
            "LOKI_BEARER_TOKEN": "s3cret", "LOKI_ORG_ID": "team-a"}
-    srv = ServerProcess(tmp_path / "store.db", "--slurm-poll-s", "0.5", "--slurm-poll-lookback-s", str(10 * 365 * 86400),
-                        "--pull-loki-url", loki.url,
-                        "--pull-loki-workload-selector", '{job="slurm", workload="{workload}"}', env=env).start()
+    return ServerProcess(store, *extra, "--pull-loki-url", loki.url,
+                         "--pull-loki-workload-selector", '{job="slurm", workload="{workload}"}', env=env).start()
+
+
+def test_a_job_slurm_reports_ended_is_analysed_from_loki(loki: FakeLoki, tmp_path: Path) -> None:
+    srv = _pulling_server(loki, tmp_path / "store.db", "--slurm-poll-s", "0.5",
+                          "--slurm-poll-lookback-s", str(10 * 365 * 86400))
     try:
         with srv.client() as client:
             got = wait_for_diagnosis(client, "81234", timeout=60)
@@ -86,11 +92,7 @@ def test_settings_show_the_pull_options() -> None:
 
 def test_rest_scope_by_slurm_job_id(loki: FakeLoki, tmp_path: Path) -> None:
     """`POST /v1/scopes {"slurm": ID}` — what a Slurm epilog would call — analyses the job now."""
-    push_logs(load_bundle(BUNDLE), loki)
-    env = {"PATH": f"{FAKE_BIN}:{os.environ.get('PATH', '')}", "HYPOCENTER_FAKE_SLURM": str(FIXTURES),
-           "LOKI_BEARER_TOKEN": "s3cret", "LOKI_ORG_ID": "team-a"}
-    srv = ServerProcess(tmp_path / "store.db", "--pull-loki-url", loki.url,
-                        "--pull-loki-workload-selector", '{job="slurm", workload="{workload}"}', env=env).start()
+    srv = _pulling_server(loki, tmp_path / "store.db")
     try:
         with srv.client() as client:
             r = client.post("/v1/scopes", json={"slurm": "81234"})
@@ -174,11 +176,7 @@ def test_the_kueue_poll_scopes_workloads_that_ended(tmp_path: Path) -> None:
 @pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
 def test_the_slurm_epilog_script_gets_the_job_analysed(loki: FakeLoki, tmp_path: Path) -> None:
     """deploy/slurm/hypocenter-epilog.sh, run the way slurmctld runs an EpilogSlurmctld."""
-    push_logs(load_bundle(BUNDLE), loki)
-    env = {"PATH": f"{FAKE_BIN}:{os.environ.get('PATH', '')}", "HYPOCENTER_FAKE_SLURM": str(FIXTURES),
-           "LOKI_BEARER_TOKEN": "s3cret", "LOKI_ORG_ID": "team-a"}
-    srv = ServerProcess(tmp_path / "store.db", "--pull-loki-url", loki.url,
-                        "--pull-loki-workload-selector", '{job="slurm", workload="{workload}"}', env=env).start()
+    srv = _pulling_server(loki, tmp_path / "store.db")
     script = REPO / "deploy" / "slurm" / "hypocenter-epilog.sh"
     try:
         run = subprocess.run([str(script)], env={"PATH": os.environ["PATH"], "SLURM_JOB_ID": "81234",
