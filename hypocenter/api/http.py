@@ -21,8 +21,8 @@ REST (/v1, documented in /openapi.json and /docs):
 
 from __future__ import annotations
 
+import asyncio
 import io
-import json
 import tarfile
 import tempfile
 from collections.abc import Callable
@@ -160,14 +160,13 @@ def build_app(service: Attribution, ready: Callable[[], bool] = lambda: True) ->
     limit = service.settings.max_message_bytes
 
     async def export(request: Request, signal: str) -> Response:
-        media = (request.headers.get("content-type") or "").split(";", 1)[0].strip().lower()
         try:
             media = otlp.media_type(request.headers.get("content-type"))
             raw = await _read_body(request, limit)
             body = await run_in_threadpool(otlp.decompress, raw, request.headers.get("content-encoding"), limit)
             tagged, warnings = await run_in_threadpool(otlp.receive, signal, body, media)
             logs, points = (tagged.accepted, []) if signal == "logs" else ([], tagged.accepted)
-            await _wait(service.queue.submit(logs, points))
+            await asyncio.wrap_future(service.queue.submit(logs, points))
         except otlp.UnsupportedMediaType as exc:
             service.activity.refused(signal, "otlp_http", "unsupported_media_type")
             return _otlp_error(415, code_pb2.INVALID_ARGUMENT, str(exc), JSON)
@@ -317,13 +316,6 @@ def build_app(service: Attribution, ready: Callable[[], bool] = lambda: True) ->
     return app
 
 
-async def _wait(fut: Any) -> int:
-    import asyncio
-
-    result: int = await asyncio.wrap_future(fut)
-    return result
-
-
 def _context_from(raw: bytes, workload: str, attempt: int) -> AttemptContext:
     try:
         text = raw.decode("utf-8")
@@ -362,4 +354,4 @@ def _analyze_bundle(service: Attribution, raw: bytes) -> Diagnosis:
     return diagnosis
 
 
-__all__ = ["build_app", "json"]
+__all__ = ["build_app"]
