@@ -79,7 +79,9 @@ def with_retries(call: Callable[[], T], policy: RetryPolicy, *, what: str,
         except ConnectorError as exc:
             if not exc.transient or i == len(delays):
                 if exc.transient and i:
-                    raise ConnectorError(f"{what}: {exc} (gave up after {i + 1} tries)", kind=exc.kind) from None
+                    # connectors' messages mostly begin with `what` already: name it once
+                    said = str(exc) if str(exc).startswith(what) else f"{what}: {exc}"
+                    raise ConnectorError(f"{said} (gave up after {i + 1} tries)", kind=exc.kind) from None
                 raise
             # full jitter would make runs differ in timing only, never in results
             sleep(delays[i] * (0.5 + random.random() / 2))
