@@ -65,16 +65,11 @@ def test_a_job_slurm_reports_ended_is_analysed_from_loki(loki: FakeLoki, tmp_pat
     assert got["attempt"]["scheduler"] == "slurm"
 
 
-def test_the_poll_lists_ended_jobs_and_reports_a_missing_sacct() -> None:
-    env_path = f"{FAKE_BIN}:{os.environ.get('PATH', '')}"
-    old = dict(os.environ)
-    os.environ.update({"PATH": env_path, "HYPOCENTER_FAKE_SLURM": str(FIXTURES)})
-    try:
-        jobs = ended_jobs(run_command, RetryPolicy(timeout_s=10), datetime(2020, 1, 1, tzinfo=timezone.utc),
-                          datetime.now(timezone.utc))
-    finally:
-        os.environ.clear()
-        os.environ.update(old)
+def test_the_poll_lists_ended_jobs_and_reports_a_missing_sacct(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", f"{FAKE_BIN}:{os.environ.get('PATH', '')}")
+    monkeypatch.setenv("HYPOCENTER_FAKE_SLURM", str(FIXTURES))
+    jobs = ended_jobs(run_command, RetryPolicy(timeout_s=10), datetime(2020, 1, 1, tzinfo=timezone.utc),
+                      datetime.now(timezone.utc))
     assert "81234" in jobs and any(j.startswith("90002+") for j in jobs), jobs
     no_slurm = RetryPolicy(timeout_s=5, attempts=1)
     with pytest.raises(ConnectorError, match="hypocenter-no-such-sacct not found on PATH"):
