@@ -106,8 +106,8 @@ def test_bundles_are_valid(uniform_corpus: Path) -> None:
         attempt = yaml.safe_load((bundle / "attempt.yaml").read_text())
         ctx = AttemptContext.model_validate(attempt)
         assert ctx.nodes and len(ctx.nodes) <= 8
-        assert bundle.name.split("-", 1)[1] == yaml.safe_load((bundle / "truth.yaml").read_text())["mode"]
         truth = yaml.safe_load((bundle / "truth.yaml").read_text())
+        assert bundle.name.split("-", 1)[1] == truth["mode"]
         assert set(truth) == TRUTH_KEYS, bundle.name
         assert truth["outcome"] in OUTCOMES
         assert truth["domain"] in (*DOMAINS, None) and truth["subdomain"] in (*SUBDOMAINS, None)
@@ -129,20 +129,13 @@ def test_bundles_are_valid(uniform_corpus: Path) -> None:
         event = truth["root_event"]
         if truth["outcome"] in ("attributed", "ambiguous"):
             assert event is not None, bundle.name
+        if event is not None:  # the file the root cause is in survives the distractors (missing logs, truncation)
             path = bundle / event["file"]
             assert path.is_file(), f"{bundle.name}: {event['file']}"
             if event["file"].startswith("logs/"):
                 assert _contains(path, event["text"]), f"{bundle.name}: root text not in {event['file']}"
         for p in bundle.rglob("*.json"):
             _check_json(p)
-
-
-def test_culprit_kernel_log_is_never_dropped(uniform_corpus: Path) -> None:
-    for bundle in sorted(uniform_corpus.iterdir()):
-        truth = yaml.safe_load((bundle / "truth.yaml").read_text())
-        event = truth["root_event"]
-        if event and event["node"] and event["file"].startswith(f"logs/{event['node']}/"):
-            assert (bundle / event["file"]).is_file()
 
 
 def test_large_job_writes_per_node_files_not_per_rank() -> None:
