@@ -198,11 +198,12 @@ def build_app(service: Attribution, ready: Callable[[], bool] = lambda: True) ->
 
     @app.put("/v1/attempts/{workload:path}/{attempt}", tags=["attempts"], status_code=200,
              summary="Set an attempt's scope from an attempt.yaml (YAML or JSON body)",
-             responses={400: {"model": Problem}})
+             responses={400: {"model": Problem}, 413: {"model": Problem}})
     async def put_attempt(workload: str, attempt: int, request: Request) -> Response:
-        raw = await _read_body(request, 1 << 20)
         try:
-            ctx = _context_from(raw, workload, attempt)
+            ctx = _context_from(await _read_body(request, 1 << 20), workload, attempt)
+        except otlp.MessageTooLarge as exc:
+            return _problem(413, str(exc))
         except InputError as exc:
             return _problem(400, str(exc))
         await run_in_threadpool(service.set_context, ctx)
