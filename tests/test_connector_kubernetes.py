@@ -220,6 +220,20 @@ def test_kubeconfig_client_certificate_files_token_file_and_insecure(tmp_path: P
     assert insecure.ssl_context().verify_mode.name == "CERT_NONE"
 
 
+@pytest.mark.parametrize(("user", "cluster", "what"), [
+    ({"token": "abc"}, {"certificate-authority-data": base64.b64encode(b"not a certificate").decode()},
+     "certificate-authority"),
+    ({"client-certificate-data": base64.b64encode(b"no").decode(), "client-key-data": base64.b64encode(b"no").decode()},
+     {}, "client certificate and key"),
+])
+def test_a_certificate_that_is_no_pem_is_an_auth_error(user: dict[str, object], cluster: dict[str, object],
+                                                       what: str, tmp_path: Path) -> None:
+    creds = from_kubeconfig(_kubeconfig(tmp_path, user, cluster))
+    with pytest.raises(ConnectorError, match=f"kubeconfig {tmp_path / 'config'} context prod: {what}: ") as err:
+        creds.ssl_context()
+    assert err.value.kind == "auth"
+
+
 def test_kubeconfig_exec_plugin(tmp_path: Path) -> None:
     seen: list[tuple[list[str], Mapping[str, str]]] = []
 

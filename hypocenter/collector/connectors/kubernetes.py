@@ -95,12 +95,16 @@ class Credentials:
     origin: str = ""  # "in-cluster" or "kubeconfig <path> context <name>", for messages
 
     def ssl_context(self) -> ssl.SSLContext:
+        """The TLS settings; a CA or client certificate that is no PEM is an `auth` ConnectorError."""
         ctx = ssl.create_default_context()
         if self.insecure:
             ctx.check_hostname = False
             ctx.verify_mode = ssl.CERT_NONE
         elif self.ca_data:
-            ctx.load_verify_locations(cadata=self.ca_data.decode("ascii", errors="replace"))
+            try:
+                ctx.load_verify_locations(cadata=self.ca_data.decode("ascii", errors="replace"))
+            except ssl.SSLError as exc:
+                raise ConnectorError(f"{self.origin}: certificate-authority: {exc}", kind="auth") from None
         if self.client_cert and self.client_key:
             # ssl loads a client certificate only from files: write them where only we can read, briefly.
             with tempfile.TemporaryDirectory(prefix="hypocenter-k8s-") as tmp:
@@ -108,7 +112,11 @@ class Credentials:
                 for path, data in ((cert, self.client_cert), (key, self.client_key)):
                     path.touch(mode=0o600)
                     path.write_bytes(data)
-                ctx.load_cert_chain(str(cert), str(key))
+                try:
+                    ctx.load_cert_chain(str(cert), str(key))
+                except ssl.SSLError as exc:
+                    raise ConnectorError(f"{self.origin}: client certificate and key: {exc}",
+                                         kind="auth") from None
         return ctx
 
 
