@@ -248,6 +248,13 @@ def test_kubeconfig_exec_plugin(tmp_path: Path) -> None:
     assert seen[0][0] == ["get-token", "--cluster", "c1"] and seen[0][1]["REGION"] == "eu"
 
 
+def test_a_failing_exec_plugin_says_how_it_failed(tmp_path: Path) -> None:
+    path = _kubeconfig(tmp_path, {"exec": {"apiVersion": "client.authentication.k8s.io/v1", "command": "false"}})
+    with pytest.raises(ConnectorError, match="exec plugin false: exit status 1$") as err:
+        from_kubeconfig(path)  # the real command: it prints nothing
+    assert err.value.kind == "auth"
+
+
 def test_bad_kubeconfig_is_a_clear_auth_error(tmp_path: Path) -> None:
     path = tmp_path / "config"
     path.write_text("clusters: [\n")

@@ -213,7 +213,8 @@ def _run_plugin(argv: list[str], env: Mapping[str, str]) -> str:
     except subprocess.TimeoutExpired:
         raise ConnectorError(f"kubeconfig exec plugin {argv[0]} did not answer in 60 s", kind="transient") from None
     if proc.returncode != 0:
-        raise ConnectorError(f"kubeconfig exec plugin {argv[0]}: {proc.stderr.strip()[:300]}", kind="auth")
+        said = proc.stderr.strip()[:300] or f"exit status {proc.returncode}"
+        raise ConnectorError(f"kubeconfig exec plugin {argv[0]}: {said}", kind="auth")
     return proc.stdout
 
 
