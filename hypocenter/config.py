@@ -177,6 +177,14 @@ def load_settings(flags: Mapping[str, Any] | None = None, config: str | Path | N
         raise InputError(f"{where}: {name}: {err['msg']}") from None
 
 
+def listen_address(address: str, setting: str) -> tuple[str, int]:
+    """(host, port) of a `*_listen` value: brackets off an IPv6 host, loopback when no host is given."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit():
+        raise InputError(f"{setting}: {address!r} is not host:port")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
 def redact_url(url: str) -> str:
     """A URL as it may be printed or logged: its password replaced by ***."""
     parts = urlsplit(url)

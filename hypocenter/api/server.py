@@ -41,7 +41,7 @@ from hypocenter.api.http import build_app
 from hypocenter.api.service import Attribution, Backpressure
 from hypocenter.api.v1 import attribution_pb2_grpc
 from hypocenter.collector import otlp
-from hypocenter.config import Settings
+from hypocenter.config import Settings, listen_address
 from hypocenter.errors import InputError, TransientError
 from hypocenter.exporter.outputs import Outputs
 from hypocenter.exporter.store import Store, open_store
@@ -50,13 +50,6 @@ log = logging.getLogger("hypocenter.server")
 
 LOGS_SERVICE = "opentelemetry.proto.collector.logs.v1.LogsService"
 METRICS_SERVICE = "opentelemetry.proto.collector.metrics.v1.MetricsService"
-
-
-def _split(address: str) -> tuple[str, int]:
-    host, sep, port = address.rpartition(":")
-    if not sep or not port.isdigit():
-        raise InputError(f"listen address {address!r} is not host:port")
-    return host.strip("[]") or "127.0.0.1", int(port)
 
 
 class OTLPGrpc:
@@ -154,7 +147,7 @@ class Server:
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         reflection.enable_server_reflection(
             (SERVICE_NAME, LOGS_SERVICE, METRICS_SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
-        host, port = _split(self.settings.grpc_listen)
+        host, port = listen_address(self.settings.grpc_listen, "grpc_listen")
         bound = server.add_insecure_port(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
         if bound == 0:
             raise InputError(f"cannot listen on {self.settings.grpc_listen} (gRPC): address in use or not local")
@@ -163,7 +156,7 @@ class Server:
         self.grpc_address = f"{host}:{bound}"
 
     def _http_socket(self) -> socket.socket:
-        host, port = _split(self.settings.http_listen)
+        host, port = listen_address(self.settings.http_listen, "http_listen")
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -57,6 +57,7 @@ from prometheus_client.registry import Collector
 from prometheus_client.samples import Exemplar
 
 from hypocenter import __version__
+from hypocenter.config import listen_address
 from hypocenter.errors import InputError
 from hypocenter.exporter.activity import LATENCY_BUCKETS, Activity, cumulative
 from hypocenter.exporter.activity import Exemplar as Last
@@ -283,12 +284,9 @@ class MetricsEndpoint:
         self.address = ""
 
     def start(self, listen: str) -> str:
-        host, sep, port = listen.rpartition(":")
-        if not sep or not port.isdigit():
-            raise InputError(f"metrics listen address {listen!r} is not host:port")
-        host = host.strip("[]") or "127.0.0.1"
+        host, port = listen_address(listen, "metrics_listen")
         try:
-            self._httpd, self._thread = start_http_server(int(port), addr=host, registry=self.registry)
+            self._httpd, self._thread = start_http_server(port, addr=host, registry=self.registry)
         except OSError as exc:
             raise InputError(f"cannot listen on {listen} (metrics): {exc.strerror}") from None
         self.address = f"{host}:{self._httpd.server_port}"
