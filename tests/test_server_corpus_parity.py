@@ -12,19 +12,20 @@ import httpx
 import pytest
 from server_support import essence
 
+from bench.generate import main as generate
 from hypocenter.api.server import Server, serve_in_thread
 from hypocenter.config import load_settings
 from hypocenter.engine import default_engine
 from hypocenter.replay import replay
 
-bench_generate = pytest.importorskip("bench.generate")
-
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     out = tmp_path_factory.mktemp("corpus") / "c"
-    assert bench_generate.main(["--out", str(out), "--count", "40", "--seed", "7", "--prior", "uniform"]) == 0
-    return sorted(p for p in out.iterdir() if (p / "attempt.yaml").is_file())
+    assert generate(["--out", str(out), "--count", "40", "--seed", "7", "--prior", "uniform"]) == 0
+    bundles = sorted(p for p in out.iterdir() if (p / "attempt.yaml").is_file())
+    assert len(bundles) == 40
+    return bundles
 
 
 @pytest.fixture(scope="module")
