@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import os
 import sys
+import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
@@ -216,6 +217,11 @@ def merged(args: Any) -> PullConfig:
     for name, source in (("loki", cfg.loki), ("prometheus", cfg.prometheus)):
         if source is not None and not source.url:
             raise UsageError(f"{name}: in --config needs a url (url: … there, or --{name} URL)")
+    for flag, key, url in (("--loki", "loki.url", cfg.loki.url if cfg.loki else None),
+                           ("--prometheus", "prometheus.url", cfg.prometheus.url if cfg.prometheus else None),
+                           ("--slurm-rest", "slurm_rest", cfg.slurm_rest)):
+        if url and not _is_http_url(url):  # else every query would fail alike, retried as if the server were down
+            raise UsageError(f"{url!r} is not an http:// or https:// URL ({flag}, or {key} in --config)")
     if cfg.timeout is not None and cfg.timeout <= 0:
         raise UsageError(f"--timeout must be a positive number of seconds, not {cfg.timeout:g}")
     scopes = [n for n in ("bundle", "slurm", "kueue", "k8s_job") if getattr(cfg, n)]
@@ -236,6 +242,14 @@ def _updated(model: type[_HttpSource], old: _HttpSource | None, changes: dict[st
         return model.model_validate({**(old.model_dump() if old is not None else {}), **changes})
     except ValidationError as exc:
         raise UsageError(str(exc.errors()[0]["msg"]).removeprefix("Value error, ")) from None
+
+
+def _is_http_url(url: str) -> bool:
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError:  # e.g. an unclosed IPv6 bracket
+        return False
+    return parts.scheme in ("http", "https") and bool(parts.hostname)
 
 
 def _flag(name: str) -> str:

@@ -229,6 +229,18 @@ def test_loki_flags_need_a_loki(argv: list[str], message: str, capsys: pytest.Ca
     assert message in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--slurm", "1", "--loki", "notaurl"], "'notaurl' is not an http:// or https:// URL (--loki,"),
+    (["--slurm", "1", "--prometheus", "ftp://p"], "'ftp://p' is not an http:// or https:// URL (--prometheus,"),
+    (["--slurm", "1", "--slurm-rest", "http://[::1"], "'http://[::1' is not an http:// or https:// URL (--slurm-rest,"),
+])
+def test_a_source_url_that_is_no_http_url_is_a_usage_error(argv: list[str], message: str,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["analyze", *argv])  # before any query: each would fail alike, retried as if the server were down
+    assert exit_.value.code == 2 and message in capsys.readouterr().err
+
+
 def test_an_unreadable_secret_file_stops_before_the_pull(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     cfg = tmp_path / "pull.yaml"
     cfg.write_text("slurm: 1\nloki: {url: 'http://l', token_file: missing}\n")
