@@ -13,17 +13,13 @@ from random import Random
 from bench.world import HCA, Node, World
 
 
-def nccl_host(world: World, node: Node) -> str:
-    return node.pod if world.scheduler == "kubernetes" else node.name
-
-
 def oob_interface(node: Node) -> str:
     """The interface NCCL bootstraps over: IPoIB, or a bond on RoCE clusters."""
     return "bond0" if node.hcas[0].netdev.startswith("enp") else "ib0"
 
 
 def prefix(world: World, node: Node, pid: int, dev: int, tid: int | None = None) -> str:
-    return f"{nccl_host(world, node)}:{pid}:{tid if tid is not None else pid + 700 + dev * 3} [{dev}]"
+    return f"{world.hostname(node)}:{pid}:{tid if tid is not None else pid + 700 + dev * 3} [{dev}]"
 
 
 def warn(world: World, node: Node, pid: int, dev: int, where: str, msg: str, tid: int | None = None) -> str:
@@ -153,8 +149,8 @@ def socket_closed(world: World, node: Node, rank: int, peer: Node, rng: Random) 
     if v < (2, 12, 0):
         return warn(world, node, pid, local, "misc/socket.cc:503", f"Net : Call to recv from {peer.ib_ip}<{port}> failed : Connection reset by peer")
     if v < (2, 19, 0):
-        return warn(world, node, pid, local, "misc/socket.cc:538", f"Net : Connection closed by remote peer {nccl_host(world, peer)}<{port}>")
-    return warn(world, node, pid, local, "misc/socket.cc:" + str(rng.choice((47, 49, 50))), f"socketProgress: Connection closed by remote peer {nccl_host(world, peer)}<{port}>")
+        return warn(world, node, pid, local, "misc/socket.cc:538", f"Net : Connection closed by remote peer {world.hostname(peer)}<{port}>")
+    return warn(world, node, pid, local, "misc/socket.cc:" + str(rng.choice((47, 49, 50))), f"socketProgress: Connection closed by remote peer {world.hostname(peer)}<{port}>")
 
 
 def proxy_failed(world: World, node: Node, rank: int, peer_rank: int) -> str:

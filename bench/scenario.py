@@ -502,7 +502,7 @@ class Scenario:
         peers = self.peers_of(dead_node, 3)
         self.socket_errors(t, dead_node, peers)
         if w.stack.torch >= (2, 0):
-            self.remote_errors(t + 1, peers, f"socketProgress: Connection closed by remote peer {nccl.nccl_host(w, dead_node)}<{rng.randint(32768, 60999)}>"
+            self.remote_errors(t + 1, peers, f"socketProgress: Connection closed by remote peer {w.hostname(dead_node)}<{rng.randint(32768, 60999)}>"
                                if w.stack.nccl >= (2, 19, 0) else None)
         return self.timeouts(t, seq=self.plan.seq_at(t)) if rng.random() < 0.5 else t + rng.uniform(5, 30)
 
@@ -549,7 +549,7 @@ class Scenario:
         self.node_out(node, t_detect + rng.uniform(1, 4), pytorch.agent_failed(w, node.agent_pid, w.local_of(r0), e0.code, w.rank_pid(r0)))
         failures = [(r, w.local_of(r), self.exits[r].code, w.rank_pid(r), self.exits[r].t,
                      self.exits[r].traceback if self.rng.random() < 0.5 else None) for tt, r in own if tt <= t_detect + 0.5]
-        host = node.pod if w.scheduler == "kubernetes" else node.name
+        host = w.hostname(node)
 
         def local_time(tt: float) -> datetime:
             return self.clock.local(tt, node)

@@ -158,7 +158,7 @@ def benign_c10d_warning(world: World, rank: int, rng: Random) -> LineFn:
     from bench.pytorch import glog, prefixed
 
     kind = rng.random()
-    master = world.master.name if world.scheduler == "slurm" else world.master.pod
+    master = world.hostname(world.master)
 
     def render(d: datetime) -> str:
         if kind < 0.5:

@@ -237,6 +237,10 @@ class World:
     def master(self) -> Node:
         return self.nodes[0]
 
+    def hostname(self, node: Node) -> str:
+        """The name a node goes by inside the job, as NCCL, TCPStore and torchrun print it: its pod on Kubernetes."""
+        return node.pod if self.scheduler == "kubernetes" else node.name
+
     def hostlist(self, names: list[str] | None = None) -> str:
         """Slurm's compressed hostlist expression, e.g. ``gpu-a[03-05,07]``."""
         return compress_hostlist(names if names is not None else [n.name for n in self.nodes])

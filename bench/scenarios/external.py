@@ -18,7 +18,7 @@ def _sigterm_all(sc: Scenario, t: float, *, collateral_p: float = 0.6) -> None:
     if rng.random() < collateral_p:
         victims = rng.sample(range(w.world_size), k=min(w.world_size, rng.randint(1, 6)))
         for r in victims:
-            master = w.master.name if w.scheduler == "slurm" else w.master.pod
+            master = w.hostname(w.master)
             sc.out(r, t + rng.uniform(1, 4), pytorch.tcpstore_reset(w, r, master, rng))
         sc.collateral(f"TCPStore / NCCL errors on {len(victims)} ranks while shutting down")
     for r in range(w.world_size):

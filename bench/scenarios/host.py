@@ -52,11 +52,11 @@ def _lose(sc: Scenario) -> tuple[Node, float, bool]:
         sc.remote_errors(t + rng.uniform(33, 45), peers, last)
     if node is w.nodes[0]:
         for r in sc.alive()[:: max(1, w.world_size // 16)]:
-            sc.out(r, t + rng.uniform(35, 60), pytorch.tcpstore_reset(w, r, node.name if w.scheduler == "slurm" else node.pod, rng))
+            sc.out(r, t + rng.uniform(35, 60), pytorch.tcpstore_reset(w, r, w.hostname(node), rng))
         sc.collateral("TCPStore connection resets (store host lost)")
     if w.uses_torchrun and rng.random() < 0.5:
         for other in rng.sample([n for n in w.nodes if n is not node], k=min(3, len(w.nodes) - 1)):
-            host = node.name if w.scheduler == "slurm" else node.pod
+            host = w.hostname(node)
             sc.node_out(other, t + rng.uniform(30, 90), pytorch.agent_keepalive_failed(w, other.agent_pid, host))
         sc.collateral("torchrun rendezvous keep-alive failures naming the lost node")
     return node, t, panic

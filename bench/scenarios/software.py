@@ -71,7 +71,7 @@ def s06_single_rank(sc: Scenario) -> None:
     sc.root_event(node, sc.rank_stream(rank).path, exc[-1])
     sc.culprit([node])
     if rank == 0:
-        master = node.name if w.scheduler == "slurm" else node.pod
+        master = w.hostname(node)
         for r in sc.alive()[:: max(1, w.world_size // 12)]:
             sc.out(r, t + rng.uniform(1, 10), pytorch.tcpstore_reset(w, r, master, rng))
         sc.collateral("TCPStore errors after rank 0 exited")
@@ -243,7 +243,7 @@ def port_in_use(sc: Scenario) -> None:
     t_to = t + rng.uniform(300, 900)
     for other in w.nodes[1:4]:
         client = (f"torch.distributed.DistNetworkError: The client socket has timed out after {int(t_to - t)}s while trying to connect to "
-                  f"({node.name if w.scheduler == 'slurm' else node.pod}, {port}).")
+                  f"({w.hostname(node)}, {port}).")
         sc.node_out(other, t_to + rng.uniform(0, 3), "\n".join(pytorch.traceback_lines(frames[:1], [client])))
         for r in w.ranks_of(other):
             sc.exit(r, t_to + rng.uniform(1, 3), 1)

@@ -116,7 +116,7 @@ def s13_ckpt_write(sc: Scenario) -> None:
     sc.root_event(node, sc.rank_stream(writer).path, msg)
     sc.culprit([node], [(node, "filesystem", ckdir)])
     if writer == 0:
-        master = node.name if w.scheduler == "slurm" else node.pod
+        master = w.hostname(node)
         for r in sc.alive()[:: max(1, w.world_size // 12)]:
             sc.out(r, t + rng.uniform(1, 10), pytorch.tcpstore_reset(w, r, master, rng))
         sc.collateral("TCPStore errors on other ranks after rank 0 (store host) exited")
