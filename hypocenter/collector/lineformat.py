@@ -133,7 +133,16 @@ def _micros(frac: str | None) -> int:
 
 
 def parse_iso(text: str, ctx: TimeContext) -> datetime | None:
-    """Parse an ISO-8601-ish stamp (`2026-11-02T10:15:03.123Z`, `2026-11-02 10:15:03,5`, …)."""
+    """Parse an ISO-8601-ish stamp (`2026-11-02T10:15:03.123Z`, `2026-11-02 10:15:03,5`, …); None
+    when it is not one or names no possible instant (an offset of 24 h or more). Never raises."""
+    try:
+        return _parse_iso(text, ctx)
+    except (ValueError, OverflowError):
+        return None
+
+
+def _parse_iso(text: str, ctx: TimeContext) -> datetime | None:
+    """`parse_iso` that raises on an impossible stamp: `parse_line` then keeps the line unparsed."""
     m = _ISO.match(text.strip())
     if not m:
         return None
@@ -196,11 +205,11 @@ def _peel(text: str, h: LineHeader, ctx: TimeContext) -> str | None:
             return text[m.end():]
         m = _CRI.match(text)
         if m:
-            h.time = h.time or parse_iso(m.group(1), ctx)
+            h.time = h.time or _parse_iso(m.group(1), ctx)
             return text[m.end():]
         m = _SHORT_ISO.match(text)
         if m and h.time is None:
-            h.time = parse_iso(m.group(1), ctx)
+            h.time = _parse_iso(m.group(1), ctx)
             h.host = h.host or m.group(2)
             h.tag = m.group(3)
             return text[m.end():]
@@ -220,7 +229,7 @@ def _peel(text: str, h: LineHeader, ctx: TimeContext) -> str | None:
     if c == "<":
         m = _RFC5424.match(text)
         if m:
-            h.time = h.time or parse_iso(m.group(1), ctx)
+            h.time = h.time or _parse_iso(m.group(1), ctx)
             h.host = h.host or (m.group(2) if m.group(2) != "-" else None)
             h.tag = m.group(3)
             return text[m.end():]
@@ -310,7 +319,7 @@ def _peel_json(text: str, h: LineHeader, ctx: TimeContext) -> str | None:
         for key in _JSON_TIME_KEYS:
             v = doc.get(key)
             if isinstance(v, str):
-                h.time = parse_iso(v, ctx)
+                h.time = _parse_iso(v, ctx)
             elif isinstance(v, int | float) and not isinstance(v, bool):
                 secs = v / 1e9 if v > 1e17 else v / 1e3 if v > 1e11 else v
                 h.time = datetime.fromtimestamp(secs, tz=timezone.utc)

@@ -103,9 +103,8 @@ def _walk(doc: Any, ref: str, ctx: TimeContext) -> Iterator[Record]:
     if kind == RECORDS_KIND and isinstance(doc.get("records"), list):
         for r in doc["records"]:
             if isinstance(r, dict) and isinstance(r.get("text"), str) and isinstance(r.get("ref"), str):
-                when = parse_iso(r["time"], ctx) if isinstance(r.get("time"), str) else None
-                yield Record(ref=r["ref"], time=when, node=r.get("node") if isinstance(r.get("node"), str) else None,
-                             text=r["text"])
+                yield Record(ref=r["ref"], time=_when(r.get("time"), ctx),
+                             node=r.get("node") if isinstance(r.get("node"), str) else None, text=r["text"])
         return
     if isinstance(kind, str):
         yield from _k8s_object(doc, kind, ref, ctx)
@@ -202,8 +201,8 @@ def _slurm_job(job: dict[str, Any], ref: str, ctx: TimeContext) -> Iterator[Reco
     reason = state.get("reason") if isinstance(state, dict) else job.get("state_reason")
     times = job.get("time", {})
     end = _epoch(times.get("end")) if isinstance(times, dict) else _epoch(job.get("end_time"))
-    if end is None and isinstance(job.get("end_time_iso"), str):
-        end = parse_iso(job["end_time_iso"], ctx)
+    if end is None:
+        end = _when(job.get("end_time_iso"), ctx)  # scontrol text (parse_scontrol)
     exit_code = job.get("exit_code")
     if isinstance(exit_code, int) and not isinstance(exit_code, bool) and "job_state" in job:
         # scontrol/squeue before data_parser (Slurm ≤ 22.05) print the raw wait(2) status: 256 is exit 1.
@@ -235,8 +234,7 @@ def _slurm_node(node: dict[str, Any], ref: str, ctx: TimeContext) -> Iterator[Re
     reason = node.get("reason") or "-"
     yield Record(
         ref=ref, node=name,
-        time=_epoch(node.get("reason_changed_at")) or (
-            parse_iso(node["reason_changed_at_iso"], ctx) if isinstance(node.get("reason_changed_at_iso"), str) else None),
+        time=_epoch(node.get("reason_changed_at")) or _when(node.get("reason_changed_at_iso"), ctx),
         text=(f"slurm node {name} state={_states(node.get('state'))} reason={_clean(reason)}"
               + (f" set_by={node['reason_set_by_user']}" if node.get("reason_set_by_user") else "")),
     )
@@ -246,12 +244,7 @@ def _slurm_node(node: dict[str, Any], ref: str, ctx: TimeContext) -> Iterator[Re
 
 
 def _when(v: Any, ctx: TimeContext) -> datetime | None:
-    if not isinstance(v, str):
-        return None
-    try:
-        return parse_iso(v, ctx)
-    except (ValueError, OverflowError):  # e.g. an offset beyond ±24 h
-        return None
+    return parse_iso(v, ctx) if isinstance(v, str) else None
 
 
 def _k8s_object(obj: dict[str, Any], kind: str, ref: str, ctx: TimeContext) -> Iterator[Record]:
