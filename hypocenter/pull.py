@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import os
 import sys
-import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
@@ -56,6 +55,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from hypocenter import strict_yaml
 from hypocenter.collector.connectors import connector_class
 from hypocenter.collector.connectors.base import Collected, ConnectorError, RetryPolicy, Scope, merge
+from hypocenter.collector.connectors.http_api import is_http_url
 from hypocenter.errors import InputError
 from hypocenter.model import AttemptContext, Coverage, Diagnosis
 
@@ -220,7 +220,7 @@ def merged(args: Any) -> PullConfig:
     for flag, key, url in (("--loki", "loki.url", cfg.loki.url if cfg.loki else None),
                            ("--prometheus", "prometheus.url", cfg.prometheus.url if cfg.prometheus else None),
                            ("--slurm-rest", "slurm_rest", cfg.slurm_rest)):
-        if url and not _is_http_url(url):  # else every query would fail alike, retried as if the server were down
+        if url and not is_http_url(url):  # else every query would fail alike, retried as if the server were down
             raise UsageError(f"{url!r} is not an http:// or https:// URL ({flag}, or {key} in --config)")
     if cfg.timeout is not None and cfg.timeout <= 0:
         raise UsageError(f"--timeout must be a positive number of seconds, not {cfg.timeout:g}")
@@ -242,14 +242,6 @@ def _updated(model: type[_HttpSource], old: _HttpSource | None, changes: dict[st
         return model.model_validate({**(old.model_dump() if old is not None else {}), **changes})
     except ValidationError as exc:
         raise UsageError(str(exc.errors()[0]["msg"]).removeprefix("Value error, ")) from None
-
-
-def _is_http_url(url: str) -> bool:
-    try:
-        parts = urllib.parse.urlsplit(url)
-    except ValueError:  # e.g. an unclosed IPv6 bracket
-        return False
-    return parts.scheme in ("http", "https") and bool(parts.hostname)
 
 
 def _flag(name: str) -> str:

@@ -248,6 +248,13 @@ def test_kubeconfig_exec_plugin(tmp_path: Path) -> None:
     assert seen[0][0] == ["get-token", "--cluster", "c1"] and seen[0][1]["REGION"] == "eu"
 
 
+def test_a_server_that_is_no_url_is_an_auth_error(tmp_path: Path) -> None:
+    path = _kubeconfig(tmp_path, {"token": "abc"}, {"server": "k8s.test:6443"})
+    with pytest.raises(ConnectorError, match="server 'k8s.test:6443' is not an https:// URL") as err:
+        from_kubeconfig(path)  # not a request that fails alike four times, as if the server were down
+    assert err.value.kind == "auth"
+
+
 def test_a_failing_exec_plugin_says_how_it_failed(tmp_path: Path) -> None:
     path = _kubeconfig(tmp_path, {"exec": {"apiVersion": "client.authentication.k8s.io/v1", "command": "false"}})
     with pytest.raises(ConnectorError, match="exec plugin false: exit status 1$") as err:

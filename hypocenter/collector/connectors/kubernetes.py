@@ -55,7 +55,7 @@ import httpx
 
 from hypocenter import strict_yaml
 from hypocenter.collector.connectors.base import Collected, ConnectorError, RetryPolicy, Scope, with_retries
-from hypocenter.collector.connectors.http_api import BorrowedTransport
+from hypocenter.collector.connectors.http_api import BorrowedTransport, is_http_url
 from hypocenter.collector.lineformat import TimeContext, parse_iso
 from hypocenter.collector.scheduler_records import render
 from hypocenter.collector.sources import RecordSource, Source, TextSource
@@ -176,6 +176,9 @@ def from_kubeconfig(path: Path, context: str | None = None,
     base = path.parent
     if not cluster.get("server"):
         raise ConnectorError(f"kubeconfig {path}: cluster {ctx.get('cluster')!r} has no server", kind="auth")
+    if not is_http_url(str(cluster["server"])):
+        raise ConnectorError(f"kubeconfig {path}: cluster {ctx.get('cluster')!r}: server {cluster['server']!r} is "
+                             "not an https:// URL", kind="auth")
     creds = Credentials(server=str(cluster["server"]).rstrip("/"), namespace=ctx.get("namespace"),
                         insecure=bool(cluster.get("insecure-skip-tls-verify")),
                         origin=f"kubeconfig {path} context {ctx_name}")
