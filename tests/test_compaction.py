@@ -175,7 +175,7 @@ def _settle(store: Path | str) -> None:
 
 def _value(metrics: str, name: str, labels: str = "") -> float:
     for line in metrics.splitlines():
-        if line.startswith(name + (labels or " ")) or line.startswith(name + labels + " "):
+        if line.startswith(f"{name}{labels} "):
             return float(line.split()[-1])
     raise AssertionError(f"{name}{labels} not in /metrics")
 
