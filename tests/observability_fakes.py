@@ -635,11 +635,7 @@ def parse_logql(text: str) -> LogQuery:
         value = lx.string()
         matchers.append((name, op, value, _re2(value, anchored=True) if "~" in op else None))
     lx.expect("}")
-    if not matchers:
-        raise LogQLError("parse error : queries require at least one regexp or equality matcher that does not "
-                         "have an empty-compatible value. For instance, app=~\".*\" does not meet this requirement, "
-                         "but app=~\".+\" will")
-    if all(_test(op, "", value, rx, full=True) for _, op, value, rx in matchers):
+    if all(_test(op, "", value, rx, full=True) for _, op, value, rx in matchers):  # `{}` too
         raise LogQLError("parse error : queries require at least one regexp or equality matcher that does not "
                          "have an empty-compatible value. For instance, app=~\".*\" does not meet this requirement, "
                          "but app=~\".+\" will")
