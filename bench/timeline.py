@@ -121,14 +121,9 @@ def render_system_line(e: Entry, node: Node, fmt: KernelFormat, clock: Clock, te
     d = clock.local(e.t, node)
     host = node.name
     tag = "kernel" if kernel else (f"{e.ident}[{e.pid}]" if e.pid is not None else e.ident)
-    if fmt == "kernlog":
-        return f"{ts_syslog(d)} {host} {tag}: {text}"
-    if fmt in ("kernlog_uptime", "syslog_uptime"):
-        if kernel:
-            return f"{ts_syslog(d)} {host} kernel: {_uptime(e.t, node)} {text}"
-        return f"{ts_syslog(d)} {host} {tag}: {text}"
-    if fmt == "syslog":
-        return f"{ts_syslog(d)} {host} {tag}: {text}"
+    if fmt in ("kernlog", "kernlog_uptime", "syslog", "syslog_uptime"):
+        uptime = f"{_uptime(e.t, node)} " if kernel and fmt.endswith("_uptime") else ""
+        return f"{ts_syslog(d)} {host} {tag}: {uptime}{text}"
     if fmt == "rsyslog_iso":
         return f"{ts_iso(d)} {host} {tag}: {text}"
     if fmt == "rfc5424":
