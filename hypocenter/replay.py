@@ -31,7 +31,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from hypocenter.collector.attempts import NodeMatcher
+from hypocenter.collector.attempts import NODE_LABELS, NodeMatcher
 from hypocenter.collector.bundle import JOB_DIR, documents, load_context, read_text, time_context
 from hypocenter.collector.lineformat import TimeContext, parse_line
 from hypocenter.collector.metrics import MetricFormatError, parse_metrics
@@ -41,7 +41,6 @@ from hypocenter.model import AttemptContext
 NODE_FILES = re.compile(r"^(kern|dmesg|journal|messages|syslog|nvidia-smi|dcgmi|perfquery|ibstat|ibdiagnet|mlx|ipmi|sel)",
                         re.IGNORECASE)
 BATCH = 512
-_NODE_LABELS = ("hostname", "Hostname", "node", "nodename", "host", "kubernetes_node", "instance")
 
 
 @dataclass(slots=True)
@@ -108,8 +107,14 @@ def _lines(text: str, rel: str, tctx: TimeContext, fallback_ns: int) -> list[Log
     return out
 
 
-def _files(top: Path) -> list[Path]:
-    return sorted(p for p in top.rglob("*") if p.is_file() and not p.name.startswith("."))
+def _texts(root: Path, top: Path) -> Iterator[tuple[Path, str, str]]:
+    """(path, bundle-relative path, text) of each readable file below `top`, in path order."""
+    if not top.is_dir():
+        return
+    for path in sorted(p for p in top.rglob("*") if p.is_file() and not p.name.startswith(".")):
+        text, _, _ = read_text(path)
+        if text is not None:
+            yield path, path.relative_to(root).as_posix(), text
 
 
 def plan(root: Path) -> tuple[AttemptContext, list[Stream], list[Stream], list[tuple[dict[str, Any], list[Any]]]]:
@@ -124,11 +129,7 @@ def plan(root: Path) -> tuple[AttemptContext, list[Stream], list[Stream], list[t
     if logs.is_dir():
         for node_dir in sorted(p for p in logs.iterdir() if p.is_dir() and not p.name.startswith(".")):
             node = None if node_dir.name == JOB_DIR else node_dir.name
-            for path in _files(node_dir):
-                rel = path.relative_to(root).as_posix()
-                text, _, _ = read_text(path)
-                if text is None:
-                    continue
+            for path, rel, text in _texts(root, node_dir):
                 lines = _lines(text, rel, tctx, end_ns)
                 if node is not None and NODE_FILES.match(path.name):
                     node_streams.append(Stream(resource={"host.name": node, "service.name": "node-agent"}, lines=lines))
@@ -137,41 +138,29 @@ def plan(root: Path) -> tuple[AttemptContext, list[Stream], list[Stream], list[t
                     if node is not None:
                         res["host.name"] = node
                     app_streams.append(Stream(resource=res, lines=lines))
-    events = root / "events"
-    if events.is_dir():
-        for path in _files(events):
-            rel = path.relative_to(root).as_posix()
-            text, _, _ = read_text(path)
-            if text is None:
-                continue
-            try:
-                docs = documents(text)
-            except ValueError:
-                continue
-            lines = [LogLine(body=doc, time_ns=end_ns, attributes={"log.file.path": rel, "log.file.record_number": i})
-                     for i, doc in enumerate(docs, start=1)]
-            app_streams.append(Stream(resource=dict(wattrs), lines=lines))
+    for _, rel, text in _texts(root, root / "events"):
+        try:
+            docs = documents(text)
+        except ValueError:
+            continue
+        lines = [LogLine(body=doc, time_ns=end_ns, attributes={"log.file.path": rel, "log.file.record_number": i})
+                 for i, doc in enumerate(docs, start=1)]
+        app_streams.append(Stream(resource=dict(wattrs), lines=lines))
     metric_groups: list[tuple[dict[str, Any], list[Any]]] = []
     matcher = NodeMatcher(ctx.nodes)
-    metrics = root / "metrics"
-    if metrics.is_dir():
-        for path in _files(metrics):
-            rel = path.relative_to(root).as_posix()
-            text, _, _ = read_text(path)
-            if text is None:
-                continue
-            try:
-                series = parse_metrics(text, default_time=ctx.window.end)
-            except (MetricFormatError, ValueError):
-                continue
-            by_node: dict[str | None, list[Any]] = {}
-            for s in series:
-                node = next((m for k in _NODE_LABELS if (m := matcher.resolve(s.labels.get(k))) is not None), None)
-                by_node.setdefault(node, []).append(s)
-            for node, group in sorted(by_node.items(), key=lambda kv: kv[0] or ""):
-                res = {"host.name": node, "service.name": "node-agent"} if node else dict(wattrs)
-                res["hypocenter.source"] = rel
-                metric_groups.append((res, group))
+    for _, rel, text in _texts(root, root / "metrics"):
+        try:
+            series = parse_metrics(text, default_time=ctx.window.end)
+        except (MetricFormatError, ValueError):
+            continue
+        by_node: dict[str | None, list[Any]] = {}
+        for s in series:
+            node = next((m for k in NODE_LABELS if (m := matcher.resolve(s.labels.get(k))) is not None), None)
+            by_node.setdefault(node, []).append(s)
+        for node, group in sorted(by_node.items(), key=lambda kv: kv[0] or ""):
+            res = {"host.name": node, "service.name": "node-agent"} if node else dict(wattrs)
+            res["hypocenter.source"] = rel
+            metric_groups.append((res, group))
     return ctx, node_streams, app_streams, metric_groups
 
 

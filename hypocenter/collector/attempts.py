@@ -38,7 +38,7 @@ from hypocenter.exporter.store import AttemptRow, LogRow, PointRow, Store
 from hypocenter.model import AttemptContext, Coverage, Window, Workload, parse_rank_ranges
 
 MAX_LINE_PADDING = 1 << 20  # blank lines kept to preserve line numbers across a gap, at most
-_NODE_LABELS = ("hostname", "Hostname", "node", "nodename", "host", "kubernetes_node", "instance")
+NODE_LABELS = ("hostname", "Hostname", "node", "nodename", "host", "kubernetes_node", "instance")  # Prometheus-style
 
 
 @dataclass(slots=True)
@@ -250,7 +250,7 @@ def assemble(store: Store, row: AttemptRow, *, lookback_s: float, slack_s: float
     series: dict[str, dict[tuple[str, tuple[tuple[str, str], ...]], list[PointRow]]] = defaultdict(lambda: defaultdict(list))
     for p in points:
         labels = dict(p.labels)
-        if p.node is not None and not any(k in labels for k in _NODE_LABELS):
+        if p.node is not None and not any(k in labels for k in NODE_LABELS):
             labels["hostname"] = matcher.resolve(p.node) or p.node  # a node-scoped series names its node
         series[p.source][(p.name, tuple(sorted(labels.items())))].append(p)
     for source in sorted(series):
