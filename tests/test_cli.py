@@ -366,13 +366,20 @@ def test_analyze_with_a_broken_rule_file(tmp_path: Path) -> None:
 
 
 def test_analyze_with_an_extra_rule_file(tmp_path: Path) -> None:
+    """The extra rule reads its line next to the catalog's, and the catalog's verdict stands."""
     bundle = tmp_path / "bundle"
     shutil.copytree(EXAMPLE, bundle)
+    with (bundle / "logs/node01/kern.log").open("a", encoding="utf-8") as f:
+        f.write("Nov  2 10:20:00 node01 kernel: frobnicator exploded\n")
     path = tmp_path / "my-rules.yaml"
-    path.write_text(RULE, encoding="utf-8")
+    path.write_text(RULE + "    attribute:\n      when: {kind: frobnicator_exploded}\n      role: symptom\n"
+                           "      symptom: frobnicator_exploded\n", encoding="utf-8")
     proc = run_cli("analyze", str(bundle), "--rules", str(path), "--format", "json")
     assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout)["root_cause"]["subdomain"] == "nvlink"
+    doc = json.loads(proc.stdout)
+    assert doc["root_cause"]["subdomain"] == "nvlink"
+    assert [(s["rule"], s["nodes"]) for s in doc["symptoms"] if s["kind"] == "frobnicator_exploded"] == [
+        ("frobnicator-exploded", ["node01"])]
 
 
 def test_rules_test_for_an_unknown_rule() -> None:
