@@ -303,7 +303,7 @@ class Verdict:
         rule_of = {id(e): a.rule.id for e, a in roles}
         cause_events = {id(e) for c in chosen for e in c.events if rule_of.get(id(e)) == c.rule.id}
         symptoms = _symptoms(roles, cause_events)
-        evidence = _evidence(chosen if chosen else primary, roles, events)
+        evidence = _evidence(chosen if chosen else primary, roles)
         affected = sorted({e.node for e, a in roles if e.node and a.spec.role in ("root_cause", "symptom")}
                           | {n for c in chosen for n in c.nodes})
         ident = hashlib.sha256(
@@ -558,16 +558,16 @@ def _symptoms(roles: list[tuple[Event, _Attr]], cause_events: set[int]) -> list[
     return out
 
 
-def _evidence(causes: list[Candidate], roles: list[tuple[Event, _Attr]], events: list[Event]) -> list[Evidence]:
-    picked: dict[tuple[str, str, str], Evidence] = {}
-    cause_refs: set[tuple[str, str, str]] = set()
+def _evidence(causes: list[Candidate], roles: list[tuple[Event, _Attr]]) -> list[Evidence]:
+    picked: dict[tuple[str, str], Evidence] = {}
+    cause_refs: set[str] = set()
 
     def add(e: Event, role: str, rule: str) -> None:
-        key = (e.ref, role, "")
-        if role != "root_cause" and any(k[0] == e.ref for k in cause_refs):
-            return  # a line already shown as the cause is not repeated as its own symptom
         if role == "root_cause":
-            cause_refs.add(key)
+            cause_refs.add(e.ref)
+        elif e.ref in cause_refs:
+            return  # a line already shown as the cause is not repeated as its own symptom
+        key = (e.ref, role)
         if key not in picked:
             picked[key] = Evidence(time=isoformat(e.time), node=e.node, source=e.source, ref=e.ref,
                                    text=e.text, role=role, rule=rule)  # type: ignore[arg-type]
