@@ -18,7 +18,6 @@ import bisect
 import threading
 import time
 from collections import OrderedDict, defaultdict
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from hypocenter.model import Diagnosis
@@ -184,12 +183,3 @@ class Activity:
                 compacted_bytes=self._compacted[1], latency=lat,
                 exported=dict(self._exported), export_failures=dict(self._export_failures),
                 export_dropped=dict(self._export_dropped), started=self.started)
-
-
-def cumulative(counts: Iterable[int]) -> list[int]:
-    out: list[int] = []
-    total = 0
-    for c in counts:
-        total += c
-        out.append(total)
-    return out

@@ -43,6 +43,7 @@ import threading
 import time
 from collections import Counter as Tally
 from collections.abc import Iterable, Iterator, Sequence
+from itertools import accumulate
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, start_http_server
@@ -59,7 +60,7 @@ from prometheus_client.samples import Exemplar
 from hypocenter import __version__
 from hypocenter.config import listen_address
 from hypocenter.errors import InputError
-from hypocenter.exporter.activity import LATENCY_BUCKETS, Activity, cumulative
+from hypocenter.exporter.activity import LATENCY_BUCKETS, Activity
 from hypocenter.exporter.activity import Exemplar as Last
 from hypocenter.exporter.store import DiagnosisFacts, Store
 from hypocenter.model import TAXONOMY
@@ -141,7 +142,7 @@ class HypocenterCollector(Collector):
         h = HistogramMetricFamily("hypocenter_analysis_duration_seconds",
                                   "Time to analyse an attempt: read its records from the store, extract, decide",
                                   labels=[])
-        totals = cumulative(snap.latency.counts)
+        totals = list(accumulate(snap.latency.counts))
         buckets: list[tuple[str, float] | tuple[str, float, Exemplar]] = []
         for i, bound in enumerate([*(str(b) for b in LATENCY_BUCKETS), "+Inf"]):
             ex = _exemplar(snap.latency.exemplars[i])
