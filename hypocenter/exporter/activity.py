@@ -25,12 +25,12 @@ from hypocenter.model import Diagnosis
 # Seconds; an analysis reads the attempt's records from the store, extracts, correlates, decides.
 LATENCY_BUCKETS: tuple[float, ...] = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
-# Why a request or a record was refused. Requests refused whole are retried by OTLP clients
-# (backpressure, store_unavailable) or are lost at the client (the others).
 # Verdicts already counted, by diagnosis id: a re-analysis that reaches the same verdict (an explicit
 # trigger racing the settle timer, late data that changes nothing) is not a second diagnosis.
 COUNTED_MAX = 100_000
 
+# Why a request or a record was refused. Requests refused whole are retried by OTLP clients
+# (backpressure, store_unavailable) or are lost at the client (the others).
 REQUEST_REASONS = ("malformed", "too_large", "unsupported_media_type", "backpressure", "store_unavailable")
 RECORD_REASONS = ("no_node_or_workload", "unsupported_metric_type")
 
