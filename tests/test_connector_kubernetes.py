@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import shutil
 import subprocess
 from collections.abc import Mapping
@@ -160,10 +161,13 @@ def test_a_failing_log_or_event_query_only_lowers_coverage() -> None:
     fake = _example_fake("hbm-ecc-xid48")
     fake.fail["/api/v1/namespaces/ml-team/pods/train-worker-1/log"] = [403]
     fake.fail["/api/v1/namespaces/ml-team/events"] = [500, 500, 500]
+    fake.fail["/api/v1/nodes/h100-n13"] = [403]
     scope = _connector(fake, "ml-team/train").scope()
     cov = {c.source: c for c in scope.collected.coverage}
+    assert len(cov) == len(scope.collected.coverage), "a source with two coverage entries"
     assert cov["logs/h100-n13/train-worker-1.log"].status == "failed"
-    assert cov["k8s/events.json"].status == "partial"
+    assert cov["k8s/events.json"].status == "partial" and "HTTP 500" in (cov["k8s/events.json"].reason or "")
+    assert cov["k8s/nodes.json"].status == "partial" and "h100-n13: " in (cov["k8s/nodes.json"].reason or "")
     assert cov["logs/h100-n21/train-worker-2.log"].status == "ok"
 
 
@@ -229,7 +233,7 @@ def test_kubeconfig_client_certificate_files_token_file_and_insecure(tmp_path: P
 def test_a_certificate_that_is_no_pem_is_an_auth_error(user: dict[str, object], cluster: dict[str, object],
                                                        what: str, tmp_path: Path) -> None:
     creds = from_kubeconfig(_kubeconfig(tmp_path, user, cluster))
-    with pytest.raises(ConnectorError, match=f"kubeconfig {tmp_path / 'config'} context prod: {what}: ") as err:
+    with pytest.raises(ConnectorError, match=re.escape(f"kubeconfig {tmp_path / 'config'} context prod: {what}: ")) as err:
         creds.ssl_context()
     assert err.value.kind == "auth"
 
@@ -250,14 +254,14 @@ def test_kubeconfig_exec_plugin(tmp_path: Path) -> None:
 
 def test_a_server_that_is_no_url_is_an_auth_error(tmp_path: Path) -> None:
     path = _kubeconfig(tmp_path, {"token": "abc"}, {"server": "k8s.test:6443"})
-    with pytest.raises(ConnectorError, match="server 'k8s.test:6443' is not an https:// URL") as err:
+    with pytest.raises(ConnectorError, match=re.escape("server 'k8s.test:6443' is not an https:// URL")) as err:
         from_kubeconfig(path)  # not a request that fails alike four times, as if the server were down
     assert err.value.kind == "auth"
 
 
 def test_a_failing_exec_plugin_says_how_it_failed(tmp_path: Path) -> None:
     path = _kubeconfig(tmp_path, {"exec": {"apiVersion": "client.authentication.k8s.io/v1", "command": "false"}})
-    with pytest.raises(ConnectorError, match="exec plugin false: exit status 1$") as err:
+    with pytest.raises(ConnectorError, match=r"exec plugin false: exit status 1$") as err:
         from_kubeconfig(path)  # the real command: it prints nothing
     assert err.value.kind == "auth"
 
