@@ -45,7 +45,7 @@ import ssl
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -434,6 +434,10 @@ def _terminated(pod: dict[str, Any]) -> Iterator[tuple[str, str, dict[str, Any]]
                 yield str(cs.get("name", "?")), which, term
 
 
+_Records = Callable[[Any, str, Sequence[str]], None]
+"""Renders a document as one source's records and notes its coverage (KubernetesConnector._scope)."""
+
+
 @dataclass(slots=True)
 class _Found:
     kind: str
@@ -554,11 +558,13 @@ class KubernetesConnector:
         tctx = TimeContext(tz=timezone.utc, start=context.window.start, end=context.window.end)
         sources: list[Source] = []
 
-        def records(doc: Any, source: str) -> None:
+        def records(doc: Any, source: str, failed: Sequence[str] = ()) -> None:
+            """The document's records and its one coverage entry: partial when some of it was not read."""
             recs = render(doc, source, tctx)
             if recs:
                 sources.append(RecordSource(name=source, records=recs))
-            coverage.append(Coverage(connector=self.name, source=source, status="ok", observations=len(recs)))
+            coverage.append(Coverage(connector=self.name, source=source, status="partial" if failed else "ok",
+                                     observations=len(recs), reason="; ".join(failed[:3]) or None))
 
         records(found.obj, f"k8s/{found.kind.lower()}-{self.job_name}.json")
         if workload is not None:
@@ -578,8 +584,7 @@ class KubernetesConnector:
         coverage.sort(key=lambda c: (c.source, c.connector))
         return Scope(context=context, collected=Collected(sources=sources, coverage=coverage), notes=notes)
 
-    def _events(self, involved: list[tuple[str, str]], records: Callable[[Any, str], None],
-                coverage: list[Coverage]) -> None:
+    def _events(self, involved: list[tuple[str, str]], records: _Records, coverage: list[Coverage]) -> None:
         items: list[dict[str, Any]] = []
         failed: list[str] = []
         for kind, name in involved:
@@ -595,17 +600,12 @@ class KubernetesConnector:
         for e in items:  # an event can involve the same object through two queries: keep one
             by_key.setdefault(str(_meta(e).get("uid") or _meta(e).get("name") or id(e)), e)
         unique = list(by_key.values())
-        if unique:
-            records({"kind": "EventList", "items": unique}, "k8s/events.json")
-        if failed:
-            coverage.append(Coverage(connector=self.name, source="k8s/events.json",
-                                     status="partial" if unique else "failed", observations=len(unique),
-                                     reason="; ".join(failed[:3])))
-        elif not unique:
+        self._listed("EventList", unique, failed, "k8s/events.json", records, coverage)
+        if not unique and not failed:
             coverage.append(Coverage(connector=self.name, source="k8s/events.json", status="missing", observations=0,
                                      reason="no events left (the API server keeps them about an hour)"))
 
-    def _nodes(self, nodes: list[str], records: Callable[[Any, str], None], coverage: list[Coverage]) -> None:
+    def _nodes(self, nodes: list[str], records: _Records, coverage: list[Coverage]) -> None:
         got: list[dict[str, Any]] = []
         failed: list[str] = []
         for node in nodes:
@@ -613,11 +613,16 @@ class KubernetesConnector:
                 got.append(self.api.get(f"/api/v1/nodes/{node}", what=f"node {node}"))
             except ConnectorError as exc:
                 failed.append(f"{node}: {exc}")
-        if got:
-            records({"kind": "NodeList", "items": got}, "k8s/nodes.json")
-        if failed:
-            coverage.append(Coverage(connector=self.name, source="k8s/nodes.json",
-                                     status="partial" if got else "failed", observations=len(got),
+        self._listed("NodeList", got, failed, "k8s/nodes.json", records, coverage)
+
+    def _listed(self, kind: str, items: list[dict[str, Any]], failed: list[str], source: str, records: _Records,
+                coverage: list[Coverage]) -> None:
+        """Objects read one query each: their records (partial when some queries failed), or a
+        failed entry when every query did; nothing when there was nothing to read."""
+        if items:
+            records({"kind": kind, "items": items}, source, failed)
+        elif failed:
+            coverage.append(Coverage(connector=self.name, source=source, status="failed", observations=0,
                                      reason="; ".join(failed[:3])))
 
     def _logs(self, pods: list[dict[str, Any]], coverage: list[Coverage]) -> list[TextSource]:
