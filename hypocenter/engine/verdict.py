@@ -232,10 +232,7 @@ class Verdict:
                       if c.first_seen is None or c.approx or c.first_seen <= ctx.window.end + SKEW]
         survived = _survived(candidates, events)
         primary, _ = _explain([c for c in candidates if c not in survived])
-        _locate_by_exits(primary, events, len(rank_nodes))
-        for c in primary:
-            if c.nodes == {"*"}:
-                c.nodes = set(ctx.nodes)
+        _locate_by_exits(primary, events, len(rank_nodes), ctx.nodes)
         return self._diagnosis(ctx, events, roles, primary, coverage)
 
     def classify(self, events: list[Event]) -> list[tuple[Event, _Attr]]:
@@ -341,24 +338,29 @@ def _stream_order(e: Event) -> tuple[str, str, int]:
     return (isoformat(e.time) or "~", path, int(line) if line.isdigit() else 0)
 
 
-def _locate_by_exits(primary: list[Candidate], events: list[Event], ranks: int) -> None:
+def _locate_by_exits(primary: list[Candidate], events: list[Event], ranks: int, everywhere: list[str]) -> None:
     """A cause whose lines name no rank or host (a bare traceback in a merged job log) is located by
     what the processes did: the same exception from (nearly) every rank is everywhere; otherwise it
     is where a process first exited with an error code (`srun: error: <node>: task N: Exited with exit
     code 1`, a torchrun failure entry with a positive exit code). Signal exits (Terminated, Aborted,
     -6, -15) are the collateral of that first exit."""
-    for c in primary:
-        if c.nodes or c.spec.locus == "job":
-            continue
+    unlocated = [c for c in primary if not c.nodes and c.spec.locus != "job"]
+    if not unlocated:
+        return
+    exits = [e for e in events if e.node and _error_exit(e)]
+    first_exit = min(exits, key=_stream_order).node if exits else None
+    for c in unlocated:
         if ranks >= 2 and len(c.events) * 2 >= ranks:
-            c.nodes = {"*"}
-            continue
-        exits = sorted((e for e in events if e.node and (
-            (e.kind == "task_exit" and e.fields.get("code") not in (None, "0"))
-            or (e.kind == "child_failed" and isinstance(e.fields.get("exitcode"), int) and int(e.fields["exitcode"]) > 0)  # type: ignore[arg-type]
-        )), key=_stream_order)
-        if exits and exits[0].node:
-            c.nodes = {exits[0].node}
+            c.nodes = set(everywhere)
+        elif first_exit:
+            c.nodes = {first_exit}
+
+
+def _error_exit(e: Event) -> bool:
+    if e.kind == "task_exit":
+        return e.fields.get("code") not in (None, "0")
+    code = e.fields.get("exitcode")
+    return e.kind == "child_failed" and isinstance(code, int) and code > 0
 
 
 def _survived(cands: list[Candidate], events: list[Event]) -> list[Candidate]:
