@@ -264,7 +264,8 @@ def _unrelated_drain(sc: Scenario) -> None:
 
 def _missing_kernel_logs(sc: Scenario) -> None:
     rng = sc.rng
-    candidates = [n for n in sc.w.nodes if n.name not in sc.truth.nodes and sc.kstream(n).path not in sc.protected]
+    protected = sc.protected
+    candidates = [n for n in sc.w.nodes if n.name not in sc.truth.nodes and sc.kstream(n).path not in protected]
     if not candidates:
         return
     drop = rng.sample(candidates, k=min(len(candidates), max(1, len(candidates) // rng.choice((2, 3, 5, 8)))))
@@ -278,8 +279,9 @@ def _missing_pod_logs(sc: Scenario) -> None:
     """Pods deleted before anyone ran `kubectl logs`: their output is simply not in the bundle."""
     if sc.w.output != "pods" or len(sc.w.nodes) < 3:
         return
+    protected = sc.protected
     paths = [p for n in sc.w.nodes if n.name not in sc.truth.nodes
-             for p in [sc.node_stream(n).path] if p not in sc.protected and p in sc.bundle.streams]
+             for p in [sc.node_stream(n).path] if p not in protected and p in sc.bundle.streams]
     if not paths:
         return
     drop = sc.rng.sample(paths, k=min(len(paths), max(1, len(paths) // 3)))

@@ -103,7 +103,6 @@ class Scenario:
         self.lost_nodes: dict[str, float] = {}
         self.unkillable: set[int] = set()
         self.kernel_logs = True
-        self.protected: set[str] = set()
         self.forbid: set[str] = set()
         self.state = "FAILED"
         self.exit_code: int | None = 1
@@ -128,6 +127,11 @@ class Scenario:
         if fmt == "dmesg_raw":
             s.anchor_boot = True
         return s
+
+    @property
+    def protected(self) -> set[str]:
+        """Paths of the streams holding root-cause evidence (a `key` entry): distractors never drop them."""
+        return {path for path, s in self.bundle.streams.items() if s.has_key()}
 
     def job_stream(self, err: bool = True) -> Stream:
         w = self.w
@@ -173,43 +177,26 @@ class Scenario:
         s = self.kstream(node)
         for i, line in enumerate(lines):
             self.bundle.add(s, t + i * gap, line, ident=ident, pid=pid, level=level, key=key)
-        if key:
-            self.protected.add(s.path)
         return t + len(lines) * gap
 
     def daemon(self, node: Node, t: float, ident: str, text: str, *, pid: int | None = None, level: str = "info", key: bool = False) -> None:
         lost = self.lost_nodes.get(node.name)
         if lost is not None and t > lost:
             return
-        s = self.kstream(node)
-        self.bundle.add(s, t, text, ident=ident, pid=pid if pid is not None else 1000 + zlib.crc32(ident.encode()) % 7 * 311,
-                        level=level, key=key)
-        if key:
-            self.protected.add(s.path)
+        self.bundle.add(self.kstream(node), t, text, ident=ident,
+                        pid=pid if pid is not None else 1000 + zlib.crc32(ident.encode()) % 7 * 311, level=level, key=key)
 
     def out(self, rank: int, t: float, text: Text, *, err: bool = True, key: bool = False) -> None:
-        lost = self.lost_nodes.get(self.w.node_of(rank).name)
-        if lost is not None and t > lost:
-            return
-        s = self.rank_stream(rank, err)
-        self._add(s, t, text, writer=self.w.node_of(rank), level="err" if err else "info", key=key)
-        if key:
-            self.protected.add(s.path)
+        self.node_out(self.w.node_of(rank), t, text, err=err, key=key)
 
     def node_out(self, node: Node, t: float, text: Text, *, err: bool = True, key: bool = False) -> None:
         lost = self.lost_nodes.get(node.name)
         if lost is not None and t > lost:
             return
-        s = self.node_stream(node, err)
-        self._add(s, t, text, writer=node, level="err" if err else "info", key=key)
-        if key:
-            self.protected.add(s.path)
+        self._add(self.node_stream(node, err), t, text, writer=node, level="err" if err else "info", key=key)
 
     def srun(self, t: float, text: str, *, err: bool = True, key: bool = False) -> None:
-        s = self.job_stream(err)
-        self.bundle.add(s, t, text, level="err", key=key)
-        if key:
-            self.protected.add(s.path)
+        self.bundle.add(self.job_stream(err), t, text, level="err", key=key)
 
     def local(self, t: float, node: Node | None = None) -> datetime:
         return self.clock.local(t, node)
@@ -333,7 +320,6 @@ class Scenario:
             it += plan.log_every
         if key_last and last_entry is not None:
             last_entry.key = True
-            self.protected.add(self.rank_stream(0, err=False).path)
         self.ran_until = max(self.ran_until, until)
         return last
 
