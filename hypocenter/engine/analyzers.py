@@ -16,7 +16,7 @@ Built in:
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from itertools import pairwise
@@ -60,7 +60,7 @@ class AttemptView:
 Analyzer = Callable[[AttemptView], list[Finding]]
 
 
-def first_seen(events: list[Event]) -> datetime | None:
+def first_seen(events: Sequence[Event]) -> datetime | None:
     """When a cause began: its earliest stamped event. Without one, the earliest estimate from
     inherited times: a line without a stamp was written between the stamp before it and the stamp
     after it, and error bursts sit right before the next stamped line, so the upper bound is used."""
@@ -68,7 +68,6 @@ def first_seen(events: list[Event]) -> datetime | None:
     if exact:
         return min(exact)
     return min(((e.time_max or e.time) for e in events if e.time is not None), default=None)
-
 
 
 def _int(v: object) -> int | None:
@@ -84,9 +83,11 @@ def hang_laggard(view: AttemptView) -> list[Finding]:
     """
     per_rank: dict[tuple[str, int], tuple[int, Event]] = {}
     stuck_votes: dict[str, Counter[int]] = defaultdict(Counter)
+    reporting: set[int] = set()
     for e in view.of_kind("watchdog_timeout", "watchdog_progress"):
         if e.rank is None:
             continue
+        reporting.add(e.rank)
         pg = str(e.fields.get("pg") or "0")
         seq = _int(e.fields.get("seq"))
         if seq is not None:
@@ -107,11 +108,10 @@ def hang_laggard(view: AttemptView) -> list[Finding]:
             continue
         votes = stuck_votes.get(pg)
         if votes:
-            stuck = sorted(votes.items(), key=lambda kv: (-kv[1], kv[0]))[0][0]
-            behind = [(r, enq, e) for r, enq, e in rows if enq < stuck]
+            stuck = min(votes.items(), key=lambda kv: (-kv[1], kv[0]))[0]
         else:
             stuck = max(enq for _, enq, _ in rows)
-            behind = [(r, enq, e) for r, enq, e in rows if enq < stuck]
+        behind = [(r, enq, e) for r, enq, e in rows if enq < stuck]
         ahead = len(rows) - len(behind)
         # The laggards must be the minority: if most ranks are "behind", nobody is the odd one out.
         if not behind or len(behind) >= ahead:
@@ -122,16 +122,12 @@ def hang_laggard(view: AttemptView) -> list[Finding]:
         evs = tuple(e for _, _, e in behind)
         ranks = ", ".join(str(r) for r, _, _ in behind)
         findings.append(Finding(
-            nodes=tuple(nodes), events=evs, first_seen=first_seen(list(evs)),
+            nodes=tuple(nodes), events=evs, first_seen=first_seen(evs),
             detail=(f"rank(s) {ranks} last enqueued NCCL work {min(enq for _, enq, _ in behind)} and never "
                     f"issued work {stuck}, which {ahead} other rank(s) waited on")))
     if not findings:
-        findings = _silent_ranks(view, {r for (_, r) in per_rank} | _reporting_ranks(view))
+        findings = _silent_ranks(view, reporting)
     return findings
-
-
-def _reporting_ranks(view: AttemptView) -> set[int]:
-    return {e.rank for e in view.of_kind("watchdog_timeout", "watchdog_progress") if e.rank is not None}
 
 
 def _silent_ranks(view: AttemptView, reporting: set[int]) -> list[Finding]:
@@ -189,7 +185,7 @@ def collective_mismatch(view: AttemptView) -> list[Finding]:
             continue
         evs = tuple(e for _, _, e in odd)
         findings.append(Finding(
-            nodes=tuple(nodes), events=evs, first_seen=first_seen(list(evs)),
+            nodes=tuple(nodes), events=evs, first_seen=first_seen(evs),
             detail=(f"rank(s) {', '.join(str(r) for r, _, _ in odd)} issued {odd[0][1]} at SeqNum {key[1]} "
                     f"while the others issued {common}")))
     return findings
@@ -222,7 +218,7 @@ def ib_peer(view: AttemptView) -> list[Finding]:
             continue
         evs = tuple(reporters[r] for r in sorted(reporters))
         findings.append(Finding(
-            nodes=(target,), events=evs, first_seen=first_seen(list(evs)),
+            nodes=(target,), events=evs, first_seen=first_seen(evs),
             detail=f"{len(reporters)} node(s) lost their connection to {target}"))
     return findings
 
