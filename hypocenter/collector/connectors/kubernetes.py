@@ -417,12 +417,7 @@ _EPOCH = TimeContext(tz=timezone.utc, start=datetime(1970, 1, 1, tzinfo=timezone
 
 
 def _when(v: Any) -> datetime | None:
-    if not isinstance(v, str):
-        return None
-    try:
-        return parse_iso(v, _EPOCH)
-    except (ValueError, OverflowError):
-        return None
+    return parse_iso(v, _EPOCH) if isinstance(v, str) else None
 
 
 def _terminated(pod: dict[str, Any]) -> Iterator[tuple[str, str, dict[str, Any]]]:

@@ -218,10 +218,7 @@ def _facts(job: dict[str, Any], meta_cluster: str | None) -> _Facts:
     rc, sig = _exit(job.get("exit_code"), raw_status=controller)
     start = _time(times.get("start")) if times else _time(job.get("start_time"))
     end = _time(times.get("end")) if times else _time(job.get("end_time"))
-    if start is None and isinstance(job.get("start_time_iso"), str):
-        start = _iso(job["start_time_iso"])
-    if end is None and isinstance(job.get("end_time_iso"), str):
-        end = _iso(job["end_time_iso"])
+    end = end or _iso(job.get("end_time_iso"))  # scontrol's text form (parse_scontrol)
     nodes = job.get("nodes")
     return _Facts(
         label=slurm_job_label(job),
@@ -238,13 +235,12 @@ def _facts(job: dict[str, Any], meta_cluster: str | None) -> _Facts:
     )
 
 
-def _iso(text: str) -> datetime | None:
-    ctx = TimeContext(tz=timezone.utc, start=datetime(1970, 1, 1, tzinfo=timezone.utc),
-                      end=datetime(2200, 1, 1, tzinfo=timezone.utc))
-    try:
-        return parse_iso(text, ctx)
-    except (ValueError, OverflowError):
-        return None
+_ANY_TIME = TimeContext(tz=timezone.utc, start=datetime(1970, 1, 1, tzinfo=timezone.utc),
+                        end=datetime(2200, 1, 1, tzinfo=timezone.utc))
+
+
+def _iso(v: Any) -> datetime | None:
+    return parse_iso(v, _ANY_TIME) if isinstance(v, str) else None
 
 
 def _meta_cluster(doc: dict[str, Any]) -> str | None:
