@@ -82,6 +82,12 @@ def test_bad_bundle_uploads(client: httpx.Client) -> None:
     assert r.status_code == 400 and "attempt.yaml" in r.json()["message"]
 
 
+def test_an_oversize_attempt_yaml_is_refused_with_413(client: httpx.Client) -> None:
+    r = client.put("/v1/attempts/w/0", content=b"# " + b"x" * (2 << 20), headers={"Content-Type": "application/yaml"})
+    assert r.status_code == 413 and r.json()["message"]
+    assert client.get("/healthz").status_code == 200
+
+
 def test_unknown_things_are_404(client: httpx.Client) -> None:
     assert client.get("/v1/diagnoses/dx-nope").status_code == 404
     assert client.post("/v1/attempts/nope/0/analyze").status_code == 404
