@@ -252,6 +252,11 @@ def test_kubeconfig_exec_plugin(tmp_path: Path) -> None:
     assert seen[0][0] == ["get-token", "--cluster", "c1"] and seen[0][1]["REGION"] == "eu"
 
 
+def test_kubeconfig_basic_auth(tmp_path: Path) -> None:
+    creds = from_kubeconfig(_kubeconfig(tmp_path, {"username": "admin", "password": "s3cret"}))
+    assert creds.headers == {"Authorization": "Basic " + base64.b64encode(b"admin:s3cret").decode()}
+
+
 def test_a_server_that_is_no_url_is_an_auth_error(tmp_path: Path) -> None:
     path = _kubeconfig(tmp_path, {"token": "abc"}, {"server": "k8s.test:6443"})
     with pytest.raises(ConnectorError, match=re.escape("server 'k8s.test:6443' is not an https:// URL")) as err:

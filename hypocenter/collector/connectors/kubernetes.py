@@ -55,7 +55,7 @@ import httpx
 
 from hypocenter import strict_yaml
 from hypocenter.collector.connectors.base import Collected, ConnectorError, RetryPolicy, Scope, with_retries
-from hypocenter.collector.connectors.http_api import BorrowedTransport, is_http_url
+from hypocenter.collector.connectors.http_api import BorrowedTransport, auth_headers, is_http_url
 from hypocenter.collector.lineformat import TimeContext, parse_iso
 from hypocenter.collector.scheduler_records import render
 from hypocenter.collector.sources import RecordSource, Source, TextSource
@@ -199,11 +199,8 @@ def from_kubeconfig(path: Path, context: str | None = None,
         token = _read(str(user["tokenFile"]), base, "tokenFile").decode().strip()
     if not token and isinstance(user.get("exec"), dict):
         token = _exec_token(user["exec"], run or _run_plugin)
-    if token:
-        creds.headers["Authorization"] = f"Bearer {token}"
-    elif user.get("username") and user.get("password"):
-        pair = f"{user['username']}:{user['password']}".encode()
-        creds.headers["Authorization"] = "Basic " + base64.b64encode(pair).decode("ascii")
+    basic = (str(user["username"]), str(user["password"])) if user.get("username") and user.get("password") else None
+    creds.headers.update(auth_headers(token=str(token) if token else None, basic_auth=basic))
     return creds
 
 
