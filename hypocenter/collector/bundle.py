@@ -30,7 +30,7 @@ from hypocenter import strict_yaml
 from hypocenter.collector.lineformat import TimeContext, zone
 from hypocenter.collector.metrics import MetricFormatError, parse_metrics
 from hypocenter.collector.scheduler_records import parse_scontrol, render
-from hypocenter.collector.sources import MetricSource, RecordSource, Source, TextSource
+from hypocenter.collector.sources import MetricSource, Record, RecordSource, Source, TextSource
 from hypocenter.errors import BundleError, InputError
 from hypocenter.model import AttemptContext, Coverage
 
@@ -379,9 +379,7 @@ def _load_events(root: Path, tctx: TimeContext, bundle: Bundle) -> None:
                                             observations=0, reason=reason))
             continue
         try:
-            docs = documents(text)
-            records = [r for i, doc in enumerate(docs)
-                       for r in render(doc, rel if len(docs) == 1 else f"{rel}[{i}]", tctx)]
+            records = event_records(text, rel, tctx)
         except ValueError as exc:
             bundle.coverage.append(Coverage(connector="scheduler", source=rel, status="failed",
                                             observations=0, reason=str(exc)))
@@ -403,6 +401,13 @@ def _describe(exc: BaseException) -> str:
     if isinstance(exc, RecursionError):
         return "nested too deeply"
     return f"{type(exc).__name__}: {exc}"
+
+
+def event_records(text: str, name: str, tctx: TimeContext) -> list[Record]:
+    """The records of one events/ file: each of its `documents` rendered, named `name` (or
+    `name[i]` when the file holds several). ValueError names what is wrong."""
+    docs = documents(text)
+    return [r for i, doc in enumerate(docs) for r in render(doc, name if len(docs) == 1 else f"{name}[{i}]", tctx)]
 
 
 def documents(text: str) -> list[object]:

@@ -10,15 +10,11 @@ event (or, for an analyzer rule, a finding) — and, when given, the first event
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
-import yaml
-
-from hypocenter.collector.bundle import time_context
+from hypocenter.collector.bundle import event_records, time_context
 from hypocenter.collector.metrics import parse_metrics
-from hypocenter.collector.scheduler_records import parse_scontrol, render
 from hypocenter.collector.sources import MetricSource, RecordSource, Source, TextSource
 from hypocenter.engine import Engine, _attempt_record
 from hypocenter.engine.analyzers import ANALYZERS, AttemptView
@@ -58,9 +54,7 @@ def case_sources(case: CaseSpec, ctx: AttemptContext) -> list[Source]:
     for key in sorted(case.metrics):
         out.append(MetricSource(name=f"metrics/{key}", series=parse_metrics(case.metrics[key], tctx.end)))
     for key in sorted(case.events):
-        text = case.events[key]
-        doc = parse_scontrol(text) or (json.loads(text) if text.lstrip().startswith(("{", "[")) else yaml.safe_load(text))
-        out.append(RecordSource(name=f"events/{key}", records=render(doc, f"events/{key}", tctx)))
+        out.append(RecordSource(name=f"events/{key}", records=event_records(case.events[key], f"events/{key}", tctx)))
     return out
 
 
