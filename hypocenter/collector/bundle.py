@@ -27,7 +27,7 @@ import yaml
 from pydantic import ValidationError
 
 from hypocenter import strict_yaml
-from hypocenter.collector.lineformat import TimeContext, zone
+from hypocenter.collector.lineformat import MAX_LINE, TimeContext, zone
 from hypocenter.collector.metrics import MetricFormatError, parse_metrics
 from hypocenter.collector.scheduler_records import parse_scontrol, render
 from hypocenter.collector.sources import MetricSource, Record, RecordSource, Source, TextSource
@@ -36,8 +36,6 @@ from hypocenter.model import AttemptContext, Coverage
 
 JOB_DIR = "_job"
 _BINARY_PROBE = 8192
-# The extractor cuts candidate lines at 64 KiB (engine.extract.MAX_LINE); say so in coverage.
-MAX_LINE = 64 * 1024
 
 
 @dataclass

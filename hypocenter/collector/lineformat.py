@@ -19,6 +19,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone, tzinfo
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+# A line longer than this is parsed and matched only up to here (the extractor cuts it; the
+# bundle reader says so in coverage).
+MAX_LINE = 64 * 1024
+
 _MONTHS = {m: i for i, m in enumerate(
     ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"), start=1)}
 

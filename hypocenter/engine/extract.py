@@ -23,12 +23,11 @@ from datetime import datetime, timedelta
 
 from ahocorasick_rs import BytesAhoCorasick
 
-from hypocenter.collector.lineformat import LineHeader, TimeContext, parse_iso, parse_line
+from hypocenter.collector.lineformat import MAX_LINE, LineHeader, TimeContext, parse_iso, parse_line
 from hypocenter.collector.sources import MetricSource, Record, RecordSource, Series, Source, TextSource
 from hypocenter.engine.rules import ExtractSpec, MetricSpec, Rule, Ruleset
 from hypocenter.model import AttemptContext, Event, FieldValue, SourceKind, isoformat
 
-MAX_LINE = 64 * 1024        # a candidate line longer than this is cut before parsing
 MAX_TEXT = 600              # evidence text kept per event
 BACKSCAN_LINES = 4096       # how far back a stamp-less line looks for a stamp to inherit
 _SCHED_PREFIXES = ("srun:", "slurmstepd:", "slurmstepd-", "slurmd:", "sbatch:", "salloc:")
