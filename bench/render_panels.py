@@ -142,12 +142,13 @@ def round_interval_ms(ms: float) -> int:
     return 604800000
 
 
-def intervals(span_s: float, width_px: int, scrape_s: float) -> tuple[int, int]:
+def intervals(span_s: float, width_px: int, scrape_s: float, min_interval_s: float = 0.0) -> tuple[int, int]:
     """($__interval, $__rate_interval) in seconds for a panel `width_px` wide.
 
-    $__interval = roundInterval(range / maxDataPoints) but at least the datasource's scrape interval;
-    $__rate_interval = max($__interval + scrape interval, 4 x scrape interval) (Grafana's docs)."""
-    interval = max(round_interval_ms(span_s * 1000 / max(width_px, 1)) / 1000, scrape_s)
+    $__interval = roundInterval(range / maxDataPoints) but at least the datasource's scrape interval
+    and the panel's own minimum interval; $__rate_interval = max($__interval + scrape interval,
+    4 x scrape interval) (Grafana's docs)."""
+    interval = max(round_interval_ms(span_s * 1000 / max(width_px, 1)) / 1000, scrape_s, min_interval_s)
     return int(interval), int(max(interval + scrape_s, 4 * scrape_s))
 
 
@@ -281,12 +282,10 @@ def prometheus_panel(prom: Prometheus, panel: dict[str, Any], values: dict[str, 
     legend_opts = (panel.get("options") or {}).get("legend") or {}
     plot_width = width - (300 if legend_opts.get("placement") == "right" else 0)
     # A panel's own minimum interval ("interval": "1h") raises $__interval, as in Grafana.
-    floor_s = SCRAPE_S
+    min_interval_s = 0
     if m := re.fullmatch(r"(\d+)([smhd])", str(panel.get("interval", ""))):
-        floor_s = max(SCRAPE_S, int(m.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)])
-    interval, rate_interval = intervals(t1 - t0, plot_width, floor_s)
-    if floor_s != SCRAPE_S:
-        rate_interval = max(interval + SCRAPE_S, 4 * SCRAPE_S)
+        min_interval_s = int(m.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
+    interval, rate_interval = intervals(t1 - t0, plot_width, SCRAPE_S, min_interval_s)
     scoped = {**values, "__interval": _duration(interval), "__rate_interval": _duration(rate_interval),
               "__range": _duration(int(t1 - t0))}
     queries: list[str] = []

@@ -66,6 +66,7 @@ def test_intervals_are_grafanas() -> None:
     assert intervals(86_400, 650, 60) == (120, 240)
     assert intervals(21_600, 1000, 60) == (60, 240)
     assert intervals(86_400, 200, 15) == (300, 315)             # 432 s rounds to 5m
+    assert intervals(86_400, 650, 60, 3600) == (3600, 3660)     # a panel's "interval": "1h" raises $__interval only
     assert substitute('rate(x{c=~"$cluster"}[$__rate_interval]) $__interval ${cluster}',
                       {"cluster": ".*", "__interval": "1m", "__rate_interval": "4m"}) == 'rate(x{c=~".*"}[4m]) 1m .*'
 
