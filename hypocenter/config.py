@@ -19,11 +19,12 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
-from pydantic import Field, SecretStr, ValidationError
+from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 
 from hypocenter import strict_yaml
+from hypocenter.collector.connectors.http_api import is_http_url
 from hypocenter.errors import InputError
 
 ENV_PREFIX = "HYPOCENTER_"
@@ -101,6 +102,15 @@ class Settings(BaseSettings):
     export_retry_max_s: float = Field(300.0, gt=0, description="longest back-off between retries of a failing exporter")
     export_max_age_s: float = Field(6 * 86400.0, gt=0, description="a diagnosis not delivered by then is dropped (Loki refuses week-old entries)")
 
+    @field_validator("pull_loki_url", "pull_prometheus_url", "slurm_rest_url", "loki_url", "grafana_url")
+    @classmethod
+    def _http_url(cls, v: str) -> str:
+        # Caught here, not as requests that fail (and are retried) forever: httpx calls a URL without a
+        # scheme a transport error, which looks like a server that is down.
+        if v and not is_http_url(v):
+            raise ValueError(f"{v!r} is not an http:// or https:// URL (e.g. http://loki:3100)")
+        return v
+
     @classmethod
     def settings_customise_sources(
         cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
@@ -174,7 +184,7 @@ def load_settings(flags: Mapping[str, Any] | None = None, config: str | Path | N
         err = exc.errors()[0]
         name = str(err["loc"][0]) if err["loc"] else ""
         where = origin.get(name, "settings").replace("file ", "")
-        raise InputError(f"{where}: {name}: {err['msg']}") from None
+        raise InputError(f"{where}: {name}: {str(err['msg']).removeprefix('Value error, ')}") from None
 
 
 def listen_address(address: str, setting: str) -> tuple[str, int]:

@@ -79,3 +79,11 @@ def test_config_show_hides_the_store_password() -> None:
                            capture_output=True, text=True, timeout=60, env=env, cwd=REPO, check=True)
         assert "s3cret" not in r.stdout and "postgresql://hypo:***@db.example:5432/hypocenter" in r.stdout
     json.loads(r.stdout)
+
+
+@pytest.mark.parametrize("name", ["pull_loki_url", "pull_prometheus_url", "slurm_rest_url", "loki_url", "grafana_url"])
+def test_a_url_setting_that_is_not_a_url_is_refused_at_start(name: str) -> None:
+    with pytest.raises(InputError, match=rf"{name}: 'loki:3100' is not an http:// or https:// URL"):
+        load_settings({name: "loki:3100"}, environ={})
+    settings, _ = load_settings({name: "https://loki.example:3100"}, environ={})
+    assert getattr(settings, name) == "https://loki.example:3100"
