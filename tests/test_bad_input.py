@@ -400,3 +400,14 @@ def test_a_log_line_with_an_impossible_offset(bundle: Path, capsys: pytest.Captu
     with (bundle / "logs/node02/kern.log").open("a") as f:
         f.write("2026-11-02T10:51:03+99:00 node02 kernel: NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.\n")
     assert main(["analyze", str(bundle)]) == 0, capsys.readouterr().err
+
+
+def test_a_job_banner_with_an_impossible_time(bundle: Path, pristine: dict[str, Any],
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """Slurm's end-of-job banner states its own time; an impossible one is ignored, not a crash."""
+    with (bundle / "logs/_job/slurm-81234.out").open("a") as f:
+        f.write("slurmstepd: error: *** JOB 81234 ON node01 CANCELLED AT 2026-11-02T11:00:00+99:00 "
+                "DUE TO TIME LIMIT ***\n")
+    assert main(["analyze", str(bundle), "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert root_cause_of(out) == root_cause_of(pristine)
