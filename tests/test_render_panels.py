@@ -122,7 +122,8 @@ def _png_size(path: Path) -> tuple[int, int]:
                     reason="node, uPlot or playwright-core is missing: npm ci --prefix docs/panels")
 @pytest.mark.skipif(shutil.which("prometheus") is None, reason="prometheus is not installed (Debian package `prometheus`)")
 def test_pipeline_draws_every_panel_from_data(tmp_path: Path) -> None:
-    report = render(tmp_path / "img", count=8, seed=3, hours=1.0, workdir=tmp_path / "work", log=lambda _: None)
+    # 3 simulated hours: the hourly bar panels need a whole hour bin with data, whatever the minute now
+    report = render(tmp_path / "img", count=8, seed=3, hours=3.0, workdir=tmp_path / "work", log=lambda _: None)
     assert [p.name for p in report.pngs] == [page.png for page in PAGES]
     for png in report.pngs:
         assert _png_size(png) == report.sizes[png.name]
