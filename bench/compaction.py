@@ -73,10 +73,11 @@ def main() -> int:
         t = time.perf_counter()
         second = compact(store, engine.extractor, now=4000.0, compact_after_s=0, collapse_after_s=0)
         t_second = time.perf_counter() - t
-        rows = store._rows("SELECT COUNT(*) FROM log_entries")[0][0]
-        kept = store._rows("SELECT COUNT(*), COALESCE(SUM(LENGTH(body)), 0) FROM log_entries WHERE compacted = 1")[0]
         store.close()
         db = sqlite3.connect(Path(tmp) / "store.db", isolation_level=None)
+        rows = db.execute("SELECT COUNT(*) FROM log_entries").fetchone()[0]
+        kept = db.execute("SELECT COUNT(*), COALESCE(SUM(LENGTH(body)), 0) FROM log_entries WHERE compacted = 1"
+                          ).fetchone()
         db.execute("VACUUM")
         db.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # WAL mode: the file shrinks at the checkpoint
         db.close()
