@@ -137,7 +137,10 @@ class Server:
         limit = self.settings.max_message_bytes
         server = grpc.server(
             ThreadPoolExecutor(max_workers=self.settings.grpc_workers, thread_name_prefix="hypocenter-grpc"),
-            options=[("grpc.max_receive_message_length", limit), ("grpc.max_send_message_length", 4 << 20)],
+            # so_reuseport off: gRPC's default lets a second server bind a taken port, and collectors'
+            # batches would then be split silently between two servers.
+            options=[("grpc.max_receive_message_length", limit), ("grpc.max_send_message_length", 4 << 20),
+                     ("grpc.so_reuseport", 0)],
         )
         server.add_generic_rpc_handlers(OTLPGrpc(self.service).handlers())
         attribution_pb2_grpc.add_AttributionServicer_to_server(
@@ -148,12 +151,27 @@ class Server:
         reflection.enable_server_reflection(
             (SERVICE_NAME, LOGS_SERVICE, METRICS_SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
         host, port = listen_address(self.settings.grpc_listen, "grpc_listen")
-        bound = server.add_insecure_port(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
+        if port:  # a taken port is refused here in one line, before gRPC's core logs its own error
+            self._probe(host, port, self.settings.grpc_listen, "gRPC")
+        try:
+            bound = server.add_insecure_port(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
+        except RuntimeError:  # grpcio raises where older versions returned 0
+            bound = 0
         if bound == 0:
             raise InputError(f"cannot listen on {self.settings.grpc_listen} (gRPC): address in use or not local")
         server.start()
         self.grpc_server = server
         self.grpc_address = f"{host}:{bound}"
+
+    @staticmethod
+    def _probe(host: str, port: int, setting: str, what: str) -> None:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        with socket.socket(family, socket.SOCK_STREAM) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind((host, port))
+            except OSError as exc:
+                raise InputError(f"cannot listen on {setting} ({what}): {exc.strerror}") from None
 
     def _http_socket(self) -> socket.socket:
         host, port = listen_address(self.settings.http_listen, "http_listen")
