@@ -19,8 +19,9 @@ from typing import Any
 import pytest
 from postgres_support import PG_URL, fresh_schema
 
-from hypocenter.collector.otlp import Entry, Point
-from hypocenter.exporter.store import MIGRATIONS, DiagnosisFilter, Retention, SQLiteStore, Store, open_store
+from hypocenter.store import open_store
+from hypocenter.store.base import Entry, Point
+from hypocenter.store.sqlite import MIGRATIONS, DiagnosisFilter, Retention, SQLiteStore, Store
 
 T0 = 1_793_000_000_000_000_000
 

@@ -38,7 +38,7 @@ from typing import Protocol
 
 from hypocenter.errors import InputError, TransientError
 from hypocenter.exporter.activity import Activity
-from hypocenter.exporter.store import DiagnosisRow, PendingExport, Store
+from hypocenter.store.sqlite import DiagnosisRow, PendingExport, Store
 
 log = logging.getLogger("hypocenter.outbox")
 

@@ -34,9 +34,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, TypeVar
 
-from hypocenter.collector.sources import Source
 from hypocenter.errors import HypocenterError
 from hypocenter.model import AttemptContext, Coverage
+from hypocenter.sources import Source
 
 ErrorKind = Literal["transient", "permanent", "auth", "not_found"]
 

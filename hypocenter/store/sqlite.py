@@ -3,7 +3,7 @@
     Store (protocol)       what the server needs
     SQLiteStore(path)      the embedded default: one file, WAL, versioned migrations.
                            `SQLiteStore(":memory:")` is the in-memory double for tests.
-    PostgresStore(url)     exporter/postgres.py: these same queries and migrations on PostgreSQL,
+    PostgresStore(url)     store/postgres.py: these same queries and migrations on PostgreSQL,
                            for replicas that share one database (`open_store("postgresql://…")`)
 
 Tables (migration 1): `attempts` (scope per workload attempt), `attempt_nodes`, `log_entries`
@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from hypocenter.collector.otlp import Entry, Point
 from hypocenter.errors import InputError
+from hypocenter.store.base import Entry, Point
 
 # Every migration, in order. Never edit a released one: append a new one.
 MIGRATIONS: tuple[str, ...] = (
@@ -137,7 +137,7 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX exports_due ON exports (exporter, due);
     """,
-    # 4: compaction (collector/compaction.py) and the hang trigger
+    # 4: compaction (server/compaction.py) and the hang trigger
     """
     ALTER TABLE log_entries ADD COLUMN compacted INTEGER NOT NULL DEFAULT 0;  -- 0 new, 1 kept as evidence, 2 blanked
     CREATE INDEX log_entries_uncompacted ON log_entries (received) WHERE compacted = 0 AND kind = 'text';
@@ -303,16 +303,6 @@ class Store(Protocol):
     def retry_exports(self, ids: Sequence[int], due: float, error: str) -> None: ...
     def export_backlog(self) -> dict[str, tuple[int, float]]: ...
     def diagnosis_facts(self, since: float) -> list[DiagnosisFacts]: ...
-
-
-def open_store(url: str) -> SQLiteStore:
-    """`sqlite:///path/file.db`, `sqlite://:memory:`, a plain path, or `postgresql://…` (exporter/postgres.py)."""
-    if url.startswith(("postgres://", "postgresql://")):
-        from hypocenter.exporter.postgres import PostgresStore
-
-        return PostgresStore(url)
-    path = url.removeprefix("sqlite:///").removeprefix("sqlite://")
-    return SQLiteStore(path)
 
 
 class SQLiteStore:

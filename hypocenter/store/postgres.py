@@ -39,7 +39,7 @@ from typing import Any
 
 from hypocenter.config import redact_url
 from hypocenter.errors import TransientError
-from hypocenter.exporter.store import MIGRATIONS, SQLiteStore, StoreError
+from hypocenter.store.sqlite import MIGRATIONS, SQLiteStore, StoreError
 
 MIGRATION_LOCK = 0x6879706F  # pg_advisory_xact_lock key: "hypo"
 
