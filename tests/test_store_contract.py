@@ -20,8 +20,9 @@ import pytest
 from postgres_support import PG_URL, fresh_schema
 
 from hypocenter.store import open_store
-from hypocenter.store.base import Entry, Point
-from hypocenter.store.sqlite import MIGRATIONS, DiagnosisFilter, Retention, SQLiteStore, Store
+from hypocenter.store.base import DiagnosisFilter, Entry, Point, Retention, Store
+from hypocenter.store.migrations import MIGRATIONS
+from hypocenter.store.sqlite import SQLiteStore
 
 T0 = 1_793_000_000_000_000_000
 

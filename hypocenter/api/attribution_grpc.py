@@ -35,7 +35,7 @@ from hypocenter.api.v1 import attribution_pb2_grpc as pb_grpc
 from hypocenter.errors import InputError, TransientError
 from hypocenter.model import Diagnosis
 from hypocenter.server.service import Attribution, UnknownAttempt
-from hypocenter.store.sqlite import DiagnosisFilter, DiagnosisRow
+from hypocenter.store.base import DiagnosisFilter, DiagnosisRow
 
 log = logging.getLogger("hypocenter.server")
 

@@ -45,7 +45,7 @@ from hypocenter.errors import BundleError, InputError, TransientError
 from hypocenter.model import AttemptContext, Diagnosis
 from hypocenter.server.attempts import parse_time
 from hypocenter.server.service import Attribution, Backpressure, UnknownAttempt
-from hypocenter.store.sqlite import DiagnosisFilter, DiagnosisRow
+from hypocenter.store.base import DiagnosisFilter, DiagnosisRow
 
 JSON = "application/json"
 PROTOBUF = "application/x-protobuf"

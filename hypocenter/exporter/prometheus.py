@@ -63,7 +63,7 @@ from hypocenter.errors import InputError
 from hypocenter.exporter.activity import LATENCY_BUCKETS, Activity
 from hypocenter.exporter.activity import Exemplar as Last
 from hypocenter.model import TAXONOMY
-from hypocenter.store.sqlite import DiagnosisFacts, Store
+from hypocenter.store.base import DiagnosisFacts, Store
 
 log = logging.getLogger("hypocenter.metrics")
 

@@ -42,7 +42,7 @@ from hypocenter.errors import InputError, TransientError
 from hypocenter.server.outputs import Outputs
 from hypocenter.server.service import Attribution
 from hypocenter.store import open_store
-from hypocenter.store.sqlite import Store
+from hypocenter.store.base import Store
 
 log = logging.getLogger("hypocenter.server")
 

@@ -36,7 +36,7 @@ from hypocenter.lineformat import TimeContext, parse_iso, zone
 from hypocenter.model import AttemptContext, Coverage, Window, Workload, parse_rank_ranges
 from hypocenter.names import NODE_LABELS
 from hypocenter.sources import MetricSource, Record, RecordSource, Series, Source, TextSource
-from hypocenter.store.sqlite import AttemptRow, LogRow, PointRow, Store
+from hypocenter.store.base import AttemptRow, LogRow, PointRow, Store
 
 MAX_LINE_PADDING = 1 << 20  # blank lines kept to preserve line numbers across a gap, at most
 

@@ -22,7 +22,7 @@ from datetime import datetime, timedelta, timezone
 
 from hypocenter.engine.extract import Extractor
 from hypocenter.lineformat import TimeContext
-from hypocenter.store.sqlite import Store, StreamKey, StreamLine
+from hypocenter.store.base import Store, StreamKey, StreamLine
 
 log = logging.getLogger("hypocenter.server")
 

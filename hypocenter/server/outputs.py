@@ -19,7 +19,7 @@ from hypocenter.exporter.loki import LokiExporter
 from hypocenter.exporter.outbox import Backoff, Exporter, Outbox
 from hypocenter.exporter.prometheus import HypocenterCollector, MetricsEndpoint
 from hypocenter.server.service import Attribution
-from hypocenter.store.sqlite import DiagnosisRow, Store
+from hypocenter.store.base import DiagnosisRow, Store
 
 
 def _loki(s: Settings) -> Exporter | None:

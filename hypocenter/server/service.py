@@ -46,8 +46,7 @@ from hypocenter.server.attempts import assemble, summary
 from hypocenter.server.compaction import CompactionReport, compact
 from hypocenter.server.pulls import KueuePoller, Pulls, SlurmPoller, records_document
 from hypocenter.sources import RecordSource, Source, TextSource
-from hypocenter.store.base import Entry, Point
-from hypocenter.store.sqlite import DiagnosisFilter, DiagnosisRow, Retention, Store
+from hypocenter.store.base import DiagnosisFilter, DiagnosisRow, Entry, Point, Retention, Store
 
 log = logging.getLogger("hypocenter.server")
 
