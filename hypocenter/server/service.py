@@ -390,9 +390,7 @@ class Attribution:
         except ConnectorError as exc:
             if exc.kind == "not_found":
                 raise UnknownAttempt(f"{kind} {job}: {exc}") from None
-            if exc.transient:
-                raise TransientError(f"{kind} {job}: {exc}") from None
-            raise InputError(f"{kind} {job}: {exc}") from None
+            raise ConnectorError(f"{kind} {job}: {exc}", kind=exc.kind) from None  # transient or input, as it was
         self.store_scope(scope.context, scope.collected.sources)
         return self.analyze(scope.context.workload.id, scope.context.workload.attempt)
 
