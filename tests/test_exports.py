@@ -24,8 +24,8 @@ from hypocenter.exporter.activity import Activity
 from hypocenter.exporter.grafana import GrafanaAnnotations, annotation
 from hypocenter.exporter.loki import BACKDATE_S, LokiExporter
 from hypocenter.exporter.outbox import Backoff, ExportUnavailable, InMemoryExporter, Outbox
-from hypocenter.exporter.outputs import EXPORTERS
-from hypocenter.exporter.store import SQLiteStore
+from hypocenter.server.outputs import EXPORTERS
+from hypocenter.store.sqlite import SQLiteStore
 
 FAST = Backoff(base_s=0.05, max_s=0.2)
 

@@ -19,18 +19,19 @@ from pathlib import Path
 
 import httpx
 import pytest
+from engine_support import QUERIES
 from observability_fakes import FakeLoki
 from prometheus_support import backfilled_prometheus, needs_prometheus, needs_promtool
 
 from hypocenter.cli import main
-from hypocenter.collector.bundle import Bundle, load_bundle, time_context
+from hypocenter.collector.bundle import Bundle, load_bundle
 from hypocenter.collector.connectors.base import Collected, RetryPolicy, merge
 from hypocenter.collector.connectors.loki import LokiConnector
 from hypocenter.collector.connectors.prometheus import PrometheusConnector
 from hypocenter.collector.connectors.scope import epoch_ns
-from hypocenter.collector.lineformat import parse_line
-from hypocenter.collector.sources import MetricSource, RecordSource, Source, TextSource
 from hypocenter.engine import default_engine
+from hypocenter.lineformat import parse_line, time_context
+from hypocenter.sources import MetricSource, RecordSource, Source, TextSource
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 POLICY = RetryPolicy(timeout_s=10.0, attempts=2, backoff_s=0.05, max_backoff_s=0.1)
@@ -100,14 +101,14 @@ def test_pulled_from_loki_and_prometheus_gives_the_bundle_verdict(
     bundle = load_bundle(path)
     ctx = bundle.context
     push_logs(bundle, loki)
-    parts = [LokiConnector(loki.url, policy=POLICY, workload_selector='{job="slurm", workload="{workload}"}'
+    parts = [LokiConnector(loki.url, queries=QUERIES, policy=POLICY, workload_selector='{job="slurm", workload="{workload}"}'
                            ).collect(ctx)]
     # raw series only: a recorded expression result (no metric name, e.g. a rate()) is no stored data
     series = [s for src in bundle.sources if isinstance(src, MetricSource) for s in src.series if s.name]
     if series:
         prom = backfilled_prometheus(tmp_path / "prometheus", series)
         try:
-            parts.append(PrometheusConnector(prom.url, policy=POLICY).collect(ctx))
+            parts.append(PrometheusConnector(prom.url, queries=QUERIES, policy=POLICY).collect(ctx))
         finally:
             prom.stop()
     scheduler: list[Source] = [s for s in bundle.sources if isinstance(s, RecordSource)]

@@ -21,10 +21,10 @@ from observability_fakes import FakeLoki
 from server_support import REPO, ServerProcess, analyze, wait_for_diagnosis
 from test_pull_end_to_end import push_logs, verdict
 
-from hypocenter.api.pulls import ended_jobs
 from hypocenter.collector.bundle import load_bundle
 from hypocenter.collector.connectors.base import ConnectorError, RetryPolicy
 from hypocenter.collector.connectors.slurm import run_command
+from hypocenter.server.pulls import ended_jobs
 
 FAKE_BIN = REPO / "examples" / "fake-slurm" / "bin"
 FIXTURES = REPO / "tests" / "fixtures" / "slurm" / "24.05"
@@ -105,10 +105,10 @@ def test_rest_scope_by_slurm_job_id(loki: FakeLoki, tmp_path: Path) -> None:
 def test_a_kubernetes_scope_is_kept_with_its_pod_logs(tmp_path: Path) -> None:
     from test_connector_kubernetes import _connector, _example_fake, _node_logs
 
-    from hypocenter.api.service import Attribution
     from hypocenter.config import load_settings
     from hypocenter.engine import default_engine
-    from hypocenter.exporter.store import open_store
+    from hypocenter.server.service import Attribution
+    from hypocenter.store import open_store
 
     example = REPO / "examples" / "hbm-ecc-xid48"
     scope = _connector(_example_fake("hbm-ecc-xid48"), "ml-team/train").scope()
@@ -139,11 +139,11 @@ def test_the_kueue_poll_scopes_workloads_that_ended(tmp_path: Path) -> None:
     are scoped with the Kubernetes connector and kept; a second look keeps nothing new."""
     from test_connector_kubernetes import FAST, _example_fake
 
-    from hypocenter.api.pulls import KueuePoller, ended_workloads
-    from hypocenter.api.service import Attribution
     from hypocenter.collector.connectors.kubernetes import Credentials, KubeAPI
     from hypocenter.config import load_settings
-    from hypocenter.exporter.store import open_store
+    from hypocenter.server.pulls import KueuePoller, ended_workloads
+    from hypocenter.server.service import Attribution
+    from hypocenter.store import open_store
 
     fake = _example_fake("kueue-preemption")
     api = KubeAPI(Credentials(server="https://k8s.test", headers={"Authorization": "Bearer fake-token"}),

@@ -41,7 +41,7 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, ti
 
 from hypocenter import __version__
 from hypocenter.exporter.outbox import ExportUnavailable, classify_status
-from hypocenter.exporter.store import DiagnosisRow
+from hypocenter.store.base import DiagnosisRow
 
 PUSH_PATH = "/loki/api/v1/push"
 SERVICE_NAME = "hypocenter"

@@ -38,7 +38,7 @@ from typing import Protocol
 
 from hypocenter.errors import InputError, TransientError
 from hypocenter.exporter.activity import Activity
-from hypocenter.exporter.store import DiagnosisRow, PendingExport, Store
+from hypocenter.store.base import DiagnosisRow, ExportQueue, PendingExport
 
 log = logging.getLogger("hypocenter.outbox")
 
@@ -116,7 +116,7 @@ class Backoff:
 class Outbox:
     """One delivery thread for all exporters; `wake()` after storing a diagnosis to send it now."""
 
-    def __init__(self, store: Store, exporters: Sequence[Exporter], activity: Activity, *,
+    def __init__(self, store: ExportQueue, exporters: Sequence[Exporter], activity: Activity, *,
                  backoff: Backoff | None = None, max_age_s: float = 6 * 86400.0, poll_s: float = 5.0,
                  lease_s: float = 60.0) -> None:
         self.store = store

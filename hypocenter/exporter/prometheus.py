@@ -62,8 +62,8 @@ from hypocenter.config import listen_address
 from hypocenter.errors import InputError
 from hypocenter.exporter.activity import LATENCY_BUCKETS, Activity
 from hypocenter.exporter.activity import Exemplar as Last
-from hypocenter.exporter.store import DiagnosisFacts, Store
 from hypocenter.model import TAXONOMY
+from hypocenter.store.base import DiagnosisFacts, Store
 
 log = logging.getLogger("hypocenter.metrics")
 

@@ -62,7 +62,6 @@ from typing import Any, Literal
 
 import httpx
 
-from hypocenter.collector.bundle import time_context
 from hypocenter.collector.connectors.base import Collected, ConnectorError, RetryPolicy
 from hypocenter.collector.connectors.http_api import DEFAULT_POLICY, HttpApi, auth_headers
 from hypocenter.collector.connectors.scope import (
@@ -72,11 +71,10 @@ from hypocenter.collector.connectors.scope import (
     node_regex,
     re2_escape,
 )
-from hypocenter.collector.lineformat import TimeContext, parse_line
-from hypocenter.collector.sources import Source, TextSource
-from hypocenter.engine.extract import NodeNames
-from hypocenter.engine.rules import Ruleset
+from hypocenter.lineformat import TimeContext, parse_line, time_context
 from hypocenter.model import AttemptContext, Coverage
+from hypocenter.names import NodeNames
+from hypocenter.sources import RuleQueries, Source, TextSource
 
 JOB = "_job"
 QUERY_RANGE = "/loki/api/v1/query_range"
@@ -216,7 +214,7 @@ class LokiConnector:
                  transport: httpx.BaseTransport | None = None, selector: str | None = None,
                  node_label: str = "host", node_label_kind: Literal["index", "metadata"] = "index",
                  workload_selector: str | None = None, lookback_s: float = NODE_LOOKBACK_S,
-                 slack_s: float = NODE_SLACK_S, limits: LokiLimits | None = None, ruleset: Ruleset | None = None,
+                 slack_s: float = NODE_SLACK_S, limits: LokiLimits | None = None, queries: RuleQueries,
                  sleep: Callable[[float], None] = time.sleep) -> None:
         self.base = _inner(selector)
         if node_label_kind == "metadata" and not self.base:
@@ -230,11 +228,7 @@ class LokiConnector:
         self.limits = limits or LokiLimits()
         all_headers = {**auth_headers(token=token, basic_auth=basic_auth, tenant=tenant), **(headers or {})}
         self.api = HttpApi(url, policy=policy, headers=all_headers, transport=transport, sleep=sleep)
-        if ruleset is None:
-            from hypocenter.engine import default_engine
-
-            ruleset = default_engine().ruleset
-        self.tokens, self.context_tokens = _rule_tokens(ruleset)
+        self.tokens, self.context_tokens = list(queries.tokens), dict(queries.context_tokens)
 
     # ------------------------------------------------------------------------------------- collect
 
@@ -532,22 +526,6 @@ class LokiConnector:
                 labels = [(r.get("metric") or {}).get(self.node_label) for r in result or [] if isinstance(r, dict)]
                 found.update(n for v in labels if isinstance(v, str) and (n := names.resolve(v)))
         return found
-
-
-def _rule_tokens(ruleset: Ruleset) -> tuple[list[str], dict[str, tuple[int, int]]]:
-    """Every extraction token (the engine's prefilter), and the tokens whose rules read context lines."""
-    tokens: set[str] = set()
-    context: dict[str, tuple[int, int]] = {}
-    for rule in ruleset.rules:
-        spec = rule.extract
-        if spec is None:
-            continue
-        tokens.update(spec.tokens)
-        if spec.lines_before or spec.lines_after:
-            for tok in spec.tokens:
-                b, a = context.get(tok, (0, 0))
-                context[tok] = (max(b, spec.lines_before), max(a, spec.lines_after))
-    return sorted(tokens), context
 
 
 def _inner(selector: str | None) -> str:
