@@ -103,15 +103,16 @@ def test_only_candidate_lines_of_the_attempts_nodes_come_back(loki: FakeLoki) ->
 
 @pytest.mark.parametrize("limit", [10, 13, 64])  # more than the 9 entries sharing a nanosecond
 def test_pages_lose_nothing_and_repeat_nothing_at_tied_timestamps(loki: FakeLoki, limit: int) -> None:
-    """Many entries share a nanosecond, across streams and within one; some are identical (same
-    stream, time and line), which Loki can hold. Whatever order Loki gives ties in, each comes back
-    exactly as often as it is stored."""
+    """Many entries share a nanosecond, across streams and within one. Identical entries (same
+    stream, time and line) are pushed too: Loki stores them once. Whatever order Loki gives ties
+    in, each entry it holds comes back exactly once."""
     entries = []
     for i in range(300):
         ts = ns(5 + (i // 9) / 60)  # nine entries per timestamp
         node = f"node0{1 + i % 3}"
-        entries.append(kern(node, ts, f"{XID} #{i % 2}"))  # duplicates within (node, ts)
-    loki.preload(entries)
+        entries.append(kern(node, ts, f"{XID} #{(i // 3) % 3}"))
+    loki.preload(entries + entries[::7])  # the repeats are dropped by Loki, not by the connector
+    assert len(loki.entries) == 300
     collected = LokiConnector(loki.url, policy=FAST, limits=LokiLimits(max_entries=limit)).collect(
         context(["node01", "node02", "node03"]))
     assert returned(collected) == Counter((e.labels["host"], e.line) for e in entries)
@@ -136,7 +137,7 @@ def test_long_windows_are_split_within_max_query_length(loki: FakeLoki) -> None:
         # the node window is [start - 1 h lookback, end + 10 min slack]
         assert returned(collected) == Counter(("node01", f"{XID} at {m}") for m in range(-59, 75, 7) if m <= 70)
         spans = {(int(q["start"]), int(q["end"])) for q in fake.queries}
-        assert all(b - a <= 1800 * 10**9 for a, b in spans)
+        assert all(b - a + 30 * 10**9 <= 1800 * 10**9 for a, b in spans)  # Loki adds its 30 s look-back
         assert min(a for a, _ in spans) == ns(-60) and max(b for _, b in spans) == ns(70) + 1
     finally:
         fake.stop()
@@ -145,7 +146,7 @@ def test_long_windows_are_split_within_max_query_length(loki: FakeLoki) -> None:
 def test_long_filters_are_split_and_a_line_two_groups_match_comes_back_once(loki: FakeLoki) -> None:
     tokens = default_engine().extractor.tokens
     both = f"{tokens[0]} and {tokens[-1]}"  # the longest and the shortest token: different groups
-    loki.preload([kern("node01", ns(1), both), kern("node01", ns(1), both), kern("node01", ns(2), XID)])
+    loki.preload([kern("node01", ns(1), both), kern("node01", ns(1.5), both), kern("node01", ns(2), XID)])
     connector = LokiConnector(loki.url, policy=FAST, limits=LokiLimits(max_query_chars=700))
     collected = connector.collect(context(["node01"]))
     assert returned(collected) == Counter({("node01", both): 2, ("node01", XID): 1})
@@ -216,6 +217,24 @@ def test_context_lines_around_a_candidate_are_fetched(loki: FakeLoki) -> None:
     [hung] = [e for e in default_engine().extractor.extract(collected.sources, ctx, time_context(ctx)).events
               if e.kind == "hung_task"]
     assert hung.fields.get("fs") == "rpc_wait_bit_killable"
+
+
+def test_context_fetches_stay_within_max_query_length() -> None:
+    """The lines around a candidate are asked for within Loki's max_query_length too (a Loki with
+    a 30 min limit refuses the default hour-long reach)."""
+    fake = FakeLoki(max_query_length_s=1800).start()
+    try:
+        stack = ["INFO: task python:77121 blocked for more than 120 seconds.", "Call Trace:",
+                 " rpc_wait_bit_killable+0x25/0xb0 [sunrpc]"]
+        fake.preload([kern("node01", ns(17 + i / 1000), line) for i, line in enumerate(stack)])
+        collected = LokiConnector(fake.url, policy=FAST, limits=LokiLimits(max_query_length_s=1800)).collect(
+            context(["node01"], minutes=10))
+        assert list(returned(collected)) == [("node01", line) for line in stack]
+        assert [c.status for c in collected.coverage] == ["ok"], collected.coverage
+        spans = [int(q["end"]) - int(q["start"]) for q in fake.queries]
+        assert max(spans) + 30 * 10**9 <= 1800 * 10**9
+    finally:
+        fake.stop()
 
 
 def test_otlp_style_node_in_structured_metadata() -> None:

@@ -23,7 +23,8 @@ What it asks (LogQL `GET /loki/api/v1/query_range`, direction=forward):
   by several groups is kept once.
 * Window: [start - lookback, end + slack] for node streams (the server's node_lookback_s /
   node_slack_s), [start, end + slack] for job-level streams; cut into pieces no longer than
-  Loki's `max_query_length` (721 h by default) nor `split_s`.
+  Loki's `max_query_length` (721 h by default) less the 30 s Loki adds when it measures a range,
+  nor `split_s`. Context fetches and `/series` stay within the same bound.
 * Pagination: Loki returns at most `limit` entries (≤ max_entries_limit_per_query, 5000 by default),
   start inclusive, end exclusive. A full page moves `start` to its last timestamp T; the next page
   repeats every entry at T, so the entries at T already taken are skipped by count per (stream,
@@ -96,6 +97,9 @@ class LokiLimits:
 
     max_entries: int = 5000  # limit per request; Loki's max_entries_limit_per_query
     max_query_length_s: float = 721 * 3600.0  # Loki's max_query_length
+    # Loki counts a range as end - start plus this look-back (a piece of exactly max_query_length
+    # is refused: "query length: 721h0m30s"), so pieces are that much shorter
+    query_lookback_s: float = 30.0
     split_s: float = 24 * 3600.0  # a failed piece costs at most this much of the window
     max_query_chars: int = 6000  # URL-encoded LogQL per GET: under common 8 KiB proxy request-line limits
     max_pages: int = 2000  # per piece; beyond, the piece is partial
@@ -306,9 +310,13 @@ class LokiConnector:
         # line filters first: substring tests are cheaper than the label filter on metadata
         return [f"{selector} {f}{node_filter}" for f in line_filters(self.tokens, budget)]
 
+    def _longest(self, wanted_s: float | None = None) -> int:
+        """The longest range (ns) Loki takes in one query, at most `wanted_s`."""
+        cap = self.limits.max_query_length_s - self.limits.query_lookback_s
+        return max(1, int(min(cap, wanted_s if wanted_s is not None else cap) * 1e9))
+
     def _run(self, query: str, lo: int, hi: int, streams: _Streams, run: _Run) -> None:
-        longest = int(min(self.limits.split_s, self.limits.max_query_length_s) * 1e9)
-        for a, b in pieces(lo, hi, longest):
+        for a, b in pieces(lo, hi, self._longest(self.limits.split_s)):
             run.tried += 1
             try:
                 entries, problem = self._paginate(query, a, b)
@@ -397,7 +405,7 @@ class LokiConnector:
                         b0, a0 = spans.get((key, ts), (0, 0))
                         spans[(key, ts)] = (max(b0, b), max(a0, a))
         wanted = sorted((key, ts, b, a) for (key, ts), (b, a) in spans.items())
-        reach = int(self.limits.context_reach_s * 1e9)
+        reach = self._longest(self.limits.context_reach_s)  # one query each way, within max_query_length
         for i, (key, ts, before, after) in enumerate(wanted):
             run = self._run_of(key, names, runs, job_run)
             if i >= self.limits.max_context_fetches:
@@ -486,7 +494,7 @@ class LokiConnector:
     def _series(self, selector: str, lo: int, hi: int) -> list[dict[str, Any]]:
         """The streams (index label sets) matching `selector` with entries in [lo, hi)."""
         out: list[dict[str, Any]] = []
-        for a, b in pieces(lo, hi, int(self.limits.max_query_length_s * 1e9)):
+        for a, b in pieces(lo, hi, self._longest()):
             doc = self.api.get("/loki/api/v1/series", [("match[]", selector), ("start", str(a)), ("end", str(b))],
                                what="Loki series")
             items = doc.get("data") if isinstance(doc, dict) else None
@@ -517,7 +525,7 @@ class LokiConnector:
         """Which of `nodes` have any log stream in [lo, hi): the index (`/series`) for an index
         label; a line count for structured metadata (which the index does not know)."""
         found: set[str] = set()
-        longest = int(self.limits.max_query_length_s * 1e9)
+        longest = self._longest()
         for chunk in self._node_chunks(nodes):
             if self.node_label_kind == "index":
                 labels = [i.get(self.node_label) for i in self._series(self._node_selector(chunk), lo, hi)]
