@@ -343,10 +343,10 @@ class FakeLoki(_FakeServer):
         return self.ingest.entries
 
     def preload(self, entries: list[PushedEntry]) -> None:
-        """Entries as if pushed when they were written (validated and ingested the same way, but not
-        refused for their age); a refusal is an error in the test."""
+        """Entries as if pushed when they were written: in time order, validated and ingested the same
+        way but not refused for their age; a refusal is an error in the test."""
         validate(entries)
-        status, body = self.ingest.push(entries, check_time=False)
+        status, body = self.ingest.push(sorted(entries, key=lambda e: e.ts_ns), check_time=False)
         if status != 204:
             raise WireError(f"preload refused ({status}): {body}")
 
