@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import hashlib
 import posixpath
+import re
 import time
 import urllib.parse
 from collections import Counter, defaultdict
@@ -229,6 +230,9 @@ class LokiConnector:
         self.node_label = node_label
         self.node_label_kind = node_label_kind
         self.workload_selector = _inner(workload_selector) if workload_selector else None
+        if self.workload_selector:
+            _matchers(self.workload_selector)  # refused now rather than at the first attempt
+        self._job_filter = ""  # label filters selecting the job's lines by structured metadata, when used
         self.lookback_s = lookback_s
         self.slack_s = slack_s
         self.limits = limits or LokiLimits()
@@ -268,11 +272,9 @@ class LokiConnector:
             for node in chunk:
                 runs[node] = run
         job_run: _Run | None = None
+        self._job_filter = ""
         if self.workload_selector is not None:
-            job_run = _Run()
-            selector = "{" + _fill(self.workload_selector, ctx) + "}"
-            for query in self._queries(selector, ""):
-                self._run(query, start, hi, streams, job_run)
+            job_run = self._job_streams(ctx, start, hi, streams)
         self._fetch_context(streams, node_lo, hi, names, runs, job_run)
 
         sources, lines = self._sources(streams, names, tctx)
@@ -280,6 +282,30 @@ class LokiConnector:
         return Collected(sources=list[Source](sources), coverage=coverage)
 
     # ------------------------------------------------------------------------------------- queries
+
+    def _job_streams(self, ctx: AttemptContext, lo: int, hi: int, streams: _Streams) -> _Run:
+        """The job-level lines: streams matching the workload selector; when no stream carries those
+        labels (Loki's OTLP endpoint keeps `hypocenter.workload.id` as structured metadata unless
+        otlp_config promotes it), the same matchers as label filters after a broader selector."""
+        assert self.workload_selector is not None
+        run = _Run()
+        filled = _fill(self.workload_selector, ctx)
+        found = _Streams()
+        for query in self._queries("{" + filled + "}", ""):
+            self._run(query, lo, hi, found, run)
+        if not found.entries and run.failed < run.tried:
+            try:
+                indexed = bool(self._series("{" + filled + "}", lo, hi))
+            except ConnectorError:
+                indexed = True  # unknown: keep the selector as written (coverage tells)
+            if not indexed:
+                self._job_filter = "".join(f" | {m}" for m in _matchers(filled))
+                run = _Run()
+                broad = "{" + (self.base or 'service_name=~".+"') + "}"  # Loki 3 gives every stream a service_name
+                for query in self._queries(broad, self._job_filter):
+                    self._run(query, lo, hi, found, run)
+        streams.merge((key, ts, line) for key, items in found.entries.items() for ts, line in items)
+        return run
 
     def _node_selector(self, nodes: Sequence[str]) -> str:
         if self.node_label_kind == "metadata":
@@ -430,6 +456,8 @@ class LokiConnector:
         node = dict(key).get(self.node_label)
         if self.node_label_kind == "metadata" and node is not None:
             selector += f" | {self.node_label}={logql_string(node)}"
+        elif node is None:
+            selector += self._job_filter  # job lines found by structured metadata: only this job's
         return selector
 
     def _node_of(self, key: StreamKey, names: NodeNames) -> str | None:
@@ -482,7 +510,7 @@ class LokiConnector:
         if job_run is not None and self.workload_selector is not None:
             selector = "{" + _fill(self.workload_selector, ctx) + "}"
             has_logs, job_error = True, None
-            if not lines[JOB] and job_run.failed < job_run.tried:
+            if not lines[JOB] and job_run.failed < job_run.tried and not self._job_filter:
                 try:
                     has_logs = bool(self._series(selector, epoch_ns(ctx.window.start), hi))
                 except ConnectorError as exc:
@@ -564,6 +592,23 @@ def _inner(selector: str | None) -> str:
     if text.startswith("{") and text.endswith("}"):
         text = text[1:-1].strip()
     return text
+
+
+_MATCHER = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*(=~|!~|!=|=)\s*("(?:[^"\\]|\\.)*"|`[^`]*`)\s*(?:,|$)')
+
+
+def _matchers(selector: str) -> list[str]:
+    """`a="x", b=~"y"` → [`a="x"`, `b=~"y"`] (each usable as a LogQL label filter)."""
+    out: list[str] = []
+    pos = 0
+    while pos < len(selector.strip()):
+        m = _MATCHER.match(selector, pos)
+        if not m:
+            raise ValueError(f"cannot read the stream selector {selector!r} at character {pos}: "
+                             f"expected name=\"value\" matchers separated by commas")
+        out.append(f"{m.group(1)}{m.group(2)}{m.group(3)}")
+        pos = m.end()
+    return out
 
 
 def _fill(template: str, ctx: AttemptContext) -> str:
