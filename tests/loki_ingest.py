@@ -166,22 +166,22 @@ def level_from_line(line: str) -> str:
     return best
 
 
-def detected_level(labels: Mapping[str, str], metadata: Mapping[str, str], line: str) -> tuple[str, bool]:
-    """(level, whether it is new); `extractLogLevel`."""
+def detected_level(labels: Mapping[str, str], metadata: Mapping[str, str], line: str) -> str:
+    """`extractLogLevel`."""
     if "detected_level" in metadata:
-        return _normalise(metadata["detected_level"]), False
+        return _normalise(metadata["detected_level"])
     for source in (labels, metadata):
         for name in LOG_LEVEL_FIELDS:
             if name in source:
-                return _normalise(source[name]), True
+                return _normalise(source[name])
     if "severity_number" in metadata:
         try:
             n = int(metadata["severity_number"])
         except ValueError:
-            return "info", True
+            return "info"
         bands = ((0, "unknown"), (4, "trace"), (8, "debug"), (12, "info"), (16, "warn"), (20, "error"), (24, "fatal"))
-        return next((name for top, name in bands if n <= top), "unknown"), True
-    return level_from_line(line), True
+        return next((name for top, name in bands if n <= top), "unknown")
+    return level_from_line(line)
 
 
 # ------------------------------------------------------------------------------------------ ingestion
@@ -254,8 +254,7 @@ class Ingest:
                                        "your Loki administrator to enable it")
                     continue
                 if lim.discover_log_levels and lim.allow_structured_metadata:
-                    level, new = detected_level(labels, meta, e.line)
-                    meta["detected_level"] = level
+                    meta["detected_level"] = detected_level(labels, meta, e.line)
                 keep.append(Entry(labels, e.ts_ns, e.line, meta))
             if keep:
                 accepted.append((labels, keep, len(items)))

@@ -52,11 +52,11 @@ import re
 import threading
 import time
 import urllib.parse
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from collections.abc import Callable
 
 import cramjam
 from google.protobuf import json_format

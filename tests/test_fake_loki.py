@@ -120,7 +120,7 @@ def test_loki_adds_service_name_and_detected_level(loki: FakeLoki) -> None:
     answer = query(loki, '{service_name="unknown_service"}', T, T + 1)
     assert [s["stream"] for s in answer.json()["data"]["result"]] == [
         {"filename": "/var/log/kern.log", "host": "node01", "service_name": "unknown_service", "detected_level": "error"}]
-    assert detected_level({}, {"severity_number": "17"}, "x") == ("error", True)
+    assert detected_level({}, {"severity_number": "17"}, "x") == "error"
     plain = FakeLoki(clock=lambda: NOW, limits=IngestLimits(discover_log_levels=False, discover_service_name=())).start()
     try:
         assert push(plain, (STREAM, [(T, "an error")])).status_code == 204
