@@ -6,8 +6,13 @@ json parser's `_extracted` names. What passes on the fake must pass on a real Lo
 
 from __future__ import annotations
 
+import json
+import os
+import time
+import uuid
 from collections.abc import Iterator
 from datetime import datetime, timezone
+from typing import Any
 
 import httpx
 import pytest
@@ -183,3 +188,52 @@ def test_json_names_that_are_labels_or_metadata_get_the_extracted_suffix(loki: F
         "summary": "NVLink on node02", "outcome_extracted": "attributed", "rule_extracted": "r"}
     everything = query(loki, '{service_name="hypocenter"} | json | summary=~"NVLink.*"', T, T + 1)
     assert len(lines(everything)) == 1
+
+
+# ----------------------------------------------------------------------------------------- real Loki
+
+LOKI_URL = os.environ.get("LOKI_URL", "").rstrip("/")
+
+
+@pytest.mark.skipif(not LOKI_URL, reason="set LOKI_URL to compare the fake with a real Loki")
+def test_a_real_loki_answers_as_the_fake_does() -> None:
+    """The same pushes and queries to a real Loki (default limits) and to the fake: same statuses,
+    same texts (the tenant aside), same lines and labels back."""
+    run = uuid.uuid4().hex[:12]
+    tenant = os.environ.get("LOKI_TENANT", "")
+    headers = {"X-Scope-OrgID": tenant} if tenant else {}
+    t = int((time.time() - 1800) * 1e9)
+    labels = {"job": f"hypocenter-test-{run}", "host": "node01"}
+    selector = f'{{job="hypocenter-test-{run}"}}'
+    fake = FakeLoki().start()
+    try:
+        def both(method: str, path: str, **kw: Any) -> list[tuple[int, str]]:
+            out = []
+            for url, extra in ((LOKI_URL, headers), (fake.url, {})):
+                r = httpx.request(method, url + path, headers=extra, timeout=10, **kw)
+                out.append((r.status_code, r.text.replace(f"user '{tenant}'", "user 'fake'") if tenant else r.text))
+            return out
+
+        def values(*pairs: tuple[int, str]) -> dict[str, Any]:
+            return {"json": {"streams": [{"stream": labels, "values": [[str(ts), line] for ts, line in pairs]}]}}
+
+        real, ours = both("POST", "/loki/api/v1/push", **values((t, "a"), (t, "a"), (t, "b")))
+        assert real == ours == (204, "")
+        real, ours = both("POST", "/loki/api/v1/push", **values((t - 61 * MIN, "behind"), (t + 1, "c")))
+        assert real == ours and real[0] == 400 and "entry too far behind" in real[1]
+        params = {"query": selector, "start": str(t - 2 * 3600 * 10**9), "end": str(t + MIN), "direction": "forward"}
+        deadline = time.monotonic() + 30
+        while True:
+            answers = [(s, json.loads(text)) for s, text in both("GET", "/loki/api/v1/query_range", params=params)]
+            got = [sorted(v[1] for st in doc["data"]["result"] for v in st["values"]) for _, doc in answers]
+            if got[0] == got[1] or time.monotonic() > deadline:
+                break
+            time.sleep(1)
+        assert got[0] == got[1] == ["a", "b", "c"]
+        streams = [[st["stream"] for st in doc["data"]["result"]] for _, doc in answers]
+        assert streams[0] == streams[1]  # service_name, detected_level: what Loki adds, the fake adds
+        long = {"query": selector, "start": str(t - 721 * 3600 * 10**9), "end": str(t)}
+        real, ours = both("GET", "/loki/api/v1/query_range", params=long)
+        assert real == ours and real[0] == 400
+    finally:
+        fake.stop()
