@@ -94,6 +94,11 @@ def test_rest_scope_by_slurm_job_id(loki: FakeLoki, tmp_path: Path) -> None:
             assert r.status_code == 200, r.text
             assert verdict(r.json()) == verdict(analyze(BUNDLE))
             assert r.headers["X-Hypocenter-Provisional"] == "false"
+            # coverage describes the sources used: Loki's logs, not OTLP streams nothing was sent to
+            coverage = r.json()["coverage"]
+            assert not [c for c in coverage if c["connector"] == "otlp" and c["source"].startswith("logs/")], coverage
+            assert {c["source"] for c in coverage if c["connector"] == "loki"} >= {"logs/node01", "logs/node02"}
+            assert r.json()["quality"] == analyze(BUNDLE)["quality"]
             missing = client.post("/v1/scopes", json={"slurm": "4242"})
             assert missing.status_code == 404 and "4242" in missing.json()["message"]
             both = client.post("/v1/scopes", json={"slurm": "81234", "kueue": "a/b"})
