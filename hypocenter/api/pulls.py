@@ -72,6 +72,8 @@ class Pulls:
                                                 **LokiSource(url=settings.pull_loki_url).auth(os.environ),
                                                 tenant=settings.pull_loki_tenant or os.environ.get("LOKI_ORG_ID") or None,
                                                 node_label=settings.pull_loki_node_label, ruleset=ruleset,
+                                                node_label_kind=settings.pull_loki_node_label_kind,
+                                                selector=settings.pull_loki_selector or None,
                                                 workload_selector=settings.pull_loki_workload_selector or None,
                                                 lookback_s=settings.node_lookback_s, slack_s=settings.node_slack_s)
         if settings.pull_prometheus_url:
