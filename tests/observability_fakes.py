@@ -8,8 +8,14 @@ FakeLoki (`POST /loki/api/v1/push`, Loki HTTP API reference "Ingest logs"):
   * `application/json` (optionally `Content-Encoding: gzip`): `{"streams": [{"stream": {..},
     "values": [["<ns>", "<line>", {structured metadata}?]]}]}`.
   * labels are a Prometheus label string `{a="b", ...}` (protobuf) or an object (JSON); names must
-    match `[a-zA-Z_][a-zA-Z0-9_]*`, at most 15 per stream (Loki's default limit); structured metadata
-    values are strings. Success is 204; a bad body is 400 with a text message, like Loki.
+    match `[a-zA-Z_][a-zA-Z0-9_]*`; structured metadata values are strings. Success is 204; a bad
+    body is 400 with a text message, like Loki.
+  * what is pushed is ingested as Loki does it (loki_ingest.py, from Loki's source): identical
+    entries stored once, entries an hour behind their stream's newest or older than a week refused
+    with Loki's 400 texts while the rest is kept, at most 15 labels besides `service_name`, which
+    Loki adds, as it adds `detected_level` to structured metadata. `clock` is the server's now.
+  * `POST /otlp/v1/logs`: OTLP/HTTP logs mapped to streams as Loki's OTLP endpoint does, resource
+    attributes promoted to labels per `IngestLimits.otlp_config` (Loki's default list).
 FakeGrafana (`POST /api/annotations`): JSON body with `text` required, `time`/`timeEnd` epoch ms
   integers, `tags` strings; answers 200 `{"message": "Annotation added", "id": N}`; 401 when a
   token is configured and `Authorization: Bearer <token>` is missing.
@@ -20,10 +26,12 @@ pushed or `preload`ed:
   * `GET /loki/api/v1/query_range`: LogQL log queries — a stream selector with `=`, `!=`, `=~`,
     `!~` matchers (regexes fully anchored; at least one matcher that does not match the empty
     string), then `|=`, `!=`, `|~`, `!~` line filters and `| name op "value"` label filters over
-    stream labels and structured metadata. Strings follow Go's strconv.Unquote (double-quoted with
+    stream labels and structured metadata, and `| json` / `| json a, b="x.y"` parser stages (a
+    field that is already a label or metadata is named `<field>_extracted`, as Loki does). Strings follow Go's strconv.Unquote (double-quoted with
     escapes, or back-quoted raw); regexes are Python `re` restricted to what RE2 accepts. `start` is
     inclusive, `end` exclusive; `limit` (default 100) counts entries over all streams and may not
-    exceed `max_entries_limit_per_query`; `end - start` may not exceed `max_query_length`;
+    exceed `max_entries_limit_per_query`; `end - start` plus Loki's 30 s look-back may not exceed
+    `max_query_length`;
     `direction` forward | backward (default). Entries at one timestamp keep push order within a
     stream; between streams they come in label order, or in a fresh random order per request
     (`ties="random"`): Loki promises no order there.

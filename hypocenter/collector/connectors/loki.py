@@ -13,7 +13,11 @@ What it asks (LogQL `GET /loki/api/v1/query_range`, direction=forward):
   ingestion Loki keeps `host.name` as structured metadata `host_name`, not an index label:
   `node_label_kind="metadata"` then filters `| host_name=~"…"` after a `selector` that must name
   the streams. Job-level logs (not tied to one node) come from `workload_selector`, a template
-  such as `slurm_job_id="{workload}"` (`{workload}`, `{attempt}` are filled in).
+  such as `slurm_job_id="{workload}"` (`{workload}`, `{attempt}` are filled in). When no stream
+  carries those labels (`/series` is empty) they are taken as structured metadata — what Loki's
+  OTLP endpoint makes of `hypocenter.workload.id` unless otlp_config promotes it — and the same
+  matchers become label filters after `selector` (else `service_name=~".+"`, which Loki 3 gives
+  every stream): `{service_name=~".+"} |~ "…" | hypocenter_workload_id="81234"`.
 * Line filter: one regex alternation of the rules' literal tokens (the engine's prefilter), so
   Loki returns only lines that could produce an event. Loki rewrites a regex made only of literal
   alternatives into plain substring matches (pkg/logql/log/filter.go `simplify`), but Go's regexp
