@@ -325,3 +325,41 @@ def test_against_a_real_loki() -> None:
     # Loki drops an entry identical (time and line) to the one before it in a stream; ours differ in time
     assert got == Counter((n, line) for n, _, line in lines if line != "nothing to see")
     assert {c.source: c.status for c in collected.coverage} == {f"logs/node-{run}-1": "ok", f"logs/node-{run}-2": "ok"}
+
+
+@pytest.mark.skipif(not LOKI_URL, reason="set LOKI_URL to run against a real Loki")
+def test_a_real_lokis_otlp_endpoint_is_pulled_by_structured_metadata() -> None:
+    """Records sent to Loki's own /otlp/v1/logs with its default otlp_config: `host.name` and
+    `hypocenter.workload.id` are structured metadata, and the pull still finds the node's lines
+    and the job's."""
+    from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+
+    run = uuid.uuid4().hex[:12]
+    now = datetime.now(timezone.utc).replace(microsecond=0) - timedelta(minutes=20)
+    request = ExportLogsServiceRequest()
+    for i, (attrs, line) in enumerate([({"host.name": f"node-{run}"}, XID),
+                                       ({"hypocenter.workload.id": run}, "torch.OutOfMemoryError: CUDA out of memory.")]):
+        rl = request.resource_logs.add()
+        for key, value in {"service.name": f"hypocenter-test-{run}", **attrs}.items():
+            kv = rl.resource.attributes.add()
+            kv.key, kv.value.string_value = key, value
+        rec = rl.scope_logs.add().log_records.add()
+        rec.time_unix_nano, rec.body.string_value = epoch_ns(now) + i * 10**9, line
+    headers = {"Content-Type": "application/x-protobuf"}
+    if os.environ.get("LOKI_TENANT"):
+        headers["X-Scope-OrgID"] = os.environ["LOKI_TENANT"]
+    httpx.post(f"{LOKI_URL}/otlp/v1/logs", content=request.SerializeToString(), headers=headers,
+               timeout=10).raise_for_status()
+    ctx = AttemptContext.model_validate({"workload": {"id": run, "attempt": 0}, "nodes": [f"node-{run}"],
+                                         "window": {"start": now.isoformat(),
+                                                    "end": (now + timedelta(minutes=5)).isoformat()}})
+    connector = LokiConnector(LOKI_URL, tenant=os.environ.get("LOKI_TENANT") or None,
+                              selector=f'service_name="hypocenter-test-{run}"', node_label="host_name",
+                              node_label_kind="metadata", workload_selector='hypocenter_workload_id="{workload}"')
+    deadline = time.monotonic() + 30
+    while True:
+        got = returned(connector.collect(ctx))
+        if sum(got.values()) >= 2 or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert got == Counter({(f"node-{run}", XID): 1, (None, "torch.OutOfMemoryError: CUDA out of memory."): 1})
