@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 
@@ -66,6 +66,11 @@ class Settings(BaseSettings):
                                "(e.g. http://loki:3100); empty = off")
     pull_loki_tenant: str = Field("", description="X-Scope-OrgID for pull_loki_url")
     pull_loki_node_label: str = Field("host", description="the Loki stream label that names a node")
+    pull_loki_node_label_kind: Literal["index", "metadata"] = Field(
+        "index", description="index: pull_loki_node_label is a stream label; metadata: structured metadata, as "
+        "Loki's own OTLP endpoint keeps host.name (host_name), filtered after pull_loki_selector (docs/loki.md)")
+    pull_loki_selector: str = Field("", description="fixed LogQL matchers added to every node query (e.g. "
+                                    "service_name=~\".+\"); required when pull_loki_node_label_kind is metadata")
     pull_loki_workload_selector: str = Field("", description="LogQL stream selector of a job's own logs, "
                                              "{workload} filled in (e.g. {job=\"slurm\", workload=\"{workload}\"}); "
                                              "empty = node streams only")
@@ -109,6 +114,13 @@ class Settings(BaseSettings):
         if v and not is_http_url(v):
             raise ValueError(f"{v!r} is not an http:// or https:// URL (e.g. http://loki:3100)")
         return v
+
+    @model_validator(mode="after")
+    def _metadata_needs_selector(self) -> Settings:
+        if self.pull_loki_node_label_kind == "metadata" and not self.pull_loki_selector:
+            raise ValueError("pull_loki_node_label_kind metadata needs pull_loki_selector (Loki filters structured "
+                             "metadata only after a stream selector; e.g. service_name=~\".+\")")
+        return self
 
     @classmethod
     def settings_customise_sources(

@@ -152,7 +152,7 @@ class BlackHole:
 class LokiHarness:
     name = "loki"
     faults: frozenset[Fault] = frozenset({"transient", "permanent", "auth", "stall", "garbage"})
-    duplicates = True
+    duplicates = False  # Loki stores an entry identical in stream, time and line once (ingester/stream.go)
 
     def start(self, tmp_path: Path) -> None:
         # small pages and a short max_query_length, so that N records take many pages and pieces

@@ -104,15 +104,16 @@ def test_only_candidate_lines_of_the_attempts_nodes_come_back(loki: FakeLoki) ->
 
 @pytest.mark.parametrize("limit", [10, 13, 64])  # more than the 9 entries sharing a nanosecond
 def test_pages_lose_nothing_and_repeat_nothing_at_tied_timestamps(loki: FakeLoki, limit: int) -> None:
-    """Many entries share a nanosecond, across streams and within one; some are identical (same
-    stream, time and line), which Loki can hold. Whatever order Loki gives ties in, each comes back
-    exactly as often as it is stored."""
+    """Many entries share a nanosecond, across streams and within one. Identical entries (same
+    stream, time and line) are pushed too: Loki stores them once. Whatever order Loki gives ties
+    in, each entry it holds comes back exactly once."""
     entries = []
     for i in range(300):
         ts = ns(5 + (i // 9) / 60)  # nine entries per timestamp
         node = f"node0{1 + i % 3}"
-        entries.append(kern(node, ts, f"{XID} #{i % 2}"))  # duplicates within (node, ts)
-    loki.preload(entries)
+        entries.append(kern(node, ts, f"{XID} #{(i // 3) % 3}"))
+    loki.preload(entries + entries[::7])  # the repeats are dropped by Loki, not by the connector
+    assert len(loki.entries) == 300
     collected = LokiConnector(loki.url, queries=QUERIES, policy=FAST, limits=LokiLimits(max_entries=limit)).collect(
         context(["node01", "node02", "node03"]))
     assert returned(collected) == Counter((e.labels["host"], e.line) for e in entries)
@@ -137,7 +138,7 @@ def test_long_windows_are_split_within_max_query_length(loki: FakeLoki) -> None:
         # the node window is [start - 1 h lookback, end + 10 min slack]
         assert returned(collected) == Counter(("node01", f"{XID} at {m}") for m in range(-59, 75, 7) if m <= 70)
         spans = {(int(q["start"]), int(q["end"])) for q in fake.queries}
-        assert all(b - a <= 1800 * 10**9 for a, b in spans)
+        assert all(b - a + 30 * 10**9 <= 1800 * 10**9 for a, b in spans)  # Loki adds its 30 s look-back
         assert min(a for a, _ in spans) == ns(-60) and max(b for _, b in spans) == ns(70) + 1
     finally:
         fake.stop()
@@ -146,7 +147,7 @@ def test_long_windows_are_split_within_max_query_length(loki: FakeLoki) -> None:
 def test_long_filters_are_split_and_a_line_two_groups_match_comes_back_once(loki: FakeLoki) -> None:
     tokens = default_engine().extractor.tokens
     both = f"{tokens[0]} and {tokens[-1]}"  # the longest and the shortest token: different groups
-    loki.preload([kern("node01", ns(1), both), kern("node01", ns(1), both), kern("node01", ns(2), XID)])
+    loki.preload([kern("node01", ns(1), both), kern("node01", ns(1.5), both), kern("node01", ns(2), XID)])
     connector = LokiConnector(loki.url, queries=QUERIES, policy=FAST, limits=LokiLimits(max_query_chars=700))
     collected = connector.collect(context(["node01"]))
     assert returned(collected) == Counter({("node01", both): 2, ("node01", XID): 1})
@@ -217,6 +218,24 @@ def test_context_lines_around_a_candidate_are_fetched(loki: FakeLoki) -> None:
     [hung] = [e for e in default_engine().extractor.extract(collected.sources, ctx, time_context(ctx)).events
               if e.kind == "hung_task"]
     assert hung.fields.get("fs") == "rpc_wait_bit_killable"
+
+
+def test_context_fetches_stay_within_max_query_length() -> None:
+    """The lines around a candidate are asked for within Loki's max_query_length too (a Loki with
+    a 30 min limit refuses the default hour-long reach)."""
+    fake = FakeLoki(max_query_length_s=1800).start()
+    try:
+        stack = ["INFO: task python:77121 blocked for more than 120 seconds.", "Call Trace:",
+                 " rpc_wait_bit_killable+0x25/0xb0 [sunrpc]"]
+        fake.preload([kern("node01", ns(17 + i / 1000), line) for i, line in enumerate(stack)])
+        collected = LokiConnector(fake.url, queries=QUERIES, policy=FAST, limits=LokiLimits(max_query_length_s=1800)).collect(
+            context(["node01"], minutes=10))
+        assert list(returned(collected)) == [("node01", line) for line in stack]
+        assert [c.status for c in collected.coverage] == ["ok"], collected.coverage
+        spans = [int(q["end"]) - int(q["start"]) for q in fake.queries]
+        assert max(spans) + 30 * 10**9 <= 1800 * 10**9
+    finally:
+        fake.stop()
 
 
 def test_otlp_style_node_in_structured_metadata() -> None:
@@ -307,3 +326,41 @@ def test_against_a_real_loki() -> None:
     # Loki drops an entry identical (time and line) to the one before it in a stream; ours differ in time
     assert got == Counter((n, line) for n, _, line in lines if line != "nothing to see")
     assert {c.source: c.status for c in collected.coverage} == {f"logs/node-{run}-1": "ok", f"logs/node-{run}-2": "ok"}
+
+
+@pytest.mark.skipif(not LOKI_URL, reason="set LOKI_URL to run against a real Loki")
+def test_a_real_lokis_otlp_endpoint_is_pulled_by_structured_metadata() -> None:
+    """Records sent to Loki's own /otlp/v1/logs with its default otlp_config: `host.name` and
+    `hypocenter.workload.id` are structured metadata, and the pull still finds the node's lines
+    and the job's."""
+    from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+
+    run = uuid.uuid4().hex[:12]
+    now = datetime.now(timezone.utc).replace(microsecond=0) - timedelta(minutes=20)
+    request = ExportLogsServiceRequest()
+    for i, (attrs, line) in enumerate([({"host.name": f"node-{run}"}, XID),
+                                       ({"hypocenter.workload.id": run}, "torch.OutOfMemoryError: CUDA out of memory.")]):
+        rl = request.resource_logs.add()
+        for key, value in {"service.name": f"hypocenter-test-{run}", **attrs}.items():
+            kv = rl.resource.attributes.add()
+            kv.key, kv.value.string_value = key, value
+        rec = rl.scope_logs.add().log_records.add()
+        rec.time_unix_nano, rec.body.string_value = epoch_ns(now) + i * 10**9, line
+    headers = {"Content-Type": "application/x-protobuf"}
+    if os.environ.get("LOKI_TENANT"):
+        headers["X-Scope-OrgID"] = os.environ["LOKI_TENANT"]
+    httpx.post(f"{LOKI_URL}/otlp/v1/logs", content=request.SerializeToString(), headers=headers,
+               timeout=10).raise_for_status()
+    ctx = AttemptContext.model_validate({"workload": {"id": run, "attempt": 0}, "nodes": [f"node-{run}"],
+                                         "window": {"start": now.isoformat(),
+                                                    "end": (now + timedelta(minutes=5)).isoformat()}})
+    connector = LokiConnector(LOKI_URL, queries=QUERIES, tenant=os.environ.get("LOKI_TENANT") or None,
+                              selector=f'service_name="hypocenter-test-{run}"', node_label="host_name",
+                              node_label_kind="metadata", workload_selector='hypocenter_workload_id="{workload}"')
+    deadline = time.monotonic() + 30
+    while True:
+        got = returned(connector.collect(ctx))
+        if sum(got.values()) >= 2 or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert got == Counter({(f"node-{run}", XID): 1, (None, "torch.OutOfMemoryError: CUDA out of memory."): 1})

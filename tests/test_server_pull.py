@@ -85,6 +85,24 @@ def test_settings_show_the_pull_options() -> None:
     assert json.dumps(Settings().model_dump(mode="json"))  # defaults are plain values
 
 
+def test_the_pull_reads_lokis_otlp_labels_when_told() -> None:
+    """Behind Loki's own OTLP endpoint the node is structured metadata `host_name`: the settings say
+    so, and such a pull needs a stream selector to filter it after."""
+    from pydantic import ValidationError
+
+    from hypocenter.config import Settings
+    from hypocenter.engine import default_engine
+    from hypocenter.server.pulls import Pulls
+
+    with pytest.raises(ValidationError, match="needs pull_loki_selector"):
+        Settings(pull_loki_url="http://loki:3100", pull_loki_node_label_kind="metadata")
+    settings = Settings(pull_loki_url="http://loki:3100", pull_loki_node_label="host_name",
+                        pull_loki_node_label_kind="metadata", pull_loki_selector='service_name=~".+"')
+    logs = Pulls(settings, default_engine().ruleset).logs
+    assert logs is not None and logs._node_selector(["node01"]) == '{service_name=~".+"}'  # type: ignore[attr-defined]
+    assert logs._node_filter(["node01"]).startswith(" | host_name=~")  # type: ignore[attr-defined]
+
+
 def test_rest_scope_by_slurm_job_id(loki: FakeLoki, tmp_path: Path) -> None:
     """`POST /v1/scopes {"slurm": ID}` — what a Slurm epilog would call — analyses the job now."""
     srv = _pulling_server(loki, tmp_path / "store.db")
@@ -94,6 +112,11 @@ def test_rest_scope_by_slurm_job_id(loki: FakeLoki, tmp_path: Path) -> None:
             assert r.status_code == 200, r.text
             assert verdict(r.json()) == verdict(analyze(BUNDLE))
             assert r.headers["X-Hypocenter-Provisional"] == "false"
+            # coverage describes the sources used: Loki's logs, not OTLP streams nothing was sent to
+            coverage = r.json()["coverage"]
+            assert not [c for c in coverage if c["connector"] == "otlp" and c["source"].startswith("logs/")], coverage
+            assert {c["source"] for c in coverage if c["connector"] == "loki"} >= {"logs/node01", "logs/node02"}
+            assert r.json()["quality"] == analyze(BUNDLE)["quality"]
             missing = client.post("/v1/scopes", json={"slurm": "4242"})
             assert missing.status_code == 404 and "4242" in missing.json()["message"]
             both = client.post("/v1/scopes", json={"slurm": "81234", "kueue": "a/b"})

@@ -11,7 +11,7 @@ Failures, as exporters raise them:
 
     HypocenterError
     ├── InputError
-    │   └── ExportRejected      permanent (HTTP 4xx but 401/403/408/429): counted, logged, dropped. A batch
+    │   └── ExportRejected      permanent (HTTP 4xx but 401/403/408/429): counted by reason, logged, dropped. A batch
     │                           that is rejected is retried one diagnosis at a time first, so one bad
     │                           diagnosis never takes its neighbours down with it.
     └── TransientError
@@ -44,7 +44,12 @@ log = logging.getLogger("hypocenter.outbox")
 
 
 class ExportRejected(InputError):
-    """The receiver refused the payload; sending it again will not help."""
+    """The receiver refused the payload; sending it again will not help. `reason` labels the drop
+    (hypocenter_export_dropped_total): `rejected`, or what the exporter knows, e.g. Loki's `too_old`."""
+
+    def __init__(self, message: str, reason: str = "rejected") -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 class ExportUnavailable(TransientError):
@@ -199,7 +204,7 @@ class Outbox:
                         return
                     self._send(exporter, [r], split=False)
                 return
-            self._drop(exporter, rows, "rejected", str(exc))
+            self._drop(exporter, rows, exc.reason, str(exc))
         except Exception as exc:  # ExportUnavailable, or an exporter bug: keep the rows, back off
             self.activity.export_failed(exporter.name, "transient")
             failures = self._failures.get(exporter.name, 0) + 1

@@ -73,6 +73,8 @@ class Pulls:
                                                 **LokiSource(url=settings.pull_loki_url).auth(os.environ),
                                                 tenant=settings.pull_loki_tenant or os.environ.get("LOKI_ORG_ID") or None,
                                                 node_label=settings.pull_loki_node_label, queries=queries,
+                                                node_label_kind=settings.pull_loki_node_label_kind,
+                                                selector=settings.pull_loki_selector or None,
                                                 workload_selector=settings.pull_loki_workload_selector or None,
                                                 lookback_s=settings.node_lookback_s, slack_s=settings.node_slack_s)
         if settings.pull_prometheus_url:
@@ -86,7 +88,9 @@ class Pulls:
         return self.logs is not None or self.metrics is not None
 
     def collect(self, inp: AttemptInput) -> tuple[list[Source], list[Coverage]]:
-        """What the connectors add to an attempt assembled from the store."""
+        """What the connectors add to an attempt assembled from the store. Where a connector stands in
+        for OTLP (no log record or no metric point arrived), the store's `otlp` entries for that kind
+        (`logs/<node>` missing) are taken out of `inp.coverage`: coverage describes the sources used."""
         sources: list[Source] = []
         coverage: list[Coverage] = []
         pushed_text = any(isinstance(s, TextSource) for s in inp.sources)
@@ -101,6 +105,9 @@ class Pulls:
             got = _safe_collect(connector, inp)
             sources.extend(got.sources)
             coverage.extend(got.coverage)
+            if connector is self.logs:
+                inp.coverage[:] = [c for c in inp.coverage
+                                   if not (c.connector == "otlp" and c.source.startswith("logs/") and c.status == "missing")]
         return sources, coverage
 
 
