@@ -102,6 +102,36 @@ class Settings(BaseSettings):
     export_retry_max_s: float = Field(300.0, gt=0, description="longest back-off between retries of a failing exporter")
     export_max_age_s: float = Field(6 * 86400.0, gt=0, description="a diagnosis not delivered by then is dropped (Loki refuses week-old entries)")
 
+    # Who may talk to the server, and how (api/auth.py, api/tls.py; docs/security.md).
+    auth_tokens_file: str = Field("", description="YAML file mapping each role (ingest | read | admin) to a list of "
+                                  "bearer tokens; tokens also come from HYPOCENTER_AUTH_TOKEN_INGEST/_READ/_ADMIN")
+    allow_unauthenticated: bool = Field(False, description="listen off loopback without tokens or client certificates "
+                                        "(anyone who reaches a port may do anything); logs a warning at start")
+    metrics_auth: bool = Field(False, description="/metrics asks for a token with the read role like the REST API")
+    tls_cert_file: str = Field("", description="PEM certificate chain served on every listener (reloaded when it "
+                               "changes); empty = plaintext")
+    tls_key_file: str = Field("", description="PEM private key of tls_cert_file")
+    tls_client_ca_file: str = Field("", description="PEM CA bundle: clients presenting a certificate it signed are "
+                                    "authenticated by it (mTLS; required on gRPC, optional on HTTP)")
+    tls_client_roles: str = Field("", description="roles of client certificates by subject CN, e.g. "
+                                  "\"collector-eos=ingest,alice=admin\"; other verified clients get tls_client_default_role")
+    tls_client_default_role: Literal["ingest", "read", "admin", "none"] = Field(
+        "ingest", description="role of a verified client certificate whose CN is not in tls_client_roles")
+    tls_reload_s: float = Field(2.0, gt=0, description="how often the certificate files are checked for a change")
+    http_keep_alive_s: float = Field(5.0, gt=0, description="an idle HTTP keep-alive connection is closed after this")
+    http_request_timeout_s: float = Field(
+        30.0, gt=0, description="a client must send a request's headers, and each part of its body, within this")
+    grpc_keepalive_s: float = Field(60.0, gt=0, description="gRPC server pings an idle connection this often ...")
+    grpc_keepalive_timeout_s: float = Field(20.0, gt=0, description="... and closes it when no ack comes within this")
+    grpc_max_connection_idle_s: float = Field(300.0, gt=0, description="a gRPC connection with no RPC for this long "
+                                              "is closed (GOAWAY; clients reconnect on demand)")
+    grpc_max_connection_age_s: float = Field(0.0, ge=0, description="a gRPC connection is closed after this long, "
+                                             "its RPCs given 30 s to finish (0 = no limit; WatchDiagnoses reconnect)")
+    watch_max_per_client: int = Field(2, ge=1, description="WatchDiagnoses streams one client (token, certificate, "
+                                      "or address when anonymous) may hold at once")
+    label_max_values: int = Field(100, ge=1, description="distinct values of a client-supplied exported label "
+                                  "(cluster) kept in /metrics and Loki; later ones become \"other\" and are counted")
+
     @field_validator("pull_loki_url", "pull_prometheus_url", "slurm_rest_url", "loki_url", "grafana_url")
     @classmethod
     def _http_url(cls, v: str) -> str:

@@ -24,12 +24,14 @@ import logging
 import queue
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from hypocenter.api import auth
 from hypocenter.api.service import Attribution, UnknownAttempt
 from hypocenter.api.v1 import attribution_pb2 as pb
 from hypocenter.api.v1 import attribution_pb2_grpc as pb_grpc
@@ -92,11 +94,23 @@ def _matches(flt: DiagnosisFilter, row: DiagnosisRow) -> bool:
             and (flt.node is None or flt.node in row.nodes))
 
 
+def _client_key(context: grpc.ServicerContext) -> str:
+    """Whom a watch counts against: the authenticated caller, or its address when anonymous."""
+    identity = auth.current.get()
+    if identity is not None and identity is not auth.ANONYMOUS:
+        return identity.name
+    peer = context.peer() or ""  # "ipv4:127.0.0.1:53412" / "ipv6:[::1]:53412"
+    return peer.rpartition(":")[0] or peer
+
+
 class AttributionGrpc(pb_grpc.AttributionServicer):
-    def __init__(self, service: Attribution, max_watchers: int) -> None:
+    def __init__(self, service: Attribution, max_watchers: int, max_per_client: int = 2) -> None:
         self.service = service
         self.max_watchers = max_watchers
+        self.max_per_client = max_per_client
         self._watchers = threading.BoundedSemaphore(max_watchers) if max_watchers > 0 else None
+        self._per_client: Counter[str] = Counter()
+        self._per_client_lock = threading.Lock()
 
     def Analyze(self, request: pb.AnalyzeRequest, context: grpc.ServicerContext) -> pb.Diagnosis:
         if not request.workload:
@@ -137,13 +151,27 @@ class AttributionGrpc(pb_grpc.AttributionServicer):
 
     def WatchDiagnoses(self, request: pb.WatchDiagnosesRequest,
                        context: grpc.ServicerContext) -> Iterator[pb.Diagnosis]:
-        if self._watchers is None or not self._watchers.acquire(blocking=False):
+        client = _client_key(context)
+        with self._per_client_lock:
+            mine = self._per_client[client] < self.max_per_client
+            if mine:
+                self._per_client[client] += 1
+        if not mine:
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                          f"at most {self.max_watchers} watches at once (half of grpc_workers)")
+                          f"at most {self.max_per_client} watches per client at once (watch_max_per_client)")
         try:
-            yield from self._watch(request, context)
+            if self._watchers is None or not self._watchers.acquire(blocking=False):
+                context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                              f"at most {self.max_watchers} watches at once (half of grpc_workers)")
+            try:
+                yield from self._watch(request, context)
+            finally:
+                self._watchers.release()
         finally:
-            self._watchers.release()
+            with self._per_client_lock:
+                self._per_client[client] -= 1
+                if self._per_client[client] <= 0:
+                    del self._per_client[client]
 
     def _watch(self, request: pb.WatchDiagnosesRequest, context: grpc.ServicerContext) -> Iterator[pb.Diagnosis]:
         flt = _filter(request.filter)

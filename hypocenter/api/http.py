@@ -25,12 +25,12 @@ import asyncio
 import io
 import tarfile
 import tempfile
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from fastapi import FastAPI, Query, Request
+from fastapi import Depends, FastAPI, Query, Request
 from fastapi.responses import JSONResponse, Response
 from google.protobuf import json_format
 from google.protobuf.message import Message
@@ -39,7 +39,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from starlette.concurrency import run_in_threadpool
 
 from hypocenter import __version__, strict_yaml
+from hypocenter.api import auth
 from hypocenter.api.service import Attribution, Backpressure, UnknownAttempt
+from hypocenter.api.tls import PeerNames
 from hypocenter.collector import otlp
 from hypocenter.collector.attempts import parse_time
 from hypocenter.collector.bundle import load_context
@@ -152,11 +154,51 @@ async def _read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-def build_app(service: Attribution, ready: Callable[[], bool] = lambda: True) -> FastAPI:
+class _Refused(Exception):
+    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.headers = status, message, headers
+
+
+def _guard(authenticator: auth.Authenticator, peers: PeerNames) -> Callable[[Request], Awaitable[None]]:
+    """The one dependency every route goes through (routes added later included): the role the
+    request needs (auth.http_role), from its bearer token or verified client certificate."""
+
+    async def guard(request: Request) -> None:
+        role = auth.http_role(request.method, request.url.path)
+        if role is None:
+            return
+        try:
+            identity = authenticator.authorize(request.headers.get("authorization"),
+                                               peers.get(request.scope.get("client")), role)
+        except auth.Unauthenticated as exc:
+            raise _Refused(401, str(exc), {"WWW-Authenticate": auth.challenge(exc)}) from None
+        except auth.Forbidden as exc:
+            raise _Refused(403, str(exc)) from None
+        request.state.identity = identity
+        auth.current.set(identity)
+
+    return guard
+
+
+def _caller(request: Request) -> dict[str, str]:
+    identity: auth.Identity = getattr(request.state, "identity", auth.ANONYMOUS)
+    return identity.provenance()
+
+
+def build_app(service: Attribution, ready: Callable[[], bool] = lambda: True,
+              authenticator: auth.Authenticator | None = None, peers: PeerNames | None = None) -> FastAPI:
+    guard = _guard(authenticator or auth.Authenticator(), peers or PeerNames())
     app = FastAPI(
-        title="hypocenter", version=__version__,
+        title="hypocenter", version=__version__, dependencies=[Depends(guard)],
         description="Root-cause attribution for distributed AI workloads: OTLP in, diagnoses out "
-                    "(schema hypocenter.diagnosis/v1).")
+                    "(schema hypocenter.diagnosis/v1). Every route but /healthz and /readyz takes "
+                    "`Authorization: Bearer <token>` when the server has tokens: reads need the read role, "
+                    "OTLP the ingest role, everything else admin.")
+
+    @app.exception_handler(_Refused)
+    async def refused(request: Request, exc: _Refused) -> Response:
+        return _problem(exc.status, exc.message, exc.headers)
     limit = service.settings.max_message_bytes
 
     async def export(request: Request, signal: str) -> Response:

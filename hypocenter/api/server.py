@@ -36,6 +36,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from grpc_status import rpc_status
 
+from hypocenter.api import auth, tls
 from hypocenter.api.attribution_grpc import SERVICE_NAME, AttributionGrpc
 from hypocenter.api.http import build_app
 from hypocenter.api.service import Attribution, Backpressure
@@ -113,6 +114,11 @@ class Server:
 
     def __init__(self, settings: Settings, store: Store | None = None) -> None:
         self.settings = settings
+        # Who may connect is settled before anything listens or opens (a refusal is one line, exit 2).
+        self.auth = auth.Authenticator.from_settings(settings)
+        auth.check_exposure(settings, self.auth)
+        self.tls = tls.CertificateReloader(settings) if tls.tls_enabled(settings) else None
+        self.peers = tls.PeerNames()
         self.store = store if store is not None else open_store(settings.store)
         self.service = Attribution(settings, self.store)
         self.outputs = Outputs(settings, self.store, self.service)  # /metrics; the Loki / Grafana outbox
@@ -135,20 +141,33 @@ class Server:
 
     def start_grpc(self) -> None:
         limit = self.settings.max_message_bytes
+        s = self.settings
+        options: list[tuple[str, int]] = [
+            ("grpc.max_receive_message_length", limit), ("grpc.max_send_message_length", 4 << 20),
+            # Idle and dead clients give their connection back (docs/security.md, "Timeouts").
+            ("grpc.keepalive_time_ms", int(s.grpc_keepalive_s * 1000)),
+            ("grpc.keepalive_timeout_ms", int(s.grpc_keepalive_timeout_s * 1000)),
+            ("grpc.max_connection_idle_ms", int(s.grpc_max_connection_idle_s * 1000))]
+        if s.grpc_max_connection_age_s > 0:
+            options += [("grpc.max_connection_age_ms", int(s.grpc_max_connection_age_s * 1000)),
+                        ("grpc.max_connection_age_grace_ms", 30_000)]
         server = grpc.server(
             ThreadPoolExecutor(max_workers=self.settings.grpc_workers, thread_name_prefix="hypocenter-grpc"),
-            options=[("grpc.max_receive_message_length", limit), ("grpc.max_send_message_length", 4 << 20)],
+            options=options, interceptors=[auth.GrpcAuth(self.auth)],
         )
         server.add_generic_rpc_handlers(OTLPGrpc(self.service).handlers())
         attribution_pb2_grpc.add_AttributionServicer_to_server(
-            AttributionGrpc(self.service, max_watchers=self.settings.grpc_workers // 2), server)
+            AttributionGrpc(self.service, max_watchers=self.settings.grpc_workers // 2,
+                            max_per_client=self.settings.watch_max_per_client), server)
         self.health = health.HealthServicer()
         self._set_health(False)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         reflection.enable_server_reflection(
             (SERVICE_NAME, LOGS_SERVICE, METRICS_SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
         host, port = listen_address(self.settings.grpc_listen, "grpc_listen")
-        bound = server.add_insecure_port(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
+        address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        bound = (server.add_secure_port(address, self.tls.grpc_credentials()) if self.tls is not None
+                 else server.add_insecure_port(address))
         if bound == 0:
             raise InputError(f"cannot listen on {self.settings.grpc_listen} (gRPC): address in use or not local")
         server.start()
@@ -171,12 +190,17 @@ class Server:
 
     async def serve(self, announce: bool = True) -> None:
         sock = self._http_socket()
-        app = build_app(self.service, ready=self._ready.is_set)
+        app = build_app(self.service, ready=self._ready.is_set, authenticator=self.auth, peers=self.peers)
         config = uvicorn.Config(app, log_level=self.settings.log_level, access_log=False, lifespan="off",
-                                timeout_graceful_shutdown=5)
+                                timeout_graceful_shutdown=5, timeout_keep_alive=int(max(1, self.settings.http_keep_alive_s)),
+                                http=tls.http_protocol(self.settings.http_request_timeout_s, self.peers))
+        config.load()
+        if self.tls is not None:
+            config.ssl = self.tls.ssl_context()
+            self.tls.start()
         self._http = uvicorn.Server(config)
         self.service.start()
-        self.outputs.start()
+        self.outputs.start(**self._metrics_listener())
         task = asyncio.create_task(self._http.serve(sockets=[sock]))
         while not self._http.started and not task.done():
             await asyncio.sleep(0.01)
@@ -188,6 +212,24 @@ class Server:
             sys.stdout.flush()
         await task
 
+    def _metrics_listener(self) -> dict[str, Any]:
+        authenticator = self.auth
+        wrap = None
+        if self.settings.metrics_auth and authenticator.enabled:
+            def check(authorization: str | None, peer_cn: str | None) -> int | None:
+                try:
+                    authenticator.authorize(authorization, peer_cn, "read")
+                except auth.Unauthenticated:
+                    return 401
+                except auth.Forbidden:
+                    return 403
+                return None
+
+            def wrap(app: Any) -> Any:
+                return tls.guard_wsgi(app, check)
+        return {"ssl_context": self.tls.ssl_context() if self.tls is not None else None, "wrap": wrap,
+                "timeout_s": self.settings.http_request_timeout_s}
+
     def shutdown(self) -> None:
         if self._http is not None:
             self._http.should_exit = True
@@ -197,6 +239,8 @@ class Server:
             self.health.enter_graceful_shutdown()
         if self.grpc_server is not None:
             self.grpc_server.stop(grace=2.0).wait(5.0)
+        if self.tls is not None:
+            self.tls.close()
         self.service.close()
         self.outputs.close()
         self.store.close()

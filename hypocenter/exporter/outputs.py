@@ -12,6 +12,7 @@ to queue each diagnosis for from the first one on.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from hypocenter.api.service import Attribution
 from hypocenter.config import Settings
@@ -57,9 +58,10 @@ class Outputs:
         self.metrics_address = ""
         self._unwatch: Callable[[], None] | None = None
 
-    def start(self) -> None:
+    def start(self, **listener: Any) -> None:
+        """`listener`: TLS and auth of /metrics (MetricsEndpoint.start's keywords), given by the server."""
         if self.settings.metrics_listen:
-            self.metrics_address = self.metrics.start(self.settings.metrics_listen)
+            self.metrics_address = self.metrics.start(self.settings.metrics_listen, **listener)
         if self.outbox is not None:
             outbox = self.outbox
 

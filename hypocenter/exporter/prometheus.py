@@ -39,14 +39,17 @@ aggregate them with `max without (instance, pod)`, never `sum` (deploy/prometheu
 from __future__ import annotations
 
 import logging
+import socket
+import ssl
 import threading
 import time
 from collections import Counter as Tally
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import accumulate
-from wsgiref.simple_server import WSGIServer
+from typing import Any
+from wsgiref.simple_server import WSGIServer, make_server
 
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -54,6 +57,7 @@ from prometheus_client.core import (
     InfoMetricFamily,
     Metric,
 )
+from prometheus_client.exposition import ThreadingWSGIServer, _SilentHandler
 from prometheus_client.registry import Collector
 from prometheus_client.samples import Exemplar
 
@@ -284,13 +288,39 @@ class MetricsEndpoint:
         self._thread: threading.Thread | None = None
         self.address = ""
 
-    def start(self, listen: str) -> str:
+    def start(self, listen: str, *, ssl_context: ssl.SSLContext | None = None,
+              wrap: Callable[[Any], Any] | None = None, timeout_s: float | None = None) -> str:
+        """Listen; over TLS with `ssl_context`, through `wrap` (an auth guard: WSGI app -> WSGI app), and
+        dropping clients idle for `timeout_s`. The peer certificate is in environ["hypocenter.peercert"]."""
         host, port = listen_address(listen, "metrics_listen")
+        app = make_wsgi_app(self.registry)
+
+        class Handler(_SilentHandler):
+            timeout = timeout_s  # socketserver applies it to the connection: a stalled client is dropped
+
+            def get_environ(self) -> dict[str, Any]:
+                environ = super().get_environ()
+                getpeercert = getattr(self.connection, "getpeercert", None)
+                environ["hypocenter.peercert"] = getpeercert() if getpeercert is not None else None
+                return environ
+
+        class Server(ThreadingWSGIServer):
+            address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
+
+            def get_request(self) -> Any:
+                conn, addr = self.socket.accept()
+                if ssl_context is not None:  # the handshake happens in the handler thread, under its timeout
+                    conn = ssl_context.wrap_socket(conn, server_side=True, do_handshake_on_connect=False)
+                return conn, addr
+
         try:
-            self._httpd, self._thread = start_http_server(port, addr=host, registry=self.registry)
+            httpd = make_server(host, port, wrap(app) if wrap else app, Server, handler_class=Handler)
         except OSError as exc:
             raise InputError(f"cannot listen on {listen} (metrics): {exc.strerror}") from None
-        self.address = f"{host}:{self._httpd.server_port}"
+        self._httpd = httpd
+        self._thread = threading.Thread(target=httpd.serve_forever, name="hypocenter-metrics", daemon=True)
+        self._thread.start()
+        self.address = f"{host}:{httpd.server_port}"
         return self.address
 
     def stop(self) -> None:
