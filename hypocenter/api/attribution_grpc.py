@@ -116,7 +116,9 @@ class AttributionGrpc(pb_grpc.AttributionServicer):
         if not request.workload:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "workload is required")
         try:
-            diagnosis, provisional = self.service.analyze(request.workload, request.attempt)
+            caller = auth.current.get()
+            diagnosis, provisional = self.service.analyze(request.workload, request.attempt,
+                                                          caller.provenance() if caller is not None else None)
         except UnknownAttempt as exc:
             context.abort(grpc.StatusCode.NOT_FOUND, str(exc))
         except TransientError as exc:

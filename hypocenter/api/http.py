@@ -12,7 +12,9 @@ REST (/v1, documented in /openapi.json and /docs):
     GET  /v1/attempts/{workload}/{attempt}            what the server holds for it
     POST /v1/attempts/{workload}/{attempt}/analyze    analyse now, return the diagnosis
     GET  /v1/diagnoses?cluster&outcome&domain&node&workload&since&until&limit
-    GET  /v1/diagnoses/{id}                           the diagnosis JSON, byte for byte as stored
+    GET  /v1/diagnoses/{id}                           the diagnosis JSON, byte for byte as stored (its revision
+                                                      and source in X-Hypocenter-Revision / -Source headers)
+    GET  /v1/diagnoses/{id}/revisions[/{n}]           every verdict of its attempt with provenance; one's JSON
     POST /v1/bundles                                  a tar.gz attempt bundle → its diagnosis
     POST /v1/scopes                                   {"slurm": ID} | {"kueue": NS/WL} | {"k8s_job": NS/NAME}:
                                                       scope the job with its connector, analyse now
@@ -65,6 +67,28 @@ class DiagnosisSummary(BaseModel):
     provisional: bool = Field(description="the attempt had not ended when it was analysed")
     created: str
     url: str
+    revision: int = Field(1, description="how many verdicts the attempt has had; see {url}/revisions")
+    provenance: dict[str, Any] | None = Field(None, description="where this verdict came from: source "
+                                              "(otlp | bundle | put | scope | pull), client, role, time")
+
+
+class Revision(BaseModel):
+    revision: int
+    id: str
+    outcome: str
+    domain: str | None
+    subdomain: str | None
+    provisional: bool
+    created: str
+    current: bool = Field(description="the verdict GET /v1/diagnoses/{id} serves now")
+    provenance: dict[str, Any]
+    url: str = Field(description="this revision's diagnosis JSON, byte for byte as it was stored")
+
+
+class RevisionList(BaseModel):
+    workload: str
+    attempt: int
+    revisions: list[Revision]
 
 
 class DiagnosisList(BaseModel):
@@ -119,7 +143,8 @@ def _iso(ts: float | None) -> str | None:
 def _summary(row: DiagnosisRow) -> DiagnosisSummary:
     return DiagnosisSummary(id=row.id, workload=row.workload, attempt=row.attempt, cluster=row.cluster,
                             outcome=row.outcome, domain=row.domain, subdomain=row.subdomain, nodes=row.nodes,
-                            provisional=row.provisional, created=_iso(row.created) or "", url=f"/v1/diagnoses/{row.id}")
+                            provisional=row.provisional, created=_iso(row.created) or "", url=f"/v1/diagnoses/{row.id}",
+                            revision=row.revision, provenance=row.provenance)
 
 
 def _problem(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
@@ -248,7 +273,7 @@ def build_app(service: Attribution, ready: Callable[[], bool] = lambda: True,
             return _problem(413, str(exc))
         except InputError as exc:
             return _problem(400, str(exc))
-        await run_in_threadpool(service.set_context, ctx)
+        await run_in_threadpool(service.set_context, ctx, _caller(request))
         return JSONResponse(ctx.model_dump(mode="json"))
 
     @app.get("/v1/attempts/{workload:path}/{attempt}", tags=["attempts"], response_model=AttemptInfo,
@@ -266,9 +291,9 @@ def build_app(service: Attribution, ready: Callable[[], bool] = lambda: True,
     @app.post("/v1/attempts/{workload:path}/{attempt}/analyze", tags=["attempts"],
               summary="Analyse the attempt now and return its diagnosis",
               responses={200: {"model": Diagnosis}, 404: {"model": Problem}})
-    async def analyze(workload: str, attempt: int) -> Response:
+    async def analyze(workload: str, attempt: int, http_request: Request) -> Response:
         try:
-            diagnosis, provisional = await run_in_threadpool(service.analyze, workload, attempt)
+            diagnosis, provisional = await run_in_threadpool(service.analyze, workload, attempt, _caller(http_request))
         except UnknownAttempt as exc:
             return _problem(404, str(exc))
         return Response(diagnosis.to_json(), media_type=JSON,
@@ -282,10 +307,10 @@ def build_app(service: Attribution, ready: Callable[[], bool] = lambda: True,
                           "configured). For a Slurm epilog: `curl -X POST -d '{\"slurm\": \"'$SLURM_JOB_ID'\"}'`.",
               responses={200: {"model": Diagnosis}, 400: {"model": Problem}, 404: {"model": Problem},
                          503: {"model": Problem}})
-    async def analyze_scope(request: ScopeRequest) -> Response:
+    async def analyze_scope(request: ScopeRequest, http_request: Request) -> Response:
         kind, job = request.which()
         try:
-            diagnosis, provisional = await run_in_threadpool(service.analyze_scope, kind, job)
+            diagnosis, provisional = await run_in_threadpool(service.analyze_scope, kind, job, _caller(http_request))
         except UnknownAttempt as exc:
             return _problem(404, str(exc))
         except TransientError as exc:
@@ -325,14 +350,42 @@ def build_app(service: Attribution, ready: Callable[[], bool] = lambda: True,
         row = await run_in_threadpool(service.diagnosis, diagnosis_id)
         if row is None:
             return _problem(404, f"no diagnosis {diagnosis_id!r}")
-        return Response(row.body, media_type=JSON, headers={"X-Hypocenter-Provisional": str(row.provisional).lower()})
+        return Response(row.body, media_type=JSON, headers={"X-Hypocenter-Provisional": str(row.provisional).lower(),
+                                                            "X-Hypocenter-Revision": str(row.revision),
+                                                            "X-Hypocenter-Source": str((row.provenance or {}).get(
+                                                                "source", "unknown"))})
+
+    @app.get("/v1/diagnoses/{diagnosis_id}/revisions", tags=["diagnoses"], response_model=RevisionList,
+             summary="Every verdict the diagnosis' attempt has had, oldest first, with provenance",
+             responses={404: {"model": Problem}})
+    async def list_revisions(diagnosis_id: str) -> Any:
+        revisions = await run_in_threadpool(service.store.diagnosis_revisions, diagnosis_id)
+        if not revisions:
+            return _problem(404, f"no diagnosis {diagnosis_id!r}")
+        last = revisions[-1].revision
+        return RevisionList(workload=revisions[0].workload, attempt=revisions[0].attempt, revisions=[
+            Revision(revision=r.revision, id=r.diagnosis_id, outcome=r.outcome, domain=r.domain, subdomain=r.subdomain,
+                     provisional=r.provisional, created=_iso(r.created) or "", current=r.revision == last,
+                     provenance=r.provenance, url=f"/v1/diagnoses/{diagnosis_id}/revisions/{r.revision}")
+            for r in revisions])
+
+    @app.get("/v1/diagnoses/{diagnosis_id}/revisions/{revision}", tags=["diagnoses"],
+             responses={200: {"model": Diagnosis}, 404: {"model": Problem}})
+    async def get_revision(diagnosis_id: str, revision: int) -> Response:
+        revisions = await run_in_threadpool(service.store.diagnosis_revisions, diagnosis_id)
+        found = [r for r in revisions if r.revision == revision]
+        if not found:
+            return _problem(404, f"no revision {revision} of diagnosis {diagnosis_id!r}")
+        return Response(found[0].body, media_type=JSON, headers={"X-Hypocenter-Revision": str(revision),
+                                                                  "X-Hypocenter-Source": str(found[0].provenance.get(
+                                                                      "source", "unknown"))})
 
     @app.post("/v1/bundles", tags=["attempts"], summary="Upload an attempt bundle (tar.gz) and analyse it",
               responses={200: {"model": Diagnosis}, 400: {"model": Problem}, 413: {"model": Problem}})
     async def upload_bundle(request: Request) -> Response:
         try:
             raw = await _read_body(request, limit)
-            diagnosis = await run_in_threadpool(_analyze_bundle, service, raw)
+            diagnosis = await run_in_threadpool(_analyze_bundle, service, raw, _caller(request))
         except otlp.MessageTooLarge as exc:
             return _problem(413, str(exc))
         except InputError as exc:
@@ -380,7 +433,7 @@ def _context_from(raw: bytes, workload: str, attempt: int) -> AttemptContext:
         raise InputError(f"attempt.yaml: {'.'.join(str(p) for p in err['loc'])}: {err['msg']}") from None
 
 
-def _analyze_bundle(service: Attribution, raw: bytes) -> Diagnosis:
+def _analyze_bundle(service: Attribution, raw: bytes, client: dict[str, str] | None = None) -> Diagnosis:
     with tempfile.TemporaryDirectory(prefix="hypocenter-bundle-") as tmp:
         try:
             with tarfile.open(fileobj=io.BytesIO(raw), mode="r:*") as tar:
@@ -393,7 +446,7 @@ def _analyze_bundle(service: Attribution, raw: bytes) -> Diagnosis:
         root = min(roots, key=lambda p: len(p.parts))
         context = load_context(root)
         diagnosis = service.engine.analyze_bundle(root)
-    service.analyze_context(context, diagnosis)
+    service.analyze_context(context, diagnosis, client)
     return diagnosis
 
 
