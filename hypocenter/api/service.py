@@ -235,7 +235,7 @@ class Attribution:
         self.retention = Retention(max_age_s=settings.retention_max_age_s,
                                    max_lines_per_stream=settings.retention_max_lines_per_stream,
                                    diagnoses_max_age_s=settings.retention_diagnoses_max_age_s)
-        self.activity = Activity()  # what this process did, for /metrics
+        self.activity = Activity(settings.label_max_values)  # what this process did, for /metrics
         self.queue = IngestQueue(store, settings.ingest_queue_records, settings.retry_after_s, self._wake_loop,
                                  IngestEvents(self.engine.extractor, self.activity))
         self.pulls = Pulls(settings, self.engine.ruleset)

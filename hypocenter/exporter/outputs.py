@@ -48,6 +48,9 @@ class Outputs:
         built = [e for build in EXPORTERS.values() if (e := build(settings)) is not None]
         self.exporters: list[Exporter] = built if exporters is None else exporters
         store.exporters = tuple(e.name for e in self.exporters)
+        for e in self.exporters:
+            if isinstance(e, LokiExporter):  # the same cluster names as /metrics (exporter/cardinality.py)
+                e.labels_limit = service.activity.labels
         self.outbox = Outbox(store, self.exporters, service.activity,
                              backoff=Backoff(max_s=settings.export_retry_max_s),
                              max_age_s=settings.export_max_age_s) if self.exporters else None

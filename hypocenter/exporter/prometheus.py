@@ -139,6 +139,13 @@ class HypocenterCollector(Collector):
         for verdict, (value, last) in sorted({**zero, **snap.diagnoses}.items()):
             d.add_metric(list(verdict), value, exemplar=_exemplar(last))
         yield d
+        folded = CounterMetricFamily("hypocenter_label_values_folded",
+                                     "Diagnoses whose client-supplied label value was exported as \"other\" because "
+                                     "label_max_values distinct values of that label were already exported",
+                                     labels=["label"])
+        for label, n in sorted({"cluster": 0, **self.activity.labels.folded()}.items()):
+            folded.add_metric([label], n)
+        yield folded
         yield CounterMetricFamily("hypocenter_provisional_diagnoses",
                                   "Analyses of attempts that had not ended (idle timeout), counted apart",
                                   value=snap.provisional)
@@ -241,7 +248,8 @@ class HypocenterCollector(Collector):
             age.add_metric([name], max(0.0, now - oldest) if count else 0.0)
         yield pending
         yield age
-        self._clusters |= {f.cluster or "" for f in facts}
+        fold = self.activity.labels.value
+        self._clusters |= {fold("cluster", f.cluster or "") for f in facts}
         yield from self._recent(facts)
 
     def _recent(self, facts: list[DiagnosisFacts]) -> Iterator[Metric]:
@@ -251,7 +259,7 @@ class HypocenterCollector(Collector):
         by_node: Tally[tuple[str, ...]] = Tally()
         by_component: Tally[tuple[str, ...]] = Tally()
         for f in facts:
-            cluster = f.cluster or ""
+            cluster = self.activity.labels.value("cluster", f.cluster or "")
             by_verdict[(cluster, f.outcome, f.domain or "", f.subdomain or "")] += 1
             for node in f.culprits:
                 by_node[(cluster, node)] += 1
