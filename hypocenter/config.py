@@ -13,6 +13,7 @@ A bad value is an `InputError` that names where it came from (file:line, variabl
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from difflib import get_close_matches
 from pathlib import Path
@@ -214,7 +215,7 @@ def load_settings(flags: Mapping[str, Any] | None = None, config: str | Path | N
         err = exc.errors()[0]
         name = str(err["loc"][0]) if err["loc"] else ""
         where = origin.get(name, "settings").replace("file ", "")
-        raise InputError(f"{where}: {name}: {str(err['msg']).removeprefix('Value error, ')}") from None
+        raise InputError(redact_text(f"{where}: {name}: {str(err['msg']).removeprefix('Value error, ')}")) from None
 
 
 def listen_address(address: str, setting: str) -> tuple[str, int]:
@@ -225,21 +226,41 @@ def listen_address(address: str, setting: str) -> tuple[str, int]:
     return host.strip("[]") or "127.0.0.1", int(port)
 
 
+# Query parameters that carry credentials (Grafana/Loki/Prometheus proxies, presigned URLs, libpq).
+_SECRET_PARAM = re.compile(r"(?i)^(?:.*token|.*secret|.*password|passwd|pass|pwd|.*key|auth|authorization|"
+                           r"signature|sig|x-amz-signature|x-amz-credential|credential|sslpassword)$")
+_URL_IN_TEXT = re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")
+
+
 def redact_url(url: str) -> str:
-    """A URL as it may be printed or logged: its password replaced by ***."""
+    """A URL as it may be printed or logged: its password (or a user name alone, which is often a
+    token) and the values of credential query parameters (token=, api_key=, ...) replaced by ***."""
     parts = urlsplit(url)
     try:
-        password = parts.password
+        password, username = parts.password, parts.username
     except ValueError:  # not a URL with a parsable authority: nothing to hide in it
         return url
-    if password is None:
-        return url
-    return urlunsplit(parts._replace(netloc=parts.netloc.replace(f":{password}@", ":***@", 1)))
+    netloc = parts.netloc
+    if password is not None:
+        netloc = netloc.replace(f":{password}@", ":***@", 1)
+    elif username:
+        netloc = netloc.replace(f"{username}@", "***@", 1)
+    query = parts.query
+    if query:
+        query = "&".join(
+            f"{k}=***" if sep and _SECRET_PARAM.match(k) else f"{k}{sep}{v}"
+            for k, sep, v in (item.partition("=") for item in query.split("&")))
+    return urlunsplit(parts._replace(netloc=netloc, query=query))
+
+
+def redact_text(text: str) -> str:
+    """Every URL in a message (an error, a log line) passed through `redact_url`."""
+    return _URL_IN_TEXT.sub(lambda m: redact_url(m.group(0)), text) if "://" in text else text
 
 
 def shown(name: str, value: Any) -> Any:
-    """A setting's value as `hypocenter config show` prints it (a store URL's password hidden)."""
-    return redact_url(value) if name == "store" and isinstance(value, str) else value
+    """A setting's value as `hypocenter config show` prints it: credentials in URLs hidden."""
+    return redact_text(value) if isinstance(value, str) else value
 
 
 def describe(settings: Settings, origin: Mapping[str, str]) -> list[tuple[str, str, str]]:

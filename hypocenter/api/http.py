@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import re
 import tarfile
 import tempfile
 from collections.abc import Awaitable, Callable
@@ -37,7 +38,7 @@ from fastapi.responses import JSONResponse, Response
 from google.protobuf import json_format
 from google.protobuf.message import Message
 from google.rpc import code_pb2, status_pb2
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from starlette.concurrency import run_in_threadpool
 
 from hypocenter import __version__, strict_yaml
@@ -53,6 +54,10 @@ from hypocenter.model import AttemptContext, Diagnosis
 
 JSON = "application/json"
 PROTOBUF = "application/x-protobuf"
+SLURM_JOB_ID = re.compile(r"[0-9]{1,12}(?:_[0-9]{1,9}|\+[0-9]{1,4})?")
+K8S_NAMESPACE = re.compile(r"(?=.{1,63}$)[a-z0-9](?:[-a-z0-9]*[a-z0-9])?")  # RFC 1123 label
+K8S_NAME = re.compile(r"(?=.{1,253}$)[a-z0-9](?:[-a-z0-9]*[a-z0-9])?(?:\.[a-z0-9](?:[-a-z0-9]*[a-z0-9])?)*")
+K8S_KIND = re.compile(r"[A-Za-z]{1,63}")
 
 
 class DiagnosisSummary(BaseModel):
@@ -114,6 +119,26 @@ class ScopeRequest(BaseModel):
     slurm: str | None = Field(None, description="Slurm job id: 81234, array task 81234_7, het component 81234+1")
     kueue: str | None = Field(None, description="a Kueue Workload: NAMESPACE/NAME")
     k8s_job: str | None = Field(None, description="a JobSet, PyTorchJob or Job: NAMESPACE/NAME or NAMESPACE/KIND/NAME")
+
+    @field_validator("slurm")
+    @classmethod
+    def _slurm_id(cls, v: str | None) -> str | None:
+        if v is not None and not SLURM_JOB_ID.fullmatch(v):
+            raise ValueError(f"{v[:64]!r} is not a Slurm job id (81234, 81234_7 or 81234+1)")
+        return v
+
+    @field_validator("kueue", "k8s_job")
+    @classmethod
+    def _kubernetes_ref(cls, v: str | None) -> str | None:
+        # Each part becomes a Kubernetes API path segment: only DNS names get there, never `..` or `?`.
+        if v is None:
+            return v
+        parts = v.split("/")
+        if len(parts) not in (2, 3) or not K8S_NAMESPACE.fullmatch(parts[0]) or not K8S_NAME.fullmatch(parts[-1]) \
+                or (len(parts) == 3 and not K8S_KIND.fullmatch(parts[1])):
+            raise ValueError(f"{v[:300]!r} is not NAMESPACE/NAME (or NAMESPACE/KIND/NAME): a namespace is a DNS label "
+                             "(a-z, 0-9, '-', at most 63), a name a DNS subdomain (also '.', at most 253)")
+        return v
 
     @model_validator(mode="after")
     def _exactly_one(self) -> ScopeRequest:

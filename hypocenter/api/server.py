@@ -42,7 +42,7 @@ from hypocenter.api.http import build_app
 from hypocenter.api.service import Attribution, Backpressure
 from hypocenter.api.v1 import attribution_pb2_grpc
 from hypocenter.collector import otlp
-from hypocenter.config import Settings, listen_address
+from hypocenter.config import Settings, listen_address, redact_text
 from hypocenter.errors import InputError, TransientError
 from hypocenter.exporter.outputs import Outputs
 from hypocenter.exporter.store import Store, open_store
@@ -246,9 +246,18 @@ class Server:
         self.store.close()
 
 
+class RedactingFormatter(logging.Formatter):
+    """Log lines with credentials in URLs hidden (an exporter's error quotes the URL it failed on)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return redact_text(super().format(record))
+
+
 def run(settings: Settings) -> int:
     logging.basicConfig(level=settings.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for handler in logging.getLogger().handlers:
+        handler.setFormatter(RedactingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     server = Server(settings)
     try:
         server.start_grpc()
