@@ -4,6 +4,7 @@ exporters sending the token as the Collector's bearertokenauth does; the off-loo
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -309,3 +310,38 @@ def test_off_loopback_starts_with_tokens_or_the_flag(tmp_path: Path, how: str) -
         srv.stop()
     log = srv.log_path.read_text()
     assert ("WITHOUT AUTHENTICATION" in log) == (how == "allow")
+
+
+# ----------------------------------------------------------------------------------------- the repository's clients
+
+@pytest.mark.parametrize(("role", "answer"), [(None, "401"), ("read", "403"), ("admin", None)])
+def test_the_slurm_epilog_sends_a_token_from_a_file(server: Server, tmp_path: Path, role: str | None,
+                                                    answer: str | None) -> None:
+    env = {**clean_env(), "HYPOCENTER_URL": f"http://{server.http_address}", "SLURM_JOB_ID": "999999991",
+           "HYPOCENTER_TIMEOUT": "30", "PATH": "/usr/bin:/bin"}  # no Slurm commands: the server cannot scope it
+    if role is not None:
+        (tmp_path / "token").write_text(TOKENS[role] + "\n")
+        env["HYPOCENTER_TOKEN_FILE"] = str(tmp_path / "token")
+    r = subprocess.run(["sh", str(REPO / "deploy" / "slurm" / "hypocenter-epilog.sh")], capture_output=True, text=True,
+                       timeout=60, env=env, check=False)
+    assert r.returncode == 0
+    if answer is not None:
+        assert f"answered {answer}" in r.stderr
+    else:  # past authentication: the server itself says why it could not scope the job
+        assert "answered 401" not in r.stderr and "answered 403" not in r.stderr and "answered" in r.stderr
+
+
+def test_replay_sends_a_token_from_a_file_or_the_environment(server: Server, tmp_path: Path) -> None:
+    bundle = REPO / "examples" / "nvlink-xid149"
+    cmd = [sys.executable, "-m", "hypocenter.cli", "replay", str(bundle), "--http", "--endpoint", server.http_address,
+           "--timeout", "10"]
+    refused = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=clean_env(), cwd=REPO, check=False)
+    assert refused.returncode == 1 and "did not accept" in refused.stderr
+    (tmp_path / "token").write_text(TOKENS["admin"])
+    ok = subprocess.run([*cmd, "--token-file", str(tmp_path / "token")], capture_output=True, text=True, timeout=120,
+                        env=clean_env(), cwd=REPO, check=False)
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads(ok.stdout)["outcome"] == "attributed"
+    env = {**clean_env(), "HYPOCENTER_TOKEN": TOKENS["ingest"]}  # ingest may send, not trigger the analysis
+    partial = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env, cwd=REPO, check=False)
+    assert partial.returncode == 1 and "HTTP 403" in partial.stderr
