@@ -345,3 +345,18 @@ def test_replay_sends_a_token_from_a_file_or_the_environment(server: Server, tmp
     env = {**clean_env(), "HYPOCENTER_TOKEN": TOKENS["ingest"]}  # ingest may send, not trigger the analysis
     partial = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env, cwd=REPO, check=False)
     assert partial.returncode == 1 and "HTTP 403" in partial.stderr
+
+
+def test_a_changed_tokens_file_is_read_again(tmp_path: Path) -> None:
+    path = tmp_path / "tokens.yaml"
+    path.write_text(f"read: [{TOKENS['read']}]\n")
+    a = auth.Authenticator.from_settings(settings(tmp_path, auth_tokens_file=str(path)), environ={})
+    assert a.authenticate(bearer("read")["Authorization"]).role == "read"
+    path.write_text(f"admin: [{TOKENS['admin']}]\n")  # rotated: the read token is gone
+    time.sleep(1.1)
+    with pytest.raises(auth.Unauthenticated):
+        a.authenticate(bearer("read")["Authorization"])
+    assert a.authenticate(bearer("admin")["Authorization"]).role == "admin"
+    path.write_text("admin: [short]\n")  # a broken file keeps the tokens it replaced
+    time.sleep(1.1)
+    assert a.authenticate(bearer("admin")["Authorization"]).role == "admin"

@@ -13,8 +13,9 @@ certificate (`tls_client_ca_file`), its role taken from its subject CN (`tls_cli
 `tls_client_default_role`). A request with a bad token is refused even when a certificate would do:
 a wrong token is a misconfiguration to see, not to paper over.
 
-Tokens come from `auth_tokens_file` (YAML: role -> list of tokens) and from the environment
-(HYPOCENTER_AUTH_TOKEN_INGEST, _READ, _ADMIN: one token each, or several separated by commas).
+Tokens come from `auth_tokens_file` (YAML: role -> list of tokens; read again when it changes, so
+tokens rotate without a restart) and from the environment (HYPOCENTER_AUTH_TOKEN_INGEST, _READ,
+_ADMIN: one token each, or several separated by commas).
 Each is compared in constant time against every known token; a client's identity as recorded in
 provenance is `token:<role>:<first 8 hex of its SHA-256>`, never the token.
 
@@ -34,6 +35,8 @@ import hmac
 import ipaddress
 import logging
 import os
+import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -120,6 +123,14 @@ def load_tokens(path: str, environ: Mapping[str, str]) -> list[tuple[str, str]]:
     return pairs
 
 
+def _stamp(path: str) -> tuple[float, int, int]:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return (-1.0, -1, -1)
+    return (st.st_mtime, st.st_size, st.st_ino)
+
+
 def parse_cert_roles(text: str) -> dict[str, str]:
     """`tls_client_roles` ("CN=role,CN=role") as a mapping."""
     roles: dict[str, str] = {}
@@ -142,22 +153,60 @@ class Authenticator:
         self._cert_roles = dict(cert_roles or {})
         self._cert_default = cert_default_role
         self.client_certs = client_certs
+        self._enabled = bool(self._tokens) or client_certs  # fixed at start: a reload never turns auth off
+        self._reload: Callable[[], None] = lambda: None
 
     @classmethod
     def from_settings(cls, settings: Settings, environ: Mapping[str, str] | None = None) -> Authenticator:
-        tokens = load_tokens(settings.auth_tokens_file, os.environ if environ is None else environ)
-        return cls(tokens, cert_roles=parse_cert_roles(settings.tls_client_roles),
+        env = dict(os.environ if environ is None else environ)
+        tokens = load_tokens(settings.auth_tokens_file, env)
+        made = cls(tokens, cert_roles=parse_cert_roles(settings.tls_client_roles),
                    cert_default_role=settings.tls_client_default_role,
                    client_certs=bool(settings.tls_client_ca_file))
+        if settings.auth_tokens_file:
+            made._watch(settings.auth_tokens_file, env)
+        return made
+
+    def _watch(self, path: str, environ: Mapping[str, str]) -> None:
+        """Read the tokens file again when it changes (checked at most once a second, on a request):
+        tokens are rotated without a restart. A file that no longer loads keeps the old tokens."""
+        state: dict[str, Any] = {"checked": time.monotonic(), "stamp": _stamp(path)}
+        lock = threading.Lock()
+
+        def reload() -> None:
+            now = time.monotonic()
+            if now - state["checked"] < 1.0 or not lock.acquire(blocking=False):
+                return
+            try:
+                state["checked"] = now
+                stamp = _stamp(path)
+                if stamp == state["stamp"]:
+                    return
+                state["stamp"] = stamp
+                try:
+                    tokens = load_tokens(path, environ)
+                except InputError as exc:
+                    log.error("auth_tokens_file not reloaded, the previous tokens stay: %s", exc)
+                    return
+                if not tokens:
+                    log.error("auth_tokens_file %s now holds no token: the previous tokens stay", path)
+                    return
+                self._tokens = [(role, token.encode("utf-8")) for role, token in tokens]
+                log.info("auth_tokens_file reloaded: %d tokens", len(tokens))
+            finally:
+                lock.release()
+
+        self._reload = reload
 
     @property
     def enabled(self) -> bool:
-        return bool(self._tokens) or self.client_certs
+        return self._enabled
 
     def authenticate(self, authorization: str | None, cert_cn: str | None = None) -> Identity:
         """The caller of a request with this Authorization value and verified client certificate CN."""
         if not self.enabled:
             return ANONYMOUS
+        self._reload()
         if authorization:
             scheme, _, token = authorization.strip().partition(" ")
             if scheme.lower() != "bearer" or not token.strip():
