@@ -15,7 +15,7 @@ import grpc
 import httpx
 import pytest
 from pki_support import CA, served_serial
-from test_auth import TOKENS, _otel_logs, bearer, settings, tokens_file
+from test_auth import _otel_logs, bearer, settings, tokens_file
 
 from hypocenter.api.server import Server, serve_in_thread
 from hypocenter.api.v1 import attribution_pb2 as pb
@@ -190,4 +190,29 @@ def test_a_slow_request_in_progress_is_not_cut(plain_server: Server) -> None:
         s.sendall(b"Accept: */*\r\n\r\n")
         reply = s.recv(4096)
     assert reply.startswith(b"HTTP/1.1 200")
-    assert TOKENS  # the same tokens module is shared with test_auth
+
+
+def test_the_documented_openssl_commands_make_a_certificate_the_server_serves(tmp_path: Path) -> None:
+    """docs/security.md's private-CA commands, run as written (in a temporary directory)."""
+    import re
+    import shutil
+    import subprocess
+
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is not installed")
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "security.md").read_text()
+    block = next(b for b in re.findall(r"```bash\n(.*?)```", doc, re.DOTALL) if "openssl x509 -req" in b)
+    script = block.replace("/etc/hypocenter/tls", str(tmp_path))
+    r = subprocess.run(["bash", "-euo", "pipefail", "-c", script], capture_output=True, text=True, timeout=60,
+                       check=False)
+    assert r.returncode == 0, r.stderr
+    srv, thread = serve_in_thread(settings(tmp_path, tls_cert_file=str(tmp_path / "server.crt"),
+                                           tls_key_file=str(tmp_path / "server.key")))
+    try:
+        ctx = ssl.create_default_context(cafile=str(tmp_path / "ca.crt"))
+        assert httpx.get(f"https://{srv.http_address}/healthz", verify=ctx, timeout=30).status_code == 200
+        with grpc.secure_channel(srv.grpc_address, grpc.ssl_channel_credentials((tmp_path / "ca.crt").read_bytes())) as ch:
+            pb_grpc.AttributionStub(ch).ListDiagnoses(pb.ListDiagnosesRequest(), timeout=10)
+    finally:
+        srv.shutdown()
+        thread.join(30)
