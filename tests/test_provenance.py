@@ -6,18 +6,22 @@ test_store_contract)."""
 from __future__ import annotations
 
 import io
+import json
 import sqlite3
 import tarfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import grpc
 import httpx
 import pytest
 from server_support import REPO
 from test_auth import bearer, settings, tokens_file
 
 from hypocenter.api.server import Server, serve_in_thread
+from hypocenter.api.v1 import attribution_pb2 as pb
+from hypocenter.api.v1 import attribution_pb2_grpc as pb_grpc
 from hypocenter.exporter.store import MIGRATIONS, SQLiteStore
 
 EXAMPLE = REPO / "examples" / "nvlink-xid149"
@@ -79,6 +83,14 @@ def test_a_new_verdict_is_a_new_revision_with_provenance(server: Server) -> None
         assert listed["diagnoses"][0]["provenance"]["source"] == "bundle"
         assert c.get("/v1/diagnoses/nope/revisions", headers=bearer("read")).status_code == 404
         assert c.get(f"/v1/diagnoses/{did}/revisions", headers=bearer("ingest")).status_code == 403
+
+    # the same history over gRPC
+    with grpc.insecure_channel(server.grpc_address) as ch:
+        got = pb_grpc.AttributionStub(ch).ListRevisions(pb.ListRevisionsRequest(id=did, include_json=True), timeout=30,
+                                                        metadata=(("authorization", bearer("read")["Authorization"]),))
+    assert [m.revision for m in got.revisions] == [1, 2, 3]
+    assert [json.loads(m.provenance_json)["source"] for m in got.revisions] == ["bundle"] * 3
+    assert got.revisions[1].diagnosis_json == forged.text and got.revisions[0].diagnosis_json == first.text
 
 
 def test_a_put_scope_and_an_analysis_request_are_recorded(server: Server) -> None:

@@ -3,6 +3,7 @@
     Analyze         POST /v1/attempts/{workload}/{attempt}/analyze
     GetDiagnosis    GET  /v1/diagnoses/{id}
     ListDiagnoses   GET  /v1/diagnoses?cluster&outcome&domain&node&workload&since&until&limit
+    ListRevisions   GET  /v1/diagnoses/{id}/revisions (every verdict of the attempt, with provenance)
     WatchDiagnoses  a server stream of every diagnosis stored from now on (no REST twin)
 
 `diagnosis_json` is the stored contract-3 JSON, the same bytes REST returns; the other fields are
@@ -61,21 +62,28 @@ def _message(row: DiagnosisRow, *, include_json: bool = True) -> pb.Diagnosis:
             setattr(msg, name, value)
     if include_json:
         msg.diagnosis_json = row.body
+    msg.revision = row.revision
+    if row.provenance is not None:
+        msg.provenance_json = json.dumps(row.provenance, sort_keys=True)
     return msg
 
 
-def _from_diagnosis(diagnosis: Diagnosis, body: str, provisional: bool, created: float) -> pb.Diagnosis:
-    """The message for a diagnosis the store no longer holds (replaced or swept in between)."""
+def _row_from_body(diagnosis_id: str, body: str, provisional: bool, created: float) -> DiagnosisRow:
+    """A diagnosis' indexed fields read back from its JSON (a verdict the `diagnoses` table no longer holds)."""
     doc: dict[str, Any] = json.loads(body)
     rc = doc.get("root_cause") or {}
     culprits = set(rc.get("nodes") or [])
     for c in doc.get("candidates") or []:
         culprits.update(c.get("nodes") or [])
-    row = DiagnosisRow(id=diagnosis.id, workload=doc["attempt"]["workload_id"], attempt=doc["attempt"]["attempt"],
-                       cluster=doc["attempt"].get("cluster"), outcome=doc["outcome"], domain=rc.get("domain"),
-                       subdomain=rc.get("subdomain"), provisional=provisional, created=created, body=body,
-                       nodes=sorted(culprits))
-    return _message(row)
+    return DiagnosisRow(id=diagnosis_id, workload=doc["attempt"]["workload_id"], attempt=doc["attempt"]["attempt"],
+                        cluster=doc["attempt"].get("cluster"), outcome=doc["outcome"], domain=rc.get("domain"),
+                        subdomain=rc.get("subdomain"), provisional=provisional, created=created, body=body,
+                        nodes=sorted(culprits))
+
+
+def _from_diagnosis(diagnosis: Diagnosis, body: str, provisional: bool, created: float) -> pb.Diagnosis:
+    """The message for a diagnosis the store no longer holds (replaced or swept in between)."""
+    return _message(_row_from_body(diagnosis.id, body, provisional, created))
 
 
 def _filter(f: pb.DiagnosisFilter) -> DiagnosisFilter:
@@ -150,6 +158,18 @@ class AttributionGrpc(pb_grpc.AttributionServicer):
             flt.until_ns = request.until.ToNanoseconds()
         rows = self._read(context, lambda: self.service.diagnoses(flt))
         return pb.ListDiagnosesResponse(diagnoses=[_message(r, include_json=request.include_json) for r in rows])
+
+    def ListRevisions(self, request: pb.ListRevisionsRequest,
+                      context: grpc.ServicerContext) -> pb.ListRevisionsResponse:
+        revisions = self._read(context, lambda: self.service.store.diagnosis_revisions(request.id))
+        if not revisions:
+            context.abort(grpc.StatusCode.NOT_FOUND, f"no diagnosis {request.id!r}")
+        out = pb.ListRevisionsResponse()
+        for r in revisions:
+            row = _row_from_body(r.diagnosis_id, r.body, r.provisional, r.created)
+            row.revision, row.provenance = r.revision, r.provenance
+            out.revisions.append(_message(row, include_json=request.include_json))
+        return out
 
     def WatchDiagnoses(self, request: pb.WatchDiagnosesRequest,
                        context: grpc.ServicerContext) -> Iterator[pb.Diagnosis]:

@@ -354,10 +354,11 @@ class Attribution:
                                context.model_dump(mode="json"), now, prov)
         row = self.store.attempt(context.workload.id, context.workload.attempt)
         assert row is not None
+        before = self.store.get_diagnosis(diagnosis.id)
         revision = self.store.put_diagnosis(row.id, diagnosis.to_json(),
                                             summary(diagnosis.model_dump(by_alias=True), context),
                                             context.state is None, time.time() + 1e9, prov)
-        if revision > 1:
+        if revision > 1 and (before is None or before.revision != revision):
             log.warning("bundle upload by %s made revision %d of workload %s attempt %d", prov["client"], revision,
                         context.workload.id, context.workload.attempt)
         self.activity.analysed(diagnosis, context.state is None, None)
