@@ -98,6 +98,17 @@ def test_metrics_needs_read_when_asked(server: Server, role: str | None, status:
         assert r.headers["WWW-Authenticate"].startswith("Bearer")
 
 
+def test_refused_before_the_body_is_read(server: Server) -> None:
+    """An unauthenticated client announcing a 1 GB body is answered 401 at once: nothing is read."""
+    import socket
+
+    host, _, port = server.http_address.rpartition(":")
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.sendall(b"POST /v1/scopes HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: 1000000000\r\n\r\n{")
+        assert s.recv(4096).startswith(b"HTTP/1.1 401")
+
+
 def test_a_new_route_is_covered_by_default(tmp_path: Path) -> None:
     """A route added to the app later (another engineer's) needs a role without doing anything."""
     import asyncio

@@ -348,8 +348,8 @@ class GrpcAuth(grpc.ServerInterceptor):  # type: ignore[type-arg]
 
 # ----------------------------------------------------------------------------------------- HTTP
 
-# Paths anyone may reach (probes); everything else under the app needs a role.
-OPEN_PATHS = frozenset({"/healthz", "/readyz"})
+# Paths anyone may reach (probes, and the API's shape: no data); everything else needs a role.
+OPEN_PATHS = frozenset({"/healthz", "/readyz", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"})
 
 
 def http_role(method: str, path: str) -> str | None:

@@ -28,18 +28,19 @@ import io
 import re
 import tarfile
 import tempfile
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from fastapi import Depends, FastAPI, Query, Request
+from fastapi import FastAPI, Query, Request
 from fastapi.responses import JSONResponse, Response
 from google.protobuf import json_format
 from google.protobuf.message import Message
 from google.rpc import code_pb2, status_pb2
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from starlette.concurrency import run_in_threadpool
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from hypocenter import __version__, strict_yaml
 from hypocenter.api import auth
@@ -204,31 +205,31 @@ async def _read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-class _Refused(Exception):
-    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
-        super().__init__(message)
-        self.status, self.message, self.headers = status, message, headers
+class AuthGuard:
+    """The one guard in front of the whole app (routes and mounts added later included): the role a
+    request needs (auth.http_role) from its bearer token or verified client certificate, checked
+    before anything reads the request body. The caller is left in `request.state.identity`."""
 
+    def __init__(self, app: ASGIApp, authenticator: auth.Authenticator, peers: PeerNames) -> None:
+        self.app = app
+        self.authenticator = authenticator
+        self.peers = peers
 
-def _guard(authenticator: auth.Authenticator, peers: PeerNames) -> Callable[[Request], Awaitable[None]]:
-    """The one dependency every route goes through (routes added later included): the role the
-    request needs (auth.http_role), from its bearer token or verified client certificate."""
-
-    async def guard(request: Request) -> None:
-        role = auth.http_role(request.method, request.url.path)
-        if role is None:
-            return
-        try:
-            identity = authenticator.authorize(request.headers.get("authorization"),
-                                               peers.get(request.scope.get("client")), role)
-        except auth.Unauthenticated as exc:
-            raise _Refused(401, str(exc), {"WWW-Authenticate": auth.challenge(exc)}) from None
-        except auth.Forbidden as exc:
-            raise _Refused(403, str(exc)) from None
-        request.state.identity = identity
-        auth.current.set(identity)
-
-    return guard
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        role = auth.http_role(scope["method"], scope["path"]) if scope["type"] == "http" else None
+        if role is not None:
+            authorization = next((v.decode("latin-1") for k, v in scope.get("headers", ())
+                                  if k == b"authorization"), None)
+            try:
+                identity = self.authenticator.authorize(authorization, self.peers.get(scope.get("client")), role)
+            except auth.Unauthenticated as exc:
+                await _problem(401, str(exc), {"WWW-Authenticate": auth.challenge(exc)})(scope, receive, send)
+                return
+            except auth.Forbidden as exc:
+                await _problem(403, str(exc))(scope, receive, send)
+                return
+            scope.setdefault("state", {})["identity"] = identity
+        await self.app(scope, receive, send)
 
 
 def _caller(request: Request) -> dict[str, str]:
@@ -238,17 +239,13 @@ def _caller(request: Request) -> dict[str, str]:
 
 def build_app(service: Attribution, ready: Callable[[], bool] = lambda: True,
               authenticator: auth.Authenticator | None = None, peers: PeerNames | None = None) -> FastAPI:
-    guard = _guard(authenticator or auth.Authenticator(), peers or PeerNames())
     app = FastAPI(
-        title="hypocenter", version=__version__, dependencies=[Depends(guard)],
+        title="hypocenter", version=__version__,
         description="Root-cause attribution for distributed AI workloads: OTLP in, diagnoses out "
                     "(schema hypocenter.diagnosis/v1). Every route but /healthz and /readyz takes "
                     "`Authorization: Bearer <token>` when the server has tokens: reads need the read role, "
                     "OTLP the ingest role, everything else admin.")
-
-    @app.exception_handler(_Refused)
-    async def refused(request: Request, exc: _Refused) -> Response:
-        return _problem(exc.status, exc.message, exc.headers)
+    app.add_middleware(AuthGuard, authenticator=authenticator or auth.Authenticator(), peers=peers or PeerNames())
     limit = service.settings.max_message_bytes
 
     async def export(request: Request, signal: str) -> Response:
