@@ -121,9 +121,11 @@ class Settings(BaseSettings):
     tls_reload_s: float = Field(2.0, gt=0, description="how often the certificate files are checked for a change")
     http_keep_alive_s: float = Field(5.0, gt=0, description="an idle HTTP keep-alive connection is closed after this")
     http_request_timeout_s: float = Field(
-        30.0, gt=0, description="a client must send a request's headers, and each part of its body, within this")
-    grpc_keepalive_s: float = Field(60.0, gt=0, description="gRPC server pings an idle connection this often ...")
-    grpc_keepalive_timeout_s: float = Field(20.0, gt=0, description="... and closes it when no ack comes within this")
+        30.0, gt=0, description="an HTTP client must send a request's headers, and each part of its body, within "
+        "this; a gRPC client must finish its handshake within it")
+    grpc_keepalive_s: float = Field(60.0, gt=0, description="the gRPC server pings an idle connection this often")
+    grpc_keepalive_timeout_s: float = Field(20.0, gt=0, description="a gRPC connection whose ping is not answered "
+                                            "within this is closed (a dead peer)")
     grpc_max_connection_idle_s: float = Field(300.0, gt=0, description="a gRPC connection with no RPC for this long "
                                               "is closed (GOAWAY; clients reconnect on demand)")
     grpc_max_connection_age_s: float = Field(0.0, ge=0, description="a gRPC connection is closed after this long, "

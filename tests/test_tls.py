@@ -216,3 +216,19 @@ def test_the_documented_openssl_commands_make_a_certificate_the_server_serves(tm
     finally:
         srv.shutdown()
         thread.join(30)
+
+
+def test_a_silent_grpc_client_is_disconnected(tmp_path: Path) -> None:
+    """A client that connects to the gRPC port and never sends the HTTP/2 preface does not keep it."""
+    srv, thread = serve_in_thread(settings(tmp_path, http_request_timeout_s=0.5))
+    try:
+        with socket.create_connection(_host_port(srv.grpc_address), timeout=10) as s:
+            started = time.monotonic()
+            received = b""
+            while chunk := s.recv(4096):  # the server's SETTINGS, then GOAWAY, then the connection closes
+                received += chunk
+            assert time.monotonic() - started < 5
+            assert b"handshake timeout" in received  # GOAWAY's debug data
+    finally:
+        srv.shutdown()
+        thread.join(30)

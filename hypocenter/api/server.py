@@ -147,7 +147,9 @@ class Server:
             # Idle and dead clients give their connection back (docs/security.md, "Timeouts").
             ("grpc.keepalive_time_ms", int(s.grpc_keepalive_s * 1000)),
             ("grpc.keepalive_timeout_ms", int(s.grpc_keepalive_timeout_s * 1000)),
-            ("grpc.max_connection_idle_ms", int(s.grpc_max_connection_idle_s * 1000))]
+            ("grpc.max_connection_idle_ms", int(s.grpc_max_connection_idle_s * 1000)),
+            # a client that connects and never completes the TLS / HTTP/2 handshake (a slowloris)
+            ("grpc.server_handshake_timeout_ms", int(s.http_request_timeout_s * 1000))]
         if s.grpc_max_connection_age_s > 0:
             options += [("grpc.max_connection_age_ms", int(s.grpc_max_connection_age_s * 1000)),
                         ("grpc.max_connection_age_grace_ms", 30_000)]
