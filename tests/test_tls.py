@@ -15,7 +15,8 @@ import grpc
 import httpx
 import pytest
 from pki_support import CA, served_serial
-from test_auth import _otel_logs, bearer, settings, tokens_file
+from prometheus_support import PrometheusProcess, needs_prometheus
+from test_auth import TOKENS, _otel_logs, bearer, settings, tokens_file
 
 from hypocenter.api.server import Server, serve_in_thread
 from hypocenter.api.v1 import attribution_pb2 as pb
@@ -232,5 +233,37 @@ def test_a_silent_grpc_client_is_disconnected(tmp_path: Path) -> None:
             assert time.monotonic() - started < 5
             assert b"handshake timeout" in received  # GOAWAY's debug data
     finally:
+        srv.shutdown()
+        thread.join(30)
+
+
+@needs_prometheus
+def test_prometheus_scrapes_protected_metrics_with_the_documented_config(pki: dict[str, Any]) -> None:
+    """A real Prometheus with docs/security.md's scrape config (a read token, https, the CA) scrapes
+    /metrics that answers 401 to anyone without the token."""
+    import re
+
+    import yaml
+
+    tmp = pki["dir"]
+    srv, thread = _start(tmp, tls_cert_file=str(pki["cert"]), tls_key_file=str(pki["key"]), metrics_auth=True)
+    prom: PrometheusProcess | None = None
+    try:
+        doc = (Path(__file__).resolve().parent.parent / "docs" / "security.md").read_text()
+        block = next(b for b in re.findall(r"```yaml\n(.*?)```", doc, re.DOTALL) if "scrape_configs" in b)
+        (tmp / "read.token").write_text(TOKENS["read"] + "\n")
+        text = (block.replace("/etc/prometheus/hypocenter-read.token", str(tmp / "read.token"))
+                .replace("/etc/prometheus/hypocenter-ca.crt", str(pki["ca_file"]))
+                .replace("hypocenter.example.org:9464", srv.outputs.metrics_address.replace("127.0.0.1", "localhost")))
+        config = yaml.safe_load(text)
+        config["global"] = {"scrape_interval": "1s"}
+        prom = PrometheusProcess(tmp, [])
+        prom.config.write_text(yaml.safe_dump(config))
+        prom.start()
+        up = prom.wait_for('up{job="hypocenter"} == 1')
+        assert up and prom.wait_for("hypocenter_build_info")
+    finally:
+        if prom is not None:
+            prom.stop()
         srv.shutdown()
         thread.join(30)
