@@ -5,7 +5,8 @@ current state: the process' tallies (`Activity`) and the store. Nothing is regis
 so two servers in one process (tests, embedding) never share series.
 
 Families (all prefixed `hypocenter_`; no label is named `job` or `instance`, which Prometheus
-reserves for the target; `cluster` is the workload's cluster):
+reserves for the target; `cluster` is the workload's cluster, at most `label_max_values` distinct
+ones, the rest "other"):
 
     diagnoses_total{cluster,outcome,domain,subdomain}       counter  final diagnoses this process made, every
                                                                      verdict of every cluster seen from 0 (a
@@ -13,6 +14,8 @@ reserves for the target; `cluster` is the workload's cluster):
                                                                      not counted again); exemplar: the latest
                                                                      diagnosis_id
     provisional_diagnoses_total                             counter  analyses of attempts not yet ended
+    label_values_folded_total{label}                        counter  diagnoses exported under cluster="other": more
+                                                                     than label_max_values clusters (cardinality.py)
     analysis_duration_seconds                               histogram  store read + engine; exemplars
     symptom_events_total{kind}                              counter  events diagnoses classed as symptoms
     extracted_events_total{kind}                            counter  events extracted from records as they arrived
