@@ -23,8 +23,10 @@ With neither tokens nor a client CA, authentication is off: every caller is `ano
 role. That is the zero-configuration default on loopback; `check_exposure` refuses it elsewhere
 unless `allow_unauthenticated` is set.
 
-This module decides; the listeners translate: gRPC UNAUTHENTICATED / PERMISSION_DENIED
-(`GrpcAuth`), HTTP 401 with `WWW-Authenticate: Bearer` / 403 (`http_guard`).
+This module decides, and holds each listener's guard: gRPC UNAUTHENTICATED / PERMISSION_DENIED
+(`GrpcAuth`, a server interceptor), HTTP 401 with `WWW-Authenticate: Bearer` / 403 (`AuthGuard`,
+ASGI middleware in front of REST and OTLP/HTTP); /metrics uses `Authenticator.authorize` through
+tls.guard_wsgi.
 """
 
 from __future__ import annotations
@@ -43,6 +45,8 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from hypocenter import strict_yaml
 from hypocenter.config import Settings, listen_address
@@ -368,3 +372,32 @@ def challenge(exc: Unauthenticated) -> str:
     if exc.invalid_token:
         return 'Bearer realm="hypocenter", error="invalid_token"'
     return 'Bearer realm="hypocenter"'
+
+
+class AuthGuard:
+    """The one guard in front of the whole ASGI app (routes and mounts added later included): the
+    role a request needs (`http_role`) from its bearer token or verified client certificate
+    (`peer_name(scope["client"])`), checked before anything reads the request body. The caller is
+    left in `request.state.identity`; a refusal is the REST API's problem JSON."""
+
+    def __init__(self, app: ASGIApp, authenticator: Authenticator, peer_name: Callable[[Any], str | None]) -> None:
+        self.app = app
+        self.authenticator = authenticator
+        self.peer_name = peer_name
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        role = http_role(scope["method"], scope["path"]) if scope["type"] == "http" else None
+        if role is not None:
+            authorization = next((v.decode("latin-1") for k, v in scope.get("headers", ())
+                                  if k == b"authorization"), None)
+            try:
+                identity = self.authenticator.authorize(authorization, self.peer_name(scope.get("client")), role)
+            except Unauthenticated as exc:
+                await JSONResponse({"code": 401, "message": str(exc)}, status_code=401,
+                                   headers={"WWW-Authenticate": challenge(exc)})(scope, receive, send)
+                return
+            except Forbidden as exc:
+                await JSONResponse({"code": 403, "message": str(exc)}, status_code=403)(scope, receive, send)
+                return
+            scope.setdefault("state", {})["identity"] = identity
+        await self.app(scope, receive, send)

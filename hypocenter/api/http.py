@@ -40,7 +40,6 @@ from google.protobuf.message import Message
 from google.rpc import code_pb2, status_pb2
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from starlette.concurrency import run_in_threadpool
-from starlette.types import ASGIApp, Receive, Scope, Send
 
 from hypocenter import __version__, strict_yaml
 from hypocenter.api import auth
@@ -205,33 +204,6 @@ async def _read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-class AuthGuard:
-    """The one guard in front of the whole app (routes and mounts added later included): the role a
-    request needs (auth.http_role) from its bearer token or verified client certificate, checked
-    before anything reads the request body. The caller is left in `request.state.identity`."""
-
-    def __init__(self, app: ASGIApp, authenticator: auth.Authenticator, peers: PeerNames) -> None:
-        self.app = app
-        self.authenticator = authenticator
-        self.peers = peers
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        role = auth.http_role(scope["method"], scope["path"]) if scope["type"] == "http" else None
-        if role is not None:
-            authorization = next((v.decode("latin-1") for k, v in scope.get("headers", ())
-                                  if k == b"authorization"), None)
-            try:
-                identity = self.authenticator.authorize(authorization, self.peers.get(scope.get("client")), role)
-            except auth.Unauthenticated as exc:
-                await _problem(401, str(exc), {"WWW-Authenticate": auth.challenge(exc)})(scope, receive, send)
-                return
-            except auth.Forbidden as exc:
-                await _problem(403, str(exc))(scope, receive, send)
-                return
-            scope.setdefault("state", {})["identity"] = identity
-        await self.app(scope, receive, send)
-
-
 def _caller(request: Request) -> dict[str, str]:
     identity: auth.Identity = getattr(request.state, "identity", auth.ANONYMOUS)
     return identity.provenance()
@@ -245,7 +217,8 @@ def build_app(service: Attribution, ready: Callable[[], bool] = lambda: True,
                     "(schema hypocenter.diagnosis/v1). Every route but /healthz and /readyz takes "
                     "`Authorization: Bearer <token>` when the server has tokens: reads need the read role, "
                     "OTLP the ingest role, everything else admin.")
-    app.add_middleware(AuthGuard, authenticator=authenticator or auth.Authenticator(), peers=peers or PeerNames())
+    app.add_middleware(auth.AuthGuard, authenticator=authenticator or auth.Authenticator(),
+                       peer_name=(peers or PeerNames()).get)
     limit = service.settings.max_message_bytes
 
     async def export(request: Request, signal: str) -> Response:
