@@ -45,7 +45,9 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-from starlette.responses import JSONResponse
+from google.protobuf import json_format
+from google.rpc import code_pb2, status_pb2
+from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from hypocenter import strict_yaml
@@ -353,6 +355,7 @@ class GrpcAuth(grpc.ServerInterceptor):  # type: ignore[type-arg]
 # ----------------------------------------------------------------------------------------- HTTP
 
 # Paths anyone may reach (probes, and the API's shape: no data); everything else needs a role.
+OTLP_PATHS = frozenset({"/v1/logs", "/v1/metrics"})
 OPEN_PATHS = frozenset({"/healthz", "/readyz", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"})
 
 
@@ -360,7 +363,7 @@ def http_role(method: str, path: str) -> str | None:
     """The role an HTTP request needs: None for the probes, ingest for OTLP, read for GETs, else admin."""
     if path in OPEN_PATHS:
         return None
-    if method == "POST" and path in ("/v1/logs", "/v1/metrics"):
+    if method == "POST" and path in OTLP_PATHS:
         return "ingest"
     if method in ("GET", "HEAD", "OPTIONS"):
         return "read"
@@ -393,11 +396,24 @@ class AuthGuard:
             try:
                 identity = self.authenticator.authorize(authorization, self.peer_name(scope.get("client")), role)
             except Unauthenticated as exc:
-                await JSONResponse({"code": 401, "message": str(exc)}, status_code=401,
-                                   headers={"WWW-Authenticate": challenge(exc)})(scope, receive, send)
+                await _refusal(scope, 401, code_pb2.UNAUTHENTICATED, str(exc),
+                               {"WWW-Authenticate": challenge(exc)})(scope, receive, send)
                 return
             except Forbidden as exc:
-                await JSONResponse({"code": 403, "message": str(exc)}, status_code=403)(scope, receive, send)
+                await _refusal(scope, 403, code_pb2.PERMISSION_DENIED, str(exc), {})(scope, receive, send)
                 return
             scope.setdefault("state", {})["identity"] = identity
         await self.app(scope, receive, send)
+
+
+def _refusal(scope: Scope, status: int, rpc_code: int, message: str, headers: dict[str, str]) -> Response:
+    """The REST API's problem JSON; on the OTLP paths a google.rpc.Status in the request's encoding,
+    as the OTLP/HTTP specification asks of every 4xx answer."""
+    if scope["path"] not in OTLP_PATHS:
+        return JSONResponse({"code": status, "message": message}, status_code=status, headers=headers)
+    st = status_pb2.Status(code=rpc_code, message=message)
+    content_type = next((v.decode("latin-1") for k, v in scope.get("headers", ()) if k == b"content-type"), "")
+    if "json" in content_type:
+        return Response(json_format.MessageToJson(st, indent=None), status_code=status, headers=headers,
+                        media_type="application/json")
+    return Response(st.SerializeToString(), status_code=status, headers=headers, media_type="application/x-protobuf")
