@@ -284,5 +284,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _one_line(text: str) -> str:
+    from hypocenter.config import redact_text  # an error may quote a URL with credentials in it
+
+    text = redact_text(text)
     return " ".join(part.strip() for part in text.splitlines() if part.strip())
 

@@ -184,26 +184,45 @@ def state_record(ctx: AttemptContext) -> Stream:
 class Sender:
     """The OpenTelemetry SDK exporters, pointed at one endpoint."""
 
-    def __init__(self, endpoint: str, http: bool, timeout: float = 30.0) -> None:
+    def __init__(self, endpoint: str, http: bool, timeout: float = 30.0, *,
+                 token: str | None = None, ca_file: str | None = None) -> None:
         self.http = http
+        # The same header the Collector's bearertokenauth sends, as HTTP header or gRPC metadata.
+        headers = {"authorization": f"Bearer {token}"} if token else None
+        tls = bool(ca_file) or endpoint.startswith("https://")
         if http:
             from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter as HTTPLogs
             from opentelemetry.exporter.otlp.proto.http.metric_exporter import (
                 OTLPMetricExporter as HTTPMetrics,
             )
 
-            base = endpoint if endpoint.startswith(("http://", "https://")) else f"http://{endpoint}"
-            self.logs: Any = HTTPLogs(endpoint=f"{base.rstrip('/')}/v1/logs", timeout=timeout)
-            self.metrics: Any = HTTPMetrics(endpoint=f"{base.rstrip('/')}/v1/metrics", timeout=timeout)
+            base = endpoint if endpoint.startswith(("http://", "https://")) else \
+                f"{'https' if tls else 'http'}://{endpoint}"
+            session = None
+            if ca_file:
+                import requests
+
+                # requests lets $REQUESTS_CA_BUNDLE / $CURL_CA_BUNDLE override a session's CA file
+                # (psf/requests#3829): the CA asked for on the command line must win.
+                session = requests.Session()
+                session.trust_env = False
+            self.logs: Any = HTTPLogs(endpoint=f"{base.rstrip('/')}/v1/logs", timeout=timeout, headers=headers,
+                                      certificate_file=ca_file, session=session)
+            self.metrics: Any = HTTPMetrics(endpoint=f"{base.rstrip('/')}/v1/metrics", timeout=timeout,
+                                            headers=headers, certificate_file=ca_file, session=session)
         else:
+            import grpc
             from opentelemetry.exporter.otlp.proto.grpc._log_exporter import OTLPLogExporter as GrpcLogs
             from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import (
                 OTLPMetricExporter as GrpcMetrics,
             )
 
-            target = endpoint.removeprefix("http://")
-            self.logs = GrpcLogs(endpoint=target, insecure=True, timeout=timeout)
-            self.metrics = GrpcMetrics(endpoint=target, insecure=True, timeout=timeout)
+            target = endpoint.removeprefix("http://").removeprefix("https://")
+            creds = grpc.ssl_channel_credentials(Path(ca_file).read_bytes() if ca_file else None) if tls else None
+            self.logs = GrpcLogs(endpoint=target, insecure=not tls, credentials=creds, timeout=timeout,
+                                 headers=headers)
+            self.metrics = GrpcMetrics(endpoint=target, insecure=not tls, credentials=creds, timeout=timeout,
+                                       headers=headers)
 
     def send_logs(self, stream: Stream, report: ReplayReport) -> None:
         from opentelemetry._logs import LogRecord
@@ -263,10 +282,12 @@ def _chunks(items: Sequence[LogLine], n: int) -> Iterator[Sequence[LogLine]]:
 
 
 def replay(bundle: Path, endpoint: str, *, http: bool = False, send_state: bool = True,
-           timeout: float = 30.0) -> tuple[AttemptContext, ReplayReport]:
-    """Send the bundle; raises InputError for an unusable bundle, TransientError when the server refuses."""
+           timeout: float = 30.0, token: str | None = None, ca_file: str | None = None
+           ) -> tuple[AttemptContext, ReplayReport]:
+    """Send the bundle; raises InputError for an unusable bundle, TransientError when the server refuses.
+    `token`: a bearer token with the ingest role; `ca_file`: the CA to verify a TLS server with."""
     ctx, node_streams, app_streams, metric_groups = plan(Path(bundle))
-    sender = Sender(endpoint, http, timeout)
+    sender = Sender(endpoint, http, timeout, token=token, ca_file=ca_file)
     report = ReplayReport()
     try:
         for stream in node_streams:
@@ -282,14 +303,19 @@ def replay(bundle: Path, endpoint: str, *, http: bool = False, send_state: bool 
     return ctx, report
 
 
-def trigger(rest: str, ctx: AttemptContext, timeout: float = 60.0) -> tuple[int, str]:
-    """POST /v1/attempts/{workload}/{attempt}/analyze on the REST base URL; (status, body)."""
+def trigger(rest: str, ctx: AttemptContext, timeout: float = 60.0, *, token: str | None = None,
+            ca_file: str | None = None) -> tuple[int, str]:
+    """POST /v1/attempts/{workload}/{attempt}/analyze on the REST base URL (needs the admin role); (status, body)."""
+    import ssl
+
     import httpx
 
-    base = rest if rest.startswith(("http://", "https://")) else f"http://{rest}"
+    base = rest if rest.startswith(("http://", "https://")) else f"{'https' if ca_file else 'http'}://{rest}"
     url = f"{base.rstrip('/')}/v1/attempts/{ctx.workload.id}/{ctx.workload.attempt}/analyze"
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    verify: ssl.SSLContext | bool = ssl.create_default_context(cafile=ca_file) if ca_file else True
     try:
-        resp = httpx.post(url, timeout=timeout)
+        resp = httpx.post(url, timeout=timeout, headers=headers, verify=verify)
     except httpx.HTTPError as exc:
         raise TransientError(f"{url}: {exc}") from None
     return resp.status_code, resp.text
