@@ -49,9 +49,9 @@ def test_many_clusters_fold_into_other_and_are_counted() -> None:
 
     row = store.get_diagnosis("dx-49")
     assert row is not None
-    labels, _ = diagnosis_entries(row, activity.labels)  # Loki: the same fold
+    labels, _ = diagnosis_entries(row, labels_limit=activity.labels)  # Loki: the same fold
     assert labels["cluster"] == "other"
-    labels, _ = diagnosis_entries(store.get_diagnosis("dx-01"), activity.labels)  # type: ignore[arg-type]
+    labels, _ = diagnosis_entries(store.get_diagnosis("dx-01"), labels_limit=activity.labels)  # type: ignore[arg-type]
     assert labels["cluster"] == "c1"
 
 

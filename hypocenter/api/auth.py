@@ -52,7 +52,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from hypocenter import strict_yaml
 from hypocenter.config import Settings, listen_address
-from hypocenter.errors import InputError
+from hypocenter.errors import InputError, RefusedCaller
 
 log = logging.getLogger("hypocenter.server")
 
@@ -84,7 +84,7 @@ SERVER = Identity("hypocenter", "server", frozenset(ROLES))  # the server's own 
 current: contextvars.ContextVar[Identity | None] = contextvars.ContextVar("hypocenter_identity", default=None)
 
 
-class Unauthenticated(Exception):
+class Unauthenticated(RefusedCaller):
     """No usable credentials: HTTP 401 / gRPC UNAUTHENTICATED."""
 
     def __init__(self, message: str, *, invalid_token: bool = False) -> None:
@@ -92,7 +92,7 @@ class Unauthenticated(Exception):
         self.invalid_token = invalid_token
 
 
-class Forbidden(Exception):
+class Forbidden(RefusedCaller):
     """Authenticated, but without the role: HTTP 403 / gRPC PERMISSION_DENIED."""
 
 
