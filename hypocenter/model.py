@@ -285,6 +285,20 @@ class EngineInfo(BaseModel):
     ruleset: str
 
 
+class FirstFailure(BaseModel):
+    """When no cause is attributed: the first process seen to fail, where, how, and what to check next."""
+
+    rank: int | None
+    node: str | None
+    exit_code: int | None
+    signal: str | None
+    time: str | None
+    ref: str
+    text: str
+    next_step: str
+    action: Action
+
+
 class Diagnosis(BaseModel):
     """The verdict on one attempt. Field order is the order of contract 3 and of the JSON output."""
 
@@ -301,6 +315,7 @@ class Diagnosis(BaseModel):
     quality: Quality
     coverage: list[Coverage]
     engine: EngineInfo
+    first_failure: FirstFailure | None = None  # unattributed only: localises the failure without a cause
 
     model_config = ConfigDict(populate_by_name=True, serialize_by_alias=True)
 

@@ -183,6 +183,7 @@ class Rule(_Spec):
     description: str | None = None
     runbook: str | None = None
     references: list[str] = Field(default_factory=list)
+    emitter: str | None = None  # the program(s) and versions whose source the patterns were checked against
     extract: ExtractSpec | None = None
     metric: MetricSpec | None = None
     attribute: AttributeSpec | None = None
