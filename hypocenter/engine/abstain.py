@@ -16,12 +16,14 @@ killer: that is offered as a candidate (resource/host_oom, INVESTIGATE), never a
 
 from __future__ import annotations
 
+import re
 import signal as _signal
 from dataclasses import dataclass
 
 from hypocenter.model import Action, Event, FirstFailure, RootCause, isoformat
 
 # Signals a process is killed by when it crashed on its own (native code, a failed assert).
+_TIMEOUT = re.compile(r"Timed out waiting \d+ms for (?:recv|send)|Watchdog caught collective operation timeout")
 _CRASH = frozenset({"SIGSEGV", "SIGBUS", "SIGABRT", "SIGILL", "SIGFPE"})
 
 
@@ -83,6 +85,20 @@ class FirstFailureFinder:
                                    *_order(e)))
         return [self._of_child(e) for e in others]
 
+    def _worker_killed(self, rank: int | None) -> Event | None:
+        killed = sorted((e for e in self.events if e.kind == "worker_killed" and (rank is None or e.rank in (None, rank))),
+                        key=_order)
+        return killed[0] if killed else None
+
+    def _silent_rank(self) -> int | None:
+        """The one rank of three or more that reported no collective timeout while all the others did."""
+        if len(self.rank_nodes) < 3:
+            return None
+        timed_out = {e.rank for e in self.events if e.rank is not None and (
+            e.kind == "watchdog_timeout" or (e.kind == "python_exception" and _TIMEOUT.search(e.text)))}
+        missing = set(self.rank_nodes) - timed_out
+        return missing.pop() if len(missing) == 1 and len(timed_out) >= 2 else None
+
     @staticmethod
     def _of_child(e: Event) -> _Exit:
         code = _int(e.fields.get("exitcode"))
@@ -118,12 +134,34 @@ class FirstFailureFinder:
         elif x.signal == "SIGTERM":
             step = (f"{where} was {how} first: something asked it to stop. Find who sent it (a scheduler cancel, "
                     "preemption, time limit, or the launcher after another worker failed)")
+        elif self._worker_killed(x.rank) is not None:
+            killed = self._worker_killed(x.rank)
+            assert killed is not None
+            step = (f"{where} {how} first, after one of its DataLoader workers was killed by signal "
+                    f"{killed.fields.get('signal') or '?'}: check {node or 'its node'}'s kernel log and the job's memory "
+                    "limit for an OOM kill (fewer workers or a smaller prefetch use less host memory)")
+            if node not in self.kernel_oom_nodes and killed.fields.get("signal") == "Killed":
+                cands.append(RootCause(
+                    domain="resource", subdomain="host_oom", rule="signal-kill-unexplained",
+                    summary=(f"host out of memory likely: a DataLoader worker of {where} was killed by SIGKILL and no "
+                             "kernel line at hand records an OOM kill (it falls short: no OOM record)"),
+                    nodes=[node] if node else [], first_seen=isoformat(killed.time), action="INVESTIGATE"))
         elif x.code is not None and x.code > 0:
             step = (f"{where} {how} first: read that rank's traceback (the last exception before its exit) "
                     "for the error the rules did not recognise")
-            action = "INVESTIGATE"
         else:
             step = f"{where} {how} first: read that rank's output just before it failed"
+        silent = self._silent_rank()
+        if silent is not None:
+            snode = self.rank_nodes.get(silent)
+            step = (f"every rank but rank {silent}{f' on {snode}' if snode else ''} reported a collective timeout: "
+                    f"rank {silent} never reached the collective. Check what it was doing (its last lines, a stack dump "
+                    f"with py-spy) rather than {where}, which only exited first")
+            cands.append(RootCause(
+                domain="software", subdomain="hang", rule="collective-timeout-silent-rank",
+                summary=(f"rank {silent} stalled before a collective: every other rank timed out waiting for it "
+                         "(it falls short: what it was doing is not in the logs)"),
+                nodes=[snode] if snode else [], first_seen=None, action="INVESTIGATE"))
         return FirstFailure(rank=x.rank, node=node, exit_code=x.code, signal=x.signal, time=isoformat(x.event.time),
                             ref=x.event.ref, text=x.event.text, next_step=step, action=action), cands
 
