@@ -230,6 +230,12 @@ class AttemptRef(BaseModel):
     nodes: list[str]
 
 
+# One vocabulary of component kinds, for the engine's diagnoses and the benchmark's truth alike:
+# a GPU (id: its PCI address, or gpuN), an HCA port (mlx5_N/P, or the netdev of a one-port NIC), a NIC
+# as a device (mlx5_N, or its PCI address), a filesystem (NFS server, Lustre target, or mount path).
+COMPONENT_KINDS = ("gpu", "port", "nic", "filesystem")
+
+
 class Component(BaseModel):
     node: str
     kind: str

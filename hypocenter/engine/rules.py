@@ -131,7 +131,7 @@ class AttributeSpec(_Spec):
     symptom: str | None = None
     domain: str | None = None
     subdomain: str | None = None
-    locus: Literal["node", "gpu", "port", "job"] = "node"
+    locus: Literal["node", "gpu", "port", "nic", "filesystem", "job"] = "node"
     precedence: int = Field(default=50, ge=0, le=100)
     explains: list[str] = Field(default_factory=list)
     explains_on_node: list[str] = Field(default_factory=list)

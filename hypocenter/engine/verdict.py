@@ -187,6 +187,24 @@ def _components(spec: AttributeSpec, e: Event) -> list[Component]:
         dev, port = e.fields.get("device"), e.fields.get("port")
         if isinstance(dev, str) and dev:
             return [Component(node=e.node, kind="port", id=f"{dev}/{port}" if port is not None else dev)]
+    if spec.locus == "nic":
+        dev, pci, ifname = e.fields.get("device"), e.fields.get("pci"), e.fields.get("ifname")
+        if isinstance(dev, str) and dev.startswith("mlx"):
+            return [Component(node=e.node, kind="nic", id=dev)]
+        if isinstance(pci, str) and pci:
+            return [Component(node=e.node, kind="nic", id=normalize_pci(pci))]
+        name = dev if isinstance(dev, str) and dev else ifname
+        if isinstance(name, str) and name:
+            return [Component(node=e.node, kind="nic", id=name)]
+    if spec.locus == "filesystem":
+        for key in ("server", "target", "rtarget"):
+            v = e.fields.get(key)
+            if isinstance(v, str) and v:
+                return [Component(node=e.node, kind="filesystem", id=v)]
+        path = e.fields.get("path")
+        if isinstance(path, str) and path.startswith("/") and path.rstrip("/").count("/") >= 1:
+            # The mount point is not in the line: the file's directory names the filesystem holding it.
+            return [Component(node=e.node, kind="filesystem", id=path.rstrip("/").rsplit("/", 1)[0] or "/")]
     return []
 
 
