@@ -9,9 +9,9 @@ return `LineFn`s because most of these lines carry the writing node's local time
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Sequence
 from datetime import datetime
-import hashlib
 from random import Random
 
 from bench.timeline import LineFn
