@@ -105,7 +105,10 @@ def render_text(d: Diagnosis, style: _Style) -> str:
                     continue
                 shown_kinds.add(e.rule)
             tag = {"root_cause": style("cause  ", "1;31"), "symptom": "symptom", "context": "context"}[e.role]
-            out.append(f"  {tag} {e.time or '?':<27} {e.node or '-':<12} {e.ref}")
+            when = e.time or "?"
+            if e.inherited:  # no stamp of its own: between the stamps around it
+                when = f"{e.time} .. {e.time_max}" if e.time_max else f">= {e.time}"
+            out.append(f"  {tag} {when:<27} {e.node or '-':<12} {e.ref}")
             out.append(f"          {e.text[:160]}")
     out.append("")
     out.append(style("Quality", "1") + f": {d.quality.level}")

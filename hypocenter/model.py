@@ -271,6 +271,12 @@ class Evidence(BaseModel):
     text: str
     role: Role
     rule: str
+    # A line without its own stamp: `time` is the stamp before it in its stream (a lower bound) and
+    # `time_max` the stamp after it, when there is one; the line happened in between.
+    # Both absent from the JSON for a stamped line: contract 3's evidence keys are unchanged there.
+    inherited: bool = Field(default=False, exclude_if=lambda v: not v)
+    time_max: str | None = Field(default=None, exclude_if=lambda v: v is None)
+
 
 
 class Quality(BaseModel):
@@ -321,7 +327,8 @@ class Diagnosis(BaseModel):
     quality: Quality
     coverage: list[Coverage]
     engine: EngineInfo
-    first_failure: FirstFailure | None = None  # unattributed only: localises the failure without a cause
+    # Unattributed only: localises the failure without a cause. Absent (not null) otherwise.
+    first_failure: FirstFailure | None = Field(default=None, exclude_if=lambda v: v is None)
 
     model_config = ConfigDict(populate_by_name=True, serialize_by_alias=True)
 

@@ -610,7 +610,8 @@ def _evidence(causes: list[Candidate], roles: list[tuple[Event, _Attr]], first_r
         key = (e.ref, role)
         if key not in picked:
             picked[key] = Evidence(time=isoformat(e.time), node=e.node, source=e.source, ref=e.ref,
-                                   text=e.text, role=role, rule=rule)  # type: ignore[arg-type]
+                                   text=e.text, role=role, rule=rule,  # type: ignore[arg-type]
+                                   inherited=e.inherited, time_max=isoformat(e.time_max) if e.inherited else None)
 
     culprit_nodes: set[str] = set()
     starts: list[datetime] = []
