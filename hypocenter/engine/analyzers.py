@@ -11,6 +11,7 @@ Built in:
 - `collective-mismatch`: ranks that timed out on a different OpType at the same SeqNum.
 - `ib-peer`: the node that many others' NET/IB completion errors and closed sockets point at.
 - `time-limit`: the wall-clock limit is the cause only if the job was still making progress.
+- hang forensics from Flight Recorder dumps, NCCL RAS and stack dumps (engine/flight_recorder.py).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from itertools import pairwise
 
 from hypocenter.model import AttemptContext, Component, Event
 
-ANALYZER_VERSION = "1"
+ANALYZER_VERSION = "2"
 
 
 @dataclass(frozen=True)
@@ -248,3 +249,8 @@ ANALYZERS: dict[str, Analyzer] = {
     "ib-peer": ib_peer,
     "time-limit": time_limit,
 }
+
+# Registered last: engine/flight_recorder.py builds on this module's Finding and AttemptView.
+from hypocenter.engine.flight_recorder import HANG_ANALYZERS  # noqa: E402
+
+ANALYZERS.update(HANG_ANALYZERS)
