@@ -6,13 +6,14 @@ dump can also be taken on demand (`torch._C._distributed_c10d._dump_fr_trace()` 
 `_dump_fr_trace_json()`). A dump is a pickled dict (protocol 2, written by torch's C++ pickler) or
 its JSON twin:
 
-    version            "1.0" … "2.10" (torch 2.13 writes "2.10")
-    pg_config          {pg name: {name, desc, ranks: "[0, 1, …]"}}          (from 2.0; 1.x: a list)
+    version            "1.0" … "2.10" (torch 2.13 writes "2.10"); see docs/hangs.md
+    pg_config          {pg name: {name, desc, ranks: "[0, 1, …]"}}   (2.x; 1.4: {pg id: [ranks]})
     pg_status          {pg id: {last_enqueued_collective, last_started_collective,
-                                last_completed_collective}}                 (from 2.2; JSON: strings)
-    comm_lib_version   the NCCL version ("" for gloo)
+                                last_completed_collective}}          (from 2.3; JSON: strings)
+    comm_lib_version   the NCCL version ("" for gloo; 2.7-2.9: nccl_version)
     entries            [{record_id, pg_id, process_group: (name, desc), collective_seq_id,
                          p2p_seq_id, op_id, profiling_name, input_sizes, output_sizes,
+                         (1.x: seq_id, no process_group)
                          input_dtypes, output_dtypes, state: scheduled|started|completed,
                          time_created_ns, time_discovered_started_ns, …, timeout_ms,
                          is_p2p, frames: [{name, filename, line}]}]          (JSON: no frames)
@@ -79,8 +80,8 @@ def is_dump_bytes(head: bytes) -> bool:
     """Whether the first bytes of a file look like a Flight Recorder dump (pickle or JSON)."""
     if head.startswith(_PICKLE_HEAD):
         return b"version" in head[:256] or b"entries" in head[:4096] or b"pg_config" in head[:4096]
-    stripped = head.lstrip()
-    return stripped.startswith(b"{") and b'"pg_config"' in head and (b'"version"' in head or b'"entries"' in head)
+    # torch's JSON writer sorts keys: "comm_lib_version", "entries" (long), then "pg_config", "version"
+    return head.lstrip().startswith(b"{") and any(k in head for k in (b'"pg_config"', b'"profiling_name"', b'"collective_seq_id"'))
 
 
 def is_dump_name(name: str) -> bool:
@@ -225,10 +226,8 @@ def parse(doc: dict[str, Any], rank: int) -> Dump:
             if isinstance(info, dict):
                 name = _text(info.get("name", key)) or _text(key)
                 groups[name] = Group(name=name, desc=_text(info.get("desc")), ranks=_ranks(info.get("ranks")))
-    elif isinstance(config, (list, tuple)):  # 1.x: a list of (name, desc, ranks)
-        for item in config:
-            if isinstance(item, (list, tuple)) and len(item) >= 3:
-                groups[_text(item[0])] = Group(name=_text(item[0]), desc=_text(item[1]), ranks=_ranks(item[2]))
+            else:  # 1.x: {pg id: [ranks]}
+                groups[_text(key)] = Group(name=_text(key), ranks=_ranks(info))
     raw_entries = doc.get("entries")
     entries: list[Entry] = []
     id_to_name: dict[str, str] = {}
@@ -242,7 +241,7 @@ def parse(doc: dict[str, Any], rank: int) -> Dump:
             name = str(pg_id) if pg_id is not None else "0"
         if pg_id is not None:
             id_to_name.setdefault(str(pg_id), name)
-        seq = _int(e.get("collective_seq_id"))
+        seq = _int(e.get("collective_seq_id", e.get("seq_id")))  # 1.x: seq_id
         if seq is None:
             continue
         dtypes = e.get("input_dtypes")
@@ -284,7 +283,8 @@ def parse(doc: dict[str, Any], rank: int) -> Dump:
         if g.last_started is None and mine:
             run = [e.seq for e in mine if e.state in ("started", "completed")]
             g.last_started = max(run) if run else -1
-    return Dump(rank=rank, version=version, comm_lib=_text(doc.get("comm_lib_version"), 40) or "-",
+    lib = doc.get("comm_lib_version", doc.get("nccl_version"))
+    return Dump(rank=rank, version=version, comm_lib=_text(lib, 40) or "-",
                 groups=groups, entries=entries)
 
 
