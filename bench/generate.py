@@ -24,6 +24,7 @@ from random import Random
 from bench import noise
 from bench.scenario import Mode, Scenario
 from bench.scenarios import MODES
+from bench.scenarios.hangs import LATE
 from bench.world import draw_world
 
 PRIORS = ("real", "uniform")
@@ -46,11 +47,20 @@ def choose_modes(count: int, seed: int, prior: str, modes: Sequence[Mode] | None
             out.extend(block)
         return out[:count]
     if prior == "real":
-        return rng.choices(pool, weights=[m.weight for m in pool], k=count)
+        # Modes added later replace a share of the picks equal to their weight, drawn apart, so
+        # that every other bundle of a corpus stays what it was before they existed.
+        base = [m for m in pool if m.id not in LATE]
+        late = [m for m in pool if m.id in LATE]
+        picks = rng.choices(base, weights=[m.weight for m in base], k=count)
+        if late:
+            share = sum(m.weight for m in late) / sum(m.weight for m in pool)
+            swap = Random(f"late-modes:{seed}")
+            picks = [swap.choices(late, weights=[m.weight for m in late])[0] if swap.random() < share else m for m in picks]
+        return picks
     raise ValueError(f"unknown prior {prior!r} (expected one of {', '.join(PRIORS)})")
 
 
-def build(mode: Mode, seed: int, nodes_max: int = DEFAULT_NODES_MAX, *, nodes: int | None = None) -> dict[str, str]:
+def build(mode: Mode, seed: int, nodes_max: int = DEFAULT_NODES_MAX, *, nodes: int | None = None) -> dict[str, str | bytes]:
     """All files of one bundle, by relative path; `nodes` pins the job size (tests of large jobs)."""
     rng = Random(seed)
     cap = min(nodes_max, mode.max_nodes) if nodes is None else nodes
@@ -63,11 +73,12 @@ def build(mode: Mode, seed: int, nodes_max: int = DEFAULT_NODES_MAX, *, nodes: i
     return sc.files()
 
 
-def write_bundle(directory: Path, files: dict[str, str]) -> None:
+def write_bundle(directory: Path, files: dict[str, str | bytes]) -> None:
     for rel in sorted(files):
         path = directory / rel
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(files[rel].encode("utf-8"))
+        content = files[rel]
+        path.write_bytes(content if isinstance(content, bytes) else content.encode("utf-8"))
 
 
 def generate(out: Path, count: int, seed: int, prior: str = "uniform", nodes_max: int = DEFAULT_NODES_MAX, jobs: int = 1) -> list[Path]:
