@@ -145,13 +145,14 @@ def flight_recorder_laggard(view: AttemptView) -> list[Finding]:
         stacks = _stacks(view, set(behind))
         stack_note = ""
         if stacks:
-            stack_note = f"; its stack dump: in the {place(stacks[0])} ({stacks[0].fields.get('top')})"
+            stack_note = f"; its stack dump ({stacks[0].ref}): in the {place(stacks[0])} ({stacks[0].fields.get('top')})"
         dumped = {r for pg_ranks in _groups(view).values() for r in pg_ranks}
         members = sorted(set(ranks[ahead[0]].members) - dumped)
         missing_note = f"; no dump from rank(s) {_ranks_text(members)}" if members else ""
         evs: list[Event] = [ranks[r].event for r in behind]
         evs += [e for e in last if e is not None]
-        evs += stacks[:2]  # the waiting ranks' entries are symptoms (rule fr-entry), not the cause
+        # Stack dumps carry no time: cited in the detail, not as timed evidence. The waiting ranks'
+        # entries are symptoms (rule fr-entry), not the cause.
         lag = ranks[behind[0]]
         findings.append(Finding(
             nodes=tuple(nodes), events=tuple(evs), first_seen=first_seen(evs[:len(behind)]) or first_seen(evs),
