@@ -31,10 +31,10 @@ def _frames(sc: Scenario, op: str) -> list[dict[str, object]]:
 
 
 def write_dumps(sc: Scenario, t_stall: float, stuck: int, behind: dict[int, int], *, odd: dict[int, str] | None = None,
-                missing: set[int] | None = None) -> None:
+                missing: set[int] | None = None) -> dict[int, str]:
     """Every rank's Flight Recorder dump: collectives up to `stuck` (started, never completed) on the
     waiting ranks, up to their own last one on the ranks `behind`; `odd` ranks record another
-    operation at `stuck`; `missing` ranks leave no dump."""
+    operation at `stuck`; `missing` ranks leave no dump. Returns each written dump's path by rank."""
     w, rng = sc.w, sc.rng
     version = _version(sc)
     fmt = "json" if tuple(map(int, version.split("."))) >= fr.JSON_FROM and rng.random() < 0.35 else "pickle"
@@ -45,6 +45,7 @@ def write_dumps(sc: Scenario, t_stall: float, stuck: int, behind: dict[int, int]
     step = sc.plan.iter_s / max(1, sc.plan.colls_per_iter)
     world = list(range(w.world_size))
     name = "all_reduce" if rng.random() < 0.7 else "_reduce_scatter_base"
+    paths: dict[int, str] = {}
     for r in world:
         if r in (missing or set()):
             continue
@@ -58,7 +59,9 @@ def write_dumps(sc: Scenario, t_stall: float, stuck: int, behind: dict[int, int]
                           status=(last, last, min(last, stuck - 1)))
         file = f"nccl_trace_rank_{r}" + (".json" if fmt == "json" else "")
         where = "traces" if flat else f"logs/{w.node_of(r).name}"
-        sc.bundle.put_bytes(f"{where}/{file}", fr.encode(doc, fmt))
+        paths[r] = f"{where}/{file}"
+        sc.bundle.put_bytes(paths[r], fr.encode(doc, fmt))
+    return paths
 
 
 def _time_limit_end(sc: Scenario, t: float) -> None:
@@ -98,7 +101,9 @@ def fr_laggard(sc: Scenario) -> None:
     else:  # a few other ranks' dumps were not collected
         others = [r for r in range(w.world_size) if r != rank]
         missing = set(rng.sample(others, min(len(others) // 4, rng.choice((0, 0, 1, 2)))))
-    write_dumps(sc, t, stuck, {rank: stuck - 1}, missing=missing)
+    paths = write_dumps(sc, t, stuck, {rank: stuck - 1}, missing=missing)
+    shown = rank if rank in paths else min(paths)  # the laggard's dump, else a waiting rank's
+    sc.root_event(w.node_of(shown), paths[shown], "nccl:")
     sc.culprit([node])
     sc.collateral(f"rank {rank} never enqueued collective {stuck}; only the Flight Recorder dumps show it")
     _time_limit_end(sc, t)
@@ -112,7 +117,8 @@ def fr_desync(sc: Scenario) -> None:
     sc.train(t)
     rank = rng.randrange(w.world_size)
     stuck = sc.plan.seq_at(t) + 1
-    write_dumps(sc, t, stuck, {}, odd={rank: "broadcast"})
+    paths = write_dumps(sc, t, stuck, {}, odd={rank: "broadcast"})
+    sc.root_event(w.node_of(rank), paths[rank], "nccl:broadcast")
     sc.culprit([w.node_of(rank)])
     sc.collateral(f"rank {rank} issued broadcast where the others all-reduce at collective {stuck}")
     _time_limit_end(sc, t)
