@@ -107,6 +107,17 @@ def test_persistent_ids_are_refused_too() -> None:
         fr.load(raw)
 
 
+def test_a_memo_bomb_is_read_within_bounds() -> None:
+    """A few bytes per repetition of one memoised entry: millions of entries in a small pickle."""
+    entry = {"collective_seq_id": 1, "process_group": ("0", "x"), "profiling_name": "nccl:all_reduce", "state": "started"}
+    doc = {"version": "2.10", "pg_config": {}, "entries": [entry] * 3_000_000}
+    raw = pickle.dumps(doc, protocol=2)
+    assert len(raw) < 8 << 20
+    dump = fr.parse(fr.load(raw), 0)
+    assert len(dump.entries) == fr.MAX_ENTRIES
+    assert fr.render(dump).count("\n") < 20
+
+
 def test_truncated_and_oversized_dumps_are_failed_in_coverage(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     dumps = _real("pickle")
     name, raw = dumps[1]

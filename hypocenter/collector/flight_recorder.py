@@ -51,6 +51,9 @@ from hypocenter.collector.sources import TextSource
 from hypocenter.model import Coverage
 
 MAX_DUMP_BYTES = 64 << 20
+MAX_ENTRIES = 50_000        # newest entries read per dump (torch's default ring buffer holds 2,000)
+MAX_GROUPS = 4_096          # process groups read per dump
+MAX_RANKS = 1 << 20         # members read per process group
 MAX_PENDING_SHOWN = 6       # not-yet-completed entries rendered per process group
 MAX_FRAMES_SHOWN = 3        # user frames kept per entry
 DUMP_TOKEN = "FlightRecorder"
@@ -185,7 +188,7 @@ def _ranks(v: object) -> list[int]:
         except (ValueError, SyntaxError, MemoryError, RecursionError):
             return []
     if isinstance(v, (list, tuple, set)):
-        return sorted({r for r in (_int(x) for x in v) if r is not None})
+        return sorted({r for r in (_int(x) for x in list(v)[:MAX_RANKS]) if r is not None})
     return []
 
 
@@ -222,7 +225,9 @@ def parse(doc: dict[str, Any], rank: int) -> Dump:
     groups: dict[str, Group] = {}
     config = doc.get("pg_config")
     if isinstance(config, dict):
-        for key, info in config.items():
+        # A pickle can repeat one memoised object millions of times in a few bytes each: every
+        # collection is read up to a bound.
+        for key, info in list(config.items())[:MAX_GROUPS]:
             if isinstance(info, dict):
                 name = _text(info.get("name", key)) or _text(key)
                 groups[name] = Group(name=name, desc=_text(info.get("desc")), ranks=_ranks(info.get("ranks")))
@@ -231,7 +236,7 @@ def parse(doc: dict[str, Any], rank: int) -> Dump:
     raw_entries = doc.get("entries")
     entries: list[Entry] = []
     id_to_name: dict[str, str] = {}
-    for e in raw_entries if isinstance(raw_entries, (list, tuple)) else []:
+    for e in raw_entries[-MAX_ENTRIES:] if isinstance(raw_entries, (list, tuple)) else []:
         if not isinstance(e, dict):
             continue
         pg = e.get("process_group")
@@ -253,8 +258,13 @@ def parse(doc: dict[str, Any], rank: int) -> Dump:
             timeout_ms=_int(e.get("timeout_ms")), created_ns=_int(e.get("time_created_ns")),
             frames=_frames(e.get("frames"))))
     entries.sort(key=lambda x: (x.pg, x.record, x.seq))
+    by_pg: dict[str, list[Entry]] = {}
+    for e in entries:
+        by_pg.setdefault(e.pg, []).append(e)
     for e in entries:
         g = groups.get(e.pg)
+        if g is None and len(groups) >= MAX_GROUPS:
+            continue
         if g is None:
             # gloo's default group is configured under "" and recorded under "0"
             alias = groups.pop("", None) if len(groups) == 1 and "" in groups else None
@@ -263,7 +273,7 @@ def parse(doc: dict[str, Any], rank: int) -> Dump:
             g.desc = e.desc
     status = doc.get("pg_status")
     if isinstance(status, dict):
-        for pg_id, st in status.items():
+        for pg_id, st in list(status.items())[:MAX_GROUPS]:
             if not isinstance(st, dict):
                 continue
             found = id_to_name.get(_text(pg_id)) or (_text(pg_id) if _text(pg_id) in groups else None)
@@ -273,8 +283,8 @@ def parse(doc: dict[str, Any], rank: int) -> Dump:
             g.last_enqueued = _int(st.get("last_enqueued_collective"))
             g.last_started = _int(st.get("last_started_collective"))
             g.last_completed = _int(st.get("last_completed_collective"))
-    for g in groups.values():  # before pg_status (< 2.2), or a group pg_status does not list
-        mine = [e for e in entries if e.pg == g.name and not e.p2p]
+    for g in groups.values():  # before pg_status (< 2.3), or a group pg_status does not list
+        mine = [e for e in by_pg.get(g.name, ()) if not e.p2p]
         if g.last_enqueued is None and mine:
             g.last_enqueued = max(e.seq for e in mine)
         if g.last_completed is None and mine:
@@ -321,12 +331,15 @@ def render(dump: Dump) -> str:
     when = _stamp(dump.time_ns)
     lines = [f"{when}{DUMP_TOKEN} dump rank={dump.rank} version={dump.version} entries={len(dump.entries)} "
              f"groups={len(dump.groups)} comm_lib={dump.comm_lib}"]
+    by_pg: dict[str, list[Entry]] = {}
+    for e in dump.entries:
+        by_pg.setdefault(e.pg, []).append(e)
     for name in sorted(dump.groups):
         g = dump.groups[name]
         lines.append(f"{when}{DUMP_TOKEN} pg rank={dump.rank} pg={g.name or '-'} desc={g.desc or '-'} "
                      f"ranks={_rank_spec(g.ranks)} last_enqueued={_n(g.last_enqueued)} "
                      f"last_started={_n(g.last_started)} last_completed={_n(g.last_completed)}")
-        mine = [e for e in dump.entries if e.pg == name and not e.p2p]
+        mine = [e for e in by_pg.get(name, ()) if not e.p2p]
         done = g.last_completed if g.last_completed is not None else -1
         shown = [e for e in mine if e.seq > done][:MAX_PENDING_SHOWN]
         last_done = [e for e in mine if e.seq <= done][-1:]
