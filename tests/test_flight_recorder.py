@@ -6,12 +6,15 @@ The dumps under tests/fixtures/flight_recorder/torch-2.13.0-gloo/ were made by P
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import shutil
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from bench import flight_recorder as writer
 from hypocenter.collector import flight_recorder as fr
@@ -19,6 +22,9 @@ from hypocenter.engine import analyze_bundle
 
 FIXTURES = Path(__file__).parent / "fixtures" / "flight_recorder" / "torch-2.13.0-gloo"
 NODES = ["gpu-a01", "gpu-a02", "gpu-a03", "gpu-a04"]
+_KEYS = ["version", "pg_config", "pg_status", "entries", "comm_lib_version", "process_group", "collective_seq_id",
+         "seq_id", "pg_id", "profiling_name", "input_sizes", "state", "frames", "ranks", "desc", "name",
+         "last_enqueued_collective", "last_completed_collective", "time_created_ns", "filename", "line", "is_p2p"]
 
 
 def _bundle(root: Path, dumps: dict[int, tuple[str, bytes]], *, layout: str = "logs") -> Path:
@@ -207,3 +213,27 @@ def test_the_rendering_is_printed_by_the_module(tmp_path: Path, capsys: pytest.C
     assert "FlightRecorder pg rank=2 pg=0 desc=default_pg ranks=0-3 last_enqueued=3" in out
     (tmp_path / "nccl_trace_rank_9").write_bytes(b"\x80\x02garbage")
     assert fr.main([str(tmp_path / "nccl_trace_rank_9")]) == 2
+
+
+_plain = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats(allow_nan=True) | st.text(max_size=12)
+    | st.binary(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.tuples(inner, inner)
+    | st.dictionaries(st.sampled_from(_KEYS) | st.text(max_size=6), inner, max_size=6),
+    max_leaves=40)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(doc=st.dictionaries(st.sampled_from(_KEYS), _plain, max_size=8), fmt=st.sampled_from(["pickle", "json"]))
+def test_any_plain_document_is_read_or_refused_with_a_reason(doc: dict[str, object], fmt: str) -> None:
+    """Whatever plain values a dump holds, the reader renders it or says why not: it never crashes."""
+    try:
+        raw = pickle.dumps(doc, protocol=2) if fmt == "pickle" else json.dumps(doc, default=str).encode()
+    except (ValueError, TypeError):
+        return
+    try:
+        text = fr.render_file(raw, "nccl_trace_rank_7")
+    except fr.DumpError as exc:
+        assert str(exc)
+        return
+    assert "FlightRecorder dump rank=7" in text.split("\n", 1)[0]
