@@ -9,10 +9,11 @@ picks equal to their weight, so every other bundle of a corpus stays what it was
 from __future__ import annotations
 
 from bench import flight_recorder as fr
-from bench import kube, pytorch
+from bench import kube, nvidia, pytorch
 from bench.scenario import Mode, Scenario
+from bench.scenarios.common import pick_gpu
 
-LATE = frozenset({"fr-laggard-time-limit", "fr-desync-time-limit"})
+LATE = frozenset({"fr-laggard-time-limit", "fr-desync-time-limit", "fr-stalled-gpu-hang", "ras-dead-process-time-limit"})
 MAX_NODES = 48
 
 
@@ -124,11 +125,59 @@ def fr_desync(sc: Scenario) -> None:
     _time_limit_end(sc, t)
 
 
+def fr_stalled_gpu_hang(sc: Scenario) -> None:
+    """A GPU hangs inside a collective: every rank started it, none completed it; the node's kernel
+    log names the GPU. The dumps say "not a laggard"; the Xid explains the hang."""
+    rng = sc.rng
+    sc.begin()
+    node, gpu, _rank = pick_gpu(sc)
+    t = sc.fault_time(1800, 6 * 3600)
+    sc.train(t)
+    stuck = sc.plan.seq_at(t) + 1
+    paths = write_dumps(sc, t, stuck, {})
+    code = rng.choice((46, 109))
+    t_xid = t + rng.uniform(1, 60)
+    sc.root_kernel(node, t_xid, [nvidia.gpu_hang_xid(gpu, code, rng, node.rank_pids[gpu.index], "python")])
+    sc.culprit([node], [(node, "gpu", gpu.pci)])
+    sc.collateral(f"collective {stuck} started on every rank ({len(paths)} dumps) and completed on none")
+    _time_limit_end(sc, t_xid)
+
+
+def ras_dead_process(sc: Scenario) -> None:
+    """One rank's process vanished without a word; the others wait until the time limit. ncclras
+    names it dead; its Flight Recorder dump is the one missing."""
+    w, rng = sc.w, sc.rng
+    sc.kernel_logs = False
+    sc.begin()
+    t = sc.fault_time(1800, 6 * 3600)
+    sc.train(t)
+    rank = rng.randrange(w.world_size)
+    node = w.node_of(rank)
+    stuck = sc.plan.seq_at(t) + 1
+    paths = write_dumps(sc, t, stuck, {}, missing={rank})
+    gpu = rank % w.gpus_per_node
+    nccl = ".".join(map(str, w.stack.nccl))
+    behind = [] if rng.random() < 0.7 else [(rank, stuck - 1, gpu, node.name, w.rank_pid(rank))]
+    report = fr.ras_report(nccl, [(w.rank_pid(rank), node.name, gpu)], behind, w.world_size, len(w.nodes), w.world_size - 1)
+    where = "traces/ncclras.txt" if w.output != "pods" and rng.random() < 0.5 else f"logs/_job/ncclras-{w.job_id}.txt"
+    sc.bundle.put(where, report)
+    sc.root_event(node, where, f"Process {w.rank_pid(rank)} on node {node.name}")
+    sc.culprit([node])
+    sc.collateral(f"rank {rank}'s process is gone: no dump ({len(paths)} others wait in collective {stuck}), ncclras says DEAD")
+    _time_limit_end(sc, t)
+
+
 MODES = (
     Mode("fr-laggard-time-limit", "attributed", "software", "hang", 1.0, fr_laggard,
          "silent hang until the time limit; only the Flight Recorder dumps name the rank that never issued the collective",
          min_torch=(2, 3), max_nodes=MAX_NODES),
     Mode("fr-desync-time-limit", "attributed", "software", "user_code", 0.5, fr_desync,
          "silent hang until the time limit; the dumps show one rank recorded another collective at the same sequence id",
+         min_torch=(2, 3), max_nodes=MAX_NODES),
+    Mode("fr-stalled-gpu-hang", "attributed", "hardware", "gpu", 0.5, fr_stalled_gpu_hang,
+         "a GPU hangs inside a collective (Xid 46/109): the dumps show it started everywhere, the kernel log names the GPU",
+         min_torch=(2, 3), max_nodes=MAX_NODES),
+    Mode("ras-dead-process-time-limit", "attributed", "software", "hang", 0.3, ras_dead_process,
+         "a rank's process vanishes silently; ncclras reports it dead and its Flight Recorder dump is the one missing",
          min_torch=(2, 3), max_nodes=MAX_NODES),
 )
