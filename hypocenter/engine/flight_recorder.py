@@ -130,7 +130,9 @@ def flight_recorder_laggard(view: AttemptView) -> list[Finding]:
             continue
         behind = sorted(r for r, s in ranks.items() if s.enqueued < stuck)
         ahead = sorted(r for r, s in ranks.items() if s.enqueued >= stuck)
-        if not behind or not ahead or len(behind) > len(ahead):
+        # At least two ranks wait: with one, a dump taken while the job ran can show a rank one
+        # collective behind by chance (the other had just enqueued the next one).
+        if not behind or len(ahead) < 2 or len(behind) > len(ahead):
             continue
         nodes = sorted({n for r in behind if (n := view.node_of(ranks[r].event))})
         if not nodes:
