@@ -107,6 +107,15 @@ def test_a_malicious_pickle_is_refused_and_the_rest_is_read(tmp_path: Path) -> N
     assert d.root_cause is not None and d.root_cause.nodes == ["gpu-a03"]  # the other dumps still say it
 
 
+def test_json_lines_that_mention_dump_keys_stay_logs(tmp_path: Path) -> None:
+    root = _bundle(tmp_path / "b", _real("pickle"))
+    (root / "logs" / "gpu-a01" / "trainer.jsonl").write_text(
+        '{"msg": "profiling_name=nccl:all_reduce slow", "time": "2026-12-03T07:20:00Z"}\n{"msg": "step 10"}\n')
+    d = analyze_bundle(root)
+    assert not any(c.source.endswith("trainer.jsonl") and c.status == "failed" for c in d.coverage)
+    assert d.root_cause is not None and d.root_cause.nodes == ["gpu-a03"]
+
+
 def test_persistent_ids_are_refused_too() -> None:
     raw = b"\x80\x02}q\x00X\x07\x00\x00\x00versionq\x01P0\ns."  # PERSID in place of a value
     with pytest.raises(fr.DumpError, match="persistent id"):

@@ -380,6 +380,8 @@ def read_source(path: Path, rel: str, node: str | None) -> tuple[TextSource | No
         return None, Coverage(connector="flight_recorder", source=rel, status="failed", observations=0,
                               reason=f"cannot read: {exc.strerror or exc}")
     except DumpError as exc:
+        if not head.startswith(_PICKLE_HEAD) and not is_dump_name(rel):
+            return None  # JSON that only mentions the dump's keys (JSON-lines logs): read it as a log
         return None, Coverage(connector="flight_recorder", source=rel, status="failed", observations=0,
                               reason=f"Flight Recorder dump not read: {exc}")
     return (TextSource(name=rel, text=text, node=node, source="app"),
