@@ -38,26 +38,35 @@ def scenario_seed(seed: int, index: int) -> int:
 
 def choose_modes(count: int, seed: int, prior: str, modes: Sequence[Mode] | None = None) -> list[Mode]:
     pool = sorted(modes if modes is not None else MODES.values(), key=lambda m: m.id)
+    # Modes added later (LATE) replace a share of the picks drawn apart, so that every other bundle
+    # of a corpus stays what it was before they existed: their share of the pool under "uniform",
+    # of the weight under "real".
+    base = [m for m in pool if m.id not in LATE]
+    late = [m for m in pool if m.id in LATE]
     rng = Random(f"modes:{seed}:{prior}")
     if prior == "uniform":
-        out: list[Mode] = []
-        while len(out) < count:
-            block = list(pool)
+        picks: list[Mode] = []
+        while len(picks) < count:
+            block = list(base)
             rng.shuffle(block)
-            out.extend(block)
-        return out[:count]
+            picks.extend(block)
+        return _late(picks[:count], late, len(late) / len(pool), Random(f"late-modes:{seed}:{prior}"), uniform=True)
     if prior == "real":
-        # Modes added later replace a share of the picks equal to their weight, drawn apart, so
-        # that every other bundle of a corpus stays what it was before they existed.
-        base = [m for m in pool if m.id not in LATE]
-        late = [m for m in pool if m.id in LATE]
         picks = rng.choices(base, weights=[m.weight for m in base], k=count)
-        if late:
-            share = sum(m.weight for m in late) / sum(m.weight for m in pool)
-            swap = Random(f"late-modes:{seed}")
-            picks = [swap.choices(late, weights=[m.weight for m in late])[0] if swap.random() < share else m for m in picks]
-        return picks
+        share = sum(m.weight for m in late) / sum(m.weight for m in pool) if late else 0.0
+        return _late(picks, late, share, Random(f"late-modes:{seed}"), uniform=False)
     raise ValueError(f"unknown prior {prior!r} (expected one of {', '.join(PRIORS)})")
+
+
+def _late(picks: list[Mode], late: list[Mode], share: float, rng: Random, *, uniform: bool) -> list[Mode]:
+    if not late:
+        return picks
+    out: list[Mode] = []
+    for m in picks:
+        if rng.random() < share:
+            m = rng.choice(late) if uniform else rng.choices(late, weights=[x.weight for x in late])[0]
+        out.append(m)
+    return out
 
 
 def build(mode: Mode, seed: int, nodes_max: int = DEFAULT_NODES_MAX, *, nodes: int | None = None) -> dict[str, str | bytes]:
