@@ -38,35 +38,36 @@ def scenario_seed(seed: int, index: int) -> int:
 
 def choose_modes(count: int, seed: int, prior: str, modes: Sequence[Mode] | None = None) -> list[Mode]:
     pool = sorted(modes if modes is not None else MODES.values(), key=lambda m: m.id)
-    # Modes added later (LATE) replace a share of the picks drawn apart, so that every other bundle
-    # of a corpus stays what it was before they existed: their share of the pool under "uniform",
-    # of the weight under "real".
+    # Modes added later (LATE) are dealt so that every other bundle of a corpus stays what it was
+    # before they existed: under "real" they replace a share of the picks equal to their weight
+    # (drawn apart), under "uniform" they take the last places.
     base = [m for m in pool if m.id not in LATE]
     late = [m for m in pool if m.id in LATE]
     rng = Random(f"modes:{seed}:{prior}")
     if prior == "uniform":
-        picks: list[Mode] = []
-        while len(picks) < count:
-            block = list(base)
-            rng.shuffle(block)
-            picks.extend(block)
-        return _late(picks[:count], late, len(late) / len(pool), Random(f"late-modes:{seed}:{prior}"), uniform=True)
+        # The late modes take the last places, in turn too: the first places are the corpus as it was.
+        n_late = round(count * len(late) / len(pool))
+        return _in_turn(base, count - n_late, rng) + _in_turn(late, n_late, Random(f"late-modes:{seed}:{prior}"))
     if prior == "real":
         picks = rng.choices(base, weights=[m.weight for m in base], k=count)
         share = sum(m.weight for m in late) / sum(m.weight for m in pool) if late else 0.0
-        return _late(picks, late, share, Random(f"late-modes:{seed}"), uniform=False)
+        return _late(picks, late, share, Random(f"late-modes:{seed}"))
     raise ValueError(f"unknown prior {prior!r} (expected one of {', '.join(PRIORS)})")
 
 
-def _late(picks: list[Mode], late: list[Mode], share: float, rng: Random, *, uniform: bool) -> list[Mode]:
+def _in_turn(modes: list[Mode], count: int, rng: Random) -> list[Mode]:
+    out: list[Mode] = []
+    while modes and len(out) < count:
+        block = list(modes)
+        rng.shuffle(block)
+        out.extend(block)
+    return out[:count]
+
+
+def _late(picks: list[Mode], late: list[Mode], share: float, rng: Random) -> list[Mode]:
     if not late:
         return picks
-    out: list[Mode] = []
-    for m in picks:
-        if rng.random() < share:
-            m = rng.choice(late) if uniform else rng.choices(late, weights=[x.weight for x in late])[0]
-        out.append(m)
-    return out
+    return [rng.choices(late, weights=[x.weight for x in late])[0] if rng.random() < share else m for m in picks]
 
 
 def build(mode: Mode, seed: int, nodes_max: int = DEFAULT_NODES_MAX, *, nodes: int | None = None) -> dict[str, str | bytes]:
