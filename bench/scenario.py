@@ -688,7 +688,7 @@ class Scenario:
             d["ranks"] = w.rank_map()
         return d
 
-    def files(self) -> dict[str, str]:
+    def files(self) -> dict[str, str | bytes]:
         out = self.bundle.files()
         out["attempt.yaml"] = yaml.safe_dump(self.attempt_yaml(), sort_keys=True)
         truth = self.truth.as_dict()

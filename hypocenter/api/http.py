@@ -42,7 +42,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from starlette.concurrency import run_in_threadpool
 
 from hypocenter import __version__, strict_yaml
-from hypocenter.api import auth
+from hypocenter.api import artifacts, auth
 from hypocenter.api.tls import PeerNames
 from hypocenter.collector import otlp
 from hypocenter.collector.bundle import load_bundle
@@ -293,6 +293,30 @@ def build_app(service: Attribution, ready: Callable[[], bool] = lambda: True,
             return _problem(404, str(exc))
         return Response(diagnosis.to_json(), media_type=JSON,
                         headers={"X-Hypocenter-Provisional": str(provisional).lower()})
+
+    @app.post("/v1/attempts/{workload:path}/{attempt}/artifacts", tags=["attempts"], status_code=201,
+              summary="Upload one hang-forensics artifact of the attempt (Flight Recorder dump, ncclras, stack dump)",
+              description="The body is the file as written: a PyTorch Flight Recorder dump (pickle or JSON, read "
+                          "without unpickling anything but plain values), `ncclras` output, or a py-spy / faulthandler "
+                          "stack dump. `name` is its file name (the rank ends it: nccl_trace_rank_3), `node` the host "
+                          "it came from (optional: the rank map places it). Stored as the attempt's records under "
+                          "`traces/[<node>/]<name>`; the next analysis merges it with the rest.",
+              responses={400: {"model": Problem}, 413: {"model": Problem}, 503: {"model": Problem}})
+    async def upload_artifact(workload: str, attempt: int, request: Request,
+                              name: str = Query(..., description="file name, e.g. nccl_trace_rank_3"),
+                              node: str | None = Query(None, description="the node it came from")) -> Response:
+        try:
+            raw = await _read_body(request, artifacts.MAX_ARTIFACT_BYTES)
+            entries, kind = await run_in_threadpool(artifacts.artifact_entries, workload, attempt, name, node, raw)
+            await asyncio.wrap_future(service.queue.submit(entries, []))
+        except otlp.MessageTooLarge as exc:
+            return _problem(413, str(exc))
+        except TransientError as exc:
+            return _problem(503, str(exc), headers={"Retry-After": "1"})
+        except InputError as exc:
+            return _problem(400, str(exc))
+        return JSONResponse({"stream": artifacts.stream_name(name, node), "kind": kind, "records": len(entries)},
+                            status_code=201)
 
     @app.post("/v1/scopes", tags=["attempts"], summary="Analyse a job named by its scheduler id",
               description="Exactly one of `slurm` (81234, 81234_7, 81234+1), `kueue` (NS/WORKLOAD) or `k8s_job` "

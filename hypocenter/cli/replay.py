@@ -9,6 +9,8 @@ The client is the official OpenTelemetry Python SDK exporters (OTLP/gRPC, or OTL
                  logs/_job/ (workload attributes only)
   metrics        each series as an OTLP gauge; node-scoped when a label names one of the attempt's
                  nodes, else tagged with the workload
+  traces         traces/[<node>/] files (Flight Recorder dumps as their rendered lines, ncclras,
+                 stack dumps), tagged with the workload (and host.name when in a node folder)
   events         each scheduler / Kubernetes document as one log record whose body is the document
                  (as the k8sobjects receiver sends them), tagged with the workload
   state          last: one record with `hypocenter.attempt.state` (+ exit code, reason, window end),
@@ -31,6 +33,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from hypocenter.collector import flight_recorder
 from hypocenter.collector.bundle import JOB_DIR, documents, load_context, read_text
 from hypocenter.collector.metrics import MetricFormatError, parse_metrics
 from hypocenter.errors import HypocenterError, InputError, TransientError
@@ -113,9 +116,15 @@ def _texts(root: Path, top: Path) -> Iterator[tuple[Path, str, str]]:
     if not top.is_dir():
         return
     for path in sorted(p for p in top.rglob("*") if p.is_file() and not p.name.startswith(".")):
+        rel = path.relative_to(root).as_posix()
+        dump = flight_recorder.read_source(path, rel, None)
+        if dump is not None:  # a Flight Recorder dump goes out as its rendered lines (never as bytes)
+            if dump[0] is not None:
+                yield path, rel, str(dump[0].text)
+            continue
         text, _, _ = read_text(path)
         if text is not None:
-            yield path, path.relative_to(root).as_posix(), text
+            yield path, rel, text
 
 
 def plan(root: Path) -> tuple[AttemptContext, list[Stream], list[Stream], list[tuple[dict[str, Any], list[Any]]]]:
@@ -139,6 +148,13 @@ def plan(root: Path) -> tuple[AttemptContext, list[Stream], list[Stream], list[t
                     if node is not None:
                         res["host.name"] = node
                     app_streams.append(Stream(resource=res, lines=lines))
+    traces = root / "traces"
+    for path, rel, text in _texts(root, traces):
+        res = dict(wattrs)
+        parts = path.relative_to(traces).parts
+        if len(parts) > 1:
+            res["host.name"] = parts[0]
+        app_streams.append(Stream(resource=res, lines=_lines(text, rel, tctx, end_ns)))
     for _, rel, text in _texts(root, root / "events"):
         try:
             docs = documents(text)

@@ -11,6 +11,7 @@ Built in:
 - `collective-mismatch`: ranks that timed out on a different OpType at the same SeqNum.
 - `ib-peer`: the node that many others' NET/IB completion errors and closed sockets point at.
 - `time-limit`: the wall-clock limit is the cause only if the job was still making progress.
+- hang forensics from Flight Recorder dumps, NCCL RAS and stack dumps (engine/flight_recorder.py).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from itertools import pairwise
 
 from hypocenter.model import AttemptContext, Component, Event
 
-ANALYZER_VERSION = "1"
+ANALYZER_VERSION = "2"
 
 
 @dataclass(frozen=True)
@@ -254,7 +255,8 @@ def time_limit(view: AttemptView) -> list[Finding]:
                     detail=f"training progress continued until {progress[-1].isoformat()}")]
 
 
-ANALYZERS: dict[str, Analyzer] = {
+# The analyzers over log events; engine/registry.py adds the hang forensics and is what rules name.
+CORE_ANALYZERS: dict[str, Analyzer] = {
     "hang-laggard": hang_laggard,
     "collective-mismatch": collective_mismatch,
     "ib-peer": ib_peer,

@@ -389,7 +389,8 @@ def load_ruleset(extra: Iterable[Path] = (), *, builtin: bool = True) -> Ruleset
                                 path=display, line=rule.line)
             seen[rule.id] = rule
             rules.append(rule)
-    from hypocenter.engine.analyzers import ANALYZER_VERSION, ANALYZERS
+    from hypocenter.engine.analyzers import ANALYZER_VERSION
+    from hypocenter.engine.registry import ANALYZERS
 
     digest.update(f"analyzers:{ANALYZER_VERSION}".encode())
     for rule in rules:

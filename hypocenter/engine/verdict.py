@@ -26,7 +26,8 @@ from typing import Any
 
 from hypocenter import __version__
 from hypocenter.engine.abstain import FirstFailureFinder
-from hypocenter.engine.analyzers import ANALYZERS, AttemptView, first_seen
+from hypocenter.engine.analyzers import AttemptView, first_seen
+from hypocenter.engine.registry import ANALYZERS
 from hypocenter.engine.rules import AttributeSpec, RecoverySpec, Rule, Ruleset, When
 from hypocenter.model import (
     AttemptContext,
