@@ -41,6 +41,7 @@ import io
 import json
 import pickle
 import re
+import stat
 import sys
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -363,8 +364,12 @@ def render_file(raw: bytes, name: str) -> str:
 
 def read_source(path: Path, rel: str, node: str | None) -> tuple[TextSource | None, Coverage] | None:
     """A file of a bundle that is a Flight Recorder dump, rendered as a text source, with its coverage
-    entry; None when the file is not a dump (it is then read as a log). Never raises."""
+    entry; None when the file is not a dump (it is then read as a log). Never raises.
+    Only a regular file is looked into: opening a FIFO would wait for a writer forever, and links and
+    devices are the log reader's to refuse."""
     try:
+        if not stat.S_ISREG(path.lstat().st_mode):
+            return None
         with path.open("rb") as fh:
             head = fh.read(4096)
     except OSError:
