@@ -351,7 +351,7 @@ def _analyze_bundle(service: Attribution, raw: bytes) -> Diagnosis:
         root = min(roots, key=lambda p: len(p.parts))
         bundle = load_bundle(root)
         context = bundle.context
-        diagnosis = service.engine.analyze(bundle.context, bundle.sources, bundle.coverage)
+        diagnosis = service.engine.analyze(bundle)
     service.analyze_context(context, diagnosis)
     return diagnosis
 

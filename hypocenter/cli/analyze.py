@@ -9,11 +9,16 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hypocenter.cli.console import EXIT_OK, Style, color_wanted, emit, rule_options
 from hypocenter.model import Diagnosis
+
+if TYPE_CHECKING:
+    from hypocenter.collector.pull import PullConfig
+    from hypocenter.engine import Engine
 
 _OUTCOME_STYLE = {"attributed": "1;32", "ambiguous": "1;33", "unattributed": "1;35", "not_failed": "1;36"}
 _QUALITY_STYLE = {"high": "32", "medium": "33", "low": "31"}
@@ -96,9 +101,9 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
         from hypocenter.collector.bundle import load_bundle
 
         bundle = load_bundle(Path(cfg.bundle))
-        diagnosis = engine.analyze(bundle.context, bundle.sources, bundle.coverage)
+        diagnosis = engine.analyze(bundle)
     else:
-        diagnosis = pull.analyze(cfg, engine, pull.tty_progress)
+        diagnosis = _pull_and_analyze(cfg, engine, pull.tty_progress)
     if args.format == "json":
         emit(diagnosis.to_json(), utf8=True)
     else:
@@ -134,3 +139,13 @@ def add_parser(sub: Any) -> None:
     a.add_argument("--color", choices=("auto", "always", "never"), default="auto", help="colour the text report (auto: on a terminal)")
     rule_options(a)
     a.set_defaults(func=_cmd_analyze, parser=a)
+
+
+def _pull_and_analyze(cfg: PullConfig, engine: Engine, progress: Callable[[str], None]) -> Diagnosis:
+    from hypocenter.collector.pull import gather
+
+    got = gather(cfg, queries=engine.ruleset.queries(), progress=progress)
+    for note in got.notes:
+        progress(note)
+    progress("analysing")
+    return engine.analyze(got)

@@ -47,8 +47,8 @@ from hypocenter.collector.scheduler_records import RECORDS_KIND, slurm_job_label
 from hypocenter.config import Settings
 from hypocenter.engine.rules import Ruleset
 from hypocenter.model import Coverage
-from hypocenter.server.attempts import AttemptInput, parse_time
-from hypocenter.sources import MetricSource, RecordSource, Source, TextSource
+from hypocenter.server.attempts import parse_time
+from hypocenter.sources import AttemptInput, MetricSource, RecordSource, Source, TextSource
 
 log = logging.getLogger("hypocenter.server")
 

@@ -313,7 +313,7 @@ class Attribution:
                 pulled, covered = self.pulls.collect(inp)
                 inp.sources.extend(pulled)
                 inp.coverage.extend(covered)
-            diagnosis = self.engine.analyze(inp.context, inp.sources, inp.coverage)
+            diagnosis = self.engine.analyze(inp)
             provisional = inp.context.state is None
             body = diagnosis.to_json()
             self.store.put_diagnosis(row.id, body, summary(diagnosis.model_dump(by_alias=True), inp.context),
