@@ -19,14 +19,14 @@ from resource_spies import CallersTransport, record_clients
 
 from hypocenter.collector.bundle import load_bundle
 from hypocenter.collector.connectors.base import ConnectorError, RetryPolicy
-from hypocenter.collector.connectors.kubernetes import (
+from hypocenter.collector.connectors.kube_api import KubeAPI
+from hypocenter.collector.connectors.kube_credentials import (
     Credentials,
-    KubeAPI,
-    KubernetesConnector,
     credentials,
     from_kubeconfig,
     in_cluster,
 )
+from hypocenter.collector.connectors.kubernetes import KubernetesConnector
 from hypocenter.engine import default_engine
 from hypocenter.sources import AttemptInput, RecordSource, TextSource
 

@@ -140,7 +140,8 @@ def test_the_kueue_poll_scopes_workloads_that_ended(tmp_path: Path) -> None:
     are scoped with the Kubernetes connector and kept; a second look keeps nothing new."""
     from test_connector_kubernetes import FAST, _example_fake
 
-    from hypocenter.collector.connectors.kubernetes import Credentials, KubeAPI
+    from hypocenter.collector.connectors.kube_api import KubeAPI
+    from hypocenter.collector.connectors.kube_credentials import Credentials
     from hypocenter.config import load_settings
     from hypocenter.server.pulls import KueuePoller, ended_workloads
     from hypocenter.server.service import Attribution

@@ -40,7 +40,9 @@ from hypocenter.collector.connectors.base import (
     Scope,
     with_retries,
 )
-from hypocenter.collector.connectors.kubernetes import KubeAPI, KubernetesConnector, credentials
+from hypocenter.collector.connectors.kube_api import KubeAPI
+from hypocenter.collector.connectors.kube_credentials import credentials
+from hypocenter.collector.connectors.kubernetes import KubernetesConnector
 from hypocenter.collector.connectors.slurm import SlurmConnector, run_command
 from hypocenter.collector.pull import LokiSource, PrometheusSource
 from hypocenter.collector.scheduler_records import RECORDS_KIND, slurm_job_label
