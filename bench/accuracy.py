@@ -137,7 +137,7 @@ def _diagnose(bundle: str) -> tuple[dict[str, Any] | None, str | None, float]:
     t0 = time.perf_counter()
     try:
         loaded = load_bundle(Path(bundle))
-        diag = default_engine().analyze(loaded.context, loaded.sources, loaded.coverage)
+        diag = default_engine().analyze(loaded)
         return diag.model_dump(mode="json"), None, time.perf_counter() - t0
     except Exception as exc:  # the benchmark reports engine crashes per bundle instead of stopping
         return None, f"{type(exc).__name__}: {exc}", time.perf_counter() - t0

@@ -1,7 +1,8 @@
-"""The data that flows through hypocenter: Observation → Event → Diagnosis, scoped by AttemptContext.
+"""The data that flows through hypocenter: sources → Event → Diagnosis, scoped by AttemptContext.
 
-Connectors produce `Observation`s, extractors turn candidate observations into `Event`s, the
-verdict turns events into a `Diagnosis`. These models are the contracts of DESIGN.md (contract 1
+Connectors produce sources (sources.py: text streams, metric series, scheduler records; an
+observation is one line, sample or record of them), the extractor turns candidate observations
+into `Event`s, the verdict turns events into a `Diagnosis`. These models are the contracts of DESIGN.md (contract 1
 for `AttemptContext`, contract 3 for `Diagnosis`); they must only ever be extended compatibly.
 Nothing in this module reads files or knows about a connector.
 """
@@ -170,31 +171,11 @@ class AttemptContext(_Strict):
 # Observations and events
 
 
-class Observation(BaseModel):
-    """One normalised record from any connector: a log line, a metric sample, a scheduler record."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    time: datetime | None
-    approx: bool = False
-    node: str | None
-    source: SourceKind
-    stream: str
-    line: int
-    text: str
-    rank: int | None = None
-    attrs: dict[str, str] = Field(default_factory=dict)
-
-    @property
-    def ref(self) -> str:
-        return f"{self.stream}:{self.line}"
-
-
 FieldValue = str | int | float | None
 
 
 class Event(BaseModel):
-    """A typed fact extracted from an observation: an Xid, an NCCL error, a watchdog timeout, …"""
+    """A typed fact extracted from an observation (a line, sample or record): an Xid, an NCCL error, a watchdog timeout, …"""
 
     model_config = ConfigDict(extra="forbid")
 

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from hypocenter.model import SourceKind
+from hypocenter.model import AttemptContext, Coverage, SourceKind
 
 
 @dataclass(slots=True)
@@ -54,6 +54,20 @@ class RecordSource:
 
 
 Source = TextSource | MetricSource | RecordSource
+
+
+@dataclass
+class AttemptInput:
+    """One attempt as the engine takes it (`Engine.analyze`): its scope, its evidence, what was read.
+
+    Made from a bundle directory (collector/bundle.py `load_bundle`, a `Bundle`), a pull
+    (collector/pull.py `gather`) or the server's store (server/attempts.py `assemble`).
+    """
+
+    context: AttemptContext
+    sources: list[Source] = field(default_factory=list)
+    coverage: list[Coverage] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # for the person: "attempt 2 of 3", "window ends now"
 
 
 @dataclass(frozen=True)

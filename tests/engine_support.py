@@ -14,4 +14,4 @@ QUERIES = default_engine().ruleset.queries()
 
 def analyze_bundle(path: Path | str, engine: Engine | None = None) -> Diagnosis:
     bundle = load_bundle(Path(path))
-    return (engine or default_engine()).analyze(bundle.context, bundle.sources, bundle.coverage)
+    return (engine or default_engine()).analyze(bundle)

@@ -28,7 +28,7 @@ from hypocenter.collector.bundle import load_bundle
 from hypocenter.engine import default_engine
 from hypocenter.lineformat import time_context
 from hypocenter.model import AttemptContext
-from hypocenter.sources import Source, TextSource
+from hypocenter.sources import AttemptInput, Source, TextSource
 
 GENERATED = 60
 
@@ -56,9 +56,9 @@ def _compacted(sources: list[Source], tctx_bundle: Path) -> tuple[list[Source], 
 def _same_diagnosis(bundle: Path) -> tuple[int, int]:
     engine = default_engine()
     b = load_bundle(bundle)
-    whole = engine.analyze(b.context, b.sources, b.coverage).to_json()
+    whole = engine.analyze(b).to_json()
     sources, total, blanked = _compacted(b.sources, bundle)
-    assert engine.analyze(b.context, sources, b.coverage).to_json() == whole, bundle.name
+    assert engine.analyze(AttemptInput(b.context, sources, b.coverage)).to_json() == whole, bundle.name
     return total, blanked
 
 

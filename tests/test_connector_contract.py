@@ -62,7 +62,9 @@ from hypocenter.collector.connectors.base import (
     ScopeConnector,
 )
 from hypocenter.collector.connectors.files import FilesConnector
-from hypocenter.collector.connectors.kubernetes import Credentials, KubeAPI, KubernetesConnector
+from hypocenter.collector.connectors.kube_api import KubeAPI
+from hypocenter.collector.connectors.kube_credentials import Credentials
+from hypocenter.collector.connectors.kubernetes import KubernetesConnector
 from hypocenter.collector.connectors.loki import LokiConnector, LokiLimits
 from hypocenter.collector.connectors.prometheus import PrometheusConnector
 from hypocenter.collector.connectors.scope import epoch_ns

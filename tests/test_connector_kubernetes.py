@@ -19,16 +19,16 @@ from resource_spies import CallersTransport, record_clients
 
 from hypocenter.collector.bundle import load_bundle
 from hypocenter.collector.connectors.base import ConnectorError, RetryPolicy
-from hypocenter.collector.connectors.kubernetes import (
+from hypocenter.collector.connectors.kube_api import KubeAPI
+from hypocenter.collector.connectors.kube_credentials import (
     Credentials,
-    KubeAPI,
-    KubernetesConnector,
     credentials,
     from_kubeconfig,
     in_cluster,
 )
+from hypocenter.collector.connectors.kubernetes import KubernetesConnector
 from hypocenter.engine import default_engine
-from hypocenter.sources import RecordSource, TextSource
+from hypocenter.sources import AttemptInput, RecordSource, TextSource
 
 ROOT = Path(__file__).resolve().parent.parent
 FIX = ROOT / "tests" / "fixtures" / "kubernetes"
@@ -79,7 +79,7 @@ def test_kueue_preemption_from_the_workload() -> None:
     assert all(c.status == "ok" for c in scope.collected.coverage), scope.collected.coverage
     # and the verdict is the example's
     example = ROOT / "examples" / "kueue-preemption"
-    d = default_engine().analyze(ctx, [*scope.collected.sources, *_node_logs(example)], scope.collected.coverage)
+    d = default_engine().analyze(AttemptInput(ctx, [*scope.collected.sources, *_node_logs(example)], scope.collected.coverage))
     expected = analyze_bundle(example)
     assert d.root_cause is not None and expected.root_cause is not None
     assert (d.root_cause.domain, d.root_cause.subdomain) == ("external", "preemption")
@@ -100,9 +100,9 @@ def test_pytorchjob_found_without_naming_its_kind() -> None:
     kueue = next(c for c in scope.collected.coverage if c.source == "k8s/workload.json")
     assert (kueue.status, kueue.reason) == ("skipped", "Kueue is not installed")
     example = ROOT / "examples" / "hbm-ecc-xid48"
-    d = default_engine().analyze(ctx, [*scope.collected.sources, *_node_logs(example)], scope.collected.coverage)
+    d = default_engine().analyze(AttemptInput(ctx, [*scope.collected.sources, *_node_logs(example)], scope.collected.coverage))
     expected = load_bundle(example)
-    want = default_engine().analyze(expected.context, expected.sources, expected.coverage).root_cause
+    want = default_engine().analyze(expected).root_cause
     assert d.root_cause is not None and want is not None
     assert (d.root_cause.domain, d.root_cause.subdomain, d.root_cause.nodes, d.root_cause.components) == \
         (want.domain, want.subdomain, want.nodes, want.components)
@@ -127,7 +127,7 @@ def test_batch_job_with_an_oomkilled_previous_container() -> None:
     texts = _texts(scope.collected.sources)
     assert "k8s container finetune-x7k2p/trainer terminated reason=OOMKilled exit_code=137 signal=0" in texts
     assert any(t.startswith("k8s event type=Warning reason=BackoffLimitExceeded object=Job/finetune") for t in texts)
-    d = default_engine().analyze(ctx, scope.collected.sources, scope.collected.coverage)
+    d = default_engine().analyze(AttemptInput(ctx, scope.collected.sources, scope.collected.coverage))
     assert d.root_cause is not None and d.root_cause.domain == "resource"
 
 

@@ -10,13 +10,13 @@ from hypothesis import strategies as st
 
 from hypocenter.collector.bundle import load_bundle
 from hypocenter.engine import default_engine
-from hypocenter.sources import MetricSource, RecordSource, Source
+from hypocenter.sources import AttemptInput, MetricSource, RecordSource, Source
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 BUNDLES = sorted(p for p in EXAMPLES.iterdir() if (p / "attempt.yaml").is_file())
 LOADED = {p.name: load_bundle(p) for p in BUNDLES}
 ENGINE = default_engine()
-BASELINE = {name: ENGINE.analyze(b.context, b.sources, b.coverage).to_json() for name, b in LOADED.items()}
+BASELINE = {name: ENGINE.analyze(b).to_json() for name, b in LOADED.items()}
 
 
 def _shuffled(sources: list[Source], rnd: random.Random) -> list[Source]:
@@ -42,10 +42,10 @@ def test_arrival_order_does_not_change_the_diagnosis(name: str, seed: int) -> No
     rnd = random.Random(seed)
     coverage = list(b.coverage)
     rnd.shuffle(coverage)
-    d = ENGINE.analyze(b.context, _shuffled(b.sources, rnd), coverage)
+    d = ENGINE.analyze(AttemptInput(b.context, _shuffled(b.sources, rnd), coverage))
     assert d.to_json() == BASELINE[name]
 
 
 def test_repeated_runs_are_byte_identical() -> None:
     for name, b in LOADED.items():
-        assert ENGINE.analyze(b.context, b.sources, b.coverage).to_json() == BASELINE[name]
+        assert ENGINE.analyze(b).to_json() == BASELINE[name]

@@ -31,7 +31,7 @@ from hypocenter.collector.connectors.scope import epoch_ns
 from hypocenter.engine import default_engine
 from hypocenter.lineformat import time_context
 from hypocenter.model import AttemptContext
-from hypocenter.sources import TextSource
+from hypocenter.sources import AttemptInput, TextSource
 
 T0 = datetime(2026, 11, 2, 10, 0, tzinfo=timezone.utc)
 FAST = RetryPolicy(timeout_s=2.0, attempts=3, backoff_s=0.01, max_backoff_s=0.02)
@@ -199,7 +199,7 @@ def test_lines_without_a_stamp_are_dated_by_loki_and_the_engine_uses_it(loki: Fa
     [src] = collected.sources
     assert isinstance(src.text, str)
     assert src.text.splitlines() == [f"[{rfc3339_ns(ns(12.5))}] {XID}", stamped]  # its own stamp wins
-    diagnosis = default_engine().analyze(ctx, collected.sources, collected.coverage)
+    diagnosis = default_engine().analyze(AttemptInput(ctx, collected.sources, collected.coverage))
     assert diagnosis.root_cause is not None and diagnosis.root_cause.first_seen == "2026-11-02T10:12:30Z"
 
 

@@ -25,7 +25,7 @@ from hypocenter.collector.connectors.base import RetryPolicy
 from hypocenter.collector.connectors.prometheus import MAX_POINTS, PrometheusConnector, plan
 from hypocenter.engine import default_engine
 from hypocenter.model import AttemptContext
-from hypocenter.sources import MetricSource, Series
+from hypocenter.sources import AttemptInput, MetricSource, Series
 
 pytestmark = [needs_prometheus, needs_promtool]
 
@@ -116,7 +116,7 @@ def test_it_pulls_exactly_the_rule_series_of_the_attempts_nodes_and_window(prome
 def test_the_engine_reads_the_pulled_xid_as_the_gpu_fault(prometheus: PrometheusProcess) -> None:
     ctx = attempt(A, ["gpu-a01", "gpu-a02"])
     got = PrometheusConnector(prometheus.url, queries=QUERIES, policy=FAST).collect(ctx)
-    d = default_engine().analyze(ctx, got.sources, got.coverage)
+    d = default_engine().analyze(AttemptInput(ctx, got.sources, got.coverage))
     assert d.outcome == "attributed" and d.root_cause is not None
     assert (d.root_cause.domain, d.root_cause.subdomain, d.root_cause.nodes) == ("hardware", "gpu", ["gpu-a02"])
     [xid] = [e for e in d.evidence if e.role == "root_cause"]
@@ -126,7 +126,7 @@ def test_the_engine_reads_the_pulled_xid_as_the_gpu_fault(prometheus: Prometheus
 def test_the_engine_reads_the_pulled_link_down_counter_as_a_fabric_fault(prometheus: PrometheusProcess) -> None:
     ctx = attempt(B, ["gpu-a03", "gpu-a04", "gpu-a05"])
     got = PrometheusConnector(prometheus.url, queries=QUERIES, policy=FAST).collect(ctx)
-    d = default_engine().analyze(ctx, got.sources, got.coverage)
+    d = default_engine().analyze(AttemptInput(ctx, got.sources, got.coverage))
     assert d.root_cause is not None
     assert (d.root_cause.domain, d.root_cause.subdomain, d.root_cause.nodes) == ("network", "fabric", ["gpu-a03"])
     cov = {c.source: c.status for c in got.coverage}

@@ -33,7 +33,7 @@ from hypocenter.collector.connectors.prometheus import PrometheusConnector
 from hypocenter.collector.connectors.scope import epoch_ns
 from hypocenter.engine import default_engine
 from hypocenter.lineformat import parse_line, time_context
-from hypocenter.sources import MetricSource, RecordSource, Source, TextSource
+from hypocenter.sources import AttemptInput, MetricSource, RecordSource, Source, TextSource
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 POLICY = RetryPolicy(timeout_s=10.0, attempts=2, backoff_s=0.05, max_backoff_s=0.1)
@@ -127,7 +127,7 @@ def test_pulled_from_loki_and_prometheus_gives_the_bundle_verdict(
     scheduler: list[Source] = [s for s in bundle.sources if isinstance(s, RecordSource)]
     pulled = merge([*parts, Collected(sources=scheduler)])
     assert not [c for c in pulled.coverage if c.status in ("failed", "partial")], pulled.coverage
-    diagnosis = default_engine().analyze(ctx, pulled.sources, pulled.coverage)
+    diagnosis = default_engine().analyze(AttemptInput(ctx, pulled.sources, pulled.coverage))
     assert verdict(json.loads(diagnosis.to_json())) == verdict(expected)
 
 
@@ -180,5 +180,5 @@ def test_job_logs_sent_to_lokis_otlp_endpoint_are_found_by_structured_metadata(
     assert {c.source: c.status for c in merged.coverage if c.connector == "loki"}["logs/_job"] == "ok"
     assert any(s.name.startswith("loki/_job/") for s in merged.sources)
     assert any(' | hypocenter_workload_id="77120"' in q["query"] for q in loki.queries)
-    diagnosis = default_engine().analyze(bundle.context, merged.sources, merged.coverage)
+    diagnosis = default_engine().analyze(AttemptInput(bundle.context, merged.sources, merged.coverage))
     assert verdict(json.loads(diagnosis.to_json())) == verdict(expected)

@@ -25,6 +25,7 @@ from hypocenter.collector.bundle import load_bundle
 from hypocenter.collector.connectors.base import ConnectorError, RetryPolicy
 from hypocenter.collector.connectors.slurm import run_command
 from hypocenter.server.pulls import ended_jobs
+from hypocenter.sources import AttemptInput
 
 FAKE_BIN = REPO / "examples" / "fake-slurm" / "bin"
 FIXTURES = REPO / "tests" / "fixtures" / "slurm" / "24.05"
@@ -136,7 +137,7 @@ def test_a_kubernetes_scope_is_kept_with_its_pod_logs(tmp_path: Path) -> None:
     example = REPO / "examples" / "hbm-ecc-xid48"
     scope = _connector(_example_fake("hbm-ecc-xid48"), "ml-team/train").scope()
     sources = [*scope.collected.sources, *_node_logs(example)]
-    direct = default_engine().analyze(scope.context, sources, scope.collected.coverage)
+    direct = default_engine().analyze(AttemptInput(scope.context, sources, scope.collected.coverage))
     settings, _ = load_settings({"store": str(tmp_path / "s.db"), "settle_s": 3600, "idle_timeout_s": 86400},
                                 environ={})
     store = open_store(settings.store)
@@ -162,7 +163,8 @@ def test_the_kueue_poll_scopes_workloads_that_ended(tmp_path: Path) -> None:
     are scoped with the Kubernetes connector and kept; a second look keeps nothing new."""
     from test_connector_kubernetes import FAST, _example_fake
 
-    from hypocenter.collector.connectors.kubernetes import Credentials, KubeAPI
+    from hypocenter.collector.connectors.kube_api import KubeAPI
+    from hypocenter.collector.connectors.kube_credentials import Credentials
     from hypocenter.config import load_settings
     from hypocenter.server.pulls import KueuePoller, ended_workloads
     from hypocenter.server.service import Attribution

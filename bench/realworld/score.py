@@ -51,7 +51,7 @@ def _bundle(case: dict[str, Any], root: Path) -> Path:
 
 def score_case(case: dict[str, Any], root: Path) -> Scored:
     bundle = load_bundle(_bundle(case, root))
-    d = default_engine().analyze(bundle.context, bundle.sources, bundle.coverage)
+    d = default_engine().analyze(bundle)
     want = case["expect"]
     rc = d.root_cause
     got = f"{d.outcome}" + (f" {rc.domain}/{rc.subdomain}" if rc else "")

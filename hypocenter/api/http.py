@@ -33,7 +33,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from fastapi import FastAPI, Query, Request
+from fastapi import APIRouter, FastAPI, Query, Request
 from fastapi.responses import JSONResponse, Response
 from google.protobuf import json_format
 from google.protobuf.message import Message
@@ -211,6 +211,7 @@ def _caller(request: Request) -> dict[str, str]:
 
 def build_app(service: Attribution, ready: Callable[[], bool] = lambda: True,
               authenticator: auth.Authenticator | None = None, peers: PeerNames | None = None) -> FastAPI:
+    """The ASGI app on :4318: OTLP/HTTP and the REST API, one router per concern, behind the auth guard."""
     app = FastAPI(
         title="hypocenter", version=__version__,
         description="Root-cause attribution for distributed AI workloads: OTLP in, diagnoses out "
@@ -219,6 +220,15 @@ def build_app(service: Attribution, ready: Callable[[], bool] = lambda: True,
                     "OTLP the ingest role, everything else admin.")
     app.add_middleware(auth.AuthGuard, authenticator=authenticator or auth.Authenticator(),
                        peer_name=(peers or PeerNames()).get)
+    for router in (otlp_routes(service), attempt_routes(service), diagnosis_routes(service),
+                   bundle_routes(service), probe_routes(service, ready)):
+        app.include_router(router)
+    return app
+
+
+def otlp_routes(service: Attribution) -> APIRouter:
+    """The OTLP/HTTP receiver: POST /v1/logs and /v1/metrics (protobuf or JSON)."""
+    router = APIRouter()
     limit = service.settings.max_message_bytes
 
     async def export(request: Request, signal: str) -> Response:
@@ -248,17 +258,24 @@ def build_app(service: Attribution, ready: Callable[[], bool] = lambda: True,
         service.activity.ingested(signal, "otlp_http", len(tagged.accepted), len(raw), tagged.rejected_by)
         return _otlp_ok(otlp.export_response(signal, tagged, warnings), media)
 
-    @app.post("/v1/logs", tags=["otlp"], summary="OTLP/HTTP logs export (protobuf or JSON)")
+    @router.post("/v1/logs", tags=["otlp"], summary="OTLP/HTTP logs export (protobuf or JSON)")
     async def otlp_logs(request: Request) -> Response:
         return await export(request, "logs")
 
-    @app.post("/v1/metrics", tags=["otlp"], summary="OTLP/HTTP metrics export (protobuf or JSON)")
+    @router.post("/v1/metrics", tags=["otlp"], summary="OTLP/HTTP metrics export (protobuf or JSON)")
     async def otlp_metrics(request: Request) -> Response:
         return await export(request, "metrics")
 
+    return router
+
+
+def attempt_routes(service: Attribution) -> APIRouter:
+    """An attempt's scope, its state, and analysis on request (by attempt or by scheduler id)."""
+    router = APIRouter()
+
     # ------------------------------------------------------------------------------- attempts
 
-    @app.put("/v1/attempts/{workload:path}/{attempt}", tags=["attempts"], status_code=200,
+    @router.put("/v1/attempts/{workload:path}/{attempt}", tags=["attempts"], status_code=200,
              summary="Set an attempt's scope from an attempt.yaml (YAML or JSON body)",
              responses={400: {"model": Problem}, 413: {"model": Problem}})
     async def put_attempt(workload: str, attempt: int, request: Request) -> Response:
@@ -271,7 +288,7 @@ def build_app(service: Attribution, ready: Callable[[], bool] = lambda: True,
         await run_in_threadpool(service.set_context, ctx, _caller(request))
         return JSONResponse(ctx.model_dump(mode="json"))
 
-    @app.get("/v1/attempts/{workload:path}/{attempt}", tags=["attempts"], response_model=AttemptInfo,
+    @router.get("/v1/attempts/{workload:path}/{attempt}", tags=["attempts"], response_model=AttemptInfo,
              responses={404: {"model": Problem}})
     async def get_attempt(workload: str, attempt: int) -> Any:
         row = await run_in_threadpool(service.store.attempt, workload, attempt)
@@ -283,7 +300,7 @@ def build_app(service: Attribution, ready: Callable[[], bool] = lambda: True,
                            context=row.context, dirty=row.dirty, analyzed_at=_iso(row.analyzed_at),
                            log_records=len(logs), metric_points=len(points))
 
-    @app.post("/v1/attempts/{workload:path}/{attempt}/analyze", tags=["attempts"],
+    @router.post("/v1/attempts/{workload:path}/{attempt}/analyze", tags=["attempts"],
               summary="Analyse the attempt now and return its diagnosis",
               responses={200: {"model": Diagnosis}, 404: {"model": Problem}})
     async def analyze(workload: str, attempt: int, http_request: Request) -> Response:
@@ -294,7 +311,7 @@ def build_app(service: Attribution, ready: Callable[[], bool] = lambda: True,
         return Response(diagnosis.to_json(), media_type=JSON,
                         headers={"X-Hypocenter-Provisional": str(provisional).lower()})
 
-    @app.post("/v1/attempts/{workload:path}/{attempt}/artifacts", tags=["attempts"], status_code=201,
+    @router.post("/v1/attempts/{workload:path}/{attempt}/artifacts", tags=["attempts"], status_code=201,
               summary="Upload one hang-forensics artifact of the attempt (Flight Recorder dump, ncclras, stack dump)",
               description="The body is the file as written: a PyTorch Flight Recorder dump (pickle or JSON, read "
                           "without unpickling anything but plain values), `ncclras` output, or a py-spy / faulthandler "
@@ -318,7 +335,7 @@ def build_app(service: Attribution, ready: Callable[[], bool] = lambda: True,
         return JSONResponse({"stream": artifacts.stream_name(name, node), "kind": kind, "records": len(entries)},
                             status_code=201)
 
-    @app.post("/v1/scopes", tags=["attempts"], summary="Analyse a job named by its scheduler id",
+    @router.post("/v1/scopes", tags=["attempts"], summary="Analyse a job named by its scheduler id",
               description="Exactly one of `slurm` (81234, 81234_7, 81234+1), `kueue` (NS/WORKLOAD) or `k8s_job` "
                           "(NS/NAME or NS/KIND/NAME): the server asks the scheduler for the attempt with the "
                           "same connector as `hypocenter analyze --slurm/--kueue/--k8s-job`, keeps that scope and "
@@ -339,9 +356,16 @@ def build_app(service: Attribution, ready: Callable[[], bool] = lambda: True,
         return Response(diagnosis.to_json(), media_type=JSON,
                         headers={"X-Hypocenter-Provisional": str(provisional).lower()})
 
+    return router
+
+
+def diagnosis_routes(service: Attribution) -> APIRouter:
+    """The diagnoses made, filtered or one by id."""
+    router = APIRouter()
+
     # ------------------------------------------------------------------------------- diagnoses
 
-    @app.get("/v1/diagnoses", tags=["diagnoses"], response_model=DiagnosisList)
+    @router.get("/v1/diagnoses", tags=["diagnoses"], response_model=DiagnosisList)
     async def list_diagnoses(
         cluster: str | None = None, outcome: str | None = None, domain: str | None = None,
         node: str | None = Query(None, description="a culprit node"), workload: str | None = None,
@@ -363,7 +387,7 @@ def build_app(service: Attribution, ready: Callable[[], bool] = lambda: True,
         rows = await run_in_threadpool(service.diagnoses, flt)
         return DiagnosisList(diagnoses=[_summary(r) for r in rows])
 
-    @app.get("/v1/diagnoses/{diagnosis_id}", tags=["diagnoses"],
+    @router.get("/v1/diagnoses/{diagnosis_id}", tags=["diagnoses"],
              responses={200: {"model": Diagnosis}, 404: {"model": Problem}})
     async def get_diagnosis(diagnosis_id: str) -> Response:
         row = await run_in_threadpool(service.diagnosis, diagnosis_id)
@@ -374,7 +398,7 @@ def build_app(service: Attribution, ready: Callable[[], bool] = lambda: True,
                                                             "X-Hypocenter-Source": str((row.provenance or {}).get(
                                                                 "source", "unknown"))})
 
-    @app.get("/v1/diagnoses/{diagnosis_id}/revisions", tags=["diagnoses"], response_model=RevisionList,
+    @router.get("/v1/diagnoses/{diagnosis_id}/revisions", tags=["diagnoses"], response_model=RevisionList,
              summary="Every verdict the diagnosis' attempt has had, oldest first, with provenance",
              responses={404: {"model": Problem}})
     async def list_revisions(diagnosis_id: str) -> Any:
@@ -388,7 +412,7 @@ def build_app(service: Attribution, ready: Callable[[], bool] = lambda: True,
                      provenance=r.provenance, url=f"/v1/diagnoses/{diagnosis_id}/revisions/{r.revision}")
             for r in revisions])
 
-    @app.get("/v1/diagnoses/{diagnosis_id}/revisions/{revision}", tags=["diagnoses"],
+    @router.get("/v1/diagnoses/{diagnosis_id}/revisions/{revision}", tags=["diagnoses"],
              responses={200: {"model": Diagnosis}, 404: {"model": Problem}})
     async def get_revision(diagnosis_id: str, revision: int) -> Response:
         revisions = await run_in_threadpool(service.store.diagnosis_revisions, diagnosis_id)
@@ -399,7 +423,15 @@ def build_app(service: Attribution, ready: Callable[[], bool] = lambda: True,
                                                                   "X-Hypocenter-Source": str(found[0].provenance.get(
                                                                       "source", "unknown"))})
 
-    @app.post("/v1/bundles", tags=["attempts"], summary="Upload an attempt bundle (tar.gz) and analyse it",
+    return router
+
+
+def bundle_routes(service: Attribution) -> APIRouter:
+    """An attempt bundle uploaded as tar.gz and analysed at once."""
+    router = APIRouter()
+    limit = service.settings.max_message_bytes
+
+    @router.post("/v1/bundles", tags=["attempts"], summary="Upload an attempt bundle (tar.gz) and analyse it",
               responses={200: {"model": Diagnosis}, 400: {"model": Problem}, 413: {"model": Problem}})
     async def upload_bundle(request: Request) -> Response:
         try:
@@ -411,13 +443,20 @@ def build_app(service: Attribution, ready: Callable[[], bool] = lambda: True,
             return _problem(400, str(exc))
         return Response(diagnosis.to_json(), media_type=JSON)
 
+    return router
+
+
+def probe_routes(service: Attribution, ready: Callable[[], bool]) -> APIRouter:
+    """Liveness and readiness for Kubernetes probes and load balancers."""
+    router = APIRouter()
+
     # ------------------------------------------------------------------------------- probes
 
-    @app.get("/healthz", tags=["probes"], summary="The process is up")
+    @router.get("/healthz", tags=["probes"], summary="The process is up")
     async def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
-    @app.get("/readyz", tags=["probes"], summary="Ready to take data: store open, listeners up, queue not full")
+    @router.get("/readyz", tags=["probes"], summary="Ready to take data: store open, listeners up, queue not full")
     async def readyz() -> Response:
         try:
             stats = await run_in_threadpool(service.store.stats)
@@ -428,7 +467,7 @@ def build_app(service: Attribution, ready: Callable[[], bool] = lambda: True,
             return _problem(503, "ingest queue is full" if full else "starting")
         return JSONResponse({"status": "ready", "queue": service.queue.pending, **stats})
 
-    return app
+    return router
 
 
 def _context_from(raw: bytes, workload: str, attempt: int) -> AttemptContext:
@@ -465,9 +504,9 @@ def _analyze_bundle(service: Attribution, raw: bytes, client: dict[str, str] | N
         root = min(roots, key=lambda p: len(p.parts))
         bundle = load_bundle(root)
         context = bundle.context
-        diagnosis = service.engine.analyze(bundle.context, bundle.sources, bundle.coverage)
+        diagnosis = service.engine.analyze(bundle)
     service.analyze_context(context, diagnosis, client)
     return diagnosis
 
 
-__all__ = ["build_app"]
+__all__ = ["attempt_routes", "build_app", "bundle_routes", "diagnosis_routes", "otlp_routes", "probe_routes"]

@@ -22,7 +22,7 @@ from hypocenter.engine.rules import CaseSpec, Rule, Ruleset
 from hypocenter.engine.verdict import in_scope
 from hypocenter.lineformat import time_context
 from hypocenter.model import AttemptContext, Event
-from hypocenter.sources import MetricSource, RecordSource, Source, TextSource
+from hypocenter.sources import AttemptInput, MetricSource, RecordSource, Source, TextSource
 
 DEFAULT_WINDOW = {"start": "2026-11-02T00:00:00Z", "end": "2026-11-02T23:59:59Z"}
 
@@ -88,7 +88,7 @@ def run_case(engine: Engine, rule: Rule, case: CaseSpec) -> CaseResult:
     elif hits:
         problems.append(f"fired on {hits[0].ref}: {hits[0].text[:120]}")
     if case.verdict:
-        d = engine.analyze(ctx, sources)
+        d = engine.analyze(AttemptInput(ctx, sources))
         rc = d.root_cause
         got_v = {"outcome": d.outcome, "domain": rc.domain if rc else None,
                  "subdomain": rc.subdomain if rc else None, "nodes": rc.nodes if rc else []}

@@ -24,8 +24,11 @@ Resending the same bundle is idempotent on the server.
 
 from __future__ import annotations
 
+import argparse
 import json
+import os
 import re
+import sys
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -33,6 +36,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from hypocenter.cli.console import EXIT_OK, EXIT_PROBLEMS
 from hypocenter.collector import flight_recorder
 from hypocenter.collector.bundle import JOB_DIR, documents, load_context, read_text
 from hypocenter.collector.metrics import MetricFormatError, parse_metrics
@@ -338,3 +342,64 @@ def trigger(rest: str, ctx: AttemptContext, timeout: float = 60.0, *, token: str
 
 
 __all__ = ["HypocenterError", "InputError", "plan", "replay", "trigger"]
+
+
+TOKEN_ENV = "HYPOCENTER_TOKEN"
+
+
+def client_token(token_file: str | None) -> str | None:
+    """A client's bearer token: from --token-file, else $HYPOCENTER_TOKEN (never a flag value, which
+    `ps` would show to every user of the machine)."""
+    if token_file:
+        try:
+            token = Path(token_file).read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise InputError(f"--token-file {token_file}: {exc.strerror}") from None
+        if not token:
+            raise InputError(f"--token-file {token_file}: the file is empty")
+        return token
+    return os.environ.get(TOKEN_ENV, "").strip() or None
+
+
+def _cmd_replay(args: argparse.Namespace) -> int:
+    endpoint = args.endpoint or ("127.0.0.1:4318" if args.http else "127.0.0.1:4317")
+    token = client_token(args.token_file)
+    try:
+        ctx, report = replay(Path(args.bundle), endpoint, http=args.http, timeout=args.timeout, token=token,
+                             ca_file=args.ca_file)
+    except TransientError as exc:
+        print(f"hypocenter: replay to {endpoint} stopped: {exc}", file=sys.stderr)
+        return EXIT_PROBLEMS
+    print(f"replayed {args.bundle} to {endpoint} ({'OTLP/HTTP' if args.http else 'OTLP/gRPC'}): "
+          f"{report.log_records} log records, {report.metric_points} metric points in {report.requests} requests; "
+          f"workload {ctx.workload.id} attempt {ctx.workload.attempt} state {ctx.state or 'UNKNOWN'} sent last",
+          file=sys.stderr)
+    rest = args.rest or (endpoint if args.http else None)
+    if rest is None:
+        print("the terminal state triggers analysis on the server; pass --rest URL to wait for the diagnosis",
+              file=sys.stderr)
+        return EXIT_OK
+    try:
+        status, body = trigger(rest, ctx, token=token, ca_file=args.ca_file)
+    except TransientError as exc:
+        print(f"hypocenter: {exc}", file=sys.stderr)
+        return EXIT_PROBLEMS
+    if status != 200:
+        print(f"hypocenter: analysis request failed: HTTP {status}: {body.strip()[:300]}", file=sys.stderr)
+        return EXIT_PROBLEMS
+    sys.stdout.write(body)
+    return EXIT_OK
+
+
+def add_parser(sub: Any) -> None:
+    r = sub.add_parser("replay", help="send an attempt bundle to a server as OTLP, then trigger its analysis")
+    r.add_argument("bundle", help="path to the attempt bundle directory")
+    r.add_argument("--endpoint", help="OTLP endpoint host:port (default 127.0.0.1:4317, or :4318 with --http)")
+    r.add_argument("--http", action="store_true", help="use OTLP/HTTP (protobuf) instead of OTLP/gRPC")
+    r.add_argument("--rest", metavar="URL",
+                   help="REST base URL to trigger the analysis and print the diagnosis (default: the --http endpoint)")
+    r.add_argument("--timeout", type=float, default=30.0, help="exporter timeout per request, seconds (default 30)")
+    r.add_argument("--token-file", metavar="PATH", help=f"file holding a bearer token (default: ${TOKEN_ENV}); "
+                   "OTLP needs the ingest role, the analysis trigger admin")
+    r.add_argument("--ca-file", metavar="PATH", help="CA certificate(s) to verify a TLS server with (turns on TLS)")
+    r.set_defaults(func=_cmd_replay)

@@ -35,18 +35,17 @@ from hypocenter.collector.scheduler_records import parse_scontrol, render
 from hypocenter.errors import BundleError, InputError
 from hypocenter.lineformat import MAX_LINE, TimeContext, time_context, zone
 from hypocenter.model import AttemptContext, Coverage
-from hypocenter.sources import MetricSource, Record, RecordSource, Source, TextSource
+from hypocenter.sources import AttemptInput, MetricSource, Record, RecordSource, TextSource
 
 JOB_DIR = "_job"
 _BINARY_PROBE = 8192
 
 
 @dataclass
-class Bundle:
-    root: Path
-    context: AttemptContext
-    sources: list[Source] = field(default_factory=list)
-    coverage: list[Coverage] = field(default_factory=list)
+class Bundle(AttemptInput):
+    """An attempt read from a bundle directory (contract 1)."""
+
+    root: Path = field(kw_only=True)
 
 
 def load_context(root: Path) -> AttemptContext:

@@ -45,7 +45,6 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -57,8 +56,8 @@ from hypocenter.collector.connectors import connector_class
 from hypocenter.collector.connectors.base import Collected, ConnectorError, RetryPolicy, Scope, merge
 from hypocenter.config import is_http_url
 from hypocenter.errors import InputError
-from hypocenter.model import AttemptContext, Coverage, Diagnosis
-from hypocenter.sources import RuleQueries
+from hypocenter.model import Coverage
+from hypocenter.sources import AttemptInput, RuleQueries
 
 
 class UsageError(InputError):
@@ -249,14 +248,7 @@ def _flag(name: str) -> str:
     return "BUNDLE" if name == "bundle" else "--" + name.replace("_", "-")
 
 
-@dataclass
-class Gathered:
-    context: AttemptContext
-    collected: Collected
-    notes: list[str] = field(default_factory=list)
-
-
-def gather(cfg: PullConfig, *, queries: RuleQueries, progress: Callable[[str], None] = lambda s: None) -> Gathered:
+def gather(cfg: PullConfig, *, queries: RuleQueries, progress: Callable[[str], None] = lambda s: None) -> AttemptInput:
     """Scope the attempt, then collect from every data source; see the module docstring for failures."""
     policy = RetryPolicy(timeout_s=cfg.timeout) if cfg.timeout else RetryPolicy()
     connectors = _data_connectors(cfg, policy, queries)  # a secret that cannot be read stops us before the pull
@@ -264,7 +256,8 @@ def gather(cfg: PullConfig, *, queries: RuleQueries, progress: Callable[[str], N
         from hypocenter.collector.bundle import load_bundle
 
         bundle = load_bundle(Path(cfg.bundle))
-        scope = Scope(context=bundle.context, collected=Collected(sources=bundle.sources, coverage=bundle.coverage))
+        scope = Scope(context=bundle.context, collected=Collected(sources=bundle.sources, coverage=bundle.coverage),
+                      notes=bundle.notes)
     else:
         scope = _scope(cfg, policy, progress)
     parts = [scope.collected]
@@ -277,7 +270,8 @@ def gather(cfg: PullConfig, *, queries: RuleQueries, progress: Callable[[str], N
         except Exception as exc:  # a data source never blocks the verdict: it is a failed coverage entry
             parts.append(Collected(coverage=[Coverage(connector=name.split(" ")[0], source=name, status="failed",
                                                       observations=0, reason=f"{type(exc).__name__}: {exc}")]))
-    return Gathered(scope.context, merge(parts), scope.notes)
+    merged = merge(parts)
+    return AttemptInput(scope.context, merged.sources, merged.coverage, scope.notes)
 
 
 def _scope(cfg: PullConfig, policy: RetryPolicy, progress: Callable[[str], None]) -> Scope:
@@ -330,15 +324,6 @@ def _make(name: str, flag: str, *args: Any, **kwargs: Any) -> Any:
     except TypeError:  # a connector that takes no rule queries
         kwargs.pop("queries", None)
         return cls(*args, **kwargs)
-
-
-def analyze(cfg: PullConfig, engine: Any, progress: Callable[[str], None]) -> Diagnosis:
-    got = gather(cfg, queries=engine.ruleset.queries(), progress=progress)
-    for note in got.notes:
-        progress(note)
-    progress("analysing")
-    diagnosis: Diagnosis = engine.analyze(got.context, got.collected.sources, got.collected.coverage)
-    return diagnosis
 
 
 def tty_progress(text: str) -> None:

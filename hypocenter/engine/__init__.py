@@ -1,6 +1,6 @@
 """The deterministic attribution engine: extract events, correlate, decide.
 
-    analyze(context, sources, coverage)  → Diagnosis      (any connector's output)
+    Engine.analyze(attempt)  → Diagnosis   (an AttemptInput: from a bundle, a pull or the server's store)
 
 The engine never sees a connector type, only `Source`s and `Coverage`, and never imports the
 collector: callers load a bundle (`hypocenter.collector.bundle.load_bundle`) or pull, then analyze.
@@ -8,7 +8,7 @@ collector: callers load a bundle (`hypocenter.collector.bundle.load_bundle`) or 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
 
@@ -16,8 +16,8 @@ from hypocenter.engine.extract import Extractor
 from hypocenter.engine.rules import Ruleset, load_ruleset
 from hypocenter.engine.verdict import Verdict
 from hypocenter.lineformat import time_context
-from hypocenter.model import AttemptContext, Coverage, Diagnosis
-from hypocenter.sources import Record, RecordSource, Source
+from hypocenter.model import AttemptContext, Diagnosis
+from hypocenter.sources import AttemptInput, Record, RecordSource
 
 __all__ = ["Engine", "analyze", "default_engine"]
 
@@ -30,11 +30,13 @@ class Engine:
         self.extractor = Extractor(ruleset)
         self.verdict = Verdict(ruleset)
 
-    def analyze(self, context: AttemptContext, sources: Iterable[Source], coverage: Sequence[Coverage] = ()) -> Diagnosis:
+    def analyze(self, attempt: AttemptInput) -> Diagnosis:
+        context = attempt.context
         tctx = time_context(context)
-        all_sources = [*sources, _attempt_record(context)]
+        all_sources = [*attempt.sources, _attempt_record(context)]
         result = self.extractor.extract(all_sources, context, tctx)
-        return self.verdict.decide(context, result.events, sorted(coverage, key=lambda c: (c.source, c.connector)))
+        return self.verdict.decide(context, result.events,
+                                   sorted(attempt.coverage, key=lambda c: (c.source, c.connector)))
 
 
 def _attempt_record(ctx: AttemptContext) -> RecordSource:
@@ -53,5 +55,5 @@ def default_engine(extra_rules: Sequence[Path | str] = (), *, builtin: bool = Tr
     return _cached(tuple(str(p) for p in extra_rules), builtin)
 
 
-def analyze(context: AttemptContext, sources: Iterable[Source], coverage: Sequence[Coverage] = ()) -> Diagnosis:
-    return default_engine().analyze(context, sources, coverage)
+def analyze(attempt: AttemptInput) -> Diagnosis:
+    return default_engine().analyze(attempt)

@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import re
 from collections import defaultdict
-from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -35,18 +34,10 @@ from hypocenter.collector.scheduler_records import render
 from hypocenter.lineformat import TimeContext, parse_iso, zone
 from hypocenter.model import AttemptContext, Coverage, Window, Workload, parse_rank_ranges
 from hypocenter.names import NODE_LABELS
-from hypocenter.sources import MetricSource, Record, RecordSource, Series, Source, TextSource
+from hypocenter.sources import AttemptInput, MetricSource, Record, RecordSource, Series, Source, TextSource
 from hypocenter.store.base import AttemptRow, LogRow, PointRow, Store
 
 MAX_LINE_PADDING = 1 << 20  # blank lines kept to preserve line numbers across a gap, at most
-
-
-@dataclass(slots=True)
-class AttemptInput:
-    context: AttemptContext
-    sources: list[Source]
-    coverage: list[Coverage]
-    notes: list[str]
 
 
 def _ns(dt: datetime) -> int:

@@ -40,15 +40,17 @@ from hypocenter.collector.connectors.base import (
     Scope,
     with_retries,
 )
-from hypocenter.collector.connectors.kubernetes import KubeAPI, KubernetesConnector, credentials
+from hypocenter.collector.connectors.kube_api import KubeAPI
+from hypocenter.collector.connectors.kube_credentials import credentials
+from hypocenter.collector.connectors.kubernetes import KubernetesConnector
 from hypocenter.collector.connectors.slurm import SlurmConnector, run_command
 from hypocenter.collector.pull import LokiSource, PrometheusSource
 from hypocenter.collector.scheduler_records import RECORDS_KIND, slurm_job_label
 from hypocenter.config import Settings
 from hypocenter.engine.rules import Ruleset
 from hypocenter.model import Coverage
-from hypocenter.server.attempts import AttemptInput, parse_time
-from hypocenter.sources import MetricSource, RecordSource, Source, TextSource
+from hypocenter.server.attempts import parse_time
+from hypocenter.sources import AttemptInput, MetricSource, RecordSource, Source, TextSource
 
 log = logging.getLogger("hypocenter.server")
 

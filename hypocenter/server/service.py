@@ -325,7 +325,7 @@ class Attribution:
                 pulled, covered = self.pulls.collect(inp)
                 inp.sources.extend(pulled)
                 inp.coverage.extend(covered)
-            diagnosis = self.engine.analyze(inp.context, inp.sources, inp.coverage)
+            diagnosis = self.engine.analyze(inp)
             provisional = inp.context.state is None
             body = diagnosis.to_json()
             # The verdict's source is where its scope came from (a PUT, a scope request, a poll), else

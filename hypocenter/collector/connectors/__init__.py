@@ -27,7 +27,7 @@ CONNECTORS: dict[str, str] = {
     "prometheus": "hypocenter.collector.connectors.prometheus:PrometheusConnector",
 }
 
-SUPPORT_MODULES = frozenset({"base", "http_api", "scope"})
+SUPPORT_MODULES = frozenset({"base", "http_api", "kube_api", "kube_credentials", "scope"})
 """Modules of this package that are shared machinery, not connectors."""
 
 

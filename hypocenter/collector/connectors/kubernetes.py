@@ -26,46 +26,36 @@ The attempt number — what "the Nth try" means differs per kind, so each is sta
     batch Job        0: a Job retries pods, not attempts (backoffLimit); every pod it still has is
                      in scope, and status.failed says how many were retried
 
-Auth, first that applies: an explicit kubeconfig (`kubeconfig=`), in-cluster (service account token
+Credentials (kube_credentials.py), first that applies: an explicit kubeconfig (`kubeconfig=`), in-cluster (service account token
 and CA under /var/run/secrets/kubernetes.io/serviceaccount, KUBERNETES_SERVICE_HOST/PORT), then
 $KUBECONFIG (first file) or ~/.kube/config; from a kubeconfig: the current (or named) context,
 bearer token or tokenFile, client certificate and key (file or data), CA (file or data),
 insecure-skip-tls-verify, and exec credential plugins (client.authentication.k8s.io ExecCredential).
 
-HTTP 401/403 → `auth`, 404 → `not_found`, 429/5xx/timeouts → `transient` (retried). Only the job
+The API client is kube_api.py: HTTP 401/403 → `auth`, 404 → `not_found`, 429/5xx/timeouts →
+`transient` (retried). Only the job
 object itself is required; anything else that fails lowers coverage.
 """
 
 from __future__ import annotations
 
-import base64
-import json
-import os
 import re
-import ssl
-import subprocess
-import tempfile
-import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
 
 import httpx
 
-from hypocenter import strict_yaml
-from hypocenter.collector.connectors.base import Collected, ConnectorError, RetryPolicy, Scope, with_retries
-from hypocenter.collector.connectors.http_api import BorrowedTransport, auth_headers
+from hypocenter.collector.connectors.base import Collected, ConnectorError, RetryPolicy, Scope
+from hypocenter.collector.connectors.kube_api import DEFAULT_POLICY, KubeAPI
+from hypocenter.collector.connectors.kube_credentials import credentials
 from hypocenter.collector.scheduler_records import render
-from hypocenter.config import is_http_url
-from hypocenter.errors import InputError
 from hypocenter.lineformat import TimeContext, parse_iso
 from hypocenter.model import AttemptContext, Coverage, Window, Workload
 from hypocenter.sources import RecordSource, Source, TextSource
 
-SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
-DEFAULT_POLICY = RetryPolicy()
 Kind = Literal["JobSet", "PyTorchJob", "Job"]
 
 # kind → (API path of the collection, pod label that names the job)
@@ -79,264 +69,6 @@ WORKLOADS = "/apis/kueue.x-k8s.io/v1beta1/namespaces/{ns}/workloads"
 _PATH_SEGMENT = re.compile(r"[A-Za-z0-9](?:[-A-Za-z0-9.]*[A-Za-z0-9])?")  # DNS names (never `..`, `?`, `%`)
 _TERMINAL = {"Failed": "FAILED", "Complete": "COMPLETED", "Completed": "COMPLETED", "Succeeded": "COMPLETED",
              "Suspended": "SUSPENDED"}
-
-
-# --------------------------------------------------------------------------------------------- auth
-
-
-@dataclass(slots=True)
-class Credentials:
-    """Where the API server is and how to talk to it."""
-
-    server: str
-    headers: dict[str, str] = field(default_factory=dict)
-    ca_data: bytes | None = None  # PEM
-    insecure: bool = False
-    client_cert: bytes | None = None  # PEM
-    client_key: bytes | None = None  # PEM
-    namespace: str | None = None
-    origin: str = ""  # "in-cluster" or "kubeconfig <path> context <name>", for messages
-
-    def ssl_context(self) -> ssl.SSLContext:
-        """The TLS settings; a CA or client certificate that is no PEM is an `auth` ConnectorError."""
-        ctx = ssl.create_default_context()
-        if self.insecure:
-            ctx.check_hostname = False
-            ctx.verify_mode = ssl.CERT_NONE
-        elif self.ca_data:
-            try:
-                ctx.load_verify_locations(cadata=self.ca_data.decode("ascii", errors="replace"))
-            except ssl.SSLError as exc:
-                raise ConnectorError(f"{self.origin}: certificate-authority: {exc}", kind="auth") from None
-        if self.client_cert and self.client_key:
-            # ssl loads a client certificate only from files: write them where only we can read, briefly.
-            with tempfile.TemporaryDirectory(prefix="hypocenter-k8s-") as tmp:
-                cert, key = Path(tmp) / "cert.pem", Path(tmp) / "key.pem"
-                for path, data in ((cert, self.client_cert), (key, self.client_key)):
-                    path.touch(mode=0o600)
-                    path.write_bytes(data)
-                try:
-                    ctx.load_cert_chain(str(cert), str(key))
-                except ssl.SSLError as exc:
-                    raise ConnectorError(f"{self.origin}: client certificate and key: {exc}",
-                                         kind="auth") from None
-        return ctx
-
-
-def _read(path: str | Path, base: Path | None, what: str) -> bytes:
-    p = Path(path).expanduser()
-    if base is not None and not p.is_absolute():
-        p = base / p
-    try:
-        return p.read_bytes()
-    except OSError as exc:
-        raise ConnectorError(f"{what} {p}: {exc.strerror or exc}", kind="auth") from None
-
-
-def _b64(text: str, what: str) -> bytes:
-    try:
-        return base64.b64decode(text, validate=False)
-    except (ValueError, TypeError):
-        raise ConnectorError(f"{what} is not base64", kind="auth") from None
-
-
-def in_cluster(env: Mapping[str, str], root: Path = SERVICE_ACCOUNT) -> Credentials | None:
-    host, port = env.get("KUBERNETES_SERVICE_HOST"), env.get("KUBERNETES_SERVICE_PORT", "443")
-    token_file = root / "token"
-    if not host or not token_file.is_file():
-        return None
-    token = _read(token_file, None, "service account token").decode().strip()
-    ca = root / "ca.crt"
-    ns = root / "namespace"
-    server = f"https://[{host}]:{port}" if ":" in host else f"https://{host}:{port}"
-    return Credentials(server=server, headers={"Authorization": f"Bearer {token}"},
-                       ca_data=ca.read_bytes() if ca.is_file() else None,
-                       namespace=ns.read_text().strip() if ns.is_file() else None, origin="in-cluster")
-
-
-def from_kubeconfig(path: Path, context: str | None = None,
-                    run: Callable[[list[str], Mapping[str, str]], str] | None = None) -> Credentials:
-    try:
-        doc = strict_yaml.load_file(path, display=str(path))
-    except InputError as exc:
-        raise ConnectorError(f"kubeconfig: {exc}", kind="auth") from None
-    if not isinstance(doc, dict):
-        raise ConnectorError(f"kubeconfig {path}: not a kubeconfig (expected a mapping)", kind="auth")
-
-    def named(section: str, name: str) -> dict[str, Any]:
-        for item in doc.get(section) or []:
-            if isinstance(item, dict) and item.get("name") == name:
-                inner = item.get(section[:-1])
-                return inner if isinstance(inner, dict) else {}
-        raise ConnectorError(f"kubeconfig {path}: no {section[:-1]} named {name!r}", kind="auth")
-
-    ctx_name = context or doc.get("current-context")
-    if not ctx_name:
-        raise ConnectorError(f"kubeconfig {path}: no current-context (name one with --context)", kind="auth")
-    ctx = named("contexts", str(ctx_name))
-    cluster = named("clusters", str(ctx.get("cluster")))
-    user = named("users", str(ctx.get("user"))) if ctx.get("user") else {}
-    base = path.parent
-    if not cluster.get("server"):
-        raise ConnectorError(f"kubeconfig {path}: cluster {ctx.get('cluster')!r} has no server", kind="auth")
-    if not is_http_url(str(cluster["server"])):
-        raise ConnectorError(f"kubeconfig {path}: cluster {ctx.get('cluster')!r}: server {cluster['server']!r} is "
-                             "not an https:// URL", kind="auth")
-    creds = Credentials(server=str(cluster["server"]).rstrip("/"), namespace=ctx.get("namespace"),
-                        insecure=bool(cluster.get("insecure-skip-tls-verify")),
-                        origin=f"kubeconfig {path} context {ctx_name}")
-    if cluster.get("certificate-authority-data"):
-        creds.ca_data = _b64(str(cluster["certificate-authority-data"]), "certificate-authority-data")
-    elif cluster.get("certificate-authority"):
-        creds.ca_data = _read(str(cluster["certificate-authority"]), base, "certificate-authority")
-    if user.get("client-certificate-data"):
-        creds.client_cert = _b64(str(user["client-certificate-data"]), "client-certificate-data")
-    elif user.get("client-certificate"):
-        creds.client_cert = _read(str(user["client-certificate"]), base, "client-certificate")
-    if user.get("client-key-data"):
-        creds.client_key = _b64(str(user["client-key-data"]), "client-key-data")
-    elif user.get("client-key"):
-        creds.client_key = _read(str(user["client-key"]), base, "client-key")
-    token = user.get("token")
-    if not token and user.get("tokenFile"):
-        token = _read(str(user["tokenFile"]), base, "tokenFile").decode().strip()
-    if not token and isinstance(user.get("exec"), dict):
-        token = _exec_token(user["exec"], run or _run_plugin)
-    basic = (str(user["username"]), str(user["password"])) if user.get("username") and user.get("password") else None
-    creds.headers.update(auth_headers(token=str(token) if token else None, basic_auth=basic))
-    return creds
-
-
-def _run_plugin(argv: list[str], env: Mapping[str, str]) -> str:
-    try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False,
-                              env={**os.environ, **env}, stdin=subprocess.DEVNULL)
-    except FileNotFoundError:
-        raise ConnectorError(f"kubeconfig exec plugin {argv[0]} not found on PATH", kind="auth") from None
-    except subprocess.TimeoutExpired:
-        raise ConnectorError(f"kubeconfig exec plugin {argv[0]} did not answer in 60 s", kind="transient") from None
-    if proc.returncode != 0:
-        said = proc.stderr.strip()[:300] or f"exit status {proc.returncode}"
-        raise ConnectorError(f"kubeconfig exec plugin {argv[0]}: {said}", kind="auth")
-    return proc.stdout
-
-
-def _exec_token(spec: dict[str, Any], run: Callable[[list[str], Mapping[str, str]], str]) -> str:
-    argv = [str(spec.get("command", ""))] + [str(a) for a in spec.get("args") or []]
-    env = {str(e["name"]): str(e["value"]) for e in spec.get("env") or [] if isinstance(e, dict) and "name" in e}
-    env["KUBERNETES_EXEC_INFO"] = json.dumps({"apiVersion": spec.get("apiVersion"), "kind": "ExecCredential",
-                                              "spec": {"interactive": False}})
-    try:
-        cred = json.loads(run(argv, env))
-        token = cred["status"]["token"]
-    except (ValueError, KeyError, TypeError):
-        raise ConnectorError(f"kubeconfig exec plugin {argv[0]}: no ExecCredential status.token in its output",
-                             kind="auth") from None
-    return str(token)
-
-
-def credentials(kubeconfig: str | Path | None = None, context: str | None = None,
-                env: Mapping[str, str] | None = None, service_account: Path = SERVICE_ACCOUNT) -> Credentials:
-    """The module docstring's order: explicit kubeconfig, in-cluster, $KUBECONFIG, ~/.kube/config."""
-    env = os.environ if env is None else env
-    if kubeconfig is not None:
-        return from_kubeconfig(Path(kubeconfig).expanduser(), context)
-    if context is None:
-        found = in_cluster(env, service_account)
-        if found is not None:
-            return found
-    paths = [p for p in env.get("KUBECONFIG", "").split(os.pathsep) if p]
-    paths.append(str(Path(env.get("HOME", "~")).expanduser() / ".kube" / "config"))
-    for p in paths:
-        if Path(p).is_file():
-            return from_kubeconfig(Path(p), context)
-    raise ConnectorError("no Kubernetes credentials: not in a cluster (no KUBERNETES_SERVICE_HOST and service "
-                         "account token) and no kubeconfig ($KUBECONFIG, ~/.kube/config or --kubeconfig)", kind="auth")
-
-
-# --------------------------------------------------------------------------------------------- API
-
-
-class KubeAPI:
-    """GETs against one API server, with the policy's timeout, classification and retries.
-
-    Connections are open only inside `with api:` (the connector opens one block per scope; blocks
-    may nest, the outermost closes), so one KubeAPI serves many scopes and holds nothing open
-    between them. A transport passed in is the caller's: used, never closed (base.py, "Resources")."""
-
-    def __init__(self, creds: Credentials, *, policy: RetryPolicy = DEFAULT_POLICY,
-                 transport: httpx.BaseTransport | None = None, sleep: Callable[[float], None] = time.sleep) -> None:
-        self.creds = creds
-        self.policy = policy
-        self.sleep = sleep
-        self._transport = BorrowedTransport(transport) if transport is not None else None
-        # once, not per block: a client certificate is loaded through a temporary file
-        self._verify: ssl.SSLContext | bool = creds.ssl_context() if transport is None else True
-        self._client: httpx.Client | None = None
-        self._depth = 0
-
-    def __enter__(self) -> KubeAPI:
-        if self._client is None:
-            transport = self._transport or httpx.HTTPTransport(verify=self._verify)
-            self._client = httpx.Client(base_url=self.creds.server, headers=self.creds.headers, transport=transport,
-                                        timeout=httpx.Timeout(self.policy.timeout_s))
-        self._depth += 1
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._depth -= 1
-        if self._depth <= 0:
-            self.close()
-
-    def close(self) -> None:
-        """Close the connections now; the next `with` opens new ones. The caller's transport stays open."""
-        self._depth = 0
-        if self._client is not None:
-            self._client.close()
-            self._client = None
-
-    def get(self, path: str, params: Mapping[str, str] | None = None, *, what: str) -> Any:
-        text = self.get_text(path, params, what=what)
-        try:
-            return json.loads(text)
-        except ValueError:
-            raise ConnectorError(f"{what}: answer is not JSON", kind="permanent") from None
-
-    def get_text(self, path: str, params: Mapping[str, str] | None = None, *, what: str) -> str:
-        return with_retries(lambda: self._once(path, params, what), self.policy, what=what, sleep=self.sleep)
-
-    def _once(self, path: str, params: Mapping[str, str] | None, what: str) -> str:
-        if self._client is None:
-            raise RuntimeError("KubeAPI used outside `with api:`")
-        try:
-            resp = self._client.get(path, params=params)
-        except httpx.TimeoutException:
-            raise ConnectorError(f"{what}: no answer from {self.creds.server} within {self.policy.timeout_s:g} s",
-                                 kind="transient") from None
-        except httpx.TransportError as exc:
-            raise ConnectorError(f"{what}: {self.creds.server}: {type(exc).__name__}: {exc}", kind="transient") from None
-        if resp.status_code < 300:
-            return resp.text
-        message = _status_message(resp)
-        detail = f"{what}: HTTP {resp.status_code}: {message}"
-        if resp.status_code in (401, 403):
-            raise ConnectorError(f"{detail} (credentials from {self.creds.origin})", kind="auth")
-        if resp.status_code == 404:
-            raise ConnectorError(detail, kind="not_found")
-        if resp.status_code in (408, 429) or resp.status_code >= 500:
-            raise ConnectorError(detail, kind="transient")
-        raise ConnectorError(detail, kind="permanent")
-
-
-def _status_message(resp: httpx.Response) -> str:
-    """A Kubernetes `Status` object's message, else the body."""
-    try:
-        doc = resp.json()
-    except ValueError:
-        doc = None
-    if isinstance(doc, dict) and isinstance(doc.get("message"), str):
-        return str(doc["message"])[:300]
-    return resp.text.strip()[:300] or resp.reason_phrase
 
 
 # --------------------------------------------------------------------------------------------- scope

@@ -1,0 +1,161 @@
+"""`hypocenter analyze`: diagnose one attempt, from a bundle directory or pulled from the scheduler.
+
+    hypocenter analyze BUNDLE [--format text|json] [--rules PATH]...
+    hypocenter analyze --slurm JOBID | --kueue NS/WL | --k8s-job NS/NAME [--logs DIR] [--loki URL]
+                       [--prometheus URL] [--config FILE]      (hypocenter.collector.pull)
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from hypocenter.cli.console import EXIT_OK, Style, color_wanted, emit, rule_options
+from hypocenter.model import Diagnosis
+
+if TYPE_CHECKING:
+    from hypocenter.collector.pull import PullConfig
+    from hypocenter.engine import Engine
+
+_OUTCOME_STYLE = {"attributed": "1;32", "ambiguous": "1;33", "unattributed": "1;35", "not_failed": "1;36"}
+_QUALITY_STYLE = {"high": "32", "medium": "33", "low": "31"}
+
+
+def render_text(d: Diagnosis, style: Style) -> str:
+    a = d.attempt
+    out: list[str] = []
+    sched = "/".join(x for x in (a.scheduler, a.cluster) if x)
+    out.append(f"hypocenter · workload {a.workload_id} attempt {a.attempt}" + (f" ({sched})" if sched else "")
+               + f" · {d.terminal_state or 'state unknown'} · {len(a.nodes)} node(s)")
+    head = style(d.outcome.upper().replace("_", " "), _OUTCOME_STYLE[d.outcome])
+    rc = d.root_cause
+    if rc is not None:
+        where = ", ".join(rc.nodes) or "the job"
+        out.append(f"{head}  {style(f'{rc.domain}/{rc.subdomain}', '1')} on {where}   "
+                   f"[quality: {style(d.quality.level, _QUALITY_STYLE[d.quality.level])}]")
+        out.append(f"  {rc.summary}")
+        comps = ", ".join(f"{c.node} {c.kind} {c.id}" for c in rc.components)
+        out.append(f"  first seen {rc.first_seen or 'unknown'} · action {style(rc.action, '1')} · rule {rc.rule}"
+                   + (f" · components: {comps}" if comps else ""))
+    else:
+        text = {"unattributed": "no root cause can be attributed from the evidence available",
+                "not_failed": "the attempt did not fail"}.get(d.outcome, "")
+        out.append(f"{head}  {text}   [quality: {style(d.quality.level, _QUALITY_STYLE[d.quality.level])}]")
+        ff = d.first_failure
+        if ff is not None:
+            how = ff.signal or (f"exit code {ff.exit_code}" if ff.exit_code is not None else "failed")
+            who = f"rank {ff.rank}" if ff.rank is not None else "a process"
+            out.append(f"  first failure: {who} on {ff.node or '?'} · {how} · {ff.time or '?'} · {ff.ref}")
+            out.append(f"  next step ({style(ff.action, '1')}): {ff.next_step}")
+    if d.candidates:
+        out.append("")
+        out.append(style("Candidates", "1"))
+        for c in d.candidates:
+            out.append(f"  {c.domain}/{c.subdomain} on {', '.join(c.nodes) or 'the job'} — {c.summary} "
+                       f"(first seen {c.first_seen or '?'}, rule {c.rule})")
+    if d.symptoms:
+        out.append("")
+        out.append(style("Symptoms" + (" (consequences, not causes)" if rc else ""), "1"))
+        width = max(len(s.kind) for s in d.symptoms)
+        for s in d.symptoms:
+            nodes = ", ".join(s.nodes[:6]) + (f" +{len(s.nodes) - 6}" if len(s.nodes) > 6 else "")
+            out.append(f"  {s.kind.ljust(width)}  ×{s.count:<5} {nodes or '-'}  from {s.first_seen or '?'}")
+    if d.evidence:
+        out.append("")
+        out.append(style("Evidence", "1") + " (cause and context first; one example per symptom)")
+        shown_kinds: set[str] = set()
+        order = {"root_cause": 0, "context": 1, "symptom": 2}
+        first_ref = d.first_failure.ref if d.first_failure else None
+        for e in sorted(d.evidence, key=lambda v: (order[v.role], v.ref != first_ref)):
+            if e.role == "symptom":
+                if e.rule in shown_kinds:
+                    continue
+                shown_kinds.add(e.rule)
+            tag = {"root_cause": style("cause  ", "1;31"), "symptom": "symptom", "context": "context"}[e.role]
+            when = e.time or "?"
+            if e.inherited:  # no stamp of its own: between the stamps around it
+                when = f"{e.time} .. {e.time_max}" if e.time_max else f">= {e.time}"
+            out.append(f"  {tag} {when:<27} {e.node or '-':<12} {e.ref}")
+            out.append(f"          {e.text[:160]}")
+    out.append("")
+    out.append(style("Quality", "1") + f": {d.quality.level}")
+    for r in d.quality.reasons:
+        out.append(f"  - {r}")
+    bad = [c for c in d.coverage if c.status != "ok"]
+    ok = len(d.coverage) - len(bad)
+    out.append(style("Coverage", "1") + f": {ok} source(s) read" + (f", {len(bad)} with problems:" if bad else ""))
+    for cov in bad:
+        inner = sum(1 for b in bad if b.source.startswith(cov.source + "/"))
+        if inner:  # a node directory: its files are listed one by one right after it
+            out.append(f"  - {cov.source}: {cov.status}, {inner} file(s) with problems:")
+            continue
+        indent = "    " if any(cov.source.startswith(b.source + "/") for b in bad) else "  "
+        out.append(f"{indent}- {cov.source}: {cov.status}" + (f" ({cov.reason})" if cov.reason else ""))
+    out.append(f"diagnosis {d.id} · engine {d.engine.version} · ruleset {d.engine.ruleset[:19]}")
+    return "\n".join(out) + "\n"
+
+
+def _cmd_analyze(args: argparse.Namespace) -> int:
+    from hypocenter.collector import pull
+    from hypocenter.engine import default_engine
+
+    try:
+        cfg = pull.merged(args)  # bad combinations fail before the rules are loaded
+    except pull.UsageError as exc:
+        args.parser.error(str(exc))  # usage and the message, exit 2
+    engine = default_engine([Path(p) for p in args.rules], builtin=not args.no_builtin_rules)
+    if cfg.bundle and not (cfg.logs or cfg.loki or cfg.prometheus):
+        from hypocenter.collector.bundle import load_bundle
+
+        bundle = load_bundle(Path(cfg.bundle))
+        diagnosis = engine.analyze(bundle)
+    else:
+        diagnosis = _pull_and_analyze(cfg, engine, pull.tty_progress)
+    if args.format == "json":
+        emit(diagnosis.to_json(), utf8=True)
+    else:
+        emit(render_text(diagnosis, Style(color_wanted(sys.stdout, args.color))))
+    return EXIT_OK
+
+
+def add_parser(sub: Any) -> None:
+    a = sub.add_parser("analyze", help="diagnose one attempt: a bundle directory, or a job pulled from the scheduler",
+                       description="Diagnose one attempt. Give exactly one of BUNDLE, --slurm, --kueue, --k8s-job; "
+                                   "--logs, --loki and --prometheus add evidence (see hypocenter/collector/pull.py).")
+    a.add_argument("bundle", nargs="?", help="path to an attempt bundle directory (attempt.yaml, logs/, …)")
+    pa = a.add_argument_group("pull from the scheduler (instead of BUNDLE)")
+    pa.add_argument("--slurm", metavar="JOBID", help="a Slurm job: 81234, array task 81234_7, het component 81234+1")
+    pa.add_argument("--slurm-rest", metavar="URL", help="ask slurmrestd at URL instead of sacct/scontrol (token: $SLURM_JWT)")
+    pa.add_argument("--kueue", metavar="NS/WORKLOAD", help="a Kueue Workload")
+    pa.add_argument("--k8s-job", metavar="NS/NAME", help="a JobSet, PyTorchJob or batch Job (NS/KIND/NAME to name the kind)")
+    pa.add_argument("--kubeconfig", metavar="PATH", help="kubeconfig file (default: in-cluster, $KUBECONFIG, ~/.kube/config)")
+    pa.add_argument("--context", metavar="NAME", help="kubeconfig context (default: current-context)")
+    pa.add_argument("--logs", metavar="DIR", action="append", default=[],
+                    help="a bundle-like directory: logs/<node>/<file>, metrics/, events/ (repeatable)")
+    pa.add_argument("--loki", metavar="URL", help="pull the attempt's log lines from Loki (auth: $LOKI_BEARER_TOKEN, "
+                    "$LOKI_USERNAME/$LOKI_PASSWORD, or token_file in --config)")
+    pa.add_argument("--loki-node-label", metavar="LABEL", help="the Loki stream label naming a node (default: host)")
+    pa.add_argument("--loki-workload-selector", metavar="SELECTOR",
+                    help="LogQL matchers of the job's own logs, e.g. 'job=\"slurm\", slurm_job_id=\"{workload}\"' "
+                         "({workload}, {attempt} filled in); without it job-level logs (stdout) are not pulled")
+    pa.add_argument("--prometheus", metavar="URL", help="pull the rules' metric series from Prometheus (auth: "
+                    "$PROMETHEUS_BEARER_TOKEN, $PROMETHEUS_USERNAME/$PROMETHEUS_PASSWORD, or token_file in --config)")
+    pa.add_argument("--config", metavar="FILE", help="YAML naming the scope and sources; flags win over it")
+    pa.add_argument("--timeout", metavar="S", type=float, help="seconds per connector call (default 30)")
+    a.add_argument("--format", choices=("text", "json"), default="text", help="text report (default) or diagnosis JSON")
+    a.add_argument("--color", choices=("auto", "always", "never"), default="auto", help="colour the text report (auto: on a terminal)")
+    rule_options(a)
+    a.set_defaults(func=_cmd_analyze, parser=a)
+
+
+def _pull_and_analyze(cfg: PullConfig, engine: Engine, progress: Callable[[str], None]) -> Diagnosis:
+    from hypocenter.collector.pull import gather
+
+    got = gather(cfg, queries=engine.ruleset.queries(), progress=progress)
+    for note in got.notes:
+        progress(note)
+    progress("analysing")
+    return engine.analyze(got)
