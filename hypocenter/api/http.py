@@ -11,7 +11,8 @@ REST (/v1, documented in /openapi.json and /docs):
     PUT  /v1/attempts/{workload}/{attempt}            the attempt's scope (attempt.yaml, YAML or JSON)
     GET  /v1/attempts/{workload}/{attempt}            what the server holds for it
     POST /v1/attempts/{workload}/{attempt}/analyze    analyse now, return the diagnosis
-    GET  /v1/diagnoses?cluster&outcome&domain&node&workload&since&until&limit
+    GET  /v1/diagnoses?cluster&outcome&domain&node&workload&search&since&until&limit&cursor
+                                                      newest first, paged by cursor; ETag / If-None-Match
     GET  /v1/diagnoses/{id}                           the diagnosis JSON, byte for byte as stored
     POST /v1/bundles                                  a tar.gz attempt bundle → its diagnosis
     POST /v1/scopes                                   {"slurm": ID} | {"kueue": NS/WL} | {"k8s_job": NS/NAME}:
@@ -39,6 +40,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from starlette.concurrency import run_in_threadpool
 
 from hypocenter import __version__, strict_yaml
+from hypocenter.api import paging, ui
 from hypocenter.api.service import Attribution, Backpressure, UnknownAttempt
 from hypocenter.collector import otlp
 from hypocenter.collector.attempts import parse_time
@@ -61,12 +63,16 @@ class DiagnosisSummary(BaseModel):
     subdomain: str | None
     nodes: list[str] = Field(description="culprit nodes (root cause and candidates)")
     provisional: bool = Field(description="the attempt had not ended when it was analysed")
+    window_start: str | None = None
+    window_end: str | None = None
     created: str
     url: str
 
 
 class DiagnosisList(BaseModel):
     diagnoses: list[DiagnosisSummary]
+    total: int = Field(description="diagnoses matching the filters, all pages together")
+    next_cursor: str | None = Field(None, description="pass as `cursor` for the next page; null on the last page")
 
 
 class AttemptInfo(BaseModel):
@@ -114,10 +120,15 @@ def _iso(ts: float | None) -> str | None:
     return datetime.fromtimestamp(ts, tz=timezone.utc).isoformat().replace("+00:00", "Z")
 
 
+def _iso_ns(ns: int | None) -> str | None:
+    return None if ns is None else _iso(ns / 1e9)
+
+
 def _summary(row: DiagnosisRow) -> DiagnosisSummary:
     return DiagnosisSummary(id=row.id, workload=row.workload, attempt=row.attempt, cluster=row.cluster,
                             outcome=row.outcome, domain=row.domain, subdomain=row.subdomain, nodes=row.nodes,
-                            provisional=row.provisional, created=_iso(row.created) or "", url=f"/v1/diagnoses/{row.id}")
+                            provisional=row.provisional, created=_iso(row.created) or "", url=f"/v1/diagnoses/{row.id}",
+                            window_start=_iso_ns(row.window_start_ns), window_end=_iso_ns(row.window_end_ns))
 
 
 def _problem(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
@@ -255,14 +266,26 @@ def build_app(service: Attribution, ready: Callable[[], bool] = lambda: True) ->
 
     # ------------------------------------------------------------------------------- diagnoses
 
-    @app.get("/v1/diagnoses", tags=["diagnoses"], response_model=DiagnosisList)
+    @app.get("/v1/diagnoses", tags=["diagnoses"], response_model=DiagnosisList,
+             description="Newest window end first. `next_cursor` continues the list where a page ended, "
+                         "unaffected by diagnoses stored meanwhile. The ETag changes whenever a diagnosis is "
+                         "stored, replaced or removed: poll with If-None-Match and get 304 while nothing changed.",
+             responses={304: {"description": "nothing stored, replaced or removed since the ETag"},
+                        400: {"model": Problem}})
     async def list_diagnoses(
+        request: Request,
         cluster: str | None = None, outcome: str | None = None, domain: str | None = None,
-        node: str | None = Query(None, description="a culprit node"), workload: str | None = None,
+        node: str | None = Query(None, description="a culprit node"),
+        workload: str | None = Query(None, description="a workload id, exactly"),
+        search: str | None = Query(None, max_length=200, description="a part of the workload id, any case"),
         since: str | None = Query(None, description="RFC 3339: attempts whose window ends after this"),
         until: str | None = Query(None, description="RFC 3339: attempts whose window starts before this"),
         limit: int = Query(100, ge=1, le=1000),
+        cursor: str | None = Query(None, max_length=400, description="`next_cursor` of the previous page"),
     ) -> Any:
+        etag = f'W/"{await run_in_threadpool(service.store.diagnoses_version)}"'
+        if request.headers.get("if-none-match") == etag:
+            return Response(status_code=304, headers={"ETag": etag})
         bounds: list[int | None] = []
         for name, text in (("since", since), ("until", until)):
             if text is None:
@@ -272,10 +295,20 @@ def build_app(service: Attribution, ready: Callable[[], bool] = lambda: True) ->
             if when is None:
                 return _problem(400, f"{name}: {text!r} is not an RFC 3339 time")
             bounds.append(int(when.timestamp() * 1e9))
+        try:
+            after = paging.decode(cursor) if cursor else None
+        except ValueError as exc:
+            return _problem(400, str(exc))
         flt = DiagnosisFilter(cluster=cluster, outcome=outcome, domain=domain, node=node, workload=workload,
-                              since_ns=bounds[0], until_ns=bounds[1], limit=limit)
+                              search=search or None, since_ns=bounds[0], until_ns=bounds[1],
+                              limit=min(limit + 1, 1000), after=after)
         rows = await run_in_threadpool(service.diagnoses, flt)
-        return DiagnosisList(diagnoses=[_summary(r) for r in rows])
+        total = await run_in_threadpool(service.store.count_diagnoses, flt)
+        more = len(rows) > limit or (limit == 1000 and len(rows) == limit)
+        rows = rows[:limit]
+        body = DiagnosisList(diagnoses=[_summary(r) for r in rows], total=total,
+                             next_cursor=paging.encode(rows[-1]) if more and rows else None)
+        return JSONResponse(body.model_dump(mode="json"), headers={"ETag": etag, "Cache-Control": "no-cache"})
 
     @app.get("/v1/diagnoses/{diagnosis_id}", tags=["diagnoses"],
              responses={200: {"model": Diagnosis}, 404: {"model": Problem}})
@@ -296,6 +329,8 @@ def build_app(service: Attribution, ready: Callable[[], bool] = lambda: True) ->
         except InputError as exc:
             return _problem(400, str(exc))
         return Response(diagnosis.to_json(), media_type=JSON)
+
+    ui.install(app, service)  # the web UI (/ui) and its fleet endpoint
 
     # ------------------------------------------------------------------------------- probes
 
