@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import json
 import tarfile
 import tempfile
 from collections.abc import Callable
@@ -65,6 +66,7 @@ class DiagnosisSummary(BaseModel):
     provisional: bool = Field(description="the attempt had not ended when it was analysed")
     window_start: str | None = None
     window_end: str | None = None
+    summary: str | None = Field(None, description="the root cause's one-line summary")
     created: str
     url: str
 
@@ -128,7 +130,8 @@ def _summary(row: DiagnosisRow) -> DiagnosisSummary:
     return DiagnosisSummary(id=row.id, workload=row.workload, attempt=row.attempt, cluster=row.cluster,
                             outcome=row.outcome, domain=row.domain, subdomain=row.subdomain, nodes=row.nodes,
                             provisional=row.provisional, created=_iso(row.created) or "", url=f"/v1/diagnoses/{row.id}",
-                            window_start=_iso_ns(row.window_start_ns), window_end=_iso_ns(row.window_end_ns))
+                            window_start=_iso_ns(row.window_start_ns), window_end=_iso_ns(row.window_end_ns),
+                            summary=(json.loads(row.body).get("root_cause") or {}).get("summary"))
 
 
 def _problem(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:

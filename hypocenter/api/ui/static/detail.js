@@ -4,7 +4,7 @@ import { fmtTime, getConfig, getJSON, h, outcomeBadge, provisionalBadge } from "
 import { drawTimeline } from "./timeline.js";
 
 const dl = (pairs) => h("dl", { class: "facts" }, pairs.filter(([, v]) => v !== null && v !== undefined && v !== "")
-  .map(([k, v]) => [h("dt", {}, k), h("dd", {}, v)]));
+  .flatMap(([k, v]) => [h("dt", {}, k), h("dd", {}, v)]));
 
 const nodeLink = (n) => h("a", { href: `#/?node=${encodeURIComponent(n)}`, class: "mono", title: `diagnoses naming ${n}` }, n);
 const joinNodes = (nodes) => (nodes?.length ? nodes.flatMap((n, i) => (i ? [", ", nodeLink(n)] : [nodeLink(n)])) : "–");
@@ -143,7 +143,7 @@ export async function renderDetail(main, id) {
   const provisional = headers.get("X-Hypocenter-Provisional") === "true";
   const a = d.attempt || {};
   const json = JSON.stringify(d, null, 2);
-  main.replaceChildren(
+  main.replaceChildren(...[
     h("nav", { class: "crumbs", "aria-label": "Breadcrumb" }, h("a", { href: sessionStorage.getItem("hypocenter-list") || "#/" }, "← Diagnoses")),
     h("h1", {}, h("span", { class: "mono" }, a.workload_id), h("span", { class: "muted" }, ` attempt ${a.attempt}`),
       a.cluster ? h("span", { class: "muted" }, ` · ${a.cluster}`) : null),
@@ -157,7 +157,8 @@ export async function renderDetail(main, id) {
       h("span", { class: "muted" }, ` ${d.schema} · ${d.id} · engine ${d.engine?.version || ""}`)),
       h("div", { class: "json-actions" }, h("a", { href: `/v1/diagnoses/${encodeURIComponent(id)}`, target: "_blank", rel: "noopener" }, "open raw"),
         h("button", { type: "button", class: "quiet", onclick: () => navigator.clipboard?.writeText(json) }, "copy")),
-      h("pre", { class: "json" }, json))));
-  main.focus();
+      h("pre", { class: "json" }, json)))].filter(Boolean));
+  window.scrollTo(0, 0);
+  main.focus({ preventScroll: true });
   return null;
 }

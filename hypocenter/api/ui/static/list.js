@@ -182,7 +182,7 @@ export async function renderList(main, params) {
         fresh ? h("span", { class: "badge new" }, known.has(key) ? "replaced" : "new") : null),
       h("td", {}, d.cluster || "–"),
       h("td", {}, outcomeBadge(d.outcome), d.provisional ? provisionalBadge() : null),
-      h("td", {}, cause),
+      h("td", { class: "cause" }, h("div", {}, cause), d.summary ? h("div", { class: "summary-line muted", title: d.summary }, d.summary) : null),
       h("td", { class: "mono" }, nodes || "–"));
   }
 
