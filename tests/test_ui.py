@@ -287,3 +287,25 @@ def test_list_filters_detail_and_live_update_in_chromium(server: ServerProcess, 
     assert "81234" in rows.first.inner_text()
     assert errors == [], errors
     page.close()
+
+
+def test_api_docs_load_without_the_internet(server: ServerProcess, browser: Any) -> None:
+    """/docs (Swagger UI) and /ui draw with every request answered by the server itself."""
+    page = browser.new_page(viewport=VIEWPORT)
+    elsewhere: list[str] = []
+
+    def only_the_server(route: Any) -> None:
+        if route.request.url.startswith(server.base):
+            route.continue_()
+        else:
+            elsewhere.append(route.request.url)
+            route.abort()
+
+    page.route("**/*", only_the_server)
+    page.goto(f"{server.base}/docs")
+    page.wait_for_selector(".swagger-ui .opblock-summary-path", timeout=30_000)
+    assert "/v1/diagnoses" in page.locator(".swagger-ui").inner_text()
+    page.goto(f"{server.base}/ui/")
+    page.locator("table.diagnoses tbody tr[data-id]").first.wait_for()
+    assert elsewhere == []
+    page.close()

@@ -7,7 +7,7 @@ OTLP/HTTP (opentelemetry-proto `docs/specification.md`):
                                    malformed bodies (a google.rpc.Status), 503 + Retry-After when the
                                    ingest queue is full; records with neither node nor workload are
                                    rejected in `partialSuccess` with the reason.
-REST (/v1, documented in /openapi.json and /docs):
+REST (/v1, documented in /openapi.json, /docs and /redoc, which work offline):
     PUT  /v1/attempts/{workload}/{attempt}            the attempt's scope (attempt.yaml, YAML or JSON)
     GET  /v1/attempts/{workload}/{attempt}            what the server holds for it
     POST /v1/attempts/{workload}/{attempt}/analyze    analyse now, return the diagnosis
@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Query, Request
+from fastapi_offline import FastAPIOffline
 from fastapi.responses import JSONResponse, Response
 from google.protobuf import json_format
 from google.protobuf.message import Message
@@ -167,7 +168,7 @@ async def _read_body(request: Request, limit: int) -> bytes:
 
 
 def build_app(service: Attribution, ready: Callable[[], bool] = lambda: True) -> FastAPI:
-    app = FastAPI(
+    app = FastAPIOffline(  # FastAPI whose /docs and /redoc load Swagger UI and ReDoc from the wheel, not a CDN
         title="hypocenter", version=__version__,
         description="Root-cause attribution for distributed AI workloads: OTLP in, diagnoses out "
                     "(schema hypocenter.diagnosis/v1).")
