@@ -1,4 +1,4 @@
-"""The README's screenshots of the web UI: the list and one diagnosis, on a 1366×768 laptop screen.
+"""The README's screenshots of the web UI: the list and one diagnosis, on a 1366x768 laptop screen.
 
     python -m bench.ui_screenshots --out docs/img
 

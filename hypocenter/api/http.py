@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Query, Request
-from fastapi_offline import FastAPIOffline
 from fastapi.responses import JSONResponse, Response
+from fastapi_offline import FastAPIOffline
 from google.protobuf import json_format
 from google.protobuf.message import Message
 from google.rpc import code_pb2, status_pb2

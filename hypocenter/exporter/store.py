@@ -151,9 +151,13 @@ MIGRATIONS: tuple[str, ...] = (
     """
     CREATE INDEX log_entries_tombstones ON log_entries (received) WHERE compacted = 2;
     """,
-    # 7: the diagnosis list pages newest first (window end, then id) without sorting the table (web UI)
+    # 7: the diagnosis list (web UI) pages newest first without sorting the table, and filters and counts
+    # from this index alone, not from rows that carry whole bodies; storing a diagnosis finds the one it
+    # replaces by attempt without a scan
     """
-    CREATE INDEX diagnoses_window_end ON diagnoses (window_end_ns DESC, id);
+    CREATE INDEX diagnoses_list ON diagnoses (window_end_ns DESC, id, outcome, domain, cluster, workload,
+                                              window_start_ns, provisional);
+    CREATE INDEX diagnoses_attempt ON diagnoses (attempt_id);
     """,
 )
 

@@ -4,7 +4,7 @@
 import { renderList } from "./list.js";
 import { renderDetail } from "./detail.js";
 import { renderFleet } from "./fleet.js";
-import { h } from "./dom.js";
+import { h, setLive } from "./dom.js";
 
 let stopView = null;
 
@@ -16,6 +16,7 @@ function route() {
 
 async function show() {
   if (stopView) { stopView(); stopView = null; }
+  setLive("");
   const main = document.getElementById("main");
   const { path, params } = route();
   for (const a of document.querySelectorAll("[data-nav]")) {

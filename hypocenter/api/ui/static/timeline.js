@@ -50,7 +50,14 @@ export function drawTimeline(diagnosis) {
   }
   const rows = lanes(diagnosis, events);
   const causes = events.filter((e) => e.role === "root_cause").sort((a, b) => a.ms - b.ms);
-  const first = causes[0] || null;
+  // The marked event is the one the verdict dates the root cause by (root_cause.first_seen, on a
+  // culprit node), so the picture and the verdict card agree; an earlier root-cause line elsewhere
+  // (a rank's own report, under another clock) stays on its lane unmarked.
+  const culpritSet = new Set(diagnosis.root_cause?.nodes || []);
+  const dated = Date.parse(diagnosis.root_cause?.first_seen || "");
+  const onCulprits = causes.filter((e) => culpritSet.has(e.lane));
+  const first = Number.isNaN(dated) || !onCulprits.length ? causes[0] || null
+    : onCulprits.reduce((best, e) => (Math.abs(e.ms - dated) < Math.abs(best.ms - dated) ? e : best));
   let t0 = Math.min(...events.map((e) => e.ms));
   let t1 = Math.max(...events.map((e) => e.ms));
   if (t1 - t0 < 2000) { t0 -= 1000; t1 += 1000; }
@@ -59,7 +66,7 @@ export function drawTimeline(diagnosis) {
   const height = TOP + rows.length * LANE + 14;
   const x = (ms) => LEFT + ((ms - t0) / (t1 - t0)) * (WIDTH - LEFT - RIGHT);
   const y = (lane) => TOP + rows.indexOf(lane) * LANE + LANE / 2;
-  const culprits = new Set(diagnosis.root_cause?.nodes || []);
+  const culprits = culpritSet;
 
   const svg = s("svg", { viewBox: `0 0 ${WIDTH} ${height}`, role: "img", "aria-labelledby": "tl-title tl-desc",
     class: "timeline-svg", preserveAspectRatio: "xMinYMin meet" });
