@@ -194,6 +194,21 @@ def test_list_filters_detail_and_live_update_in_chromium(server: ServerProcess, 
     _check_page(page)
     page.screenshot(path=str(shots / "list.png"))
 
+    # pages: the server's cursor, forward and back
+    page.goto(f"{server.base}/ui/#/?limit=2")
+    page.wait_for_function("() => document.querySelectorAll('tbody tr[data-id]').length === 2")
+    first_two = [rows.nth(i).get_attribute("data-id") for i in range(2)]
+    assert first_two == [d["id"] for d in listed["diagnoses"][:2]]
+    assert page.locator("#list-count").inner_text().startswith(f"1–2 of {listed['total']}")
+    page.click("button:has-text('Older')")
+    page.wait_for_function("() => document.querySelector('#list-count').innerText.startsWith('3–4')")
+    assert [rows.nth(i).get_attribute("data-id") for i in range(2)] == [d["id"] for d in listed["diagnoses"][2:4]]
+    page.click("button:has-text('Newer')")
+    page.wait_for_function("() => document.querySelector('#list-count').innerText.startsWith('1–2')")
+    assert page.locator("button:has-text('Newer')").is_disabled()
+    page.goto(f"{server.base}/ui/")
+    page.wait_for_function(f"() => document.querySelectorAll('tbody tr[data-id]').length === {listed['total']}")
+
     # filters: outcome, then a culprit node, then a workload search; each narrows the server's list
     page.select_option("select[name=outcome]", "ambiguous")
     page.wait_for_function("() => document.querySelectorAll('tbody tr[data-id]').length === 1")

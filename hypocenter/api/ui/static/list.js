@@ -14,10 +14,11 @@ const FILTERS = ["search", "cluster", "outcome", "domain", "node", "since", "unt
 const RANGES = [["", "Any time"], ["1h", "Last hour"], ["24h", "Last 24 hours"], ["7d", "Last 7 days"],
   ["30d", "Last 30 days"], ["custom", "Between…"]];
 const RANGE_MS = { "1h": 3600e3, "24h": 86400e3, "7d": 7 * 86400e3, "30d": 30 * 86400e3 };
-const PAGE = 50;
+const PAGE = 50;  // rows per page; `limit` in the location hash changes it (1 to 200)
 const POLL_MS = 3000;
 
 export async function renderList(main, params) {
+  const perPage = Math.min(200, Math.max(1, Number(params.get("limit")) || PAGE));
   const state = {
     filters: Object.fromEntries(FILTERS.map((k) => [k, params.get(k) || ""])),
     range: params.get("range") || (params.get("since") || params.get("until") ? "custom" : ""),
@@ -113,6 +114,7 @@ export async function renderList(main, params) {
     const q = new URLSearchParams();
     for (const [k, v] of Object.entries(state.filters)) if (v) q.set(k, v);
     if (state.range && state.range !== "custom") q.set("range", state.range);
+    if (perPage !== PAGE) q.set("limit", perPage);
     if (withPaging && state.cursor) q.set("cursor", state.cursor);
     return q;
   }
@@ -127,7 +129,7 @@ export async function renderList(main, params) {
       sessionStorage.setItem("hypocenter-list", location.hash);  // the detail's way back to this list
       const api = query(true);
       api.delete("range");
-      api.set("limit", PAGE);
+      api.set("limit", perPage);
       const res = await getJSON(`/v1/diagnoses?${api}`, state.etag);
       setLive(`Live · checked ${new Date().toISOString().slice(11, 19)} UTC`);
       if (res.notModified) return;
@@ -150,7 +152,7 @@ export async function renderList(main, params) {
     tbody.replaceChildren(...(rows.length ? rows : [h("tr", {}, h("td", { colspan: 6, class: "empty" },
       "No diagnoses match these filters."))]));
     if (focused) tbody.querySelector(`tr[data-id="${CSS.escape(focused)}"]`)?.focus();
-    const first = state.cursors.length * PAGE;
+    const first = state.cursors.length * perPage;
     caption.textContent = body.total
       ? `${(first + 1).toLocaleString("en")}–${(first + body.diagnoses.length).toLocaleString("en")} of ${body.total.toLocaleString("en")} diagnoses, newest first`
       : "No diagnoses";
