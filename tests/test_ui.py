@@ -257,7 +257,8 @@ def test_list_filters_detail_and_live_update_in_chromium(server: ServerProcess, 
     # the evidence trail: source refs with their lines, the kernel's Xid 149 among them
     trail = page.locator("section[aria-labelledby=ev-h]").inner_text()
     assert "logs/node02/kern.log" in trail and "Xid (PCI:0000:3b:00): 149" in trail
-    assert "ROOT CAUSE" in trail.upper() and "not cited" in trail
+    assert "ROOT CAUSE" in trail.upper() and "not shown" in trail
+    assert "the cited lines alone" in trail  # an uploaded bundle: the store keeps no logs to show around them
     # coverage per source, the raw JSON, and the Grafana Explore link on the culprit's logs
     assert "logs/node02" in page.locator("section[aria-labelledby=cov-h]").inner_text()
     doc = json.loads(page.locator("pre.json").text_content())
@@ -291,6 +292,26 @@ def test_list_filters_detail_and_live_update_in_chromium(server: ServerProcess, 
     workload = str(yaml.safe_load((BY_NAME["gpu-xid79-aer"] / "attempt.yaml").read_text())["workload"]["id"])
     assert workload in fresh.first.inner_text()
     page.screenshot(path=str(shots / "live.png"))
+
+    # that attempt came over OTLP, so the store holds its logs: the evidence shows the lines around it
+    fresh.first.focus()
+    page.keyboard.press("Enter")
+    page.wait_for_selector("section[aria-labelledby=ev-h] .line.r-around")
+    trail = page.locator("section[aria-labelledby=ev-h]").inner_text()
+    assert "stored lines around each" in trail
+    with server.client() as client:
+        did = page.evaluate("() => decodeURIComponent(location.hash.slice(4))")
+        doc = client.get(f"/v1/diagnoses/{did}").json()
+        context = client.get(f"/v1/diagnoses/{did}/context", params={"around": 2}).json()
+    assert context["available"] and context["around"] == 2
+    cited = {e["ref"] for e in doc["evidence"]}
+    shown = {f"{path}:{c['line']}" for path, lines in context["files"].items() for c in lines}
+    assert shown - cited, "no line around the evidence"
+    for path, lines in context["files"].items():  # every line is within 2 of a cited one of its file
+        refs = [int(r.rpartition(":")[2]) for r in cited if r.rpartition(":")[0] == path]
+        assert all(min(abs(c["line"] - n) for n in refs) <= 2 for c in lines)
+    _check_page(page)
+    page.screenshot(path=str(shots / "detail-otlp.png"), full_page=True)
 
     # the fleet view links each repeat culprit to its diagnoses
     page.goto(f"{server.base}/ui/#/fleet")

@@ -4,6 +4,7 @@
     GET /ui/static/…          its CSS and JavaScript modules, shipped in the wheel; no build step, no CDN
     GET /ui/config.json       what the page needs from the settings (Grafana Explore links)
     GET /v1/fleet/culprits    nodes and components (GPUs, ports) that keep appearing as root causes
+    GET /v1/diagnoses/{id}/context   the stored lines around each piece of evidence (context.py)
 
 The page reads the REST API like any other client (GET /v1/diagnoses, /v1/diagnoses/{id}); this
 module adds no second way to read diagnoses. It must not import the server or the engine: it is a
@@ -19,13 +20,14 @@ from typing import Any
 from urllib.parse import urlencode
 
 from fastapi import APIRouter, FastAPI, Query
-from fastapi.responses import FileResponse, RedirectResponse, Response
+from fastapi.responses import FileResponse, JSONResponse, RedirectResponse, Response
 from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
 from starlette.staticfiles import StaticFiles
 
 from hypocenter import __version__
 from hypocenter.api.service import Attribution
+from hypocenter.api.ui.context import MAX_AROUND, EvidenceContext, evidence_context
 from hypocenter.exporter.store import DiagnosisFacts
 
 STATIC = Path(__file__).resolve().parent / "static"
@@ -116,6 +118,18 @@ def router(service: Attribution) -> APIRouter:
         cached.clear()
         cached[key] = (time.monotonic() + 60.0, body)
         return Response(body, media_type="application/json")
+
+    @api.get("/v1/diagnoses/{diagnosis_id}/context", tags=["diagnoses"], response_model=EvidenceContext,
+             summary="The stored log lines around each piece of evidence",
+             description="For attempts whose logs the store holds (OTLP); lines compaction blanked come back "
+                         "with kept=false. `available` is false for a diagnosis made from an uploaded bundle.",
+             responses={404: {"description": "no such diagnosis"}})
+    async def diagnosis_context(diagnosis_id: str, around: int = Query(3, ge=0, le=MAX_AROUND)) -> Any:
+        row = await run_in_threadpool(service.diagnosis, diagnosis_id)
+        if row is None:
+            return JSONResponse({"code": 404, "message": f"no diagnosis {diagnosis_id!r}"}, status_code=404)
+        found = await run_in_threadpool(evidence_context, service.store, row.body, around)
+        return Response(found.model_dump_json(), media_type="application/json")
 
     return api
 

@@ -92,9 +92,10 @@ function symptoms(d) {
         h("td", { class: "logline" }, x.example || ""))))));
 }
 
-// The evidence trail, grouped by the file (or stream) it cites, in line order: the lines the store
-// kept around each claim. A gap between line numbers says how many lines were not kept.
-function evidence(d) {
+// The evidence trail, grouped by the file (or stream) it cites, in line order, with the lines
+// around each claim when the store still holds the attempt's logs (GET /v1/diagnoses/{id}/context;
+// attempts that arrived over OTLP). A gap between line numbers says how many lines are not shown.
+function evidence(d, context) {
   const groups = new Map();
   for (const e of d.evidence || []) {
     const m = /^(.*):(\d+)$/.exec(e.ref || "");
@@ -103,28 +104,36 @@ function evidence(d) {
     groups.get(file).push({ ...e, line: m ? Number(m[2]) : null });
   }
   const blocks = [];
-  for (const [file, lines] of groups) {
-    lines.sort((a, b) => (a.line ?? 0) - (b.line ?? 0));
+  for (const [file, cited] of groups) {
+    const citedLines = new Set(cited.map((e) => e.line));
+    const around = (context?.files?.[file] || []).filter((c) => c.kept && !citedLines.has(c.line))
+      .map((c) => ({ line: c.line, text: c.text, role: "around" }));
+    const lines = [...cited, ...around].sort((a, b) => (a.line ?? 0) - (b.line ?? 0));
     const rows = [];
     let prev = null;
     for (const e of lines) {
       if (prev !== null && e.line !== null && e.line - prev > 1) {
-        rows.push(h("div", { class: "gap" }, `⋯ ${e.line - prev - 1} line${e.line - prev - 1 === 1 ? "" : "s"} not cited`));
+        rows.push(h("div", { class: "gap" }, `⋯ ${e.line - prev - 1} line${e.line - prev - 1 === 1 ? "" : "s"} not shown`));
       }
       prev = e.line;
       rows.push(h("div", { class: `line r-${e.role}` },
         h("span", { class: "ln mono" }, e.line ?? ""),
-        h("span", { class: `role r-${e.role}` }, e.role.replace("_", " ")),
-        h("span", { class: "t mono" }, fmtTime(e.time, false)),
+        h("span", { class: `role r-${e.role}` }, e.role === "around" ? "" : e.role.replace("_", " ")),
+        h("span", { class: "t mono" }, e.time ? fmtTime(e.time, false) : ""),
         h("span", { class: "text mono", title: e.rule ? `rule ${e.rule}` : null }, e.text)));
     }
-    const nodes = [...new Set(lines.map((e) => e.node).filter(Boolean))];
+    const nodes = [...new Set(cited.map((e) => e.node).filter(Boolean))];
     blocks.push(h("div", { class: "ev-file" },
-      h("div", { class: "ev-head" }, h("code", {}, file), h("span", { class: "muted" }, ` ${nodes.join(", ")} · ${lines[0].source}`)),
+      h("div", { class: "ev-head" }, h("code", {}, file), h("span", { class: "muted" }, ` ${nodes.join(", ")} · ${cited[0].source}`)),
       rows));
   }
+  const note = context?.available
+    ? `with ${context.around} stored lines around each (lines no rule reads are blanked by compaction and not shown)`
+    : "the store holds no logs for this attempt (an uploaded bundle): the cited lines alone";
   return h("section", { class: "card", "aria-labelledby": "ev-h" },
-    h("h2", { id: "ev-h" }, `Evidence trail (${(d.evidence || []).length} lines)`), blocks.length ? blocks : h("p", { class: "empty" }, "No evidence."));
+    h("h2", { id: "ev-h" }, `Evidence trail (${(d.evidence || []).length} lines)`),
+    h("p", { class: "muted small" }, note),
+    blocks.length ? blocks : h("p", { class: "empty" }, "No evidence."));
 }
 
 function coverage(d) {
@@ -139,7 +148,8 @@ function coverage(d) {
 }
 
 export async function renderDetail(main, id) {
-  const [{ body: d, headers }, cfg] = await Promise.all([getJSON(`/v1/diagnoses/${encodeURIComponent(id)}`), getConfig()]);
+  const [{ body: d, headers }, cfg, context] = await Promise.all([getJSON(`/v1/diagnoses/${encodeURIComponent(id)}`),
+    getConfig(), getJSON(`/v1/diagnoses/${encodeURIComponent(id)}/context?around=3`).then((r) => r.body, () => null)]);
   const provisional = headers.get("X-Hypocenter-Provisional") === "true";
   const a = d.attempt || {};
   const json = JSON.stringify(d, null, 2);
@@ -150,7 +160,7 @@ export async function renderDetail(main, id) {
     h("div", { class: "detail-top" }, verdict(d, provisional), attemptCard(d, cfg)),
     h("section", { class: "card", "aria-labelledby": "tl-h" }, h("h2", { id: "tl-h" }, "Where it began"), drawTimeline(d)),
     candidates(d),
-    evidence(d),
+    evidence(d, context),
     symptoms(d),
     coverage(d),
     h("section", { class: "card" }, h("details", {}, h("summary", {}, h("h2", { class: "inline" }, "Diagnosis JSON"),
