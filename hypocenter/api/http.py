@@ -18,6 +18,7 @@ REST (/v1, documented in /openapi.json, /docs and /redoc, which work offline):
     POST /v1/scopes                                   {"slurm": ID} | {"kueue": NS/WL} | {"k8s_job": NS/NAME}:
                                                       scope the job with its connector, analyse now
     GET  /healthz, /readyz
+Web UI (api/ui/): /ui/ and its reads /v1/fleet/culprits, /v1/diagnoses/{id}/context.
 """
 
 from __future__ import annotations
