@@ -5,7 +5,7 @@
                              [--max-false-confident X] [--max-false-confident-unattributed X]
 
 Every bundle (a directory holding `truth.yaml`) is analysed with the library call
-`hypocenter.engine.analyze_bundle`, in parallel processes. A
+`hypocenter.engine` (after `collector.bundle.load_bundle`), in parallel processes. A
 prediction is an *exact match* when outcome, domain, subdomain and the culprit node set all equal
 the truth. The report adds per-domain and per-mode precision/recall, culprit-node precision and
 recall (micro, over node sets), the false-confident rate (attributed when the truth is
@@ -32,7 +32,8 @@ from typing import Any
 
 import yaml
 
-from hypocenter.engine import analyze_bundle
+from hypocenter.collector.bundle import load_bundle
+from hypocenter.engine import default_engine
 
 
 @dataclass(frozen=True)
@@ -124,7 +125,8 @@ def _diagnose(bundle: str) -> tuple[dict[str, Any] | None, str | None, float]:
     """Analyse one bundle in this process: the diagnosis as JSON data, or an error text."""
     t0 = time.perf_counter()
     try:
-        diag = analyze_bundle(Path(bundle))
+        loaded = load_bundle(Path(bundle))
+        diag = default_engine().analyze(loaded.context, loaded.sources, loaded.coverage)
         return diag.model_dump(mode="json"), None, time.perf_counter() - t0
     except Exception as exc:  # the benchmark reports engine crashes per bundle instead of stopping
         return None, f"{type(exc).__name__}: {exc}", time.perf_counter() - t0

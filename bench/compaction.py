@@ -25,10 +25,10 @@ import time
 from pathlib import Path
 
 from bench.throughput import write_log
-from hypocenter.collector.compaction import compact
-from hypocenter.collector.otlp import Entry
 from hypocenter.engine import default_engine
-from hypocenter.exporter.store import SQLiteStore
+from hypocenter.server.compaction import compact
+from hypocenter.store.base import Entry
+from hypocenter.store.sqlite import SQLiteStore
 
 BATCH = 5000
 T0 = 1_793_000_000_000_000_000

@@ -38,9 +38,9 @@ from typing import Any
 import httpx
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
+from hypocenter.cli.replay import replay, trigger
 from hypocenter.exporter.loki import BACKDATE_S
 from hypocenter.model import AttemptContext
-from hypocenter.replay import replay, trigger
 
 JOB = "hypocenter"
 OPENMETRICS = "application/openmetrics-text; version=1.0.0"

@@ -24,10 +24,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from hypocenter.collector.bundle import time_context
-from hypocenter.collector.sources import TextSource
 from hypocenter.engine import default_engine
+from hypocenter.lineformat import time_context
 from hypocenter.model import AttemptContext
+from hypocenter.sources import TextSource
 
 _CANDIDATES = (
     "Nov  2 10:{m:02d}:{s:02d} n1 kernel: NVRM: Xid (PCI:0000:3b:00): 45, pid=1234, name=python3, Ch 00000001",

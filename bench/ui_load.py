@@ -33,10 +33,10 @@ from pathlib import Path
 import httpx
 
 from bench.panel_history import stop_process
-from hypocenter.collector.attempts import summary
 from hypocenter.engine import default_engine
-from hypocenter.exporter.store import SQLiteStore
 from hypocenter.model import AttemptContext
+from hypocenter.server.attempts import summary
+from hypocenter.store.sqlite import SQLiteStore
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted(p for p in (REPO / "examples").iterdir() if (p / "attempt.yaml").is_file())

@@ -19,12 +19,11 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 
 from hypocenter import strict_yaml
-from hypocenter.collector.connectors.http_api import is_http_url
 from hypocenter.errors import InputError
 
 ENV_PREFIX = "HYPOCENTER_"
@@ -62,11 +61,16 @@ class Settings(BaseSettings):
     collapse_after_s: float = Field(
         86400.0, ge=-1, description="once blanked this long (retries of those records are no longer expected), "
         "each run of blanked lines is merged into one row; -1 = keep one row per line until retention")
-    # Pull connectors (api/pulls.py): the same ones as `hypocenter analyze --slurm/--loki/--prometheus`.
+    # Pull connectors (server/pulls.py): the same ones as `hypocenter analyze --slurm/--loki/--prometheus`.
     pull_loki_url: str = Field("", description="Loki to read an attempt's logs from when none arrived over OTLP "
                                "(e.g. http://loki:3100); empty = off")
     pull_loki_tenant: str = Field("", description="X-Scope-OrgID for pull_loki_url")
     pull_loki_node_label: str = Field("host", description="the Loki stream label that names a node")
+    pull_loki_node_label_kind: Literal["index", "metadata"] = Field(
+        "index", description="index: pull_loki_node_label is a stream label; metadata: structured metadata, as "
+        "Loki's own OTLP endpoint keeps host.name (host_name), filtered after pull_loki_selector (docs/loki.md)")
+    pull_loki_selector: str = Field("", description="fixed LogQL matchers added to every node query (e.g. "
+                                    "service_name=~\".+\"); required when pull_loki_node_label_kind is metadata")
     pull_loki_workload_selector: str = Field("", description="LogQL stream selector of a job's own logs, "
                                              "{workload} filled in (e.g. {job=\"slurm\", workload=\"{workload}\"}); "
                                              "empty = node streams only")
@@ -87,7 +91,7 @@ class Settings(BaseSettings):
     rules: list[str] = Field(default_factory=list, description="extra rule files or directories")
     no_builtin_rules: bool = Field(False, description="use only the extra rules")
     log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="server log level")
-    # Outputs (exporter/outputs.py): Prometheus /metrics, and diagnoses pushed through the outbox.
+    # Outputs (server/outputs.py): Prometheus /metrics, and diagnoses pushed through the outbox.
     metrics_listen: str = Field("127.0.0.1:9464", description="Prometheus /metrics address (host:port; port 0 = any; empty = off)")
     metrics_window_s: float = Field(86400.0, gt=0, description="window of the hypocenter_recent_* gauges (culprit nodes, GPUs, ports)")
     metrics_top_n: int = Field(20, ge=1, le=1000, description="culprit nodes / components exposed by name; the rest are summed as \"other\"")
@@ -116,6 +120,13 @@ class Settings(BaseSettings):
         if v and not is_http_url(v):
             raise ValueError(f"{v!r} is not an http:// or https:// URL (e.g. http://loki:3100)")
         return v
+
+    @model_validator(mode="after")
+    def _metadata_needs_selector(self) -> Settings:
+        if self.pull_loki_node_label_kind == "metadata" and not self.pull_loki_selector:
+            raise ValueError("pull_loki_node_label_kind metadata needs pull_loki_selector (Loki filters structured "
+                             "metadata only after a stream selector; e.g. service_name=~\".+\")")
+        return self
 
     @classmethod
     def settings_customise_sources(
@@ -199,6 +210,16 @@ def listen_address(address: str, setting: str) -> tuple[str, int]:
     if not sep or not port.isdigit():
         raise InputError(f"{setting}: {address!r} is not host:port")
     return host.strip("[]") or "127.0.0.1", int(port)
+
+
+def is_http_url(url: str) -> bool:
+    """An http:// or https:// URL with a host: anything else fails every request alike (httpx calls
+    a missing scheme a transport error, which would be retried as if the server were down)."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # e.g. an unclosed IPv6 bracket
+        return False
+    return parts.scheme in ("http", "https") and bool(parts.hostname)
 
 
 def redact_url(url: str) -> str:

@@ -1,10 +1,26 @@
-"""The exceptions hypocenter raises, all under one root.
+"""The exceptions hypocenter raises, all under one root (every class the package defines is drawn here).
 
-    HypocenterError                 root: catch this to handle anything we raise on purpose
-    ├── InputError                  unusable input a person must fix (permanent)
-    │   ├── BundleError             an attempt bundle that cannot be analysed (missing, no attempt.yaml, …)
-    │   └── RuleError               a rule file that does not load (carries file:line and a hint)
-    └── TransientError              worth retrying: a source that did not answer this time
+    HypocenterError                  root: catch this to handle anything we raise on purpose
+    ├── InputError                   unusable input a person must fix (permanent)
+    │   ├── BundleError              an attempt bundle that cannot be analysed (missing, no attempt.yaml, …)
+    │   ├── RuleError                a rule file that does not load (carries file:line and a hint)
+    │   ├── StrictYAMLError          strict_yaml.py: duplicate key, alias, not YAML (file:line)
+    │   ├── StoreError               store/base.py: a store that cannot be opened or migrated
+    │   ├── MetricFormatError        collector/metrics.py: a metrics file that is neither format
+    │   ├── HostlistError            collector/hostlist.py: a Slurm hostlist that does not parse
+    │   ├── OTLPDecodeError          collector/otlp.py: a body that is no OTLP message
+    │   ├── UnsupportedMediaType     collector/otlp.py: neither protobuf nor JSON
+    │   ├── MessageTooLarge          collector/otlp.py: over the size limit, after decompression too
+    │   ├── UsageError               collector/pull.py: a combination of analyze flags that cannot work
+    │   ├── UnknownAttempt           server/service.py: no data and no scope for that attempt
+    │   ├── ExportRejected           exporter/outbox.py: the receiver refused the payload
+    │   └── PermanentConnectorError  a connector call that will fail again (kind permanent | auth | not_found)
+    ├── TransientError               worth retrying: a source that did not answer this time
+    │   ├── Backpressure             server/service.py: the ingest queue is full (retry_after)
+    │   ├── ExportUnavailable        exporter/outbox.py: the receiver cannot take it now
+    │   └── TransientConnectorError  a connector call that may succeed later (kind transient)
+    └── ConnectorError               any connector failure, with its `kind`; always one of the two above
+                                     (`ConnectorError(msg, kind=...)` makes the right one)
 
 A CLI turns an `InputError` into a one-line message and exit code 2, never a traceback. Problems
 with one file inside an otherwise usable bundle are not raised at all: they are reported in the
@@ -12,6 +28,10 @@ diagnosis' coverage and the rest is analysed.
 """
 
 from __future__ import annotations
+
+from typing import Any, Literal
+
+ErrorKind = Literal["transient", "permanent", "auth", "not_found"]
 
 
 class HypocenterError(Exception):
@@ -38,3 +58,38 @@ class RuleError(InputError):
 
 class TransientError(HypocenterError):
     """A failure that may go away if the same call is made again later."""
+
+
+class ConnectorError(HypocenterError):
+    """A connector call failed; `kind` says whether trying again may help.
+
+    `ConnectorError(message, kind=...)` builds a `TransientConnectorError` (a `TransientError`) for
+    kind "transient" and a `PermanentConnectorError` (an `InputError`) otherwise, so callers catch
+    either the connector failure or its category, and nothing translates one into the other.
+    """
+
+    kind: ErrorKind
+
+    def __new__(cls, message: str = "", *, kind: ErrorKind = "permanent", **_: Any) -> ConnectorError:
+        if cls is ConnectorError:
+            cls = TransientConnectorError if kind == "transient" else PermanentConnectorError
+        return super().__new__(cls, message)
+
+    def __init__(self, message: str = "", *, kind: ErrorKind = "permanent") -> None:
+        super().__init__(message)
+        self.kind = kind
+
+    @property
+    def transient(self) -> bool:
+        return self.kind == "transient"
+
+
+class TransientConnectorError(ConnectorError, TransientError):
+    """A connector call that may succeed if made again (connection refused, timeout, HTTP 429/5xx)."""
+
+    def __init__(self, message: str = "", *, kind: ErrorKind = "transient") -> None:
+        super().__init__(message, kind=kind)
+
+
+class PermanentConnectorError(ConnectorError, InputError):
+    """A connector call that will fail the same way again (bad request, credentials, no such job)."""

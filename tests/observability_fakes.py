@@ -8,8 +8,14 @@ FakeLoki (`POST /loki/api/v1/push`, Loki HTTP API reference "Ingest logs"):
   * `application/json` (optionally `Content-Encoding: gzip`): `{"streams": [{"stream": {..},
     "values": [["<ns>", "<line>", {structured metadata}?]]}]}`.
   * labels are a Prometheus label string `{a="b", ...}` (protobuf) or an object (JSON); names must
-    match `[a-zA-Z_][a-zA-Z0-9_]*`, at most 15 per stream (Loki's default limit); structured metadata
-    values are strings. Success is 204; a bad body is 400 with a text message, like Loki.
+    match `[a-zA-Z_][a-zA-Z0-9_]*`; structured metadata values are strings. Success is 204; a bad
+    body is 400 with a text message, like Loki.
+  * what is pushed is ingested as Loki does it (loki_ingest.py, from Loki's source): identical
+    entries stored once, entries an hour behind their stream's newest or older than a week refused
+    with Loki's 400 texts while the rest is kept, at most 15 labels besides `service_name`, which
+    Loki adds, as it adds `detected_level` to structured metadata. `clock` is the server's now.
+  * `POST /otlp/v1/logs`: OTLP/HTTP logs mapped to streams as Loki's OTLP endpoint does, resource
+    attributes promoted to labels per `IngestLimits.otlp_config` (Loki's default list).
 FakeGrafana (`POST /api/annotations`): JSON body with `text` required, `time`/`timeEnd` epoch ms
   integers, `tags` strings; answers 200 `{"message": "Annotation added", "id": N}`; 401 when a
   token is configured and `Authorization: Bearer <token>` is missing.
@@ -20,10 +26,12 @@ pushed or `preload`ed:
   * `GET /loki/api/v1/query_range`: LogQL log queries — a stream selector with `=`, `!=`, `=~`,
     `!~` matchers (regexes fully anchored; at least one matcher that does not match the empty
     string), then `|=`, `!=`, `|~`, `!~` line filters and `| name op "value"` label filters over
-    stream labels and structured metadata. Strings follow Go's strconv.Unquote (double-quoted with
+    stream labels and structured metadata, and `| json` / `| json a, b="x.y"` parser stages (a
+    field that is already a label or metadata is named `<field>_extracted`, as Loki does). Strings follow Go's strconv.Unquote (double-quoted with
     escapes, or back-quoted raw); regexes are Python `re` restricted to what RE2 accepts. `start` is
     inclusive, `end` exclusive; `limit` (default 100) counts entries over all streams and may not
-    exceed `max_entries_limit_per_query`; `end - start` may not exceed `max_query_length`;
+    exceed `max_entries_limit_per_query`; `end - start` plus Loki's 30 s look-back may not exceed
+    `max_query_length`;
     `direction` forward | backward (default). Entries at one timestamp keep push order within a
     stream; between streams they come in label order, or in a fresh random order per request
     (`ties="random"`): Loki promises no order there.
@@ -52,15 +60,18 @@ import re
 import threading
 import time
 import urllib.parse
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import cramjam
+from google.protobuf import json_format
+from loki_ingest import Entry, Ingest, IngestLimits, otlp_entries, otlp_error
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 
 LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
-MAX_LABELS = 15
 
 
 class WireError(ValueError):
@@ -143,12 +154,7 @@ def parse_label_string(text: str) -> dict[str, str]:
     return out
 
 
-@dataclass(frozen=True)
-class PushedEntry:
-    labels: dict[str, str]
-    ts_ns: int
-    line: str
-    metadata: dict[str, str]
+PushedEntry = Entry  # (labels, ts_ns, line, metadata)
 
 
 def decode_protobuf_push(body: bytes) -> list[PushedEntry]:
@@ -208,8 +214,6 @@ def validate(entries: list[PushedEntry]) -> None:
     for e in entries:
         if not e.labels:
             raise WireError("error at least one label pair is required per stream")
-        if len(e.labels) > MAX_LABELS:
-            raise WireError(f"stream has {len(e.labels)} labels, more than the limit of {MAX_LABELS}")
         for name in [*e.labels, *e.metadata]:
             if not LABEL_NAME.match(name):
                 raise WireError(f"invalid label name {name!r}")
@@ -320,22 +324,39 @@ class _FakeServer:
 
 
 class FakeLoki(_FakeServer):
+    """Loki's push, OTLP and query APIs over one store; what is pushed is ingested as a real Loki
+    does it (loki_ingest.py: dedup, out-of-order and age refusals, service_name, detected_level).
+    `limits` are Loki's push limits (IngestLimits, Loki's defaults); `clock` is the server's now
+    (a test replaying old logs sets it to when they were written, as a real push would have been)."""
+
     def __init__(self, *, max_entries_limit_per_query: int = 5000, max_query_length_s: float = 721 * 3600.0,
-                 ties: str = "labels", seed: int = 0, required_headers: dict[str, str] | None = None) -> None:
+                 ties: str = "labels", seed: int = 0, required_headers: dict[str, str] | None = None,
+                 limits: IngestLimits | None = None, clock: Callable[[], float] = time.time,
+                 query_lookback_s: float = 30.0) -> None:
         super().__init__()
-        self.entries: list[PushedEntry] = []
+        self.ingest = Ingest(limits or IngestLimits(), clock)
         self.tenants: list[str | None] = []
         self.max_entries_limit_per_query = max_entries_limit_per_query
         self.max_query_length_ns = int(max_query_length_s * 1e9)
+        self.query_lookback_ns = int(query_lookback_s * 1e9)
         self.ties = ties
         self.random = random.Random(seed)
         self.required_headers = dict(required_headers or {})
         self.queries: list[dict[str, str]] = []  # parameters of every query_range answered
+        self.pushes: list[tuple[int, str]] = []  # (status, body) of every push answered
+
+    @property
+    def entries(self) -> list[PushedEntry]:
+        """What Loki holds (labels with service_name, metadata with detected_level), in arrival order."""
+        return self.ingest.entries
 
     def preload(self, entries: list[PushedEntry]) -> None:
-        """Entries as if pushed (validated the same way)."""
+        """Entries as if pushed when they were written: in time order, validated and ingested the same
+        way but not refused for their age; a refusal is an error in the test."""
         validate(entries)
-        self.entries.extend(entries)
+        status, body = self.ingest.push(sorted(entries, key=lambda e: e.ts_ns), check_time=False)
+        if status != 204:
+            raise WireError(f"preload refused ({status}): {body}")
 
     def handle_get(self, path: str, headers: dict[str, str]) -> tuple[int, bytes, str]:
         url = urllib.parse.urlsplit(path)
@@ -364,17 +385,25 @@ class FakeLoki(_FakeServer):
         start = _loki_time(params["start"]) if params.get("start") else end - 3600 * 10**9
         if end < start:
             raise LogQLError("invalid start and end time: end timestamp must not be before or equal to start time")
-        if end - start > self.max_query_length_ns:
-            raise LogQLError(f"the query time range exceeds the limit (query length: {_duration(end - start)}, "
-                             f"limit: {_duration(self.max_query_length_ns)})")
+        # The length Loki checks is end - start plus its 30 s look-back (logql/engine.go
+        # max_look_back_period), as a real Loki 3.x answers a piece of exactly max_query_length;
+        # the text is queryrange/limits.go's (util/validation ErrQueryTooLong): the length as a Go
+        # time.Duration, the limit as a Prometheus model.Duration.
+        length = end - start + self.query_lookback_ns
+        if self.max_query_length_ns and length > self.max_query_length_ns:
+            raise LogQLError(f"the query time range exceeds the limit (query length: {_duration(length)}, "
+                             f"limit: {model_duration(self.max_query_length_ns)})")
         return start, end
 
     def _select(self, query: LogQuery, start: int, end: int) -> list[tuple[int, int, PushedEntry]]:
-        """(timestamp, tie-break, entry) of every entry the query selects in [start, end)."""
+        """(timestamp, tie-break, entry) of every entry the query selects in [start, end); labels
+        its parser stages extracted are in `self.parsed[id(entry)]` for the answer."""
         out = []
+        self.parsed: dict[int, dict[str, str]] = {}
         for seq, e in enumerate(self.entries):
-            if start <= e.ts_ns < end and query.matches(e):
+            if start <= e.ts_ns < end and (parsed := query.evaluate(e)) is not None:
                 out.append((e.ts_ns, seq, e))
+                self.parsed[id(e)] = parsed
         # Within a stream Loki keeps push order; between streams at one timestamp it promises nothing.
         if self.ties == "random":
             keys = {tuple(sorted(e.labels.items())): self.random.random() for _, _, e in out}
@@ -409,10 +438,11 @@ class FakeLoki(_FakeServer):
         categorize = "categorize-labels" in headers.get("X-Loki-Response-Encoding-Flags", "")
         streams: dict[tuple[tuple[str, str], ...], list[list[Any]]] = {}
         for ts, _, e in chosen:
-            labels = e.labels if categorize else {**e.metadata, **e.labels}
+            parsed = self.parsed.get(id(e), {})
+            labels = e.labels if categorize else {**e.metadata, **e.labels, **parsed}
             value: list[Any] = [str(ts), e.line]
-            if categorize and e.metadata:
-                value.append({"structuredMetadata": dict(e.metadata)})
+            if categorize and (e.metadata or parsed):
+                value.append({k: v for k, v in (("structuredMetadata", dict(e.metadata)), ("parsed", parsed)) if v})
             streams.setdefault(tuple(sorted(labels.items())), []).append(value)
         result = [{"stream": dict(k), "values": v} for k, v in streams.items()]
         data: dict[str, Any] = {"resultType": "streams", "result": result,
@@ -442,8 +472,9 @@ class FakeLoki(_FakeServer):
             raise LogQLError("this fake only answers sum by (<label>) (count_over_time(<log query> [<N>s]))")
         label, inner, seconds = m.group(1), parse_logql(m.group(2)), int(m.group(3))
         at = _loki_time(params["time"]) if params.get("time") else time.time_ns()
-        if seconds * 10**9 > self.max_query_length_ns:
-            raise LogQLError("the query time range exceeds the limit")
+        if self.max_query_length_ns and seconds * 10**9 > self.max_query_length_ns:
+            raise LogQLError(f"the query time range exceeds the limit (query length: {_duration(seconds * 10**9)}, "
+                             f"limit: {model_duration(self.max_query_length_ns)})")
         counts: dict[str, int] = {}
         for _, _, e in self._select(inner, at - seconds * 10**9, at):
             value = {**e.metadata, **e.labels}.get(label, "")
@@ -454,6 +485,8 @@ class FakeLoki(_FakeServer):
     def handle(self, path: str, headers: dict[str, str], body: bytes) -> tuple[int, bytes, str]:
         if path == "/loki/api/v1/series":
             return self._query(path, urllib.parse.parse_qsl(body.decode(), keep_blank_values=True), headers)
+        if path == "/otlp/v1/logs":
+            return self._otlp(headers, body)
         if path != "/loki/api/v1/push":
             return 404, b"404 page not found\n", "text/plain"
         ctype = (headers.get("Content-Type") or "").split(";")[0].strip()
@@ -469,9 +502,36 @@ class FakeLoki(_FakeServer):
             validate(entries)
         except (WireError, ValueError, KeyError, TypeError, OSError) as exc:
             return 400, f"{exc}\n".encode(), "text/plain"
-        self.entries.extend(entries)
-        self.tenants.append(headers.get("X-Scope-OrgID"))
-        return 204, b"", ""
+        status, answer = self.ingest.push(entries)
+        with self.behaviour.lock:
+            self.tenants.append(headers.get("X-Scope-OrgID"))
+            self.pushes.append((status, answer))
+        # push.go HTTPError is Go's http.Error: the text and a newline
+        return status, (answer + "\n").encode() if answer else b"", "text/plain; charset=utf-8"
+
+    def _otlp(self, headers: dict[str, str], body: bytes) -> tuple[int, bytes, str]:
+        """`POST /otlp/v1/logs` (loghttp/push/otlp.go): OTLP/HTTP protobuf or JSON; errors are a
+        protobuf google.rpc.Status (push.go OTLPError)."""
+        ctype = (headers.get("Content-Type") or "").split(";")[0].strip()
+        if (headers.get("Content-Encoding") or "").lower() == "gzip":
+            body = gzip.decompress(body)
+        request = ExportLogsServiceRequest()
+        try:
+            if ctype == "application/json":
+                json_format.Parse(body.decode("utf-8"), request)
+            elif ctype == "application/x-protobuf":
+                request.ParseFromString(body)
+            else:
+                return 415, otlp_error(f"unsupported content type: {ctype}"), "application/octet-stream"
+            entries = otlp_entries(request, self.ingest.limits)
+            validate(entries)
+        except (WireError, ValueError) as exc:
+            return 400, otlp_error(str(exc)), "application/octet-stream"
+        status, answer = self.ingest.push(entries)
+        with self.behaviour.lock:
+            self.tenants.append(headers.get("X-Scope-OrgID"))
+            self.pushes.append((status, answer))
+        return status, otlp_error(answer) if answer else b"", "application/octet-stream"
 
 
 # ----------------------------------------------------------------------------------- LogQL (query side)
@@ -502,8 +562,27 @@ def _loki_time(text: str) -> int:
 
 
 def _duration(ns: int) -> str:
+    """Go's time.Duration.String() for whole seconds: `721h0m30s`."""
     hours, rest = divmod(ns // 10**9, 3600)
+    if not hours:
+        return f"{rest // 60}m{rest % 60}s" if rest >= 60 else f"{rest}s"
     return f"{hours}h{rest // 60}m{rest % 60}s"
+
+
+def model_duration(ns: int) -> str:
+    """Prometheus model.Duration.String(): `30d1h` for 721 h (y and w only when exact)."""
+    ms = ns // 10**6
+    if ms == 0:
+        return "0s"
+    out = ""
+    for unit, mult, exact in (("y", 31_536_000_000, True), ("w", 604_800_000, True), ("d", 86_400_000, False),
+                              ("h", 3_600_000, False), ("m", 60_000, False), ("s", 1000, False), ("ms", 1, False)):
+        if exact and ms % mult:
+            continue
+        if (v := ms // mult) > 0:
+            out += f"{v}{unit}"
+            ms -= v * mult
+    return out
 
 
 def _re2(pattern: str, anchored: bool) -> re.Pattern[str]:
@@ -522,20 +601,70 @@ def _re2(pattern: str, anchored: bool) -> re.Pattern[str]:
 @dataclass
 class LogQuery:
     matchers: list[tuple[str, str, str, re.Pattern[str] | None]]
-    stages: list[tuple[str, str, str, re.Pattern[str] | None]]  # (kind "line"|"label", op, name/value, regex)
+    # (kind "line" | "label" | "json", op, value | name\0value | json spec, regex)
+    stages: list[tuple[str, str, str, re.Pattern[str] | None]]
 
     def matches(self, e: PushedEntry) -> bool:
+        return self.evaluate(e) is not None
+
+    def evaluate(self, e: PushedEntry) -> dict[str, str] | None:
+        """None when the entry is filtered out; else the labels its parser stages extracted."""
         if not all(_test(op, e.labels.get(name, ""), value, rx, full=True) for name, op, value, rx in self.matchers):
-            return False
+            return None
+        parsed: dict[str, str] = {}
         for kind, op, name_or_value, rx in self.stages:
             if kind == "line":
                 if not _test(op, e.line, name_or_value, rx, full=False):
-                    return False
+                    return None
+            elif kind == "json":
+                parsed.update(json_stage(e, json.loads(name_or_value), parsed))
             else:
                 name, value = name_or_value.split("\0", 1)
-                if not _test(op, {**e.labels, **e.metadata}.get(name, ""), value, rx, full=True):
-                    return False
-        return True
+                if not _test(op, {**e.labels, **e.metadata, **parsed}.get(name, ""), value, rx, full=True):
+                    return None
+        return parsed
+
+
+def _json_text(v: Any) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, str):
+        return v
+    return json.dumps(v, separators=(",", ":"), ensure_ascii=False)
+
+
+def json_stage(e: PushedEntry, spec: list[list[str]], parsed: dict[str, str]) -> dict[str, str]:
+    """logql/log/parser.go: `| json` (JSONParser: every field, nested names joined by `_`) or
+    `| json a, b="x.y"` (JSONExpressionParser). A name that is already a stream label or structured
+    metadata gets the suffix `_extracted` (`duplicateSuffix`); a line that is not JSON gets
+    `__error__="JSONParserErr"`."""
+    try:
+        doc = json.loads(e.line)
+    except ValueError:
+        doc = None
+    if not isinstance(doc, dict):
+        return {"__error__": "JSONParserErr"}
+
+    def name(key: str) -> str:
+        return key + "_extracted" if key in e.labels or key in e.metadata else key
+
+    out: dict[str, str] = {}
+    if not spec:
+        def walk(node: dict[str, Any], prefix: str) -> None:
+            for k, v in node.items():
+                key = prefix + re.sub(r"[^a-zA-Z0-9_]", "_", k)
+                if isinstance(v, dict):
+                    walk(v, key + "_")
+                else:
+                    out[name(key)] = _json_text(v)
+        walk(doc, "")
+        return out
+    for identifier, path in spec:
+        node: Any = doc
+        for part in re.findall(r'[^.\[\]"]+', path):
+            node = node.get(part) if isinstance(node, dict) else None
+        out[name(identifier)] = _json_text(node) if node is not None else ""
+    return out
 
 
 def _test(op: str, text: str, value: str, rx: re.Pattern[str] | None, *, full: bool) -> bool:
@@ -622,6 +751,19 @@ class _Lexer:
         raise self.error("literal not terminated")
 
 
+def _json_keyword(lx: _Lexer) -> bool:
+    """`json` as a parser stage (not a label filter on a label named json)."""
+    lx.skip()
+    m = _IDENT.match(lx.text, lx.pos)
+    if not m or m.group(0) != "json":
+        return False
+    rest = lx.text[m.end():].lstrip()
+    if rest[:1] == "=" or rest[:2] in ("!=", "=~", "!~"):
+        return False
+    lx.pos = m.end()
+    return True
+
+
 def parse_logql(text: str) -> LogQuery:
     """A LogQL log query: `{matchers}` then line filters and label filters."""
     lx = _Lexer(text)
@@ -645,7 +787,20 @@ def parse_logql(text: str) -> LogQuery:
         if op is None:
             break
         lx.pos += len(op)
-        if op == "|":
+        if op == "|" and _json_keyword(lx):
+            spec: list[list[str]] = []
+            while True:
+                lx.skip()
+                if not _IDENT.match(lx.text, lx.pos) or lx.peek("|"):
+                    break
+                ident = lx.ident()
+                path = lx.string() if lx.peek("=") and lx.expect("=") else ident
+                spec.append([ident, path])
+                if lx.peek(",") is None:
+                    break
+                lx.expect(",")
+            stages.append(("json", "", json.dumps(spec), None))
+        elif op == "|":
             name = lx.ident()
             lop = lx.expect("=~", "!~", "!=", "=")
             value = lx.string()

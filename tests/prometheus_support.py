@@ -19,7 +19,7 @@ import pytest
 import yaml
 from server_support import terminate
 
-from hypocenter.collector.sources import Series
+from hypocenter.sources import Series
 
 PROMTOOL = shutil.which("promtool")
 PROMETHEUS = shutil.which("prometheus")

@@ -14,7 +14,7 @@ from prometheus_support import needs_promtool, promtool
 
 from hypocenter.exporter.activity import Activity
 from hypocenter.exporter.prometheus import HypocenterCollector
-from hypocenter.exporter.store import SQLiteStore
+from hypocenter.store.sqlite import SQLiteStore
 
 REPO = Path(__file__).resolve().parent.parent
 DEPLOY = REPO / "deploy" / "prometheus"

@@ -237,10 +237,10 @@ def test_a_closed_pipe_is_not_an_error(monkeypatch: pytest.MonkeyPatch, capsys: 
 def test_an_internal_error_is_one_line(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     from hypocenter.engine import Engine
 
-    def boom(self: Engine, path: object) -> None:
+    def boom(self: Engine, *args: object) -> None:
         raise RuntimeError("something\nbroke")
 
-    monkeypatch.setattr(Engine, "analyze_bundle", boom)
+    monkeypatch.setattr(Engine, "analyze", boom)
     monkeypatch.delenv("HYPOCENTER_DEBUG", raising=False)
     assert main(["analyze", str(EXAMPLE)]) == cli.EXIT_INTERNAL
     out, err = capsys.readouterr()

@@ -11,11 +11,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from engine_support import QUERIES
 from observability_fakes import FakeLoki
 from test_pull_end_to_end import push_logs
 
-from hypocenter import pull
 from hypocenter.cli import main
+from hypocenter.collector import pull
 from hypocenter.collector.bundle import load_bundle
 from hypocenter.collector.connectors.base import RetryPolicy
 
@@ -179,11 +180,11 @@ def test_prometheus_options_and_basic_auth(tmp_path: Path) -> None:
     cfg = tmp_path / "pull.yaml"
     cfg.write_text("slurm: 1\nprometheus:\n  url: http://prometheus:9090\n  node_labels: [Hostname, node]\n"
                    "  resolution_s: 30\n  username: ops\n  password_file: pw\n")
-    (_name, make), = pull._data_connectors(pull.load_config(cfg), RetryPolicy(), None, env={})
+    (_name, make), = pull._data_connectors(pull.load_config(cfg), RetryPolicy(), QUERIES, env={})
     prometheus = make()
     assert (prometheus.node_labels, prometheus.resolution_s) == (["Hostname", "node"], 30)
     assert prometheus.api._headers["Authorization"] == "Basic " + base64.b64encode(b"ops:hunter2").decode()
-    (_name, make), = pull._data_connectors(pull.load_config(cfg), RetryPolicy(), None,
+    (_name, make), = pull._data_connectors(pull.load_config(cfg), RetryPolicy(), QUERIES,
                                            env={"PROMETHEUS_BEARER_TOKEN": "t0k"})
     assert make().api._headers["Authorization"] == "Bearer t0k"
 
@@ -198,7 +199,7 @@ def test_the_loki_tenant_from_the_config_or_the_environment(tenant: str | None, 
                                                             header: str | None, tmp_path: Path) -> None:
     cfg = tmp_path / "pull.yaml"
     cfg.write_text("slurm: 1\nloki:\n  url: http://loki:3100\n" + (f"  tenant: {tenant}\n" if tenant else ""))
-    (_name, make), = pull._data_connectors(pull.load_config(cfg), RetryPolicy(), None, env=env)
+    (_name, make), = pull._data_connectors(pull.load_config(cfg), RetryPolicy(), QUERIES, env=env)
     assert make().api._headers.get("X-Scope-OrgID") == header
 
 

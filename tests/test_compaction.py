@@ -1,4 +1,4 @@
-"""Compaction and streaming extraction on ingest (collector/compaction.py, api/service.IngestEvents).
+"""Compaction and streaming extraction on ingest (server/compaction.py, server/service.IngestEvents).
 
 What a user relies on:
 * the server does not keep whole logs: lines no rule can read lose their text once old enough;
@@ -24,10 +24,11 @@ from server_support import EXAMPLES, ServerProcess, analyze, essence, replay, wa
 
 from bench.generate import generate
 from bench.throughput import write_log
-from hypocenter.collector.bundle import load_bundle, time_context
-from hypocenter.collector.sources import Source, TextSource
+from hypocenter.collector.bundle import load_bundle
 from hypocenter.engine import default_engine
+from hypocenter.lineformat import time_context
 from hypocenter.model import AttemptContext
+from hypocenter.sources import Source, TextSource
 
 GENERATED = 60
 

@@ -47,6 +47,7 @@ from typing import Any, Literal, Protocol, TypeVar
 
 import httpx
 import pytest
+from engine_support import QUERIES
 from kube_fake import FakeKube
 from observability_fakes import FakeLoki, PushedEntry
 from prometheus_support import PROMETHEUS, PROMTOOL, PrometheusProcess, backfilled_prometheus
@@ -66,8 +67,8 @@ from hypocenter.collector.connectors.loki import LokiConnector, LokiLimits
 from hypocenter.collector.connectors.prometheus import PrometheusConnector
 from hypocenter.collector.connectors.scope import epoch_ns
 from hypocenter.collector.connectors.slurm import SlurmConnector, classify, run_command
-from hypocenter.collector.sources import MetricSource, RecordSource, Series, TextSource
 from hypocenter.model import AttemptContext
+from hypocenter.sources import MetricSource, RecordSource, Series, TextSource
 
 Fault = Literal["transient", "permanent", "auth", "stall", "garbage"]
 Target = Literal["scope", "evidence"]
@@ -151,7 +152,7 @@ class BlackHole:
 class LokiHarness:
     name = "loki"
     faults: frozenset[Fault] = frozenset({"transient", "permanent", "auth", "stall", "garbage"})
-    duplicates = True
+    duplicates = False  # Loki stores an entry identical in stream, time and line once (ingester/stream.go)
 
     def start(self, tmp_path: Path) -> None:
         # small pages and a short max_query_length, so that N records take many pages and pieces
@@ -180,8 +181,8 @@ class LokiHarness:
 
     def connector(self, policy: RetryPolicy) -> DataConnector:
         if self.fake.behaviour.stall_s:
-            return LokiConnector(self.fake.url, policy=policy)
-        return LokiConnector(self.fake.url, policy=policy, transport=self.transport,
+            return LokiConnector(self.fake.url, queries=QUERIES, policy=policy)
+        return LokiConnector(self.fake.url, queries=QUERIES, policy=policy, transport=self.transport,
                              limits=LokiLimits(max_entries=10, max_query_length_s=1800))
 
     def records(self, collected: Collected) -> Counter[str]:
@@ -243,10 +244,10 @@ class PrometheusHarness:
 
     def connector(self, policy: RetryPolicy) -> DataConnector:
         if self.black_hole is not None:
-            return PrometheusConnector(self.black_hole.url, policy=policy)
+            return PrometheusConnector(self.black_hole.url, queries=QUERIES, policy=policy)
         assert self.prom is not None
         # 50 points a piece: the window takes ten pieces
-        return PrometheusConnector(self.prom.url, policy=policy, transport=self.transport,
+        return PrometheusConnector(self.prom.url, queries=QUERIES, policy=policy, transport=self.transport,
                                    resolution_s=self.STEP, max_points=50, max_pieces=1000)
 
     def records(self, collected: Collected) -> Counter[str]:

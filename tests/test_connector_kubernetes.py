@@ -13,6 +13,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
+from engine_support import analyze_bundle
 from kube_fake import FakeKube, documents, example_logs
 from resource_spies import CallersTransport, record_clients
 
@@ -26,8 +27,8 @@ from hypocenter.collector.connectors.kubernetes import (
     from_kubeconfig,
     in_cluster,
 )
-from hypocenter.collector.sources import RecordSource, TextSource
 from hypocenter.engine import default_engine
+from hypocenter.sources import RecordSource, TextSource
 
 ROOT = Path(__file__).resolve().parent.parent
 FIX = ROOT / "tests" / "fixtures" / "kubernetes"
@@ -79,7 +80,7 @@ def test_kueue_preemption_from_the_workload() -> None:
     # and the verdict is the example's
     example = ROOT / "examples" / "kueue-preemption"
     d = default_engine().analyze(ctx, [*scope.collected.sources, *_node_logs(example)], scope.collected.coverage)
-    expected = default_engine().analyze_bundle(example)
+    expected = analyze_bundle(example)
     assert d.root_cause is not None and expected.root_cause is not None
     assert (d.root_cause.domain, d.root_cause.subdomain) == ("external", "preemption")
     assert (d.root_cause.domain, d.root_cause.subdomain, d.root_cause.nodes) == \

@@ -14,7 +14,7 @@ from resource_spies import CallersTransport, record_clients
 
 from hypocenter.collector.connectors.base import ConnectorError, RetryPolicy
 from hypocenter.collector.connectors.slurm import JobRef, SlurmConnector, classify, run_command
-from hypocenter.collector.sources import RecordSource
+from hypocenter.sources import RecordSource
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "slurm"
 FAST = RetryPolicy(timeout_s=5, attempts=3, backoff_s=0.01, max_backoff_s=0.01)

@@ -10,9 +10,11 @@ import json
 import re
 import shutil
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 import jsonschema
 import pytest
 import yaml
@@ -146,3 +148,52 @@ def test_provisioning_points_at_the_dashboards() -> None:
                 assert uids[v["current"]["value"]] == v["query"]
     prov = yaml.safe_load((REPO / "deploy/grafana/provisioning/dashboards/hypocenter.yaml").read_text())
     assert prov["apiVersion"] == 1 and prov["providers"][0]["type"] == "file"
+
+
+def test_loki_tables_fill_their_columns_on_lokis_answer(tmp_path: Path) -> None:
+    """Each Loki table's columns come from the labels, structured metadata and parsed fields of its
+    query's answer. Loki's json parser renames a field that is also a label or metadata to
+    `<name>_extracted` (logql/log/parser.go): a query that parses `outcome` out of the line leaves
+    the `outcome` column to the label and adds a column nobody shows. The fake Loki does the same."""
+    from observability_fakes import FakeLoki
+    from server_support import analyze
+    from test_metrics import NVLINK, store_diagnosis
+
+    from hypocenter.exporter.loki import LokiExporter
+    from hypocenter.store.sqlite import SQLiteStore
+
+    doc = analyze(NVLINK)
+    store = SQLiteStore(":memory:")
+    store_diagnosis(store, doc)
+    row = store.get_diagnosis(doc["id"])
+    assert row is not None
+    loki = FakeLoki().start()
+    exporter = LokiExporter(loki.url)
+    try:
+        exporter.send([row])
+        checked = 0
+        for path in FILES:
+            for p in _load(path)["panels"]:
+                if p["type"] != "table" or p["datasource"]["uid"] != "${loki}":
+                    continue
+                columns = set(next(t["options"]["indexByName"] for t in p["transformations"]
+                                   if "indexByName" in t.get("options", {}))) - {"Time"}
+                [target] = p["targets"]
+                expr = target["expr"]
+                for var, value in (("$cluster", ".*"), ("$node", ""), ("$workload", ".*"), ("$attempt", ".*"),
+                                   ("$diagnosis", ".*")):
+                    expr = expr.replace(var, value)
+                r = httpx.get(f"{loki.url}/loki/api/v1/query_range", timeout=10,
+                              headers={"X-Loki-Response-Encoding-Flags": "categorize-labels"},
+                              params={"query": expr, "start": str(time.time_ns() - 86400 * 10**9), "limit": "10"})
+                assert r.status_code == 200, r.text
+                [stream] = r.json()["data"]["result"]
+                [value] = stream["values"]
+                fields = {**stream["stream"], **value[2].get("structuredMetadata", {}), **value[2].get("parsed", {})}
+                assert not [f for f in fields if f.endswith("_extracted")], (p["title"], expr)
+                assert {c for c in columns if not fields.get(c)} == set(), (p["title"], fields)
+                checked += 1
+        assert checked == 2
+    finally:
+        exporter.close()
+        loki.stop()

@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hypocenter.collector.bundle import load_bundle
-from hypocenter.collector.sources import MetricSource, RecordSource, Source
 from hypocenter.engine import default_engine
+from hypocenter.sources import MetricSource, RecordSource, Source
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 BUNDLES = sorted(p for p in EXAMPLES.iterdir() if (p / "attempt.yaml").is_file())

@@ -6,10 +6,11 @@ import gzip
 from pathlib import Path
 
 import yaml
+from engine_support import analyze_bundle
 
-from hypocenter.collector.sources import TextSource
-from hypocenter.engine import analyze, analyze_bundle
+from hypocenter.engine import analyze
 from hypocenter.model import AttemptContext
+from hypocenter.sources import TextSource
 
 WINDOW = {"start": "2026-11-02T10:00:00Z", "end": "2026-11-02T11:00:00Z"}
 

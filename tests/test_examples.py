@@ -6,8 +6,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from hypocenter.engine import analyze_bundle
+from engine_support import analyze_bundle
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 BUNDLES = sorted(p for p in EXAMPLES.iterdir() if (p / "attempt.yaml").is_file())

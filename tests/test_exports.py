@@ -16,16 +16,19 @@ from typing import Any
 
 import httpx
 import pytest
+from loki_ingest import IngestLimits
 from observability_fakes import FakeGrafana, FakeLoki
+from prometheus_client import CollectorRegistry, generate_latest
 from server_support import ServerProcess, replay, wait_for_diagnosis
 from test_metrics import NVLINK, store_diagnosis, variant
 
 from hypocenter.exporter.activity import Activity
 from hypocenter.exporter.grafana import GrafanaAnnotations, annotation
-from hypocenter.exporter.loki import BACKDATE_S, LokiExporter
+from hypocenter.exporter.loki import BACKDATE_S, LokiExporter, entry_time
 from hypocenter.exporter.outbox import Backoff, ExportUnavailable, InMemoryExporter, Outbox
-from hypocenter.exporter.outputs import EXPORTERS
-from hypocenter.exporter.store import SQLiteStore
+from hypocenter.exporter.prometheus import HypocenterCollector
+from hypocenter.server.outputs import EXPORTERS
+from hypocenter.store.sqlite import SQLiteStore
 
 FAST = Backoff(base_s=0.05, max_s=0.2)
 
@@ -147,6 +150,66 @@ def test_permanent_failures_are_counted_and_dropped_one_at_a_time(loki: FakeLoki
     snap = activity.snapshot()
     assert snap.export_dropped == {("loki", "rejected"): 1}
     assert snap.export_failures == {("loki", "permanent"): 2} and snap.exported == {"loki": 2}
+
+
+def test_a_diagnosis_delivered_late_is_not_refused_as_out_of_order(doc: dict[str, Any]) -> None:
+    """Loki refuses an entry more than an hour behind its stream's newest, and in a request with
+    several streams only the last one's refusal is answered. A diagnosis held back two hours (Loki
+    down, back-off) goes to a stream that has newer entries since: it must still be taken."""
+    loki = FakeLoki().start()
+    store = SQLiteStore(":memory:")
+    activity = Activity()
+    box = outbox_for(store, LokiExporter(loki.url), activity=activity)
+    try:
+        store_diagnosis(store, variant(doc, "dx-new", "node02", "gpu0"))
+        box.wake()
+        until(lambda: store.export_backlog() == {})
+        store_diagnosis(store, variant(doc, "dx-late", "node03", "gpu1"))  # same stream (cluster, outcome, domain)
+        with store._tx() as db:  # analysed two hours ago, delivered only now
+            db.execute("UPDATE diagnoses SET created = created - 7200 WHERE id = 'dx-late'")
+        box.wake()
+        until(lambda: store.export_backlog() == {})
+    finally:
+        box.close()
+        loki.stop()
+    heads = {e.metadata["diagnosis_id"]: e for e in loki.entries if e.metadata["record"] == "diagnosis"}
+    assert set(heads) == {"dx-new", "dx-late"}, loki.pushes
+    assert activity.snapshot().export_dropped == {}
+    late = json.loads(heads["dx-late"].line)
+    assert late["first_seen"] == doc["root_cause"]["first_seen"]  # the verdict keeps when it began
+    assert heads["dx-new"].ts_ns - heads["dx-late"].ts_ns < 3600 * 10**9
+
+
+def test_entry_times_stay_within_lokis_window_and_repeat_on_a_quick_retry() -> None:
+    hour, minute = 3600 * 10**9, 60 * 10**9
+    created = 100 * hour
+    assert entry_time(created - 30 * minute, created, created) == created - 30 * minute  # where it began
+    assert entry_time(0, created, created) == created - 50 * minute  # never more than 50 min before storing
+    late = entry_time(0, created, created + 2 * hour)
+    assert created + 2 * hour - 55 * minute <= late <= created + 2 * hour
+    assert entry_time(0, created, created + 2 * hour + minute) == late  # a retry a minute later: same entry
+
+
+def test_lokis_final_refusals_are_dropped_by_reason_not_retried(doc: dict[str, Any]) -> None:
+    """A Loki that keeps only the last 10 minutes refuses every diagnosis entry as too old (400):
+    dropped at once, counted as too_old in /metrics, not retried."""
+    loki = FakeLoki(limits=IngestLimits(reject_old_samples_max_age_s=600)).start()
+    store = SQLiteStore(":memory:")
+    activity = Activity()
+    box = outbox_for(store, LokiExporter(loki.url), activity=activity)
+    try:
+        store_diagnosis(store, doc)
+        box.wake()
+        until(lambda: store.export_backlog() == {})
+        time.sleep(0.3)  # several back-off periods: nothing is sent again
+    finally:
+        box.close()
+        loki.stop()
+    assert [status for status, _ in loki.pushes] == [400] and "has timestamp too old" in loki.pushes[0][1]
+    assert activity.snapshot().export_dropped == {("loki", "too_old"): 1}
+    registry = CollectorRegistry()
+    registry.register(HypocenterCollector(activity, store, exporters=["loki"]))
+    assert 'hypocenter_export_dropped_total{exporter="loki",reason="too_old"} 1.0' in generate_latest(registry).decode()
 
 
 def test_unreachable_loki_keeps_the_rows_and_a_restart_delivers_them(tmp_path: Path, loki: FakeLoki,
@@ -272,7 +335,11 @@ def test_real_loki_takes_the_push(doc: dict[str, Any], encoding: str) -> None:
     store_diagnosis(store, variant(doc, ident, "node02", "0000:3b:00", cluster="hypocenter-test"))
     row = store.get_diagnosis(ident)
     assert row is not None
-    LokiExporter(url, encoding=encoding, tenant=os.environ.get("LOKI_TENANT", "")).send([row])
+    exporter = LokiExporter(url, encoding=encoding, tenant=os.environ.get("LOKI_TENANT", ""))
+    try:
+        exporter.send([row])
+    finally:
+        exporter.close()  # its connection pool: left open it is a ResourceWarning, an error here
     query = f'{{service_name="hypocenter", cluster="hypocenter-test"}} | diagnosis_id="{ident}"'
     headers = {"X-Loki-Response-Encoding-Flags": "categorize-labels"}
     if os.environ.get("LOKI_TENANT"):

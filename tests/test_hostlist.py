@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from hypocenter.collector import attempts
 from hypocenter.collector.hostlist import MAX_HOSTS, HostlistError, expand, expand_hostlist
+from hypocenter.server import attempts
 
 
 @pytest.mark.parametrize(("text", "hosts"), [

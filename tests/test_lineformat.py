@@ -6,7 +6,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from hypocenter.collector.lineformat import TimeContext, parse_line, zone
+from hypocenter.lineformat import TimeContext, parse_line, zone
 
 CTX = TimeContext(tz=timezone.utc, start=datetime(2026, 11, 2, 10, 0, tzinfo=timezone.utc),
                   end=datetime(2026, 11, 2, 12, 0, tzinfo=timezone.utc))

@@ -19,8 +19,8 @@ from server_support import EXAMPLES, ServerProcess, analyze, replay, wait_for_di
 
 from hypocenter.exporter.activity import Activity
 from hypocenter.exporter.prometheus import HypocenterCollector, MetricsEndpoint, top_n
-from hypocenter.exporter.store import SQLiteStore
 from hypocenter.model import Diagnosis
+from hypocenter.store.sqlite import SQLiteStore
 
 NVLINK = next(p for p in EXAMPLES if p.name == "nvlink-xid149")
 OPENMETRICS = {"Accept": "application/openmetrics-text; version=1.0.0"}

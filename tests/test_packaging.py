@@ -24,8 +24,9 @@ def test_wheel_ships_the_catalog_and_analyses_without_the_repo(tmp_path: Path) -
     assert "hypocenter/catalog/data/xid-catalog.yaml" in names
     # Run from an unrelated directory with only the unpacked wheel first on the path.
     code = ("import sys, json; sys.path.insert(0, sys.argv[1]); "
-            "from hypocenter.engine.rules import builtin_catalog; from hypocenter.engine import analyze_bundle; "
-            "d = analyze_bundle(sys.argv[2]); "
+            "from hypocenter.engine.rules import builtin_catalog; from hypocenter.engine import default_engine; "
+            "from hypocenter.collector.bundle import load_bundle; b = load_bundle(sys.argv[2]); "
+            "d = default_engine().analyze(b.context, b.sources, b.coverage); "
             "print(json.dumps({'catalog': str(builtin_catalog()), 'sub': d.root_cause.subdomain}))")
     r = subprocess.run([sys.executable, "-c", code, str(site), str(REPO / "examples" / "nvlink-xid149")],
                        cwd=tmp_path, capture_output=True, text=True, timeout=120, check=True)

@@ -18,13 +18,14 @@ from pathlib import Path
 
 import httpx
 import pytest
+from engine_support import QUERIES
 from prometheus_support import PrometheusProcess, backfilled_prometheus, needs_prometheus, needs_promtool
 
 from hypocenter.collector.connectors.base import RetryPolicy
 from hypocenter.collector.connectors.prometheus import MAX_POINTS, PrometheusConnector, plan
-from hypocenter.collector.sources import MetricSource, Series
 from hypocenter.engine import default_engine
 from hypocenter.model import AttemptContext
+from hypocenter.sources import MetricSource, Series
 
 pytestmark = [needs_prometheus, needs_promtool]
 
@@ -95,7 +96,7 @@ def _series(collected: list[MetricSource]) -> dict[tuple[str, str, str], Series]
 
 def test_it_pulls_exactly_the_rule_series_of_the_attempts_nodes_and_window(prometheus: PrometheusProcess) -> None:
     ctx = attempt(A, ["gpu-a01", "gpu-a02"])
-    got = PrometheusConnector(prometheus.url, policy=FAST).collect(ctx)
+    got = PrometheusConnector(prometheus.url, queries=QUERIES, policy=FAST).collect(ctx)
     sources = [s for s in got.sources if isinstance(s, MetricSource)]
     assert [s.name for s in sources] == [f"prometheus/{XID}"]
     series = _series(sources)
@@ -114,7 +115,7 @@ def test_it_pulls_exactly_the_rule_series_of_the_attempts_nodes_and_window(prome
 
 def test_the_engine_reads_the_pulled_xid_as_the_gpu_fault(prometheus: PrometheusProcess) -> None:
     ctx = attempt(A, ["gpu-a01", "gpu-a02"])
-    got = PrometheusConnector(prometheus.url, policy=FAST).collect(ctx)
+    got = PrometheusConnector(prometheus.url, queries=QUERIES, policy=FAST).collect(ctx)
     d = default_engine().analyze(ctx, got.sources, got.coverage)
     assert d.outcome == "attributed" and d.root_cause is not None
     assert (d.root_cause.domain, d.root_cause.subdomain, d.root_cause.nodes) == ("hardware", "gpu", ["gpu-a02"])
@@ -124,7 +125,7 @@ def test_the_engine_reads_the_pulled_xid_as_the_gpu_fault(prometheus: Prometheus
 
 def test_the_engine_reads_the_pulled_link_down_counter_as_a_fabric_fault(prometheus: PrometheusProcess) -> None:
     ctx = attempt(B, ["gpu-a03", "gpu-a04", "gpu-a05"])
-    got = PrometheusConnector(prometheus.url, policy=FAST).collect(ctx)
+    got = PrometheusConnector(prometheus.url, queries=QUERIES, policy=FAST).collect(ctx)
     d = default_engine().analyze(ctx, got.sources, got.coverage)
     assert d.root_cause is not None
     assert (d.root_cause.domain, d.root_cause.subdomain, d.root_cause.nodes) == ("network", "fabric", ["gpu-a03"])
@@ -149,14 +150,14 @@ def test_a_long_window_is_accepted_by_prometheus(prometheus: PrometheusProcess) 
     """60 days at a 15 s step would be 345,600 points: the real server refuses more than 11,000 per
     series, so the connector must have split (and coarsened) the query."""
     ctx = attempt(A - timedelta(days=59), ["gpu-a02"], minutes=60 * 24 * 60)
-    connector = PrometheusConnector(prometheus.url, policy=FAST)
+    connector = PrometheusConnector(prometheus.url, queries=QUERIES, policy=FAST)
     got = connector.collect(ctx)
     assert {c.status for c in got.coverage} == {"ok"}
     assert connector.api.calls == len(connector.node_labels) * 8
 
 
 def test_a_bad_query_is_permanent_with_prometheus_message(prometheus: PrometheusProcess) -> None:
-    connector = PrometheusConnector(prometheus.url, policy=FAST, metrics=[XID], node_labels=["not-a-label"])
+    connector = PrometheusConnector(prometheus.url, queries=QUERIES, policy=FAST, metrics=[XID], node_labels=["not-a-label"])
     [cov] = connector.collect(attempt(A, ["gpu-a02"])).coverage
     assert cov.status == "failed" and "bad_data" in (cov.reason or "") and "parse error" in (cov.reason or "")
     assert connector.api.calls == 1
@@ -191,7 +192,7 @@ def test_prometheus_timeouts_and_overload_are_retried(prometheus: PrometheusProc
     timeout = {"status": "error", "errorType": "timeout", "error": "query timed out in expression evaluation"}
     transport = _in_front(real, [(503, timeout), (429, {"status": "error", "errorType": "unavailable",
                                                               "error": "too many requests"})])
-    connector = PrometheusConnector(prometheus.url, policy=FAST, transport=transport, metrics=[XID],
+    connector = PrometheusConnector(prometheus.url, queries=QUERIES, policy=FAST, transport=transport, metrics=[XID],
                                     node_labels=["Hostname"])
     got = connector.collect(attempt(A, ["gpu-a02"]))
     assert [c.status for c in got.coverage] == ["ok"] and connector.api.calls == 3
@@ -199,7 +200,7 @@ def test_prometheus_timeouts_and_overload_are_retried(prometheus: PrometheusProc
 
 def test_auth_failures_are_reported_as_such(prometheus: PrometheusProcess, real: httpx.HTTPTransport) -> None:
     transport = _in_front(real, [(401, {"status": "error", "errorType": "unauthorized", "error": "bad token"})])
-    connector = PrometheusConnector(prometheus.url, policy=FAST, transport=transport, metrics=[XID],
+    connector = PrometheusConnector(prometheus.url, queries=QUERIES, policy=FAST, transport=transport, metrics=[XID],
                                     node_labels=["Hostname"], token="t0ken")
     [cov] = connector.collect(attempt(A, ["gpu-a02"])).coverage
     assert cov.status == "failed" and "HTTP 401" in (cov.reason or "") and connector.api.calls == 1
@@ -212,7 +213,7 @@ def test_a_silent_server_is_a_timeout() -> None:
         url = f"http://127.0.0.1:{black_hole.getsockname()[1]}"
         policy = RetryPolicy(timeout_s=0.2, attempts=2, backoff_s=0.01, max_backoff_s=0.01)
         began = time.monotonic()
-        [cov] = PrometheusConnector(url, policy=policy, metrics=[XID], node_labels=["Hostname"]).collect(
+        [cov] = PrometheusConnector(url, queries=QUERIES, policy=policy, metrics=[XID], node_labels=["Hostname"]).collect(
             attempt(A, ["gpu-a02"])).coverage
         assert cov.status == "failed" and "within 0.2 s" in (cov.reason or "")
         assert time.monotonic() - began < 2.0

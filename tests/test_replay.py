@@ -6,7 +6,7 @@ from pathlib import Path
 
 from server_support import REPO, ServerProcess, replay
 
-from hypocenter.replay import plan, state_record
+from hypocenter.cli.replay import plan, state_record
 
 NVLINK = REPO / "examples" / "nvlink-xid149"
 

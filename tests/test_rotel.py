@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 from server_support import REPO, ServerProcess, analyze, essence
 
-from hypocenter.replay import plan
-from hypocenter.replay import replay as send
+from hypocenter.cli.replay import plan
+from hypocenter.cli.replay import replay as send
 
 rotel = pytest.importorskip("rotel", reason="rotel (PyPI) is in the test extra: pip install -e '.[test]'")
 AGENT = Path(rotel.__file__).parent / "rotel-agent"

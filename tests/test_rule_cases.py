@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from hypocenter.cli.cases import lint, run_case
 from hypocenter.engine import default_engine
-from hypocenter.engine.cases import lint, run_case
 
 ENGINE = default_engine()
 CASES = [(r, c) for r in ENGINE.ruleset.rules for c in r.cases]

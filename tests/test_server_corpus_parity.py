@@ -10,13 +10,14 @@ from pathlib import Path
 
 import httpx
 import pytest
+from engine_support import analyze_bundle
 from server_support import essence
 
 from bench.generate import main as generate
-from hypocenter.api.server import Server, serve_in_thread
+from hypocenter.cli.replay import replay
 from hypocenter.config import load_settings
 from hypocenter.engine import default_engine
-from hypocenter.replay import replay
+from hypocenter.server.assembly import Server, serve_in_thread
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +44,7 @@ def test_every_mode_replays_to_the_same_diagnosis(corpus: list[Path], server: Se
     engine = default_engine()
     mismatches: list[str] = []
     for i, bundle in enumerate(corpus):
-        expected = json.loads(engine.analyze_bundle(bundle).to_json())
+        expected = json.loads(analyze_bundle(bundle, engine).to_json())
         ctx, _ = replay(bundle, server.http_address if i % 2 else server.grpc_address, http=bool(i % 2))
         r = httpx.post(f"http://{server.http_address}/v1/attempts/{ctx.workload.id}/{ctx.workload.attempt}/analyze",
                        timeout=60)

@@ -14,7 +14,7 @@ import httpx
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from server_support import REPO, ServerProcess, analyze, essence, replay, wait_for_diagnosis
 
-from hypocenter.replay import plan, state_record
+from hypocenter.cli.replay import plan, state_record
 
 BUNDLE = REPO / "examples" / "nvlink-xid149"
 

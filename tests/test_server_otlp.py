@@ -204,9 +204,9 @@ class _SlowStore:
 
 
 def test_full_queue_answers_unavailable_with_retry_info(tmp_path: Path) -> None:
-    from hypocenter.api.server import serve_in_thread
     from hypocenter.config import load_settings
-    from hypocenter.exporter.store import SQLiteStore
+    from hypocenter.server.assembly import serve_in_thread
+    from hypocenter.store.sqlite import SQLiteStore
 
     settings, _ = load_settings({"grpc_listen": "127.0.0.1:0", "http_listen": "127.0.0.1:0", "metrics_listen": "127.0.0.1:0",
                                  "ingest_queue_records": 2, "retry_after_s": 2, "log_level": "error"}, environ={})

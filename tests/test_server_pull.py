@@ -21,10 +21,10 @@ from observability_fakes import FakeLoki
 from server_support import REPO, ServerProcess, analyze, wait_for_diagnosis
 from test_pull_end_to_end import push_logs, verdict
 
-from hypocenter.api.pulls import ended_jobs
 from hypocenter.collector.bundle import load_bundle
 from hypocenter.collector.connectors.base import ConnectorError, RetryPolicy
 from hypocenter.collector.connectors.slurm import run_command
+from hypocenter.server.pulls import ended_jobs
 
 FAKE_BIN = REPO / "examples" / "fake-slurm" / "bin"
 FIXTURES = REPO / "tests" / "fixtures" / "slurm" / "24.05"
@@ -85,6 +85,24 @@ def test_settings_show_the_pull_options() -> None:
     assert json.dumps(Settings().model_dump(mode="json"))  # defaults are plain values
 
 
+def test_the_pull_reads_lokis_otlp_labels_when_told() -> None:
+    """Behind Loki's own OTLP endpoint the node is structured metadata `host_name`: the settings say
+    so, and such a pull needs a stream selector to filter it after."""
+    from pydantic import ValidationError
+
+    from hypocenter.config import Settings
+    from hypocenter.engine import default_engine
+    from hypocenter.server.pulls import Pulls
+
+    with pytest.raises(ValidationError, match="needs pull_loki_selector"):
+        Settings(pull_loki_url="http://loki:3100", pull_loki_node_label_kind="metadata")
+    settings = Settings(pull_loki_url="http://loki:3100", pull_loki_node_label="host_name",
+                        pull_loki_node_label_kind="metadata", pull_loki_selector='service_name=~".+"')
+    logs = Pulls(settings, default_engine().ruleset).logs
+    assert logs is not None and logs._node_selector(["node01"]) == '{service_name=~".+"}'  # type: ignore[attr-defined]
+    assert logs._node_filter(["node01"]).startswith(" | host_name=~")  # type: ignore[attr-defined]
+
+
 def test_rest_scope_by_slurm_job_id(loki: FakeLoki, tmp_path: Path) -> None:
     """`POST /v1/scopes {"slurm": ID}` — what a Slurm epilog would call — analyses the job now."""
     srv = _pulling_server(loki, tmp_path / "store.db")
@@ -94,6 +112,11 @@ def test_rest_scope_by_slurm_job_id(loki: FakeLoki, tmp_path: Path) -> None:
             assert r.status_code == 200, r.text
             assert verdict(r.json()) == verdict(analyze(BUNDLE))
             assert r.headers["X-Hypocenter-Provisional"] == "false"
+            # coverage describes the sources used: Loki's logs, not OTLP streams nothing was sent to
+            coverage = r.json()["coverage"]
+            assert not [c for c in coverage if c["connector"] == "otlp" and c["source"].startswith("logs/")], coverage
+            assert {c["source"] for c in coverage if c["connector"] == "loki"} >= {"logs/node01", "logs/node02"}
+            assert r.json()["quality"] == analyze(BUNDLE)["quality"]
             missing = client.post("/v1/scopes", json={"slurm": "4242"})
             assert missing.status_code == 404 and "4242" in missing.json()["message"]
             both = client.post("/v1/scopes", json={"slurm": "81234", "kueue": "a/b"})
@@ -105,10 +128,10 @@ def test_rest_scope_by_slurm_job_id(loki: FakeLoki, tmp_path: Path) -> None:
 def test_a_kubernetes_scope_is_kept_with_its_pod_logs(tmp_path: Path) -> None:
     from test_connector_kubernetes import _connector, _example_fake, _node_logs
 
-    from hypocenter.api.service import Attribution
     from hypocenter.config import load_settings
     from hypocenter.engine import default_engine
-    from hypocenter.exporter.store import open_store
+    from hypocenter.server.service import Attribution
+    from hypocenter.store import open_store
 
     example = REPO / "examples" / "hbm-ecc-xid48"
     scope = _connector(_example_fake("hbm-ecc-xid48"), "ml-team/train").scope()
@@ -139,11 +162,11 @@ def test_the_kueue_poll_scopes_workloads_that_ended(tmp_path: Path) -> None:
     are scoped with the Kubernetes connector and kept; a second look keeps nothing new."""
     from test_connector_kubernetes import FAST, _example_fake
 
-    from hypocenter.api.pulls import KueuePoller, ended_workloads
-    from hypocenter.api.service import Attribution
     from hypocenter.collector.connectors.kubernetes import Credentials, KubeAPI
     from hypocenter.config import load_settings
-    from hypocenter.exporter.store import open_store
+    from hypocenter.server.pulls import KueuePoller, ended_workloads
+    from hypocenter.server.service import Attribution
+    from hypocenter.store import open_store
 
     fake = _example_fake("kueue-preemption")
     api = KubeAPI(Credentials(server="https://k8s.test", headers={"Authorization": "Bearer fake-token"}),

@@ -19,8 +19,10 @@ from typing import Any
 import pytest
 from postgres_support import PG_URL, fresh_schema
 
-from hypocenter.collector.otlp import Entry, Point
-from hypocenter.exporter.store import MIGRATIONS, DiagnosisFilter, Retention, SQLiteStore, Store, open_store
+from hypocenter.store import open_store
+from hypocenter.store.base import DiagnosisFilter, Entry, Point, Retention, Store
+from hypocenter.store.migrations import MIGRATIONS
+from hypocenter.store.sqlite import SQLiteStore
 
 T0 = 1_793_000_000_000_000_000
 

@@ -30,12 +30,12 @@ from typing import Any, TypeVar
 import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from hypocenter.api.service import Attribution, UnknownAttempt
 from hypocenter.api.v1 import attribution_pb2 as pb
 from hypocenter.api.v1 import attribution_pb2_grpc as pb_grpc
 from hypocenter.errors import InputError, TransientError
-from hypocenter.exporter.store import DiagnosisFilter, DiagnosisRow
 from hypocenter.model import Diagnosis
+from hypocenter.server.service import Attribution, UnknownAttempt
+from hypocenter.store.base import DiagnosisFilter, DiagnosisRow
 
 log = logging.getLogger("hypocenter.server")
 

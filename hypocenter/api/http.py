@@ -44,13 +44,13 @@ from starlette.concurrency import run_in_threadpool
 
 from hypocenter import __version__, strict_yaml
 from hypocenter.api import paging, ui
-from hypocenter.api.service import Attribution, Backpressure, UnknownAttempt
 from hypocenter.collector import otlp
-from hypocenter.collector.attempts import parse_time
-from hypocenter.collector.bundle import load_context
+from hypocenter.collector.bundle import load_bundle
 from hypocenter.errors import BundleError, InputError, TransientError
-from hypocenter.exporter.store import DiagnosisFilter, DiagnosisRow
 from hypocenter.model import AttemptContext, Diagnosis
+from hypocenter.server.attempts import parse_time
+from hypocenter.server.service import Attribution, Backpressure, UnknownAttempt
+from hypocenter.store.base import DiagnosisFilter, DiagnosisRow
 
 JSON = "application/json"
 PROTOBUF = "application/x-protobuf"
@@ -389,8 +389,9 @@ def _analyze_bundle(service: Attribution, raw: bytes) -> Diagnosis:
         if not roots:
             raise BundleError("the archive holds no attempt.yaml (a bundle is a directory with attempt.yaml, logs/, …)")
         root = min(roots, key=lambda p: len(p.parts))
-        context = load_context(root)
-        diagnosis = service.engine.analyze_bundle(root)
+        bundle = load_bundle(root)
+        context = bundle.context
+        diagnosis = service.engine.analyze(bundle.context, bundle.sources, bundle.coverage)
     service.analyze_context(context, diagnosis)
     return diagnosis
 

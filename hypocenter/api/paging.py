@@ -9,7 +9,7 @@ from __future__ import annotations
 import base64
 import json
 
-from hypocenter.exporter.store import DiagnosisRow
+from hypocenter.store.base import DiagnosisRow
 
 
 def encode(row: DiagnosisRow) -> str:

@@ -27,12 +27,12 @@ import yaml
 from pydantic import ValidationError
 
 from hypocenter import strict_yaml
-from hypocenter.collector.lineformat import MAX_LINE, TimeContext, zone
 from hypocenter.collector.metrics import MetricFormatError, parse_metrics
 from hypocenter.collector.scheduler_records import parse_scontrol, render
-from hypocenter.collector.sources import MetricSource, Record, RecordSource, Source, TextSource
 from hypocenter.errors import BundleError, InputError
+from hypocenter.lineformat import MAX_LINE, TimeContext, time_context, zone
 from hypocenter.model import AttemptContext, Coverage
+from hypocenter.sources import MetricSource, Record, RecordSource, Source, TextSource
 
 JOB_DIR = "_job"
 _BINARY_PROBE = 8192
@@ -132,14 +132,6 @@ def _line_of(doc: object, loc: tuple[int | str, ...]) -> int | None:
         else:
             break
     return line if isinstance(line, int) and line > 0 else None
-
-
-def time_context(ctx: AttemptContext) -> TimeContext:
-    try:
-        tz = zone(ctx.timezone)
-    except ValueError as exc:
-        raise BundleError(f"attempt.yaml: timezone: {exc}") from None
-    return TimeContext(tz=tz, start=ctx.window.start, end=ctx.window.end)
 
 
 def read_text(path: Path) -> tuple[str | None, str, str | None]:

@@ -13,8 +13,8 @@ import re
 from datetime import datetime, timezone
 from typing import Any
 
-from hypocenter.collector.sources import Series
 from hypocenter.errors import InputError
+from hypocenter.sources import Series
 
 
 class MetricFormatError(InputError):

@@ -54,46 +54,20 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 
 from hypocenter.errors import InputError
+from hypocenter.names import (
+    ATTEMPT_KEYS,
+    LINE_KEY,
+    NODE_KEYS,
+    NODE_LABELS,
+    SCOPE_KEYS,
+    STATE_KEY,
+    STREAM_KEYS,
+    UID_KEY,
+    WORKLOAD_KEYS,
+)
+from hypocenter.store.base import Entry, Point
 
 MAX_MESSAGE_BYTES = 64 << 20  # the size OTLP v1.11 recommends, enforced after decompression too
-
-NODE_KEYS = ("host.name", "k8s.node.name")
-WORKLOAD_KEYS = (
-    "hypocenter.workload.id",
-    "slurm.job.id",
-    "k8s.job.name",
-    "k8s.pod.annotation.kueue.x-k8s.io/workload",
-    "k8s.pod.label.jobset.sigs.k8s.io/jobset-name",
-    "k8s.pod.label.trainer.kubeflow.org/trainjob-name",
-    "k8s.pod.label.training.kubeflow.org/job-name",
-    "k8s.pod.label.batch.kubernetes.io/job-name",
-)
-ATTEMPT_KEYS = (
-    "hypocenter.workload.attempt",
-    "slurm.job.restart_count",
-    "k8s.pod.label.jobset.sigs.k8s.io/restart-attempt",
-    "k8s.pod.annotation.jobset.sigs.k8s.io/restart-attempt",
-)
-STREAM_KEYS = ("log.file.path", "hypocenter.source", "log.file.name")
-LINE_KEY = "log.file.record_number"
-UID_KEY = "log.record.uid"
-STATE_KEY = "hypocenter.attempt.state"
-# Attributes that describe the attempt's scope: (attribute, AttemptScope field).
-SCOPE_KEYS = (
-    ("hypocenter.workload.name", "name"),
-    ("hypocenter.workload.scheduler", "scheduler"),
-    ("hypocenter.workload.cluster", "cluster"),
-    ("k8s.cluster.name", "cluster"),
-    ("slurm.cluster.name", "cluster"),
-    ("hypocenter.attempt.window.start", "window_start"),
-    ("hypocenter.attempt.window.end", "window_end"),
-    ("hypocenter.attempt.state", "state"),
-    ("hypocenter.attempt.exit_code", "exit_code"),
-    ("hypocenter.attempt.reason", "reason"),
-    ("hypocenter.attempt.nodes", "nodes"),
-    ("hypocenter.attempt.ranks", "ranks"),
-    ("hypocenter.attempt.timezone", "timezone"),
-)
 
 JSON_TYPES = ("application/json",)
 PROTOBUF_TYPES = ("application/x-protobuf", "application/protobuf")
@@ -292,37 +266,6 @@ def identify(*maps: Mapping[str, Any]) -> Identity:
 
 
 @dataclass(slots=True)
-class Entry:
-    """One accepted log record, tagged: text (a log line) or doc (a structured document body)."""
-
-    workload: str | None
-    attempt: int
-    node: str | None
-    stream: str
-    kind: str  # "text" (a log line) | "doc" (a structured document) | "state" (the terminal-state marker)
-    body: str  # the line, or the document as canonical JSON
-    time_ns: int
-    line: int | None
-    dedup: str
-    scope: dict[str, str] = field(default_factory=dict)
-
-
-@dataclass(slots=True)
-class Point:
-    """One accepted metric sample, tagged like a log record."""
-
-    workload: str | None
-    attempt: int
-    node: str | None
-    source: str
-    name: str
-    labels: dict[str, str]
-    time_ns: int
-    value: float
-    scope: dict[str, str] = field(default_factory=dict)
-
-
-@dataclass(slots=True)
 class Tagged:
     accepted: list[Any]
     rejected: int = 0
@@ -414,7 +357,7 @@ def metric_entries(req: ExportMetricsServiceRequest) -> Tagged:
                     labels = {k: t for k, v in pattrs.items() if (t := _text(v)) is not None}
                     node = ident.node
                     if node is None and ident.workload is None:
-                        node = next((labels[k] for k in _NODE_LABELS if k in labels), None)
+                        node = next((labels[k] for k in NODE_LABELS if k in labels), None)
                     if node is None and ident.workload is None:
                         unscoped += 1
                         continue
@@ -462,7 +405,6 @@ def export_response(signal: str, tagged: Tagged, warnings: Iterable[str] = ()) -
 _BANNER = re.compile(r"\*\*\* JOB \S+ ON \S+ (CANCELLED|FAILED|TIMEOUT|NODE_FAIL|PREEMPTED|OUT_OF_MEMORY)\b")
 
 # Prometheus-style node labels, for node-scoped metrics scraped without a host.name resource.
-_NODE_LABELS = ("Hostname", "hostname", "node", "nodename", "host", "kubernetes_node", "instance")
 
 
 def _count_points(metric: Any, kind: str | None) -> int:

@@ -22,8 +22,8 @@ from collections.abc import Iterator
 from datetime import datetime, timezone
 from typing import Any
 
-from hypocenter.collector.lineformat import TimeContext, parse_iso
-from hypocenter.collector.sources import Record
+from hypocenter.lineformat import TimeContext, parse_iso
+from hypocenter.sources import Record
 
 _SCONTROL_KEY = re.compile(r"(?:^|\s)([A-Za-z][\w/:.]*)=")
 

@@ -1,9 +1,9 @@
 """The deterministic attribution engine: extract events, correlate, decide.
 
     analyze(context, sources, coverage)  → Diagnosis      (any connector's output)
-    analyze_bundle(path)                 → Diagnosis      (an attempt bundle directory)
 
-The engine never sees a connector type, only `Source`s and `Coverage`.
+The engine never sees a connector type, only `Source`s and `Coverage`, and never imports the
+collector: callers load a bundle (`hypocenter.collector.bundle.load_bundle`) or pull, then analyze.
 """
 
 from __future__ import annotations
@@ -12,14 +12,14 @@ from collections.abc import Iterable, Sequence
 from functools import lru_cache
 from pathlib import Path
 
-from hypocenter.collector.bundle import load_bundle, time_context
-from hypocenter.collector.sources import Record, RecordSource, Source
 from hypocenter.engine.extract import Extractor
 from hypocenter.engine.rules import Ruleset, load_ruleset
 from hypocenter.engine.verdict import Verdict
+from hypocenter.lineformat import time_context
 from hypocenter.model import AttemptContext, Coverage, Diagnosis
+from hypocenter.sources import Record, RecordSource, Source
 
-__all__ = ["Engine", "analyze", "analyze_bundle", "default_engine"]
+__all__ = ["Engine", "analyze", "default_engine"]
 
 
 class Engine:
@@ -35,10 +35,6 @@ class Engine:
         all_sources = [*sources, _attempt_record(context)]
         result = self.extractor.extract(all_sources, context, tctx)
         return self.verdict.decide(context, result.events, sorted(coverage, key=lambda c: (c.source, c.connector)))
-
-    def analyze_bundle(self, path: Path | str) -> Diagnosis:
-        bundle = load_bundle(Path(path))
-        return self.analyze(bundle.context, bundle.sources, bundle.coverage)
 
 
 def _attempt_record(ctx: AttemptContext) -> RecordSource:
@@ -59,7 +55,3 @@ def default_engine(extra_rules: Sequence[Path | str] = (), *, builtin: bool = Tr
 
 def analyze(context: AttemptContext, sources: Iterable[Source], coverage: Sequence[Coverage] = ()) -> Diagnosis:
     return default_engine().analyze(context, sources, coverage)
-
-
-def analyze_bundle(path: Path | str, extra_rules: Sequence[Path | str] = ()) -> Diagnosis:
-    return default_engine(extra_rules).analyze_bundle(path)

@@ -23,10 +23,11 @@ from datetime import datetime, timedelta
 
 from ahocorasick_rs import BytesAhoCorasick
 
-from hypocenter.collector.lineformat import MAX_LINE, LineHeader, TimeContext, parse_iso, parse_line
-from hypocenter.collector.sources import MetricSource, Record, RecordSource, Series, Source, TextSource
 from hypocenter.engine.rules import ExtractSpec, MetricSpec, Rule, Ruleset
+from hypocenter.lineformat import MAX_LINE, LineHeader, TimeContext, parse_iso, parse_line
 from hypocenter.model import AttemptContext, Event, FieldValue, SourceKind, isoformat
+from hypocenter.names import NodeNames
+from hypocenter.sources import MetricSource, Record, RecordSource, Series, Source, TextSource
 
 MAX_TEXT = 600              # evidence text kept per event
 BACKSCAN_LINES = 4096       # how far back a stamp-less line looks for a stamp to inherit
@@ -41,31 +42,6 @@ class _Compiled:
     sources: frozenset[str]
     ints: frozenset[str]
     table: dict[str, dict[str, FieldValue]] | None
-
-
-class NodeNames:
-    """Map the names a host goes by in logs (FQDN, upper case, `-ib0` suffixes) to attempt nodes."""
-
-    def __init__(self, nodes: Iterable[str]) -> None:
-        self.nodes = sorted(set(nodes))
-        self._alias: dict[str, str] = {}
-        for n in self.nodes:
-            for a in (n, n.lower(), n.split(".", 1)[0].lower()):
-                self._alias.setdefault(a, n)
-
-    def resolve(self, name: str | None) -> str | None:
-        if not name:
-            return None
-        key = name.strip().strip("'\"").lower()
-        if ":" in key and not key.startswith("["):  # host:port (Prometheus instance label)
-            key = key.rsplit(":", 1)[0]
-        hit = self._alias.get(key) or self._alias.get(key.split(".", 1)[0])
-        if hit:
-            return hit
-        for suffix in ("-ib0", "-ib", "-ipoib", "-eth0", "-mgmt"):
-            if key.endswith(suffix) and key[: -len(suffix)] in self._alias:
-                return self._alias[key[: -len(suffix)]]
-        return None if self.nodes else name.strip()
 
 
 @dataclass

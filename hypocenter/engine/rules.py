@@ -35,6 +35,8 @@ from pydantic import (
 from hypocenter import strict_yaml
 from hypocenter.errors import InputError, RuleError
 from hypocenter.model import TAXONOMY, Action, FieldValue, Role, SourceKind
+from hypocenter.names import NODE_LABELS
+from hypocenter.sources import RuleQueries
 
 Status = Literal["experimental", "test", "stable"]
 _LINE_SOURCES: tuple[SourceKind, ...] = ("kernel", "app", "scheduler")
@@ -99,8 +101,7 @@ class MetricSpec(_Spec):
     threshold: float = 0.0
     bits: int = 0
     values: list[float] = Field(default_factory=list)
-    node_labels: list[str] = Field(
-        default_factory=lambda: ["hostname", "Hostname", "node", "nodename", "host", "kubernetes_node", "instance"])
+    node_labels: list[str] = Field(default_factory=lambda: list(NODE_LABELS))
     fields_from_labels: dict[str, str] = Field(default_factory=dict)
     value_field: str = "value"
     event: str
@@ -230,6 +231,26 @@ class Ruleset:
 
     def __len__(self) -> int:
         return len(self.rules)
+
+    def queries(self) -> RuleQueries:
+        """The tokens and metric names these rules read, for the pull connectors (they never see rules)."""
+        tokens: set[str] = set()
+        context: dict[str, tuple[int, int]] = {}
+        metrics: set[str] = set()
+        labels: list[str] = []
+        for rule in self.rules:
+            spec = rule.extract
+            if spec is not None:
+                tokens.update(spec.tokens)
+                if spec.lines_before or spec.lines_after:
+                    for tok in spec.tokens:
+                        b, a = context.get(tok, (0, 0))
+                        context[tok] = (max(b, spec.lines_before), max(a, spec.lines_after))
+            if rule.metric is not None:
+                metrics.update(rule.metric.metrics)
+                labels.extend(rule.metric.node_labels)
+        return RuleQueries(tokens=tuple(sorted(tokens)), context_tokens=context, metrics=tuple(sorted(metrics)),
+                           node_labels=tuple(dict.fromkeys(labels)))
 
 
 def _suggest(name: str, model: type[BaseModel]) -> str:

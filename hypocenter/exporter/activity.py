@@ -165,7 +165,7 @@ class Activity:
             self._export_failures[(exporter, kind)] += 1
 
     def export_dropped(self, exporter: str, reason: str, n: int = 1) -> None:
-        """Diagnoses that will never reach this exporter: rejected, expired, superseded."""
+        """Diagnoses that will never reach this exporter: rejected (too_old, out_of_order), expired, superseded."""
         with self._lock:
             self._export_dropped[(exporter, reason)] += n
 

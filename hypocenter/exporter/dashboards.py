@@ -178,8 +178,11 @@ def fleet() -> dict[str, Any]:
         "{{node}} {{component}}", instant=True)],
         options={"orientation": "horizontal", "displayMode": "gradient", "showUnfilled": True,
                  "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False}}), 8, 9)
+    # Only `summary` is parsed from the line: outcome and domain are stream labels, subdomain is
+    # structured metadata, and Loki's json parser names a field that is already one of those
+    # `<name>_extracted` (logql/log/parser.go), which would leave the columns empty.
     recent = ('{service_name="hypocenter", cluster=~"$cluster"} | record="diagnosis" | nodes=~".*$node.*"'
-              ' | json summary, outcome, domain, subdomain')
+              ' | json summary')
     lay.add(panel("table", "Recent diagnoses", [loki(recent, max_lines=200)], datasource=LOKI,
                   description="One row per diagnosis (Loki stream of hypocenter); the workload opens the attempt drill-down.",
                   transformations=[{"id": "extractFields", "options": {"source": "labels", "replace": False}},

@@ -25,7 +25,7 @@ import httpx
 
 from hypocenter import __version__
 from hypocenter.exporter.outbox import ExportRejected, ExportUnavailable, classify_status
-from hypocenter.exporter.store import DiagnosisRow
+from hypocenter.store.base import DiagnosisRow
 
 NODE_TAGS = 10
 

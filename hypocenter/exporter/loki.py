@@ -22,14 +22,25 @@ What is sent per diagnosis, in one stream per label set:
 
 Timestamps: the diagnosis entry is dated where the failure began (root cause first_seen, else the
 attempt's end) so a dashboard annotation lands there, but never more than BACKDATE_S before the
-diagnosis was stored: Loki refuses an entry older than its stream's newest minus max_chunk_age/2
-(1 h by default). Evidence entries follow it by 1 ns each, keeping their order.
+diagnosis was stored, nor more than BEHIND_MAX_S before the push: Loki refuses an entry more than
+max_chunk_age/2 (1 h by default) behind its stream's newest one (pkg/ingester/stream.go
+`validateEntries`), and, in one request, only the last stream's refusal reaches the client
+(instance.go `Push`), so an entry delayed by retries and back-off is moved forward in steps of
+LATE_STEP_S rather than pushed to be refused: every entry is within BEHIND_MAX_S of the push, so it
+is never behind anything already in its stream by more than the window, and a retry within one
+step repeats the same entry, which Loki stores once. Evidence entries follow it by 1 ns each.
+
+Loki's refusals that no retry can cure are told apart (`refusal`): an entry older than
+reject_old_samples_max_age (7 days by default; distributor/validator.go `ValidateEntry`:
+"has timestamp too old") is dropped as `too_old`, one too far behind its stream as
+`out_of_order`; both are HTTP 400, counted in hypocenter_export_dropped_total{reason}.
 """
 
 from __future__ import annotations
 
 import gzip
 import json
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -40,13 +51,15 @@ import httpx
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, timestamp_pb2
 
 from hypocenter import __version__
-from hypocenter.exporter.outbox import ExportUnavailable, classify_status
-from hypocenter.exporter.store import DiagnosisRow
+from hypocenter.exporter.outbox import ExportRejected, ExportUnavailable, classify_status
+from hypocenter.store.base import DiagnosisRow
 
 PUSH_PATH = "/loki/api/v1/push"
 SERVICE_NAME = "hypocenter"
 LABELS = ("service_name", "cluster", "outcome", "domain")
 BACKDATE_S = 50 * 60
+BEHIND_MAX_S = 55 * 60  # how far behind the push an entry may be: under Loki's 1 h, with 5 min for skew
+LATE_STEP_S = 10 * 60
 EVIDENCE_MAX = 50
 AFFECTED_MAX = 256  # structured metadata is limited to 64 KB per entry
 TEXT_MAX = 4096
@@ -154,8 +167,30 @@ def verdict_line(d: dict[str, Any], provisional: bool) -> str:
     return json.dumps(doc, separators=(",", ":"), ensure_ascii=False)
 
 
-def diagnosis_entries(row: DiagnosisRow) -> tuple[dict[str, str], list[LokiEntry]]:
-    """The stream labels and entries of one stored diagnosis."""
+def entry_time(began_ns: int, created_ns: int, push_ns: int) -> int:
+    """The diagnosis entry's timestamp (module docstring): where the failure began, within
+    BACKDATE_S before it was stored and BEHIND_MAX_S before the push (moved in whole LATE_STEP_S)."""
+    ts = min(created_ns, max(began_ns, created_ns - BACKDATE_S * 1_000_000_000))
+    floor = push_ns - BEHIND_MAX_S * 1_000_000_000
+    if ts < floor:
+        step = LATE_STEP_S * 1_000_000_000
+        ts += -(-(floor - ts) // step) * step
+    return min(ts, push_ns)
+
+
+def refusal(status: int, body: str) -> str | None:
+    """The reason Loki refused entries for good (module docstring), if it is one of those."""
+    if status != 400:
+        return None
+    if "has timestamp too old" in body:
+        return "too_old"
+    if "entry too far behind" in body or "entry out of order" in body:
+        return "out_of_order"
+    return None
+
+
+def diagnosis_entries(row: DiagnosisRow, push_ns: int | None = None) -> tuple[dict[str, str], list[LokiEntry]]:
+    """The stream labels and entries of one stored diagnosis, pushed at `push_ns` (default: when stored)."""
     d: dict[str, Any] = json.loads(row.body)
     rc = d.get("root_cause") or {}
     a = d.get("attempt") or {}
@@ -166,7 +201,7 @@ def diagnosis_entries(row: DiagnosisRow) -> tuple[dict[str, str], list[LokiEntry
         labels["domain"] = row.domain
     created_ns = int(row.created * 1e9)
     began = _ns(rc.get("first_seen")) or _ns((a.get("window") or {}).get("end")) or created_ns
-    ts = min(created_ns, max(began, created_ns - BACKDATE_S * 1_000_000_000))
+    ts = entry_time(began, created_ns, created_ns if push_ns is None else max(push_ns, created_ns))
     common = {"diagnosis_id": row.id, "workload_id": row.workload, "attempt": str(row.attempt)}
     meta = {
         "record": "diagnosis", **common,
@@ -211,10 +246,11 @@ class LokiExporter:
             auth = (user, password)
         self._client = httpx.Client(timeout=timeout_s, headers=headers, auth=auth, transport=transport)
 
-    def payload(self, batch: Sequence[DiagnosisRow]) -> tuple[bytes, dict[str, str]]:
+    def payload(self, batch: Sequence[DiagnosisRow], push_ns: int | None = None) -> tuple[bytes, dict[str, str]]:
         grouped: dict[str, tuple[dict[str, str], list[LokiEntry]]] = {}
+        push_ns = time.time_ns() if push_ns is None else push_ns
         for row in batch:
-            labels, entries = diagnosis_entries(row)
+            labels, entries = diagnosis_entries(row, push_ns)
             grouped.setdefault(label_string(labels), (labels, []))[1].extend(entries)
         streams = [(labels, sorted(entries, key=lambda e: e.ts_ns)) for labels, entries in grouped.values()]
         if self.encoding == "json":
@@ -228,6 +264,9 @@ class LokiExporter:
         except httpx.HTTPError as exc:
             raise ExportUnavailable(f"{type(exc).__name__}: {exc}") from None
         if r.status_code not in (200, 204):
+            reason = refusal(r.status_code, r.text)
+            if reason is not None:
+                raise ExportRejected(f"HTTP {r.status_code}: {r.text.strip()[:300]}", reason=reason)
             raise classify_status(r.status_code, r.text, r.headers.get("Retry-After"))
 
     def close(self) -> None:

@@ -11,7 +11,7 @@ Failures, as exporters raise them:
 
     HypocenterError
     ├── InputError
-    │   └── ExportRejected      permanent (HTTP 4xx but 401/403/408/429): counted, logged, dropped. A batch
+    │   └── ExportRejected      permanent (HTTP 4xx but 401/403/408/429): counted by reason, logged, dropped. A batch
     │                           that is rejected is retried one diagnosis at a time first, so one bad
     │                           diagnosis never takes its neighbours down with it.
     └── TransientError
@@ -38,13 +38,18 @@ from typing import Protocol
 
 from hypocenter.errors import InputError, TransientError
 from hypocenter.exporter.activity import Activity
-from hypocenter.exporter.store import DiagnosisRow, PendingExport, Store
+from hypocenter.store.base import DiagnosisRow, ExportQueue, PendingExport
 
 log = logging.getLogger("hypocenter.outbox")
 
 
 class ExportRejected(InputError):
-    """The receiver refused the payload; sending it again will not help."""
+    """The receiver refused the payload; sending it again will not help. `reason` labels the drop
+    (hypocenter_export_dropped_total): `rejected`, or what the exporter knows, e.g. Loki's `too_old`."""
+
+    def __init__(self, message: str, reason: str = "rejected") -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 class ExportUnavailable(TransientError):
@@ -116,7 +121,7 @@ class Backoff:
 class Outbox:
     """One delivery thread for all exporters; `wake()` after storing a diagnosis to send it now."""
 
-    def __init__(self, store: Store, exporters: Sequence[Exporter], activity: Activity, *,
+    def __init__(self, store: ExportQueue, exporters: Sequence[Exporter], activity: Activity, *,
                  backoff: Backoff | None = None, max_age_s: float = 6 * 86400.0, poll_s: float = 5.0,
                  lease_s: float = 60.0) -> None:
         self.store = store
@@ -199,7 +204,7 @@ class Outbox:
                         return
                     self._send(exporter, [r], split=False)
                 return
-            self._drop(exporter, rows, "rejected", str(exc))
+            self._drop(exporter, rows, exc.reason, str(exc))
         except Exception as exc:  # ExportUnavailable, or an exporter bug: keep the rows, back off
             self.activity.export_failed(exporter.name, "transient")
             failures = self._failures.get(exporter.name, 0) + 1

@@ -62,8 +62,8 @@ from hypocenter.config import listen_address
 from hypocenter.errors import InputError
 from hypocenter.exporter.activity import LATENCY_BUCKETS, Activity
 from hypocenter.exporter.activity import Exemplar as Last
-from hypocenter.exporter.store import DiagnosisFacts, Store
 from hypocenter.model import TAXONOMY
+from hypocenter.store.base import DiagnosisFacts, Store
 
 log = logging.getLogger("hypocenter.metrics")
 
@@ -204,7 +204,7 @@ class HypocenterCollector(Collector):
                 fail.add_metric([name, kind], value)
         yield fail
         drop = CounterMetricFamily("hypocenter_export_dropped",
-                                   "Diagnoses that will never reach an exporter: rejected, expired or superseded",
+                                   "Diagnoses that will never reach an exporter: rejected (Loki: too_old, out_of_order), expired or superseded",
                                    labels=["exporter", "reason"])
         for (name, reason), value in sorted(snap.export_dropped.items()):
             drop.add_metric([name, reason], value)

@@ -26,9 +26,9 @@ from starlette.concurrency import run_in_threadpool
 from starlette.staticfiles import StaticFiles
 
 from hypocenter import __version__
-from hypocenter.api.service import Attribution
 from hypocenter.api.ui.context import MAX_AROUND, EvidenceContext, evidence_context
-from hypocenter.exporter.store import DiagnosisFacts
+from hypocenter.server.service import Attribution
+from hypocenter.store.base import DiagnosisFacts
 
 STATIC = Path(__file__).resolve().parent / "static"
 

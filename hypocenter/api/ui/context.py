@@ -16,8 +16,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from hypocenter.collector.attempts import parse_time
-from hypocenter.exporter.store import Store
+from hypocenter.server.attempts import parse_time
+from hypocenter.store.base import Store
 
 _REF = re.compile(r"^(.+):(\d+)$")
 MAX_AROUND = 20

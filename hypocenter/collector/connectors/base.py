@@ -32,27 +32,15 @@ import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
-from hypocenter.collector.sources import Source
-from hypocenter.errors import HypocenterError
+# Re-exported: connectors and their callers import the connector errors from here.
+from hypocenter.errors import ConnectorError as ConnectorError
+from hypocenter.errors import ErrorKind as ErrorKind
 from hypocenter.model import AttemptContext, Coverage
-
-ErrorKind = Literal["transient", "permanent", "auth", "not_found"]
+from hypocenter.sources import Source
 
 T = TypeVar("T")
-
-
-class ConnectorError(HypocenterError):
-    """A connector call failed; `kind` says whether trying again may help."""
-
-    def __init__(self, message: str, *, kind: ErrorKind = "permanent") -> None:
-        super().__init__(message)
-        self.kind: ErrorKind = kind
-
-    @property
-    def transient(self) -> bool:
-        return self.kind == "transient"
 
 
 @dataclass(frozen=True, slots=True)

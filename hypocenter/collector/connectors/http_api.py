@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import base64
 import time
-import urllib.parse
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -41,16 +40,6 @@ def auth_headers(*, token: str | None = None, basic_auth: tuple[str, str] | None
     if tenant:
         out["X-Scope-OrgID"] = tenant
     return out
-
-
-def is_http_url(url: str) -> bool:
-    """An http:// or https:// URL with a host: anything else fails every request alike (httpx calls
-    a missing scheme a transport error, which would be retried as if the server were down)."""
-    try:
-        parts = urllib.parse.urlsplit(url)
-    except ValueError:  # e.g. an unclosed IPv6 bracket
-        return False
-    return parts.scheme in ("http", "https") and bool(parts.hostname)
 
 
 def message_of(response: httpx.Response) -> str:

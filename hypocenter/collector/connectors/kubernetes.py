@@ -55,12 +55,13 @@ import httpx
 
 from hypocenter import strict_yaml
 from hypocenter.collector.connectors.base import Collected, ConnectorError, RetryPolicy, Scope, with_retries
-from hypocenter.collector.connectors.http_api import BorrowedTransport, auth_headers, is_http_url
-from hypocenter.collector.lineformat import TimeContext, parse_iso
+from hypocenter.collector.connectors.http_api import BorrowedTransport, auth_headers
 from hypocenter.collector.scheduler_records import render
-from hypocenter.collector.sources import RecordSource, Source, TextSource
+from hypocenter.config import is_http_url
 from hypocenter.errors import InputError
+from hypocenter.lineformat import TimeContext, parse_iso
 from hypocenter.model import AttemptContext, Coverage, Window, Workload
+from hypocenter.sources import RecordSource, Source, TextSource
 
 SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 DEFAULT_POLICY = RetryPolicy()

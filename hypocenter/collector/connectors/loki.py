@@ -13,7 +13,11 @@ What it asks (LogQL `GET /loki/api/v1/query_range`, direction=forward):
   ingestion Loki keeps `host.name` as structured metadata `host_name`, not an index label:
   `node_label_kind="metadata"` then filters `| host_name=~"…"` after a `selector` that must name
   the streams. Job-level logs (not tied to one node) come from `workload_selector`, a template
-  such as `slurm_job_id="{workload}"` (`{workload}`, `{attempt}` are filled in).
+  such as `slurm_job_id="{workload}"` (`{workload}`, `{attempt}` are filled in). When no stream
+  carries those labels (`/series` is empty) they are taken as structured metadata — what Loki's
+  OTLP endpoint makes of `hypocenter.workload.id` unless otlp_config promotes it — and the same
+  matchers become label filters after `selector` (else `service_name=~".+"`, which Loki 3 gives
+  every stream): `{service_name=~".+"} |~ "…" | hypocenter_workload_id="81234"`.
 * Line filter: one regex alternation of the rules' literal tokens (the engine's prefilter), so
   Loki returns only lines that could produce an event. Loki rewrites a regex made only of literal
   alternatives into plain substring matches (pkg/logql/log/filter.go `simplify`), but Go's regexp
@@ -23,7 +27,8 @@ What it asks (LogQL `GET /loki/api/v1/query_range`, direction=forward):
   by several groups is kept once.
 * Window: [start - lookback, end + slack] for node streams (the server's node_lookback_s /
   node_slack_s), [start, end + slack] for job-level streams; cut into pieces no longer than
-  Loki's `max_query_length` (721 h by default) nor `split_s`.
+  Loki's `max_query_length` (721 h by default) less the 30 s Loki adds when it measures a range,
+  nor `split_s`. Context fetches and `/series` stay within the same bound.
 * Pagination: Loki returns at most `limit` entries (≤ max_entries_limit_per_query, 5000 by default),
   start inclusive, end exclusive. A full page moves `start` to its last timestamp T; the next page
   repeats every entry at T, so the entries at T already taken are skipped by count per (stream,
@@ -52,6 +57,7 @@ from __future__ import annotations
 
 import hashlib
 import posixpath
+import re
 import time
 import urllib.parse
 from collections import Counter, defaultdict
@@ -62,7 +68,6 @@ from typing import Any, Literal
 
 import httpx
 
-from hypocenter.collector.bundle import time_context
 from hypocenter.collector.connectors.base import Collected, ConnectorError, RetryPolicy
 from hypocenter.collector.connectors.http_api import DEFAULT_POLICY, HttpApi, auth_headers
 from hypocenter.collector.connectors.scope import (
@@ -72,11 +77,10 @@ from hypocenter.collector.connectors.scope import (
     node_regex,
     re2_escape,
 )
-from hypocenter.collector.lineformat import TimeContext, parse_line
-from hypocenter.collector.sources import Source, TextSource
-from hypocenter.engine.extract import NodeNames
-from hypocenter.engine.rules import Ruleset
+from hypocenter.lineformat import TimeContext, parse_line, time_context
 from hypocenter.model import AttemptContext, Coverage
+from hypocenter.names import NodeNames
+from hypocenter.sources import RuleQueries, Source, TextSource
 
 JOB = "_job"
 QUERY_RANGE = "/loki/api/v1/query_range"
@@ -96,6 +100,9 @@ class LokiLimits:
 
     max_entries: int = 5000  # limit per request; Loki's max_entries_limit_per_query
     max_query_length_s: float = 721 * 3600.0  # Loki's max_query_length
+    # Loki counts a range as end - start plus this look-back (a piece of exactly max_query_length
+    # is refused: "query length: 721h0m30s"), so pieces are that much shorter
+    query_lookback_s: float = 30.0
     split_s: float = 24 * 3600.0  # a failed piece costs at most this much of the window
     max_query_chars: int = 6000  # URL-encoded LogQL per GET: under common 8 KiB proxy request-line limits
     max_pages: int = 2000  # per piece; beyond, the piece is partial
@@ -216,7 +223,7 @@ class LokiConnector:
                  transport: httpx.BaseTransport | None = None, selector: str | None = None,
                  node_label: str = "host", node_label_kind: Literal["index", "metadata"] = "index",
                  workload_selector: str | None = None, lookback_s: float = NODE_LOOKBACK_S,
-                 slack_s: float = NODE_SLACK_S, limits: LokiLimits | None = None, ruleset: Ruleset | None = None,
+                 slack_s: float = NODE_SLACK_S, limits: LokiLimits | None = None, queries: RuleQueries,
                  sleep: Callable[[float], None] = time.sleep) -> None:
         self.base = _inner(selector)
         if node_label_kind == "metadata" and not self.base:
@@ -225,16 +232,15 @@ class LokiConnector:
         self.node_label = node_label
         self.node_label_kind = node_label_kind
         self.workload_selector = _inner(workload_selector) if workload_selector else None
+        if self.workload_selector:
+            _matchers(self.workload_selector)  # refused now rather than at the first attempt
+        self._job_filter = ""  # label filters selecting the job's lines by structured metadata, when used
         self.lookback_s = lookback_s
         self.slack_s = slack_s
         self.limits = limits or LokiLimits()
         all_headers = {**auth_headers(token=token, basic_auth=basic_auth, tenant=tenant), **(headers or {})}
         self.api = HttpApi(url, policy=policy, headers=all_headers, transport=transport, sleep=sleep)
-        if ruleset is None:
-            from hypocenter.engine import default_engine
-
-            ruleset = default_engine().ruleset
-        self.tokens, self.context_tokens = _rule_tokens(ruleset)
+        self.tokens, self.context_tokens = list(queries.tokens), dict(queries.context_tokens)
 
     # ------------------------------------------------------------------------------------- collect
 
@@ -264,11 +270,9 @@ class LokiConnector:
             for node in chunk:
                 runs[node] = run
         job_run: _Run | None = None
+        self._job_filter = ""
         if self.workload_selector is not None:
-            job_run = _Run()
-            selector = "{" + _fill(self.workload_selector, ctx) + "}"
-            for query in self._queries(selector, ""):
-                self._run(query, start, hi, streams, job_run)
+            job_run = self._job_streams(ctx, start, hi, streams)
         self._fetch_context(streams, node_lo, hi, names, runs, job_run)
 
         sources, lines = self._sources(streams, names, tctx)
@@ -276,6 +280,30 @@ class LokiConnector:
         return Collected(sources=list[Source](sources), coverage=coverage)
 
     # ------------------------------------------------------------------------------------- queries
+
+    def _job_streams(self, ctx: AttemptContext, lo: int, hi: int, streams: _Streams) -> _Run:
+        """The job-level lines: streams matching the workload selector; when no stream carries those
+        labels (Loki's OTLP endpoint keeps `hypocenter.workload.id` as structured metadata unless
+        otlp_config promotes it), the same matchers as label filters after a broader selector."""
+        assert self.workload_selector is not None
+        run = _Run()
+        filled = _fill(self.workload_selector, ctx)
+        found = _Streams()
+        for query in self._queries("{" + filled + "}", ""):
+            self._run(query, lo, hi, found, run)
+        if not found.entries and run.failed < run.tried:
+            try:
+                indexed = bool(self._series("{" + filled + "}", lo, hi))
+            except ConnectorError:
+                indexed = True  # unknown: keep the selector as written (coverage tells)
+            if not indexed:
+                self._job_filter = "".join(f" | {m}" for m in _matchers(filled))
+                run = _Run()
+                broad = "{" + (self.base or 'service_name=~".+"') + "}"  # Loki 3 gives every stream a service_name
+                for query in self._queries(broad, self._job_filter):
+                    self._run(query, lo, hi, found, run)
+        streams.merge((key, ts, line) for key, items in found.entries.items() for ts, line in items)
+        return run
 
     def _node_selector(self, nodes: Sequence[str]) -> str:
         if self.node_label_kind == "metadata":
@@ -306,9 +334,13 @@ class LokiConnector:
         # line filters first: substring tests are cheaper than the label filter on metadata
         return [f"{selector} {f}{node_filter}" for f in line_filters(self.tokens, budget)]
 
+    def _longest(self, wanted_s: float | None = None) -> int:
+        """The longest range (ns) Loki takes in one query, at most `wanted_s`."""
+        cap = self.limits.max_query_length_s - self.limits.query_lookback_s
+        return max(1, int(min(cap, wanted_s if wanted_s is not None else cap) * 1e9))
+
     def _run(self, query: str, lo: int, hi: int, streams: _Streams, run: _Run) -> None:
-        longest = int(min(self.limits.split_s, self.limits.max_query_length_s) * 1e9)
-        for a, b in pieces(lo, hi, longest):
+        for a, b in pieces(lo, hi, self._longest(self.limits.split_s)):
             run.tried += 1
             try:
                 entries, problem = self._paginate(query, a, b)
@@ -397,7 +429,7 @@ class LokiConnector:
                         b0, a0 = spans.get((key, ts), (0, 0))
                         spans[(key, ts)] = (max(b0, b), max(a0, a))
         wanted = sorted((key, ts, b, a) for (key, ts), (b, a) in spans.items())
-        reach = int(self.limits.context_reach_s * 1e9)
+        reach = self._longest(self.limits.context_reach_s)  # one query each way, within max_query_length
         for i, (key, ts, before, after) in enumerate(wanted):
             run = self._run_of(key, names, runs, job_run)
             if i >= self.limits.max_context_fetches:
@@ -422,6 +454,8 @@ class LokiConnector:
         node = dict(key).get(self.node_label)
         if self.node_label_kind == "metadata" and node is not None:
             selector += f" | {self.node_label}={logql_string(node)}"
+        elif node is None:
+            selector += self._job_filter  # job lines found by structured metadata: only this job's
         return selector
 
     def _node_of(self, key: StreamKey, names: NodeNames) -> str | None:
@@ -474,7 +508,7 @@ class LokiConnector:
         if job_run is not None and self.workload_selector is not None:
             selector = "{" + _fill(self.workload_selector, ctx) + "}"
             has_logs, job_error = True, None
-            if not lines[JOB] and job_run.failed < job_run.tried:
+            if not lines[JOB] and job_run.failed < job_run.tried and not self._job_filter:
                 try:
                     has_logs = bool(self._series(selector, epoch_ns(ctx.window.start), hi))
                 except ConnectorError as exc:
@@ -486,7 +520,7 @@ class LokiConnector:
     def _series(self, selector: str, lo: int, hi: int) -> list[dict[str, Any]]:
         """The streams (index label sets) matching `selector` with entries in [lo, hi)."""
         out: list[dict[str, Any]] = []
-        for a, b in pieces(lo, hi, int(self.limits.max_query_length_s * 1e9)):
+        for a, b in pieces(lo, hi, self._longest()):
             doc = self.api.get("/loki/api/v1/series", [("match[]", selector), ("start", str(a)), ("end", str(b))],
                                what="Loki series")
             items = doc.get("data") if isinstance(doc, dict) else None
@@ -517,7 +551,7 @@ class LokiConnector:
         """Which of `nodes` have any log stream in [lo, hi): the index (`/series`) for an index
         label; a line count for structured metadata (which the index does not know)."""
         found: set[str] = set()
-        longest = int(self.limits.max_query_length_s * 1e9)
+        longest = self._longest()
         for chunk in self._node_chunks(nodes):
             if self.node_label_kind == "index":
                 labels = [i.get(self.node_label) for i in self._series(self._node_selector(chunk), lo, hi)]
@@ -534,28 +568,29 @@ class LokiConnector:
         return found
 
 
-def _rule_tokens(ruleset: Ruleset) -> tuple[list[str], dict[str, tuple[int, int]]]:
-    """Every extraction token (the engine's prefilter), and the tokens whose rules read context lines."""
-    tokens: set[str] = set()
-    context: dict[str, tuple[int, int]] = {}
-    for rule in ruleset.rules:
-        spec = rule.extract
-        if spec is None:
-            continue
-        tokens.update(spec.tokens)
-        if spec.lines_before or spec.lines_after:
-            for tok in spec.tokens:
-                b, a = context.get(tok, (0, 0))
-                context[tok] = (max(b, spec.lines_before), max(a, spec.lines_after))
-    return sorted(tokens), context
-
-
 def _inner(selector: str | None) -> str:
     """`{job="x"}` or `job="x"` → `job="x"`."""
     text = (selector or "").strip()
     if text.startswith("{") and text.endswith("}"):
         text = text[1:-1].strip()
     return text
+
+
+_MATCHER = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*(=~|!~|!=|=)\s*("(?:[^"\\]|\\.)*"|`[^`]*`)\s*(?:,|$)')
+
+
+def _matchers(selector: str) -> list[str]:
+    """`a="x", b=~"y"` → [`a="x"`, `b=~"y"`] (each usable as a LogQL label filter)."""
+    out: list[str] = []
+    pos = 0
+    while pos < len(selector.strip()):
+        m = _MATCHER.match(selector, pos)
+        if not m:
+            raise ValueError(f"cannot read the stream selector {selector!r} at character {pos}: "
+                             f"expected name=\"value\" matchers separated by commas")
+        out.append(f"{m.group(1)}{m.group(2)}{m.group(3)}")
+        pos = m.end()
+    return out
 
 
 def _fill(template: str, ctx: AttemptContext) -> str:

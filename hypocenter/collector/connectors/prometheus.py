@@ -54,10 +54,9 @@ from hypocenter.collector.connectors.http_api import (
 )
 from hypocenter.collector.connectors.scope import NODE_LOOKBACK_S, NODE_SLACK_S, node_regex, re2_escape
 from hypocenter.collector.metrics import MetricFormatError, parse_prometheus_json
-from hypocenter.collector.sources import MetricSource, Series, Source
-from hypocenter.engine.extract import NodeNames
-from hypocenter.engine.rules import Ruleset
 from hypocenter.model import AttemptContext, Coverage
+from hypocenter.names import NodeNames
+from hypocenter.sources import MetricSource, RuleQueries, Series, Source
 
 MAX_POINTS = 11_000  # Prometheus: "exceeded maximum resolution of 11,000 points per timeseries"
 _TRANSIENT_TYPES = frozenset({"timeout", "canceled", "unavailable"})
@@ -111,7 +110,7 @@ class PrometheusConnector:
                  transport: httpx.BaseTransport | None = None, resolution_s: float = 15.0,
                  max_points: int = MAX_POINTS, max_pieces: int = 8, lookback_s: float = NODE_LOOKBACK_S,
                  slack_s: float = NODE_SLACK_S, metrics: Sequence[str] | None = None,
-                 node_labels: Sequence[str] | None = None, ruleset: Ruleset | None = None,
+                 node_labels: Sequence[str] | None = None, queries: RuleQueries | None = None,
                  sleep: Callable[[float], None] = time.sleep) -> None:
         all_headers = {**auth_headers(token=token, basic_auth=basic_auth), **(headers or {})}
         self.api = HttpApi(url, policy=policy, headers=all_headers, transport=transport,
@@ -121,13 +120,13 @@ class PrometheusConnector:
         self.max_pieces = max_pieces
         self.lookback_s = lookback_s
         self.slack_s = slack_s
-        if ruleset is None and (metrics is None or node_labels is None):
-            from hypocenter.engine import default_engine
-
-            ruleset = default_engine().ruleset
-        rule_metrics, rule_labels = _rule_metrics(ruleset) if ruleset is not None else ([], [])
-        self.metrics = sorted(set(metrics)) if metrics is not None else rule_metrics
-        self.node_labels = list(dict.fromkeys(node_labels)) if node_labels is not None else rule_labels
+        if metrics is None or node_labels is None:
+            if queries is None:
+                raise ValueError("PrometheusConnector needs the rules' queries, or both metrics and node_labels")
+            metrics = queries.metrics if metrics is None else metrics
+            node_labels = queries.node_labels if node_labels is None else node_labels
+        self.metrics = sorted(set(metrics))
+        self.node_labels = list(dict.fromkeys(node_labels))
 
     def collect(self, context: AttemptContext) -> Collected:
         try:
@@ -210,17 +209,6 @@ class PrometheusConnector:
                                          reason=f"no series of {', '.join(self.metrics)} for node {node} "
                                                 f"(labels {', '.join(self.node_labels)})"))
         return Collected(sources=sources, coverage=coverage)
-
-
-def _rule_metrics(ruleset: Ruleset) -> tuple[list[str], list[str]]:
-    """The metric names the rules read and the labels they take a node from, in the rules' order."""
-    metrics: set[str] = set()
-    labels: list[str] = []
-    for rule in ruleset.rules:
-        if rule.metric is not None:
-            metrics.update(rule.metric.metrics)
-            labels.extend(rule.metric.node_labels)
-    return sorted(metrics), list(dict.fromkeys(labels))
 
 
 def _promql_escape(text: str) -> str:

@@ -55,10 +55,11 @@ from hypocenter.collector.connectors.base import (
 )
 from hypocenter.collector.connectors.http_api import BorrowedTransport
 from hypocenter.collector.hostlist import HostlistError, expand, expand_hostlist
-from hypocenter.collector.lineformat import TimeContext, parse_iso
 from hypocenter.collector.scheduler_records import parse_scontrol, render, slurm_job_label
-from hypocenter.collector.sources import RecordSource
+from hypocenter.errors import PermanentConnectorError
+from hypocenter.lineformat import TimeContext, parse_iso
 from hypocenter.model import AttemptContext, Coverage, Window, Workload
+from hypocenter.sources import RecordSource
 
 DEFAULT_POLICY = RetryPolicy()
 Runner = Callable[[Sequence[str], float], str]
@@ -549,7 +550,7 @@ class SlurmConnector:
             connector=self.name, source=source, status=status, observations=len(records), reason=reason)
 
 
-class _UnknownVersion(ConnectorError):
+class _UnknownVersion(PermanentConnectorError):
     """slurmrestd does not serve this API version (a plain 404): try the next one."""
 
 

@@ -119,8 +119,12 @@ export async function renderList(main, params) {
     return q;
   }
 
-  async function load() {
-    if (state.busy) return;
+  // A load the user asked for (filters, paging) supersedes one in flight; a poll is skipped while
+  // another load runs. Only the latest load's answer is drawn.
+  let latest = 0;
+  async function load(poll = false) {
+    if (poll && state.busy) return;
+    const mine = ++latest;
     state.busy = true;
     try {
       // the hash keeps the filters (a link to this list); replaceState does not re-render the view
@@ -131,15 +135,17 @@ export async function renderList(main, params) {
       api.delete("range");
       api.set("limit", perPage);
       const res = await getJSON(`/v1/diagnoses?${api}`, state.etag);
+      if (mine !== latest) return;
       setLive(`Live · checked ${new Date().toISOString().slice(11, 19)} UTC`);
       if (res.notModified) return;
       state.etag = res.etag;
       render(res.body);
     } catch (err) {
+      if (mine !== latest) return;
       setLive(`Not updating: ${err.message}`);
       if (state.seen === null) tbody.replaceChildren(h("tr", {}, h("td", { colspan: 6, class: "error" }, err.message)));
     } finally {
-      state.busy = false;
+      if (mine === latest) state.busy = false;
     }
   }
 
@@ -189,6 +195,6 @@ export async function renderList(main, params) {
   }
 
   await load();
-  const timer = setInterval(() => { if (!document.hidden) load(); }, POLL_MS);
+  const timer = setInterval(() => { if (!document.hidden) load(true); }, POLL_MS);
   return () => clearInterval(timer);
 }

@@ -39,7 +39,9 @@ from typing import Any
 
 from hypocenter.config import redact_url
 from hypocenter.errors import TransientError
-from hypocenter.exporter.store import MIGRATIONS, SQLiteStore, StoreError
+from hypocenter.store.base import StoreError
+from hypocenter.store.migrations import MIGRATIONS
+from hypocenter.store.sqlite import SQLiteStore
 
 MIGRATION_LOCK = 0x6879706F  # pg_advisory_xact_lock key: "hypo"
 

@@ -43,7 +43,7 @@ def _settings(args: argparse.Namespace) -> tuple[Settings, dict[str, str]]:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
-    from hypocenter.api.server import run
+    from hypocenter.server.assembly import run
 
     settings, _ = _settings(args)
     return run(settings)
@@ -65,7 +65,7 @@ def _cmd_config_show(args: argparse.Namespace) -> int:
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:
-    from hypocenter.replay import replay, trigger
+    from hypocenter.cli.replay import replay, trigger
 
     endpoint = args.endpoint or ("127.0.0.1:4318" if args.http else "127.0.0.1:4317")
     try:

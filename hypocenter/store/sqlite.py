@@ -3,7 +3,7 @@
     Store (protocol)       what the server needs
     SQLiteStore(path)      the embedded default: one file, WAL, versioned migrations.
                            `SQLiteStore(":memory:")` is the in-memory double for tests.
-    PostgresStore(url)     exporter/postgres.py: these same queries and migrations on PostgreSQL,
+    PostgresStore(url)     store/postgres.py: these same queries and migrations on PostgreSQL,
                            for replicas that share one database (`open_store("postgresql://…")`)
 
 Tables (migration 1): `attempts` (scope per workload attempt), `attempt_nodes`, `log_entries`
@@ -28,305 +28,25 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-from hypocenter.collector.otlp import Entry, Point
-from hypocenter.errors import InputError
-
-# Every migration, in order. Never edit a released one: append a new one.
-MIGRATIONS: tuple[str, ...] = (
-    """
-    CREATE TABLE attempts (
-        id INTEGER PRIMARY KEY,
-        workload TEXT NOT NULL,
-        attempt INTEGER NOT NULL,
-        scope TEXT NOT NULL DEFAULT '{}',     -- merged hypocenter.* scope attributes (JSON)
-        context TEXT,                         -- an uploaded attempt.yaml, validated (JSON), wins over scope
-        first_ns INTEGER,                     -- earliest / latest time of its workload-scoped data
-        last_ns INTEGER,
-        terminal_ns INTEGER,                  -- time of the terminal-state record, when one arrived
-        activity REAL NOT NULL,               -- wall clock of the last data that touched the attempt
-        dirty INTEGER NOT NULL DEFAULT 1,     -- data arrived since the last analysis
-        analyzed_at REAL,
-        UNIQUE (workload, attempt)
-    );
-    CREATE TABLE attempt_nodes (
-        attempt_id INTEGER NOT NULL REFERENCES attempts(id) ON DELETE CASCADE,
-        node TEXT NOT NULL,
-        PRIMARY KEY (attempt_id, node)
-    );
-    CREATE INDEX attempt_nodes_node ON attempt_nodes (node);
-    CREATE TABLE log_entries (
-        id INTEGER PRIMARY KEY,
-        attempt_id INTEGER REFERENCES attempts(id) ON DELETE CASCADE,
-        node TEXT,
-        stream TEXT NOT NULL,
-        kind TEXT NOT NULL,
-        line INTEGER,
-        time_ns INTEGER NOT NULL,
-        body TEXT NOT NULL,
-        received REAL NOT NULL,
-        dedup TEXT NOT NULL UNIQUE
-    );
-    CREATE INDEX log_entries_attempt ON log_entries (attempt_id, stream, line);
-    CREATE INDEX log_entries_node ON log_entries (node, time_ns) WHERE attempt_id IS NULL;
-    CREATE INDEX log_entries_received ON log_entries (received);
-    CREATE TABLE metric_points (
-        id INTEGER PRIMARY KEY,
-        attempt_id INTEGER REFERENCES attempts(id) ON DELETE CASCADE,
-        node TEXT,
-        source TEXT NOT NULL,
-        name TEXT NOT NULL,
-        labels TEXT NOT NULL,
-        time_ns INTEGER NOT NULL,
-        value REAL NOT NULL,
-        received REAL NOT NULL,
-        dedup TEXT NOT NULL UNIQUE
-    );
-    CREATE INDEX metric_points_attempt ON metric_points (attempt_id);
-    CREATE INDEX metric_points_node ON metric_points (node, time_ns) WHERE attempt_id IS NULL;
-    CREATE TABLE stream_drops (
-        scope TEXT NOT NULL,                  -- attempt id or '' for node-scoped streams
-        node TEXT NOT NULL,
-        stream TEXT NOT NULL,
-        dropped INTEGER NOT NULL,
-        PRIMARY KEY (scope, node, stream)
-    );
-    CREATE TABLE diagnoses (
-        id TEXT PRIMARY KEY,
-        attempt_id INTEGER REFERENCES attempts(id) ON DELETE SET NULL,
-        workload TEXT NOT NULL,
-        attempt INTEGER NOT NULL,
-        cluster TEXT,
-        outcome TEXT NOT NULL,
-        domain TEXT,
-        subdomain TEXT,
-        terminal_state TEXT,
-        provisional INTEGER NOT NULL,
-        window_start_ns INTEGER,
-        window_end_ns INTEGER,
-        created REAL NOT NULL,
-        body TEXT NOT NULL
-    );
-    CREATE INDEX diagnoses_created ON diagnoses (created);
-    CREATE TABLE diagnosis_nodes (
-        diagnosis_id TEXT NOT NULL REFERENCES diagnoses(id) ON DELETE CASCADE,
-        node TEXT NOT NULL,
-        role TEXT NOT NULL,                   -- culprit | affected
-        PRIMARY KEY (diagnosis_id, node, role)
-    );
-    CREATE INDEX diagnosis_nodes_node ON diagnosis_nodes (node, role);
-    """,
-    # 2: node streams join attempts whole (see node_logs)
-    """
-    CREATE INDEX log_entries_node_stream ON log_entries (node, stream, line) WHERE attempt_id IS NULL;
-    """,
-    # 3: the export outbox (exporter/outbox.py)
-    """
-    CREATE TABLE exports (
-        id INTEGER PRIMARY KEY,
-        diagnosis_id TEXT NOT NULL,           -- no foreign key: a superseded diagnosis is reported, not cascaded away
-        exporter TEXT NOT NULL,
-        created REAL NOT NULL,                -- when the diagnosis was stored
-        due REAL NOT NULL,                    -- not before: back-off after a transient failure, or a claim's lease
-        attempts INTEGER NOT NULL DEFAULT 0,
-        last_error TEXT,
-        UNIQUE (diagnosis_id, exporter)
-    );
-    CREATE INDEX exports_due ON exports (exporter, due);
-    """,
-    # 4: compaction (collector/compaction.py) and the hang trigger
-    """
-    ALTER TABLE log_entries ADD COLUMN compacted INTEGER NOT NULL DEFAULT 0;  -- 0 new, 1 kept as evidence, 2 blanked
-    CREATE INDEX log_entries_uncompacted ON log_entries (received) WHERE compacted = 0 AND kind = 'text';
-    ALTER TABLE attempts ADD COLUMN stalled_ns INTEGER;  -- a watchdog / heartbeat timeout seen before any terminal state
-    """,
-    # 5: a compaction pass reads a stream's live lines only, not its tombstones
-    """
-    CREATE INDEX log_entries_live ON log_entries (stream, node, id) WHERE compacted < 2 AND kind = 'text';
-    """,
-    # 6: runs of blanked lines merge into one `gap` row (compacted = 3) once retries are no longer expected
-    """
-    CREATE INDEX log_entries_tombstones ON log_entries (received) WHERE compacted = 2;
-    """,
-    # 7: the diagnosis list (web UI) pages newest first without sorting the table, and filters and counts
-    # from this index alone, not from rows that carry whole bodies; storing a diagnosis finds the one it
-    # replaces by attempt without a scan
-    """
-    CREATE INDEX diagnoses_list ON diagnoses (window_end_ns DESC, id, outcome, domain, cluster, workload,
-                                              window_start_ns, provisional);
-    CREATE INDEX diagnoses_attempt ON diagnoses (attempt_id);
-    """,
+from hypocenter.store.base import (
+    AttemptRow,
+    DiagnosisFacts,
+    DiagnosisFilter,
+    DiagnosisRow,
+    Entry,
+    LogRow,
+    PendingExport,
+    Point,
+    PointRow,
+    Retention,
+    StoreError,
+    StreamKey,
+    StreamLine,
 )
-
-
-class StoreError(InputError):
-    """A store that cannot be opened or migrated (a path to fix, a newer schema)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Retention:
-    max_age_s: float = 7 * 86400.0            # accepted records older than this (by arrival) are removed
-    max_lines_per_stream: int = 1_000_000     # oldest lines of a longer stream are removed
-    diagnoses_max_age_s: float = 90 * 86400.0
-
-
-@dataclass(slots=True)
-class AttemptRow:
-    id: int
-    workload: str
-    attempt: int
-    scope: dict[str, str]
-    context: dict[str, Any] | None
-    nodes: list[str]
-    first_ns: int | None
-    last_ns: int | None
-    terminal_ns: int | None
-    activity: float
-    dirty: bool
-    analyzed_at: float | None
-
-
-@dataclass(slots=True)
-class LogRow:
-    node: str | None
-    stream: str
-    kind: str
-    line: int | None
-    time_ns: int
-    body: str
-
-
-@dataclass(slots=True)
-class PointRow:
-    node: str | None
-    source: str
-    name: str
-    labels: dict[str, str]
-    time_ns: int
-    value: float
-
-
-@dataclass(slots=True)
-class DiagnosisFilter:
-    cluster: str | None = None
-    outcome: str | None = None
-    domain: str | None = None
-    node: str | None = None          # a culprit node (root cause or candidate)
-    workload: str | None = None
-    since_ns: int | None = None      # the attempt's window overlaps [since, until]
-    until_ns: int | None = None
-    limit: int = 100
-    search: str | None = None        # a case-insensitive substring of the workload id
-    after: tuple[int | None, str] | None = None  # keyset paging: rows after this (window_end_ns, id)
-
-
-@dataclass(slots=True)
-class PendingExport:
-    """An outbox row claimed for delivery; `diagnosis` is None when it was superseded or expired."""
-
-    id: int
-    exporter: str
-    diagnosis_id: str
-    created: float
-    attempts: int
-    diagnosis: DiagnosisRow | None
-
-
-@dataclass(slots=True)
-class DiagnosisFacts:
-    """What /metrics aggregates over recent diagnoses (no body)."""
-
-    id: str
-    cluster: str | None
-    outcome: str
-    domain: str | None
-    subdomain: str | None
-    culprits: list[str]
-    components: list[tuple[str, str, str]]   # (node, kind, id) of the root cause, e.g. a GPU or a port
-
-
-@dataclass(frozen=True, slots=True)
-class StreamKey:
-    attempt_id: int | None  # None: a node-scoped stream
-    node: str | None
-    stream: str
-
-
-@dataclass(slots=True)
-class StreamLine:
-    id: int
-    line: int | None
-    body: str
-    received: float
-    compacted: int
-
-
-@dataclass(slots=True)
-class DiagnosisRow:
-    id: str
-    workload: str
-    attempt: int
-    cluster: str | None
-    outcome: str
-    domain: str | None
-    subdomain: str | None
-    provisional: bool
-    created: float
-    body: str
-    nodes: list[str] = field(default_factory=list)
-    window_start_ns: int | None = None
-    window_end_ns: int | None = None
-
-
-class Store(Protocol):
-    """What the server needs from a store. Every method is safe to call from any thread."""
-
-    def ingest(self, logs: Sequence[Entry], points: Sequence[Point], now: float,
-               stalls: Sequence[tuple[str, int, int]] = ()) -> int: ...
-    def compaction_due(self, cutoff: float, limit: int) -> list[StreamKey]: ...
-    def stream_lines(self, key: StreamKey, *, live_only: bool = False) -> list[StreamLine]: ...
-    def compact(self, blank: Sequence[int], keep: Sequence[int]) -> None: ...
-    def collapse_due(self, cutoff: float, limit: int) -> list[StreamKey]: ...
-    def stream_tombstones(self, key: StreamKey) -> list[StreamLine]: ...
-    def collapse(self, runs: Sequence[tuple[int, int, Sequence[int]]]) -> None: ...
-    def set_context(self, workload: str, attempt: int, context: dict[str, Any], now: float) -> None: ...
-    def attempt(self, workload: str, attempt: int) -> AttemptRow | None: ...
-    def attempts_due(self, now: float, settle_s: float, idle_s: float) -> list[AttemptRow]: ...
-    def attempt_logs(self, attempt_id: int) -> list[LogRow]: ...
-    def node_logs(self, nodes: Sequence[str], start_ns: int, end_ns: int) -> list[LogRow]: ...
-    def attempt_points(self, attempt_id: int) -> list[PointRow]: ...
-    def node_points(self, nodes: Sequence[str], start_ns: int, end_ns: int) -> list[PointRow]: ...
-    def known_nodes(self) -> list[str]: ...
-    def drops(self, attempt_id: int, nodes: Sequence[str]) -> dict[tuple[str, str], int]: ...
-    def put_diagnosis(self, attempt_id: int, body: str, summary: dict[str, Any], provisional: bool,
-                      analyzed_from: float) -> None: ...
-    def get_diagnosis(self, diagnosis_id: str) -> DiagnosisRow | None: ...
-    def list_diagnoses(self, flt: DiagnosisFilter) -> list[DiagnosisRow]: ...
-    def count_diagnoses(self, flt: DiagnosisFilter) -> int: ...
-    def diagnoses_version(self) -> str: ...
-    def sweep(self, now: float, retention: Retention) -> int: ...
-    def stats(self) -> dict[str, int]: ...
-    def close(self) -> None: ...
-    # the outbox (exporter/outbox.py) and /metrics (exporter/prometheus.py)
-    exporters: tuple[str, ...]
-    def claim_exports(self, exporter: str, now: float, limit: int, lease_s: float) -> list[PendingExport]: ...
-    def finish_exports(self, ids: Sequence[int]) -> None: ...
-    def retry_exports(self, ids: Sequence[int], due: float, error: str) -> None: ...
-    def export_backlog(self) -> dict[str, tuple[int, float]]: ...
-    def diagnosis_facts(self, since: float) -> list[DiagnosisFacts]: ...
-
-
-def open_store(url: str) -> SQLiteStore:
-    """`sqlite:///path/file.db`, `sqlite://:memory:`, a plain path, or `postgresql://…` (exporter/postgres.py)."""
-    if url.startswith(("postgres://", "postgresql://")):
-        from hypocenter.exporter.postgres import PostgresStore
-
-        return PostgresStore(url)
-    path = url.removeprefix("sqlite:///").removeprefix("sqlite://")
-    return SQLiteStore(path)
+from hypocenter.store.migrations import MIGRATIONS
 
 
 class SQLiteStore:

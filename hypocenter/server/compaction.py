@@ -20,9 +20,9 @@ import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
-from hypocenter.collector.lineformat import TimeContext
 from hypocenter.engine.extract import Extractor
-from hypocenter.exporter.store import Store, StreamKey, StreamLine
+from hypocenter.lineformat import TimeContext
+from hypocenter.store.base import Store, StreamKey, StreamLine
 
 log = logging.getLogger("hypocenter.server")
 

@@ -33,21 +33,20 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from hypocenter.api.pulls import KueuePoller, Pulls, SlurmPoller, records_document
-from hypocenter.collector.attempts import assemble, summary
-from hypocenter.collector.bundle import time_context
-from hypocenter.collector.compaction import CompactionReport, compact
 from hypocenter.collector.connectors import connector_class
 from hypocenter.collector.connectors.base import ConnectorError, RetryPolicy
-from hypocenter.collector.otlp import Entry, Point
-from hypocenter.collector.sources import RecordSource, Source, TextSource
 from hypocenter.config import Settings
 from hypocenter.engine import Engine, default_engine
 from hypocenter.engine.extract import Extractor
 from hypocenter.errors import InputError, TransientError
 from hypocenter.exporter.activity import Activity
-from hypocenter.exporter.store import DiagnosisFilter, DiagnosisRow, Retention, Store
+from hypocenter.lineformat import time_context
 from hypocenter.model import AttemptContext, Diagnosis, Window, Workload
+from hypocenter.server.attempts import assemble, summary
+from hypocenter.server.compaction import CompactionReport, compact
+from hypocenter.server.pulls import KueuePoller, Pulls, SlurmPoller, records_document
+from hypocenter.sources import RecordSource, Source, TextSource
+from hypocenter.store.base import DiagnosisFilter, DiagnosisRow, Entry, Point, Retention, Store
 
 log = logging.getLogger("hypocenter.server")
 
@@ -391,9 +390,7 @@ class Attribution:
         except ConnectorError as exc:
             if exc.kind == "not_found":
                 raise UnknownAttempt(f"{kind} {job}: {exc}") from None
-            if exc.transient:
-                raise TransientError(f"{kind} {job}: {exc}") from None
-            raise InputError(f"{kind} {job}: {exc}") from None
+            raise ConnectorError(f"{kind} {job}: {exc}", kind=exc.kind) from None  # transient or input, as it was
         self.store_scope(scope.context, scope.collected.sources)
         return self.analyze(scope.context.workload.id, scope.context.workload.attempt)
 

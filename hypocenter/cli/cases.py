@@ -13,14 +13,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from hypocenter.collector.bundle import event_records, time_context
+from hypocenter.collector.bundle import event_records
 from hypocenter.collector.metrics import parse_metrics
-from hypocenter.collector.sources import MetricSource, RecordSource, Source, TextSource
 from hypocenter.engine import Engine, _attempt_record
 from hypocenter.engine.analyzers import ANALYZERS, AttemptView
 from hypocenter.engine.rules import CaseSpec, Rule, Ruleset
 from hypocenter.engine.verdict import in_scope
+from hypocenter.lineformat import time_context
 from hypocenter.model import AttemptContext, Event
+from hypocenter.sources import MetricSource, RecordSource, Source, TextSource
 
 DEFAULT_WINDOW = {"start": "2026-11-02T00:00:00Z", "end": "2026-11-02T23:59:59Z"}
 

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from hypocenter.api.service import Attribution
 from hypocenter.config import Settings
 from hypocenter.exporter.grafana import GrafanaAnnotations
 from hypocenter.exporter.loki import LokiExporter
 from hypocenter.exporter.outbox import Backoff, Exporter, Outbox
 from hypocenter.exporter.prometheus import HypocenterCollector, MetricsEndpoint
-from hypocenter.exporter.store import DiagnosisRow, Store
+from hypocenter.server.service import Attribution
+from hypocenter.store.base import DiagnosisRow, Store
 
 
 def _loki(s: Settings) -> Exporter | None:

@@ -31,12 +31,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from hypocenter.collector.attempts import NODE_LABELS, NodeMatcher
-from hypocenter.collector.bundle import JOB_DIR, documents, load_context, read_text, time_context
-from hypocenter.collector.lineformat import TimeContext, parse_line
+from hypocenter.collector.bundle import JOB_DIR, documents, load_context, read_text
 from hypocenter.collector.metrics import MetricFormatError, parse_metrics
 from hypocenter.errors import HypocenterError, InputError, TransientError
+from hypocenter.lineformat import TimeContext, parse_line, time_context
 from hypocenter.model import AttemptContext
+from hypocenter.names import NODE_LABELS
+from hypocenter.server.attempts import NodeMatcher
 
 NODE_FILES = re.compile(r"^(kern|dmesg|journal|messages|syslog|nvidia-smi|dcgmi|perfquery|ibstat|ibdiagnet|mlx|ipmi|sel)",
                         re.IGNORECASE)
@@ -212,7 +213,7 @@ class Sender:
         from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
         resource = Resource(stream.resource)
-        scope = InstrumentationScope("hypocenter.replay")
+        scope = InstrumentationScope("hypocenter.cli.replay")
         now = time.time_ns()
         for chunk in _chunks(stream.lines, BATCH):
             batch = [ReadableLogRecord(LogRecord(timestamp=line.time_ns, observed_timestamp=now, body=line.body,
@@ -245,7 +246,7 @@ class Sender:
             metrics.append(Metric(name=s.name, description=None, unit=None, data=Gauge(data_points=points)))
         data = MetricsData(resource_metrics=[ResourceMetrics(
             resource=Resource(resource_attrs), schema_url="",
-            scope_metrics=[ScopeMetrics(scope=InstrumentationScope("hypocenter.replay"), metrics=metrics, schema_url="")])])
+            scope_metrics=[ScopeMetrics(scope=InstrumentationScope("hypocenter.cli.replay"), metrics=metrics, schema_url="")])])
         if self.metrics.export(data) != MetricExportResult.SUCCESS:
             raise TransientError(f"the server did not accept metrics from {resource_attrs.get('hypocenter.source')}")
         report.metric_points += count

@@ -31,14 +31,14 @@ from typing import Any
 from pydantic import ValidationError
 
 from hypocenter.collector.hostlist import expand_hostlist  # moved there; re-exported for callers
-from hypocenter.collector.lineformat import TimeContext, parse_iso, zone
 from hypocenter.collector.scheduler_records import render
-from hypocenter.collector.sources import MetricSource, Record, RecordSource, Series, Source, TextSource
-from hypocenter.exporter.store import AttemptRow, LogRow, PointRow, Store
+from hypocenter.lineformat import TimeContext, parse_iso, zone
 from hypocenter.model import AttemptContext, Coverage, Window, Workload, parse_rank_ranges
+from hypocenter.names import NODE_LABELS
+from hypocenter.sources import MetricSource, Record, RecordSource, Series, Source, TextSource
+from hypocenter.store.base import AttemptRow, LogRow, PointRow, Store
 
 MAX_LINE_PADDING = 1 << 20  # blank lines kept to preserve line numbers across a gap, at most
-NODE_LABELS = ("hostname", "Hostname", "node", "nodename", "host", "kubernetes_node", "instance")  # Prometheus-style
 
 
 @dataclass(slots=True)

@@ -55,9 +55,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from hypocenter import strict_yaml
 from hypocenter.collector.connectors import connector_class
 from hypocenter.collector.connectors.base import Collected, ConnectorError, RetryPolicy, Scope, merge
-from hypocenter.collector.connectors.http_api import is_http_url
+from hypocenter.config import is_http_url
 from hypocenter.errors import InputError
 from hypocenter.model import AttemptContext, Coverage, Diagnosis
+from hypocenter.sources import RuleQueries
 
 
 class UsageError(InputError):
@@ -255,10 +256,10 @@ class Gathered:
     notes: list[str] = field(default_factory=list)
 
 
-def gather(cfg: PullConfig, *, ruleset: Any = None, progress: Callable[[str], None] = lambda s: None) -> Gathered:
+def gather(cfg: PullConfig, *, queries: RuleQueries, progress: Callable[[str], None] = lambda s: None) -> Gathered:
     """Scope the attempt, then collect from every data source; see the module docstring for failures."""
     policy = RetryPolicy(timeout_s=cfg.timeout) if cfg.timeout else RetryPolicy()
-    connectors = _data_connectors(cfg, policy, ruleset)  # a secret that cannot be read stops us before the pull
+    connectors = _data_connectors(cfg, policy, queries)  # a secret that cannot be read stops us before the pull
     if cfg.bundle:
         from hypocenter.collector.bundle import load_bundle
 
@@ -296,7 +297,7 @@ def _scope(cfg: PullConfig, policy: RetryPolicy, progress: Callable[[str], None]
         raise InputError(f"{which}: {exc}") from None
 
 
-def _data_connectors(cfg: PullConfig, policy: RetryPolicy, ruleset: Any,
+def _data_connectors(cfg: PullConfig, policy: RetryPolicy, queries: RuleQueries,
                      env: Mapping[str, str] = os.environ) -> list[tuple[str, Callable[[], Any]]]:
     out: list[tuple[str, Callable[[], Any]]] = []
     for directory in cfg.logs:
@@ -307,14 +308,14 @@ def _data_connectors(cfg: PullConfig, policy: RetryPolicy, ruleset: Any,
             _make, "loki", "--loki", loki.url, policy=policy, headers=loki.headers or None,
             tenant=env.get("LOKI_ORG_ID") or loki.tenant,
             node_label=loki.node_label, node_label_kind=loki.node_label_kind, selector=loki.selector,
-            workload_selector=loki.workload_selector, ruleset=ruleset, **loki.auth(env))))
+            workload_selector=loki.workload_selector, queries=queries, **loki.auth(env))))
     if cfg.prometheus:
         prom = cfg.prometheus
         options = {k: v for k, v in (("node_labels", prom.node_labels), ("resolution_s", prom.resolution_s))
                    if v is not None}
         out.append((f"prometheus {prom.url}", partial(
             _make, "prometheus", "--prometheus", prom.url, policy=policy, headers=prom.headers or None,
-            ruleset=ruleset, **options, **prom.auth(env))))
+            queries=queries, **options, **prom.auth(env))))
     return out
 
 
@@ -324,17 +325,15 @@ def _make(name: str, flag: str, *args: Any, **kwargs: Any) -> Any:
     except ConnectorError:
         raise InputError(f"{flag} needs the {name} connector (hypocenter.collector.connectors.{name}), which this "
                          "installation does not have") from None
-    if kwargs.get("ruleset") is None:
-        kwargs.pop("ruleset", None)
     try:
         return cls(*args, **kwargs)
-    except TypeError:  # a connector without the optional ruleset hook
-        kwargs.pop("ruleset", None)
+    except TypeError:  # a connector that takes no rule queries
+        kwargs.pop("queries", None)
         return cls(*args, **kwargs)
 
 
 def analyze(cfg: PullConfig, engine: Any, progress: Callable[[str], None]) -> Diagnosis:
-    got = gather(cfg, ruleset=getattr(engine, "ruleset", None), progress=progress)
+    got = gather(cfg, queries=engine.ruleset.queries(), progress=progress)
     for note in got.notes:
         progress(note)
     progress("analysing")

@@ -1,11 +1,13 @@
 """What connectors hand to the engine: text streams, metric series and scheduler records.
 
 A connector (local files, Loki, Prometheus, Slurm, Kubernetes …) turns whatever it reads into
-these three shapes and a coverage entry per source. The engine never sees a connector type.
+these three shapes and a coverage entry per source. The engine never sees a connector type, and
+connectors never see the engine: what the rules read reaches them as `RuleQueries`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -52,3 +54,20 @@ class RecordSource:
 
 
 Source = TextSource | MetricSource | RecordSource
+
+
+@dataclass(frozen=True)
+class RuleQueries:
+    """What the rules read, so that pull connectors ask their backends for that and no more.
+
+    The engine computes it (`Ruleset.queries()`); connectors are handed it and never import the engine.
+    """
+
+    tokens: tuple[str, ...] = ()
+    """Every extraction token (the engine's prefilter), sorted."""
+    context_tokens: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+    """token → (lines before, lines after) for the tokens whose rules read context lines."""
+    metrics: tuple[str, ...] = ()
+    """The metric names the metric rules read, sorted."""
+    node_labels: tuple[str, ...] = ()
+    """The labels those rules take a node from, in the rules' order."""

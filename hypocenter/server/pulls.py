@@ -31,7 +31,6 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from hypocenter.collector.attempts import AttemptInput, parse_time
 from hypocenter.collector.connectors import connector_class
 from hypocenter.collector.connectors.base import (
     Collected,
@@ -43,12 +42,13 @@ from hypocenter.collector.connectors.base import (
 )
 from hypocenter.collector.connectors.kubernetes import KubeAPI, KubernetesConnector, credentials
 from hypocenter.collector.connectors.slurm import SlurmConnector, run_command
+from hypocenter.collector.pull import LokiSource, PrometheusSource
 from hypocenter.collector.scheduler_records import RECORDS_KIND, slurm_job_label
-from hypocenter.collector.sources import MetricSource, RecordSource, Source, TextSource
 from hypocenter.config import Settings
 from hypocenter.engine.rules import Ruleset
 from hypocenter.model import Coverage
-from hypocenter.pull import LokiSource, PrometheusSource
+from hypocenter.server.attempts import AttemptInput, parse_time
+from hypocenter.sources import MetricSource, RecordSource, Source, TextSource
 
 log = logging.getLogger("hypocenter.server")
 
@@ -63,6 +63,7 @@ class Pulls:
 
     def __init__(self, settings: Settings, ruleset: Ruleset) -> None:
         policy = RetryPolicy(timeout_s=settings.pull_timeout_s)
+        queries = ruleset.queries()
         self.logs: DataConnector | None = None
         self.metrics: DataConnector | None = None
         # Credentials as `hypocenter analyze` takes them, from logcli's / promtool's environment variables
@@ -71,11 +72,13 @@ class Pulls:
             self.logs = connector_class("loki")(settings.pull_loki_url, policy=policy,
                                                 **LokiSource(url=settings.pull_loki_url).auth(os.environ),
                                                 tenant=settings.pull_loki_tenant or os.environ.get("LOKI_ORG_ID") or None,
-                                                node_label=settings.pull_loki_node_label, ruleset=ruleset,
+                                                node_label=settings.pull_loki_node_label, queries=queries,
+                                                node_label_kind=settings.pull_loki_node_label_kind,
+                                                selector=settings.pull_loki_selector or None,
                                                 workload_selector=settings.pull_loki_workload_selector or None,
                                                 lookback_s=settings.node_lookback_s, slack_s=settings.node_slack_s)
         if settings.pull_prometheus_url:
-            self.metrics = connector_class("prometheus")(settings.pull_prometheus_url, policy=policy, ruleset=ruleset,
+            self.metrics = connector_class("prometheus")(settings.pull_prometheus_url, policy=policy, queries=queries,
                                                          **PrometheusSource(url=settings.pull_prometheus_url
                                                                             ).auth(os.environ),
                                                          lookback_s=settings.node_lookback_s,
@@ -85,7 +88,9 @@ class Pulls:
         return self.logs is not None or self.metrics is not None
 
     def collect(self, inp: AttemptInput) -> tuple[list[Source], list[Coverage]]:
-        """What the connectors add to an attempt assembled from the store."""
+        """What the connectors add to an attempt assembled from the store. Where a connector stands in
+        for OTLP (no log record or no metric point arrived), the store's `otlp` entries for that kind
+        (`logs/<node>` missing) are taken out of `inp.coverage`: coverage describes the sources used."""
         sources: list[Source] = []
         coverage: list[Coverage] = []
         pushed_text = any(isinstance(s, TextSource) for s in inp.sources)
@@ -100,6 +105,9 @@ class Pulls:
             got = _safe_collect(connector, inp)
             sources.extend(got.sources)
             coverage.extend(got.coverage)
+            if connector is self.logs:
+                inp.coverage[:] = [c for c in inp.coverage
+                                   if not (c.connector == "otlp" and c.source.startswith("logs/") and c.status == "missing")]
         return sources, coverage
 
 

@@ -19,6 +19,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone, tzinfo
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from hypocenter.errors import BundleError
+from hypocenter.model import AttemptContext
+
 # A line longer than this is parsed and matched only up to here (the extractor cuts it; the
 # bundle reader says so in coverage).
 MAX_LINE = 64 * 1024
@@ -341,3 +344,11 @@ def _peel_json(text: str, h: LineHeader, ctx: TimeContext) -> str | None:
     if isinstance(rank, int) and h.rank is None:
         h.rank = rank
     return message
+
+
+def time_context(ctx: AttemptContext) -> TimeContext:
+    try:
+        tz = zone(ctx.timezone)
+    except ValueError as exc:
+        raise BundleError(f"attempt.yaml: timezone: {exc}") from None
+    return TimeContext(tz=tz, start=ctx.window.start, end=ctx.window.end)

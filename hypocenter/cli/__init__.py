@@ -2,10 +2,10 @@
 
     hypocenter analyze BUNDLE [--format text|json] [--rules PATH]...   diagnose one attempt bundle
     hypocenter analyze --slurm JOBID | --kueue NS/WL | --k8s-job NS/NAME [--logs DIR] [--loki URL]
-                       [--prometheus URL] [--config FILE]              pull the attempt (hypocenter.pull)
+                       [--prometheus URL] [--config FILE]              pull the attempt (hypocenter.collector.pull)
     hypocenter schema                                                  JSON Schema of the diagnosis
     hypocenter rules list | check | test [--rule ID]                   the rule catalog
-    hypocenter serve | replay BUNDLE | config show                     the server (hypocenter.api.commands)
+    hypocenter serve | replay BUNDLE | config show                     the server (hypocenter.cli.serve)
 
 Exit codes: 0 a diagnosis was produced (whatever its outcome) / the command succeeded; 1 rules
 check or test found problems; 2 unusable input, with a one-line reason on stderr; 70 an internal
@@ -119,7 +119,7 @@ def render_text(d: Diagnosis, style: _Style) -> str:
 
 
 def _cmd_analyze(args: argparse.Namespace) -> int:
-    from hypocenter import pull
+    from hypocenter.collector import pull
     from hypocenter.engine import default_engine
 
     try:
@@ -128,7 +128,10 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
         args.parser.error(str(exc))  # usage and the message, exit 2
     engine = default_engine([Path(p) for p in args.rules], builtin=not args.no_builtin_rules)
     if cfg.bundle and not (cfg.logs or cfg.loki or cfg.prometheus):
-        diagnosis = engine.analyze_bundle(Path(cfg.bundle))
+        from hypocenter.collector.bundle import load_bundle
+
+        bundle = load_bundle(Path(cfg.bundle))
+        diagnosis = engine.analyze(bundle.context, bundle.sources, bundle.coverage)
     else:
         diagnosis = pull.analyze(cfg, engine, pull.tty_progress)
     if args.format == "json":
@@ -164,8 +167,8 @@ def _cmd_schema(args: argparse.Namespace) -> int:
 
 
 def _cmd_rules(args: argparse.Namespace) -> int:
+    from hypocenter.cli.cases import lint, run_cases
     from hypocenter.engine import default_engine
-    from hypocenter.engine.cases import lint, run_cases
 
     engine = default_engine([Path(p) for p in args.rules], builtin=not args.no_builtin_rules)
     rs = engine.ruleset
@@ -211,7 +214,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     a = sub.add_parser("analyze", help="diagnose one attempt: a bundle directory, or a job pulled from the scheduler",
                        description="Diagnose one attempt. Give exactly one of BUNDLE, --slurm, --kueue, --k8s-job; "
-                                   "--logs, --loki and --prometheus add evidence (see hypocenter/pull.py).")
+                                   "--logs, --loki and --prometheus add evidence (see hypocenter/collector/pull.py).")
     a.add_argument("bundle", nargs="?", help="path to an attempt bundle directory (attempt.yaml, logs/, …)")
     pa = a.add_argument_group("pull from the scheduler (instead of BUNDLE)")
     pa.add_argument("--slurm", metavar="JOBID", help="a Slurm job: 81234, array task 81234_7, het component 81234+1")
@@ -250,7 +253,7 @@ def build_parser() -> argparse.ArgumentParser:
             sp.add_argument("-v", "--verbose", action="store_true", help="show passing cases too")
         sp.set_defaults(func=_cmd_rules)
 
-    from hypocenter.api.commands import add_commands  # serve, replay, config show
+    from hypocenter.cli.serve import add_commands  # serve, replay, config show
 
     add_commands(sub)
     return p
@@ -283,6 +286,3 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _one_line(text: str) -> str:
     return " ".join(part.strip() for part in text.splitlines() if part.strip())
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())

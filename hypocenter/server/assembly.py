@@ -10,7 +10,7 @@ ingest queue is UNAVAILABLE with a `google.rpc.RetryInfo`, which OTLP exporters 
 given delay; a request over the size limit is RESOURCE_EXHAUSTED (not retried).
 
 Prometheus `/metrics` listens on its own address (`metrics_listen`), and diagnoses go out to Loki
-and Grafana through the store's outbox (exporter/outputs.py).
+and Grafana through the store's outbox (server/outputs.py).
 
 Binding: loopback unless configured. Port 0 binds any free port; the bound addresses are printed
 as one JSON line on stdout (`{"grpc": "127.0.0.1:…", "http": "127.0.0.1:…", "metrics": "…"}`) once
@@ -30,83 +30,21 @@ from typing import Any
 
 import grpc
 import uvicorn
-from google.protobuf import duration_pb2
-from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
-from grpc_status import rpc_status
 
 from hypocenter.api.attribution_grpc import SERVICE_NAME, AttributionGrpc
 from hypocenter.api.http import build_app
-from hypocenter.api.service import Attribution, Backpressure
+from hypocenter.api.otlp_grpc import LOGS_SERVICE, METRICS_SERVICE, OTLPGrpc
 from hypocenter.api.v1 import attribution_pb2_grpc
-from hypocenter.collector import otlp
 from hypocenter.config import Settings, listen_address
 from hypocenter.errors import InputError, TransientError
-from hypocenter.exporter.outputs import Outputs
-from hypocenter.exporter.store import Store, open_store
+from hypocenter.server.outputs import Outputs
+from hypocenter.server.service import Attribution
+from hypocenter.store import open_store
+from hypocenter.store.base import Store
 
 log = logging.getLogger("hypocenter.server")
-
-LOGS_SERVICE = "opentelemetry.proto.collector.logs.v1.LogsService"
-METRICS_SERVICE = "opentelemetry.proto.collector.metrics.v1.MetricsService"
-
-
-class OTLPGrpc:
-    """LogsService/Export and MetricsService/Export over the shared ingest queue."""
-
-    def __init__(self, service: Attribution) -> None:
-        self.service = service
-
-    def _abort_unavailable(self, context: grpc.ServicerContext, message: str, delay: float) -> None:
-        retry = error_details_pb2.RetryInfo(retry_delay=duration_pb2.Duration(
-            seconds=int(delay), nanos=int((delay - int(delay)) * 1e9)))
-        detail = status_pb2.Status(code=code_pb2.UNAVAILABLE, message=message)
-        detail.details.add().Pack(retry)
-        context.abort_with_status(rpc_status.to_status(detail))
-
-    @staticmethod
-    def _commit_wait(context: grpc.ServicerContext) -> float:
-        """How long to wait for the store: the client's deadline, within [5 s, 60 s]. A client that
-        sends no deadline (rotel, grpcurl) gets a `time_remaining()` near 2**63 ns, which no wait takes."""
-        remaining = context.time_remaining()
-        return min(60.0, max(5.0, remaining if remaining is not None else 60.0))
-
-    def _export(self, signal: str, raw: bytes, context: grpc.ServicerContext) -> bytes:
-        try:
-            tagged, warnings = otlp.receive(signal, raw, otlp.PROTOBUF_TYPES[0])
-            logs, points = (tagged.accepted, []) if signal == "logs" else ([], tagged.accepted)
-            self.service.queue.submit(logs, points).result(timeout=self._commit_wait(context))
-        except Backpressure as exc:
-            self.service.activity.refused(signal, "otlp_grpc", "backpressure")
-            self._abort_unavailable(context, str(exc), exc.retry_after)
-            raise AssertionError("unreachable") from None  # abort raises
-        except TimeoutError:
-            self.service.activity.refused(signal, "otlp_grpc", "store_unavailable")
-            self._abort_unavailable(context, "the store did not commit in time", self.service.settings.retry_after_s)
-            raise AssertionError("unreachable") from None
-        except TransientError as exc:
-            self.service.activity.refused(signal, "otlp_grpc", "store_unavailable")
-            self._abort_unavailable(context, str(exc), self.service.settings.retry_after_s)
-            raise AssertionError("unreachable") from None
-        except InputError as exc:
-            self.service.activity.refused(signal, "otlp_grpc", "malformed")
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-        self.service.activity.ingested(signal, "otlp_grpc", len(tagged.accepted), len(raw), tagged.rejected_by)
-        return otlp.export_response(signal, tagged, warnings).SerializeToString()
-
-    def handlers(self) -> list[grpc.GenericRpcHandler]:  # type: ignore[type-arg]
-        def logs(raw: bytes, context: grpc.ServicerContext) -> bytes:
-            return self._export("logs", raw, context)
-
-        def metrics(raw: bytes, context: grpc.ServicerContext) -> bytes:
-            return self._export("metrics", raw, context)
-
-        return [
-            grpc.method_handlers_generic_handler(LOGS_SERVICE, {"Export": grpc.unary_unary_rpc_method_handler(logs)}),
-            grpc.method_handlers_generic_handler(METRICS_SERVICE, {"Export": grpc.unary_unary_rpc_method_handler(metrics)}),
-        ]
-
 
 class Server:
     """The running server: build with settings, `start()` the gRPC side, `serve()` the HTTP side."""
@@ -137,7 +75,10 @@ class Server:
         limit = self.settings.max_message_bytes
         server = grpc.server(
             ThreadPoolExecutor(max_workers=self.settings.grpc_workers, thread_name_prefix="hypocenter-grpc"),
-            options=[("grpc.max_receive_message_length", limit), ("grpc.max_send_message_length", 4 << 20)],
+            # so_reuseport off: gRPC's default lets a second server bind a taken port, and collectors'
+            # batches would then be split silently between two servers.
+            options=[("grpc.max_receive_message_length", limit), ("grpc.max_send_message_length", 4 << 20),
+                     ("grpc.so_reuseport", 0)],
         )
         server.add_generic_rpc_handlers(OTLPGrpc(self.service).handlers())
         attribution_pb2_grpc.add_AttributionServicer_to_server(
@@ -148,12 +89,27 @@ class Server:
         reflection.enable_server_reflection(
             (SERVICE_NAME, LOGS_SERVICE, METRICS_SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
         host, port = listen_address(self.settings.grpc_listen, "grpc_listen")
-        bound = server.add_insecure_port(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
+        if port:  # a taken port is refused here in one line, before gRPC's core logs its own error
+            self._probe(host, port, self.settings.grpc_listen, "gRPC")
+        try:
+            bound = server.add_insecure_port(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
+        except RuntimeError:  # grpcio raises where older versions returned 0
+            bound = 0
         if bound == 0:
             raise InputError(f"cannot listen on {self.settings.grpc_listen} (gRPC): address in use or not local")
         server.start()
         self.grpc_server = server
         self.grpc_address = f"{host}:{bound}"
+
+    @staticmethod
+    def _probe(host: str, port: int, setting: str, what: str) -> None:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        with socket.socket(family, socket.SOCK_STREAM) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind((host, port))
+            except OSError as exc:
+                raise InputError(f"cannot listen on {setting} ({what}): {exc.strerror}") from None
 
     def _http_socket(self) -> socket.socket:
         host, port = listen_address(self.settings.http_listen, "http_listen")

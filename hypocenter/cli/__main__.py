@@ -1,0 +1,5 @@
+"""`python -m hypocenter.cli`: the `hypocenter` command."""
+
+from hypocenter.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""The running service: ingest pipeline, triggers, pollers, analysis, compaction, outputs, assembly."""

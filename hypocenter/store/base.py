@@ -1,0 +1,222 @@
+"""What a store is: its protocols, split by role, and the rows it takes and gives.
+
+    IngestStore     accepted records (`Entry`, `Point`) and attempts: ingest, compaction, assembly
+    DiagnosisStore  the diagnoses made, for the APIs and /metrics
+    ExportQueue     the outbox of diagnoses to deliver to Loki / Grafana
+    Store           all three, plus retention (`sweep`), `stats` and `close`: what the server opens
+
+Implementations: store/sqlite.py (`SQLiteStore(":memory:")` is the in-memory double), store/postgres.py.
+`Entry` and `Point` come from the OTLP receiver (collector/otlp.py); they live here, below both, so
+that the store never imports the collector.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from hypocenter.errors import InputError
+
+
+@dataclass(slots=True)
+class Entry:
+    """One accepted log record, tagged: text (a log line) or doc (a structured document body)."""
+
+    workload: str | None
+    attempt: int
+    node: str | None
+    stream: str
+    kind: str  # "text" (a log line) | "doc" (a structured document) | "state" (the terminal-state marker)
+    body: str  # the line, or the document as canonical JSON
+    time_ns: int
+    line: int | None
+    dedup: str
+    scope: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class Point:
+    """One accepted metric sample, tagged like a log record."""
+
+    workload: str | None
+    attempt: int
+    node: str | None
+    source: str
+    name: str
+    labels: dict[str, str]
+    time_ns: int
+    value: float
+    scope: dict[str, str] = field(default_factory=dict)
+
+
+class StoreError(InputError):
+    """A store that cannot be opened or migrated (a path to fix, a newer schema)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Retention:
+    max_age_s: float = 7 * 86400.0            # accepted records older than this (by arrival) are removed
+    max_lines_per_stream: int = 1_000_000     # oldest lines of a longer stream are removed
+    diagnoses_max_age_s: float = 90 * 86400.0
+
+
+@dataclass(slots=True)
+class AttemptRow:
+    id: int
+    workload: str
+    attempt: int
+    scope: dict[str, str]
+    context: dict[str, Any] | None
+    nodes: list[str]
+    first_ns: int | None
+    last_ns: int | None
+    terminal_ns: int | None
+    activity: float
+    dirty: bool
+    analyzed_at: float | None
+
+
+@dataclass(slots=True)
+class LogRow:
+    node: str | None
+    stream: str
+    kind: str
+    line: int | None
+    time_ns: int
+    body: str
+
+
+@dataclass(slots=True)
+class PointRow:
+    node: str | None
+    source: str
+    name: str
+    labels: dict[str, str]
+    time_ns: int
+    value: float
+
+
+@dataclass(slots=True)
+class DiagnosisFilter:
+    cluster: str | None = None
+    outcome: str | None = None
+    domain: str | None = None
+    node: str | None = None          # a culprit node (root cause or candidate)
+    workload: str | None = None
+    since_ns: int | None = None      # the attempt's window overlaps [since, until]
+    until_ns: int | None = None
+    limit: int = 100
+    search: str | None = None        # a case-insensitive substring of the workload id
+    after: tuple[int | None, str] | None = None  # keyset paging: rows after this (window_end_ns, id)
+
+
+@dataclass(slots=True)
+class PendingExport:
+    """An outbox row claimed for delivery; `diagnosis` is None when it was superseded or expired."""
+
+    id: int
+    exporter: str
+    diagnosis_id: str
+    created: float
+    attempts: int
+    diagnosis: DiagnosisRow | None
+
+
+@dataclass(slots=True)
+class DiagnosisFacts:
+    """What /metrics aggregates over recent diagnoses (no body)."""
+
+    id: str
+    cluster: str | None
+    outcome: str
+    domain: str | None
+    subdomain: str | None
+    culprits: list[str]
+    components: list[tuple[str, str, str]]   # (node, kind, id) of the root cause, e.g. a GPU or a port
+
+
+@dataclass(frozen=True, slots=True)
+class StreamKey:
+    attempt_id: int | None  # None: a node-scoped stream
+    node: str | None
+    stream: str
+
+
+@dataclass(slots=True)
+class StreamLine:
+    id: int
+    line: int | None
+    body: str
+    received: float
+    compacted: int
+
+
+@dataclass(slots=True)
+class DiagnosisRow:
+    id: str
+    workload: str
+    attempt: int
+    cluster: str | None
+    outcome: str
+    domain: str | None
+    subdomain: str | None
+    provisional: bool
+    created: float
+    body: str
+    nodes: list[str] = field(default_factory=list)
+    window_start_ns: int | None = None
+    window_end_ns: int | None = None
+
+
+class IngestStore(Protocol):
+    """Accepted records and the attempts they belong to: ingest, compaction, assembly of an attempt."""
+
+    def ingest(self, logs: Sequence[Entry], points: Sequence[Point], now: float,
+               stalls: Sequence[tuple[str, int, int]] = ()) -> int: ...
+    def compaction_due(self, cutoff: float, limit: int) -> list[StreamKey]: ...
+    def stream_lines(self, key: StreamKey, *, live_only: bool = False) -> list[StreamLine]: ...
+    def compact(self, blank: Sequence[int], keep: Sequence[int]) -> None: ...
+    def collapse_due(self, cutoff: float, limit: int) -> list[StreamKey]: ...
+    def stream_tombstones(self, key: StreamKey) -> list[StreamLine]: ...
+    def collapse(self, runs: Sequence[tuple[int, int, Sequence[int]]]) -> None: ...
+    def set_context(self, workload: str, attempt: int, context: dict[str, Any], now: float) -> None: ...
+    def attempt(self, workload: str, attempt: int) -> AttemptRow | None: ...
+    def attempts_due(self, now: float, settle_s: float, idle_s: float) -> list[AttemptRow]: ...
+    def attempt_logs(self, attempt_id: int) -> list[LogRow]: ...
+    def node_logs(self, nodes: Sequence[str], start_ns: int, end_ns: int) -> list[LogRow]: ...
+    def attempt_points(self, attempt_id: int) -> list[PointRow]: ...
+    def node_points(self, nodes: Sequence[str], start_ns: int, end_ns: int) -> list[PointRow]: ...
+    def known_nodes(self) -> list[str]: ...
+    def drops(self, attempt_id: int, nodes: Sequence[str]) -> dict[tuple[str, str], int]: ...
+
+
+class DiagnosisStore(Protocol):
+    """The diagnoses made: written by the analysis, read by the APIs and /metrics (exporter/prometheus.py)."""
+
+    def put_diagnosis(self, attempt_id: int, body: str, summary: dict[str, Any], provisional: bool,
+                      analyzed_from: float) -> None: ...
+    def get_diagnosis(self, diagnosis_id: str) -> DiagnosisRow | None: ...
+    def list_diagnoses(self, flt: DiagnosisFilter) -> list[DiagnosisRow]: ...
+    def count_diagnoses(self, flt: DiagnosisFilter) -> int: ...
+    def diagnoses_version(self) -> str: ...
+    def diagnosis_facts(self, since: float) -> list[DiagnosisFacts]: ...
+
+
+class ExportQueue(Protocol):
+    """The outbox (exporter/outbox.py): one row per diagnosis and exporter, claimed, then finished or retried."""
+
+    exporters: tuple[str, ...]
+    def claim_exports(self, exporter: str, now: float, limit: int, lease_s: float) -> list[PendingExport]: ...
+    def finish_exports(self, ids: Sequence[int]) -> None: ...
+    def retry_exports(self, ids: Sequence[int], due: float, error: str) -> None: ...
+    def export_backlog(self) -> dict[str, tuple[int, float]]: ...
+
+
+class Store(IngestStore, DiagnosisStore, ExportQueue, Protocol):
+    """What the server needs from a store: all three roles, retention and housekeeping.
+    Every method is safe to call from any thread."""
+
+    def sweep(self, now: float, retention: Retention) -> int: ...
+    def stats(self) -> dict[str, int]: ...
+    def close(self) -> None: ...

@@ -1,0 +1,132 @@
+"""The store's schema, as versioned migrations that both SQLite and PostgreSQL apply in order.
+
+Never edit a released migration: append a new one. store/postgres.py translates the DDL.
+"""
+
+from __future__ import annotations
+
+# Every migration, in order. Never edit a released one: append a new one.
+MIGRATIONS: tuple[str, ...] = (
+    """
+    CREATE TABLE attempts (
+        id INTEGER PRIMARY KEY,
+        workload TEXT NOT NULL,
+        attempt INTEGER NOT NULL,
+        scope TEXT NOT NULL DEFAULT '{}',     -- merged hypocenter.* scope attributes (JSON)
+        context TEXT,                         -- an uploaded attempt.yaml, validated (JSON), wins over scope
+        first_ns INTEGER,                     -- earliest / latest time of its workload-scoped data
+        last_ns INTEGER,
+        terminal_ns INTEGER,                  -- time of the terminal-state record, when one arrived
+        activity REAL NOT NULL,               -- wall clock of the last data that touched the attempt
+        dirty INTEGER NOT NULL DEFAULT 1,     -- data arrived since the last analysis
+        analyzed_at REAL,
+        UNIQUE (workload, attempt)
+    );
+    CREATE TABLE attempt_nodes (
+        attempt_id INTEGER NOT NULL REFERENCES attempts(id) ON DELETE CASCADE,
+        node TEXT NOT NULL,
+        PRIMARY KEY (attempt_id, node)
+    );
+    CREATE INDEX attempt_nodes_node ON attempt_nodes (node);
+    CREATE TABLE log_entries (
+        id INTEGER PRIMARY KEY,
+        attempt_id INTEGER REFERENCES attempts(id) ON DELETE CASCADE,
+        node TEXT,
+        stream TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        line INTEGER,
+        time_ns INTEGER NOT NULL,
+        body TEXT NOT NULL,
+        received REAL NOT NULL,
+        dedup TEXT NOT NULL UNIQUE
+    );
+    CREATE INDEX log_entries_attempt ON log_entries (attempt_id, stream, line);
+    CREATE INDEX log_entries_node ON log_entries (node, time_ns) WHERE attempt_id IS NULL;
+    CREATE INDEX log_entries_received ON log_entries (received);
+    CREATE TABLE metric_points (
+        id INTEGER PRIMARY KEY,
+        attempt_id INTEGER REFERENCES attempts(id) ON DELETE CASCADE,
+        node TEXT,
+        source TEXT NOT NULL,
+        name TEXT NOT NULL,
+        labels TEXT NOT NULL,
+        time_ns INTEGER NOT NULL,
+        value REAL NOT NULL,
+        received REAL NOT NULL,
+        dedup TEXT NOT NULL UNIQUE
+    );
+    CREATE INDEX metric_points_attempt ON metric_points (attempt_id);
+    CREATE INDEX metric_points_node ON metric_points (node, time_ns) WHERE attempt_id IS NULL;
+    CREATE TABLE stream_drops (
+        scope TEXT NOT NULL,                  -- attempt id or '' for node-scoped streams
+        node TEXT NOT NULL,
+        stream TEXT NOT NULL,
+        dropped INTEGER NOT NULL,
+        PRIMARY KEY (scope, node, stream)
+    );
+    CREATE TABLE diagnoses (
+        id TEXT PRIMARY KEY,
+        attempt_id INTEGER REFERENCES attempts(id) ON DELETE SET NULL,
+        workload TEXT NOT NULL,
+        attempt INTEGER NOT NULL,
+        cluster TEXT,
+        outcome TEXT NOT NULL,
+        domain TEXT,
+        subdomain TEXT,
+        terminal_state TEXT,
+        provisional INTEGER NOT NULL,
+        window_start_ns INTEGER,
+        window_end_ns INTEGER,
+        created REAL NOT NULL,
+        body TEXT NOT NULL
+    );
+    CREATE INDEX diagnoses_created ON diagnoses (created);
+    CREATE TABLE diagnosis_nodes (
+        diagnosis_id TEXT NOT NULL REFERENCES diagnoses(id) ON DELETE CASCADE,
+        node TEXT NOT NULL,
+        role TEXT NOT NULL,                   -- culprit | affected
+        PRIMARY KEY (diagnosis_id, node, role)
+    );
+    CREATE INDEX diagnosis_nodes_node ON diagnosis_nodes (node, role);
+    """,
+    # 2: node streams join attempts whole (see node_logs)
+    """
+    CREATE INDEX log_entries_node_stream ON log_entries (node, stream, line) WHERE attempt_id IS NULL;
+    """,
+    # 3: the export outbox (exporter/outbox.py)
+    """
+    CREATE TABLE exports (
+        id INTEGER PRIMARY KEY,
+        diagnosis_id TEXT NOT NULL,           -- no foreign key: a superseded diagnosis is reported, not cascaded away
+        exporter TEXT NOT NULL,
+        created REAL NOT NULL,                -- when the diagnosis was stored
+        due REAL NOT NULL,                    -- not before: back-off after a transient failure, or a claim's lease
+        attempts INTEGER NOT NULL DEFAULT 0,
+        last_error TEXT,
+        UNIQUE (diagnosis_id, exporter)
+    );
+    CREATE INDEX exports_due ON exports (exporter, due);
+    """,
+    # 4: compaction (server/compaction.py) and the hang trigger
+    """
+    ALTER TABLE log_entries ADD COLUMN compacted INTEGER NOT NULL DEFAULT 0;  -- 0 new, 1 kept as evidence, 2 blanked
+    CREATE INDEX log_entries_uncompacted ON log_entries (received) WHERE compacted = 0 AND kind = 'text';
+    ALTER TABLE attempts ADD COLUMN stalled_ns INTEGER;  -- a watchdog / heartbeat timeout seen before any terminal state
+    """,
+    # 5: a compaction pass reads a stream's live lines only, not its tombstones
+    """
+    CREATE INDEX log_entries_live ON log_entries (stream, node, id) WHERE compacted < 2 AND kind = 'text';
+    """,
+    # 6: runs of blanked lines merge into one `gap` row (compacted = 3) once retries are no longer expected
+    """
+    CREATE INDEX log_entries_tombstones ON log_entries (received) WHERE compacted = 2;
+    """,
+    # 7: the diagnosis list (web UI) pages newest first without sorting the table, and filters and counts
+    # from this index alone, not from rows that carry whole bodies; storing a diagnosis finds the one it
+    # replaces by attempt without a scan
+    """
+    CREATE INDEX diagnoses_list ON diagnoses (window_end_ns DESC, id, outcome, domain, cluster, workload,
+                                              window_start_ns, provisional);
+    CREATE INDEX diagnoses_attempt ON diagnoses (attempt_id);
+    """,
+)
