@@ -7,7 +7,7 @@
     GET /v1/diagnoses/{id}/context   the stored lines around each piece of evidence (context.py)
 
 The page reads the REST API like any other client (GET /v1/diagnoses, /v1/diagnoses/{id}); this
-module adds no second way to read diagnoses. It must not import the server or the engine: it is a
+module adds no second way to read diagnoses. It must not import the engine or the assembly: it is a
 listener, handed the `Attribution` service by api/http.py.
 """
 
