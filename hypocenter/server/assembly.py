@@ -116,9 +116,6 @@ class Server:
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        # uvicorn writes a response's head and body separately: without TCP_NODELAY (inherited by the
-        # accepted sockets) Nagle holds the body until the client's delayed ACK, ~40 ms per request
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:
             sock.bind((host, port))
         except OSError as exc:
