@@ -33,6 +33,7 @@ from pathlib import Path
 import httpx
 
 from bench.panel_history import stop_process
+from hypocenter.collector.bundle import load_bundle
 from hypocenter.engine import default_engine
 from hypocenter.model import AttemptContext
 from hypocenter.server.attempts import summary
@@ -51,7 +52,10 @@ def _iso(t: datetime) -> str:
 def fill_store(path: Path, count: int) -> list[str]:
     """`count` diagnoses in a new SQLite store at `path`; returns their ids."""
     engine = default_engine()
-    bases = [json.loads(engine.analyze_bundle(p).to_json()) for p in EXAMPLES]
+    bases = []
+    for p in EXAMPLES:
+        bundle = load_bundle(p)
+        bases.append(json.loads(engine.analyze(bundle.context, bundle.sources, bundle.coverage).to_json()))
     store = SQLiteStore(path, synchronous="OFF")
     ids: list[str] = []
     now = time.time()
