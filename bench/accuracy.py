@@ -118,7 +118,18 @@ def _label_from_diagnosis(d: dict[str, Any]) -> Label:
 
 
 def _components(items: Iterable[dict[str, Any]]) -> list[tuple[str, str]]:
-    return sorted({(str(c.get("node", "")), str(c.get("id", "")).lower()) for c in items if c})
+    """(node, id) pairs; a truth component's aliases (its other names) are joined to its id with `|`."""
+    return sorted({(str(c.get("node", "")), "|".join([str(c.get("id", "")).lower(),
+                                                      *(str(a).lower() for a in c.get("aliases") or [])]))
+                   for c in items if c})
+
+
+def _component_hits(truth: list[tuple[str, str]], pred: list[tuple[str, str]]) -> int:
+    """Truth components found: same node, and the predicted id is the truth's id or one of its aliases
+    (for a filesystem named by its mount path, a directory inside it)."""
+    def hit(names: list[str], pid: str) -> bool:
+        return pid in names or any(m.startswith("/") and pid.startswith(m.rstrip("/") + "/") for m in names)
+    return sum(1 for node, names in truth if any(n == node and hit(names.split("|"), pid) for n, pid in pred))
 
 
 def _diagnose(bundle: str) -> tuple[dict[str, Any] | None, str | None, float]:
@@ -231,7 +242,7 @@ def score(results: Sequence[Result], wall: float, *, worst: int = 20) -> dict[st
     for r in results:
         confusion[r.truth.key][r.pred.key if r.pred else "(error)"] += 1
     with_comp = [r for r in results if r.truth_components]
-    comp_hit = sum(len(set(r.truth_components) & set(r.pred_components)) for r in with_comp)
+    comp_hit = sum(_component_hits(r.truth_components, r.pred_components) for r in with_comp)
     comp_all = sum(len(r.truth_components) for r in with_comp)
     latencies = sorted(r.seconds for r in results)
     failing = sorted((r for r in results if not r.exact), key=lambda r: (-r.severity, r.mode, r.bundle))

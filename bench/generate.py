@@ -24,6 +24,7 @@ from random import Random
 from bench import noise
 from bench.scenario import Mode, Scenario
 from bench.scenarios import MODES
+from bench.scenarios.hangs import LATE
 from bench.world import draw_world
 
 PRIORS = ("real", "uniform")
@@ -37,20 +38,39 @@ def scenario_seed(seed: int, index: int) -> int:
 
 def choose_modes(count: int, seed: int, prior: str, modes: Sequence[Mode] | None = None) -> list[Mode]:
     pool = sorted(modes if modes is not None else MODES.values(), key=lambda m: m.id)
+    # Modes added later (LATE) are dealt so that every other bundle of a corpus stays what it was
+    # before they existed: under "real" they replace a share of the picks equal to their weight
+    # (drawn apart), under "uniform" they take the last places.
+    base = [m for m in pool if m.id not in LATE]
+    late = [m for m in pool if m.id in LATE]
     rng = Random(f"modes:{seed}:{prior}")
     if prior == "uniform":
-        out: list[Mode] = []
-        while len(out) < count:
-            block = list(pool)
-            rng.shuffle(block)
-            out.extend(block)
-        return out[:count]
+        # The late modes take the last places, in turn too: the first places are the corpus as it was.
+        n_late = round(count * len(late) / len(pool))
+        return _in_turn(base, count - n_late, rng) + _in_turn(late, n_late, Random(f"late-modes:{seed}:{prior}"))
     if prior == "real":
-        return rng.choices(pool, weights=[m.weight for m in pool], k=count)
+        picks = rng.choices(base, weights=[m.weight for m in base], k=count)
+        share = sum(m.weight for m in late) / sum(m.weight for m in pool) if late else 0.0
+        return _late(picks, late, share, Random(f"late-modes:{seed}"))
     raise ValueError(f"unknown prior {prior!r} (expected one of {', '.join(PRIORS)})")
 
 
-def build(mode: Mode, seed: int, nodes_max: int = DEFAULT_NODES_MAX, *, nodes: int | None = None) -> dict[str, str]:
+def _in_turn(modes: list[Mode], count: int, rng: Random) -> list[Mode]:
+    out: list[Mode] = []
+    while modes and len(out) < count:
+        block = list(modes)
+        rng.shuffle(block)
+        out.extend(block)
+    return out[:count]
+
+
+def _late(picks: list[Mode], late: list[Mode], share: float, rng: Random) -> list[Mode]:
+    if not late:
+        return picks
+    return [rng.choices(late, weights=[x.weight for x in late])[0] if rng.random() < share else m for m in picks]
+
+
+def build(mode: Mode, seed: int, nodes_max: int = DEFAULT_NODES_MAX, *, nodes: int | None = None) -> dict[str, str | bytes]:
     """All files of one bundle, by relative path; `nodes` pins the job size (tests of large jobs)."""
     rng = Random(seed)
     cap = min(nodes_max, mode.max_nodes) if nodes is None else nodes
@@ -63,11 +83,12 @@ def build(mode: Mode, seed: int, nodes_max: int = DEFAULT_NODES_MAX, *, nodes: i
     return sc.files()
 
 
-def write_bundle(directory: Path, files: dict[str, str]) -> None:
+def write_bundle(directory: Path, files: dict[str, str | bytes]) -> None:
     for rel in sorted(files):
         path = directory / rel
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(files[rel].encode("utf-8"))
+        content = files[rel]
+        path.write_bytes(content if isinstance(content, bytes) else content.encode("utf-8"))
 
 
 def generate(out: Path, count: int, seed: int, prior: str = "uniform", nodes_max: int = DEFAULT_NODES_MAX, jobs: int = 1) -> list[Path]:

@@ -8,6 +8,7 @@ misconfigured jobs. The host part is what NCCL sees: the pod name on Kubernetes.
 
 from __future__ import annotations
 
+import hashlib
 from random import Random
 
 from bench.world import HCA, Node, World
@@ -168,11 +169,21 @@ def async_event(world: World, node: Node, rank: int, hca: HCA, *, fatal: bool) -
     where = "misc/ibvwrap.cc:266" if world.stack.nccl < (2, 20, 0) else "transport/net_ib.cc:112"
     if fatal:
         return warn(world, node, pid, local, where, f"NET/IB : {hca.name}:{hca.port} async fatal event: local catastrophic error")
+    # net_ib.cc wording by NCCL version (read in NVIDIA/nccl's tags): ≤ 2.19 names no device,
+    # 2.20–2.28.3 "<dev>:<port> Got async event : …", 2.28.7+ "Got non-fatal async event: …(10)".
+    if world.stack.nccl < (2, 20, 0):
+        return warn(world, node, pid, local, where, "NET/IB : Got async event : port error")
+    if world.stack.nccl < (2, 28, 7):
+        return warn(world, node, pid, local, where, f"NET/IB : {hca.name}:{hca.port} Got async event : port error")
     return warn(world, node, pid, local, where, f"NET/IB : {hca.name}:{hca.port} Got non-fatal async event: port error(10)")
 
 
 def bootstrap_no_interface(world: World, node: Node, rank: int) -> str:
     pid, local = world.rank_pid(rank), world.local_of(rank)
+    # A missing NCCL_SOCKET_IFNAME interface fails in bootstrap, or (IB disabled) in the socket transport.
+    if int(hashlib.sha256(f"{world.seed}|ifname".encode()).hexdigest()[:8], 16) % 3 == 0:
+        return warn(world, node, pid, local, "transport/net_socket.cc:" + ("46" if world.stack.nccl < (2, 19, 0) else "61"),
+                    "NET/Socket : no interface found")
     return warn(world, node, pid, local, "bootstrap.cc:" + ("42" if world.stack.nccl < (2, 19, 0) else "97"), "Bootstrap : no socket interface found")
 
 

@@ -9,6 +9,7 @@ return `LineFn`s because most of these lines carry the writing node's local time
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from random import Random
@@ -32,9 +33,11 @@ def glog(world: World, d: datetime, level: str, where: str) -> str:
 def rank_tag(world: World, rank: int, *, c10d: bool) -> str:
     """The per-line prefix of a rank's output as it appears in a combined log."""
     out = f"{world.task_id(rank)}: " if world.srun_label else ""
+    if world.torchrun_tee:
+        out += f"[default{world.local_of(rank)}]:"
     if world.stack.torch >= (2, 2) and (c10d or world.uses_torchrun):
         out += f"[rank{rank}]:" if c10d else f"[rank{rank}]: "
-    elif world.uses_torchrun and world.stack.torch < (2, 2) and world.framework == "lightning":
+    elif world.uses_torchrun and world.stack.torch < (2, 2) and world.framework == "lightning" and not world.torchrun_tee:
         out += f"[default{world.local_of(rank)}]:"
     return out
 
@@ -42,6 +45,8 @@ def rank_tag(world: World, rank: int, *, c10d: bool) -> str:
 def prefixed(world: World, rank: int, lines: Sequence[str], *, c10d: bool) -> str:
     tag = rank_tag(world, rank, c10d=c10d)
     plain = f"{world.task_id(rank)}: " if world.srun_label else ""
+    if world.torchrun_tee:
+        plain += f"[default{world.local_of(rank)}]:"
     out = []
     for line in lines:
         is_c10d_line = line.startswith("[") and c10d
@@ -319,6 +324,8 @@ def cuda_error(world: World, msg: str) -> list[str]:
 
 
 def gpu_oom(world: World, gpu: int, rng: Random) -> list[str]:
+    if int(hashlib.sha256(f"{world.seed}|cuda-oom".encode()).hexdigest()[:8], 16) % 5 == 0:
+        return cuda_error(world, "out of memory")  # C10_CUDA_CHECK outside the caching allocator
     want = rng.choice(("2.00 GiB", "1.17 GiB", "22.78 GiB", "896.00 MiB", "4.50 GiB", "15.62 GiB"))
     total = {"a100": 79.15, "h100": 79.10, "h200": 139.81, "b200": 178.35, "gb200": 184.0}[world.platform]
     free = round(rng.uniform(0.2, 2.5), 2)

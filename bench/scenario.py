@@ -29,6 +29,7 @@ from bench.training import (
     startup_lines,
 )
 from bench.world import HCA, Node, Platform, Scheduler, World
+from hypocenter.model import COMPONENT_KINDS
 
 OUTCOMES = ("attributed", "ambiguous", "unattributed", "not_failed")
 DOMAINS = ("hardware", "network", "storage", "software", "resource", "external", "ambiguous")
@@ -209,12 +210,26 @@ class Scenario:
     # ---------------------------------------------------------------------------------------------
     # Truth
 
-    def culprit(self, nodes: Iterable[Node | str], components: Iterable[tuple[Node, str, str]] = ()) -> None:
+    def culprit(self, nodes: Iterable[Node | str],
+                components: Iterable[tuple[Node, str, str] | tuple[Node, str, str, list[str]]] = ()) -> None:
+        """The culprit nodes and components. Component kinds are the engine's (COMPONENT_KINDS); a
+        component's other names (a NIC's PCI address and netdev) go in `aliases`: any of them is a hit."""
         self.truth.nodes = sorted({n if isinstance(n, str) else n.name for n in nodes} | set(self.truth.nodes))
-        for node, kind, cid in components:
-            comp = {"node": node.name, "kind": kind, "id": cid}
+        for node, kind, cid, *more in components:
+            assert kind in COMPONENT_KINDS, f"component kind {kind!r} is not one of {COMPONENT_KINDS}"
+            comp: dict[str, Any] = {"node": node.name, "kind": kind, "id": cid}
+            if more and more[0]:
+                comp["aliases"] = sorted(more[0])
             if comp not in self.truth.components:
                 self.truth.components.append(comp)
+
+    @staticmethod
+    def hca_component(node: Node, hca: HCA, kind: str) -> tuple[Node, str, str, list[str]]:
+        """An HCA as a culprit `port` (mlx5_N/P) or `nic` (mlx5_N), with the names logs may give it instead."""
+        bdf = hca.bdf.rsplit(".", 1)[0].lower()
+        if kind == "port":
+            return (node, "port", f"{hca.name}/{hca.port}", [hca.netdev, f"{hca.netdev}/{hca.port}"])
+        return (node, "nic", hca.name, [bdf, hca.netdev])
 
     def root_event(self, node: Node | None, path: str, text: str) -> None:
         if self.truth.root_event is None:
@@ -673,7 +688,7 @@ class Scenario:
             d["ranks"] = w.rank_map()
         return d
 
-    def files(self) -> dict[str, str]:
+    def files(self) -> dict[str, str | bytes]:
         out = self.bundle.files()
         out["attempt.yaml"] = yaml.safe_dump(self.attempt_yaml(), sort_keys=True)
         truth = self.truth.as_dict()

@@ -203,6 +203,7 @@ class Bundle:
     platform: str = "h100"
     streams: dict[str, Stream] = field(default_factory=dict)
     static: dict[str, str] = field(default_factory=dict)
+    binary: dict[str, bytes] = field(default_factory=dict)  # files that are not text (Flight Recorder pickles)
     _seq: int = 0
 
     def stream(
@@ -227,6 +228,9 @@ class Bundle:
 
     def put(self, path: str, content: str) -> None:
         self.static[path] = content
+
+    def put_bytes(self, path: str, content: bytes) -> None:
+        self.binary[path] = content
 
     def drop(self, path: str) -> None:
         self.streams.pop(path, None)
@@ -263,8 +267,8 @@ class Bundle:
             body = head + tail[:keep]
         return body
 
-    def files(self) -> dict[str, str]:
-        out = dict(self.static)
+    def files(self) -> dict[str, str | bytes]:
+        out: dict[str, str | bytes] = {**self.static, **self.binary}
         for path, s in self.streams.items():
             if s.entries or s.anchor_boot:
                 out[path] = self.render(s)

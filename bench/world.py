@@ -192,6 +192,9 @@ class World:
     python_site: str
     script: str
     ib_subnet: str
+    # torchrun --tee 3: every worker line is prefixed "[default<local_rank>]:" (drawn from the seed's
+    # hash, not the rng, so the rest of the world stays what it was)
+    torchrun_tee: bool = False
 
     # ----------------------------------------------------------------------------------------
     @property
@@ -525,6 +528,7 @@ def draw_world(
         ib_subnet=subnet,
     )
     world.python_site = world.python_site.format(py=stack.python)
+    world.torchrun_tee = world.uses_torchrun and int(hashlib.sha256(f"{seed}|tee".encode()).hexdigest()[:8], 16) % 4 == 0
     if world.stack.torch < (2, 2) and world.framework == "torchtitan":
         world.framework = "megatron"
     return world

@@ -13,6 +13,7 @@ A bad value is an `InputError` that names where it came from (file:line, variabl
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from difflib import get_close_matches
 from pathlib import Path
@@ -111,6 +112,38 @@ class Settings(BaseSettings):
     export_retry_max_s: float = Field(300.0, gt=0, description="longest back-off between retries of a failing exporter")
     export_max_age_s: float = Field(6 * 86400.0, gt=0, description="a diagnosis not delivered by then is dropped (Loki refuses week-old entries)")
 
+    # Who may talk to the server, and how (api/auth.py, api/tls.py; docs/security.md).
+    auth_tokens_file: str = Field("", description="YAML file mapping each role (ingest | read | admin) to a list of "
+                                  "bearer tokens; tokens also come from HYPOCENTER_AUTH_TOKEN_INGEST/_READ/_ADMIN")
+    allow_unauthenticated: bool = Field(False, description="listen off loopback without tokens or client certificates "
+                                        "(anyone who reaches a port may do anything); logs a warning at start")
+    metrics_auth: bool = Field(False, description="/metrics asks for a token with the read role like the REST API")
+    tls_cert_file: str = Field("", description="PEM certificate chain served on every listener (reloaded when it "
+                               "changes); empty = plaintext")
+    tls_key_file: str = Field("", description="PEM private key of tls_cert_file")
+    tls_client_ca_file: str = Field("", description="PEM CA bundle: clients presenting a certificate it signed are "
+                                    "authenticated by it (mTLS; required on gRPC, optional on HTTP)")
+    tls_client_roles: str = Field("", description="roles of client certificates by subject CN, e.g. "
+                                  "\"collector-eos=ingest,alice=admin\"; other verified clients get tls_client_default_role")
+    tls_client_default_role: Literal["ingest", "read", "admin", "none"] = Field(
+        "ingest", description="role of a verified client certificate whose CN is not in tls_client_roles")
+    tls_reload_s: float = Field(2.0, gt=0, description="how often the certificate files are checked for a change")
+    http_keep_alive_s: float = Field(5.0, gt=0, description="an idle HTTP keep-alive connection is closed after this")
+    http_request_timeout_s: float = Field(
+        30.0, gt=0, description="an HTTP client must send a request's headers, and each part of its body, within "
+        "this; a gRPC client must finish its handshake within it")
+    grpc_keepalive_s: float = Field(60.0, gt=0, description="the gRPC server pings an idle connection this often")
+    grpc_keepalive_timeout_s: float = Field(20.0, gt=0, description="a gRPC connection whose ping is not answered "
+                                            "within this is closed (a dead peer)")
+    grpc_max_connection_idle_s: float = Field(300.0, gt=0, description="a gRPC connection with no RPC for this long "
+                                              "is closed (GOAWAY; clients reconnect on demand)")
+    grpc_max_connection_age_s: float = Field(0.0, ge=0, description="a gRPC connection is closed after this long, "
+                                             "its RPCs given 30 s to finish (0 = no limit; WatchDiagnoses reconnect)")
+    watch_max_per_client: int = Field(2, ge=1, description="WatchDiagnoses streams one client (token, certificate, "
+                                      "or address when anonymous) may hold at once")
+    label_max_values: int = Field(100, ge=1, description="distinct values of a client-supplied exported label "
+                                  "(cluster) kept in /metrics and Loki; later ones become \"other\" and are counted")
+
     @field_validator("pull_loki_url", "pull_prometheus_url", "slurm_rest_url", "loki_url", "grafana_url",
                      "ui_grafana_url")
     @classmethod
@@ -201,7 +234,7 @@ def load_settings(flags: Mapping[str, Any] | None = None, config: str | Path | N
         err = exc.errors()[0]
         name = str(err["loc"][0]) if err["loc"] else ""
         where = origin.get(name, "settings").replace("file ", "")
-        raise InputError(f"{where}: {name}: {str(err['msg']).removeprefix('Value error, ')}") from None
+        raise InputError(redact_text(f"{where}: {name}: {str(err['msg']).removeprefix('Value error, ')}")) from None
 
 
 def listen_address(address: str, setting: str) -> tuple[str, int]:
@@ -220,23 +253,41 @@ def is_http_url(url: str) -> bool:
     except ValueError:  # e.g. an unclosed IPv6 bracket
         return False
     return parts.scheme in ("http", "https") and bool(parts.hostname)
+# Query parameters that carry credentials (Grafana/Loki/Prometheus proxies, presigned URLs, libpq).
+_SECRET_PARAM = re.compile(r"(?i)^(?:.*token|.*secret|.*password|passwd|pass|pwd|.*key|auth|authorization|"
+                           r"signature|sig|x-amz-signature|x-amz-credential|credential|sslpassword)$")
+_URL_IN_TEXT = re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")
 
 
 def redact_url(url: str) -> str:
-    """A URL as it may be printed or logged: its password replaced by ***."""
+    """A URL as it may be printed or logged: its password (or a user name alone, which is often a
+    token) and the values of credential query parameters (token=, api_key=, ...) replaced by ***."""
     parts = urlsplit(url)
     try:
-        password = parts.password
+        password, username = parts.password, parts.username
     except ValueError:  # not a URL with a parsable authority: nothing to hide in it
         return url
-    if password is None:
-        return url
-    return urlunsplit(parts._replace(netloc=parts.netloc.replace(f":{password}@", ":***@", 1)))
+    netloc = parts.netloc
+    if password is not None:
+        netloc = netloc.replace(f":{password}@", ":***@", 1)
+    elif username:
+        netloc = netloc.replace(f"{username}@", "***@", 1)
+    query = parts.query
+    if query:
+        query = "&".join(
+            f"{k}=***" if sep and _SECRET_PARAM.match(k) else f"{k}{sep}{v}"
+            for k, sep, v in (item.partition("=") for item in query.split("&")))
+    return urlunsplit(parts._replace(netloc=netloc, query=query))
+
+
+def redact_text(text: str) -> str:
+    """Every URL in a message (an error, a log line) passed through `redact_url`."""
+    return _URL_IN_TEXT.sub(lambda m: redact_url(m.group(0)), text) if "://" in text else text
 
 
 def shown(name: str, value: Any) -> Any:
-    """A setting's value as `hypocenter config show` prints it (a store URL's password hidden)."""
-    return redact_url(value) if name == "store" and isinstance(value, str) else value
+    """A setting's value as `hypocenter config show` prints it: credentials in URLs hidden."""
+    return redact_text(value) if isinstance(value, str) else value
 
 
 def describe(settings: Settings, origin: Mapping[str, str]) -> list[tuple[str, str, str]]:

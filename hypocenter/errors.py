@@ -15,6 +15,9 @@
     │   ├── UnknownAttempt           server/service.py: no data and no scope for that attempt
     │   ├── ExportRejected           exporter/outbox.py: the receiver refused the payload
     │   └── PermanentConnectorError  a connector call that will fail again (kind permanent | auth | not_found)
+    ├── RefusedCaller                api/auth.py: a caller the listeners turn away
+    │   ├── Unauthenticated          no usable credentials (HTTP 401 / gRPC UNAUTHENTICATED)
+    │   └── Forbidden                authenticated, without the role (HTTP 403 / gRPC PERMISSION_DENIED)
     ├── TransientError               worth retrying: a source that did not answer this time
     │   ├── Backpressure             server/service.py: the ingest queue is full (retry_after)
     │   ├── ExportUnavailable        exporter/outbox.py: the receiver cannot take it now
@@ -36,6 +39,10 @@ ErrorKind = Literal["transient", "permanent", "auth", "not_found"]
 
 class HypocenterError(Exception):
     """Root of every error hypocenter raises on purpose."""
+
+
+class RefusedCaller(HypocenterError):
+    """A request the listeners refuse because of who sent it, not what it holds."""
 
 
 class InputError(HypocenterError):

@@ -44,8 +44,18 @@ _DMESG_T = re.compile(
 _UPTIME = re.compile(r"^\[\s*(\d+\.\d+)\] ?")
 _RANK = re.compile(r"^\[rank(\d+)\]:\s?")
 _NCCL = re.compile(r"^([A-Za-z0-9][\w.-]*):(\d+):(\d+) \[(\d+)\] ")
-_DEFAULT_RANK = re.compile(r"^\[default(\d+)\]:")
-_SRUN_LABEL = re.compile(r"^(\d{1,6}): (?!\d)")
+_DEFAULT_RANK = re.compile(r"^\[[A-Za-z_][\w-]*?(\d+)\]:\s?")  # torchrun --tee: [${role_name}${local_rank}]:
+_SRUN_LABEL = re.compile(r"^(?:P\d+ )?(\d{1,6}): (?!\d)")  # srun --label: "%*d: " (het jobs: "P%u %*d: ")
+# Launcher prefixes that name the rank or the host:
+# Open MPI --tag-output / --output tag: "[jobid,rank]<stdout>:" (v5 adds a space after the colon);
+# a "[host:rank]:" prefix (mpirun -prepend-pattern, hand-made wrappers); Open MPI / glibc
+# "[host:pid] *** Process received signal ***" names the host only.
+_OMPI_TAG = re.compile(r"^\[\d+,(\d+)\]<std(?:out|err|diag)>: ?")
+_HOST_RANK = re.compile(r"^\[([A-Za-z][\w.-]*):(\d{1,6})\]: ?")
+_HOST_PID = re.compile(r"^\[([A-Za-z][\w.-]*):\d+\] (?=\*\*\*|\[)")
+# pdsh (DeepSpeed's multi-node runner, pdsh -R ssh): "host: message". Only peeled when `host` is one
+# of the attempt's nodes (TimeContext.hosts): "RuntimeError: …" and "srun: error: …" look the same.
+_PDSH = re.compile(r"^([A-Za-z][\w.-]{0,62}): ")
 _GLOG = re.compile(r"^\[?([IWEF])(\d{3,4}) (\d{2}):(\d{2}):(\d{2})\.(\d{1,9})\b")
 _US_DATE = re.compile(r"^\[?(\d{2})/(\d{2})/(\d{4})[ ,]+(\d{2}):(\d{2}):(\d{2})(?:[.,](\d{1,9}))?\]?")  # HF Trainer
 _ISO = re.compile(
@@ -72,6 +82,7 @@ class LineHeader:
     rank: int | None = None
     device: int | None = None
     task: int | None = None  # srun --label task id: the global rank only when srun starts one task per rank
+    local_rank: int | None = None  # torchrun's [defaultN]: prefix (a rank within its node)
 
     @property
     def source_hint(self) -> str | None:
@@ -105,6 +116,7 @@ class TimeContext:
     tz: tzinfo
     start: datetime
     end: datetime
+    hosts: frozenset[str] = frozenset()  # the attempt's node names, lower case (short and full): pdsh prefixes
 
     def complete(self, month: int, day: int, hh: int, mm: int, ss: int, us: int) -> datetime | None:
         """A year-less local stamp → aware UTC instant; the year is the one nearest the window."""
@@ -205,6 +217,11 @@ def _peel(text: str, h: LineHeader, ctx: TimeContext) -> str | None:
             h.host = h.host or m.group(1)
             h.device = int(m.group(4))
             return text[m.end():]
+        if ctx.hosts and c.isalpha():
+            m = _PDSH.match(text)
+            if m and (m.group(1).lower() in ctx.hosts or m.group(1).split(".", 1)[0].lower() in ctx.hosts):
+                h.host = h.host or m.group(1)
+                return text[m.end():]
     if c.isdigit():
         m = _SRUN_LABEL.match(text)  # srun --label: "<task>: message"
         if m:
@@ -261,8 +278,22 @@ def _peel(text: str, h: LineHeader, ctx: TimeContext) -> str | None:
         if m:
             h.rank = int(m.group(1))  # PyTorch's own prefix wins over an srun task label
             return text[m.end():]
-        m = _DEFAULT_RANK.match(text)  # torchrun --tee: a *local* rank, so it names no global rank
+        m = _OMPI_TAG.match(text)
         if m:
+            h.rank = h.rank if h.rank is not None else int(m.group(1))
+            return text[m.end():]
+        m = _HOST_RANK.match(text)
+        if m:
+            h.host = h.host or m.group(1)
+            h.rank = h.rank if h.rank is not None else int(m.group(2))
+            return text[m.end():]
+        m = _HOST_PID.match(text)
+        if m:
+            h.host = h.host or m.group(1)
+            return text[m.end():]
+        m = _DEFAULT_RANK.match(text)  # torchrun --tee: a *local* rank; the extractor maps it with the node
+        if m and not text.startswith(("[rank", "[Rank")):
+            h.local_rank = int(m.group(1))
             return text[m.end():]
         m = _UPTIME.match(text)
         if m:

@@ -230,6 +230,12 @@ class AttemptRef(BaseModel):
     nodes: list[str]
 
 
+# One vocabulary of component kinds, for the engine's diagnoses and the benchmark's truth alike:
+# a GPU (id: its PCI address, or gpuN), an HCA port (mlx5_N/P, or the netdev of a one-port NIC), a NIC
+# as a device (mlx5_N, or its PCI address), a filesystem (NFS server, Lustre target, or mount path).
+COMPONENT_KINDS = ("gpu", "port", "nic", "filesystem")
+
+
 class Component(BaseModel):
     node: str
     kind: str
@@ -265,6 +271,12 @@ class Evidence(BaseModel):
     text: str
     role: Role
     rule: str
+    # A line without its own stamp: `time` is the stamp before it in its stream (a lower bound) and
+    # `time_max` the stamp after it, when there is one; the line happened in between.
+    # Both absent from the JSON for a stamped line: contract 3's evidence keys are unchanged there.
+    inherited: bool = Field(default=False, exclude_if=lambda v: not v)
+    time_max: str | None = Field(default=None, exclude_if=lambda v: v is None)
+
 
 
 class Quality(BaseModel):
@@ -285,6 +297,20 @@ class EngineInfo(BaseModel):
     ruleset: str
 
 
+class FirstFailure(BaseModel):
+    """When no cause is attributed: the first process seen to fail, where, how, and what to check next."""
+
+    rank: int | None
+    node: str | None
+    exit_code: int | None
+    signal: str | None
+    time: str | None
+    ref: str
+    text: str
+    next_step: str
+    action: Action
+
+
 class Diagnosis(BaseModel):
     """The verdict on one attempt. Field order is the order of contract 3 and of the JSON output."""
 
@@ -301,6 +327,8 @@ class Diagnosis(BaseModel):
     quality: Quality
     coverage: list[Coverage]
     engine: EngineInfo
+    # Unattributed only: localises the failure without a cause. Absent (not null) otherwise.
+    first_failure: FirstFailure | None = Field(default=None, exclude_if=lambda v: v is None)
 
     model_config = ConfigDict(populate_by_name=True, serialize_by_alias=True)
 

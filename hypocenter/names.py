@@ -61,6 +61,9 @@ class NodeNames:
             for a in (n, n.lower(), n.split(".", 1)[0].lower()):
                 self._alias.setdefault(a, n)
 
+    def aliases(self) -> list[str]:
+        return sorted(self._alias)
+
     def resolve(self, name: str | None) -> str | None:
         if not name:
             return None

@@ -127,7 +127,7 @@ def test_schema_is_valid_json_schema(schema: dict[str, Any]) -> None:
     assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
     jsonschema.Draft202012Validator.check_schema(schema)
     assert schema["type"] == "object"
-    assert set(schema["properties"]) == set(CONTRACT_KEYS)
+    assert set(schema["properties"]) == set(CONTRACT_KEYS) | {"first_failure"}  # optional, unattributed only (#20)
     assert set(schema["required"]) == set(CONTRACT_KEYS) - {"candidates"}
     assert schema["properties"]["schema"]["const"] == "hypocenter.diagnosis/v1"
 

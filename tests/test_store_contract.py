@@ -318,3 +318,18 @@ def test_blanked_runs_merge_into_one_row_that_keeps_the_count(open_url: Callable
     assert [(r.kind, r.line) for r in rows if r.kind == "gap"] == [("gap", 10), ("gap", 30)]
     assert sum(int(r.body) if r.kind == "gap" else 1 for r in rows) == 30
     assert len(store.stream_lines(key, live_only=True)) == 10
+
+
+def test_revisions_in_both_stores(open_url: Callable[[], Store]) -> None:
+    store = open_url()
+    store.set_context("81234", 0, {"workload": {"id": "81234"}}, time.time(), {"source": "put", "client": "x"})
+    row = store.attempt("81234", 0)
+    assert row is not None and row.scope_provenance == {"source": "put", "client": "x"}
+    revs = [store.put_diagnosis(row.id, json.dumps({"id": "dx", "v": v}), _summary("dx", "81234"), False, time.time() + 1,
+                                {"source": src}) for v, src in ((1, "otlp"), (1, "bundle"), (2, "bundle"))]
+    assert revs == [1, 1, 2]
+    got = store.get_diagnosis("dx")
+    assert got is not None and got.revision == 2 and got.provenance == {"source": "bundle"}
+    history = open_url().diagnosis_revisions("dx")  # another connection: committed
+    assert [(r.revision, r.provenance["source"], json.loads(r.body)["v"]) for r in history] == [
+        (1, "otlp", 1), (2, "bundle", 2)]

@@ -12,6 +12,7 @@ from bench.scenarios import (
     gpu,
     gpu_firmware,
     gpu_memory,
+    hangs,
     host,
     network,
     nvlink,
@@ -21,7 +22,7 @@ from bench.scenarios import (
     storage,
 )
 
-_FAMILIES = (gpu, gpu_memory, gpu_firmware, nvlink, host, network, storage, software, resource, external, special)
+_FAMILIES = (gpu, gpu_memory, gpu_firmware, nvlink, host, network, storage, software, resource, external, special, hangs)
 
 MODES: dict[str, Mode] = {m.id: m for family in _FAMILIES for m in family.MODES}
 

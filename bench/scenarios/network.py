@@ -89,7 +89,7 @@ def s04_link_flap(sc: Scenario) -> None:
         sc.kernel(node, t + rng.uniform(4, 12), back, level="info", gap=1.5)
         if rng.random() < 0.3:
             sc.kernel(node, t + rng.uniform(40, 70), down, level="warning")
-    sc.culprit([node], [(node, "ib_port", f"{hca.name}/{hca.port}")])
+    sc.culprit([node], [sc.hca_component(node, hca, "port")])
     t_detect = _fabric_cascade(sc, t, [(node, hca)])
     finish_failed(sc, t_detect)
     if rng.random() < 0.6:
@@ -125,7 +125,7 @@ def switch_fault(sc: Scenario) -> None:
         else:
             sc.kernel(node, t + rng.uniform(0, 0.8), line, key=True, level="warning")
         targets.append((node, hca))
-        sc.culprit([node], [(node, "ib_port", f"{hca.name}/{hca.port}")])
+        sc.culprit([node], [sc.hca_component(node, hca, "port")])
     sc.collateral(f"{k} nodes lost {leaf[0].hcas[rail].name} link at the same time (common leaf switch)")
     t_detect = _fabric_cascade(sc, t, targets)
     finish_failed(sc, t_detect)
@@ -158,7 +158,7 @@ def s16_nic_wedge(sc: Scenario) -> None:
         later.append(f"watchdog: BUG: soft lockup - CPU#{rng.randint(0, 127)} stuck for {rng.randint(22, 90)}s! [kworker/u{rng.randint(256, 512)}:3:{rng.randint(1000, 9999)}]")
     if later:
         sc.kernel(node, t + rng.uniform(30, 240), later, level="err")
-    sc.culprit([node], [(node, "nic", hca.name)])
+    sc.culprit([node], [sc.hca_component(node, hca, "nic")])
     own = _ranks_on_hca(sc, node, hca)
     if own and w.nccl_debug and rng.random() < 0.4:
         sc.out(own[0], t + rng.uniform(1, 20), nccl.async_event(w, node, own[0], hca, fatal=True))

@@ -28,7 +28,8 @@ def gpu_oom(sc: Scenario) -> None:
         exc = pytorch.gpu_oom(w, w.local_of(r), rng)
         sc.crash(r, tr, frames, exc)
         if r == first:
-            sc.root_event(w.node_of(first), sc.rank_stream(first).path, exc[0].split(". Tried")[0] + ".")
+            root = exc[0].split(". Tried")[0] + ("." if ". Tried" in exc[0] else "")
+            sc.root_event(w.node_of(first), sc.rank_stream(first).path, root)
     sc.culprit(w.node_of(r) for r in ranks)
     t_detect = sc.after_crash(t, [first])
     finish_failed(sc, t_detect)

@@ -100,13 +100,13 @@ def _fault(sc: Scenario, kind: str, t: float, exclude: set[str]) -> tuple[str, s
         hca = rng.choice(node.hcas)
         text = nvidia.mlx5_link(hca, "DOWN") if not hca.netdev.startswith("enp") else nvidia.mlx5_eth_link(hca, False)
         sc.kernel(node, t, text, key=True, level="warning")
-        sc.culprit([node], [(node, "ib_port", f"{hca.name}/{hca.port}")])
+        sc.culprit([node], [sc.hca_component(node, hca, "port")])
         domain = "network"
     else:
         hca = rng.choice(node.hcas)
         text = nvidia.mlx5_cmd_timeout(hca, rng)
         sc.kernel(node, t, text, key=True)
-        sc.culprit([node], [(node, "nic", hca.name)])
+        sc.culprit([node], [sc.hca_component(node, hca, "nic")])
         domain = "network"
     if sc.truth.root_event is None:
         sc.root_event(node, sc.kstream(node).path, text)

@@ -2,7 +2,9 @@
 # EpilogSlurmctld for hypocenter: ask the server to scope the job that just ended and analyse it.
 #
 #   slurm.conf:   EpilogSlurmctld=/etc/slurm/hypocenter-epilog.sh
-#   environment:  HYPOCENTER_URL (default http://127.0.0.1:4318), HYPOCENTER_TIMEOUT (seconds, default 10)
+#   environment:  HYPOCENTER_URL (default http://127.0.0.1:4318), HYPOCENTER_TIMEOUT (seconds, default 10),
+#                 HYPOCENTER_TOKEN_FILE (a file holding a token with the admin role, when the server has
+#                 tokens), HYPOCENTER_CA_FILE (the CA that signed the server's certificate, for https://)
 #
 # slurmctld sets SLURM_JOB_ID (for array tasks SLURM_ARRAY_JOB_ID/SLURM_ARRAY_TASK_ID). The script
 # always exits 0: a diagnosis that could not be requested must not fail the epilog.
@@ -19,8 +21,14 @@ fi
 case "$job" in
     *[!0-9_+]*) echo "hypocenter-epilog: unexpected job id '$job'" >&2; exit 0 ;;
 esac
-status=$(curl -s -o /dev/null -w '%{http_code}' --max-time "$timeout" -X POST \
-    -H 'Content-Type: application/json' -d "{\"slurm\": \"$job\"}" "$url/v1/scopes") || status="no answer"
+# The token goes to curl on stdin (--config -), never on its command line, where `ps` shows it to everyone.
+token=""
+if [ -n "${HYPOCENTER_TOKEN_FILE:-}" ]; then
+    token=$(cat "$HYPOCENTER_TOKEN_FILE") || { echo "hypocenter-epilog: cannot read HYPOCENTER_TOKEN_FILE" >&2; exit 0; }
+fi
+status=$(printf 'header = "Authorization: Bearer %s"\n' "$token" | grep -v 'Bearer "$' | \
+    curl -s -o /dev/null -w '%{http_code}' --max-time "$timeout" --config - ${HYPOCENTER_CA_FILE:+--cacert "$HYPOCENTER_CA_FILE"} \
+    -X POST -H 'Content-Type: application/json' -d "{\"slurm\": \"$job\"}" "$url/v1/scopes") || status="no answer"
 case "$status" in
     200) ;;
     *) echo "hypocenter-epilog: job $job: $url/v1/scopes answered $status" >&2 ;;

@@ -3,6 +3,7 @@
     Analyze         POST /v1/attempts/{workload}/{attempt}/analyze
     GetDiagnosis    GET  /v1/diagnoses/{id}
     ListDiagnoses   GET  /v1/diagnoses?cluster&outcome&domain&node&workload&since&until&limit
+    ListRevisions   GET  /v1/diagnoses/{id}/revisions (every verdict of the attempt, with provenance)
     WatchDiagnoses  a server stream of every diagnosis stored from now on (no REST twin)
 
 `diagnosis_json` is the stored contract-3 JSON, the same bytes REST returns; the other fields are
@@ -24,12 +25,14 @@ import logging
 import queue
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from hypocenter.api import auth
 from hypocenter.api.v1 import attribution_pb2 as pb
 from hypocenter.api.v1 import attribution_pb2_grpc as pb_grpc
 from hypocenter.errors import InputError, TransientError
@@ -59,21 +62,28 @@ def _message(row: DiagnosisRow, *, include_json: bool = True) -> pb.Diagnosis:
             setattr(msg, name, value)
     if include_json:
         msg.diagnosis_json = row.body
+    msg.revision = row.revision
+    if row.provenance is not None:
+        msg.provenance_json = json.dumps(row.provenance, sort_keys=True)
     return msg
 
 
-def _from_diagnosis(diagnosis: Diagnosis, body: str, provisional: bool, created: float) -> pb.Diagnosis:
-    """The message for a diagnosis the store no longer holds (replaced or swept in between)."""
+def _row_from_body(diagnosis_id: str, body: str, provisional: bool, created: float) -> DiagnosisRow:
+    """A diagnosis' indexed fields read back from its JSON (a verdict the `diagnoses` table no longer holds)."""
     doc: dict[str, Any] = json.loads(body)
     rc = doc.get("root_cause") or {}
     culprits = set(rc.get("nodes") or [])
     for c in doc.get("candidates") or []:
         culprits.update(c.get("nodes") or [])
-    row = DiagnosisRow(id=diagnosis.id, workload=doc["attempt"]["workload_id"], attempt=doc["attempt"]["attempt"],
-                       cluster=doc["attempt"].get("cluster"), outcome=doc["outcome"], domain=rc.get("domain"),
-                       subdomain=rc.get("subdomain"), provisional=provisional, created=created, body=body,
-                       nodes=sorted(culprits))
-    return _message(row)
+    return DiagnosisRow(id=diagnosis_id, workload=doc["attempt"]["workload_id"], attempt=doc["attempt"]["attempt"],
+                        cluster=doc["attempt"].get("cluster"), outcome=doc["outcome"], domain=rc.get("domain"),
+                        subdomain=rc.get("subdomain"), provisional=provisional, created=created, body=body,
+                        nodes=sorted(culprits))
+
+
+def _from_diagnosis(diagnosis: Diagnosis, body: str, provisional: bool, created: float) -> pb.Diagnosis:
+    """The message for a diagnosis the store no longer holds (replaced or swept in between)."""
+    return _message(_row_from_body(diagnosis.id, body, provisional, created))
 
 
 def _filter(f: pb.DiagnosisFilter) -> DiagnosisFilter:
@@ -92,17 +102,31 @@ def _matches(flt: DiagnosisFilter, row: DiagnosisRow) -> bool:
             and (flt.node is None or flt.node in row.nodes))
 
 
+def _client_key(context: grpc.ServicerContext) -> str:
+    """Whom a watch counts against: the authenticated caller, or its address when anonymous."""
+    identity = auth.current.get()
+    if identity is not None and identity is not auth.ANONYMOUS:
+        return identity.name
+    peer = context.peer() or ""  # "ipv4:127.0.0.1:53412" / "ipv6:[::1]:53412"
+    return peer.rpartition(":")[0] or peer
+
+
 class AttributionGrpc(pb_grpc.AttributionServicer):
-    def __init__(self, service: Attribution, max_watchers: int) -> None:
+    def __init__(self, service: Attribution, max_watchers: int, max_per_client: int = 2) -> None:
         self.service = service
         self.max_watchers = max_watchers
+        self.max_per_client = max_per_client
         self._watchers = threading.BoundedSemaphore(max_watchers) if max_watchers > 0 else None
+        self._per_client: Counter[str] = Counter()
+        self._per_client_lock = threading.Lock()
 
     def Analyze(self, request: pb.AnalyzeRequest, context: grpc.ServicerContext) -> pb.Diagnosis:
         if not request.workload:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "workload is required")
         try:
-            diagnosis, provisional = self.service.analyze(request.workload, request.attempt)
+            caller = auth.current.get()
+            diagnosis, provisional = self.service.analyze(request.workload, request.attempt,
+                                                          caller.provenance() if caller is not None else None)
         except UnknownAttempt as exc:
             context.abort(grpc.StatusCode.NOT_FOUND, str(exc))
         except TransientError as exc:
@@ -135,15 +159,41 @@ class AttributionGrpc(pb_grpc.AttributionServicer):
         rows = self._read(context, lambda: self.service.diagnoses(flt))
         return pb.ListDiagnosesResponse(diagnoses=[_message(r, include_json=request.include_json) for r in rows])
 
+    def ListRevisions(self, request: pb.ListRevisionsRequest,
+                      context: grpc.ServicerContext) -> pb.ListRevisionsResponse:
+        revisions = self._read(context, lambda: self.service.store.diagnosis_revisions(request.id))
+        if not revisions:
+            context.abort(grpc.StatusCode.NOT_FOUND, f"no diagnosis {request.id!r}")
+        out = pb.ListRevisionsResponse()
+        for r in revisions:
+            row = _row_from_body(r.diagnosis_id, r.body, r.provisional, r.created)
+            row.revision, row.provenance = r.revision, r.provenance
+            out.revisions.append(_message(row, include_json=request.include_json))
+        return out
+
     def WatchDiagnoses(self, request: pb.WatchDiagnosesRequest,
                        context: grpc.ServicerContext) -> Iterator[pb.Diagnosis]:
-        if self._watchers is None or not self._watchers.acquire(blocking=False):
+        client = _client_key(context)
+        with self._per_client_lock:
+            mine = self._per_client[client] < self.max_per_client
+            if mine:
+                self._per_client[client] += 1
+        if not mine:
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                          f"at most {self.max_watchers} watches at once (half of grpc_workers)")
+                          f"at most {self.max_per_client} watches per client at once (watch_max_per_client)")
         try:
-            yield from self._watch(request, context)
+            if self._watchers is None or not self._watchers.acquire(blocking=False):
+                context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                              f"at most {self.max_watchers} watches at once (half of grpc_workers)")
+            try:
+                yield from self._watch(request, context)
+            finally:
+                self._watchers.release()
         finally:
-            self._watchers.release()
+            with self._per_client_lock:
+                self._per_client[client] -= 1
+                if self._per_client[client] <= 0:
+                    del self._per_client[client]
 
     def _watch(self, request: pb.WatchDiagnosesRequest, context: grpc.ServicerContext) -> Iterator[pb.Diagnosis]:
         flt = _filter(request.filter)

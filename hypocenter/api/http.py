@@ -13,7 +13,9 @@ REST (/v1, documented in /openapi.json, /docs and /redoc, which work offline):
     POST /v1/attempts/{workload}/{attempt}/analyze    analyse now, return the diagnosis
     GET  /v1/diagnoses?cluster&outcome&domain&node&workload&search&since&until&limit&cursor
                                                       newest first, paged by cursor; ETag / If-None-Match
-    GET  /v1/diagnoses/{id}                           the diagnosis JSON, byte for byte as stored
+    GET  /v1/diagnoses/{id}                           the diagnosis JSON, byte for byte as stored (its revision
+                                                      and source in X-Hypocenter-Revision / -Source headers)
+    GET  /v1/diagnoses/{id}/revisions[/{n}]           every verdict of its attempt with provenance; one's JSON
     POST /v1/bundles                                  a tar.gz attempt bundle → its diagnosis
     POST /v1/scopes                                   {"slurm": ID} | {"kueue": NS/WL} | {"k8s_job": NS/NAME}:
                                                       scope the job with its connector, analyse now
@@ -26,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import re
 import tarfile
 import tempfile
 from collections.abc import Callable
@@ -39,11 +42,12 @@ from fastapi_offline import FastAPIOffline
 from google.protobuf import json_format
 from google.protobuf.message import Message
 from google.rpc import code_pb2, status_pb2
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from starlette.concurrency import run_in_threadpool
 
 from hypocenter import __version__, strict_yaml
-from hypocenter.api import paging, ui
+from hypocenter.api import artifacts, auth, paging, ui
+from hypocenter.api.tls import PeerNames
 from hypocenter.collector import otlp
 from hypocenter.collector.bundle import load_bundle
 from hypocenter.errors import BundleError, InputError, TransientError
@@ -54,6 +58,10 @@ from hypocenter.store.base import DiagnosisFilter, DiagnosisRow
 
 JSON = "application/json"
 PROTOBUF = "application/x-protobuf"
+SLURM_JOB_ID = re.compile(r"[0-9]{1,12}(?:_[0-9]{1,9}|\+[0-9]{1,4})?")
+K8S_NAMESPACE = re.compile(r"(?=.{1,63}$)[a-z0-9](?:[-a-z0-9]*[a-z0-9])?")  # RFC 1123 label
+K8S_NAME = re.compile(r"(?=.{1,253}$)[a-z0-9](?:[-a-z0-9]*[a-z0-9])?(?:\.[a-z0-9](?:[-a-z0-9]*[a-z0-9])?)*")
+K8S_KIND = re.compile(r"[A-Za-z]{1,63}")
 
 
 class DiagnosisSummary(BaseModel):
@@ -71,6 +79,28 @@ class DiagnosisSummary(BaseModel):
     summary: str | None = Field(None, description="the root cause's one-line summary")
     created: str
     url: str
+    revision: int = Field(1, description="how many verdicts the attempt has had; see {url}/revisions")
+    provenance: dict[str, Any] | None = Field(None, description="where this verdict came from: source "
+                                              "(otlp | bundle | put | scope | pull), client, role, time")
+
+
+class Revision(BaseModel):
+    revision: int
+    id: str
+    outcome: str
+    domain: str | None
+    subdomain: str | None
+    provisional: bool
+    created: str
+    current: bool = Field(description="the verdict GET /v1/diagnoses/{id} serves now")
+    provenance: dict[str, Any]
+    url: str = Field(description="this revision's diagnosis JSON, byte for byte as it was stored")
+
+
+class RevisionList(BaseModel):
+    workload: str
+    attempt: int
+    revisions: list[Revision]
 
 
 class DiagnosisList(BaseModel):
@@ -98,6 +128,26 @@ class ScopeRequest(BaseModel):
     slurm: str | None = Field(None, description="Slurm job id: 81234, array task 81234_7, het component 81234+1")
     kueue: str | None = Field(None, description="a Kueue Workload: NAMESPACE/NAME")
     k8s_job: str | None = Field(None, description="a JobSet, PyTorchJob or Job: NAMESPACE/NAME or NAMESPACE/KIND/NAME")
+
+    @field_validator("slurm")
+    @classmethod
+    def _slurm_id(cls, v: str | None) -> str | None:
+        if v is not None and not SLURM_JOB_ID.fullmatch(v):
+            raise ValueError(f"{v[:64]!r} is not a Slurm job id (81234, 81234_7 or 81234+1)")
+        return v
+
+    @field_validator("kueue", "k8s_job")
+    @classmethod
+    def _kubernetes_ref(cls, v: str | None) -> str | None:
+        # Each part becomes a Kubernetes API path segment: only DNS names get there, never `..` or `?`.
+        if v is None:
+            return v
+        parts = v.split("/")
+        if len(parts) not in (2, 3) or not K8S_NAMESPACE.fullmatch(parts[0]) or not K8S_NAME.fullmatch(parts[-1]) \
+                or (len(parts) == 3 and not K8S_KIND.fullmatch(parts[1])):
+            raise ValueError(f"{v[:300]!r} is not NAMESPACE/NAME (or NAMESPACE/KIND/NAME): a namespace is a DNS label "
+                             "(a-z, 0-9, '-', at most 63), a name a DNS subdomain (also '.', at most 253)")
+        return v
 
     @model_validator(mode="after")
     def _exactly_one(self) -> ScopeRequest:
@@ -133,7 +183,8 @@ def _summary(row: DiagnosisRow) -> DiagnosisSummary:
                             outcome=row.outcome, domain=row.domain, subdomain=row.subdomain, nodes=row.nodes,
                             provisional=row.provisional, created=_iso(row.created) or "", url=f"/v1/diagnoses/{row.id}",
                             window_start=_iso_ns(row.window_start_ns), window_end=_iso_ns(row.window_end_ns),
-                            summary=(json.loads(row.body).get("root_cause") or {}).get("summary"))
+                            summary=(json.loads(row.body).get("root_cause") or {}).get("summary"),
+                            revision=row.revision, provenance=row.provenance)
 
 
 def _problem(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
@@ -168,11 +219,21 @@ async def _read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-def build_app(service: Attribution, ready: Callable[[], bool] = lambda: True) -> FastAPI:
+def _caller(request: Request) -> dict[str, str]:
+    identity: auth.Identity = getattr(request.state, "identity", auth.ANONYMOUS)
+    return identity.provenance()
+
+
+def build_app(service: Attribution, ready: Callable[[], bool] = lambda: True,
+              authenticator: auth.Authenticator | None = None, peers: PeerNames | None = None) -> FastAPI:
     app = FastAPIOffline(  # FastAPI whose /docs and /redoc load Swagger UI and ReDoc from the wheel, not a CDN
         title="hypocenter", version=__version__,
         description="Root-cause attribution for distributed AI workloads: OTLP in, diagnoses out "
-                    "(schema hypocenter.diagnosis/v1).")
+                    "(schema hypocenter.diagnosis/v1). Every route but /healthz and /readyz takes "
+                    "`Authorization: Bearer <token>` when the server has tokens: reads need the read role, "
+                    "OTLP the ingest role, everything else admin.")
+    app.add_middleware(auth.AuthGuard, authenticator=authenticator or auth.Authenticator(),
+                       peer_name=(peers or PeerNames()).get)
     limit = service.settings.max_message_bytes
 
     async def export(request: Request, signal: str) -> Response:
@@ -222,7 +283,7 @@ def build_app(service: Attribution, ready: Callable[[], bool] = lambda: True) ->
             return _problem(413, str(exc))
         except InputError as exc:
             return _problem(400, str(exc))
-        await run_in_threadpool(service.set_context, ctx)
+        await run_in_threadpool(service.set_context, ctx, _caller(request))
         return JSONResponse(ctx.model_dump(mode="json"))
 
     @app.get("/v1/attempts/{workload:path}/{attempt}", tags=["attempts"], response_model=AttemptInfo,
@@ -240,13 +301,37 @@ def build_app(service: Attribution, ready: Callable[[], bool] = lambda: True) ->
     @app.post("/v1/attempts/{workload:path}/{attempt}/analyze", tags=["attempts"],
               summary="Analyse the attempt now and return its diagnosis",
               responses={200: {"model": Diagnosis}, 404: {"model": Problem}})
-    async def analyze(workload: str, attempt: int) -> Response:
+    async def analyze(workload: str, attempt: int, http_request: Request) -> Response:
         try:
-            diagnosis, provisional = await run_in_threadpool(service.analyze, workload, attempt)
+            diagnosis, provisional = await run_in_threadpool(service.analyze, workload, attempt, _caller(http_request))
         except UnknownAttempt as exc:
             return _problem(404, str(exc))
         return Response(diagnosis.to_json(), media_type=JSON,
                         headers={"X-Hypocenter-Provisional": str(provisional).lower()})
+
+    @app.post("/v1/attempts/{workload:path}/{attempt}/artifacts", tags=["attempts"], status_code=201,
+              summary="Upload one hang-forensics artifact of the attempt (Flight Recorder dump, ncclras, stack dump)",
+              description="The body is the file as written: a PyTorch Flight Recorder dump (pickle or JSON, read "
+                          "without unpickling anything but plain values), `ncclras` output, or a py-spy / faulthandler "
+                          "stack dump. `name` is its file name (the rank ends it: nccl_trace_rank_3), `node` the host "
+                          "it came from (optional: the rank map places it). Stored as the attempt's records under "
+                          "`traces/[<node>/]<name>`; the next analysis merges it with the rest.",
+              responses={400: {"model": Problem}, 413: {"model": Problem}, 503: {"model": Problem}})
+    async def upload_artifact(workload: str, attempt: int, request: Request,
+                              name: str = Query(..., description="file name, e.g. nccl_trace_rank_3"),
+                              node: str | None = Query(None, description="the node it came from")) -> Response:
+        try:
+            raw = await _read_body(request, artifacts.MAX_ARTIFACT_BYTES)
+            entries, kind = await run_in_threadpool(artifacts.artifact_entries, workload, attempt, name, node, raw)
+            await asyncio.wrap_future(service.queue.submit(entries, []))
+        except otlp.MessageTooLarge as exc:
+            return _problem(413, str(exc))
+        except TransientError as exc:
+            return _problem(503, str(exc), headers={"Retry-After": "1"})
+        except InputError as exc:
+            return _problem(400, str(exc))
+        return JSONResponse({"stream": artifacts.stream_name(name, node), "kind": kind, "records": len(entries)},
+                            status_code=201)
 
     @app.post("/v1/scopes", tags=["attempts"], summary="Analyse a job named by its scheduler id",
               description="Exactly one of `slurm` (81234, 81234_7, 81234+1), `kueue` (NS/WORKLOAD) or `k8s_job` "
@@ -256,10 +341,10 @@ def build_app(service: Attribution, ready: Callable[[], bool] = lambda: True) ->
                           "configured). For a Slurm epilog: `curl -X POST -d '{\"slurm\": \"'$SLURM_JOB_ID'\"}'`.",
               responses={200: {"model": Diagnosis}, 400: {"model": Problem}, 404: {"model": Problem},
                          503: {"model": Problem}})
-    async def analyze_scope(request: ScopeRequest) -> Response:
+    async def analyze_scope(request: ScopeRequest, http_request: Request) -> Response:
         kind, job = request.which()
         try:
-            diagnosis, provisional = await run_in_threadpool(service.analyze_scope, kind, job)
+            diagnosis, provisional = await run_in_threadpool(service.analyze_scope, kind, job, _caller(http_request))
         except UnknownAttempt as exc:
             return _problem(404, str(exc))
         except TransientError as exc:
@@ -321,14 +406,42 @@ def build_app(service: Attribution, ready: Callable[[], bool] = lambda: True) ->
         row = await run_in_threadpool(service.diagnosis, diagnosis_id)
         if row is None:
             return _problem(404, f"no diagnosis {diagnosis_id!r}")
-        return Response(row.body, media_type=JSON, headers={"X-Hypocenter-Provisional": str(row.provisional).lower()})
+        return Response(row.body, media_type=JSON, headers={"X-Hypocenter-Provisional": str(row.provisional).lower(),
+                                                            "X-Hypocenter-Revision": str(row.revision),
+                                                            "X-Hypocenter-Source": str((row.provenance or {}).get(
+                                                                "source", "unknown"))})
+
+    @app.get("/v1/diagnoses/{diagnosis_id}/revisions", tags=["diagnoses"], response_model=RevisionList,
+             summary="Every verdict the diagnosis' attempt has had, oldest first, with provenance",
+             responses={404: {"model": Problem}})
+    async def list_revisions(diagnosis_id: str) -> Any:
+        revisions = await run_in_threadpool(service.store.diagnosis_revisions, diagnosis_id)
+        if not revisions:
+            return _problem(404, f"no diagnosis {diagnosis_id!r}")
+        last = revisions[-1].revision
+        return RevisionList(workload=revisions[0].workload, attempt=revisions[0].attempt, revisions=[
+            Revision(revision=r.revision, id=r.diagnosis_id, outcome=r.outcome, domain=r.domain, subdomain=r.subdomain,
+                     provisional=r.provisional, created=_iso(r.created) or "", current=r.revision == last,
+                     provenance=r.provenance, url=f"/v1/diagnoses/{diagnosis_id}/revisions/{r.revision}")
+            for r in revisions])
+
+    @app.get("/v1/diagnoses/{diagnosis_id}/revisions/{revision}", tags=["diagnoses"],
+             responses={200: {"model": Diagnosis}, 404: {"model": Problem}})
+    async def get_revision(diagnosis_id: str, revision: int) -> Response:
+        revisions = await run_in_threadpool(service.store.diagnosis_revisions, diagnosis_id)
+        found = [r for r in revisions if r.revision == revision]
+        if not found:
+            return _problem(404, f"no revision {revision} of diagnosis {diagnosis_id!r}")
+        return Response(found[0].body, media_type=JSON, headers={"X-Hypocenter-Revision": str(revision),
+                                                                  "X-Hypocenter-Source": str(found[0].provenance.get(
+                                                                      "source", "unknown"))})
 
     @app.post("/v1/bundles", tags=["attempts"], summary="Upload an attempt bundle (tar.gz) and analyse it",
               responses={200: {"model": Diagnosis}, 400: {"model": Problem}, 413: {"model": Problem}})
     async def upload_bundle(request: Request) -> Response:
         try:
             raw = await _read_body(request, limit)
-            diagnosis = await run_in_threadpool(_analyze_bundle, service, raw)
+            diagnosis = await run_in_threadpool(_analyze_bundle, service, raw, _caller(request))
         except otlp.MessageTooLarge as exc:
             return _problem(413, str(exc))
         except InputError as exc:
@@ -378,7 +491,7 @@ def _context_from(raw: bytes, workload: str, attempt: int) -> AttemptContext:
         raise InputError(f"attempt.yaml: {'.'.join(str(p) for p in err['loc'])}: {err['msg']}") from None
 
 
-def _analyze_bundle(service: Attribution, raw: bytes) -> Diagnosis:
+def _analyze_bundle(service: Attribution, raw: bytes, client: dict[str, str] | None = None) -> Diagnosis:
     with tempfile.TemporaryDirectory(prefix="hypocenter-bundle-") as tmp:
         try:
             with tarfile.open(fileobj=io.BytesIO(raw), mode="r:*") as tar:
@@ -392,7 +505,7 @@ def _analyze_bundle(service: Attribution, raw: bytes) -> Diagnosis:
         bundle = load_bundle(root)
         context = bundle.context
         diagnosis = service.engine.analyze(bundle.context, bundle.sources, bundle.coverage)
-    service.analyze_context(context, diagnosis)
+    service.analyze_context(context, diagnosis, client)
     return diagnosis
 
 

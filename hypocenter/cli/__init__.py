@@ -74,6 +74,12 @@ def render_text(d: Diagnosis, style: _Style) -> str:
         text = {"unattributed": "no root cause can be attributed from the evidence available",
                 "not_failed": "the attempt did not fail"}.get(d.outcome, "")
         out.append(f"{head}  {text}   [quality: {style(d.quality.level, _QUALITY_STYLE[d.quality.level])}]")
+        ff = d.first_failure
+        if ff is not None:
+            how = ff.signal or (f"exit code {ff.exit_code}" if ff.exit_code is not None else "failed")
+            who = f"rank {ff.rank}" if ff.rank is not None else "a process"
+            out.append(f"  first failure: {who} on {ff.node or '?'} · {how} · {ff.time or '?'} · {ff.ref}")
+            out.append(f"  next step ({style(ff.action, '1')}): {ff.next_step}")
     if d.candidates:
         out.append("")
         out.append(style("Candidates", "1"))
@@ -92,13 +98,17 @@ def render_text(d: Diagnosis, style: _Style) -> str:
         out.append(style("Evidence", "1") + " (cause and context first; one example per symptom)")
         shown_kinds: set[str] = set()
         order = {"root_cause": 0, "context": 1, "symptom": 2}
-        for e in sorted(d.evidence, key=lambda v: order[v.role]):
+        first_ref = d.first_failure.ref if d.first_failure else None
+        for e in sorted(d.evidence, key=lambda v: (order[v.role], v.ref != first_ref)):
             if e.role == "symptom":
                 if e.rule in shown_kinds:
                     continue
                 shown_kinds.add(e.rule)
             tag = {"root_cause": style("cause  ", "1;31"), "symptom": "symptom", "context": "context"}[e.role]
-            out.append(f"  {tag} {e.time or '?':<27} {e.node or '-':<12} {e.ref}")
+            when = e.time or "?"
+            if e.inherited:  # no stamp of its own: between the stamps around it
+                when = f"{e.time} .. {e.time_max}" if e.time_max else f">= {e.time}"
+            out.append(f"  {tag} {when:<27} {e.node or '-':<12} {e.ref}")
             out.append(f"          {e.text[:160]}")
     out.append("")
     out.append(style("Quality", "1") + f": {d.quality.level}")
@@ -284,5 +294,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _one_line(text: str) -> str:
+    from hypocenter.config import redact_text  # an error may quote a URL with credentials in it
+
+    text = redact_text(text)
     return " ".join(part.strip() for part in text.splitlines() if part.strip())
 

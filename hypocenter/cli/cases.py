@@ -16,7 +16,8 @@ from typing import Any
 from hypocenter.collector.bundle import event_records
 from hypocenter.collector.metrics import parse_metrics
 from hypocenter.engine import Engine, _attempt_record
-from hypocenter.engine.analyzers import ANALYZERS, AttemptView
+from hypocenter.engine.analyzers import AttemptView
+from hypocenter.engine.registry import ANALYZERS
 from hypocenter.engine.rules import CaseSpec, Rule, Ruleset
 from hypocenter.engine.verdict import in_scope
 from hypocenter.lineformat import time_context

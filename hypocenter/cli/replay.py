@@ -9,6 +9,8 @@ The client is the official OpenTelemetry Python SDK exporters (OTLP/gRPC, or OTL
                  logs/_job/ (workload attributes only)
   metrics        each series as an OTLP gauge; node-scoped when a label names one of the attempt's
                  nodes, else tagged with the workload
+  traces         traces/[<node>/] files (Flight Recorder dumps as their rendered lines, ncclras,
+                 stack dumps), tagged with the workload (and host.name when in a node folder)
   events         each scheduler / Kubernetes document as one log record whose body is the document
                  (as the k8sobjects receiver sends them), tagged with the workload
   state          last: one record with `hypocenter.attempt.state` (+ exit code, reason, window end),
@@ -31,6 +33,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from hypocenter.collector import flight_recorder
 from hypocenter.collector.bundle import JOB_DIR, documents, load_context, read_text
 from hypocenter.collector.metrics import MetricFormatError, parse_metrics
 from hypocenter.errors import HypocenterError, InputError, TransientError
@@ -113,9 +116,15 @@ def _texts(root: Path, top: Path) -> Iterator[tuple[Path, str, str]]:
     if not top.is_dir():
         return
     for path in sorted(p for p in top.rglob("*") if p.is_file() and not p.name.startswith(".")):
+        rel = path.relative_to(root).as_posix()
+        dump = flight_recorder.read_source(path, rel, None)
+        if dump is not None:  # a Flight Recorder dump goes out as its rendered lines (never as bytes)
+            if dump[0] is not None:
+                yield path, rel, str(dump[0].text)
+            continue
         text, _, _ = read_text(path)
         if text is not None:
-            yield path, path.relative_to(root).as_posix(), text
+            yield path, rel, text
 
 
 def plan(root: Path) -> tuple[AttemptContext, list[Stream], list[Stream], list[tuple[dict[str, Any], list[Any]]]]:
@@ -139,6 +148,13 @@ def plan(root: Path) -> tuple[AttemptContext, list[Stream], list[Stream], list[t
                     if node is not None:
                         res["host.name"] = node
                     app_streams.append(Stream(resource=res, lines=lines))
+    traces = root / "traces"
+    for path, rel, text in _texts(root, traces):
+        res = dict(wattrs)
+        parts = path.relative_to(traces).parts
+        if len(parts) > 1:
+            res["host.name"] = parts[0]
+        app_streams.append(Stream(resource=res, lines=_lines(text, rel, tctx, end_ns)))
     for _, rel, text in _texts(root, root / "events"):
         try:
             docs = documents(text)
@@ -184,26 +200,45 @@ def state_record(ctx: AttemptContext) -> Stream:
 class Sender:
     """The OpenTelemetry SDK exporters, pointed at one endpoint."""
 
-    def __init__(self, endpoint: str, http: bool, timeout: float = 30.0) -> None:
+    def __init__(self, endpoint: str, http: bool, timeout: float = 30.0, *,
+                 token: str | None = None, ca_file: str | None = None) -> None:
         self.http = http
+        # The same header the Collector's bearertokenauth sends, as HTTP header or gRPC metadata.
+        headers = {"authorization": f"Bearer {token}"} if token else None
+        tls = bool(ca_file) or endpoint.startswith("https://")
         if http:
             from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter as HTTPLogs
             from opentelemetry.exporter.otlp.proto.http.metric_exporter import (
                 OTLPMetricExporter as HTTPMetrics,
             )
 
-            base = endpoint if endpoint.startswith(("http://", "https://")) else f"http://{endpoint}"
-            self.logs: Any = HTTPLogs(endpoint=f"{base.rstrip('/')}/v1/logs", timeout=timeout)
-            self.metrics: Any = HTTPMetrics(endpoint=f"{base.rstrip('/')}/v1/metrics", timeout=timeout)
+            base = endpoint if endpoint.startswith(("http://", "https://")) else \
+                f"{'https' if tls else 'http'}://{endpoint}"
+            session = None
+            if ca_file:
+                import requests
+
+                # requests lets $REQUESTS_CA_BUNDLE / $CURL_CA_BUNDLE override a session's CA file
+                # (psf/requests#3829): the CA asked for on the command line must win.
+                session = requests.Session()
+                session.trust_env = False
+            self.logs: Any = HTTPLogs(endpoint=f"{base.rstrip('/')}/v1/logs", timeout=timeout, headers=headers,
+                                      certificate_file=ca_file, session=session)
+            self.metrics: Any = HTTPMetrics(endpoint=f"{base.rstrip('/')}/v1/metrics", timeout=timeout,
+                                            headers=headers, certificate_file=ca_file, session=session)
         else:
+            import grpc
             from opentelemetry.exporter.otlp.proto.grpc._log_exporter import OTLPLogExporter as GrpcLogs
             from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import (
                 OTLPMetricExporter as GrpcMetrics,
             )
 
-            target = endpoint.removeprefix("http://")
-            self.logs = GrpcLogs(endpoint=target, insecure=True, timeout=timeout)
-            self.metrics = GrpcMetrics(endpoint=target, insecure=True, timeout=timeout)
+            target = endpoint.removeprefix("http://").removeprefix("https://")
+            creds = grpc.ssl_channel_credentials(Path(ca_file).read_bytes() if ca_file else None) if tls else None
+            self.logs = GrpcLogs(endpoint=target, insecure=not tls, credentials=creds, timeout=timeout,
+                                 headers=headers)
+            self.metrics = GrpcMetrics(endpoint=target, insecure=not tls, credentials=creds, timeout=timeout,
+                                       headers=headers)
 
     def send_logs(self, stream: Stream, report: ReplayReport) -> None:
         from opentelemetry._logs import LogRecord
@@ -263,10 +298,12 @@ def _chunks(items: Sequence[LogLine], n: int) -> Iterator[Sequence[LogLine]]:
 
 
 def replay(bundle: Path, endpoint: str, *, http: bool = False, send_state: bool = True,
-           timeout: float = 30.0) -> tuple[AttemptContext, ReplayReport]:
-    """Send the bundle; raises InputError for an unusable bundle, TransientError when the server refuses."""
+           timeout: float = 30.0, token: str | None = None, ca_file: str | None = None
+           ) -> tuple[AttemptContext, ReplayReport]:
+    """Send the bundle; raises InputError for an unusable bundle, TransientError when the server refuses.
+    `token`: a bearer token with the ingest role; `ca_file`: the CA to verify a TLS server with."""
     ctx, node_streams, app_streams, metric_groups = plan(Path(bundle))
-    sender = Sender(endpoint, http, timeout)
+    sender = Sender(endpoint, http, timeout, token=token, ca_file=ca_file)
     report = ReplayReport()
     try:
         for stream in node_streams:
@@ -282,14 +319,19 @@ def replay(bundle: Path, endpoint: str, *, http: bool = False, send_state: bool 
     return ctx, report
 
 
-def trigger(rest: str, ctx: AttemptContext, timeout: float = 60.0) -> tuple[int, str]:
-    """POST /v1/attempts/{workload}/{attempt}/analyze on the REST base URL; (status, body)."""
+def trigger(rest: str, ctx: AttemptContext, timeout: float = 60.0, *, token: str | None = None,
+            ca_file: str | None = None) -> tuple[int, str]:
+    """POST /v1/attempts/{workload}/{attempt}/analyze on the REST base URL (needs the admin role); (status, body)."""
+    import ssl
+
     import httpx
 
-    base = rest if rest.startswith(("http://", "https://")) else f"http://{rest}"
+    base = rest if rest.startswith(("http://", "https://")) else f"{'https' if ca_file else 'http'}://{rest}"
     url = f"{base.rstrip('/')}/v1/attempts/{ctx.workload.id}/{ctx.workload.attempt}/analyze"
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    verify: ssl.SSLContext | bool = ssl.create_default_context(cafile=ca_file) if ca_file else True
     try:
-        resp = httpx.post(url, timeout=timeout)
+        resp = httpx.post(url, timeout=timeout, headers=headers, verify=verify)
     except httpx.HTTPError as exc:
         raise TransientError(f"{url}: {exc}") from None
     return resp.status_code, resp.text

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
 
 from hypocenter.config import Settings, describe, field_help, load_settings, shown
-from hypocenter.errors import TransientError
+from hypocenter.errors import InputError, TransientError
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -64,12 +65,31 @@ def _cmd_config_show(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+TOKEN_ENV = "HYPOCENTER_TOKEN"
+
+
+def client_token(token_file: str | None) -> str | None:
+    """A client's bearer token: from --token-file, else $HYPOCENTER_TOKEN (never a flag value, which
+    `ps` would show to every user of the machine)."""
+    if token_file:
+        try:
+            token = Path(token_file).read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise InputError(f"--token-file {token_file}: {exc.strerror}") from None
+        if not token:
+            raise InputError(f"--token-file {token_file}: the file is empty")
+        return token
+    return os.environ.get(TOKEN_ENV, "").strip() or None
+
+
 def _cmd_replay(args: argparse.Namespace) -> int:
     from hypocenter.cli.replay import replay, trigger
 
     endpoint = args.endpoint or ("127.0.0.1:4318" if args.http else "127.0.0.1:4317")
+    token = client_token(args.token_file)
     try:
-        ctx, report = replay(Path(args.bundle), endpoint, http=args.http, timeout=args.timeout)
+        ctx, report = replay(Path(args.bundle), endpoint, http=args.http, timeout=args.timeout, token=token,
+                             ca_file=args.ca_file)
     except TransientError as exc:
         print(f"hypocenter: replay to {endpoint} stopped: {exc}", file=sys.stderr)
         return EXIT_FAILED
@@ -83,7 +103,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return EXIT_OK
     try:
-        status, body = trigger(rest, ctx)
+        status, body = trigger(rest, ctx, token=token, ca_file=args.ca_file)
     except TransientError as exc:
         print(f"hypocenter: {exc}", file=sys.stderr)
         return EXIT_FAILED
@@ -107,6 +127,9 @@ def add_commands(sub: Any) -> None:
     r.add_argument("--rest", metavar="URL",
                    help="REST base URL to trigger the analysis and print the diagnosis (default: the --http endpoint)")
     r.add_argument("--timeout", type=float, default=30.0, help="exporter timeout per request, seconds (default 30)")
+    r.add_argument("--token-file", metavar="PATH", help=f"file holding a bearer token (default: ${TOKEN_ENV}); "
+                   "OTLP needs the ingest role, the analysis trigger admin")
+    r.add_argument("--ca-file", metavar="PATH", help="CA certificate(s) to verify a TLS server with (turns on TLS)")
     r.set_defaults(func=_cmd_replay)
 
     c = sub.add_parser("config", help="show the server's effective settings")

@@ -4,6 +4,8 @@
     bundle/logs/<node>/<file>    node logs (node = directory name); logs/_job/<file> job-level logs
     bundle/metrics/<file>        Prometheus API JSON or OpenMetrics/Prometheus text
     bundle/events/<file>         scheduler / Kubernetes documents (JSON or YAML)
+    bundle/traces/[<node>/]<f>   hang forensics: Flight Recorder dumps, ncclras output, stack dumps
+                                 (Flight Recorder dumps are also recognised among logs/<node>/)
 
 A bundle that cannot be analysed at all (no directory, no or bad attempt.yaml) raises
 `BundleError`. A bad file inside a usable bundle never does: it is listed in coverage with the
@@ -27,6 +29,7 @@ import yaml
 from pydantic import ValidationError
 
 from hypocenter import strict_yaml
+from hypocenter.collector import flight_recorder
 from hypocenter.collector.metrics import MetricFormatError, parse_metrics
 from hypocenter.collector.scheduler_records import parse_scontrol, render
 from hypocenter.errors import BundleError, InputError
@@ -306,6 +309,12 @@ def read_data(bundle: Bundle) -> None:
             problems: list[str] = []
             for path in _files(node_dir):
                 rel = _display(path.relative_to(root).as_posix())
+                dump = flight_recorder.read_source(path, rel, node)
+                if dump is not None:  # a Flight Recorder dump among the node's logs
+                    bundle.sources.extend([dump[0]] if dump[0] else [])
+                    bundle.coverage.append(dump[1])
+                    lines += dump[1].observations
+                    continue
                 text, fstatus, reason = read_text(path)
                 if fstatus != "ok":
                     problems.append(f"{rel}: {reason}")
@@ -327,6 +336,7 @@ def read_data(bundle: Bundle) -> None:
                                             observations=0, reason=f"no logs for node {node}"))
     _load_metrics(root, tctx, bundle)
     _load_events(root, tctx, bundle)
+    _load_traces(root, bundle)
     bundle.coverage.sort(key=lambda c: (c.source, c.connector))
 
 
@@ -385,6 +395,28 @@ def _load_events(root: Path, tctx: TimeContext, bundle: Bundle) -> None:
         bundle.sources.append(RecordSource(name=rel, records=records))
         bundle.coverage.append(Coverage(connector="scheduler", source=rel, status=status,  # type: ignore[arg-type]
                                         observations=len(records), reason=reason))
+
+
+def _load_traces(root: Path, bundle: Bundle) -> None:
+    """traces/[<node>/]<file>: hang forensics (Flight Recorder dumps, `ncclras` output, py-spy and
+    faulthandler stack dumps). A file directly under traces/ belongs to no node: the rank map places it."""
+    top = root / "traces"
+    if _not_a_directory(root, "traces", "files", bundle) or not top.is_dir():
+        return
+    for path in _files(top):
+        rel = _display(path.relative_to(root).as_posix())
+        parts = path.relative_to(top).parts
+        node = _display(parts[0]) if len(parts) > 1 else None
+        dump = flight_recorder.read_source(path, rel, node)
+        if dump is not None:
+            bundle.sources.extend([dump[0]] if dump[0] else [])
+            bundle.coverage.append(dump[1])
+            continue
+        text, status, reason = read_text(path)
+        bundle.coverage.append(Coverage(connector="files", source=rel, status=status,  # type: ignore[arg-type]
+                                        observations=0 if text is None else text.count("\n"), reason=reason))
+        if text is not None:
+            bundle.sources.append(TextSource(name=rel, text=text, node=node))
 
 
 def _describe(exc: BaseException) -> str:

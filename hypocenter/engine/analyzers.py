@@ -11,6 +11,7 @@ Built in:
 - `collective-mismatch`: ranks that timed out on a different OpType at the same SeqNum.
 - `ib-peer`: the node that many others' NET/IB completion errors and closed sockets point at.
 - `time-limit`: the wall-clock limit is the cause only if the job was still making progress.
+- hang forensics from Flight Recorder dumps, NCCL RAS and stack dumps (engine/flight_recorder.py).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from itertools import pairwise
 
 from hypocenter.model import AttemptContext, Component, Event
 
-ANALYZER_VERSION = "1"
+ANALYZER_VERSION = "2"
 
 
 @dataclass(frozen=True)
@@ -223,6 +224,10 @@ def ib_peer(view: AttemptView) -> list[Finding]:
     return findings
 
 
+_STALL_KINDS = ("watchdog_timeout", "watchdog_progress", "heartbeat_timeout", "hung_task", "fs_stall",
+                "nccl_error", "nccl_ib_completion_error", "nccl_peer_closed", "tcpstore_error")
+
+
 def time_limit(view: AttemptView) -> list[Finding]:
     """The job hit its wall-clock limit while still making progress (not a hang that ate the time)."""
     limits = view.of_kind("time_limit")
@@ -232,7 +237,15 @@ def time_limit(view: AttemptView) -> list[Finding]:
     progress = [e.time for e in view.of_kind("progress")
                 if e.time and not e.inherited and not e.approx and e.time <= end + timedelta(seconds=60)]
     if not progress:
-        return []  # no stamped progress: a hang that ate the remaining time cannot be ruled out
+        # Progress lines without stamps (tqdm, plain prints) cannot show the job was still progressing.
+        # With no hang or stall evidenced either, the limit is the cause, on weaker evidence (its
+        # precedence is below STRONG, so the quality says so); an evidenced hang or stall wins.
+        unstamped = [e for e in view.of_kind("progress") if e.inherited or e.approx or e.time is None]
+        if not unstamped or view.of_kind(*_STALL_KINDS):
+            return []
+        return [Finding(nodes=(), events=tuple(limits[:3]), first_seen=end,
+                        detail=f"{len(unstamped)} progress line(s) carry no time, so progress up to the limit is not "
+                               "shown; no hang or stall is evidenced")]
     progress.sort()
     gaps = [(b - a).total_seconds() for a, b in pairwise(progress)]
     typical = sorted(gaps)[len(gaps) // 2] if gaps else 0.0
@@ -242,7 +255,8 @@ def time_limit(view: AttemptView) -> list[Finding]:
                     detail=f"training progress continued until {progress[-1].isoformat()}")]
 
 
-ANALYZERS: dict[str, Analyzer] = {
+# The analyzers over log events; engine/registry.py adds the hang forensics and is what rules name.
+CORE_ANALYZERS: dict[str, Analyzer] = {
     "hang-laggard": hang_laggard,
     "collective-mismatch": collective_mismatch,
     "ib-peer": ib_peer,

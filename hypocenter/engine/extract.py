@@ -18,7 +18,7 @@ import bisect
 import re
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from ahocorasick_rs import BytesAhoCorasick
@@ -161,7 +161,7 @@ class Extractor:
                 if label.group(1) not in labels:
                     labels.add(label.group(1))
                     keep.add(i)
-                if not pair_seen and _LABEL_AND_RANK.match(raw):
+                if not pair_seen and (_LABEL_AND_RANK.match(raw) or _LABEL_AND_LOCAL.match(raw)):
                     pair_seen = True
                     keep.add(i)
         return keep
@@ -170,6 +170,8 @@ class Extractor:
 
     def extract(self, sources: Iterable[Source], context: AttemptContext, tctx: TimeContext) -> ExtractionResult:
         names = NodeNames(context.nodes)
+        if context.nodes and not tctx.hosts:  # pdsh-style "host: " prefixes are peeled for these names only
+            tctx = replace(tctx, hosts=frozenset(names.aliases()))
         ranks = context.rank_nodes()
         result = ExtractionResult()
         pending: list[_Pending] = []
@@ -289,6 +291,8 @@ class Extractor:
                 if node is None and rank is not None:
                     # Without a rank map, rank 0 is on the first node of the allocation (Slurm's batch host).
                     node = ranks.get(rank) or (first_node if rank == 0 and not ranks else None)
+                if rank is None and header.local_rank is not None and node is not None:
+                    rank = _global_rank(ranks, node, header.local_rank)  # torchrun's [defaultN]: on a known node
                 ev = Event(kind=comp.spec.event, rule=comp.rule.id, time=when, approx=approx,
                            inherited=inherited and when is not None,
                            time_max=upper if inherited and upper is not None and when is not None and upper >= when else None,
@@ -464,6 +468,7 @@ _KERNEL_MESSAGE = re.compile(
 _RTC = re.compile(r"\[\s*(\d+\.\d+)\] rtc_cmos \S+ setting system clock to \S+ UTC \((\d+)\)")
 _LABEL_AND_RANK = re.compile(rb"(?m)^(\d{1,6}): \[rank(\d+)\]:")
 _LABEL = re.compile(rb"(?m)^(\d{1,6}): ")
+_LABEL_AND_LOCAL = re.compile(rb"(?m)^ *\d{1,6}: \[[A-Za-z_][\w-]*?\d+\]:")  # srun -l torchrun --tee: one task per node
 _SRUN_TASK_NODE = re.compile(rb"srun: error: ([\w.-]+): task (\d+):")
 
 
@@ -474,7 +479,7 @@ def _srun_labels(data: bytes, nodes: list[str], n_ranks: int) -> dict[int, str] 
     more ranks than nodes, mean tasks-per-node; then map each task to its node (from `srun: error:
     <node>: task N` lines, else the allocation order). None: labels are ranks."""
     pair = _LABEL_AND_RANK.search(data)
-    per_node = pair is not None and pair.group(1) != pair.group(2)
+    per_node = (pair is not None and pair.group(1) != pair.group(2)) or _LABEL_AND_LOCAL.search(data) is not None
     if not per_node:
         top = max((int(m.group(1)) for m in _LABEL.finditer(data)), default=-1)
         per_node = bool(nodes) and n_ranks > len(nodes) and 0 <= top < len(nodes)
@@ -487,6 +492,13 @@ def _srun_labels(data: bytes, nodes: list[str], n_ranks: int) -> dict[int, str] 
         if host in names:
             mapping[int(m.group(2))] = names[host]
     return mapping
+
+
+def _global_rank(ranks: dict[int, str], node: str, local_rank: int) -> int | None:
+    """The global rank of `local_rank` on `node`: the node's ranks in order (torchrun numbers a node's
+    workers from its first global rank). None without a rank map or when the node has fewer ranks."""
+    mine = sorted(r for r, n in ranks.items() if n == node)
+    return mine[local_rank] if 0 <= local_rank < len(mine) else None
 
 
 _RANK_FILE = re.compile(r"(?:^|[/_.-])rank[-_]?(\d{1,6})(?:\.[a-z]+)*$")

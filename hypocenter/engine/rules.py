@@ -132,7 +132,7 @@ class AttributeSpec(_Spec):
     symptom: str | None = None
     domain: str | None = None
     subdomain: str | None = None
-    locus: Literal["node", "gpu", "port", "job"] = "node"
+    locus: Literal["node", "gpu", "port", "nic", "filesystem", "job"] = "node"
     precedence: int = Field(default=50, ge=0, le=100)
     explains: list[str] = Field(default_factory=list)
     explains_on_node: list[str] = Field(default_factory=list)
@@ -184,6 +184,7 @@ class Rule(_Spec):
     description: str | None = None
     runbook: str | None = None
     references: list[str] = Field(default_factory=list)
+    emitter: str | None = None  # the program(s) and versions whose source the patterns were checked against
     extract: ExtractSpec | None = None
     metric: MetricSpec | None = None
     attribute: AttributeSpec | None = None
@@ -388,7 +389,8 @@ def load_ruleset(extra: Iterable[Path] = (), *, builtin: bool = True) -> Ruleset
                                 path=display, line=rule.line)
             seen[rule.id] = rule
             rules.append(rule)
-    from hypocenter.engine.analyzers import ANALYZER_VERSION, ANALYZERS
+    from hypocenter.engine.analyzers import ANALYZER_VERSION
+    from hypocenter.engine.registry import ANALYZERS
 
     digest.update(f"analyzers:{ANALYZER_VERSION}".encode())
     for rule in rules:

@@ -25,7 +25,9 @@ from itertools import pairwise
 from typing import Any
 
 from hypocenter import __version__
-from hypocenter.engine.analyzers import ANALYZERS, AttemptView, first_seen
+from hypocenter.engine.abstain import FirstFailureFinder
+from hypocenter.engine.analyzers import AttemptView, first_seen
+from hypocenter.engine.registry import ANALYZERS
 from hypocenter.engine.rules import AttributeSpec, RecoverySpec, Rule, Ruleset, When
 from hypocenter.model import (
     AttemptContext,
@@ -186,6 +188,24 @@ def _components(spec: AttributeSpec, e: Event) -> list[Component]:
         dev, port = e.fields.get("device"), e.fields.get("port")
         if isinstance(dev, str) and dev:
             return [Component(node=e.node, kind="port", id=f"{dev}/{port}" if port is not None else dev)]
+    if spec.locus == "nic":
+        dev, pci, ifname = e.fields.get("device"), e.fields.get("pci"), e.fields.get("ifname")
+        if isinstance(dev, str) and dev.startswith("mlx"):
+            return [Component(node=e.node, kind="nic", id=dev)]
+        if isinstance(pci, str) and pci:
+            return [Component(node=e.node, kind="nic", id=normalize_pci(pci))]
+        name = dev if isinstance(dev, str) and dev else ifname
+        if isinstance(name, str) and name:
+            return [Component(node=e.node, kind="nic", id=name)]
+    if spec.locus == "filesystem":
+        for key in ("server", "target", "rtarget"):
+            v = e.fields.get(key)
+            if isinstance(v, str) and v:
+                return [Component(node=e.node, kind="filesystem", id=v)]
+        path = e.fields.get("path")
+        if isinstance(path, str) and path.startswith("/") and path.rstrip("/").count("/") >= 1:
+            # The mount point is not in the line: the file's directory names the filesystem holding it.
+            return [Component(node=e.node, kind="filesystem", id=path.rstrip("/").rsplit("/", 1)[0] or "/")]
     return []
 
 
@@ -233,7 +253,7 @@ class Verdict:
         survived = _survived(candidates, events)
         primary, _ = _explain([c for c in candidates if c not in survived])
         _locate_by_exits(primary, events, len(rank_nodes), ctx.nodes)
-        return self._diagnosis(ctx, events, roles, primary, coverage)
+        return self._diagnosis(ctx, events, roles, primary, coverage, survived)
 
     def classify(self, events: list[Event]) -> list[tuple[Event, _Attr]]:
         """Each in-scope event with the attribution rule that gives it its role (unclassified ones dropped)."""
@@ -270,7 +290,7 @@ class Verdict:
     # ----------------------------------------------------------------------------------------- output
 
     def _diagnosis(self, ctx: AttemptContext, events: list[Event], roles: list[tuple[Event, _Attr]],
-                   primary: list[Candidate], coverage: list[Coverage]) -> Diagnosis:
+                   primary: list[Candidate], coverage: list[Coverage], survived: list[Candidate]) -> Diagnosis:
         state = ctx.state or _scheduler_state(events)
         completed = state in ("COMPLETED", "SUCCEEDED", "SUCCESS", "FINISHED") or (state is None and ctx.exit_code == 0)
         reasons: list[str] = []
@@ -296,11 +316,18 @@ class Verdict:
             cands = [_root(c) for c in chosen]
             root = _ambiguous_root(chosen, cands)
             cands += [_root(c) for c in others]
+        first_failure = None
+        if outcome == "unattributed":
+            # Abstain, but localise: the first process to fail, and the causes weighed with why each fell short.
+            first_failure, hinted = FirstFailureFinder(events, ctx.rank_nodes()).find()
+            cands = hinted + [_weighed(c, events) for c in survived]
+            if first_failure is not None:
+                reasons.append(f"first failure: {first_failure.next_step}")
         quality = _quality(outcome, chosen, others, coverage, ctx, reasons)
         rule_of = {id(e): a.rule.id for e, a in roles}
         cause_events = {id(e) for c in chosen for e in c.events if rule_of.get(id(e)) == c.rule.id}
-        symptoms = _symptoms(roles, cause_events)
-        evidence = _evidence(chosen if chosen else primary, roles)
+        symptoms = _symptoms(roles, cause_events, first_failure.ref if first_failure else None)
+        evidence = _evidence(chosen if chosen else primary, roles, first_failure.ref if first_failure else None)
         affected = sorted({e.node for e, a in roles if e.node and a.spec.role in ("root_cause", "symptom")}
                           | {n for c in chosen for n in c.nodes})
         ident = hashlib.sha256(
@@ -323,6 +350,7 @@ class Verdict:
             quality=quality,
             coverage=coverage,
             engine=EngineInfo(version=__version__, ruleset=self.ruleset.fingerprint),
+            first_failure=first_failure,
         )
 
 
@@ -350,7 +378,9 @@ def _locate_by_exits(primary: list[Candidate], events: list[Event], ranks: int, 
     exits = [e for e in events if e.node and _error_exit(e)]
     first_exit = min(exits, key=_stream_order).node if exits else None
     for c in unlocated:
-        if ranks >= 2 and len(c.events) * 2 >= ranks:
+        if len(everywhere) == 1 and c.events and all(e.source == "app" for e in c.events):
+            c.nodes = set(everywhere)  # a program's line in a single-node attempt: that node
+        elif ranks >= 2 and len(c.events) * 2 >= ranks:
             c.nodes = set(everywhere)
         elif first_exit:
             c.nodes = {first_exit}
@@ -539,9 +569,18 @@ def _quality(outcome: str, chosen: list[Candidate], others: list[Candidate], cov
     return Quality(level=level, reasons=reasons)  # type: ignore[arg-type]
 
 
-def _symptoms(roles: list[tuple[Event, _Attr]], cause_events: set[int]) -> list[Symptom]:
+def _weighed(c: Candidate, events: list[Event]) -> RootCause:
+    """A cause the job outlived, listed with why it fell short."""
+    r = _root(c)
+    last = max((e.time for e in events if e.kind == "progress" and e.time is not None), default=None)
+    r.summary += f" (fell short: training progress continued until {isoformat(last)})" if last else " (fell short)"
+    return r
+
+
+def _symptoms(roles: list[tuple[Event, _Attr]], cause_events: set[int], first_ref: str | None = None) -> list[Symptom]:
     """Symptom-role events, and root-cause-role events that are not the chosen cause's own evidence
-    (a KeyError explained by a GPU fault, a CUDA ECC error next to the Xid 48 behind it)."""
+    (a KeyError explained by a GPU fault, a CUDA ECC error next to the Xid 48 behind it). The example
+    of a kind is the first failure's own line when it is one of them."""
     groups: dict[str, list[tuple[Event, _Attr]]] = defaultdict(list)
     for e, a in roles:
         if a.spec.role == "symptom":
@@ -550,7 +589,7 @@ def _symptoms(roles: list[tuple[Event, _Attr]], cause_events: set[int]) -> list[
             groups[a.spec.symptom].append((e, a))
     out: list[Symptom] = []
     for kind in sorted(groups):
-        items = groups[kind]
+        items = sorted(groups[kind], key=lambda ea: ea[0].ref != first_ref)  # stable: else arrival order
         times = [e.time for e, _ in items if e.time]
         out.append(Symptom(kind=kind, rule=min(a.rule.id for _, a in items), count=len(items),
                            nodes=sorted({e.node for e, _ in items if e.node}),
@@ -560,7 +599,7 @@ def _symptoms(roles: list[tuple[Event, _Attr]], cause_events: set[int]) -> list[
     return out
 
 
-def _evidence(causes: list[Candidate], roles: list[tuple[Event, _Attr]]) -> list[Evidence]:
+def _evidence(causes: list[Candidate], roles: list[tuple[Event, _Attr]], first_ref: str | None = None) -> list[Evidence]:
     picked: dict[tuple[str, str], Evidence] = {}
     cause_refs: set[str] = set()
 
@@ -572,7 +611,8 @@ def _evidence(causes: list[Candidate], roles: list[tuple[Event, _Attr]]) -> list
         key = (e.ref, role)
         if key not in picked:
             picked[key] = Evidence(time=isoformat(e.time), node=e.node, source=e.source, ref=e.ref,
-                                   text=e.text, role=role, rule=rule)  # type: ignore[arg-type]
+                                   text=e.text, role=role, rule=rule,  # type: ignore[arg-type]
+                                   inherited=e.inherited, time_max=isoformat(e.time_max) if e.inherited else None)
 
     culprit_nodes: set[str] = set()
     starts: list[datetime] = []
@@ -585,6 +625,10 @@ def _evidence(causes: list[Candidate], roles: list[tuple[Event, _Attr]]) -> list
     first = min(starts) if starts else None
     ctx_count = 0
     per_kind: dict[str, int] = defaultdict(int)
+    for e, a in roles:
+        if first_ref is not None and e.ref == first_ref and a.spec.role == "symptom":
+            per_kind[a.spec.symptom or e.kind] += 1  # the first failure is its kind's first example
+            add(e, "symptom", a.rule.id)
     for e, a in roles:
         if a.spec.role == "context" and e.node in culprit_nodes and ctx_count < MAX_EVIDENCE_PER_CAUSE:
             if first is None or e.time is None or first - CONTEXT_BEFORE <= e.time <= first + SKEW:

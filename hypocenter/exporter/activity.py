@@ -6,8 +6,9 @@ live in memory and restart at zero with the process, as Prometheus counters do; 
 a restart (diagnoses, pending exports) lives in the store and is read from there.
 
 Every label value recorded here comes from a small closed set (signals, receivers, reasons,
-outcomes, taxonomy, exporter names) or from the cluster names of the fleet: nothing per attempt or
-per record, so the series count stays bounded however long the process runs.
+outcomes, taxonomy, exporter names) or from the cluster names of the fleet, at most
+`label_max_values` of them (the rest are "other"): nothing per attempt or per record, so the series
+count stays bounded however long the process runs and whatever clients send.
 
 This module must stay free of any wire format and of prometheus_client: it only counts.
 """
@@ -20,6 +21,7 @@ import time
 from collections import OrderedDict, defaultdict
 from dataclasses import dataclass, field
 
+from hypocenter.exporter.cardinality import LabelLimit
 from hypocenter.model import Diagnosis
 
 # Seconds; an analysis reads the attempt's records from the store, extracts, correlates, decides.
@@ -75,7 +77,8 @@ class Snapshot:
 class Activity:
     """Thread-safe tallies; every method is cheap and never raises into its caller."""
 
-    def __init__(self) -> None:
+    def __init__(self, label_max_values: int = 100) -> None:
+        self.labels = LabelLimit(label_max_values)  # cluster names as exported (exporter/cardinality.py)
         self._lock = threading.Lock()
         self.started = time.time()
         self._records: dict[tuple[str, str], int] = defaultdict(int)
@@ -131,7 +134,8 @@ class Activity:
         verdict changes on late data is counted under each), provisional ones only as provisional."""
         now = time.time()
         rc = diagnosis.root_cause
-        key = (diagnosis.attempt.cluster or "", diagnosis.outcome, rc.domain if rc else "", rc.subdomain if rc else "")
+        cluster = self.labels.value("cluster", diagnosis.attempt.cluster or "", count=not provisional)
+        key = (cluster, diagnosis.outcome, rc.domain if rc else "", rc.subdomain if rc else "")
         ident = diagnosis.id
         with self._lock:
             if seconds is not None:

@@ -51,6 +51,7 @@ import httpx
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, timestamp_pb2
 
 from hypocenter import __version__
+from hypocenter.exporter.cardinality import LabelLimit
 from hypocenter.exporter.outbox import ExportRejected, ExportUnavailable, classify_status
 from hypocenter.store.base import DiagnosisRow
 
@@ -189,14 +190,16 @@ def refusal(status: int, body: str) -> str | None:
     return None
 
 
-def diagnosis_entries(row: DiagnosisRow, push_ns: int | None = None) -> tuple[dict[str, str], list[LokiEntry]]:
-    """The stream labels and entries of one stored diagnosis, pushed at `push_ns` (default: when stored)."""
+def diagnosis_entries(row: DiagnosisRow, push_ns: int | None = None, labels_limit: LabelLimit | None = None
+                      ) -> tuple[dict[str, str], list[LokiEntry]]:
+    """The stream labels and entries of one stored diagnosis, pushed at `push_ns` (default: when stored),
+    `cluster` folded by `labels_limit`."""
     d: dict[str, Any] = json.loads(row.body)
     rc = d.get("root_cause") or {}
     a = d.get("attempt") or {}
     labels = {"service_name": SERVICE_NAME, "outcome": row.outcome}
     if row.cluster:
-        labels["cluster"] = row.cluster
+        labels["cluster"] = labels_limit.value("cluster", row.cluster) if labels_limit else row.cluster
     if row.domain:
         labels["domain"] = row.domain
     created_ns = int(row.created * 1e9)
@@ -237,6 +240,7 @@ class LokiExporter:
         self.url = url.rstrip("/") + PUSH_PATH if not url.rstrip("/").endswith(PUSH_PATH) else url.rstrip("/")
         self.encoding = encoding
         self.max_batch = max_batch
+        self.labels_limit: LabelLimit | None = None  # the process' cluster fold, set by Outputs
         headers = {"User-Agent": f"hypocenter/{__version__}"}
         if tenant:
             headers["X-Scope-OrgID"] = tenant
@@ -250,7 +254,7 @@ class LokiExporter:
         grouped: dict[str, tuple[dict[str, str], list[LokiEntry]]] = {}
         push_ns = time.time_ns() if push_ns is None else push_ns
         for row in batch:
-            labels, entries = diagnosis_entries(row, push_ns)
+            labels, entries = diagnosis_entries(row, push_ns, self.labels_limit)
             grouped.setdefault(label_string(labels), (labels, []))[1].extend(entries)
         streams = [(labels, sorted(entries, key=lambda e: e.ts_ns)) for labels, entries in grouped.values()]
         if self.encoding == "json":

@@ -5,7 +5,8 @@ current state: the process' tallies (`Activity`) and the store. Nothing is regis
 so two servers in one process (tests, embedding) never share series.
 
 Families (all prefixed `hypocenter_`; no label is named `job` or `instance`, which Prometheus
-reserves for the target; `cluster` is the workload's cluster):
+reserves for the target; `cluster` is the workload's cluster, at most `label_max_values` distinct
+ones, the rest "other"):
 
     diagnoses_total{cluster,outcome,domain,subdomain}       counter  final diagnoses this process made, every
                                                                      verdict of every cluster seen from 0 (a
@@ -13,6 +14,8 @@ reserves for the target; `cluster` is the workload's cluster):
                                                                      not counted again); exemplar: the latest
                                                                      diagnosis_id
     provisional_diagnoses_total                             counter  analyses of attempts not yet ended
+    label_values_folded_total{label}                        counter  diagnoses exported under cluster="other": more
+                                                                     than label_max_values clusters (cardinality.py)
     analysis_duration_seconds                               histogram  store read + engine; exemplars
     symptom_events_total{kind}                              counter  events diagnoses classed as symptoms
     extracted_events_total{kind}                            counter  events extracted from records as they arrived
@@ -39,14 +42,17 @@ aggregate them with `max without (instance, pod)`, never `sum` (deploy/prometheu
 from __future__ import annotations
 
 import logging
+import socket
+import ssl
 import threading
 import time
 from collections import Counter as Tally
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import accumulate
-from wsgiref.simple_server import WSGIServer
+from typing import Any
+from wsgiref.simple_server import WSGIServer, make_server
 
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -54,6 +60,7 @@ from prometheus_client.core import (
     InfoMetricFamily,
     Metric,
 )
+from prometheus_client.exposition import ThreadingWSGIServer, _SilentHandler
 from prometheus_client.registry import Collector
 from prometheus_client.samples import Exemplar
 
@@ -135,6 +142,13 @@ class HypocenterCollector(Collector):
         for verdict, (value, last) in sorted({**zero, **snap.diagnoses}.items()):
             d.add_metric(list(verdict), value, exemplar=_exemplar(last))
         yield d
+        folded = CounterMetricFamily("hypocenter_label_values_folded",
+                                     "Diagnoses whose client-supplied label value was exported as \"other\" because "
+                                     "label_max_values distinct values of that label were already exported",
+                                     labels=["label"])
+        for label, n in sorted({"cluster": 0, **self.activity.labels.folded()}.items()):
+            folded.add_metric([label], n)
+        yield folded
         yield CounterMetricFamily("hypocenter_provisional_diagnoses",
                                   "Analyses of attempts that had not ended (idle timeout), counted apart",
                                   value=snap.provisional)
@@ -237,7 +251,8 @@ class HypocenterCollector(Collector):
             age.add_metric([name], max(0.0, now - oldest) if count else 0.0)
         yield pending
         yield age
-        self._clusters |= {f.cluster or "" for f in facts}
+        fold = self.activity.labels.value
+        self._clusters |= {fold("cluster", f.cluster or "") for f in facts}
         yield from self._recent(facts)
 
     def _recent(self, facts: list[DiagnosisFacts]) -> Iterator[Metric]:
@@ -247,7 +262,7 @@ class HypocenterCollector(Collector):
         by_node: Tally[tuple[str, ...]] = Tally()
         by_component: Tally[tuple[str, ...]] = Tally()
         for f in facts:
-            cluster = f.cluster or ""
+            cluster = self.activity.labels.value("cluster", f.cluster or "")
             by_verdict[(cluster, f.outcome, f.domain or "", f.subdomain or "")] += 1
             for node in f.culprits:
                 by_node[(cluster, node)] += 1
@@ -284,13 +299,39 @@ class MetricsEndpoint:
         self._thread: threading.Thread | None = None
         self.address = ""
 
-    def start(self, listen: str) -> str:
+    def start(self, listen: str, *, ssl_context: ssl.SSLContext | None = None,
+              wrap: Callable[[Any], Any] | None = None, timeout_s: float | None = None) -> str:
+        """Listen; over TLS with `ssl_context`, through `wrap` (an auth guard: WSGI app -> WSGI app), and
+        dropping clients idle for `timeout_s`. The peer certificate is in environ["hypocenter.peercert"]."""
         host, port = listen_address(listen, "metrics_listen")
+        app = make_wsgi_app(self.registry)
+
+        class Handler(_SilentHandler):
+            timeout = timeout_s  # socketserver applies it to the connection: a stalled client is dropped
+
+            def get_environ(self) -> dict[str, Any]:
+                environ = super().get_environ()
+                getpeercert = getattr(self.connection, "getpeercert", None)
+                environ["hypocenter.peercert"] = getpeercert() if getpeercert is not None else None
+                return environ
+
+        class Server(ThreadingWSGIServer):
+            address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
+
+            def get_request(self) -> Any:
+                conn, addr = self.socket.accept()
+                if ssl_context is not None:  # the handshake happens in the handler thread, under its timeout
+                    conn = ssl_context.wrap_socket(conn, server_side=True, do_handshake_on_connect=False)
+                return conn, addr
+
         try:
-            self._httpd, self._thread = start_http_server(port, addr=host, registry=self.registry)
+            httpd = make_server(host, port, wrap(app) if wrap else app, Server, handler_class=Handler)
         except OSError as exc:
             raise InputError(f"cannot listen on {listen} (metrics): {exc.strerror}") from None
-        self.address = f"{host}:{self._httpd.server_port}"
+        self._httpd = httpd
+        self._thread = threading.Thread(target=httpd.serve_forever, name="hypocenter-metrics", daemon=True)
+        self._thread.start()
+        self.address = f"{host}:{httpd.server_port}"
         return self.address
 
     def stop(self) -> None:

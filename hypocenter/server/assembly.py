@@ -33,11 +33,12 @@ import uvicorn
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from hypocenter.api import auth, tls
 from hypocenter.api.attribution_grpc import SERVICE_NAME, AttributionGrpc
 from hypocenter.api.http import build_app
 from hypocenter.api.otlp_grpc import LOGS_SERVICE, METRICS_SERVICE, OTLPGrpc
 from hypocenter.api.v1 import attribution_pb2_grpc
-from hypocenter.config import Settings, listen_address
+from hypocenter.config import Settings, listen_address, redact_text
 from hypocenter.errors import InputError, TransientError
 from hypocenter.server.outputs import Outputs
 from hypocenter.server.service import Attribution
@@ -51,6 +52,11 @@ class Server:
 
     def __init__(self, settings: Settings, store: Store | None = None) -> None:
         self.settings = settings
+        # Who may connect is settled before anything listens or opens (a refusal is one line, exit 2).
+        self.auth = auth.Authenticator.from_settings(settings)
+        auth.check_exposure(settings, self.auth)
+        self.tls = tls.CertificateReloader(settings) if tls.tls_enabled(settings) else None
+        self.peers = tls.PeerNames()
         self.store = store if store is not None else open_store(settings.store)
         self.service = Attribution(settings, self.store)
         self.outputs = Outputs(settings, self.store, self.service)  # /metrics; the Loki / Grafana outbox
@@ -73,16 +79,29 @@ class Server:
 
     def start_grpc(self) -> None:
         limit = self.settings.max_message_bytes
-        server = grpc.server(
-            ThreadPoolExecutor(max_workers=self.settings.grpc_workers, thread_name_prefix="hypocenter-grpc"),
+        s = self.settings
+        options: list[tuple[str, int]] = [
+            ("grpc.max_receive_message_length", limit), ("grpc.max_send_message_length", 4 << 20),
+            # Idle and dead clients give their connection back (docs/security.md, "Timeouts").
+            ("grpc.keepalive_time_ms", int(s.grpc_keepalive_s * 1000)),
+            ("grpc.keepalive_timeout_ms", int(s.grpc_keepalive_timeout_s * 1000)),
+            ("grpc.max_connection_idle_ms", int(s.grpc_max_connection_idle_s * 1000)),
+            # a client that connects and never completes the TLS / HTTP/2 handshake (a slowloris)
+            ("grpc.server_handshake_timeout_ms", int(s.http_request_timeout_s * 1000)),
             # so_reuseport off: gRPC's default lets a second server bind a taken port, and collectors'
             # batches would then be split silently between two servers.
-            options=[("grpc.max_receive_message_length", limit), ("grpc.max_send_message_length", 4 << 20),
-                     ("grpc.so_reuseport", 0)],
+            ("grpc.so_reuseport", 0)]
+        if s.grpc_max_connection_age_s > 0:
+            options += [("grpc.max_connection_age_ms", int(s.grpc_max_connection_age_s * 1000)),
+                        ("grpc.max_connection_age_grace_ms", 30_000)]
+        server = grpc.server(
+            ThreadPoolExecutor(max_workers=self.settings.grpc_workers, thread_name_prefix="hypocenter-grpc"),
+            options=options, interceptors=[auth.GrpcAuth(self.auth)],
         )
         server.add_generic_rpc_handlers(OTLPGrpc(self.service).handlers())
         attribution_pb2_grpc.add_AttributionServicer_to_server(
-            AttributionGrpc(self.service, max_watchers=self.settings.grpc_workers // 2), server)
+            AttributionGrpc(self.service, max_watchers=self.settings.grpc_workers // 2,
+                            max_per_client=self.settings.watch_max_per_client), server)
         self.health = health.HealthServicer()
         self._set_health(False)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
@@ -91,8 +110,10 @@ class Server:
         host, port = listen_address(self.settings.grpc_listen, "grpc_listen")
         if port:  # a taken port is refused here in one line, before gRPC's core logs its own error
             self._probe(host, port, self.settings.grpc_listen, "gRPC")
+        address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         try:
-            bound = server.add_insecure_port(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
+            bound = (server.add_secure_port(address, self.tls.grpc_credentials()) if self.tls is not None
+                     else server.add_insecure_port(address))
         except RuntimeError:  # grpcio raises where older versions returned 0
             bound = 0
         if bound == 0:
@@ -127,12 +148,17 @@ class Server:
 
     async def serve(self, announce: bool = True) -> None:
         sock = self._http_socket()
-        app = build_app(self.service, ready=self._ready.is_set)
+        app = build_app(self.service, ready=self._ready.is_set, authenticator=self.auth, peers=self.peers)
         config = uvicorn.Config(app, log_level=self.settings.log_level, access_log=False, lifespan="off",
-                                timeout_graceful_shutdown=5)
+                                timeout_graceful_shutdown=5, timeout_keep_alive=int(max(1, self.settings.http_keep_alive_s)),
+                                http=tls.http_protocol(self.settings.http_request_timeout_s, self.peers))
+        config.load()
+        if self.tls is not None:
+            config.ssl = self.tls.ssl_context()
+            self.tls.start()
         self._http = uvicorn.Server(config)
         self.service.start()
-        self.outputs.start()
+        self.outputs.start(**self._metrics_listener())
         task = asyncio.create_task(self._http.serve(sockets=[sock]))
         while not self._http.started and not task.done():
             await asyncio.sleep(0.01)
@@ -144,6 +170,24 @@ class Server:
             sys.stdout.flush()
         await task
 
+    def _metrics_listener(self) -> dict[str, Any]:
+        authenticator = self.auth
+        wrap = None
+        if self.settings.metrics_auth and authenticator.enabled:
+            def check(authorization: str | None, peer_cn: str | None) -> int | None:
+                try:
+                    authenticator.authorize(authorization, peer_cn, "read")
+                except auth.Unauthenticated:
+                    return 401
+                except auth.Forbidden:
+                    return 403
+                return None
+
+            def wrap(app: Any) -> Any:
+                return tls.guard_wsgi(app, check)
+        return {"ssl_context": self.tls.ssl_context() if self.tls is not None else None, "wrap": wrap,
+                "timeout_s": self.settings.http_request_timeout_s}
+
     def shutdown(self) -> None:
         if self._http is not None:
             self._http.should_exit = True
@@ -153,14 +197,25 @@ class Server:
             self.health.enter_graceful_shutdown()
         if self.grpc_server is not None:
             self.grpc_server.stop(grace=2.0).wait(5.0)
+        if self.tls is not None:
+            self.tls.close()
         self.service.close()
         self.outputs.close()
         self.store.close()
 
 
+class RedactingFormatter(logging.Formatter):
+    """Log lines with credentials in URLs hidden (an exporter's error quotes the URL it failed on)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return redact_text(super().format(record))
+
+
 def run(settings: Settings) -> int:
     logging.basicConfig(level=settings.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for handler in logging.getLogger().handlers:
+        handler.setFormatter(RedactingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     server = Server(settings)
     try:
         server.start_grpc()

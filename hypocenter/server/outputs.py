@@ -12,6 +12,7 @@ to queue each diagnosis for from the first one on.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from hypocenter.config import Settings
 from hypocenter.exporter.grafana import GrafanaAnnotations
@@ -47,6 +48,9 @@ class Outputs:
         built = [e for build in EXPORTERS.values() if (e := build(settings)) is not None]
         self.exporters: list[Exporter] = built if exporters is None else exporters
         store.exporters = tuple(e.name for e in self.exporters)
+        for e in self.exporters:
+            if isinstance(e, LokiExporter):  # the same cluster names as /metrics (exporter/cardinality.py)
+                e.labels_limit = service.activity.labels
         self.outbox = Outbox(store, self.exporters, service.activity,
                              backoff=Backoff(max_s=settings.export_retry_max_s),
                              max_age_s=settings.export_max_age_s) if self.exporters else None
@@ -57,9 +61,10 @@ class Outputs:
         self.metrics_address = ""
         self._unwatch: Callable[[], None] | None = None
 
-    def start(self) -> None:
+    def start(self, **listener: Any) -> None:
+        """`listener`: TLS and auth of /metrics (MetricsEndpoint.start's keywords), given by the server."""
         if self.settings.metrics_listen:
-            self.metrics_address = self.metrics.start(self.settings.metrics_listen)
+            self.metrics_address = self.metrics.start(self.settings.metrics_listen, **listener)
         if self.outbox is not None:
             outbox = self.outbox
 

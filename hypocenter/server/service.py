@@ -27,11 +27,12 @@ import logging
 import threading
 import time
 from collections import defaultdict, deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 
 from hypocenter.collector.connectors import connector_class
 from hypocenter.collector.connectors.base import ConnectorError, RetryPolicy
@@ -49,6 +50,16 @@ from hypocenter.sources import RecordSource, Source, TextSource
 from hypocenter.store.base import DiagnosisFilter, DiagnosisRow, Entry, Point, Retention, Store
 
 log = logging.getLogger("hypocenter.server")
+
+
+SERVER_CLIENT = {"client": "hypocenter", "role": "server"}  # the server's own triggers and pollers
+
+
+def provenance(source: str, client: Mapping[str, str] | None, **extra: Any) -> dict[str, Any]:
+    """Where a stored verdict or scope came from: `source` (otlp | bundle | put | scope | pull), the
+    authenticated client and its role (the listeners' `Identity.provenance()`), and when."""
+    when = datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+    return {"source": source, **(client or SERVER_CLIENT), "time": when, **extra}
 
 
 class Backpressure(TransientError):
@@ -223,7 +234,7 @@ class Attribution:
         self.retention = Retention(max_age_s=settings.retention_max_age_s,
                                    max_lines_per_stream=settings.retention_max_lines_per_stream,
                                    diagnoses_max_age_s=settings.retention_diagnoses_max_age_s)
-        self.activity = Activity()  # what this process did, for /metrics
+        self.activity = Activity(settings.label_max_values)  # what this process did, for /metrics
         self.queue = IngestQueue(store, settings.ingest_queue_records, settings.retry_after_s, self._wake_loop,
                                  IngestEvents(self.engine.extractor, self.activity))
         self.pulls = Pulls(settings, self.engine.ruleset)
@@ -294,14 +305,15 @@ class Attribution:
 
     # ------------------------------------------------------------------------------- analysis
 
-    def analyze(self, workload: str, attempt: int) -> tuple[Diagnosis, bool]:
-        """Analyse now (the explicit trigger). Returns the diagnosis and whether it is provisional."""
-        out = self._analyze_row(workload, attempt)
+    def analyze(self, workload: str, attempt: int, client: Mapping[str, str] | None = None) -> tuple[Diagnosis, bool]:
+        """Analyse now (the explicit trigger, by `client`). Returns the diagnosis and whether it is provisional."""
+        out = self._analyze_row(workload, attempt, client)
         if out is None:
             raise UnknownAttempt(f"no data and no scope for workload {workload!r} attempt {attempt}")
         return out
 
-    def _analyze_row(self, workload: str, attempt: int) -> tuple[Diagnosis, bool] | None:
+    def _analyze_row(self, workload: str, attempt: int,
+                     client: Mapping[str, str] | None = None) -> tuple[Diagnosis, bool] | None:
         with self._analysis:
             row = self.store.attempt(workload, attempt)
             if row is None:
@@ -316,8 +328,14 @@ class Attribution:
             diagnosis = self.engine.analyze(inp.context, inp.sources, inp.coverage)
             provisional = inp.context.state is None
             body = diagnosis.to_json()
+            # The verdict's source is where its scope came from (a PUT, a scope request, a poll), else
+            # the records that arrived over OTLP; its client is who asked for it, else who set the scope.
+            scope = row.scope_provenance or {}
+            origin: dict[str, str] | None = {k: str(scope[k]) for k in ("client", "role") if k in scope} or None
             self.store.put_diagnosis(row.id, body, summary(diagnosis.model_dump(by_alias=True), inp.context),
-                                     provisional, started)
+                                     provisional, started,
+                                     provenance(scope.get("source", "otlp"), client or origin,
+                                                trigger="request" if client else "auto"))
             self.analyses += 1
             self.activity.analysed(diagnosis, provisional, time.time() - started)
         log.info("diagnosis %s for workload %s attempt %d: %s%s", diagnosis.id, workload, attempt, diagnosis.outcome,
@@ -325,19 +343,29 @@ class Attribution:
         self._publish(diagnosis.id)
         return diagnosis, provisional
 
-    def analyze_context(self, context: AttemptContext, diagnosis: Diagnosis) -> None:
-        """Store a diagnosis made outside the stream (an uploaded bundle) under its attempt."""
+    def analyze_context(self, context: AttemptContext, diagnosis: Diagnosis,
+                        client: Mapping[str, str] | None = None) -> int:
+        """Store a diagnosis made outside the stream (an uploaded bundle, by `client`) under its attempt,
+        as a new revision when the attempt had another verdict. Returns the revision."""
         now = time.time()
+        prov = provenance("bundle", client)
         self.store.set_context(context.workload.id, context.workload.attempt,
-                               context.model_dump(mode="json"), now)
+                               context.model_dump(mode="json"), now, prov)
         row = self.store.attempt(context.workload.id, context.workload.attempt)
         assert row is not None
-        self.store.put_diagnosis(row.id, diagnosis.to_json(), summary(diagnosis.model_dump(by_alias=True), context),
-                                 context.state is None, time.time() + 1e9)
+        before = self.store.get_diagnosis(diagnosis.id)
+        revision = self.store.put_diagnosis(row.id, diagnosis.to_json(),
+                                            summary(diagnosis.model_dump(by_alias=True), context),
+                                            context.state is None, time.time() + 1e9, prov)
+        if revision > 1 and (before is None or before.revision != revision):
+            log.warning("bundle upload by %s made revision %d of workload %s attempt %d", prov["client"], revision,
+                        context.workload.id, context.workload.attempt)
         self.activity.analysed(diagnosis, context.state is None, None)
         self._publish(diagnosis.id)
+        return revision
 
-    def store_scope(self, context: AttemptContext, sources: Sequence[Source]) -> bool:
+    def store_scope(self, context: AttemptContext, sources: Sequence[Source], source: str = "pull",
+                    client: Mapping[str, str] | None = None) -> bool:
         """Keep a scope connector's attempt as the attempt's own, with what it brought: scheduler
         records (one records document) and logs only it can reach (Kubernetes pod logs, line by
         line, as a collector would send them). False when the store already holds exactly this
@@ -370,11 +398,11 @@ class Attribution:
         now = time.time()
         for i in range(0, len(entries), 50_000):
             self.store.ingest(entries[i:i + 50_000], [], now)
-        self.store.set_context(wl, attempt, scope, now)
+        self.store.set_context(wl, attempt, scope, now, provenance(source, client))
         self._wake_loop()
         return True
 
-    def analyze_scope(self, kind: str, job: str) -> tuple[Diagnosis, bool]:
+    def analyze_scope(self, kind: str, job: str, client: Mapping[str, str] | None = None) -> tuple[Diagnosis, bool]:
         """The explicit trigger by scheduler id: scope the job with its connector (`slurm`, `kueue`,
         `k8s_job`), keep that scope, analyse now (with the pull connectors, if configured)."""
         policy = RetryPolicy(timeout_s=self.settings.pull_timeout_s)
@@ -391,12 +419,12 @@ class Attribution:
             if exc.kind == "not_found":
                 raise UnknownAttempt(f"{kind} {job}: {exc}") from None
             raise ConnectorError(f"{kind} {job}: {exc}", kind=exc.kind) from None  # transient or input, as it was
-        self.store_scope(scope.context, scope.collected.sources)
-        return self.analyze(scope.context.workload.id, scope.context.workload.attempt)
+        self.store_scope(scope.context, scope.collected.sources, "scope", client)
+        return self.analyze(scope.context.workload.id, scope.context.workload.attempt, client)
 
-    def set_context(self, context: AttemptContext) -> None:
+    def set_context(self, context: AttemptContext, client: Mapping[str, str] | None = None) -> None:
         self.store.set_context(context.workload.id, context.workload.attempt, context.model_dump(mode="json"),
-                               time.time())
+                               time.time(), provenance("put", client))
         self._wake_loop()
 
     # ------------------------------------------------------------------------------- reading

@@ -75,6 +75,7 @@ class AttemptRow:
     activity: float
     dirty: bool
     analyzed_at: float | None
+    scope_provenance: dict[str, Any] | None = None
 
 
 @dataclass(slots=True)
@@ -167,6 +168,25 @@ class DiagnosisRow:
     nodes: list[str] = field(default_factory=list)
     window_start_ns: int | None = None
     window_end_ns: int | None = None
+    revision: int = 1
+    provenance: dict[str, Any] | None = None
+
+
+@dataclass(slots=True)
+class RevisionRow:
+    """One verdict an attempt had: `revision` counts from 1; the highest is the current diagnosis."""
+
+    revision: int
+    diagnosis_id: str
+    workload: str
+    attempt: int
+    outcome: str
+    domain: str | None
+    subdomain: str | None
+    provisional: bool
+    created: float
+    provenance: dict[str, Any]
+    body: str
 
 
 class IngestStore(Protocol):
@@ -180,7 +200,8 @@ class IngestStore(Protocol):
     def collapse_due(self, cutoff: float, limit: int) -> list[StreamKey]: ...
     def stream_tombstones(self, key: StreamKey) -> list[StreamLine]: ...
     def collapse(self, runs: Sequence[tuple[int, int, Sequence[int]]]) -> None: ...
-    def set_context(self, workload: str, attempt: int, context: dict[str, Any], now: float) -> None: ...
+    def set_context(self, workload: str, attempt: int, context: dict[str, Any], now: float,
+                    provenance: dict[str, Any] | None = None) -> None: ...
     def attempt(self, workload: str, attempt: int) -> AttemptRow | None: ...
     def attempts_due(self, now: float, settle_s: float, idle_s: float) -> list[AttemptRow]: ...
     def attempt_logs(self, attempt_id: int) -> list[LogRow]: ...
@@ -195,8 +216,9 @@ class DiagnosisStore(Protocol):
     """The diagnoses made: written by the analysis, read by the APIs and /metrics (exporter/prometheus.py)."""
 
     def put_diagnosis(self, attempt_id: int, body: str, summary: dict[str, Any], provisional: bool,
-                      analyzed_from: float) -> None: ...
+                      analyzed_from: float, provenance: dict[str, Any] | None = None) -> int: ...
     def get_diagnosis(self, diagnosis_id: str) -> DiagnosisRow | None: ...
+    def diagnosis_revisions(self, diagnosis_id: str) -> list[RevisionRow]: ...
     def list_diagnoses(self, flt: DiagnosisFilter) -> list[DiagnosisRow]: ...
     def count_diagnoses(self, flt: DiagnosisFilter) -> int: ...
     def diagnoses_version(self) -> str: ...

@@ -121,7 +121,35 @@ MIGRATIONS: tuple[str, ...] = (
     """
     CREATE INDEX log_entries_tombstones ON log_entries (received) WHERE compacted = 2;
     """,
-    # 7: the diagnosis list (web UI) pages newest first without sorting the table, and filters and counts
+    # 7: provenance, and every verdict an attempt had kept as a revision (a new one never replaces silently)
+    """
+    CREATE TABLE diagnosis_revisions (
+        id INTEGER PRIMARY KEY,
+        workload TEXT NOT NULL,
+        attempt INTEGER NOT NULL,
+        revision INTEGER NOT NULL,            -- 1, 2, ... per workload attempt
+        diagnosis_id TEXT NOT NULL,
+        outcome TEXT NOT NULL,
+        domain TEXT,
+        subdomain TEXT,
+        provisional INTEGER NOT NULL,
+        created REAL NOT NULL,
+        provenance TEXT NOT NULL,             -- JSON: source, client, role, time
+        body TEXT NOT NULL,
+        UNIQUE (workload, attempt, revision)
+    );
+    CREATE INDEX diagnosis_revisions_id ON diagnosis_revisions (diagnosis_id);
+    CREATE INDEX diagnosis_revisions_created ON diagnosis_revisions (created);
+    ALTER TABLE diagnoses ADD COLUMN revision INTEGER NOT NULL DEFAULT 1;
+    ALTER TABLE diagnoses ADD COLUMN provenance TEXT;
+    ALTER TABLE attempts ADD COLUMN scope_provenance TEXT;  -- who set the scope (PUT, bundle, scope, pull)
+    INSERT INTO diagnosis_revisions (workload, attempt, revision, diagnosis_id, outcome, domain, subdomain,
+        provisional, created, provenance, body)
+        SELECT workload, attempt, 1, id, outcome, domain, subdomain, provisional, created,
+        '{"source": "unknown"}', body FROM diagnoses;
+    UPDATE diagnoses SET provenance = '{"source": "unknown"}';
+    """,
+    # 8: the diagnosis list (web UI) pages newest first without sorting the table, and filters and counts
     # from this index alone, not from rows that carry whole bodies; storing a diagnosis finds the one it
     # replaces by attempt without a scan
     """

@@ -10,6 +10,8 @@ Tables (migration 1): `attempts` (scope per workload attempt), `attempt_nodes`, 
 (accepted log records: workload-scoped ones carry `attempt_id`; node-scoped ones only `node`, and
 are joined to attempts by node and time when an attempt is analysed), `metric_points` (likewise),
 `stream_drops` (lines removed by retention, reported in coverage), `diagnoses` (+ `diagnosis_nodes`).
+Migration 7: `diagnosis_revisions`, every verdict each attempt had with its provenance (the
+`diagnoses` row is the current one, its `revision` and `provenance` beside it).
 Migration 3: `exports`, the outbox: one row per diagnosis and configured exporter (Loki, Grafana),
 written in the diagnosis' own transaction and deleted once delivered (exporter/outbox.py).
 
@@ -42,6 +44,7 @@ from hypocenter.store.base import (
     Point,
     PointRow,
     Retention,
+    RevisionRow,
     StoreError,
     StreamKey,
     StreamLine,
@@ -200,12 +203,14 @@ class SQLiteStore:
                     (now, node, hi, hi, lo))
         return new
 
-    def set_context(self, workload: str, attempt: int, context: dict[str, Any], now: float) -> None:
-        """Pin an attempt's scope (an uploaded attempt.yaml, validated by the caller)."""
+    def set_context(self, workload: str, attempt: int, context: dict[str, Any], now: float,
+                    provenance: dict[str, Any] | None = None) -> None:
+        """Pin an attempt's scope (an uploaded attempt.yaml, validated by the caller), and who set it."""
         with self._tx() as db:
             aid = self._attempt_id(db, workload, attempt, now)
-            db.execute("UPDATE attempts SET context=?, activity=?, dirty=1 WHERE id=?",
-                       (json.dumps(context, sort_keys=True, default=str), now, aid))
+            db.execute("UPDATE attempts SET context=?, activity=?, dirty=1, scope_provenance=? WHERE id=?",
+                       (json.dumps(context, sort_keys=True, default=str), now,
+                        json.dumps(provenance, sort_keys=True) if provenance else None, aid))
 
     # ----------------------------------------------------------------------------------- attempts
 
@@ -214,7 +219,8 @@ class SQLiteStore:
         return AttemptRow(id=row["id"], workload=row["workload"], attempt=row["attempt"], scope=json.loads(row["scope"]),
                           context=json.loads(row["context"]) if row["context"] else None, nodes=nodes,
                           first_ns=row["first_ns"], last_ns=row["last_ns"], terminal_ns=row["terminal_ns"],
-                          activity=row["activity"], dirty=bool(row["dirty"]), analyzed_at=row["analyzed_at"])
+                          activity=row["activity"], dirty=bool(row["dirty"]), analyzed_at=row["analyzed_at"],
+                          scope_provenance=json.loads(row["scope_provenance"]) if row["scope_provenance"] else None)
 
     def attempt(self, workload: str, attempt: int) -> AttemptRow | None:
         rows = self._rows("SELECT * FROM attempts WHERE workload=? AND attempt=?", (workload, attempt))
@@ -339,18 +345,33 @@ class SQLiteStore:
     # ----------------------------------------------------------------------------------- diagnoses
 
     def put_diagnosis(self, attempt_id: int, body: str, summary: dict[str, Any], provisional: bool,
-                      analyzed_from: float) -> None:
-        """Store the attempt's diagnosis (replacing the previous one) and clear its dirty flag unless
-        data arrived after `analyzed_from` (the wall time the analysis read the store)."""
+                      analyzed_from: float, provenance: dict[str, Any] | None = None) -> int:
+        """Store the attempt's current diagnosis and clear its dirty flag unless data arrived after
+        `analyzed_from` (the wall time the analysis read the store). A verdict that differs from the
+        attempt's last one is kept as a new revision with its `provenance`; the same verdict again
+        keeps the revision (and provenance) it had. Returns the revision now current."""
+        prov = json.dumps(provenance or {"source": "unknown"}, sort_keys=True)
         with self._tx() as db:
+            last = db.execute("SELECT revision, body, provenance FROM diagnosis_revisions WHERE workload=? AND attempt=?"
+                              " ORDER BY revision DESC LIMIT 1", (summary["workload"], summary["attempt"])).fetchone()
+            if last is not None and last["body"] == body:
+                revision, prov = int(last["revision"]), last["provenance"]
+            else:
+                revision = 1 if last is None else int(last["revision"]) + 1
+                db.execute(
+                    "INSERT INTO diagnosis_revisions (workload, attempt, revision, diagnosis_id, outcome, domain,"
+                    " subdomain, provisional, created, provenance, body) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (summary["workload"], summary["attempt"], revision, summary["id"], summary["outcome"],
+                     summary.get("domain"), summary.get("subdomain"), int(provisional), time.time(), prov, body))
             db.execute("DELETE FROM diagnoses WHERE attempt_id=? OR id=?", (attempt_id, summary["id"]))
             db.execute(
                 "INSERT INTO diagnoses (id, attempt_id, workload, attempt, cluster, outcome, domain, subdomain,"
-                " terminal_state, provisional, window_start_ns, window_end_ns, created, body)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " terminal_state, provisional, window_start_ns, window_end_ns, created, body, revision, provenance)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (summary["id"], attempt_id, summary["workload"], summary["attempt"], summary.get("cluster"),
                  summary["outcome"], summary.get("domain"), summary.get("subdomain"), summary.get("terminal_state"),
-                 int(provisional), summary.get("window_start_ns"), summary.get("window_end_ns"), time.time(), body))
+                 int(provisional), summary.get("window_start_ns"), summary.get("window_end_ns"), time.time(), body,
+                 revision, prov))
             db.executemany("INSERT OR IGNORE INTO diagnosis_nodes VALUES (?, ?, ?)",
                            [(summary["id"], n, "culprit") for n in summary.get("culprits", [])]
                            + [(summary["id"], n, "affected") for n in summary.get("affected", [])])
@@ -361,6 +382,7 @@ class SQLiteStore:
                            [(summary["id"], name, now, now) for name in self.exporters])
             db.execute("UPDATE attempts SET analyzed_at=?, dirty=CASE WHEN activity > ? THEN 1 ELSE 0 END WHERE id=?",
                        (time.time(), analyzed_from, attempt_id))
+        return revision
 
     def _diag(self, r: sqlite3.Row) -> DiagnosisRow:
         nodes = [x[0] for x in self._rows(
@@ -368,11 +390,25 @@ class SQLiteStore:
         return DiagnosisRow(id=r["id"], workload=r["workload"], attempt=r["attempt"], cluster=r["cluster"],
                             outcome=r["outcome"], domain=r["domain"], subdomain=r["subdomain"],
                             provisional=bool(r["provisional"]), created=r["created"], body=r["body"], nodes=nodes,
-                            window_start_ns=r["window_start_ns"], window_end_ns=r["window_end_ns"])
+                            window_start_ns=r["window_start_ns"], window_end_ns=r["window_end_ns"],
+                            revision=int(r["revision"]), provenance=json.loads(r["provenance"]) if r["provenance"] else None)
 
     def get_diagnosis(self, diagnosis_id: str) -> DiagnosisRow | None:
         rows = self._rows("SELECT * FROM diagnoses WHERE id=?", (diagnosis_id,))
         return self._diag(rows[0]) if rows else None
+
+    def diagnosis_revisions(self, diagnosis_id: str) -> list[RevisionRow]:
+        """Every revision of the attempt a diagnosis id (current or superseded) belongs to, oldest first."""
+        owner = self._rows("SELECT workload, attempt FROM diagnosis_revisions WHERE diagnosis_id=?"
+                           " ORDER BY revision DESC LIMIT 1", (diagnosis_id,))
+        if not owner:
+            return []
+        return [RevisionRow(revision=int(r["revision"]), diagnosis_id=r["diagnosis_id"], workload=r["workload"],
+                            attempt=int(r["attempt"]), outcome=r["outcome"], domain=r["domain"], subdomain=r["subdomain"],
+                            provisional=bool(r["provisional"]), created=r["created"],
+                            provenance=json.loads(r["provenance"]), body=r["body"])
+                for r in self._rows("SELECT * FROM diagnosis_revisions WHERE workload=? AND attempt=? ORDER BY revision",
+                                    (owner[0]["workload"], owner[0]["attempt"]))]
 
     def list_diagnoses(self, flt: DiagnosisFilter) -> list[DiagnosisRow]:
         """Newest window end first, then by id; `flt.after` continues a page where the last one ended."""
@@ -453,6 +489,8 @@ class SQLiteStore:
                            (str(r["scope"]), r["node"], r["stream"], len(ids)))
                 removed += len(ids)
             removed += db.execute("DELETE FROM diagnoses WHERE created < ?",
+                                  (now - retention.diagnoses_max_age_s,)).rowcount
+            removed += db.execute("DELETE FROM diagnosis_revisions WHERE created < ?",
                                   (now - retention.diagnoses_max_age_s,)).rowcount
             removed += db.execute(
                 "DELETE FROM attempts WHERE activity < ? AND id NOT IN (SELECT attempt_id FROM diagnoses"

@@ -188,6 +188,49 @@ class ListDiagnosesResponse(_message.Message):
 Global___ListDiagnosesResponse: _TypeAlias = ListDiagnosesResponse  # noqa: Y015
 
 @_typing.final
+class ListRevisionsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    INCLUDE_JSON_FIELD_NUMBER: _builtins.int
+    id: _builtins.str
+    include_json: _builtins.bool
+    """fill each revision's diagnosis_json"""
+    def __init__(
+        self,
+        *,
+        id: _builtins.str = ...,
+        include_json: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id", "include_json", b"include_json"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListRevisionsRequest: _TypeAlias = ListRevisionsRequest  # noqa: Y015
+
+@_typing.final
+class ListRevisionsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REVISIONS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def revisions(self) -> _containers.RepeatedCompositeFieldContainer[Global___Diagnosis]: ...
+    def __init__(
+        self,
+        *,
+        revisions: _abc.Iterable[Global___Diagnosis] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["revisions", b"revisions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListRevisionsResponse: _TypeAlias = ListRevisionsResponse  # noqa: Y015
+
+@_typing.final
 class WatchDiagnosesRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -222,6 +265,8 @@ class Diagnosis(_message.Message):
     PROVISIONAL_FIELD_NUMBER: _builtins.int
     CREATED_FIELD_NUMBER: _builtins.int
     DIAGNOSIS_JSON_FIELD_NUMBER: _builtins.int
+    REVISION_FIELD_NUMBER: _builtins.int
+    PROVENANCE_JSON_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     workload: _builtins.str
     attempt: _builtins.int
@@ -233,6 +278,10 @@ class Diagnosis(_message.Message):
     """the attempt had not ended when it was analysed"""
     diagnosis_json: _builtins.str
     """contract 3, byte-identical with REST"""
+    revision: _builtins.int
+    """1, 2, ...: how many verdicts the attempt has had up to this one"""
+    provenance_json: _builtins.str
+    """{"source": otlp|bundle|put|scope|pull, "client", "role", "time", ...}"""
     @_builtins.property
     def nodes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """culprit nodes (root cause and candidates)"""
@@ -253,10 +302,12 @@ class Diagnosis(_message.Message):
         provisional: _builtins.bool = ...,
         created: _timestamp_pb2.Timestamp | None = ...,
         diagnosis_json: _builtins.str = ...,
+        revision: _builtins.int = ...,
+        provenance_json: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_cluster", b"_cluster", "_domain", b"_domain", "_subdomain", b"_subdomain", "cluster", b"cluster", "created", b"created", "domain", b"domain", "subdomain", b"subdomain"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_cluster", b"_cluster", "_domain", b"_domain", "_subdomain", b"_subdomain", "attempt", b"attempt", "cluster", b"cluster", "created", b"created", "diagnosis_json", b"diagnosis_json", "domain", b"domain", "id", b"id", "nodes", b"nodes", "outcome", b"outcome", "provisional", b"provisional", "subdomain", b"subdomain", "workload", b"workload"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_cluster", b"_cluster", "_domain", b"_domain", "_subdomain", b"_subdomain", "attempt", b"attempt", "cluster", b"cluster", "created", b"created", "diagnosis_json", b"diagnosis_json", "domain", b"domain", "id", b"id", "nodes", b"nodes", "outcome", b"outcome", "provenance_json", b"provenance_json", "provisional", b"provisional", "revision", b"revision", "subdomain", b"subdomain", "workload", b"workload"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__cluster: _TypeAlias = _typing.Literal["cluster"]  # noqa: Y015
     _WhichOneofArgType__cluster: _TypeAlias = _typing.Literal["_cluster", b"_cluster"]  # noqa: Y015

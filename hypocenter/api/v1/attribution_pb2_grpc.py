@@ -54,6 +54,11 @@ class AttributionStub:
                 request_serializer=hypocenter_dot_api_dot_v1_dot_attribution__pb2.WatchDiagnosesRequest.SerializeToString,
                 response_deserializer=hypocenter_dot_api_dot_v1_dot_attribution__pb2.Diagnosis.FromString,
                 _registered_method=True)
+        self.ListRevisions = channel.unary_unary(
+                '/hypocenter.v1.Attribution/ListRevisions',
+                request_serializer=hypocenter_dot_api_dot_v1_dot_attribution__pb2.ListRevisionsRequest.SerializeToString,
+                response_deserializer=hypocenter_dot_api_dot_v1_dot_attribution__pb2.ListRevisionsResponse.FromString,
+                _registered_method=True)
 
 
 class AttributionServicer:
@@ -91,6 +96,14 @@ class AttributionServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListRevisions(self, request, context):
+        """Every verdict the attempt of a diagnosis id has had, oldest first, each with its revision and
+        provenance (REST GET /v1/diagnoses/{id}/revisions). NOT_FOUND when the id is unknown.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AttributionServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -113,6 +126,11 @@ def add_AttributionServicer_to_server(servicer, server):
                     servicer.WatchDiagnoses,
                     request_deserializer=hypocenter_dot_api_dot_v1_dot_attribution__pb2.WatchDiagnosesRequest.FromString,
                     response_serializer=hypocenter_dot_api_dot_v1_dot_attribution__pb2.Diagnosis.SerializeToString,
+            ),
+            'ListRevisions': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListRevisions,
+                    request_deserializer=hypocenter_dot_api_dot_v1_dot_attribution__pb2.ListRevisionsRequest.FromString,
+                    response_serializer=hypocenter_dot_api_dot_v1_dot_attribution__pb2.ListRevisionsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -223,6 +241,33 @@ class Attribution:
             '/hypocenter.v1.Attribution/WatchDiagnoses',
             hypocenter_dot_api_dot_v1_dot_attribution__pb2.WatchDiagnosesRequest.SerializeToString,
             hypocenter_dot_api_dot_v1_dot_attribution__pb2.Diagnosis.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListRevisions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/hypocenter.v1.Attribution/ListRevisions',
+            hypocenter_dot_api_dot_v1_dot_attribution__pb2.ListRevisionsRequest.SerializeToString,
+            hypocenter_dot_api_dot_v1_dot_attribution__pb2.ListRevisionsResponse.FromString,
             options,
             channel_credentials,
             insecure,

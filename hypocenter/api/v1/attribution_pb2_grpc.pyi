@@ -58,6 +58,10 @@ class AttributionStub:
     (initial metadata) once the subscription is in place: nothing stored after that is missed.
     A watcher that falls too far behind is ended with RESOURCE_EXHAUSTED; reconnect and List to catch up.
     """
+    ListRevisions: _grpc.UnaryUnaryMultiCallable[_attribution_pb2.ListRevisionsRequest, _attribution_pb2.ListRevisionsResponse]
+    """Every verdict the attempt of a diagnosis id has had, oldest first, each with its revision and
+    provenance (REST GET /v1/diagnoses/{id}/revisions). NOT_FOUND when the id is unknown.
+    """
 
 @_typing.type_check_only
 class AttributionAsyncStub(AttributionStub):
@@ -75,6 +79,10 @@ class AttributionAsyncStub(AttributionStub):
     replaced by the final one) that matches the filter. The server sends the response headers
     (initial metadata) once the subscription is in place: nothing stored after that is missed.
     A watcher that falls too far behind is ended with RESOURCE_EXHAUSTED; reconnect and List to catch up.
+    """
+    ListRevisions: _aio.UnaryUnaryMultiCallable[_attribution_pb2.ListRevisionsRequest, _attribution_pb2.ListRevisionsResponse]  # type: ignore[assignment]
+    """Every verdict the attempt of a diagnosis id has had, oldest first, each with its revision and
+    provenance (REST GET /v1/diagnoses/{id}/revisions). NOT_FOUND when the id is unknown.
     """
 
 class AttributionServicer(metaclass=_abc_1.ABCMeta):
@@ -114,6 +122,16 @@ class AttributionServicer(metaclass=_abc_1.ABCMeta):
         replaced by the final one) that matches the filter. The server sends the response headers
         (initial metadata) once the subscription is in place: nothing stored after that is missed.
         A watcher that falls too far behind is ended with RESOURCE_EXHAUSTED; reconnect and List to catch up.
+        """
+
+    @_abc_1.abstractmethod
+    def ListRevisions(
+        self,
+        request: _attribution_pb2.ListRevisionsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_attribution_pb2.ListRevisionsResponse, _abc.Awaitable[_attribution_pb2.ListRevisionsResponse]]:
+        """Every verdict the attempt of a diagnosis id has had, oldest first, each with its revision and
+        provenance (REST GET /v1/diagnoses/{id}/revisions). NOT_FOUND when the id is unknown.
         """
 
 def add_AttributionServicer_to_server(servicer: AttributionServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

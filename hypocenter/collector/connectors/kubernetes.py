@@ -41,6 +41,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import ssl
 import subprocess
 import tempfile
@@ -75,6 +76,7 @@ KINDS: dict[str, tuple[str, str]] = {
 }
 _KIND_NAMES = {k.lower(): k for k in KINDS} | {"jobsets": "JobSet", "pytorchjobs": "PyTorchJob", "jobs": "Job"}
 WORKLOADS = "/apis/kueue.x-k8s.io/v1beta1/namespaces/{ns}/workloads"
+_PATH_SEGMENT = re.compile(r"[A-Za-z0-9](?:[-A-Za-z0-9.]*[A-Za-z0-9])?")  # DNS names (never `..`, `?`, `%`)
 _TERMINAL = {"Failed": "FAILED", "Complete": "COMPLETED", "Completed": "COMPLETED", "Succeeded": "COMPLETED",
              "Suspended": "SUSPENDED"}
 
@@ -343,6 +345,8 @@ def _status_message(resp: httpx.Response) -> str:
 def split_ref(text: str, what: str) -> tuple[str, str | None, str]:
     """`NS/NAME` or `NS/KIND/NAME` → (namespace, kind or None, name)."""
     parts = text.strip().split("/")
+    if not all(_PATH_SEGMENT.fullmatch(p) for p in parts):  # each part is a URL path segment of the API
+        parts = []
     if len(parts) == 2 and all(parts):
         return parts[0], None, parts[1]
     if len(parts) == 3 and all(parts) and parts[1].lower() in _KIND_NAMES:
