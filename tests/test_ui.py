@@ -348,3 +348,29 @@ def test_api_docs_load_without_the_internet(server: ServerProcess, browser: Any)
     page.locator("table.diagnoses tbody tr[data-id]").first.wait_for()
     assert elsewhere == []
     page.close()
+
+
+def test_with_tokens_the_page_asks_for_one(tmp_path: Path, browser: Any) -> None:
+    """Behind auth_tokens_file the page and its scripts load without a token (code, no data); the reads
+    need one with the read role, which the page asks for once."""
+    tokens = tmp_path / "tokens.yaml"
+    tokens.write_text("read: [reader-token-1234567890abcdef]\nadmin: [admin-token-1234567890abcdef]\n")
+    srv = ServerProcess(tmp_path / "store.db", "--auth-tokens-file", str(tokens)).start()
+    try:
+        r = httpx.post(f"{srv.base}/v1/bundles", content=bundle_tar(BY_NAME["nvlink-xid149"]), timeout=120,
+                       headers={"Content-Type": "application/gzip", "Authorization": "Bearer admin-token-1234567890abcdef"})
+        assert r.status_code == 200, r.text
+        assert httpx.get(f"{srv.base}/v1/diagnoses").status_code == 401
+        page = browser.new_page(viewport=VIEWPORT)
+        page.goto(f"{srv.base}/ui/")
+        page.wait_for_selector("input[name=token]")
+        page.fill("input[name=token]", "wrong-token")
+        page.keyboard.press("Enter")
+        page.wait_for_selector("input[name=token]")
+        page.fill("input[name=token]", "reader-token-1234567890abcdef")
+        page.keyboard.press("Enter")
+        page.locator("table.diagnoses tbody tr[data-id]").first.wait_for()
+        assert "81234" in page.locator("table.diagnoses tbody").inner_text()
+        page.close()
+    finally:
+        srv.stop()

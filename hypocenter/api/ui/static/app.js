@@ -4,7 +4,7 @@
 import { renderList } from "./list.js";
 import { renderDetail } from "./detail.js";
 import { renderFleet } from "./fleet.js";
-import { h, setLive } from "./dom.js";
+import { NeedsToken, TOKEN_KEY, h, setLive } from "./dom.js";
 
 let stopView = null;
 
@@ -28,8 +28,22 @@ async function show() {
     else if (path.startsWith("/fleet")) stopView = await renderFleet(main, params);
     else stopView = await renderList(main, params);
   } catch (err) {
+    if (err instanceof NeedsToken) { askToken(main, err.message); return; }
     main.replaceChildren(h("p", { class: "error", role: "alert" }, `Could not load: ${err.message}`));
   }
+}
+
+function askToken(main, message) {
+  const input = h("input", { type: "password", name: "token", autocomplete: "off", required: true, class: "wide" });
+  main.replaceChildren(h("form", { class: "filters token", onsubmit: (e) => {
+    e.preventDefault();
+    sessionStorage.setItem(TOKEN_KEY, input.value.trim());
+    show();
+  } },
+  h("p", { role: "alert" }, `This server asks for a token with the read role (${message}). It is kept for this tab only.`),
+  h("label", { class: "field" }, h("span", {}, "Token"), input),
+  h("div", { class: "actions" }, h("button", { type: "submit" }, "Use token"))));
+  input.focus();
 }
 
 window.addEventListener("hashchange", show);

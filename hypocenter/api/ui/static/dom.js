@@ -4,8 +4,7 @@ let config = null;
 
 export async function getConfig() {
   if (config === null) {
-    const r = await fetch("/ui/config.json");
-    config = r.ok ? await r.json() : { grafana_url: "" };
+    try { config = (await getJSON("/ui/config.json")).body; } catch { config = { grafana_url: "" }; }
   }
   return config;
 }
@@ -46,9 +45,22 @@ export function setLive(text) {
   document.getElementById("live").textContent = text;
 }
 
+// A server with tokens (auth_tokens_file) wants one with the read role on every read: the page asks
+// once and keeps it for this tab only (sessionStorage).
+export const TOKEN_KEY = "hypocenter-token";
+
+export class NeedsToken extends Error {}
+
 export async function getJSON(url, etag) {
   const headers = etag ? { "If-None-Match": etag } : {};
+  const token = sessionStorage.getItem(TOKEN_KEY);
+  if (token) headers.Authorization = `Bearer ${token}`;
   const r = await fetch(url, { headers });
+  if (r.status === 401 || r.status === 403) {
+    let message = `${r.status}`;
+    try { message = (await r.json()).message || message; } catch { /* not JSON */ }
+    throw new NeedsToken(message);
+  }
   if (r.status === 304) return { notModified: true, etag };
   if (!r.ok) {
     let message = `${r.status} ${r.statusText}`;

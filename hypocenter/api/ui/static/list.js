@@ -6,7 +6,7 @@
 // the shared PostgreSQL, which watch() (in-process, like gRPC WatchDiagnoses) cannot; a poll that
 // finds nothing new costs one indexed query and a 304, holds no connection open (no browser
 // per-host connection limit, nothing to drain at shutdown), and resumes by itself after a restart.
-import { fmtTime, getJSON, h, outcomeBadge, provisionalBadge, setLive } from "./dom.js";
+import { NeedsToken, fmtTime, getJSON, h, outcomeBadge, provisionalBadge, setLive } from "./dom.js";
 
 const OUTCOMES = ["attributed", "ambiguous", "unattributed", "not_failed"];
 const DOMAINS = ["hardware", "network", "storage", "software", "resource", "external"];
@@ -141,6 +141,7 @@ export async function renderList(main, params) {
       state.etag = res.etag;
       render(res.body);
     } catch (err) {
+      if (err instanceof NeedsToken && !poll) throw err;  // the router asks for a token
       if (mine !== latest) return;
       setLive(`Not updating: ${err.message}`);
       if (state.seen === null) tbody.replaceChildren(h("tr", {}, h("td", { colspan: 6, class: "error" }, err.message)));
