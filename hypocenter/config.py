@@ -103,6 +103,11 @@ class Settings(BaseSettings):
     grafana_url: str = Field("", description="Grafana base URL to add diagnosis annotations to; empty = off")
     grafana_token: SecretStr = Field(SecretStr(""), description="Grafana service-account token (annotations:create)")
     grafana_dashboard_uid: str = Field("", description="attach annotations to this dashboard (default: organisation-wide)")
+    # The web UI (api/ui/): links from a diagnosis to its attempt's logs in Grafana Explore.
+    ui_grafana_url: str = Field("", description="Grafana base URL the web UI links to (Explore on the attempt's "
+                                "logs); empty = no links")
+    ui_loki_datasource_uid: str = Field("", description="uid of the Loki data source in ui_grafana_url's Grafana")
+    ui_loki_node_label: str = Field("host", description="the Loki stream label that names a node, for those links")
     export_timeout_s: float = Field(10.0, gt=0, description="timeout of one Loki / Grafana request")
     export_retry_max_s: float = Field(300.0, gt=0, description="longest back-off between retries of a failing exporter")
     export_max_age_s: float = Field(6 * 86400.0, gt=0, description="a diagnosis not delivered by then is dropped (Loki refuses week-old entries)")
@@ -139,7 +144,8 @@ class Settings(BaseSettings):
     label_max_values: int = Field(100, ge=1, description="distinct values of a client-supplied exported label "
                                   "(cluster) kept in /metrics and Loki; later ones become \"other\" and are counted")
 
-    @field_validator("pull_loki_url", "pull_prometheus_url", "slurm_rest_url", "loki_url", "grafana_url")
+    @field_validator("pull_loki_url", "pull_prometheus_url", "slurm_rest_url", "loki_url", "grafana_url",
+                     "ui_grafana_url")
     @classmethod
     def _http_url(cls, v: str) -> str:
         # Caught here, not as requests that fail (and are retried) forever: httpx calls a URL without a

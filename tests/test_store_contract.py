@@ -151,6 +151,53 @@ def test_diagnoses_survive_a_reconnect(open_url: Callable[[], Store]) -> None:
     assert again.stats()["diagnoses"] == 2
 
 
+def test_diagnosis_pages_search_and_version(open_url: Callable[[], Store]) -> None:
+    """The web UI's list: newest window end first, keyset pages that neither skip nor repeat a row
+    (ties on the window end broken by id, windowless diagnoses last), a case-insensitive workload
+    search that takes % and _ literally, a count, and a version that changes on every write."""
+    store = open_url()
+    workloads = [f"Job_{i:02d}" for i in range(9)] + ["job%x", "nowindow"]
+    store.ingest([e for w in workloads for e in _entries(w, "node01", "s", 1)], [], time.time())
+    versions = {store.diagnoses_version()}
+    for i, w in enumerate(workloads):
+        summary = _summary(f"dx-{w.lower()}", w)
+        # three diagnoses share each window end: paging must break the tie the same way on both stores
+        summary["window_end_ns"] = None if w == "nowindow" else T0 + (i // 3) * 10**9
+        row = store.attempt(w, 0)
+        assert row is not None
+        store.put_diagnosis(row.id, "{}", summary, provisional=False, analyzed_from=time.time() + 1)
+        versions.add(store.diagnoses_version())
+    assert len(versions) == len(workloads) + 1
+    everything = store.list_diagnoses(DiagnosisFilter(limit=1000))
+    ends = [r.window_end_ns for r in everything]
+    assert ends[-1] is None and ends[:-1] == sorted(ends[:-1], reverse=True)  # type: ignore[type-var]
+    assert [r.id for r in everything[:3]] == sorted(r.id for r in everything[:3])
+    paged: list[str] = []
+    after: tuple[int | None, str] | None = None
+    while True:
+        page = store.list_diagnoses(DiagnosisFilter(limit=2, after=after))
+        if not page:
+            break
+        paged += [r.id for r in page]
+        after = (page[-1].window_end_ns, page[-1].id)
+    assert paged == [r.id for r in everything] and len(paged) == len(workloads)
+    assert store.count_diagnoses(DiagnosisFilter()) == len(workloads)
+
+    def ids(search: str) -> list[str]:
+        return sorted(r.id for r in store.list_diagnoses(DiagnosisFilter(search=search)))
+
+    assert ids("JOB_0") == [f"dx-job_{i:02d}" for i in range(9)]
+    assert ids("b_0") == [f"dx-job_{i:02d}" for i in range(9)]     # _ is a character, not a wildcard
+    assert ids("%") == ["dx-job%x"] and ids("b%x") == ["dx-job%x"]  # so is %
+    assert ids("nothing") == [] and store.count_diagnoses(DiagnosisFilter(search="job_0", node="node02")) == 9
+    before = store.diagnoses_version()
+    row = store.attempt("Job_00", 0)
+    assert row is not None  # a re-analysis replaces the row: same count, new version
+    store.put_diagnosis(row.id, "{}", _summary("dx-job_00-v2", "Job_00"), provisional=False,
+                        analyzed_from=time.time() + 1)
+    assert store.diagnoses_version() != before and store.count_diagnoses(DiagnosisFilter()) == len(workloads)
+
+
 def test_retention_counts_what_it_drops(open_url: Callable[[], Store]) -> None:
     store = open_url()
     store.ingest(_entries(None, "node02", "logs/node02/kern.log", 10) + _entries("5", "node01", "app", 4), [],

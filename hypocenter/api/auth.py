@@ -359,9 +359,15 @@ OTLP_PATHS = frozenset({"/v1/logs", "/v1/metrics"})
 OPEN_PATHS = frozenset({"/healthz", "/readyz", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"})
 
 
+# The web UI's page and its scripts, and the offline Swagger UI's assets: code, no data (a browser
+# cannot attach a bearer token to a navigation or a module load; the page's own reads carry one).
+OPEN_PREFIXES = ("/ui/static/", "/static-offline-docs/")
+OPEN_PAGES = frozenset({"/ui", "/ui/"})
+
+
 def http_role(method: str, path: str) -> str | None:
     """The role an HTTP request needs: None for the probes, ingest for OTLP, read for GETs, else admin."""
-    if path in OPEN_PATHS:
+    if path in OPEN_PATHS or (method in ("GET", "HEAD") and (path in OPEN_PAGES or path.startswith(OPEN_PREFIXES))):
         return None
     if method == "POST" and path in OTLP_PATHS:
         return "ingest"

@@ -7,11 +7,12 @@ OTLP/HTTP (opentelemetry-proto `docs/specification.md`):
                                    malformed bodies (a google.rpc.Status), 503 + Retry-After when the
                                    ingest queue is full; records with neither node nor workload are
                                    rejected in `partialSuccess` with the reason.
-REST (/v1, documented in /openapi.json and /docs):
+REST (/v1, documented in /openapi.json, /docs and /redoc, which work offline):
     PUT  /v1/attempts/{workload}/{attempt}            the attempt's scope (attempt.yaml, YAML or JSON)
     GET  /v1/attempts/{workload}/{attempt}            what the server holds for it
     POST /v1/attempts/{workload}/{attempt}/analyze    analyse now, return the diagnosis
-    GET  /v1/diagnoses?cluster&outcome&domain&node&workload&since&until&limit
+    GET  /v1/diagnoses?cluster&outcome&domain&node&workload&search&since&until&limit&cursor
+                                                      newest first, paged by cursor; ETag / If-None-Match
     GET  /v1/diagnoses/{id}                           the diagnosis JSON, byte for byte as stored (its revision
                                                       and source in X-Hypocenter-Revision / -Source headers)
     GET  /v1/diagnoses/{id}/revisions[/{n}]           every verdict of its attempt with provenance; one's JSON
@@ -19,12 +20,14 @@ REST (/v1, documented in /openapi.json and /docs):
     POST /v1/scopes                                   {"slurm": ID} | {"kueue": NS/WL} | {"k8s_job": NS/NAME}:
                                                       scope the job with its connector, analyse now
     GET  /healthz, /readyz
+Web UI (api/ui/): /ui/ and its reads /v1/fleet/culprits, /v1/diagnoses/{id}/context.
 """
 
 from __future__ import annotations
 
 import asyncio
 import io
+import json
 import re
 import tarfile
 import tempfile
@@ -35,6 +38,7 @@ from typing import Any
 
 from fastapi import APIRouter, FastAPI, Query, Request
 from fastapi.responses import JSONResponse, Response
+from fastapi_offline import FastAPIOffline
 from google.protobuf import json_format
 from google.protobuf.message import Message
 from google.rpc import code_pb2, status_pb2
@@ -42,7 +46,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from starlette.concurrency import run_in_threadpool
 
 from hypocenter import __version__, strict_yaml
-from hypocenter.api import artifacts, auth
+from hypocenter.api import artifacts, auth, paging, ui
 from hypocenter.api.tls import PeerNames
 from hypocenter.collector import otlp
 from hypocenter.collector.bundle import load_bundle
@@ -70,6 +74,9 @@ class DiagnosisSummary(BaseModel):
     subdomain: str | None
     nodes: list[str] = Field(description="culprit nodes (root cause and candidates)")
     provisional: bool = Field(description="the attempt had not ended when it was analysed")
+    window_start: str | None = None
+    window_end: str | None = None
+    summary: str | None = Field(None, description="the root cause's one-line summary")
     created: str
     url: str
     revision: int = Field(1, description="how many verdicts the attempt has had; see {url}/revisions")
@@ -98,6 +105,8 @@ class RevisionList(BaseModel):
 
 class DiagnosisList(BaseModel):
     diagnoses: list[DiagnosisSummary]
+    total: int = Field(description="diagnoses matching the filters, all pages together")
+    next_cursor: str | None = Field(None, description="pass as `cursor` for the next page; null on the last page")
 
 
 class AttemptInfo(BaseModel):
@@ -165,10 +174,16 @@ def _iso(ts: float | None) -> str | None:
     return datetime.fromtimestamp(ts, tz=timezone.utc).isoformat().replace("+00:00", "Z")
 
 
+def _iso_ns(ns: int | None) -> str | None:
+    return None if ns is None else _iso(ns / 1e9)
+
+
 def _summary(row: DiagnosisRow) -> DiagnosisSummary:
     return DiagnosisSummary(id=row.id, workload=row.workload, attempt=row.attempt, cluster=row.cluster,
                             outcome=row.outcome, domain=row.domain, subdomain=row.subdomain, nodes=row.nodes,
                             provisional=row.provisional, created=_iso(row.created) or "", url=f"/v1/diagnoses/{row.id}",
+                            window_start=_iso_ns(row.window_start_ns), window_end=_iso_ns(row.window_end_ns),
+                            summary=(json.loads(row.body).get("root_cause") or {}).get("summary"),
                             revision=row.revision, provenance=row.provenance)
 
 
@@ -212,7 +227,7 @@ def _caller(request: Request) -> dict[str, str]:
 def build_app(service: Attribution, ready: Callable[[], bool] = lambda: True,
               authenticator: auth.Authenticator | None = None, peers: PeerNames | None = None) -> FastAPI:
     """The ASGI app on :4318: OTLP/HTTP and the REST API, one router per concern, behind the auth guard."""
-    app = FastAPI(
+    app = FastAPIOffline(  # FastAPI whose /docs and /redoc load Swagger UI and ReDoc from the wheel, not a CDN
         title="hypocenter", version=__version__,
         description="Root-cause attribution for distributed AI workloads: OTLP in, diagnoses out "
                     "(schema hypocenter.diagnosis/v1). Every route but /healthz and /readyz takes "
@@ -223,6 +238,7 @@ def build_app(service: Attribution, ready: Callable[[], bool] = lambda: True,
     for router in (otlp_routes(service), attempt_routes(service), diagnosis_routes(service),
                    bundle_routes(service), probe_routes(service, ready)):
         app.include_router(router)
+    ui.install(app, service)  # the web UI (/ui) and its fleet endpoint
     return app
 
 
@@ -365,14 +381,26 @@ def diagnosis_routes(service: Attribution) -> APIRouter:
 
     # ------------------------------------------------------------------------------- diagnoses
 
-    @router.get("/v1/diagnoses", tags=["diagnoses"], response_model=DiagnosisList)
+    @router.get("/v1/diagnoses", tags=["diagnoses"], response_model=DiagnosisList,
+             description="Newest window end first. `next_cursor` continues the list where a page ended, "
+                         "unaffected by diagnoses stored meanwhile. The ETag changes whenever a diagnosis is "
+                         "stored, replaced or removed: poll with If-None-Match and get 304 while nothing changed.",
+             responses={304: {"description": "nothing stored, replaced or removed since the ETag"},
+                        400: {"model": Problem}})
     async def list_diagnoses(
+        request: Request,
         cluster: str | None = None, outcome: str | None = None, domain: str | None = None,
-        node: str | None = Query(None, description="a culprit node"), workload: str | None = None,
+        node: str | None = Query(None, description="a culprit node"),
+        workload: str | None = Query(None, description="a workload id, exactly"),
+        search: str | None = Query(None, max_length=200, description="a part of the workload id, any case"),
         since: str | None = Query(None, description="RFC 3339: attempts whose window ends after this"),
         until: str | None = Query(None, description="RFC 3339: attempts whose window starts before this"),
         limit: int = Query(100, ge=1, le=1000),
+        cursor: str | None = Query(None, max_length=400, description="`next_cursor` of the previous page"),
     ) -> Any:
+        etag = f'W/"{await run_in_threadpool(service.store.diagnoses_version)}"'
+        if request.headers.get("if-none-match") == etag:
+            return Response(status_code=304, headers={"ETag": etag})
         bounds: list[int | None] = []
         for name, text in (("since", since), ("until", until)):
             if text is None:
@@ -382,10 +410,20 @@ def diagnosis_routes(service: Attribution) -> APIRouter:
             if when is None:
                 return _problem(400, f"{name}: {text!r} is not an RFC 3339 time")
             bounds.append(int(when.timestamp() * 1e9))
+        try:
+            after = paging.decode(cursor) if cursor else None
+        except ValueError as exc:
+            return _problem(400, str(exc))
         flt = DiagnosisFilter(cluster=cluster, outcome=outcome, domain=domain, node=node, workload=workload,
-                              since_ns=bounds[0], until_ns=bounds[1], limit=limit)
+                              search=search or None, since_ns=bounds[0], until_ns=bounds[1],
+                              limit=min(limit + 1, 1000), after=after)
         rows = await run_in_threadpool(service.diagnoses, flt)
-        return DiagnosisList(diagnoses=[_summary(r) for r in rows])
+        total = await run_in_threadpool(service.store.count_diagnoses, flt)
+        more = len(rows) > limit or (limit == 1000 and len(rows) == limit)
+        rows = rows[:limit]
+        body = DiagnosisList(diagnoses=[_summary(r) for r in rows], total=total,
+                             next_cursor=paging.encode(rows[-1]) if more and rows else None)
+        return JSONResponse(body.model_dump(mode="json"), headers={"ETag": etag, "Cache-Control": "no-cache"})
 
     @router.get("/v1/diagnoses/{diagnosis_id}", tags=["diagnoses"],
              responses={200: {"model": Diagnosis}, 404: {"model": Problem}})

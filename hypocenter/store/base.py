@@ -108,6 +108,8 @@ class DiagnosisFilter:
     since_ns: int | None = None      # the attempt's window overlaps [since, until]
     until_ns: int | None = None
     limit: int = 100
+    search: str | None = None        # a case-insensitive substring of the workload id
+    after: tuple[int | None, str] | None = None  # keyset paging: rows after this (window_end_ns, id)
 
 
 @dataclass(slots=True)
@@ -164,6 +166,8 @@ class DiagnosisRow:
     created: float
     body: str
     nodes: list[str] = field(default_factory=list)
+    window_start_ns: int | None = None
+    window_end_ns: int | None = None
     revision: int = 1
     provenance: dict[str, Any] | None = None
 
@@ -216,6 +220,8 @@ class DiagnosisStore(Protocol):
     def get_diagnosis(self, diagnosis_id: str) -> DiagnosisRow | None: ...
     def diagnosis_revisions(self, diagnosis_id: str) -> list[RevisionRow]: ...
     def list_diagnoses(self, flt: DiagnosisFilter) -> list[DiagnosisRow]: ...
+    def count_diagnoses(self, flt: DiagnosisFilter) -> int: ...
+    def diagnoses_version(self) -> str: ...
     def diagnosis_facts(self, since: float) -> list[DiagnosisFacts]: ...
 
 

@@ -149,4 +149,12 @@ MIGRATIONS: tuple[str, ...] = (
         '{"source": "unknown"}', body FROM diagnoses;
     UPDATE diagnoses SET provenance = '{"source": "unknown"}';
     """,
+    # 8: the diagnosis list (web UI) pages newest first without sorting the table, and filters and counts
+    # from this index alone, not from rows that carry whole bodies; storing a diagnosis finds the one it
+    # replaces by attempt without a scan
+    """
+    CREATE INDEX diagnoses_list ON diagnoses (window_end_ns DESC, id, outcome, domain, cluster, workload,
+                                              window_start_ns, provisional);
+    CREATE INDEX diagnoses_attempt ON diagnoses (attempt_id);
+    """,
 )

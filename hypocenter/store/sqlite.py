@@ -390,6 +390,7 @@ class SQLiteStore:
         return DiagnosisRow(id=r["id"], workload=r["workload"], attempt=r["attempt"], cluster=r["cluster"],
                             outcome=r["outcome"], domain=r["domain"], subdomain=r["subdomain"],
                             provisional=bool(r["provisional"]), created=r["created"], body=r["body"], nodes=nodes,
+                            window_start_ns=r["window_start_ns"], window_end_ns=r["window_end_ns"],
                             revision=int(r["revision"]), provenance=json.loads(r["provenance"]) if r["provenance"] else None)
 
     def get_diagnosis(self, diagnosis_id: str) -> DiagnosisRow | None:
@@ -410,6 +411,34 @@ class SQLiteStore:
                                     (owner[0]["workload"], owner[0]["attempt"]))]
 
     def list_diagnoses(self, flt: DiagnosisFilter) -> list[DiagnosisRow]:
+        """Newest window end first, then by id; `flt.after` continues a page where the last one ended."""
+        where, args = self._diagnosis_where(flt)
+        if flt.after is not None:
+            end, last = flt.after
+            if end is None:  # NULL windows sort last (PostgreSQL's order is made to agree)
+                where.append("(window_end_ns IS NULL AND id > ?)")
+                args.append(last)
+            else:
+                where.append("(window_end_ns < ? OR (window_end_ns = ? AND id > ?) OR window_end_ns IS NULL)")
+                args.extend((end, end, last))
+        sql = "SELECT * FROM diagnoses" + (" WHERE " + " AND ".join(where) if where else "")
+        sql += " ORDER BY window_end_ns DESC, id LIMIT ?"
+        args.append(max(1, min(flt.limit, 1000)))
+        return [self._diag(r) for r in self._rows(sql, args)]
+
+    def count_diagnoses(self, flt: DiagnosisFilter) -> int:
+        """How many diagnoses match the filter (paging and `limit` aside)."""
+        where, args = self._diagnosis_where(flt)
+        sql = "SELECT COUNT(*) FROM diagnoses" + (" WHERE " + " AND ".join(where) if where else "")
+        return int(self._rows(sql, args)[0][0])
+
+    def diagnoses_version(self) -> str:
+        """Changes whenever a diagnosis is stored, replaced or removed: an ETag for diagnosis lists."""
+        r = self._rows("SELECT COUNT(*), MAX(created) FROM diagnoses")[0]
+        return f"{int(r[0])}-{float(r[1] or 0):.6f}"
+
+    @staticmethod
+    def _diagnosis_where(flt: DiagnosisFilter) -> tuple[list[str], list[Any]]:
         where: list[str] = []
         args: list[Any] = []
         for column, value in (("cluster", flt.cluster), ("outcome", flt.outcome), ("domain", flt.domain),
@@ -417,6 +446,12 @@ class SQLiteStore:
             if value is not None:
                 where.append(f"{column}=?")
                 args.append(value)
+        if flt.search:
+            # LIKE with the pattern's own wildcards escaped; lower() on both sides because SQLite's
+            # LIKE ignores ASCII case and PostgreSQL's does not
+            pattern = flt.search.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+            where.append("lower(workload) LIKE lower(?) ESCAPE '\\'")
+            args.append(f"%{pattern}%")
         if flt.node is not None:
             where.append("id IN (SELECT diagnosis_id FROM diagnosis_nodes WHERE node=? AND role='culprit')")
             args.append(flt.node)
@@ -426,10 +461,7 @@ class SQLiteStore:
         if flt.until_ns is not None:
             where.append("COALESCE(window_start_ns, 0) <= ?")
             args.append(flt.until_ns)
-        sql = "SELECT * FROM diagnoses" + (" WHERE " + " AND ".join(where) if where else "")
-        sql += " ORDER BY window_end_ns DESC, id LIMIT ?"
-        args.append(max(1, min(flt.limit, 1000)))
-        return [self._diag(r) for r in self._rows(sql, args)]
+        return where, args
 
     # ----------------------------------------------------------------------------------- retention
 
