@@ -30,6 +30,7 @@ from typing import Any, TypeVar
 import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from hypocenter.api.quarantine import AnalysisFailed
 from hypocenter.api.service import Attribution, UnknownAttempt
 from hypocenter.api.v1 import attribution_pb2 as pb
 from hypocenter.api.v1 import attribution_pb2_grpc as pb_grpc
@@ -107,6 +108,8 @@ class AttributionGrpc(pb_grpc.AttributionServicer):
             context.abort(grpc.StatusCode.NOT_FOUND, str(exc))
         except TransientError as exc:
             context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
+        except AnalysisFailed as exc:  # quarantined: the reason stays readable (api/quarantine.py)
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
         except InputError as exc:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         body = diagnosis.to_json()  # what REST's analyze returns

@@ -39,6 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from starlette.concurrency import run_in_threadpool
 
 from hypocenter import __version__, strict_yaml
+from hypocenter.api.quarantine import AnalysisFailed
 from hypocenter.api.service import Attribution, Backpressure, UnknownAttempt
 from hypocenter.collector import otlp
 from hypocenter.collector.attempts import parse_time
@@ -79,6 +80,21 @@ class AttemptInfo(BaseModel):
     analyzed_at: str | None
     log_records: int
     metric_points: int
+    failure: str | None = Field(None, description="why its last analysis failed: quarantined, not analysed again "
+                                "until new data arrives or it is asked for (null when it did not fail)")
+    failed_at: str | None = None
+
+
+class FailedAttempt(BaseModel):
+    workload: str
+    attempt: int
+    failure: str
+    failed_at: str | None
+    url: str
+
+
+class FailedAttemptList(BaseModel):
+    failures: list[FailedAttempt]
 
 
 class ScopeRequest(BaseModel):
@@ -163,8 +179,8 @@ def build_app(service: Attribution, ready: Callable[[], bool] = lambda: True) ->
         try:
             media = otlp.media_type(request.headers.get("content-type"))
             raw = await _read_body(request, limit)
-            body = await run_in_threadpool(otlp.decompress, raw, request.headers.get("content-encoding"), limit)
-            tagged, warnings = await run_in_threadpool(otlp.receive, signal, body, media)
+            tagged, warnings = await run_in_threadpool(otlp.receive_bounded, signal, raw,
+                                                       request.headers.get("content-encoding"), media, limit)
             logs, points = (tagged.accepted, []) if signal == "logs" else ([], tagged.accepted)
             await asyncio.wrap_future(service.queue.submit(logs, points))
         except otlp.UnsupportedMediaType as exc:
@@ -219,16 +235,27 @@ def build_app(service: Attribution, ready: Callable[[], bool] = lambda: True) ->
         points = await run_in_threadpool(service.store.attempt_points, row.id)
         return AttemptInfo(workload=row.workload, attempt=row.attempt, nodes=row.nodes, scope=row.scope,
                            context=row.context, dirty=row.dirty, analyzed_at=_iso(row.analyzed_at),
-                           log_records=len(logs), metric_points=len(points))
+                           log_records=len(logs), metric_points=len(points), failure=row.failure,
+                           failed_at=_iso(row.failed_at))
+
+    @app.get("/v1/failures", tags=["attempts"], response_model=FailedAttemptList,
+             summary="Attempts whose analysis failed (quarantined), newest first")
+    async def list_failures(limit: int = Query(100, ge=1, le=1000)) -> Any:
+        rows = await run_in_threadpool(service.store.failed_attempts, limit)
+        return FailedAttemptList(failures=[
+            FailedAttempt(workload=r.workload, attempt=r.attempt, failure=r.failure or "", failed_at=_iso(r.failed_at),
+                          url=f"/v1/attempts/{r.workload}/{r.attempt}") for r in rows])
 
     @app.post("/v1/attempts/{workload:path}/{attempt}/analyze", tags=["attempts"],
               summary="Analyse the attempt now and return its diagnosis",
-              responses={200: {"model": Diagnosis}, 404: {"model": Problem}})
+              responses={200: {"model": Diagnosis}, 404: {"model": Problem}, 422: {"model": Problem}})
     async def analyze(workload: str, attempt: int) -> Response:
         try:
             diagnosis, provisional = await run_in_threadpool(service.analyze, workload, attempt)
         except UnknownAttempt as exc:
             return _problem(404, str(exc))
+        except AnalysisFailed as exc:
+            return _problem(422, str(exc))
         return Response(diagnosis.to_json(), media_type=JSON,
                         headers={"X-Hypocenter-Provisional": str(provisional).lower()})
 

@@ -36,6 +36,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from grpc_status import rpc_status
 
+from hypocenter import limits
 from hypocenter.api.attribution_grpc import SERVICE_NAME, AttributionGrpc
 from hypocenter.api.http import build_app
 from hypocenter.api.service import Attribution, Backpressure
@@ -74,7 +75,8 @@ class OTLPGrpc:
 
     def _export(self, signal: str, raw: bytes, context: grpc.ServicerContext) -> bytes:
         try:
-            tagged, warnings = otlp.receive(signal, raw, otlp.PROTOBUF_TYPES[0])
+            tagged, warnings = otlp.receive_bounded(signal, raw, None, otlp.PROTOBUF_TYPES[0],
+                                                    self.service.settings.max_message_bytes)
             logs, points = (tagged.accepted, []) if signal == "logs" else ([], tagged.accepted)
             self.service.queue.submit(logs, points).result(timeout=self._commit_wait(context))
         except Backpressure as exc:
@@ -89,6 +91,9 @@ class OTLPGrpc:
             self.service.activity.refused(signal, "otlp_grpc", "store_unavailable")
             self._abort_unavailable(context, str(exc), self.service.settings.retry_after_s)
             raise AssertionError("unreachable") from None
+        except (otlp.MessageTooLarge, limits.LimitExceeded) as exc:
+            self.service.activity.refused(signal, "otlp_grpc", "too_large")
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
         except InputError as exc:
             self.service.activity.refused(signal, "otlp_grpc", "malformed")
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
@@ -113,6 +118,7 @@ class Server:
 
     def __init__(self, settings: Settings, store: Store | None = None) -> None:
         self.settings = settings
+        limits.configure(limits.Limits.from_settings(settings))
         self.store = store if store is not None else open_store(settings.store)
         self.service = Attribution(settings, self.store)
         self.outputs = Outputs(settings, self.store, self.service)  # /metrics; the Loki / Grafana outbox

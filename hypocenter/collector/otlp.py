@@ -53,7 +53,8 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
 )
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 
-from hypocenter.errors import InputError
+from hypocenter import limits
+from hypocenter.errors import InputError, TransientError
 
 MAX_MESSAGE_BYTES = 64 << 20  # the size OTLP v1.11 recommends, enforced after decompression too
 
@@ -439,9 +440,36 @@ def receive(signal: str, body: bytes, content_type: str) -> tuple[Tagged, list[s
     """An export request of `signal` ("logs" | "metrics") decoded and tagged, with the decoding warnings."""
     if signal == "logs":
         logs, warnings = decode_logs(body, content_type)
+        _check_count("log records", sum(len(sl.log_records) for rl in logs.resource_logs for sl in rl.scope_logs))
         return log_entries(logs), warnings
     metrics, warnings = decode_metrics(body, content_type)
+    _check_count("metric data points", sum(_count_points(m, m.WhichOneof("data")) for rm in metrics.resource_metrics
+                                           for sm in rm.scope_metrics for m in sm.metrics))
     return metric_entries(metrics), warnings
+
+
+class DecoderBusy(TransientError):
+    """Every decode slot (max_concurrent_decodes) stayed taken: UNAVAILABLE / 503, retry later."""
+
+
+def receive_bounded(signal: str, raw: bytes, encoding: str | None, content_type: str, limit: int,
+                    wait_s: float = 30.0) -> tuple[Tagged, list[str]]:
+    """`decompress` then `receive`, holding one of the max_concurrent_decodes slots: however many
+    requests arrive at once, only that many are ever expanded in memory together."""
+    try:
+        with limits.decode_slot(wait_s):
+            return receive(signal, decompress(raw, encoding, limit), content_type)
+    except TimeoutError as exc:
+        raise DecoderBusy(f"server busy decoding other requests ({exc}): retry later") from None
+
+
+def _check_count(what: str, count: int) -> None:
+    """Refuse a request with more records than max_records_per_request before tagging expands them
+    into Python objects (hypocenter/limits.py): MessageTooLarge, so 413 / RESOURCE_EXHAUSTED."""
+    bound = limits.active().max_records_per_request
+    if count > bound:
+        raise MessageTooLarge(f"request holds {count:,} {what}, over the limit of {bound:,} per request "
+                              "(setting max_records_per_request): send smaller batches")
 
 
 def export_response(signal: str, tagged: Tagged, warnings: Iterable[str] = ()) -> Message:

@@ -151,6 +151,15 @@ MIGRATIONS: tuple[str, ...] = (
     """
     CREATE INDEX log_entries_tombstones ON log_entries (received) WHERE compacted = 2;
     """,
+    # 7: poison attempts are quarantined (api/quarantine.py): an analysis that failed, or that the
+    # process died in twice, is recorded with its reason and not retried until new data arrives
+    """
+    ALTER TABLE attempts ADD COLUMN failure TEXT;            -- why its last analysis failed, NULL once one succeeds
+    ALTER TABLE attempts ADD COLUMN failed_at REAL;
+    ALTER TABLE attempts ADD COLUMN analysing_since REAL;    -- set while an analysis runs (found set at start: died in it)
+    ALTER TABLE attempts ADD COLUMN interrupted INTEGER NOT NULL DEFAULT 0;  -- analyses in a row the process died in
+    CREATE INDEX attempts_failed ON attempts (failed_at) WHERE failure IS NOT NULL;
+    """,
 )
 
 
@@ -179,6 +188,8 @@ class AttemptRow:
     activity: float
     dirty: bool
     analyzed_at: float | None
+    failure: str | None = None        # why its last analysis failed (quarantined), None when it did not
+    failed_at: float | None = None
 
 
 @dataclass(slots=True)
@@ -296,6 +307,11 @@ class Store(Protocol):
     def sweep(self, now: float, retention: Retention) -> int: ...
     def stats(self) -> dict[str, int]: ...
     def close(self) -> None: ...
+    # poison attempts (api/quarantine.py)
+    def mark_analysing(self, attempt_id: int, since: float | None) -> None: ...
+    def fail_analysis(self, attempt_id: int, reason: str, now: float, analyzed_from: float) -> None: ...
+    def recover_interrupted(self, now: float, quarantine_after: int) -> list[AttemptRow]: ...
+    def failed_attempts(self, limit: int) -> list[AttemptRow]: ...
     # the outbox (exporter/outbox.py) and /metrics (exporter/prometheus.py)
     exporters: tuple[str, ...]
     def claim_exports(self, exporter: str, now: float, limit: int, lease_s: float) -> list[PendingExport]: ...
@@ -480,7 +496,8 @@ class SQLiteStore:
         return AttemptRow(id=row["id"], workload=row["workload"], attempt=row["attempt"], scope=json.loads(row["scope"]),
                           context=json.loads(row["context"]) if row["context"] else None, nodes=nodes,
                           first_ns=row["first_ns"], last_ns=row["last_ns"], terminal_ns=row["terminal_ns"],
-                          activity=row["activity"], dirty=bool(row["dirty"]), analyzed_at=row["analyzed_at"])
+                          activity=row["activity"], dirty=bool(row["dirty"]), analyzed_at=row["analyzed_at"],
+                          failure=row["failure"], failed_at=row["failed_at"])
 
     def attempt(self, workload: str, attempt: int) -> AttemptRow | None:
         rows = self._rows("SELECT * FROM attempts WHERE workload=? AND attempt=?", (workload, attempt))
@@ -625,8 +642,46 @@ class SQLiteStore:
                            " ON CONFLICT (diagnosis_id, exporter) DO UPDATE SET created=excluded.created,"
                            " due=excluded.due, attempts=0, last_error=NULL",
                            [(summary["id"], name, now, now) for name in self.exporters])
-            db.execute("UPDATE attempts SET analyzed_at=?, dirty=CASE WHEN activity > ? THEN 1 ELSE 0 END WHERE id=?",
+            db.execute("UPDATE attempts SET analyzed_at=?, dirty=CASE WHEN activity > ? THEN 1 ELSE 0 END,"
+                       " failure=NULL, failed_at=NULL, analysing_since=NULL, interrupted=0 WHERE id=?",
                        (time.time(), analyzed_from, attempt_id))
+
+    # ----------------------------------------------------------------------------------- quarantine
+
+    def mark_analysing(self, attempt_id: int, since: float | None) -> None:
+        """Mark the attempt as being analysed since `since` (committed), so that a process that dies in
+        the analysis is noticed at the next start; None clears the mark."""
+        with self._tx() as db:
+            db.execute("UPDATE attempts SET analysing_since=? WHERE id=?", (since, attempt_id))
+
+    def fail_analysis(self, attempt_id: int, reason: str, now: float, analyzed_from: float) -> None:
+        """Record why the analysis failed; the attempt is not due again unless data arrived after
+        `analyzed_from` (the wall time the analysis read the store)."""
+        with self._tx() as db:
+            db.execute("UPDATE attempts SET failure=?, failed_at=?, analysing_since=NULL, interrupted=0,"
+                       " dirty=CASE WHEN activity > ? THEN 1 ELSE 0 END WHERE id=?",
+                       (reason, now, analyzed_from, attempt_id))
+
+    def recover_interrupted(self, now: float, quarantine_after: int) -> list[AttemptRow]:
+        """At start: attempts whose analysis a previous process died in. Each is counted; one that
+        has now been interrupted `quarantine_after` times in a row is failed (not due) with the
+        reason. Returns the attempts quarantined now."""
+        with self._tx() as db:
+            db.execute("UPDATE attempts SET interrupted=interrupted+1, analysing_since=NULL"
+                       " WHERE analysing_since IS NOT NULL")
+            ids = [r[0] for r in db.execute(
+                "SELECT id FROM attempts WHERE interrupted >= ? AND failure IS NULL", (quarantine_after,)).fetchall()]
+            for aid in ids:
+                db.execute("UPDATE attempts SET failure=?, failed_at=?, dirty=0, interrupted=0 WHERE id=?",
+                           (f"the server stopped during the analysis of this attempt {quarantine_after} times in a "
+                            "row (out of memory or killed): not analysed again until new data arrives or it is "
+                            "asked for", now, aid))
+        return [self._attempt_row(r) for aid in ids for r in self._rows("SELECT * FROM attempts WHERE id=?", (aid,))]
+
+    def failed_attempts(self, limit: int) -> list[AttemptRow]:
+        """Attempts whose last analysis failed, newest failure first."""
+        return [self._attempt_row(r) for r in self._rows(
+            "SELECT * FROM attempts WHERE failure IS NOT NULL ORDER BY failed_at DESC, id LIMIT ?", (limit,))]
 
     def _diag(self, r: sqlite3.Row) -> DiagnosisRow:
         nodes = [x[0] for x in self._rows(
@@ -700,6 +755,7 @@ class SQLiteStore:
         # awaiting a verdict: never analysed, or data arrived since the last analysis
         out["attempts_open"] = int(self._rows(
             "SELECT COUNT(*) FROM attempts WHERE dirty=1 OR analyzed_at IS NULL")[0][0])
+        out["attempts_failed"] = int(self._rows("SELECT COUNT(*) FROM attempts WHERE failure IS NOT NULL")[0][0])
         return out
 
     # ----------------------------------------------------------------------------------- outbox
