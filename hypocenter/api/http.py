@@ -22,12 +22,8 @@ REST (/v1, documented in /openapi.json and /docs):
 from __future__ import annotations
 
 import asyncio
-import io
-import tarfile
-import tempfile
 from collections.abc import Callable
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Query, Request
@@ -42,10 +38,11 @@ from hypocenter import __version__, strict_yaml
 from hypocenter.api.quarantine import AnalysisFailed
 from hypocenter.api.service import Attribution, Backpressure, UnknownAttempt
 from hypocenter.collector import otlp
+from hypocenter.collector.archive import load_archive_bundle
 from hypocenter.collector.attempts import parse_time
-from hypocenter.collector.bundle import load_context
-from hypocenter.errors import BundleError, InputError, TransientError
+from hypocenter.errors import InputError, TransientError
 from hypocenter.exporter.store import DiagnosisFilter, DiagnosisRow
+from hypocenter.limits import LimitExceeded
 from hypocenter.model import AttemptContext, Diagnosis
 
 JSON = "application/json"
@@ -318,7 +315,7 @@ def build_app(service: Attribution, ready: Callable[[], bool] = lambda: True) ->
         try:
             raw = await _read_body(request, limit)
             diagnosis = await run_in_threadpool(_analyze_bundle, service, raw)
-        except otlp.MessageTooLarge as exc:
+        except (otlp.MessageTooLarge, LimitExceeded) as exc:
             return _problem(413, str(exc))
         except InputError as exc:
             return _problem(400, str(exc))
@@ -366,19 +363,10 @@ def _context_from(raw: bytes, workload: str, attempt: int) -> AttemptContext:
 
 
 def _analyze_bundle(service: Attribution, raw: bytes) -> Diagnosis:
-    with tempfile.TemporaryDirectory(prefix="hypocenter-bundle-") as tmp:
-        try:
-            with tarfile.open(fileobj=io.BytesIO(raw), mode="r:*") as tar:
-                tar.extractall(tmp, filter="data")
-        except (tarfile.TarError, OSError, EOFError) as exc:
-            raise InputError(f"not a readable tar.gz bundle: {exc}") from None
-        roots = sorted(p.parent for p in Path(tmp).rglob("attempt.yaml"))
-        if not roots:
-            raise BundleError("the archive holds no attempt.yaml (a bundle is a directory with attempt.yaml, logs/, …)")
-        root = min(roots, key=lambda p: len(p.parts))
-        context = load_context(root)
-        diagnosis = service.engine.analyze_bundle(root)
-    service.analyze_context(context, diagnosis)
+    # Read in memory under the upload bounds, never extracted to disk (collector/archive.py).
+    bundle = load_archive_bundle(raw)
+    diagnosis = service.engine.analyze(bundle.context, bundle.sources, bundle.coverage)
+    service.analyze_context(bundle.context, diagnosis)
     return diagnosis
 
 

@@ -32,6 +32,7 @@ from hypocenter.collector.metrics import MetricFormatError, parse_metrics
 from hypocenter.collector.scheduler_records import parse_scontrol, render
 from hypocenter.collector.sources import MetricSource, Record, RecordSource, Source, TextSource
 from hypocenter.errors import BundleError, InputError
+from hypocenter.limits import inflate
 from hypocenter.model import AttemptContext, Coverage
 
 JOB_DIR = "_job"
@@ -162,8 +163,15 @@ def read_text(path: Path) -> tuple[str | None, str, str | None]:
         return None, "failed", f"cannot read: {exc.strerror or exc}"
     gz = path.suffix.lower() == ".gz" or raw.startswith(b"\x1f\x8b")
     if gz:
+        # A file of an uploaded archive (collector/archive.py) decompresses within the upload's bounds.
+        inflate_limit = getattr(path, "inflate_limit", None)
         try:
-            raw = gzip.decompress(raw)
+            if inflate_limit is None:
+                raw = gzip.decompress(raw)
+            else:
+                raw = inflate(raw, wbits=16 + zlib.MAX_WBITS, limit=inflate_limit(), setting="bundle_max_bytes",
+                              what=f"gzip file {path.name!r} in the bundle")
+                path.spend(len(raw))  # type: ignore[attr-defined]
         except (OSError, EOFError, zlib.error) as exc:
             return None, "failed", f"corrupt gzip file: {_gzip_problem(exc)}"
     if not raw:
@@ -267,6 +275,9 @@ def _display(name: str) -> str:
 
 
 def _files(top: Path) -> list[Path]:
+    walk = getattr(top, "walk_files", None)  # an uploaded archive's directory, in memory (collector/archive.py)
+    if walk is not None:
+        return list(walk())
     out: list[Path] = []
     for dirpath, dirnames, filenames in os.walk(top):
         dirnames.sort()
@@ -285,7 +296,7 @@ def _not_a_directory(root: Path, name: str, connector: str, bundle: Bundle) -> b
 
 
 def load_bundle(root: Path) -> Bundle:
-    root = Path(root)
+    root = root if isinstance(root, Path) else Path(root)  # an ArchivePath stays one
     bundle = Bundle(root=root, context=load_context(root))
     read_data(bundle)
     return bundle
