@@ -54,6 +54,7 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 
 from hypocenter import limits
+from hypocenter.collector import otlp_wire
 from hypocenter.errors import InputError, TransientError
 
 MAX_MESSAGE_BYTES = 64 << 20  # the size OTLP v1.11 recommends, enforced after decompression too
@@ -438,13 +439,19 @@ def metric_entries(req: ExportMetricsServiceRequest) -> Tagged:
 
 def receive(signal: str, body: bytes, content_type: str) -> tuple[Tagged, list[str]]:
     """An export request of `signal` ("logs" | "metrics") decoded and tagged, with the decoding warnings."""
+    bound = limits.active().max_records_per_request
+    protobuf = media_type(content_type) in PROTOBUF_TYPES
     if signal == "logs":
+        if protobuf:  # counted on the wire first: decoding is what a hostile request makes expensive
+            _check_count("log records", otlp_wire.count_log_records(body, bound), bound)
         logs, warnings = decode_logs(body, content_type)
-        _check_count("log records", sum(len(sl.log_records) for rl in logs.resource_logs for sl in rl.scope_logs))
+        _check_count("log records", sum(len(sl.log_records) for rl in logs.resource_logs for sl in rl.scope_logs), bound)
         return log_entries(logs), warnings
+    if protobuf:
+        _check_count("metric data points", otlp_wire.count_data_points(body, bound), bound)
     metrics, warnings = decode_metrics(body, content_type)
     _check_count("metric data points", sum(_count_points(m, m.WhichOneof("data")) for rm in metrics.resource_metrics
-                                           for sm in rm.scope_metrics for m in sm.metrics))
+                                           for sm in rm.scope_metrics for m in sm.metrics), bound)
     return metric_entries(metrics), warnings
 
 
@@ -463,12 +470,11 @@ def receive_bounded(signal: str, raw: bytes, encoding: str | None, content_type:
         raise DecoderBusy(f"server busy decoding other requests ({exc}): retry later") from None
 
 
-def _check_count(what: str, count: int) -> None:
-    """Refuse a request with more records than max_records_per_request before tagging expands them
-    into Python objects (hypocenter/limits.py): MessageTooLarge, so 413 / RESOURCE_EXHAUSTED."""
-    bound = limits.active().max_records_per_request
+def _check_count(what: str, count: int, bound: int) -> None:
+    """Refuse a request with more records than max_records_per_request before they are decoded or
+    tagged (hypocenter/limits.py): MessageTooLarge, so 413 / RESOURCE_EXHAUSTED."""
     if count > bound:
-        raise MessageTooLarge(f"request holds {count:,} {what}, over the limit of {bound:,} per request "
+        raise MessageTooLarge(f"request holds more than {bound:,} {what}, the limit per request "
                               "(setting max_records_per_request): send smaller batches")
 
 
