@@ -42,7 +42,8 @@ class Settings(BaseSettings):
     store: str = Field("hypocenter.db", description="SQLite file path (or sqlite:///path; created if missing), or "
                        "postgresql://user:password@host:port/database (needs hypocenter[postgresql])")
     store_synchronous: Literal["NORMAL", "FULL", "EXTRA"] = Field(
-        "FULL", description="SQLite synchronous mode: FULL survives power loss, NORMAL only process crashes")
+        "FULL", description="SQLite synchronous mode: FULL survives power loss, NORMAL only process crashes "
+        "(PostgreSQL: not used, its commits are durable)")
     max_message_bytes: int = Field(64 << 20, ge=1024, description="largest OTLP request, after decompression")
     # Bounds on what input expands to (hypocenter/limits.py; docs/security.md "Bounded input").
     max_records_per_request: int = Field(

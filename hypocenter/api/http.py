@@ -211,12 +211,16 @@ def build_app(service: Attribution, ready: Callable[[], bool] = lambda: True) ->
 
     @app.put("/v1/attempts/{workload:path}/{attempt}", tags=["attempts"], status_code=200,
              summary="Set an attempt's scope from an attempt.yaml (YAML or JSON body)",
-             responses={400: {"model": Problem}, 413: {"model": Problem}})
+             responses={400: {"model": Problem}, 413: {"model": Problem}, 422: {"model": Problem}})
     async def put_attempt(workload: str, attempt: int, request: Request) -> Response:
         try:
-            ctx = _context_from(await _read_body(request, 1 << 20), workload, attempt)
+            raw = await _read_body(request, 1 << 20)
+            # YAML parsing and the scope's checks run off the event loop: other requests never wait on them.
+            ctx = await run_in_threadpool(_context_from, raw, workload, attempt)
         except otlp.MessageTooLarge as exc:
             return _problem(413, str(exc))
+        except LimitExceeded as exc:
+            return _problem(422, str(exc))
         except InputError as exc:
             return _problem(400, str(exc))
         await run_in_threadpool(service.set_context, ctx)

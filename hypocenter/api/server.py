@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import signal
 import socket
 import sys
 import threading
@@ -39,6 +40,7 @@ from grpc_status import rpc_status
 from hypocenter import limits
 from hypocenter.api.attribution_grpc import SERVICE_NAME, AttributionGrpc
 from hypocenter.api.http import build_app
+from hypocenter.api.logfmt import SafeFormatter
 from hypocenter.api.service import Attribution, Backpressure
 from hypocenter.api.v1 import attribution_pb2_grpc
 from hypocenter.collector import otlp
@@ -119,7 +121,7 @@ class Server:
     def __init__(self, settings: Settings, store: Store | None = None) -> None:
         self.settings = settings
         limits.configure(limits.Limits.from_settings(settings))
-        self.store = store if store is not None else open_store(settings.store)
+        self.store = store if store is not None else open_store(settings.store, synchronous=settings.store_synchronous)
         self.service = Attribution(settings, self.store)
         self.outputs = Outputs(settings, self.store, self.service)  # /metrics; the Loki / Grafana outbox
         self.grpc_server: grpc.Server | None = None
@@ -209,9 +211,13 @@ class Server:
 
 
 def run(settings: Settings) -> int:
-    logging.basicConfig(level=settings.log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(SafeFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=settings.log_level.upper(), handlers=[handler])
     server = Server(settings)
+    # SIGTERM stops the server like Ctrl-C, and the store is closed: uvicorn hands a SIGTERM it caught
+    # back to the handler that was installed before it, which by default ends the process at once.
+    signal.signal(signal.SIGTERM, lambda signum, frame: server.shutdown())
     try:
         server.start_grpc()
         asyncio.run(server.serve())

@@ -441,7 +441,7 @@ def documents(text: str) -> list[object]:
                         raise ValueError(f"invalid JSON at line {first.lineno}: {first.msg}") from None
             return docs
     try:
-        return [d for d in yaml.safe_load_all(text) if d is not None]
+        return [d for d in yaml.load_all(text, Loader=strict_yaml.DataLoader) if d is not None]
     except RecursionError:
         raise ValueError("invalid YAML: nested too deeply") from None
     except yaml.YAMLError as exc:

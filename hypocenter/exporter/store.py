@@ -321,14 +321,15 @@ class Store(Protocol):
     def diagnosis_facts(self, since: float) -> list[DiagnosisFacts]: ...
 
 
-def open_store(url: str) -> SQLiteStore:
-    """`sqlite:///path/file.db`, `sqlite://:memory:`, a plain path, or `postgresql://…` (exporter/postgres.py)."""
+def open_store(url: str, *, synchronous: str = "FULL") -> SQLiteStore:
+    """`sqlite:///path/file.db`, `sqlite://:memory:`, a plain path, or `postgresql://…` (exporter/postgres.py).
+    `synchronous` is SQLite's (setting store_synchronous); PostgreSQL commits durably whatever it says."""
     if url.startswith(("postgres://", "postgresql://")):
         from hypocenter.exporter.postgres import PostgresStore
 
         return PostgresStore(url)
     path = url.removeprefix("sqlite:///").removeprefix("sqlite://")
-    return SQLiteStore(path)
+    return SQLiteStore(path, synchronous=synchronous)
 
 
 class SQLiteStore:
