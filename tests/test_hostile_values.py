@@ -97,3 +97,58 @@ def test_a_put_with_a_huge_rank_map_is_422_and_the_server_stays_responsive(tmp_p
             assert client.get("/healthz").status_code == 200
     finally:
         server.stop()
+
+
+def test_a_hostlist_of_many_ranges_is_refused_at_the_node_bound() -> None:
+    from hypocenter.collector.hostlist import HostlistTooLarge, expand_hostlist
+
+    text = ",".join(f"rack{i}-n[0-60000]" for i in range(30))  # 1.8 million hosts, each range in bounds
+    with pytest.raises(HostlistTooLarge, match="max_nodes_per_attempt"):
+        expand_hostlist(text)
+    assert expand_hostlist("n[01-03],bad[") == ["n01", "n02", "n03", "bad["]  # malformed parts still kept
+
+
+def test_records_per_request_are_bounded_on_both_otlp_transports(tmp_path: Path) -> None:
+    import grpc
+    from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+
+    req = ExportLogsServiceRequest()
+    rl = req.resource_logs.add()
+    rl.resource.attributes.add(key="host.name").value.string_value = "n1"
+    sl = rl.scope_logs.add()
+    for i in range(11):
+        sl.log_records.add(time_unix_nano=1_793_000_000_000_000_000 + i).body.string_value = f"line {i}"
+    server = ServerProcess(tmp_path / "h.db", "--max-records-per-request", "10").start()
+    try:
+        with server.client() as client:
+            r = client.post("/v1/logs", content=req.SerializeToString(),
+                            headers={"Content-Type": "application/x-protobuf"})
+            assert r.status_code == 413, r.text
+            del sl.log_records[-1]
+            r = client.post("/v1/logs", content=req.SerializeToString(),
+                            headers={"Content-Type": "application/x-protobuf"})
+            assert r.status_code == 200, r.text
+        sl.log_records.add().body.string_value = "one too many"
+        with grpc.insecure_channel(server.grpc) as channel:
+            export = channel.unary_unary("/opentelemetry.proto.collector.logs.v1.LogsService/Export")
+            with pytest.raises(grpc.RpcError) as err:
+                export(req.SerializeToString(), timeout=30)
+            assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED  # type: ignore[attr-defined]
+            assert "max_records_per_request" in err.value.details()  # type: ignore[attr-defined]
+    finally:
+        server.stop()
+
+
+def test_decodes_beyond_the_concurrency_bound_wait_then_are_told_to_retry() -> None:
+    from hypocenter import limits
+    from hypocenter.collector import otlp
+
+    before = limits.active()
+    limits.configure(limits.Limits(max_concurrent_decodes=1))
+    try:
+        with limits.decode_slot(1.0), pytest.raises(otlp.DecoderBusy, match="retry later"):
+            otlp.receive_bounded("logs", b"", None, "application/x-protobuf", 1 << 20, wait_s=0.2)
+        tagged, _ = otlp.receive_bounded("logs", b"", None, "application/x-protobuf", 1 << 20, wait_s=0.2)
+        assert tagged.accepted == []
+    finally:
+        limits.configure(before)
