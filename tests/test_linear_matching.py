@@ -19,7 +19,7 @@ ENGINE = default_engine()
 # line that made it backtrack: the rule's token, then a 1 MiB run its leading repeat can swallow.
 QUADRATIC = {
     "oom-killer": "out of memory: Killed" + "/" * MIB,
-    "k8s-record": "k8s pod " + "1" * MIB,
+    "k8s-record": "1" * MIB + " k8s pod ",  # anchored: the run of word characters must come first
     "lustre-connection-lost": "Request sent has timed out" + "1" * MIB,
     "watchdog-progress": "last enqueued" + "a b" * (MIB // 3),
     "progress-line": "iteration" + "1" * MIB,
