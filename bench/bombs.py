@@ -2,8 +2,8 @@
 
 Starts `hypocenter serve` (the checkout on PYTHONPATH) on loopback ports, measures its resident
 memory at rest, then sends OTLP log requests whose gzip body (~5 MiB) expands to just under the
-64 MiB message limit as millions of tiny records: over OTLP/HTTP (Content-Encoding: gzip) and over
-OTLP/gRPC with grpc's own gzip compression, `--parallel` at once. Prints the answers and the
+64 MiB message limit as millions of tiny records: over OTLP/HTTP (Content-Encoding: gzip), over
+OTLP/gRPC with grpc's own gzip compression, and as OTLP/JSON (`[{},{},…]`), `--parallel` at once. Prints the answers and the
 server's peak resident memory (VmHWM) beside its memory at rest: the figure to compare between
 versions. The server must stay up and answer /healthz afterwards.
 """
@@ -61,7 +61,7 @@ def _rss_kib(pid: int) -> int:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--parallel", type=int, default=6)
-    ap.add_argument("--transport", choices=("http", "grpc", "both"), default="both")
+    ap.add_argument("--transport", choices=("http", "grpc", "json", "all"), default="all")
     args = ap.parse_args(argv)
     raw = bomb()
     body = gzip.compress(raw, 6)
@@ -84,6 +84,15 @@ def main(argv: list[str] | None = None) -> int:
                     "Content-Type": "application/x-protobuf", "Content-Encoding": "gzip"})
                 answers.append(f"http {r.status_code}")
 
+            json_body = gzip.compress(b'{"resourceLogs":[{"resource":{"attributes":[{"key":"host.name","value":'
+                                      b'{"stringValue":"n1"}}]},"scopeLogs":[{"logRecords":['
+                                      + b",".join([b"{}"] * (len(raw) // 3)) + b"]}]}]}", 6)
+
+            def via_json(_: int) -> None:
+                r = httpx.post(f"http://{addr['http']}/v1/logs", content=json_body, timeout=300, headers={
+                    "Content-Type": "application/json", "Content-Encoding": "gzip"})
+                answers.append(f"json {r.status_code}")
+
             def via_grpc(_: int) -> None:
                 with grpc.insecure_channel(addr["grpc"], options=[("grpc.max_send_message_length", 128 << 20)]) as ch:
                     call = ch.unary_unary(LOGS)
@@ -93,8 +102,8 @@ def main(argv: list[str] | None = None) -> int:
                     except grpc.RpcError as exc:
                         answers.append(f"grpc {exc.code().name}")  # type: ignore[attr-defined]
 
-            for name, fn in (("http", via_http), ("grpc", via_grpc)):
-                if args.transport not in (name, "both"):
+            for name, fn in (("http", via_http), ("grpc", via_grpc), ("json", via_json)):
+                if args.transport not in (name, "all"):
                     continue
                 with ThreadPoolExecutor(args.parallel) as pool:
                     list(pool.map(fn, range(args.parallel)))

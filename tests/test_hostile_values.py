@@ -128,6 +128,10 @@ def test_records_per_request_are_bounded_on_both_otlp_transports(tmp_path: Path)
             r = client.post("/v1/logs", content=req.SerializeToString(),
                             headers={"Content-Type": "application/x-protobuf"})
             assert r.status_code == 200, r.text
+            empties = b",".join([b"{}"] * 700)  # 700 empty records: refused before json.loads builds them
+            r = client.post("/v1/logs", content=b'{"resourceLogs":[{"scopeLogs":[{"logRecords":[' + empties + b"]}]}]}",
+                            headers={"Content-Type": "application/json"})
+            assert r.status_code == 413 and "OTLP/JSON body holds" in r.text, r.text
         sl.log_records.add().body.string_value = "one too many"
         with grpc.insecure_channel(server.grpc) as channel:
             export = channel.unary_unary("/opentelemetry.proto.collector.logs.v1.LogsService/Export")

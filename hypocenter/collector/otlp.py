@@ -441,6 +441,8 @@ def receive(signal: str, body: bytes, content_type: str) -> tuple[Tagged, list[s
     """An export request of `signal` ("logs" | "metrics") decoded and tagged, with the decoding warnings."""
     bound = limits.active().max_records_per_request
     protobuf = media_type(content_type) in PROTOBUF_TYPES
+    if not protobuf:
+        _check_json_values(body, bound)
     if signal == "logs":
         if protobuf:  # counted on the wire first: decoding is what a hostile request makes expensive
             _check_count("log records", otlp_wire.count_log_records(body, bound), bound)
@@ -468,6 +470,22 @@ def receive_bounded(signal: str, raw: bytes, encoding: str | None, content_type:
             return receive(signal, decompress(raw, encoding, limit), content_type)
     except TimeoutError as exc:
         raise DecoderBusy(f"server busy decoding other requests ({exc}): retry later") from None
+
+
+# OTLP/JSON values per record allowed before parsing: a record with a dozen attributes has ~40.
+JSON_VALUES_PER_RECORD = 64
+
+
+def _check_json_values(body: bytes, bound: int) -> None:
+    """Refuse OTLP/JSON that would parse into more values than `bound` records can hold. `json.loads`
+    builds every value before anything can be counted, and `[{},{},…]` costs ~100 bytes of memory
+    per 3 bytes of body; a value after the first in a container needs a comma, so commas and
+    brackets bound the values from above (string contents only make the bound looser)."""
+    values = body.count(b",") + body.count(b"{") + body.count(b"[")
+    if values > bound * JSON_VALUES_PER_RECORD:
+        raise MessageTooLarge(f"OTLP/JSON body holds up to {values:,} values, more than {JSON_VALUES_PER_RECORD} for each "
+                              f"of the {bound:,} records allowed per request (setting max_records_per_request): "
+                              "send smaller batches")
 
 
 def _check_count(what: str, count: int, bound: int) -> None:
