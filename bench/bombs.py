@@ -79,19 +79,23 @@ def main(argv: list[str] | None = None) -> int:
             print(f"server at rest: {rest / 1024:.0f} MiB resident")
             answers: list[str] = []
 
+            def post(kind: str, content: bytes, media: str) -> None:
+                try:
+                    r = httpx.post(f"http://{addr['http']}/v1/logs", content=content, timeout=300, headers={
+                        "Content-Type": media, "Content-Encoding": "gzip"})
+                    answers.append(f"{kind} {r.status_code}")
+                except httpx.TimeoutException:
+                    answers.append(f"{kind}: no answer within 300 s")
+
             def via_http(_: int) -> None:
-                r = httpx.post(f"http://{addr['http']}/v1/logs", content=body, timeout=300, headers={
-                    "Content-Type": "application/x-protobuf", "Content-Encoding": "gzip"})
-                answers.append(f"http {r.status_code}")
+                post("http", body, "application/x-protobuf")
 
             json_body = gzip.compress(b'{"resourceLogs":[{"resource":{"attributes":[{"key":"host.name","value":'
                                       b'{"stringValue":"n1"}}]},"scopeLogs":[{"logRecords":['
                                       + b",".join([b"{}"] * (len(raw) // 3)) + b"]}]}]}", 6)
 
             def via_json(_: int) -> None:
-                r = httpx.post(f"http://{addr['http']}/v1/logs", content=json_body, timeout=300, headers={
-                    "Content-Type": "application/json", "Content-Encoding": "gzip"})
-                answers.append(f"json {r.status_code}")
+                post("json", json_body, "application/json")
 
             def via_grpc(_: int) -> None:
                 with grpc.insecure_channel(addr["grpc"], options=[("grpc.max_send_message_length", 128 << 20)]) as ch:
@@ -107,7 +111,10 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 with ThreadPoolExecutor(args.parallel) as pool:
                     list(pool.map(fn, range(args.parallel)))
-                alive = httpx.get(f"http://{addr['http']}/healthz", timeout=30).status_code == 200
+                try:
+                    alive = httpx.get(f"http://{addr['http']}/healthz", timeout=30).status_code == 200
+                except httpx.HTTPError:
+                    alive = False
                 print(f"{name} x{args.parallel}: answers {sorted(set(answers))}, server peak "
                       f"{_peak_kib(proc.pid) / 1024:.0f} MiB resident (at rest {rest / 1024:.0f} MiB), "
                       f"{'up' if alive else 'DOWN'}")
