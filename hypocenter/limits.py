@@ -26,7 +26,7 @@ import threading
 import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 from typing import Any
 
 from hypocenter.errors import InputError
@@ -75,10 +75,6 @@ def configure(limits: Limits) -> None:
 
 def active() -> Limits:
     return _active
-
-
-def with_overrides(**changes: int) -> Limits:
-    return replace(_active, **changes)
 
 
 @contextmanager

@@ -157,7 +157,7 @@ class _Inflating(io.RawIOBase):
         self._pending = b""
         self.produced = 0
         self._max = budget.bundle_max_bytes
-        self._ratio_max = max(limits.RATIO_FLOOR_BYTES, budget.bundle_max_ratio * len(raw))
+        self.ratio_max = max(limits.RATIO_FLOOR_BYTES, budget.bundle_max_ratio * len(raw))
         self._ratio = budget.bundle_max_ratio
         magic = raw[:6]
         self._zlib = magic.startswith(b"\x1f\x8b")
@@ -205,7 +205,7 @@ class _Inflating(io.RawIOBase):
         self.produced += len(data)
         if self.produced > self._max:
             raise LimitExceeded(f"bundle is over {self._max:,} bytes once decompressed", "bundle_max_bytes")
-        if self.produced > self._ratio_max:
+        if self.produced > self.ratio_max:
             raise LimitExceeded(f"bundle decompresses to over {self._ratio}x its {len(self._src):,} uploaded bytes "
                                 "(a compression bomb?)", "bundle_max_ratio")
         buffer[:len(data)] = data
@@ -250,7 +250,8 @@ def read_archive(raw: bytes, bounds: Limits | None = None) -> ArchivePath:
         raise InputError(f"not a readable tar.gz bundle: {exc}") from None
     except (EOFError, OSError) as exc:
         raise InputError(f"not a readable tar.gz bundle: {exc or 'it ends early'}") from None
-    tree.inflate_budget = b.bundle_max_bytes - stream.produced
+    # gzip files inside spend what the archive left of both the byte bound and the ratio bound
+    tree.inflate_budget = min(b.bundle_max_bytes, stream.ratio_max) - stream.produced
     tree.member_max = b.bundle_max_member_bytes
     roots = sorted((p.rpartition("/")[0] for p in tree.files if p.rpartition("/")[2] == "attempt.yaml"),
                    key=lambda p: (p.count("/") + (1 if p else 0), p))
