@@ -150,3 +150,26 @@ def test_an_attempt_the_process_died_in_twice_is_quarantined(store: Callable[[],
     assert [r.workload for r in s.failed_attempts(10)] == ["w"] and s.stats()["attempts_failed"] == 1
     s.fail_analysis(row.id, "boom", time.time(), time.time())
     assert s.failed_attempts(10)[0].failure == "boom"
+
+
+def test_the_service_quarantines_at_start_what_two_processes_died_in(tmp_path: Path) -> None:
+    from hypocenter.api.service import Attribution
+    from hypocenter.config import load_settings
+
+    settings, _ = load_settings({"store": str(tmp_path / "h.db"), "tick_s": 60}, environ={})
+    s = open_store(settings.store)
+    s.ingest([Entry(workload="w", attempt=0, node="n1", stream="s", kind="text", body="x", time_ns=T0, line=1,
+                    dedup="w|1", scope={"state": "FAILED"})], [], time.time() - 100)
+    row = s.attempt("w", 0)
+    assert row is not None
+    s.mark_analysing(row.id, time.time())  # the first process died in its analysis …
+    assert s.recover_interrupted(time.time(), 2) == []  # … the second started, retried it …
+    s.mark_analysing(row.id, time.time())  # … and died in it too
+    service = Attribution(settings, s)
+    service.start()
+    try:
+        assert [r.workload for r in s.failed_attempts(10)] == ["w"]
+        assert service.activity.snapshot().analysis_failures == {"interrupted": 1}
+    finally:
+        service.close()
+        s.close()
