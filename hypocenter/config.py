@@ -26,6 +26,7 @@ from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSetti
 
 from hypocenter import strict_yaml
 from hypocenter.errors import InputError
+from hypocenter.limits import DEFAULT as DEFAULT_LIMITS
 
 ENV_PREFIX = "HYPOCENTER_"
 CONFIG_ENV = "HYPOCENTER_CONFIG"
@@ -41,8 +42,30 @@ class Settings(BaseSettings):
     store: str = Field("hypocenter.db", description="SQLite file path (or sqlite:///path; created if missing), or "
                        "postgresql://user:password@host:port/database (needs hypocenter[postgresql])")
     store_synchronous: Literal["NORMAL", "FULL", "EXTRA"] = Field(
-        "FULL", description="SQLite synchronous mode: FULL survives power loss, NORMAL only process crashes")
+        "FULL", description="SQLite synchronous mode: FULL survives power loss, NORMAL only process crashes "
+        "(PostgreSQL: not used, its commits are durable)")
     max_message_bytes: int = Field(64 << 20, ge=1024, description="largest OTLP request, after decompression")
+    # Bounds on what input expands to (hypocenter/limits.py; docs/security.md "Bounded input").
+    max_records_per_request: int = Field(
+        DEFAULT_LIMITS.max_records_per_request, ge=1, description="log records + metric points in one OTLP request "
+        "(more: 413 / RESOURCE_EXHAUSTED)")
+    max_concurrent_decodes: int = Field(
+        DEFAULT_LIMITS.max_concurrent_decodes, ge=1, le=256, description="OTLP requests decompressed and decoded at "
+        "once (each may take several times max_message_bytes of memory); others wait")
+    max_ranks_per_attempt: int = Field(
+        DEFAULT_LIMITS.max_ranks_per_attempt, ge=1, description="ranks an attempt's rank map may name (more: 422, "
+        "or the attempt's analysis fails with the reason)")
+    max_nodes_per_attempt: int = Field(
+        DEFAULT_LIMITS.max_nodes_per_attempt, ge=1, description="nodes of one attempt, and hosts one Slurm hostlist "
+        "may expand to")
+    bundle_max_members: int = Field(DEFAULT_LIMITS.bundle_max_members, ge=1,
+                                    description="entries of an uploaded bundle archive (more: 413)")
+    bundle_max_member_bytes: int = Field(DEFAULT_LIMITS.bundle_max_member_bytes, ge=1,
+                                         description="one file of an uploaded bundle, after decompression (more: 413)")
+    bundle_max_bytes: int = Field(DEFAULT_LIMITS.bundle_max_bytes, ge=1, description="all files of an uploaded "
+                                  "bundle together, after decompression; held in memory, never written to disk")
+    bundle_max_ratio: int = Field(DEFAULT_LIMITS.bundle_max_ratio, ge=1, description="decompressed / uploaded "
+                                  "bytes of a bundle, once past 16 MiB (a compression bomb: 413)")
     ingest_queue_records: int = Field(
         200_000, ge=1, description="records waiting for the store before OTLP answers UNAVAILABLE / 503")
     retry_after_s: float = Field(1.0, gt=0, description="back-off sent with UNAVAILABLE (RetryInfo) and 503 (Retry-After)")

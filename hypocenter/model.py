@@ -15,6 +15,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from hypocenter import limits
+
 SCHEMA_ID = "hypocenter.diagnosis/v1"
 
 SourceKind = Literal["kernel", "app", "scheduler", "metric"]
@@ -65,8 +67,32 @@ def isoformat(dt: datetime | None) -> str | None:
 _RANGE = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+))?\s*$")
 
 
+def count_ranks(spec: str | int | list[int]) -> int:
+    """How many ranks a rank spec names (at most; overlaps counted twice), without expanding it.
+    ValueError names a malformed spec."""
+    if isinstance(spec, int):
+        return 1
+    if isinstance(spec, list):
+        return len(spec)
+    total = 0
+    for part in str(spec).split(","):
+        if not part.strip():
+            continue
+        m = _RANGE.match(part)
+        if not m:
+            raise ValueError(f"invalid rank range {part.strip()[:80]!r} (expected e.g. '0-7' or '0-3,8-11')")
+        lo = int(m.group(1))
+        hi = int(m.group(2)) if m.group(2) is not None else lo
+        if hi < lo:
+            raise ValueError(f"invalid rank range {part.strip()[:80]!r}: end is before start")
+        total += hi - lo + 1
+    return total
+
+
 def parse_rank_ranges(spec: str | int | list[int]) -> list[int]:
-    """Expand a rank spec such as ``"0-7"``, ``"0-3,8-11"``, ``5`` or ``[0, 1]`` into a sorted list."""
+    """Expand a rank spec such as ``"0-7"``, ``"0-3,8-11"``, ``5`` or ``[0, 1]`` into a sorted list.
+    A spec naming more than max_ranks_per_attempt ranks raises LimitExceeded before anything is expanded."""
+    limits.check_count(f"rank map entry {str(spec)[:80]!r} names ranks", count_ranks(spec), "max_ranks_per_attempt")
     if isinstance(spec, int):
         return [spec]
     if isinstance(spec, list):
@@ -76,12 +102,9 @@ def parse_rank_ranges(spec: str | int | list[int]) -> list[int]:
         if not part.strip():
             continue
         m = _RANGE.match(part)
-        if not m:
-            raise ValueError(f"invalid rank range {part.strip()!r} (expected e.g. '0-7' or '0-3,8-11')")
+        assert m is not None  # count_ranks checked every part
         lo = int(m.group(1))
         hi = int(m.group(2)) if m.group(2) is not None else lo
-        if hi < lo:
-            raise ValueError(f"invalid rank range {part.strip()!r}: end is before start")
         ranks.update(range(lo, hi + 1))
     return sorted(ranks)
 
@@ -144,14 +167,18 @@ class AttemptContext(_Strict):
     @classmethod
     def _once_each(cls, v: list[str]) -> list[str]:
         # An allocation names a node once; a repeat (a hand-written list, a merged hostlist) is the same node.
-        return list(dict.fromkeys(v))
+        nodes = list(dict.fromkeys(v))
+        limits.check_count("nodes of the attempt", len(nodes), "max_nodes_per_attempt")
+        return nodes
 
     @model_validator(mode="after")
     def _ranks_on_known_nodes(self) -> AttemptContext:
+        total = 0
         for node, spec in self.ranks.items():
             if self.nodes and node not in self.nodes:
                 raise ValueError(f"ranks: node {node!r} is not in nodes")
-            parse_rank_ranges(spec)
+            total += count_ranks(spec)
+        limits.check_count("ranks of the attempt's rank map", total, "max_ranks_per_attempt")
         return self
 
     def rank_nodes(self) -> dict[int, str]:

@@ -1,4 +1,4 @@
-"""YAML loading that refuses what PyYAML silently accepts: duplicate keys, and unsafe tags.
+"""YAML loading that refuses what PyYAML silently accepts: duplicate keys, unsafe tags, and aliases.
 
 Every mapping comes back as a `LineDict`, a dict that remembers the line it started on, so that
 validation errors can point at `file:line`.
@@ -32,7 +32,24 @@ class StrictYAMLError(InputError):
         self.line = line
 
 
-class _Loader(yaml.SafeLoader):
+class _NoAliases(yaml.SafeLoader):
+    """Refuses aliases (`*name`): a few hundred bytes of nested aliases ("billion laughs") expand to
+    billions of values for whatever walks the result. Anchors alone are harmless and allowed."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()  # type: ignore[no-untyped-call]
+            raise yaml.composer.ComposerError(
+                None, None, f"YAML aliases (*{event.anchor}) are not accepted: write the value out "
+                "(aliases can expand a small file into billions of values)", event.start_mark)
+        return super().compose_node(parent, index)
+
+
+class DataLoader(_NoAliases):
+    """PyYAML's safe loader without aliases: for documents that are data (scheduler and Kubernetes objects)."""
+
+
+class _Loader(_NoAliases):
     pass
 
 

@@ -37,6 +37,7 @@ from hypocenter.api.v1 import attribution_pb2 as pb
 from hypocenter.api.v1 import attribution_pb2_grpc as pb_grpc
 from hypocenter.errors import InputError, TransientError
 from hypocenter.model import Diagnosis
+from hypocenter.server.quarantine import AnalysisFailed
 from hypocenter.server.service import Attribution, UnknownAttempt
 from hypocenter.store.base import DiagnosisFilter, DiagnosisRow
 
@@ -131,6 +132,8 @@ class AttributionGrpc(pb_grpc.AttributionServicer):
             context.abort(grpc.StatusCode.NOT_FOUND, str(exc))
         except TransientError as exc:
             context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
+        except AnalysisFailed as exc:  # quarantined: the reason stays readable (server/quarantine.py)
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
         except InputError as exc:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         body = diagnosis.to_json()  # what REST's analyze returns

@@ -26,14 +26,10 @@ Web UI (api/ui/): /ui/ and its reads /v1/fleet/culprits, /v1/diagnoses/{id}/cont
 from __future__ import annotations
 
 import asyncio
-import io
 import json
 import re
-import tarfile
-import tempfile
 from collections.abc import Callable
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter, FastAPI, Query, Request
@@ -49,10 +45,12 @@ from hypocenter import __version__, strict_yaml
 from hypocenter.api import artifacts, auth, paging, ui
 from hypocenter.api.tls import PeerNames
 from hypocenter.collector import otlp
-from hypocenter.collector.bundle import load_bundle
-from hypocenter.errors import BundleError, InputError, TransientError
+from hypocenter.collector.archive import load_archive_bundle
+from hypocenter.errors import InputError, TransientError
+from hypocenter.limits import LimitExceeded
 from hypocenter.model import AttemptContext, Diagnosis
 from hypocenter.server.attempts import parse_time
+from hypocenter.server.quarantine import AnalysisFailed
 from hypocenter.server.service import Attribution, Backpressure, UnknownAttempt
 from hypocenter.store.base import DiagnosisFilter, DiagnosisRow
 
@@ -119,6 +117,21 @@ class AttemptInfo(BaseModel):
     analyzed_at: str | None
     log_records: int
     metric_points: int
+    failure: str | None = Field(None, description="why its last analysis failed: quarantined, not analysed again "
+                                "until new data arrives or it is asked for (null when it did not fail)")
+    failed_at: str | None = None
+
+
+class FailedAttempt(BaseModel):
+    workload: str
+    attempt: int
+    failure: str
+    failed_at: str | None
+    url: str
+
+
+class FailedAttemptList(BaseModel):
+    failures: list[FailedAttempt]
 
 
 class ScopeRequest(BaseModel):
@@ -251,8 +264,8 @@ def otlp_routes(service: Attribution) -> APIRouter:
         try:
             media = otlp.media_type(request.headers.get("content-type"))
             raw = await _read_body(request, limit)
-            body = await run_in_threadpool(otlp.decompress, raw, request.headers.get("content-encoding"), limit)
-            tagged, warnings = await run_in_threadpool(otlp.receive, signal, body, media)
+            tagged, warnings = await run_in_threadpool(otlp.receive_bounded, signal, raw,
+                                                       request.headers.get("content-encoding"), media, limit)
             logs, points = (tagged.accepted, []) if signal == "logs" else ([], tagged.accepted)
             await asyncio.wrap_future(service.queue.submit(logs, points))
         except otlp.UnsupportedMediaType as exc:
@@ -293,12 +306,16 @@ def attempt_routes(service: Attribution) -> APIRouter:
 
     @router.put("/v1/attempts/{workload:path}/{attempt}", tags=["attempts"], status_code=200,
              summary="Set an attempt's scope from an attempt.yaml (YAML or JSON body)",
-             responses={400: {"model": Problem}, 413: {"model": Problem}})
+             responses={400: {"model": Problem}, 413: {"model": Problem}, 422: {"model": Problem}})
     async def put_attempt(workload: str, attempt: int, request: Request) -> Response:
         try:
-            ctx = _context_from(await _read_body(request, 1 << 20), workload, attempt)
+            raw = await _read_body(request, 1 << 20)
+            # YAML parsing and the scope's checks run off the event loop: other requests never wait on them.
+            ctx = await run_in_threadpool(_context_from, raw, workload, attempt)
         except otlp.MessageTooLarge as exc:
             return _problem(413, str(exc))
+        except LimitExceeded as exc:
+            return _problem(422, str(exc))
         except InputError as exc:
             return _problem(400, str(exc))
         await run_in_threadpool(service.set_context, ctx, _caller(request))
@@ -314,16 +331,27 @@ def attempt_routes(service: Attribution) -> APIRouter:
         points = await run_in_threadpool(service.store.attempt_points, row.id)
         return AttemptInfo(workload=row.workload, attempt=row.attempt, nodes=row.nodes, scope=row.scope,
                            context=row.context, dirty=row.dirty, analyzed_at=_iso(row.analyzed_at),
-                           log_records=len(logs), metric_points=len(points))
+                           log_records=len(logs), metric_points=len(points), failure=row.failure,
+                           failed_at=_iso(row.failed_at))
+
+    @router.get("/v1/failures", tags=["attempts"], response_model=FailedAttemptList,
+             summary="Attempts whose analysis failed (quarantined), newest first")
+    async def list_failures(limit: int = Query(100, ge=1, le=1000)) -> Any:
+        rows = await run_in_threadpool(service.store.failed_attempts, limit)
+        return FailedAttemptList(failures=[
+            FailedAttempt(workload=r.workload, attempt=r.attempt, failure=r.failure or "", failed_at=_iso(r.failed_at),
+                          url=f"/v1/attempts/{r.workload}/{r.attempt}") for r in rows])
 
     @router.post("/v1/attempts/{workload:path}/{attempt}/analyze", tags=["attempts"],
               summary="Analyse the attempt now and return its diagnosis",
-              responses={200: {"model": Diagnosis}, 404: {"model": Problem}})
+              responses={200: {"model": Diagnosis}, 404: {"model": Problem}, 422: {"model": Problem}})
     async def analyze(workload: str, attempt: int, http_request: Request) -> Response:
         try:
             diagnosis, provisional = await run_in_threadpool(service.analyze, workload, attempt, _caller(http_request))
         except UnknownAttempt as exc:
             return _problem(404, str(exc))
+        except AnalysisFailed as exc:
+            return _problem(422, str(exc))
         return Response(diagnosis.to_json(), media_type=JSON,
                         headers={"X-Hypocenter-Provisional": str(provisional).lower()})
 
@@ -475,7 +503,7 @@ def bundle_routes(service: Attribution) -> APIRouter:
         try:
             raw = await _read_body(request, limit)
             diagnosis = await run_in_threadpool(_analyze_bundle, service, raw, _caller(request))
-        except otlp.MessageTooLarge as exc:
+        except (otlp.MessageTooLarge, LimitExceeded) as exc:
             return _problem(413, str(exc))
         except InputError as exc:
             return _problem(400, str(exc))
@@ -530,20 +558,10 @@ def _context_from(raw: bytes, workload: str, attempt: int) -> AttemptContext:
 
 
 def _analyze_bundle(service: Attribution, raw: bytes, client: dict[str, str] | None = None) -> Diagnosis:
-    with tempfile.TemporaryDirectory(prefix="hypocenter-bundle-") as tmp:
-        try:
-            with tarfile.open(fileobj=io.BytesIO(raw), mode="r:*") as tar:
-                tar.extractall(tmp, filter="data")
-        except (tarfile.TarError, OSError, EOFError) as exc:
-            raise InputError(f"not a readable tar.gz bundle: {exc}") from None
-        roots = sorted(p.parent for p in Path(tmp).rglob("attempt.yaml"))
-        if not roots:
-            raise BundleError("the archive holds no attempt.yaml (a bundle is a directory with attempt.yaml, logs/, …)")
-        root = min(roots, key=lambda p: len(p.parts))
-        bundle = load_bundle(root)
-        context = bundle.context
-        diagnosis = service.engine.analyze(bundle)
-    service.analyze_context(context, diagnosis, client)
+    # Read in memory under the upload bounds, never extracted to disk (collector/archive.py).
+    bundle = load_archive_bundle(raw)
+    diagnosis = service.engine.analyze(bundle)
+    service.analyze_context(bundle.context, diagnosis, client)
     return diagnosis
 
 

@@ -11,6 +11,7 @@ from google.protobuf import duration_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
+from hypocenter import limits
 from hypocenter.collector import otlp
 from hypocenter.errors import InputError, TransientError
 from hypocenter.server.service import Attribution, Backpressure
@@ -41,7 +42,8 @@ class OTLPGrpc:
 
     def _export(self, signal: str, raw: bytes, context: grpc.ServicerContext) -> bytes:
         try:
-            tagged, warnings = otlp.receive(signal, raw, otlp.PROTOBUF_TYPES[0])
+            tagged, warnings = otlp.receive_bounded(signal, raw, None, otlp.PROTOBUF_TYPES[0],
+                                                    self.service.settings.max_message_bytes)
             logs, points = (tagged.accepted, []) if signal == "logs" else ([], tagged.accepted)
             self.service.queue.submit(logs, points).result(timeout=self._commit_wait(context))
         except Backpressure as exc:
@@ -56,6 +58,9 @@ class OTLPGrpc:
             self.service.activity.refused(signal, "otlp_grpc", "store_unavailable")
             self._abort_unavailable(context, str(exc), self.service.settings.retry_after_s)
             raise AssertionError("unreachable") from None
+        except (otlp.MessageTooLarge, limits.LimitExceeded) as exc:
+            self.service.activity.refused(signal, "otlp_grpc", "too_large")
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
         except InputError as exc:
             self.service.activity.refused(signal, "otlp_grpc", "malformed")
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))

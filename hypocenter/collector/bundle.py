@@ -33,6 +33,7 @@ from hypocenter.collector import flight_recorder
 from hypocenter.collector.metrics import MetricFormatError, parse_metrics
 from hypocenter.collector.scheduler_records import parse_scontrol, render
 from hypocenter.errors import BundleError, InputError
+from hypocenter.limits import inflate
 from hypocenter.lineformat import MAX_LINE, TimeContext, time_context, zone
 from hypocenter.model import AttemptContext, Coverage
 from hypocenter.sources import AttemptInput, MetricSource, Record, RecordSource, TextSource
@@ -156,8 +157,15 @@ def read_text(path: Path) -> tuple[str | None, str, str | None]:
         return None, "failed", f"cannot read: {exc.strerror or exc}"
     gz = path.suffix.lower() == ".gz" or raw.startswith(b"\x1f\x8b")
     if gz:
+        # A file of an uploaded archive (collector/archive.py) decompresses within the upload's bounds.
+        inflate_limit = getattr(path, "inflate_limit", None)
         try:
-            raw = gzip.decompress(raw)
+            if inflate_limit is None:
+                raw = gzip.decompress(raw)
+            else:
+                raw = inflate(raw, wbits=16 + zlib.MAX_WBITS, limit=inflate_limit(), setting="bundle_max_bytes",
+                              what=f"gzip file {path.name!r} in the bundle")
+                path.spend(len(raw))  # type: ignore[attr-defined]
         except (OSError, EOFError, zlib.error) as exc:
             return None, "failed", f"corrupt gzip file: {_gzip_problem(exc)}"
     if not raw:
@@ -261,6 +269,9 @@ def _display(name: str) -> str:
 
 
 def _files(top: Path) -> list[Path]:
+    walk = getattr(top, "walk_files", None)  # an uploaded archive's directory, in memory (collector/archive.py)
+    if walk is not None:
+        return list(walk())
     out: list[Path] = []
     for dirpath, dirnames, filenames in os.walk(top):
         dirnames.sort()
@@ -279,7 +290,7 @@ def _not_a_directory(root: Path, name: str, connector: str, bundle: Bundle) -> b
 
 
 def load_bundle(root: Path) -> Bundle:
-    root = Path(root)
+    root = root if isinstance(root, Path) else Path(root)  # an ArchivePath stays one
     bundle = Bundle(root=root, context=load_context(root))
     read_data(bundle)
     return bundle
@@ -453,7 +464,7 @@ def documents(text: str) -> list[object]:
                         raise ValueError(f"invalid JSON at line {first.lineno}: {first.msg}") from None
             return docs
     try:
-        return [d for d in yaml.safe_load_all(text) if d is not None]
+        return [d for d in yaml.load_all(text, Loader=strict_yaml.DataLoader) if d is not None]
     except RecursionError:
         raise ValueError("invalid YAML: nested too deeply") from None
     except yaml.YAMLError as exc:

@@ -26,15 +26,28 @@ from __future__ import annotations
 import json
 import re
 
+from hypocenter import limits
 from hypocenter.errors import InputError
 
 # A range like 1-100000 in a typo'd hostlist would make a million node names; no cluster has that.
-MAX_HOSTS = 65536
+# The bound is the setting max_nodes_per_attempt (hypocenter/limits.py); this is its default.
+MAX_HOSTS = limits.DEFAULT.max_nodes_per_attempt
 _RANGE = re.compile(r"(\d+)(?:-(\d+))?")
 
 
 class HostlistError(InputError):
     """A hostlist expression that cannot be expanded (unbalanced brackets, a bad range, too many hosts)."""
+
+
+class HostlistTooLarge(limits.LimitExceeded, HostlistError):
+    """A hostlist that names more hosts than max_nodes_per_attempt: refused even where bad syntax is tolerated."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, "max_nodes_per_attempt")
+
+
+def _max_hosts() -> int:
+    return limits.active().max_nodes_per_attempt
 
 
 def _split_top(text: str) -> list[str]:
@@ -78,8 +91,8 @@ def _group(body: str, whole: str) -> list[str]:
             continue
         if int(hi) < int(lo):
             raise HostlistError(f"hostlist {whole!r}: range {item!r} runs backwards")
-        if int(hi) - int(lo) >= MAX_HOSTS:
-            raise HostlistError(f"hostlist {whole!r}: range {item!r} has more than {MAX_HOSTS} values")
+        if int(hi) - int(lo) >= _max_hosts():
+            raise HostlistTooLarge(f"hostlist {whole[:200]!r}: range {item!r} has more than {_max_hosts()} values")
         width = len(lo) if lo.startswith("0") else 0
         out.extend(f"{i:0{width}d}" for i in range(int(lo), int(hi) + 1))
     return out
@@ -96,8 +109,8 @@ def _expand_one(token: str) -> list[str]:
         prefix = token[pos:start]
         end = token.index("]", start)  # balanced: _split_top checked
         values = _group(token[start + 1:end], token)
-        if len(names) * len(values) > MAX_HOSTS:
-            raise HostlistError(f"hostlist {token!r} names more than {MAX_HOSTS} hosts")
+        if len(names) * len(values) > _max_hosts():
+            raise HostlistTooLarge(f"hostlist {token[:200]!r} names more than {_max_hosts()} hosts")
         names = [n + prefix + v for n in names for v in values]
         pos = end + 1
     return names
@@ -119,15 +132,18 @@ def expand(text: str) -> list[str]:
     out: list[str] = []
     for token in _split_top(t):
         out.extend(_expand_one(token))
-        if len(out) > MAX_HOSTS:
-            raise HostlistError(f"hostlist names more than {MAX_HOSTS} hosts")
+        if len(out) > _max_hosts():
+            raise HostlistTooLarge(f"hostlist names more than {_max_hosts()} hosts")
     return list(dict.fromkeys(out))
 
 
 def expand_hostlist(text: str) -> list[str]:
-    """Like `expand`, but never raises: a part that is not valid hostlist syntax is kept as written."""
+    """Like `expand`, but a part that is not valid hostlist syntax is kept as written. Only a
+    hostlist naming more than max_nodes_per_attempt hosts raises (HostlistTooLarge)."""
     try:
         return expand(text)
+    except HostlistTooLarge:
+        raise
     except HostlistError:
         pass
     out: list[str] = []
@@ -138,6 +154,10 @@ def expand_hostlist(text: str) -> list[str]:
     for token in tokens:
         try:
             out.extend(_expand_one(token))
+        except HostlistTooLarge:
+            raise
         except (HostlistError, ValueError):
             out.append(token)
+        if len(out) > _max_hosts():  # each token within the bound, all of them together not
+            raise HostlistTooLarge(f"hostlist names more than {_max_hosts()} hosts")
     return list(dict.fromkeys(out))

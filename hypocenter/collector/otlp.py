@@ -53,7 +53,9 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
 )
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 
-from hypocenter.errors import InputError
+from hypocenter import limits
+from hypocenter.collector import otlp_wire
+from hypocenter.errors import InputError, TransientError
 from hypocenter.names import (
     ATTEMPT_KEYS,
     LINE_KEY,
@@ -380,11 +382,61 @@ def metric_entries(req: ExportMetricsServiceRequest) -> Tagged:
 
 def receive(signal: str, body: bytes, content_type: str) -> tuple[Tagged, list[str]]:
     """An export request of `signal` ("logs" | "metrics") decoded and tagged, with the decoding warnings."""
+    bound = limits.active().max_records_per_request
+    protobuf = media_type(content_type) in PROTOBUF_TYPES
+    if not protobuf:
+        _check_json_values(body, bound)
     if signal == "logs":
+        if protobuf:  # counted on the wire first: decoding is what a hostile request makes expensive
+            _check_count("log records", otlp_wire.count_log_records(body, bound), bound)
         logs, warnings = decode_logs(body, content_type)
+        _check_count("log records", sum(len(sl.log_records) for rl in logs.resource_logs for sl in rl.scope_logs), bound)
         return log_entries(logs), warnings
+    if protobuf:
+        _check_count("metric data points", otlp_wire.count_data_points(body, bound), bound)
     metrics, warnings = decode_metrics(body, content_type)
+    _check_count("metric data points", sum(_count_points(m, m.WhichOneof("data")) for rm in metrics.resource_metrics
+                                           for sm in rm.scope_metrics for m in sm.metrics), bound)
     return metric_entries(metrics), warnings
+
+
+class DecoderBusy(TransientError):
+    """Every decode slot (max_concurrent_decodes) stayed taken: UNAVAILABLE / 503, retry later."""
+
+
+def receive_bounded(signal: str, raw: bytes, encoding: str | None, content_type: str, limit: int,
+                    wait_s: float = 30.0) -> tuple[Tagged, list[str]]:
+    """`decompress` then `receive`, holding one of the max_concurrent_decodes slots: however many
+    requests arrive at once, only that many are ever expanded in memory together."""
+    try:
+        with limits.decode_slot(wait_s):
+            return receive(signal, decompress(raw, encoding, limit), content_type)
+    except TimeoutError as exc:
+        raise DecoderBusy(f"server busy decoding other requests ({exc}): retry later") from None
+
+
+# OTLP/JSON values per record allowed before parsing: a record with a dozen attributes has ~40.
+JSON_VALUES_PER_RECORD = 64
+
+
+def _check_json_values(body: bytes, bound: int) -> None:
+    """Refuse OTLP/JSON that would parse into more values than `bound` records can hold. `json.loads`
+    builds every value before anything can be counted, and `[{},{},…]` costs ~100 bytes of memory
+    per 3 bytes of body; a value after the first in a container needs a comma, so commas and
+    brackets bound the values from above (string contents only make the bound looser)."""
+    values = body.count(b",") + body.count(b"{") + body.count(b"[")
+    if values > bound * JSON_VALUES_PER_RECORD:
+        raise MessageTooLarge(f"OTLP/JSON body holds up to {values:,} values, more than {JSON_VALUES_PER_RECORD} for each "
+                              f"of the {bound:,} records allowed per request (setting max_records_per_request): "
+                              "send smaller batches")
+
+
+def _check_count(what: str, count: int, bound: int) -> None:
+    """Refuse a request with more records than max_records_per_request before they are decoded or
+    tagged (hypocenter/limits.py): MessageTooLarge, so 413 / RESOURCE_EXHAUSTED."""
+    if count > bound:
+        raise MessageTooLarge(f"request holds more than {bound:,} {what}, the limit per request "
+                              "(setting max_records_per_request): send smaller batches")
 
 
 def export_response(signal: str, tagged: Tagged, warnings: Iterable[str] = ()) -> Message:

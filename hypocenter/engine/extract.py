@@ -23,6 +23,7 @@ from datetime import datetime, timedelta
 
 from ahocorasick_rs import BytesAhoCorasick
 
+from hypocenter.engine.matching import Match, Pattern, compile_pattern
 from hypocenter.engine.rules import ExtractSpec, MetricSpec, Rule, Ruleset
 from hypocenter.lineformat import MAX_LINE, LineHeader, TimeContext, parse_iso, parse_line
 from hypocenter.model import AttemptContext, Event, FieldValue, SourceKind, isoformat
@@ -38,7 +39,7 @@ _SCHED_PREFIXES = ("srun:", "slurmstepd:", "slurmstepd-", "slurmd:", "sbatch:", 
 class _Compiled:
     rule: Rule
     spec: ExtractSpec
-    regex: re.Pattern[str]
+    regex: Pattern
     sources: frozenset[str]
     ints: frozenset[str]
     table: dict[str, dict[str, FieldValue]] | None
@@ -69,7 +70,7 @@ class Extractor:
             if rule.extract is not None:
                 spec = rule.extract
                 table = ruleset.tables.get(spec.lookup) if spec.lookup else None
-                comp = _Compiled(rule, spec, re.compile(spec.pattern), frozenset(spec.source), frozenset(spec.ints), table)
+                comp = _Compiled(rule, spec, compile_pattern(spec.pattern), frozenset(spec.source), frozenset(spec.ints), table)
                 for tok in spec.tokens:
                     self._by_token[tok].append(comp)
             if rule.metric is not None:
@@ -409,7 +410,7 @@ def _str(v: FieldValue) -> str | None:
     return v if isinstance(v, str) else None
 
 
-def _fields(m: re.Match[str], comp: _Compiled) -> dict[str, FieldValue]:
+def _fields(m: Match, comp: _Compiled) -> dict[str, FieldValue]:
     out: dict[str, FieldValue] = {}
     for k, v in m.groupdict().items():
         if v is None:

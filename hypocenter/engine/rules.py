@@ -33,6 +33,7 @@ from pydantic import (
 )
 
 from hypocenter import strict_yaml
+from hypocenter.engine.matching import pattern_problem
 from hypocenter.errors import InputError, RuleError
 from hypocenter.model import TAXONOMY, Action, FieldValue, Role, SourceKind
 from hypocenter.names import NODE_LABELS
@@ -48,10 +49,9 @@ def _as_list(v: Any) -> Any:
 
 
 def _regex(v: str) -> str:
-    try:
-        re.compile(v)
-    except re.error as exc:
-        raise ValueError(f"regex does not compile: {exc}") from None
+    problem = pattern_problem(v)  # linear-time matching: see engine/matching.py
+    if problem is not None:
+        raise ValueError(problem)
     return v
 
 

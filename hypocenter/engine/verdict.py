@@ -27,6 +27,7 @@ from typing import Any
 from hypocenter import __version__
 from hypocenter.engine.abstain import FirstFailureFinder
 from hypocenter.engine.analyzers import AttemptView, first_seen
+from hypocenter.engine.matching import Pattern, compile_pattern
 from hypocenter.engine.registry import ANALYZERS
 from hypocenter.engine.rules import AttributeSpec, RecoverySpec, Rule, Ruleset, When
 from hypocenter.model import (
@@ -60,7 +61,7 @@ STRONG = 50                               # precedence at or above which one sig
 class _Attr:
     rule: Rule
     spec: AttributeSpec
-    text: re.Pattern[str] | None
+    text: Pattern | None
 
 
 @dataclass
@@ -101,7 +102,7 @@ class Classifier:
             if rule.analyzer:
                 self.analyzer_rules.append(rule)
                 continue
-            a = _Attr(rule, rule.attribute, re.compile(rule.attribute.when.text) if rule.attribute.when.text else None)
+            a = _Attr(rule, rule.attribute, compile_pattern(rule.attribute.when.text) if rule.attribute.when.text else None)
             for kind in rule.attribute.when.kind:
                 self.by_kind[kind].append(a)
         for attrs in self.by_kind.values():
@@ -129,13 +130,13 @@ class _Recoveries:
     def after(self, e: Event, spec: RecoverySpec) -> bool:
         if not e.node or e.time is None:
             return False
-        pattern = re.compile(spec.text)
+        pattern = compile_pattern(spec.text)
         limit = e.time + timedelta(seconds=spec.within_s)
         return any(r.kind in spec.kind and e.time <= r.time <= limit and pattern.search(r.text)  # type: ignore[operator]
                    for r in self.by_node.get(e.node, ()))
 
 
-def _when_matches(w: When, text: re.Pattern[str] | None, e: Event) -> bool:
+def _when_matches(w: When, text: Pattern | None, e: Event) -> bool:
     if w.source is not None and e.source not in w.source:
         return False
     for k, v in w.fields.items():

@@ -72,6 +72,7 @@ class Snapshot:
     export_failures: dict[tuple[str, str], int]
     export_dropped: dict[tuple[str, str], int]
     started: float
+    analysis_failures: dict[str, int] = field(default_factory=dict)
 
 
 class Activity:
@@ -96,6 +97,7 @@ class Activity:
         self._exported: dict[str, int] = defaultdict(int)
         self._export_failures: dict[tuple[str, str], int] = defaultdict(int)
         self._export_dropped: dict[tuple[str, str], int] = defaultdict(int)
+        self._analysis_failures: dict[str, int] = defaultdict(int)
 
     # ------------------------------------------------------------------------------- ingest
 
@@ -157,6 +159,11 @@ class Activity:
             for s in diagnosis.symptoms:
                 self._symptoms[s.kind] += s.count
 
+    def analysis_failed(self, kind: str) -> None:
+        """An attempt was quarantined: its analysis failed (`limit`, `error`) or the process died in it."""
+        with self._lock:
+            self._analysis_failures[kind] += 1
+
     # ------------------------------------------------------------------------------- exports
 
     def exported(self, exporter: str, n: int) -> None:
@@ -186,4 +193,5 @@ class Activity:
                 extracted_events=dict(self._extracted), compacted_lines=self._compacted[0],
                 compacted_bytes=self._compacted[1], latency=lat,
                 exported=dict(self._exported), export_failures=dict(self._export_failures),
-                export_dropped=dict(self._export_dropped), started=self.started)
+                export_dropped=dict(self._export_dropped), started=self.started,
+                analysis_failures=dict(self._analysis_failures))

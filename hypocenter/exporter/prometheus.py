@@ -17,6 +17,9 @@ ones, the rest "other"):
     label_values_folded_total{label}                        counter  diagnoses exported under cluster="other": more
                                                                      than label_max_values clusters (cardinality.py)
     analysis_duration_seconds                               histogram  store read + engine; exemplars
+    analysis_failures_total{reason}                         counter  attempts quarantined: analysis hit a bound
+                                                                     (limit), raised (error), or the process died
+                                                                     in it twice (interrupted); server/quarantine.py
     symptom_events_total{kind}                              counter  events diagnoses classed as symptoms
     extracted_events_total{kind}                            counter  events extracted from records as they arrived
     compacted_lines_total, compacted_bytes_total            counter  raw lines blanked by compaction, and their bytes
@@ -152,6 +155,11 @@ class HypocenterCollector(Collector):
         yield CounterMetricFamily("hypocenter_provisional_diagnoses",
                                   "Analyses of attempts that had not ended (idle timeout), counted apart",
                                   value=snap.provisional)
+        failed = CounterMetricFamily("hypocenter_analysis_failures",
+                                     "Attempts quarantined because their analysis failed, by reason", labels=["reason"])
+        for kind in ("limit", "error", "interrupted"):  # server/quarantine.py FAILURE_KINDS
+            failed.add_metric([kind], snap.analysis_failures.get(kind, 0))
+        yield failed
 
         h = HistogramMetricFamily("hypocenter_analysis_duration_seconds",
                                   "Time to analyse an attempt: read its records from the store, extract, decide",

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import signal
 import socket
 import sys
 import threading
@@ -33,6 +34,7 @@ import uvicorn
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from hypocenter import limits
 from hypocenter.api import auth, tls
 from hypocenter.api.attribution_grpc import SERVICE_NAME, AttributionGrpc
 from hypocenter.api.http import build_app
@@ -40,6 +42,7 @@ from hypocenter.api.otlp_grpc import LOGS_SERVICE, METRICS_SERVICE, OTLPGrpc
 from hypocenter.api.v1 import attribution_pb2_grpc
 from hypocenter.config import Settings, listen_address, redact_text
 from hypocenter.errors import InputError, TransientError
+from hypocenter.server.logfmt import SafeFormatter
 from hypocenter.server.outputs import Outputs
 from hypocenter.server.service import Attribution
 from hypocenter.store import open_store
@@ -57,7 +60,8 @@ class Server:
         auth.check_exposure(settings, self.auth)
         self.tls = tls.CertificateReloader(settings) if tls.tls_enabled(settings) else None
         self.peers = tls.PeerNames()
-        self.store = store if store is not None else open_store(settings.store)
+        limits.configure(limits.Limits.from_settings(settings))
+        self.store = store if store is not None else open_store(settings.store, synchronous=settings.store_synchronous)
         self.service = Attribution(settings, self.store)
         self.outputs = Outputs(settings, self.store, self.service)  # /metrics; the Loki / Grafana outbox
         self.grpc_server: grpc.Server | None = None
@@ -204,19 +208,22 @@ class Server:
         self.store.close()
 
 
-class RedactingFormatter(logging.Formatter):
-    """Log lines with credentials in URLs hidden (an exporter's error quotes the URL it failed on)."""
+class RedactingFormatter(SafeFormatter):
+    """Log lines with control characters escaped (SafeFormatter: a client value cannot forge a line) and
+    credentials in URLs hidden (an exporter's error quotes the URL it failed on)."""
 
     def format(self, record: logging.LogRecord) -> str:
         return redact_text(super().format(record))
 
 
 def run(settings: Settings) -> int:
-    logging.basicConfig(level=settings.log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    for handler in logging.getLogger().handlers:
-        handler.setFormatter(RedactingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(RedactingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=settings.log_level.upper(), handlers=[handler])
     server = Server(settings)
+    # SIGTERM stops the server like Ctrl-C, and the store is closed: uvicorn hands a SIGTERM it caught
+    # back to the handler that was installed before it, which by default ends the process at once.
+    signal.signal(signal.SIGTERM, lambda signum, frame: server.shutdown())
     try:
         server.start_grpc()
         asyncio.run(server.serve())

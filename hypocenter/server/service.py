@@ -21,6 +21,7 @@ Nothing here knows a wire format: the gRPC and HTTP front ends translate.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import hashlib
 import json
 import logging
@@ -43,6 +44,7 @@ from hypocenter.errors import InputError, TransientError
 from hypocenter.exporter.activity import Activity
 from hypocenter.lineformat import time_context
 from hypocenter.model import AttemptContext, Diagnosis, Window, Workload
+from hypocenter.server import quarantine
 from hypocenter.server.attempts import assemble, summary
 from hypocenter.server.compaction import CompactionReport, compact
 from hypocenter.server.pulls import KueuePoller, Pulls, SlurmPoller, records_document
@@ -254,6 +256,9 @@ class Attribution:
     # ------------------------------------------------------------------------------- lifecycle
 
     def start(self) -> None:
+        for row in self.store.recover_interrupted(time.time(), quarantine.QUARANTINE_AFTER_INTERRUPTIONS):
+            self.activity.analysis_failed("interrupted")
+            log.warning("workload %r attempt %d quarantined: %s", row.workload, row.attempt, row.failure)
         self._thread = threading.Thread(target=self._loop, name="hypocenter-triggers", daemon=True)
         self._thread.start()
         for poller in self.pollers:
@@ -284,7 +289,8 @@ class Attribution:
                 for row in self.store.attempts_due(now, self.settings.settle_s, self.settings.idle_timeout_s):
                     if self._stop.is_set():
                         return
-                    self._analyze_row(row.workload, row.attempt)
+                    with contextlib.suppress(quarantine.AnalysisFailed):  # recorded and logged: go on with the others
+                        self._analyze_row(row.workload, row.attempt)
                 if now - last_sweep >= self.settings.retention_interval_s:
                     removed = self.store.sweep(now, self.retention)
                     last_sweep = now
@@ -319,13 +325,25 @@ class Attribution:
             if row is None:
                 return None
             started = time.time()
-            inp = assemble(self.store, row, lookback_s=self.settings.node_lookback_s,
-                           slack_s=self.settings.node_slack_s, now=datetime.now(timezone.utc))
-            if self.pulls:
-                pulled, covered = self.pulls.collect(inp)
-                inp.sources.extend(pulled)
-                inp.coverage.extend(covered)
-            diagnosis = self.engine.analyze(inp)
+            self.store.mark_analysing(row.id, started)
+            try:
+                inp = assemble(self.store, row, lookback_s=self.settings.node_lookback_s,
+                               slack_s=self.settings.node_slack_s, now=datetime.now(timezone.utc))
+                if self.pulls:
+                    pulled, covered = self.pulls.collect(inp)
+                    inp.sources.extend(pulled)
+                    inp.coverage.extend(covered)
+                diagnosis = self.engine.analyze(inp)
+            except TransientError:
+                self.store.mark_analysing(row.id, None)
+                raise
+            except Exception as exc:  # a poison attempt: recorded with the reason, never retried into a crash
+                reason = quarantine.describe(exc)
+                self.store.fail_analysis(row.id, reason, time.time(), started)
+                self.activity.analysis_failed(quarantine.failure_kind(exc))
+                log.warning("analysis of workload %r attempt %d failed, quarantined until new data arrives: %s",
+                            workload, attempt, reason, exc_info=not isinstance(exc, InputError))
+                raise quarantine.AnalysisFailed(workload, attempt, reason) from None
             provisional = inp.context.state is None
             body = diagnosis.to_json()
             # The verdict's source is where its scope came from (a PUT, a scope request, a poll), else
@@ -338,7 +356,7 @@ class Attribution:
                                                 trigger="request" if client else "auto"))
             self.analyses += 1
             self.activity.analysed(diagnosis, provisional, time.time() - started)
-        log.info("diagnosis %s for workload %s attempt %d: %s%s", diagnosis.id, workload, attempt, diagnosis.outcome,
+        log.info("diagnosis %s for workload %r attempt %d: %s%s", diagnosis.id, workload, attempt, diagnosis.outcome,
                  " (provisional)" if provisional else "")
         self._publish(diagnosis.id)
         return diagnosis, provisional

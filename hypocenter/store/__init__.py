@@ -11,8 +11,9 @@ if TYPE_CHECKING:
     from hypocenter.store.sqlite import SQLiteStore
 
 
-def open_store(url: str) -> SQLiteStore:
-    """`sqlite:///path/file.db`, `sqlite://:memory:`, a plain path, or `postgresql://…` (store/postgres.py)."""
+def open_store(url: str, *, synchronous: str = "FULL") -> SQLiteStore:
+    """`sqlite:///path/file.db`, `sqlite://:memory:`, a plain path, or `postgresql://…` (store/postgres.py).
+    `synchronous` is SQLite's (setting store_synchronous); PostgreSQL commits durably whatever it says."""
     from hypocenter.store.sqlite import SQLiteStore
 
     if url.startswith(("postgres://", "postgresql://")):
@@ -20,4 +21,4 @@ def open_store(url: str) -> SQLiteStore:
 
         return PostgresStore(url)
     path = url.removeprefix("sqlite:///").removeprefix("sqlite://")
-    return SQLiteStore(path)
+    return SQLiteStore(path, synchronous=synchronous)

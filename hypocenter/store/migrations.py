@@ -157,4 +157,13 @@ MIGRATIONS: tuple[str, ...] = (
                                               window_start_ns, provisional);
     CREATE INDEX diagnoses_attempt ON diagnoses (attempt_id);
     """,
+    # 9: poison attempts are quarantined (server/quarantine.py): an analysis that failed, or that the
+    # process died in twice, is recorded with its reason and not retried until new data arrives
+    """
+    ALTER TABLE attempts ADD COLUMN failure TEXT;            -- why its last analysis failed, NULL once one succeeds
+    ALTER TABLE attempts ADD COLUMN failed_at REAL;
+    ALTER TABLE attempts ADD COLUMN analysing_since REAL;    -- set while an analysis runs (found set at start: died in it)
+    ALTER TABLE attempts ADD COLUMN interrupted INTEGER NOT NULL DEFAULT 0;  -- analyses in a row the process died in
+    CREATE INDEX attempts_failed ON attempts (failed_at) WHERE failure IS NOT NULL;
+    """,
 )

@@ -220,7 +220,8 @@ class SQLiteStore:
                           context=json.loads(row["context"]) if row["context"] else None, nodes=nodes,
                           first_ns=row["first_ns"], last_ns=row["last_ns"], terminal_ns=row["terminal_ns"],
                           activity=row["activity"], dirty=bool(row["dirty"]), analyzed_at=row["analyzed_at"],
-                          scope_provenance=json.loads(row["scope_provenance"]) if row["scope_provenance"] else None)
+                          scope_provenance=json.loads(row["scope_provenance"]) if row["scope_provenance"] else None,
+                          failure=row["failure"], failed_at=row["failed_at"])
 
     def attempt(self, workload: str, attempt: int) -> AttemptRow | None:
         rows = self._rows("SELECT * FROM attempts WHERE workload=? AND attempt=?", (workload, attempt))
@@ -380,9 +381,47 @@ class SQLiteStore:
                            " ON CONFLICT (diagnosis_id, exporter) DO UPDATE SET created=excluded.created,"
                            " due=excluded.due, attempts=0, last_error=NULL",
                            [(summary["id"], name, now, now) for name in self.exporters])
-            db.execute("UPDATE attempts SET analyzed_at=?, dirty=CASE WHEN activity > ? THEN 1 ELSE 0 END WHERE id=?",
+            db.execute("UPDATE attempts SET analyzed_at=?, dirty=CASE WHEN activity > ? THEN 1 ELSE 0 END,"
+                       " failure=NULL, failed_at=NULL, analysing_since=NULL, interrupted=0 WHERE id=?",
                        (time.time(), analyzed_from, attempt_id))
         return revision
+
+    # ----------------------------------------------------------------------------------- quarantine
+
+    def mark_analysing(self, attempt_id: int, since: float | None) -> None:
+        """Mark the attempt as being analysed since `since` (committed), so that a process that dies in
+        the analysis is noticed at the next start; None clears the mark."""
+        with self._tx() as db:
+            db.execute("UPDATE attempts SET analysing_since=? WHERE id=?", (since, attempt_id))
+
+    def fail_analysis(self, attempt_id: int, reason: str, now: float, analyzed_from: float) -> None:
+        """Record why the analysis failed; the attempt is not due again unless data arrived after
+        `analyzed_from` (the wall time the analysis read the store)."""
+        with self._tx() as db:
+            db.execute("UPDATE attempts SET failure=?, failed_at=?, analysing_since=NULL, interrupted=0,"
+                       " dirty=CASE WHEN activity > ? THEN 1 ELSE 0 END WHERE id=?",
+                       (reason, now, analyzed_from, attempt_id))
+
+    def recover_interrupted(self, now: float, quarantine_after: int) -> list[AttemptRow]:
+        """At start: attempts whose analysis a previous process died in. Each is counted; one that
+        has now been interrupted `quarantine_after` times in a row is failed (not due) with the
+        reason. Returns the attempts quarantined now."""
+        with self._tx() as db:
+            db.execute("UPDATE attempts SET interrupted=interrupted+1, analysing_since=NULL"
+                       " WHERE analysing_since IS NOT NULL")
+            ids = [r[0] for r in db.execute(
+                "SELECT id FROM attempts WHERE interrupted >= ? AND failure IS NULL", (quarantine_after,)).fetchall()]
+            for aid in ids:
+                db.execute("UPDATE attempts SET failure=?, failed_at=?, dirty=0, interrupted=0 WHERE id=?",
+                           (f"the server stopped during the analysis of this attempt {quarantine_after} times in a "
+                            "row (out of memory or killed): not analysed again until new data arrives or it is "
+                            "asked for", now, aid))
+        return [self._attempt_row(r) for aid in ids for r in self._rows("SELECT * FROM attempts WHERE id=?", (aid,))]
+
+    def failed_attempts(self, limit: int) -> list[AttemptRow]:
+        """Attempts whose last analysis failed, newest failure first."""
+        return [self._attempt_row(r) for r in self._rows(
+            "SELECT * FROM attempts WHERE failure IS NOT NULL ORDER BY failed_at DESC, id LIMIT ?", (limit,))]
 
     def _diag(self, r: sqlite3.Row) -> DiagnosisRow:
         nodes = [x[0] for x in self._rows(
@@ -504,6 +543,7 @@ class SQLiteStore:
         # awaiting a verdict: never analysed, or data arrived since the last analysis
         out["attempts_open"] = int(self._rows(
             "SELECT COUNT(*) FROM attempts WHERE dirty=1 OR analyzed_at IS NULL")[0][0])
+        out["attempts_failed"] = int(self._rows("SELECT COUNT(*) FROM attempts WHERE failure IS NOT NULL")[0][0])
         return out
 
     # ----------------------------------------------------------------------------------- outbox

@@ -52,6 +52,7 @@ from hypocenter.collector.connectors.http_api import (
     classify_status,
     message_of,
 )
+from hypocenter.collector.connectors.loki import logql_string
 from hypocenter.collector.connectors.scope import NODE_LOOKBACK_S, NODE_SLACK_S, node_regex, re2_escape
 from hypocenter.collector.metrics import MetricFormatError, parse_prometheus_json
 from hypocenter.model import AttemptContext, Coverage
@@ -212,5 +213,6 @@ class PrometheusConnector:
 
 
 def _promql_escape(text: str) -> str:
-    """Inside a PromQL double-quoted string (Go escapes): backslash and quote."""
-    return text.replace("\\", "\\\\").replace('"', '\\"')
+    """Inside a PromQL double-quoted string: the same Go string rules as LogQL's (backslash and quote
+    escaped, and no raw newline: a node name holding one must not end the string or the query)."""
+    return logql_string(text)[1:-1]

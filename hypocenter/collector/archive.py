@@ -1,0 +1,290 @@
+"""An uploaded bundle archive (tar, tar.gz, tar.xz, tar.bz2) read in memory, never extracted to disk.
+
+`tarfile.extractall(filter="data")` has had bypasses (CVE-2025-4517 and relatives, fixed only in
+3.11.13 / 3.12.11 / 3.13.4) that let a crafted archive write anywhere the server may. So nothing
+of an upload touches the filesystem: the archive is decompressed as a stream, its members are read
+one at a time under the bounds below, and the bundle reader (collector/bundle.py) reads them
+through `ArchivePath`, a path whose every file operation answers from memory. Nothing is left
+behind when the process dies mid-upload, because nothing was written.
+
+Bounds (hypocenter/limits.py, each a setting), all checked while reading, before the bytes exist:
+
+    bundle_max_members        entries in the archive (200,000 empty files: refused at the 10,001st)
+    bundle_max_member_bytes   one member's size (a sparse 4 GiB member: refused from its header)
+    bundle_max_bytes          decompressed bytes of the whole archive, headers included, and of the
+                              gzip files inside it (nested compression) together
+    bundle_max_ratio          decompressed / uploaded bytes, past the first 16 MiB
+
+A member that is not a regular file (link, device, FIFO) is never followed: it is listed in the
+bundle's coverage as skipped. Absolute names and `..` are refused outright (BundleError).
+"""
+
+from __future__ import annotations
+
+import bz2
+import errno
+import io
+import lzma
+import os
+import stat
+import tarfile
+import zlib
+from collections.abc import Generator
+from dataclasses import dataclass, field
+from pathlib import PosixPath, PurePosixPath
+from typing import Any
+
+from hypocenter import limits
+from hypocenter.collector.bundle import Bundle, load_bundle
+from hypocenter.errors import BundleError, InputError
+from hypocenter.limits import LimitExceeded, Limits
+from hypocenter.model import Coverage
+
+_CHUNK = 1 << 16
+
+
+@dataclass
+class ArchiveTree:
+    """The regular files of an archive (path → bytes), its directories, and what was skipped."""
+
+    files: dict[str, bytes] = field(default_factory=dict)
+    dirs: set[str] = field(default_factory=lambda: {""})
+    skipped: dict[str, str] = field(default_factory=dict)  # path → why it was not read
+    inflate_budget: int = 0  # bytes gzip files inside may still decompress to (bundle_max_bytes left)
+    member_max: int = 0      # bundle_max_member_bytes
+
+    def add_dirs(self, path: str) -> None:
+        """`path` and every directory above it."""
+        parts = path.split("/") if path else []
+        for i in range(len(parts) + 1):
+            self.dirs.add("/".join(parts[:i]))
+
+
+class ArchivePath(PosixPath):
+    """A path into one `ArchiveTree`: the Path methods the bundle reader uses, answered from memory.
+    Anything else that would touch the disk fails (`os.fspath` of it raises)."""
+
+    _tree: ArchiveTree
+
+    @classmethod
+    def root_of(cls, tree: ArchiveTree) -> ArchivePath:
+        bound = type("BoundArchivePath", (cls,), {"_tree": tree})
+        root: ArchivePath = bound("/")
+        return root
+
+    def __fspath__(self) -> str:
+        raise TypeError(f"{self} is inside an uploaded archive: it has no file on disk")
+
+    def _key(self) -> str:
+        return self.as_posix().lstrip("/")
+
+    def exists(self, *, follow_symlinks: bool = True) -> bool:
+        k = self._key()
+        return k in self._tree.files or k in self._tree.dirs or k in self._tree.skipped
+
+    def is_dir(self) -> bool:
+        return self._key() in self._tree.dirs
+
+    def is_file(self) -> bool:
+        return self._key() in self._tree.files
+
+    def is_symlink(self) -> bool:
+        return False  # links are never materialised: listed in `skipped`
+
+    def iterdir(self) -> Generator[ArchivePath, None, None]:
+        k = self._key()
+        if k not in self._tree.dirs:
+            raise NotADirectoryError(errno.ENOTDIR, "not a directory", str(self))
+        prefix = f"{k}/" if k else ""
+        names = {p[len(prefix):].split("/", 1)[0] for p in (*self._tree.files, *self._tree.dirs)
+                 if p.startswith(prefix) and p != k}
+        for name in sorted(names):
+            yield self / name
+
+    def walk_files(self) -> list[ArchivePath]:
+        """Regular files under this directory, the order os.walk gives on disk (files of a directory
+        first, then its subdirectories, by name; hidden files left out)."""
+        out: list[ArchivePath] = []
+        children = list(self.iterdir())
+        out.extend(c for c in children if c.is_file() and not c.name.startswith("."))
+        for sub in (c for c in children if c.is_dir()):
+            out.extend(sub.walk_files())
+        return out
+
+    def stat(self, *, follow_symlinks: bool = True) -> os.stat_result:
+        k = self._key()
+        if k in self._tree.files:
+            return os.stat_result((stat.S_IFREG | 0o444, 0, 0, 1, 0, 0, len(self._tree.files[k]), 0, 0, 0))
+        if k in self._tree.dirs:
+            return os.stat_result((stat.S_IFDIR | 0o555, 0, 0, 1, 0, 0, 0, 0, 0, 0))
+        if k in self._tree.skipped:
+            return os.stat_result((stat.S_IFIFO | 0o444, 0, 0, 1, 0, 0, 0, 0, 0, 0))
+        raise FileNotFoundError(errno.ENOENT, "no such file in the archive", str(self))
+
+    def lstat(self) -> os.stat_result:
+        return self.stat()
+
+    def read_bytes(self) -> bytes:
+        k = self._key()
+        if k not in self._tree.files:
+            raise FileNotFoundError(errno.ENOENT, "no such file in the archive", str(self))
+        return self._tree.files[k]
+
+    def read_text(self, encoding: str | None = None, errors: str | None = None) -> str:
+        return self.read_bytes().decode(encoding or "utf-8", errors or "strict")
+
+    def open(self, *args: Any, **kwargs: Any) -> Any:
+        if args and any(c in str(args[0]) for c in "wax+"):
+            raise PermissionError(errno.EROFS, "an uploaded archive is read-only", str(self))
+        return io.BytesIO(self.read_bytes())
+
+    def inflate_limit(self) -> int:
+        """How many bytes a gzip file inside the archive may decompress to: one member's bound, within
+        what is left of the whole archive's."""
+        return min(self._tree.inflate_budget, self._tree.member_max)
+
+    def spend(self, nbytes: int) -> None:
+        self._tree.inflate_budget -= nbytes
+
+
+class _Inflating(io.RawIOBase):
+    """The archive's bytes decompressed on demand; LimitExceeded as soon as the output passes the
+    budget (so that no read, tarfile's own included, ever holds more than that)."""
+
+    def __init__(self, raw: bytes, budget: Limits) -> None:
+        self._src = raw
+        self._pos = 0
+        self._pending = b""
+        self.produced = 0
+        self._max = budget.bundle_max_bytes
+        self.ratio_max = max(limits.RATIO_FLOOR_BYTES, budget.bundle_max_ratio * len(raw))
+        self._ratio = budget.bundle_max_ratio
+        magic = raw[:6]
+        self._zlib = magic.startswith(b"\x1f\x8b")
+        self._d: Any
+        if magic.startswith(b"\x1f\x8b"):
+            self._d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        elif magic.startswith(b"\xfd7zXZ\x00"):
+            self._d = lzma.LZMADecompressor()
+        elif magic.startswith(b"BZh"):
+            self._d = bz2.BZ2Decompressor()
+        else:
+            self._d = None  # a plain tar
+
+    def readable(self) -> bool:
+        return True
+
+    def _more(self, n: int) -> bytes:
+        """Up to `n` more decompressed bytes; b"" at the end."""
+        if self._d is None:
+            chunk = self._src[self._pos:self._pos + n]
+            self._pos += len(chunk)
+            return chunk
+        try:
+            while True:
+                if self._zlib and self._d.unconsumed_tail:
+                    out = self._d.decompress(self._d.unconsumed_tail, n)
+                elif not self._zlib and not self._d.needs_input and not self._d.eof:
+                    out = self._d.decompress(b"", max_length=n)
+                elif self._pos >= len(self._src) or self._d.eof:
+                    return b""
+                else:
+                    data = self._src[self._pos:self._pos + _CHUNK]
+                    self._pos += len(data)
+                    out = self._d.decompress(data, n) if self._zlib else self._d.decompress(data, max_length=n)
+                if out:
+                    return bytes(out)
+        except (zlib.error, lzma.LZMAError, OSError, EOFError) as exc:
+            raise InputError(f"not a readable tar.gz bundle: damaged compressed data ({exc})") from None
+
+    def readinto(self, buffer: Any) -> int:
+        n = len(buffer)
+        data = self._pending or self._more(min(n, _CHUNK))
+        self._pending = data[n:]
+        data = data[:n]
+        self.produced += len(data)
+        if self.produced > self._max:
+            raise LimitExceeded(f"bundle is over {self._max:,} bytes once decompressed", "bundle_max_bytes")
+        if self.produced > self.ratio_max:
+            raise LimitExceeded(f"bundle decompresses to over {self._ratio}x its {len(self._src):,} uploaded bytes "
+                                "(a compression bomb?)", "bundle_max_ratio")
+        buffer[:len(data)] = data
+        return len(data)
+
+
+def read_archive(raw: bytes, bounds: Limits | None = None) -> ArchivePath:
+    """The bundle root (the shallowest directory holding attempt.yaml) of an uploaded archive, in
+    memory. BundleError / InputError for an archive that is not a usable bundle, LimitExceeded
+    for one past a bound."""
+    b = bounds or limits.active()
+    tree = ArchiveTree()
+    stream = _Inflating(raw, b)
+    members = 0
+    try:
+        with tarfile.open(fileobj=io.BufferedReader(stream, _CHUNK), mode="r|") as tar:
+            for member in tar:
+                members += 1
+                if members > b.bundle_max_members:
+                    raise LimitExceeded(f"archive has more than {b.bundle_max_members:,} members",
+                                        "bundle_max_members")
+                name = _member_name(member.name)
+                if name is None:
+                    continue
+                if member.isdir():
+                    tree.add_dirs(name)
+                    continue
+                if member.size > b.bundle_max_member_bytes:  # a sparse member's size is its apparent size
+                    raise LimitExceeded(f"archive member {name!r} is {member.size:,} bytes, over the limit of "
+                                        f"{b.bundle_max_member_bytes:,}", "bundle_max_member_bytes")
+                if not member.isreg() or member.issparse():
+                    what = ("a sparse file" if member.issparse() else "a symbolic link" if member.issym()
+                            else "a hard link" if member.islnk() else "a device or FIFO")
+                    tree.skipped[name] = f"not read: {what} in an uploaded archive (never followed or created)"
+                    tree.add_dirs(name.rpartition("/")[0])
+                    continue
+                f = tar.extractfile(member)
+                data = f.read() if f is not None else b""
+                tree.files[name] = data
+                tree.add_dirs(name.rpartition("/")[0])
+    except tarfile.TarError as exc:
+        raise InputError(f"not a readable tar.gz bundle: {exc}") from None
+    except (EOFError, OSError) as exc:
+        raise InputError(f"not a readable tar.gz bundle: {exc or 'it ends early'}") from None
+    # gzip files inside spend what the archive left of both the byte bound and the ratio bound
+    tree.inflate_budget = min(b.bundle_max_bytes, stream.ratio_max) - stream.produced
+    tree.member_max = b.bundle_max_member_bytes
+    roots = sorted((p.rpartition("/")[0] for p in tree.files if p.rpartition("/")[2] == "attempt.yaml"),
+                   key=lambda p: (p.count("/") + (1 if p else 0), p))
+    if not roots:
+        raise BundleError("the archive holds no attempt.yaml (a bundle is a directory with attempt.yaml, logs/, …)")
+    root = ArchivePath.root_of(tree)
+    return root / roots[0] if roots[0] else root
+
+
+def _member_name(name: str) -> str | None:
+    """A member's path inside the bundle, normalised; None for the archive's own `.`; BundleError for
+    names that would leave it."""
+    parts = [p for p in PurePosixPath(name).parts if p not in ("", ".")]
+    if name.startswith("/") or ".." in parts:
+        raise BundleError(f"archive member {name[:200]!r}: an absolute path or '..' (refused: a bundle's "
+                          "files stay inside it)")
+    return "/".join(parts) or None
+
+
+def load_archive_bundle(raw: bytes, bounds: Limits | None = None) -> Bundle:
+    """An uploaded archive read as a bundle: `read_archive`, then the bundle reader over it, with the
+    members that were not read (links, devices) in its coverage."""
+    root = read_archive(raw, bounds)
+    bundle = load_bundle(root)
+    tree = root._tree
+    base = root._key()
+    for name, reason in tree.skipped.items():
+        if base and not name.startswith(f"{base}/"):
+            continue
+        bundle.coverage.append(Coverage(connector="files", source=name[len(base) + 1 if base else 0:],
+                                        status="skipped", observations=0, reason=reason))
+    bundle.coverage.sort(key=lambda c: (c.source, c.connector))
+    return bundle
+
+
+__all__ = ["ArchivePath", "ArchiveTree", "load_archive_bundle", "read_archive"]
