@@ -8,6 +8,10 @@
     │   ├── StoreError               store/base.py: a store that cannot be opened or migrated
     │   ├── MetricFormatError        collector/metrics.py: a metrics file that is neither format
     │   ├── HostlistError            collector/hostlist.py: a Slurm hostlist that does not parse
+    │   │   └── HostlistTooLarge     … or one that names more nodes than max_nodes_per_attempt
+    │   ├── LimitExceeded            limits.py: input over a bound (ranks, nodes, records, bytes): 413 / 422
+    │   ├── DumpError                collector/flight_recorder.py: not a readable Flight Recorder dump
+    │   ├── AnalysisFailed           server/quarantine.py: an attempt whose analysis failed, quarantined
     │   ├── OTLPDecodeError          collector/otlp.py: a body that is no OTLP message
     │   ├── UnsupportedMediaType     collector/otlp.py: neither protobuf nor JSON
     │   ├── MessageTooLarge          collector/otlp.py: over the size limit, after decompression too
@@ -20,6 +24,7 @@
     │   └── Forbidden                authenticated, without the role (HTTP 403 / gRPC PERMISSION_DENIED)
     ├── TransientError               worth retrying: a source that did not answer this time
     │   ├── Backpressure             server/service.py: the ingest queue is full (retry_after)
+    │   ├── DecoderBusy              collector/otlp.py: every decode slot stayed taken (max_concurrent_decodes)
     │   ├── ExportUnavailable        exporter/outbox.py: the receiver cannot take it now
     │   └── TransientConnectorError  a connector call that may succeed later (kind transient)
     └── ConnectorError               any connector failure, with its `kind`; always one of the two above

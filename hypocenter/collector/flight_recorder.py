@@ -48,6 +48,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from hypocenter.errors import InputError
 from hypocenter.model import Coverage
 from hypocenter.sources import TextSource
 
@@ -66,7 +67,7 @@ _DEFAULT_NAME = re.compile(r"(?:^|[/_.-])(?:nccl_trace_rank|fr_trace|flight_reco
 _PLUMBING = ("/torch/", "\\torch\\", "/multiprocessing/", "<string>", "/runpy.py", "/threading.py")
 
 
-class DumpError(ValueError):
+class DumpError(InputError, ValueError):
     """Not a readable Flight Recorder dump; the message says why."""
 
 
