@@ -2,7 +2,8 @@
 # EpilogSlurmctld for hypocenter: ask the server to scope the job that just ended and analyse it.
 #
 #   slurm.conf:   EpilogSlurmctld=/etc/slurm/hypocenter-epilog.sh
-#   environment:  HYPOCENTER_URL (default http://127.0.0.1:4318), HYPOCENTER_TIMEOUT (seconds, default 10)
+#   environment:  HYPOCENTER_URL (default http://127.0.0.1:4318), HYPOCENTER_TIMEOUT (seconds, default 10),
+#                 HYPOCENTER_TOKEN_FILE (a file holding an admin token, if the server wants one)
 #
 # slurmctld sets SLURM_JOB_ID (for array tasks SLURM_ARRAY_JOB_ID/SLURM_ARRAY_TASK_ID). The script
 # always exits 0: a diagnosis that could not be requested must not fail the epilog.
@@ -19,7 +20,13 @@ fi
 case "$job" in
     *[!0-9_+]*) echo "hypocenter-epilog: unexpected job id '$job'" >&2; exit 0 ;;
 esac
-status=$(curl -s -o /dev/null -w '%{http_code}' --max-time "$timeout" -X POST \
+# The token goes to curl on stdin (a --config line), never on its command line where ps would show it.
+token=""
+if [ -n "${HYPOCENTER_TOKEN_FILE:-}" ]; then
+    token=$(cat "$HYPOCENTER_TOKEN_FILE" 2>/dev/null) || { echo "hypocenter-epilog: cannot read HYPOCENTER_TOKEN_FILE" >&2; exit 0; }
+fi
+status=$(printf '%s\n' ${token:+"header = \"Authorization: Bearer $token\""} | curl -s -o /dev/null \
+    -w '%{http_code}' --config - --max-time "$timeout" -X POST \
     -H 'Content-Type: application/json' -d "{\"slurm\": \"$job\"}" "$url/v1/scopes") || status="no answer"
 case "$status" in
     200) ;;
