@@ -607,26 +607,38 @@ class SQLiteStore:
     def put_diagnosis(self, attempt_id: int, body: str, summary: dict[str, Any], provisional: bool,
                       analyzed_from: float) -> None:
         """Store the attempt's diagnosis (replacing the previous one) and clear its dirty flag unless
-        data arrived after `analyzed_from` (the wall time the analysis read the store)."""
+        data arrived after `analyzed_from` (the wall time the analysis read the store). The same verdict
+        again (same body, same provisional flag: another replica, or a repeated trigger, analysed the
+        same data) changes nothing and is not exported twice."""
         with self._tx() as db:
-            db.execute("DELETE FROM diagnoses WHERE attempt_id=? OR id=?", (attempt_id, summary["id"]))
-            db.execute(
-                "INSERT INTO diagnoses (id, attempt_id, workload, attempt, cluster, outcome, domain, subdomain,"
-                " terminal_state, provisional, window_start_ns, window_end_ns, created, body)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (summary["id"], attempt_id, summary["workload"], summary["attempt"], summary.get("cluster"),
-                 summary["outcome"], summary.get("domain"), summary.get("subdomain"), summary.get("terminal_state"),
-                 int(provisional), summary.get("window_start_ns"), summary.get("window_end_ns"), time.time(), body))
-            db.executemany("INSERT OR IGNORE INTO diagnosis_nodes VALUES (?, ?, ?)",
-                           [(summary["id"], n, "culprit") for n in summary.get("culprits", [])]
-                           + [(summary["id"], n, "affected") for n in summary.get("affected", [])])
-            now = time.time()  # the outbox: a re-analysed diagnosis is sent again, afresh
-            db.executemany("INSERT INTO exports (diagnosis_id, exporter, created, due) VALUES (?, ?, ?, ?)"
-                           " ON CONFLICT (diagnosis_id, exporter) DO UPDATE SET created=excluded.created,"
-                           " due=excluded.due, attempts=0, last_error=NULL",
-                           [(summary["id"], name, now, now) for name in self.exporters])
+            # Lock the attempt's row first (PostgreSQL: replicas analysing one attempt at once queue
+            # here, and the second then sees the first's diagnosis; SQLite has one writer anyway).
+            db.execute("UPDATE attempts SET analyzed_at=analyzed_at WHERE id=?", (attempt_id,))
+            prev = db.execute("SELECT body, provisional FROM diagnoses WHERE attempt_id=? AND id=?",
+                              (attempt_id, summary["id"])).fetchone()
+            if prev is None or prev[0] != body or bool(prev[1]) != provisional:
+                self._replace_diagnosis(db, attempt_id, body, summary, provisional)
             db.execute("UPDATE attempts SET analyzed_at=?, dirty=CASE WHEN activity > ? THEN 1 ELSE 0 END WHERE id=?",
                        (time.time(), analyzed_from, attempt_id))
+
+    def _replace_diagnosis(self, db: Any, attempt_id: int, body: str, summary: dict[str, Any],
+                           provisional: bool) -> None:
+        db.execute("DELETE FROM diagnoses WHERE attempt_id=? OR id=?", (attempt_id, summary["id"]))
+        db.execute(
+            "INSERT INTO diagnoses (id, attempt_id, workload, attempt, cluster, outcome, domain, subdomain,"
+            " terminal_state, provisional, window_start_ns, window_end_ns, created, body)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (summary["id"], attempt_id, summary["workload"], summary["attempt"], summary.get("cluster"),
+             summary["outcome"], summary.get("domain"), summary.get("subdomain"), summary.get("terminal_state"),
+             int(provisional), summary.get("window_start_ns"), summary.get("window_end_ns"), time.time(), body))
+        db.executemany("INSERT OR IGNORE INTO diagnosis_nodes VALUES (?, ?, ?)",
+                       [(summary["id"], n, "culprit") for n in summary.get("culprits", [])]
+                       + [(summary["id"], n, "affected") for n in summary.get("affected", [])])
+        now = time.time()  # the outbox: a changed diagnosis is sent again, afresh
+        db.executemany("INSERT INTO exports (diagnosis_id, exporter, created, due) VALUES (?, ?, ?, ?)"
+                       " ON CONFLICT (diagnosis_id, exporter) DO UPDATE SET created=excluded.created,"
+                       " due=excluded.due, attempts=0, last_error=NULL",
+                       [(summary["id"], name, now, now) for name in self.exporters])
 
     def _diag(self, r: sqlite3.Row) -> DiagnosisRow:
         nodes = [x[0] for x in self._rows(
