@@ -721,7 +721,10 @@ class SQLiteStore:
         with self._tx() as db:
             rows = db.execute("SELECT * FROM exports WHERE exporter=? AND due<=? ORDER BY created, id LIMIT ?",
                               (exporter, now, limit)).fetchall()
-            db.executemany("UPDATE exports SET due=? WHERE id=?", [(now + lease_s, r["id"]) for r in rows])
+            # Conditional, row by row: in PostgreSQL another replica may have selected the same rows; its
+            # update waits for ours, then finds `due` in the future and takes nothing (no double delivery).
+            rows = [r for r in rows if db.execute("UPDATE exports SET due=? WHERE id=? AND due<=?",
+                                                  (now + lease_s, r["id"], now)).rowcount == 1]
         return [PendingExport(id=r["id"], exporter=r["exporter"], diagnosis_id=r["diagnosis_id"], created=r["created"],
                               attempts=r["attempts"], diagnosis=self.get_diagnosis(r["diagnosis_id"])) for r in rows]
 
