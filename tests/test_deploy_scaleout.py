@@ -2,7 +2,7 @@
 arrives split across them (the node agents' streams at one, the job's streams, metrics and end-of-job
 record at the other), the analysis is triggered at one of them while both trigger loops run, and the
 attempt gets exactly one diagnosis, equal to `hypocenter analyze` on the bundle, readable from either,
-and pushed to Loki once.
+and its final verdict pushed to Loki once.
 
 Runs when HYPOCENTER_TEST_POSTGRES_URL is set (CI sets it; see tests/test_store_contract.py)."""
 
