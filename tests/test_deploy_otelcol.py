@@ -232,7 +232,8 @@ def _free_port() -> int:
 
 
 def _expand(value: str, env: dict[str, str]) -> str:
-    """The collector's ${env:NAME} / ${env:NAME:-default} expansion."""
+    """The collector's ${env:NAME} / ${env:NAME:-default} expansion (confmap envprovider; the default
+    syntax came with open-telemetry/opentelemetry-collector#10907)."""
     def one(m: re.Match[str]) -> str:
         return env.get(m.group(1)) or (m.group(2) or "")
     return re.sub(r"\$\{env:([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}", one, value)
