@@ -263,14 +263,14 @@ def test_the_job_agent_tagging_gets_the_attempt_diagnosed(tmp_path: Path) -> Non
              "--pid-file", str(tmp_path / "rotel.pid"), "--log-file", str(log)],
             stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=tmp_path)
     try:
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and proc.poll() is None:
             with socket.socket() as s:
                 if s.connect_ex(("127.0.0.1", port)) == 0:
                     break
             time.sleep(0.05)
         report = ReplayReport()
-        direct, via_agent = Sender(srv.grpc, False, 10), Sender(f"127.0.0.1:{port}", False, 10)
+        direct, via_agent = Sender(srv.grpc, False, 30), Sender(f"127.0.0.1:{port}", False, 30)
         try:
             for stream in node_streams:
                 direct.send_logs(stream, report)
@@ -288,7 +288,7 @@ def test_the_job_agent_tagging_gets_the_attempt_diagnosed(tmp_path: Path) -> Non
             deadline = time.monotonic() + 60
             while time.monotonic() < deadline and client.get("/readyz").json().get("log_entries") != want:
                 time.sleep(0.1)
-            assert client.get("/readyz").json().get("log_entries") == want
+            assert client.get("/readyz").json().get("log_entries") == want, log.read_text(errors="replace")[-2000:]
             row = client.get(f"/v1/attempts/{ctx.workload.id}/0").json()
             got = client.post(f"/v1/attempts/{ctx.workload.id}/0/analyze").json()
     finally:
