@@ -288,7 +288,8 @@ def test_the_job_agent_tagging_gets_the_attempt_diagnosed(tmp_path: Path) -> Non
             deadline = time.monotonic() + 60
             while time.monotonic() < deadline and client.get("/readyz").json().get("log_entries") != want:
                 time.sleep(0.1)
-            assert client.get("/readyz").json().get("log_entries") == want, log.read_text(errors="replace")[-2000:]
+            assert client.get("/readyz").json().get("log_entries") == want, (
+                log.read_text(errors="replace")[-2000:] if log.exists() else "no rotel log")
             row = client.get(f"/v1/attempts/{ctx.workload.id}/0").json()
             got = client.post(f"/v1/attempts/{ctx.workload.id}/0/analyze").json()
     finally:
