@@ -350,9 +350,14 @@ class SQLiteStore:
         """Store the attempt's current diagnosis and clear its dirty flag unless data arrived after
         `analyzed_from` (the wall time the analysis read the store). A verdict that differs from the
         attempt's last one is kept as a new revision with its `provenance`; the same verdict again
-        keeps the revision (and provenance) it had. Returns the revision now current."""
+        keeps the revision (and provenance) it had. The very same diagnosis again (same body, same
+        provisional flag: another replica, or a repeated trigger, analysed the same data) changes
+        nothing and is not exported twice. Returns the revision now current."""
         prov = json.dumps(provenance or {"source": "unknown"}, sort_keys=True)
         with self._tx() as db:
+            # Lock the attempt's row first (PostgreSQL: replicas analysing one attempt at once queue
+            # here, and the second then sees the first's diagnosis; SQLite has one writer anyway).
+            db.execute("UPDATE attempts SET analyzed_at=analyzed_at WHERE id=?", (attempt_id,))
             last = db.execute("SELECT revision, body, provenance FROM diagnosis_revisions WHERE workload=? AND attempt=?"
                               " ORDER BY revision DESC LIMIT 1", (summary["workload"], summary["attempt"])).fetchone()
             if last is not None and last["body"] == body:
@@ -364,23 +369,10 @@ class SQLiteStore:
                     " subdomain, provisional, created, provenance, body) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (summary["workload"], summary["attempt"], revision, summary["id"], summary["outcome"],
                      summary.get("domain"), summary.get("subdomain"), int(provisional), time.time(), prov, body))
-            db.execute("DELETE FROM diagnoses WHERE attempt_id=? OR id=?", (attempt_id, summary["id"]))
-            db.execute(
-                "INSERT INTO diagnoses (id, attempt_id, workload, attempt, cluster, outcome, domain, subdomain,"
-                " terminal_state, provisional, window_start_ns, window_end_ns, created, body, revision, provenance)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (summary["id"], attempt_id, summary["workload"], summary["attempt"], summary.get("cluster"),
-                 summary["outcome"], summary.get("domain"), summary.get("subdomain"), summary.get("terminal_state"),
-                 int(provisional), summary.get("window_start_ns"), summary.get("window_end_ns"), time.time(), body,
-                 revision, prov))
-            db.executemany("INSERT OR IGNORE INTO diagnosis_nodes VALUES (?, ?, ?)",
-                           [(summary["id"], n, "culprit") for n in summary.get("culprits", [])]
-                           + [(summary["id"], n, "affected") for n in summary.get("affected", [])])
-            now = time.time()  # the outbox: a re-analysed diagnosis is sent again, afresh
-            db.executemany("INSERT INTO exports (diagnosis_id, exporter, created, due) VALUES (?, ?, ?, ?)"
-                           " ON CONFLICT (diagnosis_id, exporter) DO UPDATE SET created=excluded.created,"
-                           " due=excluded.due, attempts=0, last_error=NULL",
-                           [(summary["id"], name, now, now) for name in self.exporters])
+            prev = db.execute("SELECT body, provisional FROM diagnoses WHERE attempt_id=? AND id=?",
+                              (attempt_id, summary["id"])).fetchone()
+            if prev is None or prev[0] != body or bool(prev[1]) != provisional:
+                self._replace_diagnosis(db, attempt_id, body, summary, provisional, revision, prov)
             db.execute("UPDATE attempts SET analyzed_at=?, dirty=CASE WHEN activity > ? THEN 1 ELSE 0 END,"
                        " failure=NULL, failed_at=NULL, analysing_since=NULL, interrupted=0 WHERE id=?",
                        (time.time(), analyzed_from, attempt_id))
@@ -422,6 +414,26 @@ class SQLiteStore:
         """Attempts whose last analysis failed, newest failure first."""
         return [self._attempt_row(r) for r in self._rows(
             "SELECT * FROM attempts WHERE failure IS NOT NULL ORDER BY failed_at DESC, id LIMIT ?", (limit,))]
+
+    def _replace_diagnosis(self, db: Any, attempt_id: int, body: str, summary: dict[str, Any],
+                           provisional: bool, revision: int, prov: str) -> None:
+        db.execute("DELETE FROM diagnoses WHERE attempt_id=? OR id=?", (attempt_id, summary["id"]))
+        db.execute(
+            "INSERT INTO diagnoses (id, attempt_id, workload, attempt, cluster, outcome, domain, subdomain,"
+            " terminal_state, provisional, window_start_ns, window_end_ns, created, body, revision, provenance)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (summary["id"], attempt_id, summary["workload"], summary["attempt"], summary.get("cluster"),
+             summary["outcome"], summary.get("domain"), summary.get("subdomain"), summary.get("terminal_state"),
+             int(provisional), summary.get("window_start_ns"), summary.get("window_end_ns"), time.time(), body,
+             revision, prov))
+        db.executemany("INSERT OR IGNORE INTO diagnosis_nodes VALUES (?, ?, ?)",
+                       [(summary["id"], n, "culprit") for n in summary.get("culprits", [])]
+                       + [(summary["id"], n, "affected") for n in summary.get("affected", [])])
+        now = time.time()  # the outbox: a changed diagnosis is sent again, afresh
+        db.executemany("INSERT INTO exports (diagnosis_id, exporter, created, due) VALUES (?, ?, ?, ?)"
+                       " ON CONFLICT (diagnosis_id, exporter) DO UPDATE SET created=excluded.created,"
+                       " due=excluded.due, attempts=0, last_error=NULL",
+                       [(summary["id"], name, now, now) for name in self.exporters])
 
     def _diag(self, r: sqlite3.Row) -> DiagnosisRow:
         nodes = [x[0] for x in self._rows(
@@ -553,7 +565,10 @@ class SQLiteStore:
         with self._tx() as db:
             rows = db.execute("SELECT * FROM exports WHERE exporter=? AND due<=? ORDER BY created, id LIMIT ?",
                               (exporter, now, limit)).fetchall()
-            db.executemany("UPDATE exports SET due=? WHERE id=?", [(now + lease_s, r["id"]) for r in rows])
+            # Conditional, row by row: in PostgreSQL another replica may have selected the same rows; its
+            # update waits for ours, then finds `due` in the future and takes nothing (no double delivery).
+            rows = [r for r in rows if db.execute("UPDATE exports SET due=? WHERE id=? AND due<=?",
+                                                  (now + lease_s, r["id"], now)).rowcount == 1]
         return [PendingExport(id=r["id"], exporter=r["exporter"], diagnosis_id=r["diagnosis_id"], created=r["created"],
                               attempts=r["attempts"], diagnosis=self.get_diagnosis(r["diagnosis_id"])) for r in rows]
 
