@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 import yaml
 
-from hypocenter.api import pulls
 from hypocenter.collector.connectors import kubernetes as connector
+from hypocenter.server import pulls
 
 REPO = Path(__file__).resolve().parent.parent
 KUBE = REPO / "deploy" / "kubernetes"
