@@ -53,6 +53,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from hypocenter import strict_yaml
+from hypocenter.collector import rankmap
 from hypocenter.collector.connectors import connector_class
 from hypocenter.collector.connectors.base import Collected, ConnectorError, RetryPolicy, Scope, merge
 from hypocenter.config import is_http_url
@@ -277,7 +278,9 @@ def gather(cfg: PullConfig, *, queries: RuleQueries, progress: Callable[[str], N
         except Exception as exc:  # a data source never blocks the verdict: it is a failed coverage entry
             parts.append(Collected(coverage=[Coverage(connector=name.split(" ")[0], source=name, status="failed",
                                                       observations=0, reason=f"{type(exc).__name__}: {exc}")]))
-    return Gathered(scope.context, merge(parts), scope.notes)
+    collected = merge(parts)
+    context, note = rankmap.rebuild(scope.context, scope.tasks, collected.sources)
+    return Gathered(context, collected, scope.notes + ([note] if note else []))
 
 
 def _scope(cfg: PullConfig, policy: RetryPolicy, progress: Callable[[str], None]) -> Scope:

@@ -91,6 +91,7 @@ class Scope:
     context: AttemptContext
     collected: Collected = field(default_factory=Collected)
     notes: list[str] = field(default_factory=list)  # e.g. "attempt 2 of 3 (requeued twice)"
+    tasks: dict[str, list[int]] = field(default_factory=dict)  # node → task numbers of the job's main step (rankmap.py)
 
 
 class ScopeConnector(Protocol):
