@@ -18,24 +18,18 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from hypocenter.config import Settings, describe, field_help, load_settings, shown
-from hypocenter.errors import InputError, TransientError
+from hypocenter.cli.settings_help import add_setting_flags
+from hypocenter.config import Settings, describe, load_settings, read_secret_file, shown
+from hypocenter.errors import TransientError
 
 EXIT_OK = 0
 EXIT_FAILED = 1
 
 
 def _setting_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", metavar="FILE", help="YAML settings file (default: $HYPOCENTER_CONFIG)")
-    g = p.add_argument_group("settings (flags beat HYPOCENTER_* environment, which beats the file)")
-    for name, info in Settings.model_fields.items():
-        flag = "--" + name.replace("_", "-")
-        if info.annotation is bool:
-            g.add_argument(flag, dest=f"set_{name}", action="store_const", const=True, default=None, help=field_help(name))
-        elif name == "rules":
-            g.add_argument(flag, dest=f"set_{name}", action="append", default=None, metavar="PATH", help=field_help(name))
-        else:
-            g.add_argument(flag, dest=f"set_{name}", default=None, metavar="VALUE", help=field_help(name))
+    p.add_argument("--config", metavar="FILE", help="YAML settings file (default: $HYPOCENTER_CONFIG); "
+                   "flags beat HYPOCENTER_* environment, which beats the file")
+    add_setting_flags(p)
 
 
 def _settings(args: argparse.Namespace) -> tuple[Settings, dict[str, str]]:
@@ -72,13 +66,7 @@ def client_token(token_file: str | None) -> str | None:
     """A client's bearer token: from --token-file, else $HYPOCENTER_TOKEN (never a flag value, which
     `ps` would show to every user of the machine)."""
     if token_file:
-        try:
-            token = Path(token_file).read_text(encoding="utf-8").strip()
-        except OSError as exc:
-            raise InputError(f"--token-file {token_file}: {exc.strerror}") from None
-        if not token:
-            raise InputError(f"--token-file {token_file}: the file is empty")
-        return token
+        return read_secret_file(token_file, "--token-file")
     return os.environ.get(TOKEN_ENV, "").strip() or None
 
 
@@ -116,7 +104,8 @@ def _cmd_replay(args: argparse.Namespace) -> int:
 
 def add_commands(sub: Any) -> None:
     """Register serve, replay and config on the `hypocenter` subparsers."""
-    s = sub.add_parser("serve", help="run the attribution server (OTLP/gRPC :4317, OTLP/HTTP + REST :4318)")
+    s = sub.add_parser("serve", help="run the attribution server (OTLP/gRPC :4317, OTLP/HTTP + REST :4318)",
+                       usage="hypocenter serve [--config FILE] [--SETTING VALUE]...")
     _setting_flags(s)
     s.set_defaults(func=_cmd_serve)
 
