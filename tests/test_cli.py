@@ -386,3 +386,56 @@ def test_rules_test_for_an_unknown_rule() -> None:
     proc = run_cli("rules", "test", "--rule", "no-such-rule")
     assert proc.returncode == 2
     assert proc.stderr.strip() == "hypocenter: no cases for rule 'no-such-rule'"
+
+
+TIED_RULE = """\
+rules:
+  - id: my-nvlink
+    title: NVLink error as our team files it
+    status: stable
+    runbook: https://wiki.example.org/nvlink
+    attribute:
+      when: {kind: cuda_error, text: 'NVLink'}
+      role: root_cause
+      domain: hardware
+      subdomain: nvlink
+      precedence: PRECEDENCE
+      action: RESET_GPU
+      summary: "NVLink failure on {nodes}"
+    cases:
+      - name: NVLink error on a rank
+        expect: fire
+        attempt: {nodes: [tray07], ranks: {tray07: "0-3"}}
+        logs:
+          _job/out.log: |
+            [rank1]: RuntimeError: CUDA error: uncorrectable NVLink error detected during the execution
+      - name: ECC is not NVLink
+        expect: no_fire
+        logs:
+          _job/out.log: |
+            [rank1]: RuntimeError: CUDA error: uncorrectable ECC error encountered
+"""
+
+
+def test_a_user_rule_that_ties_a_builtin_is_explained_and_warned_about(tmp_path: Path) -> None:
+    """cuda-nvlink-error (built in, precedence 60) sorts before my-nvlink: a tie silently goes to it."""
+    rules = tmp_path / "my-rules.yaml"
+    rules.write_text(TIED_RULE.replace("PRECEDENCE", "60"))
+    test = run_cli("rules", "test", "--rules", str(rules), "--rule", "my-nvlink")
+    assert test.returncode == 1
+    line = next(x for x in test.stdout.splitlines() if x.startswith("FAIL my-nvlink"))
+    assert "did not fire: logs/_job/out.log:1 went to rule cuda-nvlink-error (" in line
+    assert "both have precedence 60" in line and "give my-nvlink a precedence above 60" in line
+    check = run_cli("rules", "check", "--rules", str(rules))
+    warning = next(x for x in check.stdout.splitlines() if "warning" in x)
+    assert warning.startswith("my-rules.yaml:2: my-nvlink: warning: ties rule cuda-nvlink-error (workload/exceptions.yaml")
+    assert check.stdout.splitlines()[-1].endswith("0 problem(s), 1 warning(s)")
+    lower = tmp_path / "lower.yaml"
+    lower.write_text(TIED_RULE.replace("PRECEDENCE", "40"))
+    line = next(x for x in run_cli("rules", "test", "--rules", str(lower), "--rule", "my-nvlink").stdout.splitlines()
+                if x.startswith("FAIL"))
+    assert "went to rule cuda-nvlink-error" in line and "precedence 60 > 40" in line
+    assert "warning" not in run_cli("rules", "check", "--rules", str(lower)).stdout
+    higher = tmp_path / "higher.yaml"
+    higher.write_text(TIED_RULE.replace("PRECEDENCE", "61"))
+    assert run_cli("rules", "test", "--rules", str(higher), "--rule", "my-nvlink").returncode == 0
