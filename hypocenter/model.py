@@ -1,7 +1,7 @@
 """The data that flows through hypocenter: Observation → Event → Diagnosis, scoped by AttemptContext.
 
 Connectors produce `Observation`s, extractors turn candidate observations into `Event`s, the
-verdict turns events into a `Diagnosis`. These models are the contracts of DESIGN.md (contract 1
+verdict turns events into a `Diagnosis`. These models are the contracts of docs/design.md (contract 1
 for `AttemptContext`, contract 3 for `Diagnosis`); they must only ever be extended compatibly.
 Nothing in this module reads files or knows about a connector.
 """
@@ -33,7 +33,7 @@ Action = Literal[
     "NONE",
 ]
 
-# The taxonomy of DESIGN.md. More subdomains may be added; these must exist.
+# The taxonomy of docs/design.md. More subdomains may be added; these must exist.
 TAXONOMY: dict[str, tuple[str, ...]] = {
     "hardware": ("gpu", "gpu_memory", "gpu_firmware", "nvlink", "host"),
     "network": ("fabric", "nic"),

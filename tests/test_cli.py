@@ -24,7 +24,7 @@ EXAMPLE = EXAMPLES / "nvlink-xid149"
 BUNDLES = sorted(p for p in EXAMPLES.iterdir() if (p / "attempt.yaml").is_file())
 ANSI = "\x1b["
 
-# Contract 3 (DESIGN.md): the top-level keys of a diagnosis, in this order.
+# Contract 3 (docs/design.md): the top-level keys of a diagnosis, in this order.
 CONTRACT_KEYS = ["schema", "id", "attempt", "terminal_state", "outcome", "root_cause", "candidates",
                  "affected_nodes", "symptoms", "evidence", "quality", "coverage", "engine"]
 

@@ -1,6 +1,6 @@
 """What every pull connector is: the shapes it returns, how it fails, how it retries.
 
-Two kinds of connector (DESIGN.md data flow, step 1 and 2):
+Two kinds of connector (docs/design.md, architecture, steps 1 and 2):
 
   ScopeConnector  (Slurm, Kueue, Kubernetes Jobs)  job id → `Scope`: the AttemptContext, the
                   scheduler records that explain how it ended, and any logs only it can reach
