@@ -285,6 +285,13 @@ class EngineInfo(BaseModel):
     ruleset: str
 
 
+class NextStep(BaseModel):
+    """What to do next: the action, and for an unattributed diagnosis what to look at (engine/next_step.py)."""
+
+    action: Action
+    look_at: list[str] = Field(default_factory=list)
+
+
 class Diagnosis(BaseModel):
     """The verdict on one attempt. Field order is the order of contract 3 and of the JSON output."""
 
@@ -299,6 +306,7 @@ class Diagnosis(BaseModel):
     symptoms: list[Symptom]
     evidence: list[Evidence]
     quality: Quality
+    next_step: NextStep | None = None  # added in v1 (compatible): absent from diagnoses stored before it
     coverage: list[Coverage]
     engine: EngineInfo
 

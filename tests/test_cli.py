@@ -26,7 +26,7 @@ ANSI = "\x1b["
 
 # Contract 3 (docs/design.md): the top-level keys of a diagnosis, in this order.
 CONTRACT_KEYS = ["schema", "id", "attempt", "terminal_state", "outcome", "root_cause", "candidates",
-                 "affected_nodes", "symptoms", "evidence", "quality", "coverage", "engine"]
+                 "affected_nodes", "symptoms", "evidence", "quality", "next_step", "coverage", "engine"]
 
 
 def run_cli(*args: str, env: dict[str, str] | None = None, drop: tuple[str, ...] = ("NO_COLOR",),
@@ -128,7 +128,7 @@ def test_schema_is_valid_json_schema(schema: dict[str, Any]) -> None:
     jsonschema.Draft202012Validator.check_schema(schema)
     assert schema["type"] == "object"
     assert set(schema["properties"]) == set(CONTRACT_KEYS)
-    assert set(schema["required"]) == set(CONTRACT_KEYS) - {"candidates"}
+    assert set(schema["required"]) == set(CONTRACT_KEYS) - {"candidates", "next_step"}  # next_step: added compatibly
     assert schema["properties"]["schema"]["const"] == "hypocenter.diagnosis/v1"
 
 

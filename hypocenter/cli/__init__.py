@@ -74,6 +74,9 @@ def render_text(d: Diagnosis, style: _Style) -> str:
         text = {"unattributed": "no root cause can be attributed from the evidence available",
                 "not_failed": "the attempt did not fail"}.get(d.outcome, "")
         out.append(f"{head}  {text}   [quality: {style(d.quality.level, _QUALITY_STYLE[d.quality.level])}]")
+        if d.next_step is not None and d.next_step.look_at:
+            out.append(f"  action {style(d.next_step.action, '1')} · look at:")
+            out.extend(f"    - {item}" for item in d.next_step.look_at)
     if d.candidates:
         out.append("")
         out.append(style("Candidates", "1"))

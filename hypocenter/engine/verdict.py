@@ -26,6 +26,7 @@ from typing import Any
 
 from hypocenter import __version__
 from hypocenter.engine.analyzers import ANALYZERS, AttemptView, first_seen
+from hypocenter.engine.next_step import next_step
 from hypocenter.engine.rules import AttributeSpec, RecoverySpec, Rule, Ruleset, When
 from hypocenter.model import (
     AttemptContext,
@@ -321,6 +322,7 @@ class Verdict:
             symptoms=symptoms,
             evidence=evidence,
             quality=quality,
+            next_step=next_step(outcome, root, cands, symptoms, coverage),
             coverage=coverage,
             engine=EngineInfo(version=__version__, ruleset=self.ruleset.fingerprint),
         )
