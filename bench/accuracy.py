@@ -143,17 +143,28 @@ def _diagnose(bundle: str) -> tuple[dict[str, Any] | None, str | None, float]:
         return None, f"{type(exc).__name__}: {exc}", time.perf_counter() - t0
 
 
+TRUTH_FILES = ("truth.yaml", "expected.yaml")
+"""The label of a bundle: the generator's truth.yaml, or the expected.yaml of hand-written bundles
+(examples/, bench/heldout/: the same outcome, domain, subdomain, nodes and components keys)."""
+
+
+def _truth_file(bundle: Path) -> Path | None:
+    return next((bundle / n for n in TRUTH_FILES if (bundle / n).is_file()), None)
+
+
 def find_bundles(corpus: Path) -> list[Path]:
-    """Bundle directories under `corpus` (any directory with a truth.yaml), sorted by path."""
-    if (corpus / "truth.yaml").is_file():
+    """Bundle directories under `corpus` (any directory with a truth.yaml or expected.yaml), sorted by path."""
+    if _truth_file(corpus) is not None:
         return [corpus]
-    return sorted(p.parent for p in corpus.glob("*/truth.yaml"))
+    return sorted(p for p in corpus.iterdir() if p.is_dir() and _truth_file(p) is not None) if corpus.is_dir() else []
 
 
 def load_truth(bundle: Path) -> tuple[str, Label, list[tuple[str, str]]]:
-    data = yaml.safe_load((bundle / "truth.yaml").read_text(encoding="utf-8"))
+    path = _truth_file(bundle)
+    assert path is not None
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
     label = Label(str(data["outcome"]), data.get("domain"), data.get("subdomain"), tuple(sorted(data.get("nodes") or [])))
-    return str(data.get("mode", "?")), label, _components(data.get("components") or [])
+    return str(data.get("mode", bundle.name)), label, _components(data.get("components") or [])
 
 
 def run(corpus: Path, jobs: int | None = None) -> tuple[list[Result], float]:
@@ -365,7 +376,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.corpus.is_dir():
         parser.error(f"{args.corpus} is not a directory")
     if not find_bundles(args.corpus):
-        parser.error(f"no bundle with a truth.yaml under {args.corpus}")
+        parser.error(f"no bundle with a truth.yaml or expected.yaml under {args.corpus}")
     summary, results = evaluate(args.corpus, args.jobs, worst=args.worst)
     print(format_report(summary))
     if args.json:

@@ -2,11 +2,11 @@
 
     python -m bench.generate --out DIR --count N --seed S --prior real|uniform [--nodes-max K]
 
-Bundle `i` lands in `DIR/<NNNN>-<mode>/` (contract-1 layout plus `truth.yaml`). Its content is a
+Bundle `i` lands in `DIR/<NNNN>-<mode>/` (bundle layout (contract 1 of docs/design.md) plus `truth.yaml`). Its content is a
 function of (seed, i, prior, nodes-max) only: every random choice comes from a `random.Random`
 seeded from those, never from global state or the clock, so a corpus is byte-for-byte
-reproducible. `--prior real` samples modes by the failure frequencies of failure-signatures.md
-§5.11; `--prior uniform` deals every mode in turn (shuffled blocks) so rare modes get scored.
+reproducible. `--prior real` samples modes by published failure frequencies of large training clusters
+(real-cluster prior); `--prior uniform` deals every mode in turn (shuffled blocks) so rare modes get scored.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Pod container termination states (`Error`/1, `OOMKilled`/137, 143 after SIGTERM), pod
 `DisruptionTarget` conditions, `kubectl get events -o json` lists, node `Ready=Unknown`
 (`NodeStatusUnknown`), Kueue Workload conditions (`Evicted`/`Preempted` with the preemption
-message template) — failure-signatures.md §4.5-§4.7. Pure data builders; no timing decisions.
+message template) — as the Kubernetes, Kueue and JobSet controllers write them. Pure data builders; no timing decisions.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Prometheus `query_range` JSON and OpenMetrics text, with dcgm-exporter and node_exporter labels.
 
-dcgm-exporter labels follow failure-signatures.md §3.5 (`Hostname` before the May 2026 rename,
+dcgm-exporter labels follow NVIDIA/dcgm-exporter (`Hostname` before the May 2026 rename,
 `hostname` after; `UUID`, `pci_bus_id`, `modelName`, pod labels on Kubernetes); node_exporter
-InfiniBand series follow §3.3. A metric that the exporter does not export is simply absent: the
+InfiniBand series follow node_exporter's infiniband collector. A metric that the exporter does not export is simply absent: the
 benchmark never writes zeros for what nobody measured.
 """
 

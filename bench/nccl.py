@@ -1,4 +1,4 @@
-"""NCCL log lines by NCCL version (failure-signatures.md §2.1-§2.4, §6.12).
+"""NCCL log lines by NCCL version (as NVIDIA/nccl's src/ prints them).
 
 `host:pid:tid [dev] file:line NCCL WARN …` and `… NCCL INFO …` lines: init chatter, NET/IB
 completion errors in the four format eras (<2.10, 2.10-2.19, 2.20-2.27, ≥2.28), socket and

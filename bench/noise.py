@@ -1,4 +1,4 @@
-"""Background chatter and the cross-scenario distractor library (failure-signatures.md §7, last list).
+"""Background chatter and the cross-scenario distractor library (chatter healthy jobs print).
 
 `background` fills every node's system log with what healthy nodes print (boot-time driver
 lines, slurmd / kubelet / systemd / cron chatter, EDAC corrected errors). `distract` injects

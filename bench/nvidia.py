@@ -1,8 +1,8 @@
 """NVIDIA driver, PCIe AER, mlx5 and DCGM lines, in the formats the real components print.
 
-Formats follow failure-signatures.md §1 (Xid line macro, per-Xid texts, NVLink5 units, GSP RPC
-timeouts by driver era, Xid 154), §3.1 (mlx5_core port, module and firmware-command messages)
-and §3.2 (AER chains). Functions return message text without any timestamp or syslog prefix;
+Formats follow NVIDIA's kernel driver and Xid Catalog (Xid line macro, per-Xid texts, NVLink5 units, GSP RPC
+timeouts by driver era, Xid 154), the mlx5_core driver (port, module and firmware-command messages)
+and the PCIe AER driver (AER chains). Functions return message text without any timestamp or syslog prefix;
 `bench.timeline` adds those. Nothing here decides what happens in a scenario.
 """
 

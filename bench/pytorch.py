@@ -1,4 +1,4 @@
-"""PyTorch, torchrun and CUDA error output by PyTorch version (failure-signatures.md §2.5-§2.7).
+"""PyTorch, torchrun and CUDA error output by PyTorch version (as pytorch/pytorch prints it).
 
 ProcessGroupNCCL watchdog wording for ≤1.13, 2.0-2.1, 2.2-2.3 (`Timeout at NCCL work … last
 enqueued NCCL work`) and 2.4+ (`[PG ID 0 PG GUID 0(default_pg) Rank N]`, flight-recorder dump

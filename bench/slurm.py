@@ -1,6 +1,6 @@
 """What Slurm writes: srun / slurmstepd lines in job output, and sacct / scontrol JSON.
 
-Formats from failure-signatures.md §4.1-§4.4: `srun: error: <node>: task N: …`, the slurmstepd
+Formats from Slurm's srun and slurmstepd: `srun: error: <node>: task N: …`, the slurmstepd
 banners (the scancel banner changed in 25.05), oom_kill detection, `sacct --json` in the
 data_parser v0.0.38 (state as text) and v0.0.39+ (state as list) shapes, `scontrol show node
 --json` for drained nodes, and slurmctld log lines. Times in banners are the cluster's local time.

@@ -122,9 +122,13 @@ class Settings(BaseSettings):
     loki_url: str = Field("", description="Loki base URL to push diagnoses to (e.g. http://loki:3100); empty = off")
     loki_encoding: Literal["protobuf", "json"] = Field("protobuf", description="Loki push body: snappy protobuf or gzip JSON")
     loki_tenant: str = Field("", description="X-Scope-OrgID sent to a multi-tenant Loki")
-    loki_basic_auth: SecretStr = Field(SecretStr(""), description="user:password for a Loki behind basic auth")
+    loki_basic_auth: SecretStr = Field(SecretStr(""), description="user:password for a Loki behind basic auth; "
+                                       "environment only (HYPOCENTER_LOKI_BASIC_AUTH), or loki_basic_auth_file")
+    loki_basic_auth_file: str = Field("", description="file holding user:password for a Loki behind basic auth")
     grafana_url: str = Field("", description="Grafana base URL to add diagnosis annotations to; empty = off")
-    grafana_token: SecretStr = Field(SecretStr(""), description="Grafana service-account token (annotations:create)")
+    grafana_token: SecretStr = Field(SecretStr(""), description="Grafana service-account token (annotations:create); "
+                                     "environment only (HYPOCENTER_GRAFANA_TOKEN), or grafana_token_file")
+    grafana_token_file: str = Field("", description="file holding the Grafana service-account token")
     grafana_dashboard_uid: str = Field("", description="attach annotations to this dashboard (default: organisation-wide)")
     # The web UI (api/ui/): links from a diagnosis to its attempt's logs in Grafana Explore.
     ui_grafana_url: str = Field("", description="Grafana base URL the web UI links to (Explore on the attempt's "
@@ -251,6 +255,7 @@ def load_settings(flags: Mapping[str, Any] | None = None, config: str | Path | N
             origin[name] = f"file {file_where[name]}"
         else:
             origin[name] = "default"
+    refuse_secrets(flag_values, file_where)
     try:
         return Settings(**merged), origin
     except ValidationError as exc:
@@ -258,6 +263,39 @@ def load_settings(flags: Mapping[str, Any] | None = None, config: str | Path | N
         name = str(err["loc"][0]) if err["loc"] else ""
         where = origin.get(name, "settings").replace("file ", "")
         raise InputError(redact_text(f"{where}: {name}: {str(err['msg']).removeprefix('Value error, ')}")) from None
+
+
+SECRET_SETTINGS = {"grafana_token": "grafana_token_file", "loki_basic_auth": "loki_basic_auth_file"}
+"""Settings that are secrets: from the environment or their file only, never a flag (`ps` shows every
+process's arguments to every user) nor a value in the settings file."""
+
+
+def refuse_secrets(flags: Mapping[str, Any], file_where: Mapping[str, str]) -> None:
+    for name, file_setting in SECRET_SETTINGS.items():
+        instead = f"--{file_setting.replace('_', '-')} PATH or {ENV_PREFIX}{name.upper()}"
+        if name in flags:
+            raise InputError(f"--{name.replace('_', '-')} would show the secret in `ps`: use {instead}")
+        if name in file_where:
+            raise InputError(f"{file_where[name]}: {name}: no secrets in the settings file: use {file_setting} "
+                             f"or {ENV_PREFIX}{name.upper()}")
+
+
+def secret(settings: Settings, name: str) -> str:
+    """A secret setting's value: its environment variable, else the stripped contents of its file."""
+    value: str = getattr(settings, name).get_secret_value()
+    path = getattr(settings, SECRET_SETTINGS[name])
+    return value if value or not path else read_secret_file(path, SECRET_SETTINGS[name])
+
+
+def read_secret_file(path: str, what: str) -> str:
+    """The stripped contents of a file holding one secret; `what` (a setting or flag) names it in errors."""
+    try:
+        text = Path(path).read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise InputError(f"{what} {path}: {exc.strerror or exc}") from None
+    if not text:
+        raise InputError(f"{what} {path}: the file is empty")
+    return text
 
 
 def listen_address(address: str, setting: str) -> tuple[str, int]:

@@ -2,7 +2,7 @@
 
 Connectors produce sources (sources.py: text streams, metric series, scheduler records; an
 observation is one line, sample or record of them), the extractor turns candidate observations
-into `Event`s, the verdict turns events into a `Diagnosis`. These models are the contracts of DESIGN.md (contract 1
+into `Event`s, the verdict turns events into a `Diagnosis`. These models are the contracts of docs/design.md (contract 1
 for `AttemptContext`, contract 3 for `Diagnosis`); they must only ever be extended compatibly.
 Nothing in this module reads files or knows about a connector.
 """
@@ -36,7 +36,7 @@ Action = Literal[
     "NONE",
 ]
 
-# The taxonomy of DESIGN.md. More subdomains may be added; these must exist.
+# The taxonomy of docs/design.md. More subdomains may be added; these must exist.
 TAXONOMY: dict[str, tuple[str, ...]] = {
     "hardware": ("gpu", "gpu_memory", "gpu_firmware", "nvlink", "host"),
     "network": ("fabric", "nic"),
@@ -317,6 +317,11 @@ class FirstFailure(BaseModel):
     text: str
     next_step: str
     action: Action
+class NextStep(BaseModel):
+    """What to do next: the action, and for an unattributed diagnosis what to look at (engine/next_step.py)."""
+
+    action: Action
+    look_at: list[str] = Field(default_factory=list)
 
 
 class Diagnosis(BaseModel):
@@ -333,6 +338,7 @@ class Diagnosis(BaseModel):
     symptoms: list[Symptom]
     evidence: list[Evidence]
     quality: Quality
+    next_step: NextStep | None = None  # added in v1 (compatible): absent from diagnoses stored before it
     coverage: list[Coverage]
     engine: EngineInfo
     # Unattributed only: localises the failure without a cause. Absent (not null) otherwise.

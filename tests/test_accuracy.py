@@ -63,3 +63,14 @@ def test_scoring_arithmetic() -> None:
     assert "exact match 0.400" in format_report(s)
     missed = Thresholds(min_exact=0.97, max_false_confident_unattributed=0.0).missed(s)
     assert len(missed) == 2 and all(line.startswith("FAIL: ") for line in missed)
+
+
+def test_the_heldout_command_reproduces_its_readme(capsys: pytest.CaptureFixture[str]) -> None:
+    """bench/heldout/README.md: `python -m bench.accuracy bench/heldout` scores the hand-written bundles
+    against their expected.yaml, and prints the summary the README shows."""
+    heldout = Path(__file__).resolve().parent.parent / "bench" / "heldout"
+    assert main([str(heldout), "--jobs", "1"]) == 0
+    summary = capsys.readouterr().out.splitlines()[:3]
+    readme = (heldout / "README.md").read_text()
+    for line in summary:  # scenarios and exact match; culprit nodes; false confidence and abstention
+        assert line in readme, line

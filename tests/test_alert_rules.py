@@ -66,7 +66,9 @@ def test_alerts_follow_the_conventions_and_have_runbooks() -> None:
         ann = a["annotations"]
         assert ann["summary"] and "{{" not in ann["summary"], f"{name}: summary must be static"
         assert ann["description"].strip(), f"{name}: no description"
-        anchor = ann["runbook_url"].rsplit("#", 1)[1]
+        path, _, anchor = ann["runbook_url"].partition("#")
+        assert (REPO / path).resolve() == RUNBOOKS.resolve(), \
+            f"{name}: runbook_url {ann['runbook_url']} is not a file of this repository (docs/runbooks.md)"
         assert anchor == name.lower() and anchor in headings, f"{name}: no runbook section"
     for r in _rules():
         if "record" in r:

@@ -24,9 +24,9 @@ EXAMPLE = EXAMPLES / "nvlink-xid149"
 BUNDLES = sorted(p for p in EXAMPLES.iterdir() if (p / "attempt.yaml").is_file())
 ANSI = "\x1b["
 
-# Contract 3 (DESIGN.md): the top-level keys of a diagnosis, in this order.
+# Contract 3 (docs/design.md): the top-level keys of a diagnosis, in this order.
 CONTRACT_KEYS = ["schema", "id", "attempt", "terminal_state", "outcome", "root_cause", "candidates",
-                 "affected_nodes", "symptoms", "evidence", "quality", "coverage", "engine"]
+                 "affected_nodes", "symptoms", "evidence", "quality", "next_step", "coverage", "engine"]
 
 
 def run_cli(*args: str, env: dict[str, str] | None = None, drop: tuple[str, ...] = ("NO_COLOR",),
@@ -128,7 +128,7 @@ def test_schema_is_valid_json_schema(schema: dict[str, Any]) -> None:
     jsonschema.Draft202012Validator.check_schema(schema)
     assert schema["type"] == "object"
     assert set(schema["properties"]) == set(CONTRACT_KEYS) | {"first_failure"}  # optional, unattributed only (#20)
-    assert set(schema["required"]) == set(CONTRACT_KEYS) - {"candidates"}
+    assert set(schema["required"]) == set(CONTRACT_KEYS) - {"candidates", "next_step"}  # next_step: added compatibly
     assert schema["properties"]["schema"]["const"] == "hypocenter.diagnosis/v1"
 
 
@@ -386,3 +386,56 @@ def test_rules_test_for_an_unknown_rule() -> None:
     proc = run_cli("rules", "test", "--rule", "no-such-rule")
     assert proc.returncode == 2
     assert proc.stderr.strip() == "hypocenter: no cases for rule 'no-such-rule'"
+
+
+TIED_RULE = """\
+rules:
+  - id: my-nvlink
+    title: NVLink error as our team files it
+    status: stable
+    runbook: https://wiki.example.org/nvlink
+    attribute:
+      when: {kind: cuda_error, text: 'NVLink'}
+      role: root_cause
+      domain: hardware
+      subdomain: nvlink
+      precedence: PRECEDENCE
+      action: RESET_GPU
+      summary: "NVLink failure on {nodes}"
+    cases:
+      - name: NVLink error on a rank
+        expect: fire
+        attempt: {nodes: [tray07], ranks: {tray07: "0-3"}}
+        logs:
+          _job/out.log: |
+            [rank1]: RuntimeError: CUDA error: uncorrectable NVLink error detected during the execution
+      - name: ECC is not NVLink
+        expect: no_fire
+        logs:
+          _job/out.log: |
+            [rank1]: RuntimeError: CUDA error: uncorrectable ECC error encountered
+"""
+
+
+def test_a_user_rule_that_ties_a_builtin_is_explained_and_warned_about(tmp_path: Path) -> None:
+    """cuda-nvlink-error (built in, precedence 60) sorts before my-nvlink: a tie silently goes to it."""
+    rules = tmp_path / "my-rules.yaml"
+    rules.write_text(TIED_RULE.replace("PRECEDENCE", "60"))
+    test = run_cli("rules", "test", "--rules", str(rules), "--rule", "my-nvlink")
+    assert test.returncode == 1
+    line = next(x for x in test.stdout.splitlines() if x.startswith("FAIL my-nvlink"))
+    assert "did not fire: logs/_job/out.log:1 went to rule cuda-nvlink-error (" in line
+    assert "both have precedence 60" in line and "give my-nvlink a precedence above 60" in line
+    check = run_cli("rules", "check", "--rules", str(rules))
+    warning = next(x for x in check.stdout.splitlines() if "warning" in x)
+    assert warning.startswith("my-rules.yaml:2: my-nvlink: warning: ties rule cuda-nvlink-error (workload/exceptions.yaml")
+    assert check.stdout.splitlines()[-1].endswith("0 problem(s), 1 warning(s)")
+    lower = tmp_path / "lower.yaml"
+    lower.write_text(TIED_RULE.replace("PRECEDENCE", "40"))
+    line = next(x for x in run_cli("rules", "test", "--rules", str(lower), "--rule", "my-nvlink").stdout.splitlines()
+                if x.startswith("FAIL"))
+    assert "went to rule cuda-nvlink-error" in line and "precedence 60 > 40" in line
+    assert "warning" not in run_cli("rules", "check", "--rules", str(lower)).stdout
+    higher = tmp_path / "higher.yaml"
+    higher.write_text(TIED_RULE.replace("PRECEDENCE", "61"))
+    assert run_cli("rules", "test", "--rules", str(higher), "--rule", "my-nvlink").returncode == 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -87,3 +88,66 @@ def test_a_url_setting_that_is_not_a_url_is_refused_at_start(name: str) -> None:
         load_settings({name: "loki:3100"}, environ={})
     settings, _ = load_settings({name: "https://loki.example:3100"}, environ={})
     assert getattr(settings, name) == "https://loki.example:3100"
+
+
+def _serve_help() -> str:
+    out = subprocess.run([sys.executable, "-m", "hypocenter.cli", "serve", "--help"], capture_output=True, text=True,
+                         env={**clean_env(), "COLUMNS": "200"}, check=True).stdout
+    return out
+
+
+def _section(text: str, title: str) -> str:
+    """The lines of one argparse group, from its title to the next title."""
+    lines = text.splitlines()
+    start = lines.index(f"{title}:")
+    end = next((i for i in range(start + 1, len(lines)) if lines[i] and not lines[i].startswith(" ")), len(lines))
+    return "\n".join(lines[start:end])
+
+
+def test_serve_help_groups_every_setting_with_its_default_and_choices() -> None:
+    from hypocenter.cli.settings_help import GROUPS, group_of
+
+    assert [n for n in Settings.model_fields if group_of(n) is None] == []
+    text = _serve_help()
+    assert not re.search(r"\bVALUE\b", text.split("\n\n", 1)[1])  # every option says what it takes
+    assert "--settle-s SECONDS" in text and "(default: 10.0)" in text and "[HYPOCENTER_SETTLE_S]" in text
+    assert "--loki-encoding {protobuf,json}" in text and "--tls-client-default-role {ingest,read,admin,none}" in text
+    push, pull = _section(text, "push exports (diagnoses out)"), _section(text, "pulls (evidence in)")
+    assert "--loki-url URL" in push and "--pull-loki-url URL" not in push
+    assert "--pull-loki-url URL" in pull and "--loki-url URL" not in pull.replace("--pull-loki-url", "")
+    assert "analyze --loki" in pull and "not where it reads logs from" in push
+    for title, _, _ in GROUPS:
+        assert f"\n{title}:\n" in text
+
+
+@pytest.mark.parametrize(("flag", "instead"), [("--grafana-token", "--grafana-token-file PATH or HYPOCENTER_GRAFANA_TOKEN"),
+                                               ("--loki-basic-auth", "--loki-basic-auth-file PATH or "
+                                                                     "HYPOCENTER_LOKI_BASIC_AUTH")])
+def test_secret_flags_are_refused_with_what_to_use(flag: str, instead: str) -> None:
+    proc = subprocess.run([sys.executable, "-m", "hypocenter.cli", "serve", flag, "s3cret"], capture_output=True,
+                          text=True, env=clean_env(), timeout=60)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and instead in proc.stderr
+    assert f"{flag} " not in _serve_help()
+
+
+def test_secrets_come_from_their_file_or_the_environment_never_the_settings_file(tmp_path: Path) -> None:
+    from hypocenter.config import secret
+
+    token = tmp_path / "grafana-token"
+    token.write_text("glsa_from_file\n")
+    settings, _ = load_settings({"grafana_token_file": str(token)}, environ={})
+    assert secret(settings, "grafana_token") == "glsa_from_file"
+    settings, _ = load_settings({"grafana_token_file": str(token)}, environ={"HYPOCENTER_GRAFANA_TOKEN": "from_env"})
+    assert secret(settings, "grafana_token") == "from_env"
+    settings, _ = load_settings({"loki_basic_auth_file": str(tmp_path / "nope")}, environ={})
+    with pytest.raises(InputError, match=r"loki_basic_auth_file .*nope: No such file"):
+        secret(settings, "loki_basic_auth")
+    cfg = tmp_path / "s.yaml"
+    cfg.write_text("settle_s: 2\ngrafana_token: glsa_in_file\n")
+    with pytest.raises(InputError, match=r"s.yaml:2: grafana_token: no secrets in the settings file: use grafana_token_file"):
+        load_settings(config=cfg, environ={})
+
+
+def test_deploy_docs_pass_no_secret_as_a_flag() -> None:
+    text = (REPO / "deploy" / "README.md").read_text()
+    assert "--grafana-token " not in text and "--loki-basic-auth " not in text

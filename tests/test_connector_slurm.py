@@ -93,6 +93,7 @@ class Slurm2205(Replay):
     def __init__(self, sacct: str | None, squeue: str = "squeue-job.json") -> None:
         super().__init__(FIXTURES / "22.05")
         self.sacct, self.squeue = sacct, squeue
+        self.node_text = "scontrol-node.txt"
 
     def __call__(self, argv: Sequence[str], timeout: float) -> str:
         argv = list(argv)
@@ -106,7 +107,7 @@ class Slurm2205(Replay):
         if argv[0] == "squeue":
             return (self.root / self.squeue).read_text()
         if argv[:3] == ["scontrol", "show", "node"]:
-            return (self.root / "scontrol-node.txt").read_text()
+            return (self.root / self.node_text).read_text()
         raise AssertionError(argv)
 
 
@@ -369,3 +370,17 @@ def test_a_host_without_slurm_configuration_gets_a_hint() -> None:
                             "sacct: error: fetch_config: DNS SRV lookup failed\n"
                             "sacct: fatal: Could not establish a configuration source")
     assert err.kind == "permanent" and "SLURM_CONF" in str(err) and "res_nsearch" not in str(err)
+
+
+@pytest.mark.parametrize("version", ["22.05", "23.02", "23.11", "24.05", "25.05"])
+def test_each_release_gives_the_task_layout_of_the_main_step(version: str) -> None:
+    runner = Slurm2205("sacct-81234.json", "squeue-81234.json") if version == "22.05" else None
+    if runner is not None:
+        runner.node_text = "scontrol-node-81234.txt"
+    connector, _ = _scope(version, "81234", runner)
+    scope = connector.scope()
+    # step 81234.0 (torchrun): 4 tasks, one per node; batch and extern are not the job's ranks
+    assert scope.tasks == {"node01": [0], "node02": [1], "node03": [2], "node04": [3]}
+    assert (scope.context.state, scope.context.exit_code, scope.context.nodes) == (
+        "FAILED", 1, ["node01", "node02", "node03", "node04"])
+    assert scope.context.workload.cluster == "eos"

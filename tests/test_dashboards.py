@@ -1,6 +1,6 @@
 """grafana/dashboards/: valid against the JSON Schema of Grafana's dashboard model (generated from the
-npm package @grafana/schema with ts-json-schema-generator, as reference/observability-stack.md §4.6
-describes), stable uids, PromQL that promtool parses, only series hypocenter exposes, Loki queries on
+npm package @grafana/schema with ts-json-schema-generator, as Grafana's own
+schema tooling does), stable uids, PromQL that promtool parses, only series hypocenter exposes, Loki queries on
 hypocenter's stream, provisioning files that point at them, and equal to their generator's output."""
 
 from __future__ import annotations

@@ -34,6 +34,10 @@ def test_example_diagnosis_matches_expected(bundle: Path) -> None:
     assert got == want, f"{bundle.name}: {rc.summary if rc else d.quality.reasons}"
     if expected.get("action") and rc is not None:  # ambiguous too: its root cause carries the action
         assert rc.action == expected["action"]
+    # every outcome says what to do next: the root cause's action, INVESTIGATE when unattributed
+    assert d.next_step is not None and d.next_step.action == (expected.get("action") or "NONE")
+    if d.outcome == "unattributed":
+        assert d.next_step.look_at and "first failure signal" in d.next_step.look_at[0]
     if expected.get("components"):
         assert rc is not None
         want_c = {(c["node"], c["id"]) for c in expected["components"]}

@@ -291,6 +291,12 @@ def test_grafana_annotation_shape_auth_and_failures(grafana: FakeGrafana, doc: d
     assert row is not None and annotation(row, "hypocenter-attempt")["dashboardUID"] == "hypocenter-attempt"
 
 
+def _token_file(tmp_path: Path) -> Path:
+    path = tmp_path / "grafana-token"
+    path.write_text("t\n")
+    return path
+
+
 def test_server_never_waits_for_exporters(tmp_path: Path) -> None:
     """A server whose Loki answers 503 and whose Grafana stalls: the diagnosis is there at once,
     /metrics shows the backlog, and both deliveries happen once the receivers recover."""
@@ -298,7 +304,7 @@ def test_server_never_waits_for_exporters(tmp_path: Path) -> None:
     loki.fail_next([503] * 1000)
     grafana.behaviour.stall_s = 3.0
     srv = ServerProcess(tmp_path / "s.db", "--loki-url", loki.url, "--grafana-url", grafana.url,
-                        "--grafana-token", "t", "--export-timeout-s", "0.5", "--export-retry-max-s", "0.3").start()
+                        "--grafana-token-file", str(_token_file(tmp_path)), "--export-timeout-s", "0.5", "--export-retry-max-s", "0.3").start()
     try:
         assert replay(NVLINK, srv.http, "--http").returncode == 0
         with srv.client() as client:  # while Loki refuses and Grafana stalls

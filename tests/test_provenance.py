@@ -1,5 +1,5 @@
 """A verdict for an attempt that already has one is a new revision with its provenance (source, client,
-role, time), never a silent replacement; the history is readable over REST; contract-3 JSON is the
+role, time), never a silent replacement; the history is readable over REST; diagnosis JSON (contract 3 of docs/design.md) is the
 same bytes as before; the store migration keeps existing diagnoses (both stores' revisions:
 test_store_contract)."""
 
@@ -61,7 +61,7 @@ def test_a_new_verdict_is_a_new_revision_with_provenance(server: Server) -> None
         assert again.content == first.content
 
         current = c.get(f"/v1/diagnoses/{did}", headers=bearer("read"))
-        assert current.content == first.content  # contract-3 bytes, nothing added to them
+        assert current.content == first.content  # diagnosis JSON bytes (contract 3), nothing added to them
         assert current.headers["X-Hypocenter-Revision"] == "3"
         assert current.headers["X-Hypocenter-Source"] == "bundle"
 

@@ -4,11 +4,13 @@ The panels it picks must exist in grafana/dashboards/ (a renamed panel fails her
 its Grafana interval arithmetic matches Grafana's, its OpenMetrics history is what promtool backfills,
 and the whole pipeline — hypocenter serve, real Prometheus, headless Chromium with uPlot — on a tiny
 corpus writes one valid PNG per dashboard in which every panel was drawn from data. That last test
-needs /usr/bin/chromium, node and `npm ci --prefix docs/panels`; CI does not install Chromium."""
+needs /usr/bin/chromium, node and `npm ci --prefix docs/panels`, which .ci/run installs: under CI
+(HYPOCENTER_CI set) a missing one fails the test instead of skipping it."""
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import struct
@@ -115,13 +117,27 @@ def _png_size(path: Path) -> tuple[int, int]:
     return width, height
 
 
-@needs_promtool
-@pytest.mark.skipif(not Path(CHROMIUM).is_file(), reason=f"{CHROMIUM} is missing (Debian package `chromium`; "
-                    "CI does not install it)")
-@pytest.mark.skipif(not (UPLOT / "uPlot.iife.min.js").is_file() or not PLAYWRIGHT.is_dir() or shutil.which("node") is None,
-                    reason="node, uPlot or playwright-core is missing: npm ci --prefix docs/panels")
-@pytest.mark.skipif(shutil.which("prometheus") is None, reason="prometheus is not installed (Debian package `prometheus`)")
+def pipeline_missing() -> str | None:
+    """What the whole pipeline lacks on this machine, if anything."""
+    if not Path(CHROMIUM).is_file():
+        return f"{CHROMIUM} is missing (Debian package `chromium`)"
+    if not (UPLOT / "uPlot.iife.min.js").is_file() or not PLAYWRIGHT.is_dir() or shutil.which("node") is None:
+        return "node, uPlot or playwright-core is missing: npm ci --prefix docs/panels"
+    if shutil.which("prometheus") is None or shutil.which("promtool") is None:
+        return "prometheus or promtool is not installed (Debian package `prometheus`)"
+    return None
+
+
+def test_ci_installs_what_the_pipeline_needs() -> None:
+    ci = (Path(__file__).resolve().parent.parent / ".ci" / "run").read_text()
+    assert re.search(r"^apt-get install .*\bchromium\b", ci, re.MULTILINE), ".ci/run does not install chromium"
+    assert "npm ci --prefix docs/panels" in ci and "export HYPOCENTER_CI=1" in ci
+
+
 def test_pipeline_draws_every_panel_from_data(tmp_path: Path) -> None:
+    missing = pipeline_missing()
+    if missing:
+        (pytest.fail if os.environ.get("HYPOCENTER_CI") else pytest.skip)(missing + " (.ci/run installs it)")
     # 3 simulated hours: the hourly bar panels need a whole hour bin with data, whatever the minute now
     report = render(tmp_path / "img", count=8, seed=3, hours=3.0, workdir=tmp_path / "work", log=lambda _: None)
     assert [p.name for p in report.pngs] == [page.png for page in PAGES]

@@ -119,7 +119,7 @@ def test_rest_scope_by_slurm_job_id(loki: FakeLoki, tmp_path: Path) -> None:
             assert {c["source"] for c in coverage if c["connector"] == "loki"} >= {"logs/node01", "logs/node02"}
             assert r.json()["quality"] == analyze(BUNDLE)["quality"]
             missing = client.post("/v1/scopes", json={"slurm": "4242"})
-            assert missing.status_code == 404 and "4242" in missing.json()["message"]
+            assert missing.status_code == 404 and "4242" in missing.json()["detail"]
             both = client.post("/v1/scopes", json={"slurm": "81234", "kueue": "a/b"})
             assert both.status_code == 422 and "exactly one" in both.text
     finally:

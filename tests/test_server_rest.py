@@ -72,19 +72,19 @@ def test_bundle_upload_and_filters(client: httpx.Client) -> None:
 
 def test_bad_bundle_uploads(client: httpx.Client) -> None:
     r = client.post("/v1/bundles", content=b"not a tarball")
-    assert r.status_code == 400 and "tar.gz" in r.json()["message"]
+    assert r.status_code == 400 and "tar.gz" in r.json()["detail"]
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz") as tar:
         info = tarfile.TarInfo("x/readme.txt")
         info.size = 2
         tar.addfile(info, io.BytesIO(b"hi"))
     r = client.post("/v1/bundles", content=buf.getvalue())
-    assert r.status_code == 400 and "attempt.yaml" in r.json()["message"]
+    assert r.status_code == 400 and "attempt.yaml" in r.json()["detail"]
 
 
 def test_an_oversize_attempt_yaml_is_refused_with_413(client: httpx.Client) -> None:
     r = client.put("/v1/attempts/w/0", content=b"# " + b"x" * (2 << 20), headers={"Content-Type": "application/yaml"})
-    assert r.status_code == 413 and r.json()["message"]
+    assert r.status_code == 413 and r.json()["detail"]
     assert client.get("/healthz").status_code == 200
 
 
@@ -92,6 +92,29 @@ def test_unknown_things_are_404(client: httpx.Client) -> None:
     assert client.get("/v1/diagnoses/dx-nope").status_code == 404
     assert client.post("/v1/attempts/nope/0/analyze").status_code == 404
     assert client.get("/v1/attempts/nope/0").status_code == 404
+
+
+PROBLEM_KEYS = {"type", "title", "status", "detail"}
+
+
+def test_every_rest_error_is_an_rfc9457_problem(client: httpx.Client) -> None:
+    """One shape for every error, validation (422) included: application/problem+json."""
+    answers = {
+        422: client.get("/v1/diagnoses?limit=0"),
+        400: client.get("/v1/diagnoses?since=yesterday"),
+        404: client.get("/v1/diagnoses/dx-nope"),
+        405: client.delete("/v1/diagnoses"),
+    }
+    unknown = client.get("/v1/no-such-route")
+    assert unknown.status_code == 404
+    for status, r in [*answers.items(), (404, unknown)]:
+        assert r.status_code == status, r.text
+        assert r.headers["content-type"] == "application/problem+json", (status, r.headers["content-type"])
+        doc = r.json()
+        assert set(doc) >= PROBLEM_KEYS and doc["status"] == status and doc["type"] == "about:blank", doc
+        assert doc["title"] and doc["detail"]
+    invalid = answers[422].json()
+    assert invalid["detail"].startswith("query.limit:") and invalid["errors"][0]["loc"] == ["query", "limit"]
 
 
 def _post_lines(client: httpx.Client, resource: dict[str, str], lines: list[str], path: str,
@@ -149,6 +172,6 @@ def test_uploaded_attempt_yaml_sets_the_scope(client: httpx.Client) -> None:
     assert doc["root_cause"]["subdomain"] == "nvlink" and doc["root_cause"]["nodes"] == ["node02"]
     assert any(e["ref"].startswith("node02.cluster.local:/var/log/kern.log:") for e in doc["evidence"])
     mismatch = client.put("/v1/attempts/other/0", content=yaml_text)
-    assert mismatch.status_code == 400 and "5555" in mismatch.json()["message"]
+    assert mismatch.status_code == 400 and "5555" in mismatch.json()["detail"]
     bad = client.put("/v1/attempts/5555/0", content="workload: {id: '5555'}\nwindow: nope\n")
     assert bad.status_code == 400

@@ -1,4 +1,4 @@
-"""hardware/gpu_memory: HBM uncorrectable errors — Xid 48/63/64/94/95/140, and the §6.5 masquerade as a hang."""
+"""hardware/gpu_memory: HBM uncorrectable errors — Xid 48/63/64/94/95/140, and its masquerade as a hang."""
 
 from __future__ import annotations
 
@@ -118,7 +118,7 @@ def xid140(sc: Scenario) -> None:
 
 
 def hbm_hang(sc: Scenario) -> None:
-    """§6.5: a failing HBM stack produces repeated DBE/containment Xids but the job only 'hangs'."""
+    """A failing HBM stack produces repeated DBE/containment Xids but the job only 'hangs'."""
     w, rng = sc.w, sc.rng
     sc.begin()
     node, gpu, rank = pick_gpu(sc)

@@ -8,7 +8,7 @@ from bench.scenarios.common import finish_failed, gpu_death, pick_gpu, xid_gauge
 
 _NVLINK_CUDA = "uncorrectable NVLink error detected during the execution"
 
-# (Xid, unit, error status) combinations the catalog marks fatal (failure-signatures.md §1.5)
+# (Xid, unit, error status) combinations the catalog marks fatal (NVIDIA Xid Catalog, Xid 144-150)
 _FATAL5 = (
     (144, "SAW_MVB", 0x2), (144, "SAW_MVB", 0x10), (145, "RLW_REMAP", 0x40), (145, "RLW_REMAP", 0x80), (145, "RLW_SRC_TRACK", 0x1),
     (145, "RLW_TAGSTATE", 0x2), (145, "RLW_RSPCOL", 0x2), (146, "TLW_RX", 0x4), (146, "TLW_TX_PIPE0", 0x4), (150, "MSE_WATCHDOG", 0x1),

@@ -6,7 +6,7 @@
     ListRevisions   GET  /v1/diagnoses/{id}/revisions (every verdict of the attempt, with provenance)
     WatchDiagnoses  a server stream of every diagnosis stored from now on (no REST twin)
 
-`diagnosis_json` is the stored contract-3 JSON, the same bytes REST returns; the other fields are
+`diagnosis_json` is the stored diagnosis JSON (contract 3 of docs/design.md), the same bytes REST returns; the other fields are
 the store's index columns. Status codes: NOT_FOUND (unknown attempt or id), INVALID_ARGUMENT (bad
 request), UNAVAILABLE (store trouble: retry), RESOURCE_EXHAUSTED (too many watchers, or a watcher
 too slow to keep up).

@@ -47,10 +47,11 @@ from typing import Any
 import grpc
 from google.protobuf import json_format
 from google.rpc import code_pb2, status_pb2
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from hypocenter import strict_yaml
+from hypocenter.api.problems import problem
 from hypocenter.config import Settings, listen_address
 from hypocenter.errors import InputError, RefusedCaller
 
@@ -416,7 +417,7 @@ def _refusal(scope: Scope, status: int, rpc_code: int, message: str, headers: di
     """The REST API's problem JSON; on the OTLP paths a google.rpc.Status in the request's encoding,
     as the OTLP/HTTP specification asks of every 4xx answer."""
     if scope["path"] not in OTLP_PATHS:
-        return JSONResponse({"code": status, "message": message}, status_code=status, headers=headers)
+        return problem(status, message, headers)
     st = status_pb2.Status(code=rpc_code, message=message)
     content_type = next((v.decode("latin-1") for k, v in scope.get("headers", ()) if k == b"content-type"), "")
     if "json" in content_type:

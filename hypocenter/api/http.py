@@ -42,7 +42,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from starlette.concurrency import run_in_threadpool
 
 from hypocenter import __version__, strict_yaml
-from hypocenter.api import artifacts, auth, paging, ui
+from hypocenter.api import artifacts, auth, paging, problems, ui
 from hypocenter.api.tls import PeerNames
 from hypocenter.collector import otlp
 from hypocenter.collector.archive import load_archive_bundle
@@ -201,7 +201,7 @@ def _summary(row: DiagnosisRow) -> DiagnosisSummary:
 
 
 def _problem(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
-    return JSONResponse({"code": status, "message": message}, status_code=status, headers=headers)
+    return problems.problem(status, message, headers)
 
 
 def _otlp_error(status: int, code: int, message: str, media: str, headers: dict[str, str] | None = None) -> Response:
@@ -246,6 +246,7 @@ def build_app(service: Attribution, ready: Callable[[], bool] = lambda: True,
                     "(schema hypocenter.diagnosis/v1). Every route but /healthz and /readyz takes "
                     "`Authorization: Bearer <token>` when the server has tokens: reads need the read role, "
                     "OTLP the ingest role, everything else admin.")
+    problems.install(app)
     app.add_middleware(auth.AuthGuard, authenticator=authenticator or auth.Authenticator(),
                        peer_name=(peers or PeerNames()).get)
     for router in (otlp_routes(service), attempt_routes(service), diagnosis_routes(service),

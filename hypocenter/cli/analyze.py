@@ -50,6 +50,9 @@ def render_text(d: Diagnosis, style: Style) -> str:
             who = f"rank {ff.rank}" if ff.rank is not None else "a process"
             out.append(f"  first failure: {who} on {ff.node or '?'} · {how} · {ff.time or '?'} · {ff.ref}")
             out.append(f"  next step ({style(ff.action, '1')}): {ff.next_step}")
+        if d.next_step is not None and d.next_step.look_at:
+            out.append(f"  action {style(d.next_step.action, '1')} · look at:")
+            out.extend(f"    - {item}" for item in d.next_step.look_at)
     if d.candidates:
         out.append("")
         out.append(style("Candidates", "1"))

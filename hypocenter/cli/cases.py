@@ -10,7 +10,9 @@ event (or, for an analyzer rule, a finding) — and, when given, the first event
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+from itertools import combinations
 from typing import Any
 
 from hypocenter.collector.bundle import event_records
@@ -19,7 +21,7 @@ from hypocenter.engine import Engine, _attempt_record
 from hypocenter.engine.analyzers import AttemptView
 from hypocenter.engine.registry import ANALYZERS
 from hypocenter.engine.rules import CaseSpec, Rule, Ruleset
-from hypocenter.engine.verdict import in_scope
+from hypocenter.engine.verdict import _Recoveries, _when_matches, in_scope
 from hypocenter.lineformat import time_context
 from hypocenter.model import AttemptContext, Event
 from hypocenter.sources import AttemptInput, MetricSource, RecordSource, Source, TextSource
@@ -79,7 +81,7 @@ def run_case(engine: Engine, rule: Rule, case: CaseSpec) -> CaseResult:
     problems: list[str] = []
     if case.expect == "fire":
         if not hits:
-            problems.append("did not fire")
+            problems.append("did not fire" + why_not(engine, rule, ctx, sources))
         elif case.fields:
             got = hits[0].fields
             for k, v in case.fields.items():
@@ -98,6 +100,90 @@ def run_case(engine: Engine, rule: Rule, case: CaseSpec) -> CaseResult:
     ok = not problems
     return CaseResult(rule=rule.id, case=case.name, expect=case.expect, ok=ok,
                       detail="; ".join(problems) or "ok", where=rule.where)
+
+
+def _scoped_events(engine: Engine, ctx: AttemptContext, sources: list[Source]) -> list[Event]:
+    events = engine.extractor.extract([*sources, _attempt_record(ctx)], ctx, time_context(ctx)).events
+    return sorted((e for e in events if in_scope(e, ctx)), key=Event.sort_key)
+
+
+def _matches(rule: Rule, e: Event) -> bool:
+    assert rule.attribute is not None
+    w = rule.attribute.when
+    return e.kind in w.kind and _when_matches(w, re.compile(w.text) if w.text else None, e)
+
+
+def why_not(engine: Engine, rule: Rule, ctx: AttemptContext, sources: list[Source]) -> str:
+    """Why an attribution rule classified nothing in a case: no event of its kind, none its `when`
+    matches, or another rule took the event first — by higher precedence, or by a tie (then the rule
+    id first in alphabetical order wins)."""
+    if rule.attribute is None or rule.analyzer:
+        return ""
+    spec = rule.attribute
+    events = _scoped_events(engine, ctx, sources)
+    mine = [e for e in events if e.kind in spec.when.kind]
+    if not mine:
+        return f": no {' or '.join(spec.when.kind)} event was extracted from the case"
+    matched = [e for e in mine if _matches(rule, e)]
+    if not matched:
+        return f": {len(mine)} {mine[0].kind} event(s), none matches its when ({mine[0].ref}: {mine[0].text[:80]})"
+    e = matched[0]
+    winner = engine.verdict.classifier.classify(e, _Recoveries(events))
+    if winner is None:
+        return f": {e.ref} matches, but the condition cleared (unless_recovered)"
+    other = winner.spec.precedence
+    if other > spec.precedence:
+        return (f": {e.ref} went to rule {winner.rule.id} ({winner.rule.where}), precedence {other} > "
+                f"{spec.precedence}")
+    return (f": {e.ref} went to rule {winner.rule.id} ({winner.rule.where}): both have precedence {other}, and a "
+            f"tie goes to the rule id first in alphabetical order; give {rule.id} a precedence above {other}")
+
+
+def precedence_ties(engine: Engine) -> list[LintProblem]:
+    """Attribution rules with the same precedence that can claim the same event: the one whose id sorts
+    first silently wins it. A pair counts when an event from one's `expect: fire` cases matches the
+    other's `when` too, or when a rule has no such case to tell (fields or sources that cannot both hold
+    never count)."""
+    rules = [r for r in engine.ruleset.rules if r.attribute is not None and not r.analyzer]
+    seen: dict[str, list[Event] | None] = {}
+
+    def fire_events(r: Rule) -> list[Event] | None:
+        if r.id not in seen:
+            cases = [c for c in r.cases if c.expect == "fire"]
+            found: list[Event] = []
+            for c in cases:
+                ctx = case_context(c)
+                found.extend(e for e in _scoped_events(engine, ctx, case_sources(c, ctx)) if _matches(r, e))
+            seen[r.id] = found if cases else None
+        return seen[r.id]
+
+    out: list[LintProblem] = []
+    for a, b in combinations(rules, 2):
+        assert a.attribute is not None and b.attribute is not None
+        wa, wb = a.attribute.when, b.attribute.when
+        if a.attribute.precedence != b.attribute.precedence or not set(wa.kind) & set(wb.kind) or _disjoint(wa, wb):
+            continue
+        ea, eb = fire_events(a), fire_events(b)
+        shared = next((e for e in (ea or []) if _matches(b, e)), None) or next((e for e in (eb or []) if _matches(a, e)), None)
+        if shared is None and ea is not None and eb is not None:
+            continue
+        first, last = sorted((a, b), key=lambda r: r.id)
+        seen_on = f" (e.g. {shared.text[:60]!r})" if shared is not None else ""
+        out.append(LintProblem(last.id, last.where, f"ties rule {first.id} ({first.where}) at precedence "
+                               f"{a.attribute.precedence} on the same events{seen_on}: {first.id} wins them "
+                               "(alphabetical order); set a different precedence"))
+    return out
+
+
+def _disjoint(a: Any, b: Any) -> bool:
+    if a.source is not None and b.source is not None and not set(a.source) & set(b.source):
+        return True
+    for k in set(a.fields) & set(b.fields):
+        va = {str(x) for x in (a.fields[k] if isinstance(a.fields[k], list) else [a.fields[k]])}
+        vb = {str(x) for x in (b.fields[k] if isinstance(b.fields[k], list) else [b.fields[k]])}
+        if not va & vb:
+            return True
+    return False
 
 
 def run_cases(engine: Engine, only: str | None = None) -> list[CaseResult]:

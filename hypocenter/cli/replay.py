@@ -40,6 +40,7 @@ from hypocenter.cli.console import EXIT_OK, EXIT_PROBLEMS
 from hypocenter.collector import flight_recorder
 from hypocenter.collector.bundle import JOB_DIR, documents, load_context, read_text
 from hypocenter.collector.metrics import MetricFormatError, parse_metrics
+from hypocenter.config import read_secret_file
 from hypocenter.errors import HypocenterError, InputError, TransientError
 from hypocenter.lineformat import TimeContext, parse_line, time_context
 from hypocenter.model import AttemptContext
@@ -351,13 +352,7 @@ def client_token(token_file: str | None) -> str | None:
     """A client's bearer token: from --token-file, else $HYPOCENTER_TOKEN (never a flag value, which
     `ps` would show to every user of the machine)."""
     if token_file:
-        try:
-            token = Path(token_file).read_text(encoding="utf-8").strip()
-        except OSError as exc:
-            raise InputError(f"--token-file {token_file}: {exc.strerror}") from None
-        if not token:
-            raise InputError(f"--token-file {token_file}: the file is empty")
-        return token
+        return read_secret_file(token_file, "--token-file")
     return os.environ.get(TOKEN_ENV, "").strip() or None
 
 

@@ -11,7 +11,7 @@ from hypocenter.cli.console import EXIT_INPUT, EXIT_OK, EXIT_PROBLEMS, rule_opti
 
 
 def _cmd_rules(args: argparse.Namespace) -> int:
-    from hypocenter.cli.cases import lint, run_cases
+    from hypocenter.cli.cases import lint, precedence_ties, run_cases
     from hypocenter.engine import default_engine
 
     engine = default_engine([Path(p) for p in args.rules], builtin=not args.no_builtin_rules)
@@ -29,8 +29,12 @@ def _cmd_rules(args: argparse.Namespace) -> int:
         problems = lint(rs)
         for p in problems:
             print(f"{p.where}: {p.rule}: {p.message}")
+        ties = precedence_ties(engine)  # a warning: the catalog works, but one rule never gets those events
+        for p in ties:
+            print(f"{p.where}: {p.rule}: warning: {p.message}")
         cases = sum(len(r.cases) for r in rs.rules)
-        print(f"{len(rs)} rules, {cases} cases, {len(problems)} problem(s)")
+        warned = f", {len(ties)} warning(s)" if ties else ""
+        print(f"{len(rs)} rules, {cases} cases, {len(problems)} problem(s){warned}")
         return EXIT_PROBLEMS if problems else EXIT_OK
     results = run_cases(engine, only=args.rule)
     if args.rule and not results:

@@ -12,25 +12,14 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from hypocenter.config import Settings, field_help, load_settings
+from hypocenter.cli.settings_help import add_setting_flags
+from hypocenter.config import Settings, load_settings
 
 
 def setting_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", metavar="FILE", help="YAML settings file (default: $HYPOCENTER_CONFIG)")
-    g = p.add_argument_group("settings (flags beat HYPOCENTER_* environment, which beats the file)")
-    for name, info in Settings.model_fields.items():
-        flag = "--" + name.replace("_", "-")
-        if info.annotation is bool:
-            g.add_argument(flag, dest=f"set_{name}", action="store_const", const=True, default=None, help=field_help(name))
-        elif name == "rules":
-            g.add_argument(flag, dest=f"set_{name}", action="append", default=None, metavar="PATH", help=field_help(name))
-        else:
-            g.add_argument(flag, dest=f"set_{name}", default=None, metavar="VALUE", help=field_help(name))
-
-
-def _settings(args: argparse.Namespace) -> tuple[Settings, dict[str, str]]:
-    flags = {k.removeprefix("set_"): v for k, v in vars(args).items() if k.startswith("set_") and v is not None}
-    return load_settings(flags, config=args.config)
+    p.add_argument("--config", metavar="FILE", help="YAML settings file (default: $HYPOCENTER_CONFIG); "
+                   "flags beat HYPOCENTER_* environment, which beats the file")
+    add_setting_flags(p)
 
 
 def settings_of(args: argparse.Namespace) -> tuple[Settings, dict[str, str]]:
@@ -46,6 +35,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 
 def add_parser(sub: Any) -> None:
-    s = sub.add_parser("serve", help="run the attribution server (OTLP/gRPC :4317, OTLP/HTTP + REST :4318)")
+    s = sub.add_parser("serve", help="run the attribution server (OTLP/gRPC :4317, OTLP/HTTP + REST :4318)",
+                       usage="hypocenter serve [--config FILE] [--SETTING VALUE]...")
     setting_flags(s)
     s.set_defaults(func=_cmd_serve)

@@ -1,4 +1,4 @@
-"""The static + local-files connector: read an attempt bundle directory (DESIGN.md contract 1).
+"""The static + local-files connector: read an attempt bundle directory (docs/design.md, contract 1).
 
     bundle/attempt.yaml          the scope → AttemptContext
     bundle/logs/<node>/<file>    node logs (node = directory name); logs/_job/<file> job-level logs

@@ -52,6 +52,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from hypocenter import strict_yaml
+from hypocenter.collector import rankmap
 from hypocenter.collector.connectors import connector_class
 from hypocenter.collector.connectors.base import Collected, ConnectorError, RetryPolicy, Scope, merge
 from hypocenter.config import is_http_url
@@ -271,7 +272,8 @@ def gather(cfg: PullConfig, *, queries: RuleQueries, progress: Callable[[str], N
             parts.append(Collected(coverage=[Coverage(connector=name.split(" ")[0], source=name, status="failed",
                                                       observations=0, reason=f"{type(exc).__name__}: {exc}")]))
     merged = merge(parts)
-    return AttemptInput(scope.context, merged.sources, merged.coverage, scope.notes)
+    context, note = rankmap.rebuild(scope.context, scope.tasks, merged.sources)
+    return AttemptInput(context, merged.sources, merged.coverage, scope.notes + ([note] if note else []))
 
 
 def _scope(cfg: PullConfig, policy: RetryPolicy, progress: Callable[[str], None]) -> Scope:

@@ -28,6 +28,7 @@ from hypocenter import __version__
 from hypocenter.engine.abstain import FirstFailureFinder
 from hypocenter.engine.analyzers import AttemptView, first_seen
 from hypocenter.engine.matching import Pattern, compile_pattern
+from hypocenter.engine.next_step import next_step
 from hypocenter.engine.registry import ANALYZERS
 from hypocenter.engine.rules import AttributeSpec, RecoverySpec, Rule, Ruleset, When
 from hypocenter.model import (
@@ -349,6 +350,7 @@ class Verdict:
             symptoms=symptoms,
             evidence=evidence,
             quality=quality,
+            next_step=next_step(outcome, root, cands, symptoms, coverage),
             coverage=coverage,
             engine=EngineInfo(version=__version__, ruleset=self.ruleset.fingerprint),
             first_failure=first_failure,

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from hypocenter.config import Settings
+from hypocenter.config import Settings, secret
 from hypocenter.exporter.grafana import GrafanaAnnotations
 from hypocenter.exporter.loki import LokiExporter
 from hypocenter.exporter.outbox import Backoff, Exporter, Outbox
@@ -27,13 +27,13 @@ def _loki(s: Settings) -> Exporter | None:
     if not s.loki_url:
         return None
     return LokiExporter(s.loki_url, encoding=s.loki_encoding, tenant=s.loki_tenant,
-                        basic_auth=s.loki_basic_auth.get_secret_value(), timeout_s=s.export_timeout_s)
+                        basic_auth=secret(s, "loki_basic_auth"), timeout_s=s.export_timeout_s)
 
 
 def _grafana(s: Settings) -> Exporter | None:
     if not s.grafana_url:
         return None
-    return GrafanaAnnotations(s.grafana_url, token=s.grafana_token.get_secret_value(),
+    return GrafanaAnnotations(s.grafana_url, token=secret(s, "grafana_token"),
                               dashboard_uid=s.grafana_dashboard_uid, timeout_s=s.export_timeout_s)
 
 

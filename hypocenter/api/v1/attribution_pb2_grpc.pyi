@@ -3,7 +3,7 @@
 isort:skip_file
 hypocenter.v1.Attribution: the gRPC face of `hypocenter serve`, on the same port as OTLP/gRPC.
 
-A diagnosis travels as the contract-3 JSON (schema hypocenter.diagnosis/v1) in `diagnosis_json`,
+A diagnosis travels as the diagnosis JSON (contract 3 of docs/design.md) (schema hypocenter.diagnosis/v1) in `diagnosis_json`,
 byte for byte what REST returns for it, plus the few fields it is indexed and filtered by. The
 JSON is the contract; the typed fields are for routing without parsing it.
 

@@ -1,6 +1,6 @@
 """What every pull connector is: the shapes it returns, how it fails, how it retries.
 
-Two kinds of connector (DESIGN.md data flow, step 1 and 2):
+Two kinds of connector (docs/design.md, architecture, steps 1 and 2):
 
   ScopeConnector  (Slurm, Kueue, Kubernetes Jobs)  job id → `Scope`: the AttemptContext, the
                   scheduler records that explain how it ended, and any logs only it can reach
@@ -91,6 +91,7 @@ class Scope:
     context: AttemptContext
     collected: Collected = field(default_factory=Collected)
     notes: list[str] = field(default_factory=list)  # e.g. "attempt 2 of 3 (requeued twice)"
+    tasks: dict[str, list[int]] = field(default_factory=dict)  # node → task numbers of the job's main step (rankmap.py)
 
 
 class ScopeConnector(Protocol):

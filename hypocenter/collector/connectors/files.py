@@ -1,4 +1,4 @@
-"""The local-files data connector: a directory laid out like an attempt bundle (DESIGN.md contract 1),
+"""The local-files data connector: a directory laid out like an attempt bundle (docs/design.md, contract 1),
 `logs/<node>/<file>`, `logs/_job/<file>`, `metrics/<file>`, `events/<file>`, read for a scope that
 comes from elsewhere (a scheduler connector, flags) instead of its attempt.yaml.
 

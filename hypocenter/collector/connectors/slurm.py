@@ -55,6 +55,7 @@ from hypocenter.collector.connectors.base import (
 )
 from hypocenter.collector.connectors.http_api import BorrowedTransport
 from hypocenter.collector.hostlist import HostlistError, expand, expand_hostlist
+from hypocenter.collector.rankmap import task_layout
 from hypocenter.collector.scheduler_records import parse_scontrol, render, slurm_job_label
 from hypocenter.errors import PermanentConnectorError
 from hypocenter.lineformat import TimeContext, parse_iso
@@ -450,7 +451,9 @@ class SlurmConnector:
             sources.extend(sources_n)
             coverage.append(cov)
         coverage.sort(key=lambda c: (c.source, c.connector))
-        return Scope(context=context, collected=Collected(sources=list(sources), coverage=coverage), notes=notes)
+        tasks = _task_layout(chosen, context.nodes) if chosen is not None else {}
+        return Scope(context=context, collected=Collected(sources=list(sources), coverage=coverage), notes=notes,
+                     tasks=tasks)
 
     def _one_job(self, facts: list[_Facts]) -> list[_Facts]:
         """Refuse a bare array id that names several tasks: the tasks are separate attempts."""
@@ -548,6 +551,28 @@ class SlurmConnector:
         reason = None if not missing else f"no state for {len(missing)} node(s): {', '.join(missing[:5])}"
         return ([RecordSource(name=source, records=records)] if records else []), Coverage(
             connector=self.name, source=source, status=status, observations=len(records), reason=reason)
+
+
+def _task_layout(job: _Facts, nodes: list[str]) -> dict[str, list[int]]:
+    """Node → task numbers (SLURM_PROCID) of the job's main step: the numbered step with the most tasks
+    (not batch, extern or interactive), laid out as its `task.distribution` says (block by default)."""
+    best: tuple[int, list[str], str | None] | None = None
+    for step in job.raw.get("steps") or []:
+        if not isinstance(step, dict) or not isinstance(step.get("step"), dict):
+            continue
+        sid = str(step["step"].get("id", "")).rpartition(".")[2]
+        tasks = _int(step.get("tasks", {}).get("count")) if isinstance(step.get("tasks"), dict) else None
+        where = step.get("nodes") if isinstance(step.get("nodes"), dict) else {}
+        assert isinstance(where, dict)
+        try:
+            hosts = [str(n) for n in where["list"]] if isinstance(where.get("list"), list) \
+                else expand(str(where.get("range") or ""))
+        except HostlistError:
+            continue
+        dist = step.get("task", {}).get("distribution") if isinstance(step.get("task"), dict) else None
+        if sid.isdigit() and tasks and hosts and set(hosts) <= set(nodes) and (best is None or tasks > best[0]):
+            best = (tasks, hosts, str(dist) if dist else None)
+    return task_layout(best[1], best[0], best[2]) if best else {}
 
 
 class _UnknownVersion(PermanentConnectorError):
