@@ -55,7 +55,7 @@ def fill_store(path: Path, count: int) -> list[str]:
     bases = []
     for p in EXAMPLES:
         bundle = load_bundle(p)
-        bases.append(json.loads(engine.analyze(bundle.context, bundle.sources, bundle.coverage).to_json()))
+        bases.append(json.loads(engine.analyze(bundle).to_json()))
     store = SQLiteStore(path, synchronous="OFF")
     ids: list[str] = []
     now = time.time()

@@ -18,6 +18,7 @@ import pytest
 from server_support import ServerProcess
 
 from hypocenter.collector.archive import load_archive_bundle
+from hypocenter.collector.bundle import load_bundle
 from hypocenter.engine import default_engine
 from hypocenter.errors import BundleError
 from hypocenter.limits import LimitExceeded, Limits
@@ -49,8 +50,7 @@ def _member(name: str, data: bytes = b"", **fields: object) -> tuple[tarfile.Tar
 def test_an_uploaded_example_gives_the_same_diagnosis_byte_for_byte(name: str) -> None:
     engine = default_engine()
     bundle = load_archive_bundle(_tar(EXAMPLES / name))
-    assert engine.analyze(bundle.context, bundle.sources, bundle.coverage).to_json() == \
-        engine.analyze_bundle(EXAMPLES / name).to_json()
+    assert engine.analyze(bundle).to_json() == engine.analyze(load_bundle(EXAMPLES / name)).to_json()
 
 
 def test_links_are_listed_never_followed(tmp_path: Path) -> None:
