@@ -138,9 +138,9 @@ def test_bombs_over_http_are_413_and_the_server_keeps_working(server: tuple[Serv
         for what, raw in bombs.items():
             r = client.post("/v1/bundles", content=raw, headers={"Content-Type": "application/gzip"})
             assert r.status_code == 413, (what, r.text)
-            assert "limit set by bundle_max" in r.json()["message"], (what, r.text)
+            assert "limit set by bundle_max" in r.json()["detail"], (what, r.text)
         r = client.post("/v1/bundles", content=_tar(NVLINK, [_member("../x", b"x")]))
-        assert r.status_code == 400 and "'..'" in r.json()["message"]
+        assert r.status_code == 400 and "'..'" in r.json()["detail"]
         r = client.post("/v1/bundles", content=_tar(NVLINK), headers={"Content-Type": "application/gzip"})
         assert r.status_code == 200 and r.json()["root_cause"]["subdomain"] == "nvlink"
         assert httpx.get(f"{srv.base}/healthz").status_code == 200

@@ -88,12 +88,12 @@ def test_a_put_with_a_huge_rank_map_is_422_and_the_server_stays_responsive(tmp_p
     try:
         with server.client() as client:
             r = client.put("/v1/attempts/9/0", content=body)
-            assert r.status_code == 422 and "max_ranks_per_attempt" in r.json()["message"], r.text
+            assert r.status_code == 422 and "max_ranks_per_attempt" in r.json()["detail"], r.text
             r = client.put("/v1/attempts/9/0", content=body.replace("nodes: [n1, n2]\n", hostlist)
                            .replace("ranks: {n1: '0-1000000000000', n2: '0-3'}\n", ""))
-            assert r.status_code == 422 and "max_nodes_per_attempt" in r.json()["message"], r.text
+            assert r.status_code == 422 and "max_nodes_per_attempt" in r.json()["detail"], r.text
             r = client.put("/v1/attempts/9/0", content=LAUGHS)
-            assert r.status_code == 400 and "aliases" in r.json()["message"], r.text
+            assert r.status_code == 400 and "aliases" in r.json()["detail"], r.text
             assert client.get("/healthz").status_code == 200
     finally:
         server.stop()

@@ -94,7 +94,7 @@ def test_the_462_byte_record_is_quarantined_and_survives_two_restarts(tmp_path: 
                 _healthy(client, job)
                 _wait(lambda job=job: _diagnosed(client, job), f"attempt {job}'s diagnosis")  # type: ignore[misc]
                 r = client.post("/v1/attempts/666/0/analyze")  # asked for: tried again, refused with the reason
-                assert r.status_code == 422 and "max_ranks_per_attempt" in r.json()["message"], r.text
+                assert r.status_code == 422 and "max_ranks_per_attempt" in r.json()["detail"], r.text
                 failed_at = client.get("/v1/attempts/666/0").json()["failed_at"]
         with grpc.insecure_channel(server.grpc) as channel:
             with pytest.raises(grpc.RpcError) as err:

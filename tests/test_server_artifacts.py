@@ -63,10 +63,10 @@ def test_bad_artifacts_are_refused(client: httpx.Client, tmp_path: Path) -> None
 
     evil = pickle.dumps({"version": "2.10", "entries": [Exploit()], "pg_config": {}}, protocol=2)
     r = client.post("/v1/attempts/fr-bad/0/artifacts", params={"name": "nccl_trace_rank_0"}, content=evil)
-    assert r.status_code == 400 and "refused global" in r.json()["message"]
+    assert r.status_code == 400 and "refused global" in r.json()["detail"]
     assert not marker.exists()
     r = client.post("/v1/attempts/fr-bad/0/artifacts", params={"name": "../../etc/passwd"}, content=b"x")
-    assert r.status_code == 400 and "plain file name" in r.json()["message"]
+    assert r.status_code == 400 and "plain file name" in r.json()["detail"]
     r = client.post("/v1/attempts/fr-bad/0/artifacts", params={"name": "core.123"}, content=b"\x7fELF\x00\x00\x01")
     assert r.status_code == 400
     r = client.post("/v1/attempts/fr-bad/0/artifacts", params={"name": "nccl_trace_rank_0"},

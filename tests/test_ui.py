@@ -74,7 +74,7 @@ def test_list_pages_by_cursor_and_searches(server: ServerProcess) -> None:
             == ["81234"]
         assert _ids(client, workload="8123") == [] and len(_ids(client, workload="81234")) == 1
         bad = client.get("/v1/diagnoses", params={"cursor": "not-a-cursor"})
-        assert bad.status_code == 400 and "cursor" in bad.json()["message"]
+        assert bad.status_code == 400 and "cursor" in bad.json()["detail"]
         nvlink = client.get("/v1/diagnoses", params={"workload": "81234"}).json()["diagnoses"][0]
         assert nvlink["summary"].startswith("NVLink") and nvlink["window_end"] == "2026-11-02T11:02:00Z"
 

@@ -34,6 +34,10 @@ GROUPS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
      "which schedulers it polls for jobs that ended: the same connectors as `hypocenter "
      "analyze --loki`, `--prometheus` and `--slurm`",
      ("pull_*", "slurm_*", "kube*")),
+    ("input bounds", "how much any one request, record, attempt or upload may expand to (docs/security.md)",
+     ("max_records_per_request", "max_concurrent_decodes", "max_ranks_per_attempt", "max_nodes_per_attempt",
+      "bundle_max_*")),
+    ("web UI", "the page at /ui: links to the attempt's logs in Grafana Explore", ("ui_*",)),
     ("logging", "", ("log_level",)),
 )
 
