@@ -69,8 +69,8 @@ def _chatter(rnd: random.Random, node: str) -> str:
         return (f"Nov  2 10:{m:02d}:{s:02d} {node} kernel: [{rnd.randint(1, 999999)}.{rnd.randint(0, 999999):06d}] "
                 f"audit: type=1400 apparmor=\"STATUS\" operation=\"profile_replace\" profile=\"unconfined\" "
                 f"name=\"docker-default\" pid={rnd.randint(1, 99999)}")
-    return (f"[2026-11-02 10:{m:02d}:{s:02d}] step {rnd.randint(1, 99999)} loss {rnd.random() * 4:.4f} "
-            f"lr 3.0e-4 tokens/s {rnd.randint(100000, 999999)}")
+    return (f"[2026-11-02 10:{m:02d}:{s:02d}] step {rnd.randint(1, 99999)} ppl {rnd.random() * 40:.3f} "
+            f"lr 3.0e-4 tokens/s {rnd.randint(100000, 999999)} grad_norm {rnd.random():.4f}")
 
 
 def _candidate(rnd: random.Random, node: str) -> str:
@@ -87,10 +87,11 @@ NODE_MARK = "NODEMARK"
 
 
 def template(lines: int, seed: int) -> list[str]:
-    """`lines` lines of one node (named NODE_MARK), about one candidate in CANDIDATE_EVERY."""
+    """`lines` lines of one node (named NODE_MARK): one candidate in CANDIDATE_EVERY, at the middle of
+    each run of that many lines, none of the rest passes the rule tokens' prefilter."""
     rnd = random.Random(seed)
-    return [_candidate(rnd, NODE_MARK) if rnd.randrange(CANDIDATE_EVERY) == 0 else _chatter(rnd, NODE_MARK)
-            for _ in range(lines)]
+    return [_candidate(rnd, NODE_MARK) if i % CANDIDATE_EVERY == CANDIDATE_EVERY // 2 else _chatter(rnd, NODE_MARK)
+            for i in range(lines)]
 
 
 def node_name(i: int) -> str:

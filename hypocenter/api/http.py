@@ -219,7 +219,8 @@ def build_app(service: Attribution, ready: Callable[[], bool] = lambda: True) ->
         points = await run_in_threadpool(service.store.attempt_points, row.id)
         return AttemptInfo(workload=row.workload, attempt=row.attempt, nodes=row.nodes, scope=row.scope,
                            context=row.context, dirty=row.dirty, analyzed_at=_iso(row.analyzed_at),
-                           log_records=len(logs), metric_points=len(points))
+                           log_records=sum(int(r.body) if r.kind == "gap" and r.body.isdigit() else 1 for r in logs),  # a gap row: its lines
+                           metric_points=len(points))
 
     @app.post("/v1/attempts/{workload:path}/{attempt}/analyze", tags=["attempts"],
               summary="Analyse the attempt now and return its diagnosis",
