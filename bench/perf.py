@@ -116,17 +116,23 @@ class Run:
     stdout: bytes
 
 
+# Linux carries a process's peak RSS across fork and exec, so a child forked from this (large)
+# process would report at least this process's size: a small launcher runs each measured command
+# and reports its own child's rusage (peak RSS of it and of the worker processes it waited for).
+_LAUNCHER = """
+import os, resource, subprocess, sys, time
+t = time.perf_counter()
+rc = subprocess.run(sys.argv[1:], stdout=sys.stdout, stderr=subprocess.DEVNULL).returncode
+r = resource.getrusage(resource.RUSAGE_CHILDREN)
+sys.stderr.write(f"{time.perf_counter() - t} {r.ru_maxrss} {rc}")
+"""
+
+
 def run_measured(cmd: list[str], env: dict[str, str] | None = None) -> Run:
-    """Wall time and peak RSS of one child (wait4's rusage is that child's own, not the run's maximum)."""
-    t = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, cwd=REPO)
-    assert proc.stdout is not None
-    out = proc.stdout.read()
-    _, status, usage = os.wait4(proc.pid, 0)
-    seconds = time.perf_counter() - t
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    proc.stdout.close()
-    return Run(seconds, usage.ru_maxrss / 1024, proc.returncode, out)
+    """Wall time and peak RSS (largest process: the command or one of its workers) of one command."""
+    proc = subprocess.run([sys.executable, "-c", _LAUNCHER, *cmd], capture_output=True, env=env, cwd=REPO, check=False)
+    seconds, rss_kb, rc = proc.stderr.decode().split()[-3:]
+    return Run(float(seconds), int(rss_kb) / 1024, int(rc), proc.stdout)
 
 
 def _env() -> dict[str, str]:
