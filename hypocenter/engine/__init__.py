@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from functools import lru_cache
+from itertools import chain
 from pathlib import Path
 
 from hypocenter.engine.extract import Extractor
@@ -32,8 +33,7 @@ class Engine:
 
     def analyze(self, context: AttemptContext, sources: Iterable[Source], coverage: Sequence[Coverage] = ()) -> Diagnosis:
         tctx = time_context(context)
-        all_sources = [*sources, _attempt_record(context)]
-        result = self.extractor.extract(all_sources, context, tctx)
+        result = self.extractor.extract(chain(sources, [_attempt_record(context)]), context, tctx)
         return self.verdict.decide(context, result.events, sorted(coverage, key=lambda c: (c.source, c.connector)))
 
 

@@ -198,7 +198,9 @@ class Extractor:
     def _text(self, src: TextSource, tctx: TimeContext, names: NodeNames, ranks: dict[int, str],
               result: ExtractionResult, pending: list[_Pending], anchors: dict[str, list[timedelta]],
               max_uptime: dict[str, float], context_nodes: list[str]) -> None:
-        data = src.text if isinstance(src.text, bytes) else src.text.encode("utf-8", "surrogateescape")
+        text = src.text  # read once: a FileTextSource reads its file on each access
+        data = text if isinstance(text, bytes) else text.encode("utf-8", "surrogateescape")
+        del text
         n = len(data)
         result.lines_scanned += data.count(b"\n")
         epoch = datetime(1970, 1, 1, tzinfo=tctx.start.tzinfo)
