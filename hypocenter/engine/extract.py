@@ -312,7 +312,9 @@ class Extractor:
             return
         epoch = datetime(1970, 1, 1, tzinfo=tctx.start.tzinfo)
         head = data[:65536].decode("utf-8", "replace")
-        for line in head.splitlines()[:20]:
+        first = head.splitlines()[:20]
+        # only a line with an uptime stamp can pair: the whole parse is skipped when none has one
+        for line in first if _UPTIME.search("\n".join(first)) else ():
             h = parse_line(line, tctx)
             if h.time is not None and h.uptime is not None:
                 anchors[node].append(h.time - epoch - timedelta(seconds=h.uptime))
