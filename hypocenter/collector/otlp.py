@@ -301,6 +301,7 @@ def log_entries(req: ExportLogsServiceRequest) -> Tagged:
         for sl in rl.scope_logs:
             scope_name = sl.scope.name or "otlp"
             rstream_name = stream_name(rident.node, rstream, f"otlp/{scope_name}")
+            rwhere = f"{rident.workload}\x1f{rident.attempt}\x1f{rident.node}\x1f{rstream_name}"
             for lr in sl.log_records:
                 lattrs = attributes(lr.attributes)
                 own = not _TAGGING_KEYS.isdisjoint(lattrs)
@@ -333,7 +334,8 @@ def log_entries(req: ExportLogsServiceRequest) -> Tagged:
                         ident = Identity(ident.node, ident.workload, ident.attempt, dict(ident.scope))
                         ident.scope.setdefault("banner_state", banner.group(1))
                 uid = _text(lattrs[UID_KEY]) if UID_KEY in lattrs else None
-                where = f"{ident.workload}\x1f{ident.attempt}\x1f{ident.node}\x1f{stream}"
+                where = (f"{ident.workload}\x1f{ident.attempt}\x1f{ident.node}\x1f{stream}" if own or ident is not rident
+                         else rwhere)
                 if uid is not None:
                     key = f"uid\x1f{where}\x1f{uid}"
                 elif line is not None:  # after rotation a file restarts at 1: time and text tell the lines apart

@@ -166,8 +166,10 @@ class Arrival:
         times = [e.time_ns for e in entries if e.time_ns]
         w.first_ns, w.last_ns = (min(times), max(times)) if times else (None, None)
         items = [_Item(r.line or 0, row=r) for r in state.rows]
+        ordered = not items or items[-1].line < (entries[0].line or 0)  # the usual case: the batch comes after
         items.extend(_Item(e.line or 0, entry=e) for e in entries)
-        items.sort(key=lambda it: (it.line, it.entry is not None))
+        if not ordered:
+            items.sort(key=lambda it: (it.line, it.entry is not None))
         live = [i for i, it in enumerate(items) if it.gap == 0]
         needed = {live[j] for j in self._extractor.evidence_lines([(items[i].line, items[i].body) for i in live], tctx)}
         state.rows = []
