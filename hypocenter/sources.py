@@ -28,14 +28,15 @@ class FileTextSource(TextSource):
     """A TextSource whose text is read when the engine asks for it and not kept: a bundle's files are
     then in memory one at a time, however many there are. `read` returns the text as UTF-8 bytes."""
 
-    __slots__ = ("_read",)
+    __slots__ = ("_read", "newlines")
 
     def __init__(self, name: str, read: Callable[[], bytes], node: str | None = None,
-                 source: SourceKind | None = None) -> None:
+                 source: SourceKind | None = None, *, newlines: int | None = None) -> None:
         self.name = name
         self.node = node
         self.source = source
         self._read = read
+        self.newlines = newlines  # counted when the file was first read, if it was
 
     @property
     def text(self) -> bytes:

@@ -23,6 +23,7 @@ import zlib
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import yaml
 from pydantic import ValidationError
@@ -178,6 +179,13 @@ def read_log(path: Path) -> tuple[bytes | None, str, str | None]:
         nul = raw.count(b"\x00")
         raw = raw.replace(b"\x00", b"")
         notes.append(f"{nul} NUL byte{'s' if nul > 1 else ''} dropped (a log cut short by a crash often has them)")
+    if raw.isascii():  # most logs: valid UTF-8 as they are, and as long in characters as in bytes
+        if len(raw) > MAX_LINE:
+            long_lines = _long_lines(raw)
+            if long_lines:
+                notes.append(f"{long_lines} line{'s' if long_lines > 1 else ''} longer than {MAX_LINE // 1024} KiB: "
+                             f"only the first {MAX_LINE // 1024} KiB of such a line is matched against rules")
+        return raw, ("partial" if notes else "ok"), ("; ".join(notes) or None)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
@@ -211,19 +219,20 @@ def _text_of(path: Path, clean: bool) -> bytes:
     return read_log(path)[0] or b""
 
 
-def _long_lines(text: str) -> int:
+def _long_lines(text: str | bytes) -> int:
     """How many lines are longer than MAX_LINE. Every such line contains a whole block of
     MAX_LINE/2 characters of the tiling below, so only the blocks are probed for a newline: a few
-    thousand `find` calls for 100 MB of ordinary log lines."""
+    thousand `find` calls for 100 MB of ordinary log lines. (ASCII bytes: characters are bytes.)"""
     step = MAX_LINE // 2
     count = 0
     i = 0
+    nl: Any = "\n" if isinstance(text, str) else b"\n"
     while i < len(text):
-        if text.find("\n", i, i + step) >= 0:
+        if text.find(nl, i, i + step) >= 0:
             i += step
             continue
-        start = text.rfind("\n", 0, i) + 1
-        end = text.find("\n", i)
+        start = text.rfind(nl, 0, i) + 1
+        end = text.find(nl, i)
         end = len(text) if end < 0 else end
         if end - start > MAX_LINE:
             count += 1
@@ -341,9 +350,11 @@ def read_data(bundle: Bundle) -> None:
                                                     reason=reason))
                 if data is None:
                     continue
-                lines += data.count(b"\n") + (0 if data.endswith(b"\n") or not data else 1)
+                newlines = data.count(b"\n")
+                lines += newlines + (0 if data.endswith(b"\n") or not data else 1)
                 # Read again when the engine gets to it, so that one file at a time is in memory.
-                bundle.sources.append(FileTextSource(rel, partial(_text_of, path, fstatus == "ok"), node))
+                bundle.sources.append(FileTextSource(rel, partial(_text_of, path, fstatus == "ok"), node,
+                                                     newlines=newlines))
                 del data
             src = _display(node_dir.relative_to(root).as_posix())
             status = ("partial" if problems else "ok") if lines else ("failed" if problems else "missing")

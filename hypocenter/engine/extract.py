@@ -26,7 +26,7 @@ from hypocenter.engine.rules import ExtractSpec, MetricSpec, Rule, Ruleset
 from hypocenter.lineformat import MAX_LINE, LineHeader, TimeContext, parse_iso, parse_line
 from hypocenter.model import AttemptContext, Event, FieldValue, SourceKind, isoformat
 from hypocenter.names import NodeNames
-from hypocenter.sources import MetricSource, Record, RecordSource, Series, Source, TextSource
+from hypocenter.sources import FileTextSource, MetricSource, Record, RecordSource, Series, Source, TextSource
 
 MAX_TEXT = 600              # evidence text kept per event
 BACKSCAN_LINES = 4096       # how far back a stamp-less line looks for a stamp to inherit
@@ -199,7 +199,8 @@ class Extractor:
         data = text if isinstance(text, bytes) else text.encode("utf-8", "surrogateescape")
         del text
         n = len(data)
-        result.lines_scanned += data.count(b"\n")
+        known = src.newlines if isinstance(src, FileTextSource) else None
+        result.lines_scanned += data.count(b"\n") if known is None else known
         epoch = datetime(1970, 1, 1, tzinfo=tctx.start.tzinfo)
         node_dir = src.node
         first_node = context_nodes[0] if context_nodes else None
