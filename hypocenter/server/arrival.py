@@ -28,11 +28,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
-from hypocenter.engine.extract import Extractor
+from hypocenter.engine.extract import BACKSCAN_LINES, Extractor
 from hypocenter.lineformat import TimeContext
 from hypocenter.store.base import ArrivalState, ArrivalWrite, Entry, IngestStore, StreamLine
 
 StreamId = tuple[str | None, int, str | None, str]
+REREAD_LINES = BACKSCAN_LINES + 1000  # the farthest a stamp is inherited from, and rules' context beyond it
 
 
 @dataclass(slots=True)
@@ -136,7 +137,9 @@ class Arrival:
             if entries is not unique:
                 rest.extend(arrived)  # row by row, as before: the assembly tells the generations apart
                 continue
-            state = store.arrival_state(workload, attempt, node, stream)
+            # Rows further back than any rule or inherited stamp reaches are final: not read again, so a
+            # batch costs the same however long its stream already is.
+            state = store.arrival_state(workload, attempt, node, stream, (entries[0].line or 0) - REREAD_LINES)
             w = ArrivalWrite(workload, attempt, node, stream, entries, state)
             blanked, freed = self._reduce(w, tctx)
             out.writes.append(w)

@@ -155,7 +155,8 @@ class ArrivalState:
     """What the store knows of one record-numbered text stream that arrives through extraction on
     arrival (server/arrival.py): the record numbers already stored of its current generation (a
     rotated file restarts at 1: a new generation), the dedup key of its line 1, and the rows of
-    that generation that are not final — kept lines and gap rows, in record-number order."""
+    that generation that are not final — kept lines and gap rows from `from_line` on, in
+    record-number order."""
     generation: int = 0
     since_id: int = 0                                      # the generation's rows have larger ids
     head: str | None = None
@@ -204,7 +205,8 @@ class IngestStore(Protocol):
 
     def ingest(self, logs: Sequence[Entry], points: Sequence[Point], now: float,
                stalls: Sequence[tuple[str, int, int]] = (), arrivals: Sequence[ArrivalWrite] = ()) -> int: ...
-    def arrival_state(self, workload: str | None, attempt: int, node: str | None, stream: str) -> ArrivalState: ...
+    def arrival_state(self, workload: str | None, attempt: int, node: str | None, stream: str,
+                      from_line: int = 0) -> ArrivalState: ...
     def compaction_due(self, cutoff: float, limit: int) -> list[StreamKey]: ...
     def stream_lines(self, key: StreamKey, *, live_only: bool = False) -> list[StreamLine]: ...
     def compact(self, blank: Sequence[int], keep: Sequence[int]) -> None: ...

@@ -127,7 +127,8 @@ class SQLiteStore:
         cur = db.execute("INSERT INTO attempts (workload, attempt, activity) VALUES (?, ?, ?)", (workload, attempt, now))
         return int(cur.lastrowid or 0)
 
-    def arrival_state(self, workload: str | None, attempt: int, node: str | None, stream: str) -> ArrivalState:
+    def arrival_state(self, workload: str | None, attempt: int, node: str | None, stream: str,
+                      from_line: int = 0) -> ArrivalState:
         rows = self._rows("SELECT * FROM stream_state WHERE workload=? AND attempt=? AND node=? AND stream=?",
                           (workload or "", attempt, node or "", stream))
         if not rows:
@@ -141,9 +142,10 @@ class SQLiteStore:
             if not found:
                 return state
             aid = int(found[0][0])
-        where = ["stream = ?", "id > ?", "attempt_id IS NULL" if aid is None else "attempt_id = ?",
+        where = ["stream = ?", "id > ?", "line >= ?", "attempt_id IS NULL" if aid is None else "attempt_id = ?",
                  "node IS NULL" if node is None else "node = ?"]
-        args: list[Any] = [stream, state.since_id, *([] if aid is None else [aid]), *([] if node is None else [node])]
+        args: list[Any] = [stream, state.since_id, from_line, *([] if aid is None else [aid]),
+                           *([] if node is None else [node])]
         state.rows = [StreamLine(x["id"], x["line"], x["body"], x["received"], x["compacted"]) for x in self._rows(
             f"SELECT id, line, body, received, compacted FROM log_entries WHERE {' AND '.join(where)}"
             " AND line IS NOT NULL ORDER BY line, id", args)]
