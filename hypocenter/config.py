@@ -82,6 +82,9 @@ class Settings(BaseSettings):
     compact_after_s: float = Field(
         1800.0, ge=-1, description="once a log line is this old, its text is blanked unless a rule can read it "
         "(a token line, its context, the stamps it inherits); -1 = never")
+    store_every_line: bool = Field(
+        False, description="store a row per log line as it arrives (compaction blanks them later) instead of "
+        "reducing each record-numbered stream to its evidence lines and gap rows on arrival")
     collapse_after_s: float = Field(
         86400.0, ge=-1, description="once blanked this long (retries of those records are no longer expected), "
         "each run of blanked lines is merged into one row; -1 = keep one row per line until retention")

@@ -7,7 +7,7 @@ connectors never see the engine: what the rules read reaches them as `RuleQuerie
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -22,6 +22,33 @@ class TextSource:
     text: str | bytes  # bytes are scanned as they are; undecodable bytes are replaced line by line
     node: str | None = None
     source: SourceKind | None = None  # None: decided line by line from content
+
+
+class FileTextSource(TextSource):
+    """A TextSource whose text is read when the engine asks for it and not kept: a bundle's files are
+    then in memory one at a time, however many there are. `read` returns the text as UTF-8 bytes."""
+
+    __slots__ = ("_read", "newlines")
+
+    def __init__(self, name: str, read: Callable[[], bytes], node: str | None = None,
+                 source: SourceKind | None = None, *, newlines: int | None = None) -> None:
+        self.name = name
+        self.node = node
+        self.source = source
+        self._read = read
+        self.newlines = newlines  # counted when the file was first read, if it was
+
+    @property
+    def text(self) -> bytes:
+        return self._read()
+
+    @text.setter
+    def text(self, value: str | bytes) -> None:
+        data = value.encode("utf-8", "surrogateescape") if isinstance(value, str) else value
+        self._read = lambda: data
+
+    def __repr__(self) -> str:
+        return f"FileTextSource(name={self.name!r}, node={self.node!r})"
 
 
 @dataclass(slots=True)

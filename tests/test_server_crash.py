@@ -52,8 +52,14 @@ def _requests(bundle: Path, per_request: int = 20) -> list[tuple[bytes, list[tup
 
 
 def _stored(db: Path) -> list[tuple[str, int]]:
+    """(stream, record number) of every stored line: a row with its text, or one of the lines a gap
+    row stands for (the run of lines extraction on arrival left out, ending at its record number)."""
+    out: list[tuple[str, int]] = []
     with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as con:
-        return [(s, n) for s, n in con.execute("SELECT stream, line FROM log_entries WHERE kind != 'state'")]
+        for s, n, kind, body in con.execute("SELECT stream, line, kind, body FROM log_entries WHERE kind != 'state'"):
+            count = int(body) if kind == "gap" else 1
+            out.extend((s, n - i) for i in range(count))
+    return out
 
 
 def test_sigkill_mid_ingest_loses_nothing_acknowledged(tmp_path: Path) -> None:

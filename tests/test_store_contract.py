@@ -333,3 +333,53 @@ def test_revisions_in_both_stores(open_url: Callable[[], Store]) -> None:
     history = open_url().diagnosis_revisions("dx")  # another connection: committed
     assert [(r.revision, r.provenance["source"], json.loads(r.body)["v"]) for r in history] == [
         (1, "otlp", 1), (2, "bundle", 2)]
+def test_streams_reduced_on_arrival_keep_their_lines_and_drop_retries(open_url: Callable[[], Store]) -> None:
+    """Extraction on arrival (server/arrival.py) over both stores: a 20,000-line node stream sent in
+    batches keeps a few rows, not one per line; rebuilt from them it has every line number and the
+    events of the whole stream; a retried batch is dropped by record number; a rotated file (line 1
+    again, another text) is a new generation."""
+    from bench.throughput import _CANDIDATES
+    from hypocenter.engine import default_engine
+    from hypocenter.lineformat import time_context
+    from hypocenter.model import AttemptContext
+    from hypocenter.server.arrival import Arrival
+    from hypocenter.server.attempts import _generations, _text
+    from hypocenter.sources import TextSource
+
+    store = open_url()
+    engine = default_engine()
+    arrival = Arrival(engine.extractor)
+    lines = [f"Nov  2 10:{i // 600 % 60:02d}:{i // 10 % 60:02d} n1 kernel: audit: type=1400 pid={i}" if i % 3 == 0
+             else f"n1:1:2 [0] NCCL INFO Channel {i % 32:02d}/0 : 3[0] -> 4[0] [send] via NET/IB/0" for i in range(20_000)]
+    lines[12_345] = _CANDIDATES[0].format(m=20, s=30)
+    entries = [Entry(workload=None, attempt=0, node="n1", stream="n1:/var/log/kern.log", kind="text", body=b,
+                     time_ns=T0 + i * 1_000_000, line=i + 1, dedup=f"n1|{i + 1}|{b}") for i, b in enumerate(lines)]
+    batches = [entries[i:i + 5000] for i in range(0, 20_000, 5000)]
+    for batch in [*batches, batches[1]]:   # the last one: a collector's retry of the second
+        reduced = arrival.split(store, batch, 2000.0)
+        store.ingest(reduced.rest, [], 2000.0, (), reduced.writes)
+    rows = store.node_logs(["n1"], T0, T0 + 10**12)
+    assert 0 < len(rows) < 0.02 * len(lines), len(rows)
+    text, count = _text(rows)
+    assert count == len(lines) and text.count("\n") == len(lines)
+    rebuilt = text.split("\n")[:-1]
+    assert rebuilt[12_345] == lines[12_345]
+    ctx = AttemptContext.model_validate({"workload": {"id": "w"}, "nodes": ["n1"], "window": {
+        "start": "2026-11-02T00:00:00Z", "end": "2026-11-03T00:00:00Z"}})
+    tctx = time_context(ctx)
+    whole = engine.extractor.extract([TextSource("kern.log", "\n".join(lines) + "\n", node="n1")], ctx, tctx).events
+    again = engine.extractor.extract([TextSource("kern.log", text, node="n1")], ctx, tctx).events
+    assert whole and [e.model_dump() for e in again] == [e.model_dump() for e in whole]
+    state = store.arrival_state(None, 0, "n1", "n1:/var/log/kern.log")
+    assert state.ranges == [(1, 20_000)] and state.lines == 20_000
+
+    # logrotate: the file starts again at line 1 with new lines
+    rotated = [Entry(workload=None, attempt=0, node="n1", stream="n1:/var/log/kern.log", kind="text",
+                     body=f"Nov  2 11:00:{i:02d} n1 kernel: after rotation {i}", time_ns=T0 + 10**11 + i, line=i + 1,
+                     dedup=f"n1|rotated|{i + 1}") for i in range(50)]
+    reduced = arrival.split(store, rotated, 2100.0)
+    store.ingest(reduced.rest, [], 2100.0, (), reduced.writes)
+    generations = _generations({("n1", "kern.log", "text"): store.node_logs(["n1"], T0, T0 + 10**12)})
+    assert sorted(s for _, s, _ in generations) == ["kern.log", "kern.log.1"]
+    assert _text(generations[("n1", "kern.log", "text")])[1] == 50
+    assert _text(generations[("n1", "kern.log.1", "text")])[1] == len(lines)

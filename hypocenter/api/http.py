@@ -332,8 +332,8 @@ def attempt_routes(service: Attribution) -> APIRouter:
         points = await run_in_threadpool(service.store.attempt_points, row.id)
         return AttemptInfo(workload=row.workload, attempt=row.attempt, nodes=row.nodes, scope=row.scope,
                            context=row.context, dirty=row.dirty, analyzed_at=_iso(row.analyzed_at),
-                           log_records=len(logs), metric_points=len(points), failure=row.failure,
-                           failed_at=_iso(row.failed_at))
+                           log_records=sum(int(r.body) if r.kind == "gap" and r.body.isdigit() else 1 for r in logs),  # a gap row: its lines
+                           metric_points=len(points), failure=row.failure, failed_at=_iso(row.failed_at))
 
     @router.get("/v1/failures", tags=["attempts"], response_model=FailedAttemptList,
              summary="Attempts whose analysis failed (quarantined), newest first")

@@ -23,7 +23,9 @@ import os
 import stat
 import zlib
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import yaml
 from pydantic import ValidationError
@@ -36,7 +38,14 @@ from hypocenter.errors import BundleError, InputError
 from hypocenter.limits import inflate
 from hypocenter.lineformat import MAX_LINE, TimeContext, time_context, zone
 from hypocenter.model import AttemptContext, Coverage
-from hypocenter.sources import AttemptInput, MetricSource, Record, RecordSource, TextSource
+from hypocenter.sources import (
+    AttemptInput,
+    FileTextSource,
+    MetricSource,
+    Record,
+    RecordSource,
+    TextSource,
+)
 
 JOB_DIR = "_job"
 _BINARY_PROBE = 8192
@@ -143,6 +152,13 @@ def read_text(path: Path) -> tuple[str | None, str, str | None]:
     Never raises: a file that cannot be read, is not a regular file, is corrupt gzip, empty or
     binary comes back with text None; a file with undecodable bytes, NUL bytes or very long lines
     comes back usable, status "partial" and the reason."""
+    data, status, reason = read_log(path)
+    return (None if data is None else data.decode("utf-8", "surrogateescape")), status, reason
+
+
+def read_log(path: Path) -> tuple[bytes | None, str, str | None]:
+    """`read_text`'s answer with the text as UTF-8 bytes, which the engine scans as they are: a
+    valid file comes back as read (no decoded copy is kept)."""
     try:
         mode = path.stat().st_mode
     except OSError as exc:
@@ -180,33 +196,60 @@ def read_text(path: Path) -> tuple[str | None, str, str | None]:
         nul = raw.count(b"\x00")
         raw = raw.replace(b"\x00", b"")
         notes.append(f"{nul} NUL byte{'s' if nul > 1 else ''} dropped (a log cut short by a crash often has them)")
+    if raw.isascii():  # most logs: valid UTF-8 as they are, and as long in characters as in bytes
+        if len(raw) > MAX_LINE:
+            long_lines = _long_lines(raw)
+            if long_lines:
+                notes.append(f"{long_lines} line{'s' if long_lines > 1 else ''} longer than {MAX_LINE // 1024} KiB: "
+                             f"only the first {MAX_LINE // 1024} KiB of such a line is matched against rules")
+        return raw, ("partial" if notes else "ok"), ("; ".join(notes) or None)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         text = raw.decode("utf-8", errors="replace")
         bad = text.count("\ufffd")
         notes.append(f"not valid UTF-8: {bad} undecodable byte sequence{'s' if bad > 1 else ''} replaced")
+        raw = text.encode("utf-8")
     if len(text) > MAX_LINE:
         long_lines = _long_lines(text)
         if long_lines:
             notes.append(f"{long_lines} line{'s' if long_lines > 1 else ''} longer than {MAX_LINE // 1024} KiB: "
                          f"only the first {MAX_LINE // 1024} KiB of such a line is matched against rules")
-    return text, ("partial" if notes else "ok"), ("; ".join(notes) or None)
+    del text
+    return raw, ("partial" if notes else "ok"), ("; ".join(notes) or None)
 
 
-def _long_lines(text: str) -> int:
+def _text_of(path: Path, clean: bool) -> bytes:
+    """A log file's bytes for the engine, read again: as they are when the first read found nothing
+    to repair (gzip undone), else through `read_log` again. A file gone since reads as empty."""
+    if clean:
+        try:
+            raw = path.read_bytes()
+        except OSError:
+            return b""
+        if path.suffix.lower() == ".gz" or raw.startswith(b"\x1f\x8b"):
+            try:
+                return gzip.decompress(raw)
+            except (OSError, EOFError, zlib.error):
+                return b""
+        return raw
+    return read_log(path)[0] or b""
+
+
+def _long_lines(text: str | bytes) -> int:
     """How many lines are longer than MAX_LINE. Every such line contains a whole block of
     MAX_LINE/2 characters of the tiling below, so only the blocks are probed for a newline: a few
-    thousand `find` calls for 100 MB of ordinary log lines."""
+    thousand `find` calls for 100 MB of ordinary log lines. (ASCII bytes: characters are bytes.)"""
     step = MAX_LINE // 2
     count = 0
     i = 0
+    nl: Any = "\n" if isinstance(text, str) else b"\n"
     while i < len(text):
-        if text.find("\n", i, i + step) >= 0:
+        if text.find(nl, i, i + step) >= 0:
             i += step
             continue
-        start = text.rfind("\n", 0, i) + 1
-        end = text.find("\n", i)
+        start = text.rfind(nl, 0, i) + 1
+        end = text.find(nl, i)
         end = len(text) if end < 0 else end
         if end - start > MAX_LINE:
             count += 1
@@ -325,16 +368,20 @@ def read_data(bundle: Bundle) -> None:
                     bundle.coverage.append(dump[1])
                     lines += dump[1].observations
                     continue
-                text, fstatus, reason = read_text(path)
+                data, fstatus, reason = read_log(path)
                 if fstatus != "ok":
                     problems.append(f"{rel}: {reason}")
                     bundle.coverage.append(Coverage(connector="files", source=rel, status=fstatus,  # type: ignore[arg-type]
-                                                    observations=0 if text is None else text.count("\n"),
+                                                    observations=0 if data is None else data.count(b"\n"),
                                                     reason=reason))
-                if text is None:
+                if data is None:
                     continue
-                lines += text.count("\n") + (0 if text.endswith("\n") or not text else 1)
-                bundle.sources.append(TextSource(name=rel, text=text, node=node))
+                newlines = data.count(b"\n")
+                lines += newlines + (0 if data.endswith(b"\n") or not data else 1)
+                # Read again when the engine gets to it, so that one file at a time is in memory.
+                bundle.sources.append(FileTextSource(rel, partial(_text_of, path, fstatus == "ok"), node,
+                                                     newlines=newlines))
+                del data
             src = _display(node_dir.relative_to(root).as_posix())
             status = ("partial" if problems else "ok") if lines else ("failed" if problems else "missing")
             bundle.coverage.append(Coverage(

@@ -287,16 +287,27 @@ def stream_name(node: str | None, path: str | None, fallback: str) -> str:
     return f"{node}:{name}"
 
 
+# Record attributes that change a record's tagging; a record carrying none of them (the filelog
+# receiver's usual `log.file.record_number` alone) is tagged as its resource is, computed once.
+_TAGGING_KEYS = frozenset((*NODE_KEYS, *WORKLOAD_KEYS, *ATTEMPT_KEYS, *STREAM_KEYS, STATE_KEY,
+                           *(key for key, _ in SCOPE_KEYS)))
+
+
 def log_entries(req: ExportLogsServiceRequest) -> Tagged:
     out = Tagged(accepted=[])
     unscoped = 0
     for rl in req.resource_logs:
         rattrs = attributes(rl.resource.attributes)
+        rident = identify(rattrs)
+        rstream = _first(STREAM_KEYS, rattrs)
         for sl in rl.scope_logs:
             scope_name = sl.scope.name or "otlp"
+            rstream_name = stream_name(rident.node, rstream, f"otlp/{scope_name}")
+            rwhere = f"{rident.workload}\x1f{rident.attempt}\x1f{rident.node}\x1f{rstream_name}"
             for lr in sl.log_records:
                 lattrs = attributes(lr.attributes)
-                ident = identify(rattrs, lattrs)
+                own = not _TAGGING_KEYS.isdisjoint(lattrs)
+                ident = identify(rattrs, lattrs) if own else rident
                 if ident.node is None and ident.workload is None:
                     unscoped += 1
                     continue
@@ -307,19 +318,26 @@ def log_entries(req: ExportLogsServiceRequest) -> Tagged:
                 text = (json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
                         if kind == "doc" else ("" if body is None else str(body) if not isinstance(body, bool)
                                                else str(body).lower()))
-                stream = stream_name(ident.node, _first(STREAM_KEYS, rattrs, lattrs), f"otlp/{scope_name}")
-                line_text = _text(lattrs.get(LINE_KEY))
-                try:
-                    line = int(line_text) if line_text is not None else None
-                except ValueError:
-                    line = None
+                stream = (stream_name(ident.node, _first(STREAM_KEYS, rattrs, lattrs), f"otlp/{scope_name}")
+                          if own else rstream_name)
+                line_value = lattrs.get(LINE_KEY)
+                if type(line_value) is int:  # the filelog receiver sends an int: skip the text round trip
+                    line: int | None = line_value
+                else:
+                    line_text = _text(line_value)
+                    try:
+                        line = int(line_text) if line_text is not None else None
+                    except ValueError:
+                        line = None
                 time_ns = lr.time_unix_nano or lr.observed_time_unix_nano
                 if kind == "text" and ident.workload is not None and "*** " in text:
                     banner = _BANNER.search(text)
                     if banner:  # Slurm's end-of-job banner: a terminal state seen in the job's own output
+                        ident = Identity(ident.node, ident.workload, ident.attempt, dict(ident.scope))
                         ident.scope.setdefault("banner_state", banner.group(1))
-                uid = _text(lattrs.get(UID_KEY))
-                where = f"{ident.workload}\x1f{ident.attempt}\x1f{ident.node}\x1f{stream}"
+                uid = _text(lattrs[UID_KEY]) if UID_KEY in lattrs else None
+                where = (f"{ident.workload}\x1f{ident.attempt}\x1f{ident.node}\x1f{stream}" if own or ident is not rident
+                         else rwhere)
                 if uid is not None:
                     key = f"uid\x1f{where}\x1f{uid}"
                 elif line is not None:  # after rotation a file restarts at 1: time and text tell the lines apart

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from functools import lru_cache
+from itertools import chain
 from pathlib import Path
 
 from hypocenter.engine.extract import Extractor
@@ -33,8 +34,7 @@ class Engine:
     def analyze(self, attempt: AttemptInput) -> Diagnosis:
         context = attempt.context
         tctx = time_context(context)
-        all_sources = [*attempt.sources, _attempt_record(context)]
-        result = self.extractor.extract(all_sources, context, tctx)
+        result = self.extractor.extract(chain(attempt.sources, [_attempt_record(context)]), context, tctx)
         return self.verdict.decide(context, result.events,
                                    sorted(attempt.coverage, key=lambda c: (c.source, c.connector)))
 

@@ -12,6 +12,8 @@ same diagnosis, as the whole stream would (tests/test_compaction.py checks this 
 A line arriving later than `compact_after_s` after its neighbours may find its context already
 blanked; that only narrows evidence excerpts, and is why the default horizon is generous.
 Compaction never touches structured documents, metric points or the terminal-state records.
+Record-numbered streams are reduced the same way as they arrive (server/arrival.py) and stored
+already kept (`compacted = 1`) or as gap rows: this pass only has the rest left to do.
 """
 
 from __future__ import annotations

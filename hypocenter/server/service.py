@@ -45,6 +45,7 @@ from hypocenter.exporter.activity import Activity
 from hypocenter.lineformat import time_context
 from hypocenter.model import AttemptContext, Diagnosis, Window, Workload
 from hypocenter.server import quarantine
+from hypocenter.server.arrival import Arrival, Reduced
 from hypocenter.server.attempts import assemble, summary
 from hypocenter.server.compaction import CompactionReport, compact
 from hypocenter.server.pulls import KueuePoller, Pulls, SlurmPoller, records_document
@@ -149,10 +150,11 @@ class IngestQueue:
 
     def __init__(self, store: Store, capacity: int, retry_after: float,
                  on_commit: Callable[[], None] | None = None,
-                 events: Callable[[Sequence[Entry]], tuple[list[tuple[str, int, int]], Callable[[], None]]] | None = None
-                 ) -> None:
+                 events: Callable[[Sequence[Entry]], tuple[list[tuple[str, int, int]], Callable[[], None]]] | None = None,
+                 arrival: Arrival | None = None) -> None:
         self._store = store
         self._events = events
+        self._arrival = arrival
         self.capacity = capacity
         self.retry_after = retry_after
         self._on_commit = on_commit
@@ -204,7 +206,11 @@ class IngestQueue:
                         stalls, committed = self._events(logs)
                     except Exception:  # a trigger hint; the records themselves must still be stored
                         log.exception("extraction on ingest")
-                self._store.ingest(logs, [p for b in batches for p in b.points], time.time(), stalls)
+                now = time.time()
+                reduced = self._arrival.split(self._store, logs, now) if self._arrival else Reduced(list(logs), [])
+                self._store.ingest(reduced.rest, [p for b in batches for p in b.points], now, stalls, reduced.writes)
+                if self._arrival:
+                    self._arrival.committed(reduced)
                 committed()
             except Exception as exc:  # the store failed: no request in this group is acknowledged
                 log.error("store write failed: %s", exc)
@@ -238,7 +244,8 @@ class Attribution:
                                    diagnoses_max_age_s=settings.retention_diagnoses_max_age_s)
         self.activity = Activity(settings.label_max_values)  # what this process did, for /metrics
         self.queue = IngestQueue(store, settings.ingest_queue_records, settings.retry_after_s, self._wake_loop,
-                                 IngestEvents(self.engine.extractor, self.activity))
+                                 IngestEvents(self.engine.extractor, self.activity),
+                                 None if settings.store_every_line else Arrival(self.engine.extractor, self.activity.compacted))
         self.pulls = Pulls(settings, self.engine.ruleset)
         self.pollers: list[SlurmPoller | KueuePoller] = []
         if settings.slurm_poll_s > 0:

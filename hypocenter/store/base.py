@@ -156,6 +156,41 @@ class StreamLine:
 
 
 @dataclass(slots=True)
+class ArrivalState:
+    """What the store knows of one record-numbered text stream that arrives through extraction on
+    arrival (server/arrival.py): the record numbers already stored of its current generation (a
+    rotated file restarts at 1: a new generation), the dedup key of its line 1, and the rows of
+    that generation that are not final — kept lines and gap rows from `from_line` on, in
+    record-number order."""
+    generation: int = 0
+    since_id: int = 0                                      # the generation's rows have larger ids
+    head: str | None = None
+    ranges: list[tuple[int, int]] = field(default_factory=list)
+    rows: list[StreamLine] = field(default_factory=list)
+    lines: int = 0
+    bytes: int = 0
+
+
+@dataclass(slots=True)
+class ArrivalWrite:
+    """What one batch does to one stream (`entries`: its new records, for the attempt's bookkeeping):
+    rows to insert (entry, kind, body, compacted), to update (id, kind, body, compacted) and to
+    delete, and the stream's new state. `rotate`: a new generation starts with this batch."""
+    workload: str | None
+    attempt: int
+    node: str | None
+    stream: str
+    entries: list[Entry]
+    state: ArrivalState
+    rotate: bool = False
+    inserts: list[tuple[Entry, str, str, int]] = field(default_factory=list)
+    updates: list[tuple[int, str, str, int]] = field(default_factory=list)
+    deletes: list[int] = field(default_factory=list)
+    first_ns: int | None = None
+    last_ns: int | None = None
+
+
+@dataclass(slots=True)
 class DiagnosisRow:
     id: str
     workload: str
@@ -195,7 +230,9 @@ class IngestStore(Protocol):
     """Accepted records and the attempts they belong to: ingest, compaction, assembly of an attempt."""
 
     def ingest(self, logs: Sequence[Entry], points: Sequence[Point], now: float,
-               stalls: Sequence[tuple[str, int, int]] = ()) -> int: ...
+               stalls: Sequence[tuple[str, int, int]] = (), arrivals: Sequence[ArrivalWrite] = ()) -> int: ...
+    def arrival_state(self, workload: str | None, attempt: int, node: str | None, stream: str,
+                      from_line: int = 0) -> ArrivalState: ...
     def compaction_due(self, cutoff: float, limit: int) -> list[StreamKey]: ...
     def stream_lines(self, key: StreamKey, *, live_only: bool = False) -> list[StreamLine]: ...
     def compact(self, blank: Sequence[int], keep: Sequence[int]) -> None: ...

@@ -166,4 +166,25 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE attempts ADD COLUMN interrupted INTEGER NOT NULL DEFAULT 0;  -- analyses in a row the process died in
     CREATE INDEX attempts_failed ON attempts (failed_at) WHERE failure IS NOT NULL;
     """,
+    # 10: extraction on arrival (server/arrival.py): per-stream facts and record-number ranges, so that a
+    # record-numbered text stream keeps its evidence lines and gap rows, not a row per line
+    """
+    CREATE TABLE stream_state (
+        workload TEXT NOT NULL,               -- '' for a node-scoped stream
+        attempt INTEGER NOT NULL,
+        node TEXT NOT NULL,                   -- '' for none
+        stream TEXT NOT NULL,
+        generation INTEGER NOT NULL,          -- rotations seen (record numbers that started again at 1)
+        since_id INTEGER NOT NULL,            -- the current generation's rows have larger ids
+        head TEXT,                            -- dedup key of the current generation's line 1
+        ranges TEXT NOT NULL,                 -- record numbers stored, JSON [[lo, hi], ...]: retries are dropped
+        lines INTEGER NOT NULL,               -- lines and bytes received (all generations)
+        bytes INTEGER NOT NULL,
+        first_ns INTEGER,                     -- earliest / latest record time
+        last_ns INTEGER,
+        PRIMARY KEY (workload, attempt, node, stream)
+    );
+    CREATE INDEX stream_state_node ON stream_state (node, last_ns) WHERE workload = '';
+    CREATE INDEX log_entries_stream ON log_entries (stream, node, id);
+    """,
 )

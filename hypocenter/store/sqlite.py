@@ -34,6 +34,8 @@ from pathlib import Path
 from typing import Any
 
 from hypocenter.store.base import (
+    ArrivalState,
+    ArrivalWrite,
     AttemptRow,
     DiagnosisFacts,
     DiagnosisFilter,
@@ -128,10 +130,65 @@ class SQLiteStore:
         cur = db.execute("INSERT INTO attempts (workload, attempt, activity) VALUES (?, ?, ?)", (workload, attempt, now))
         return int(cur.lastrowid or 0)
 
+    def arrival_state(self, workload: str | None, attempt: int, node: str | None, stream: str,
+                      from_line: int = 0) -> ArrivalState:
+        rows = self._rows("SELECT * FROM stream_state WHERE workload=? AND attempt=? AND node=? AND stream=?",
+                          (workload or "", attempt, node or "", stream))
+        if not rows:
+            return ArrivalState()
+        r = rows[0]
+        state = ArrivalState(generation=r["generation"], since_id=r["since_id"], head=r["head"],
+                             ranges=[(lo, hi) for lo, hi in json.loads(r["ranges"])], lines=r["lines"], bytes=r["bytes"])
+        aid = None
+        if workload is not None:
+            found = self._rows("SELECT id FROM attempts WHERE workload=? AND attempt=?", (workload, attempt))
+            if not found:
+                return state
+            aid = int(found[0][0])
+        where = ["stream = ?", "id > ?", "line >= ?", "attempt_id IS NULL" if aid is None else "attempt_id = ?",
+                 "node IS NULL" if node is None else "node = ?"]
+        args: list[Any] = [stream, state.since_id, from_line, *([] if aid is None else [aid]),
+                           *([] if node is None else [node])]
+        state.rows = [StreamLine(x["id"], x["line"], x["body"], x["received"], x["compacted"]) for x in self._rows(
+            f"SELECT id, line, body, received, compacted FROM log_entries WHERE {' AND '.join(where)}"
+            " AND line IS NOT NULL ORDER BY line, id", args)]
+        return state
+
+    def _arrive(self, db: sqlite3.Connection, w: ArrivalWrite, aid: int | None, now: float) -> int:
+        """Apply one stream's `ArrivalWrite` inside the ingest transaction; returns the lines it stored."""
+        since = w.state.since_id
+        if w.rotate:
+            since = int(db.execute("SELECT COALESCE(MAX(id), 0) FROM log_entries").fetchone()[0])
+        for i in range(0, len(w.deletes), 500):
+            part = w.deletes[i:i + 500]
+            db.execute(f"DELETE FROM log_entries WHERE id IN ({','.join('?' * len(part))})", part)
+        if w.updates:
+            db.executemany("UPDATE log_entries SET kind=?, body=?, compacted=? WHERE id=?",
+                           [(kind, body, compacted, rid) for rid, kind, body, compacted in w.updates])
+        if w.inserts:
+            db.executemany(
+                "INSERT OR IGNORE INTO log_entries (attempt_id, node, stream, kind, line, time_ns, body, received, dedup,"
+                " compacted) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [(aid, e.node, e.stream, kind, e.line, e.time_ns, body, now, e.dedup, compacted)
+                 for e, kind, body, compacted in w.inserts])
+        st = w.state
+        db.execute(
+            "INSERT INTO stream_state (workload, attempt, node, stream, generation, since_id, head, ranges, lines, bytes,"
+            " first_ns, last_ns) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            " ON CONFLICT (workload, attempt, node, stream) DO UPDATE SET generation=excluded.generation,"
+            " since_id=excluded.since_id, head=excluded.head, ranges=excluded.ranges, lines=excluded.lines,"
+            " bytes=excluded.bytes, first_ns=CASE WHEN stream_state.first_ns IS NULL OR excluded.first_ns < stream_state.first_ns"
+            " THEN excluded.first_ns ELSE stream_state.first_ns END, last_ns=CASE WHEN stream_state.last_ns IS NULL"
+            " OR excluded.last_ns > stream_state.last_ns THEN excluded.last_ns ELSE stream_state.last_ns END",
+            (w.workload or "", w.attempt, w.node or "", w.stream, st.generation, since, st.head,
+             json.dumps(st.ranges, separators=(",", ":")), st.lines, st.bytes, w.first_ns, w.last_ns))
+        return len(w.entries)
+
     def ingest(self, logs: Sequence[Entry], points: Sequence[Point], now: float,
-               stalls: Sequence[tuple[str, int, int]] = ()) -> int:
+               stalls: Sequence[tuple[str, int, int]] = (), arrivals: Sequence[ArrivalWrite] = ()) -> int:
         """Store what is new in one transaction; returns how many rows were new (retries are not).
-        `stalls`: (workload, attempt, time) of watchdog / heartbeat timeouts found in these records."""
+        `stalls`: (workload, attempt, time) of watchdog / heartbeat timeouts found in these records.
+        `arrivals`: record-numbered text streams already reduced to their evidence (server/arrival.py)."""
         new = 0
         with self._tx() as db:
             ids: dict[tuple[str, int], int] = {}
@@ -163,14 +220,21 @@ class SQLiteStore:
                     nodes.add(node)
                 touched[aid] = (alo, ahi, term, sc, nodes)
 
+            rows = []
             for e in logs:
                 aid = attempt_of(e.workload, e.attempt)
-                cur = db.execute(
-                    "INSERT OR IGNORE INTO log_entries (attempt_id, node, stream, kind, line, time_ns, body, received, dedup)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (aid, e.node, e.stream, e.kind, e.line, e.time_ns, e.body, now, e.dedup))
-                new += cur.rowcount
+                rows.append((aid, e.node, e.stream, e.kind, e.line, e.time_ns, e.body, now, e.dedup))
                 touch(aid, e.node, e.time_ns, e.scope, "state" in e.scope or "banner_state" in e.scope)
+            for w in arrivals:
+                aid = attempt_of(w.workload, w.attempt)
+                new += self._arrive(db, w, aid, now)
+                for e in w.entries:
+                    touch(aid, e.node, e.time_ns, e.scope, "state" in e.scope or "banner_state" in e.scope)
+            if rows:
+                cur = db.executemany(
+                    "INSERT OR IGNORE INTO log_entries (attempt_id, node, stream, kind, line, time_ns, body, received, dedup)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+                new += max(0, cur.rowcount)
             for p in points:
                 aid = attempt_of(p.workload, p.attempt)
                 labels = json.dumps(p.labels, sort_keys=True, separators=(",", ":"))
@@ -251,9 +315,12 @@ class SQLiteStore:
         return [LogRow(r["node"], r["stream"], r["kind"], r["line"], r["time_ns"], r["body"]) for r in self._rows(
             f"SELECT e.node, e.stream, e.kind, e.line, e.time_ns, e.body FROM log_entries e JOIN ("
             f"  SELECT DISTINCT node, stream FROM log_entries WHERE attempt_id IS NULL AND node IN ({marks})"
-            f"  AND time_ns BETWEEN ? AND ?) s ON e.node = s.node AND e.stream = s.stream"
+            f"  AND time_ns BETWEEN ? AND ?"
+            # a stream reduced on arrival may have no row left in the range: its recorded times tell
+            f"  UNION SELECT node, stream FROM stream_state WHERE workload = '' AND node IN ({marks})"
+            f"  AND first_ns <= ? AND last_ns >= ?) s ON e.node = s.node AND e.stream = s.stream"
             f" WHERE e.attempt_id IS NULL ORDER BY e.node, e.stream, e.id",
-            (*nodes, start_ns, end_ns))]
+            (*nodes, start_ns, end_ns, *nodes, end_ns, start_ns))]
 
     def attempt_points(self, attempt_id: int) -> list[PointRow]:
         return [self._point(r) for r in self._rows(

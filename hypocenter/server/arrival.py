@@ -1,0 +1,216 @@
+"""Extraction on arrival: a record-numbered text stream is stored as its evidence, not line by line.
+
+For each batch the ingest queue commits, the records of each record-numbered text stream (the
+filelog receiver's `log.file.record_number`) are reduced before they reach the store: the rule
+tokens' prefilter runs over the stream's live lines and the batch's lines joined (one automaton
+pass), and `Extractor.evidence_lines` says which lines extraction can ever read — candidates, the
+context lines rules read around them, the stamps unstamped lines inherit, boot anchors, srun
+labels, the stream's head and its last 200 lines (the context of candidates still to come). Those
+lines are stored; every run of other lines becomes one `gap` row that remembers how many lines it
+stands for, ending at its last record number. A stream rebuilt from the store therefore has the
+same line numbers, coverage counts and events as the whole stream: the compaction pass
+(server/compaction.py) with a horizon of zero, run on every batch, before anything is written.
+
+Retries stay idempotent without a row per line: the store keeps each stream's record-number
+ranges, and records inside them are dropped. A batch that brings line 1 again with another time or
+text starts a new generation (a rotated file), as the assembly reads it (`stream`, `stream.1`, …).
+
+Records without a record number, structured documents and the terminal-state records take the
+row-per-record path (`Store.ingest`'s `logs`), with their dedup keys, as before.
+
+This module decides; the store writes (in the same transaction as the rest of the batch).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+
+from hypocenter.engine.extract import BACKSCAN_LINES, Extractor
+from hypocenter.lineformat import TimeContext
+from hypocenter.store.base import ArrivalState, ArrivalWrite, Entry, IngestStore, StreamLine
+
+StreamId = tuple[str | None, int, str | None, str]
+REREAD_LINES = BACKSCAN_LINES + 1000  # the farthest a stamp is inherited from, and rules' context beyond it
+
+
+@dataclass(slots=True)
+class _Item:
+    """One line of a stream in record-number order: a stored row, or a record of this batch."""
+    line: int
+    row: StreamLine | None = None
+    entry: Entry | None = None
+
+    @property
+    def gap(self) -> int:
+        """Lines a stored gap row (or tombstone) stands for; 0 for a line with its text."""
+        if self.row is None or self.row.compacted < 2:
+            return 0
+        return int(self.row.body) if self.row.compacted == 3 and self.row.body.isdigit() else 1
+
+    @property
+    def body(self) -> str:
+        if self.entry is not None:
+            return self.entry.body
+        assert self.row is not None
+        return self.row.body
+
+
+def _covered(ranges: list[tuple[int, int]], line: int) -> bool:
+    lo, hi = 0, len(ranges)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if ranges[mid][1] < line:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo < len(ranges) and ranges[lo][0] <= line
+
+
+def _merge(ranges: list[tuple[int, int]], lines: Sequence[int]) -> list[tuple[int, int]]:
+    """`ranges` with the ascending record numbers `lines` added, merged."""
+    runs: list[tuple[int, int]] = []
+    for n in lines:
+        if runs and n == runs[-1][1] + 1:
+            runs[-1] = (runs[-1][0], n)
+        else:
+            runs.append((n, n))
+    spans = sorted([*ranges, *runs])
+    out: list[tuple[int, int]] = []
+    for lo, hi in spans:
+        if out and lo <= out[-1][1] + 1:
+            out[-1] = (out[-1][0], max(out[-1][1], hi))
+        else:
+            out.append((lo, hi))
+    return out
+
+
+@dataclass(slots=True)
+class Reduced:
+    """One batch, split: records stored row by row, reduced streams, and the lines (bytes) whose text
+    the reduction left out — counted as compaction's are, once the batch is committed."""
+    rest: list[Entry]
+    writes: list[ArrivalWrite]
+    blanked: int = 0
+    freed: int = 0
+
+
+class Arrival:
+    """Reduces each batch's record-numbered text streams to `ArrivalWrite`s for `Store.ingest`.
+    `on_blanked(lines, bytes)` is told what committed batches left out (the compaction metric)."""
+
+    def __init__(self, extractor: Extractor, on_blanked: Callable[[int, int], None] | None = None) -> None:
+        self._extractor = extractor
+        self._on_blanked = on_blanked
+
+    def committed(self, reduced: Reduced) -> None:
+        if self._on_blanked is not None and reduced.blanked:
+            self._on_blanked(reduced.blanked, reduced.freed)
+
+    def split(self, store: IngestStore, logs: Sequence[Entry], now: float) -> Reduced:
+        """The batch's records stored row by row and its reduced streams."""
+        rest: list[Entry] = []
+        streams: dict[StreamId, list[Entry]] = defaultdict(list)
+        for e in logs:
+            if e.kind == "text" and e.line is not None and e.line > 0:
+                streams[(e.workload, e.attempt, e.node, e.stream)].append(e)
+            else:
+                rest.append(e)
+        when = datetime.fromtimestamp(now, timezone.utc)
+        # Year-less stamps only need *a* year to tell stamped from unstamped lines (as compaction).
+        tctx = TimeContext(tz=timezone.utc, start=when - timedelta(days=1), end=when)
+        out = Reduced(rest, [])
+        for (workload, attempt, node, stream), entries in streams.items():
+            # Requests of one stream may come in any order (parallel exporters), a retry with its original.
+            arrived = entries
+            entries = sorted(arrived, key=lambda e: e.line or 0)
+            unique = [entries[0]]
+            for e in entries[1:]:
+                if e.line != unique[-1].line:
+                    unique.append(e)
+                elif e.dedup != unique[-1].dedup:  # the same number, another record: a rotation in this batch
+                    break
+            else:
+                entries = unique
+            if entries is not unique:
+                rest.extend(arrived)  # row by row, as before: the assembly tells the generations apart
+                continue
+            # Rows further back than any rule or inherited stamp reaches are final: not read again, so a
+            # batch costs the same however long its stream already is.
+            state = store.arrival_state(workload, attempt, node, stream, (entries[0].line or 0) - REREAD_LINES)
+            w = ArrivalWrite(workload, attempt, node, stream, entries, state)
+            blanked, freed = self._reduce(w, tctx)
+            out.writes.append(w)
+            out.blanked += blanked
+            out.freed += freed
+        return out
+
+    def _reduce(self, w: ArrivalWrite, tctx: TimeContext) -> tuple[int, int]:
+        """Fill `w`'s row changes and state; returns the lines (bytes) whose text it leaves out."""
+        state = w.state
+        entries = w.entries
+        first = entries[0]
+        if first.line == 1 and state.head is not None and state.head != first.dedup:
+            # line 1 again, another record: the file was rotated or truncated — a new generation
+            w.rotate = True
+            state = w.state = ArrivalState(generation=state.generation + 1, lines=state.lines, bytes=state.bytes)
+        elif entries and state.ranges:
+            entries = [e for e in entries if e.line is not None and not _covered(state.ranges, e.line)]
+        w.entries = entries
+        if not entries:
+            return 0, 0
+        if first.line == 1 and state.head is None:
+            state.head = first.dedup
+        state.ranges = _merge(state.ranges, [e.line for e in entries if e.line is not None])
+        state.lines += len(entries)
+        state.bytes += sum(len(e.body) + 1 for e in entries)
+        times = [e.time_ns for e in entries if e.time_ns]
+        w.first_ns, w.last_ns = (min(times), max(times)) if times else (None, None)
+        items = [_Item(r.line or 0, row=r) for r in state.rows]
+        ordered = not items or items[-1].line < (entries[0].line or 0)  # the usual case: the batch comes after
+        items.extend(_Item(e.line or 0, entry=e) for e in entries)
+        if not ordered:
+            items.sort(key=lambda it: (it.line, it.entry is not None))
+        live = [i for i, it in enumerate(items) if it.gap == 0]
+        needed = {live[j] for j in self._extractor.evidence_lines([(items[i].line, items[i].body) for i in live], tctx)}
+        state.rows = []
+        return self._write(w, items, needed)
+
+    @staticmethod
+    def _write(w: ArrivalWrite, items: list[_Item], needed: set[int]) -> tuple[int, int]:
+        """Kept lines stay or go in as text; each run of the others becomes one gap row at its end."""
+        run: list[_Item] = []
+        blanked = freed = 0
+
+        def close() -> None:
+            if not run:
+                return
+            count = sum(it.gap or 1 for it in run)
+            last = run[-1]
+            olds = [it.row.id for it in run if it.row is not None]
+            if last.row is not None:
+                if not (len(run) == 1 and last.row.compacted == 3 and last.gap == count):
+                    w.updates.append((last.row.id, "gap", str(count), 3))
+                w.deletes.extend(olds[:-1])
+            else:
+                assert last.entry is not None
+                w.inserts.append((last.entry, "gap", str(count), 3))
+                w.deletes.extend(olds)
+            run.clear()
+
+        for i, it in enumerate(items):
+            if i in needed:
+                close()
+                if it.entry is not None:
+                    w.inserts.append((it.entry, "text", it.entry.body, 1))
+                elif it.row is not None and it.row.compacted == 0:
+                    w.updates.append((it.row.id, "text", it.row.body, 1))
+            else:
+                run.append(it)
+                if it.gap == 0:
+                    blanked += 1
+                    freed += len(it.body.encode("utf-8", "surrogateescape"))
+        close()
+        return blanked, freed
