@@ -18,6 +18,7 @@ REST (/v1, documented in /openapi.json and /docs):
     POST /v1/bundles                                  a tar.gz attempt bundle → its diagnosis
     POST /v1/scopes                                   {"slurm": ID} | {"kueue": NS/WL} | {"k8s_job": NS/NAME}:
                                                       scope the job with its connector, analyse now
+    GET  /v1/fleet/suspects, /v1/fleet/findings       fleet memory: recurring culprits (api/fleet_http.py)
     GET  /healthz, /readyz
 """
 
@@ -43,6 +44,7 @@ from starlette.concurrency import run_in_threadpool
 
 from hypocenter import __version__, strict_yaml
 from hypocenter.api import auth
+from hypocenter.api.fleet_http import add_fleet_routes
 from hypocenter.api.tls import PeerNames
 from hypocenter.collector import otlp
 from hypocenter.collector.bundle import load_bundle
@@ -404,6 +406,7 @@ def build_app(service: Attribution, ready: Callable[[], bool] = lambda: True,
             return _problem(503, "ingest queue is full" if full else "starting")
         return JSONResponse({"status": "ready", "queue": service.queue.pending, **stats})
 
+    add_fleet_routes(app, service)  # GET /v1/fleet/suspects, /v1/fleet/findings (api/fleet_http.py)
     return app
 
 

@@ -44,6 +44,7 @@ from hypocenter.exporter.activity import Activity
 from hypocenter.lineformat import time_context
 from hypocenter.model import AttemptContext, Diagnosis, Window, Workload
 from hypocenter.server.attempts import assemble, summary
+from hypocenter.server.fleet import fleet_view, with_history
 from hypocenter.server.compaction import CompactionReport, compact
 from hypocenter.server.pulls import KueuePoller, Pulls, SlurmPoller, records_document
 from hypocenter.sources import RecordSource, Source, TextSource
@@ -238,6 +239,7 @@ class Attribution:
         self.queue = IngestQueue(store, settings.ingest_queue_records, settings.retry_after_s, self._wake_loop,
                                  IngestEvents(self.engine.extractor, self.activity))
         self.pulls = Pulls(settings, self.engine.ruleset)
+        self.fleet = fleet_view(settings, store)
         self.pollers: list[SlurmPoller | KueuePoller] = []
         if settings.slurm_poll_s > 0:
             self.pollers.append(SlurmPoller(settings, self.store_scope))
@@ -325,7 +327,7 @@ class Attribution:
                 pulled, covered = self.pulls.collect(inp)
                 inp.sources.extend(pulled)
                 inp.coverage.extend(covered)
-            diagnosis = self.engine.analyze(inp.context, inp.sources, inp.coverage)
+            diagnosis = with_history(self.fleet, self.engine.analyze(inp.context, inp.sources, inp.coverage))
             provisional = inp.context.state is None
             body = diagnosis.to_json()
             # The verdict's source is where its scope came from (a PUT, a scope request, a poll), else

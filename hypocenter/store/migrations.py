@@ -149,4 +149,30 @@ MIGRATIONS: tuple[str, ...] = (
         '{"source": "unknown"}', body FROM diagnoses;
     UPDATE diagnoses SET provenance = '{"source": "unknown"}';
     """,
+    # 8-11: left free for the migrations other branches add at the same time (#13 and others); each
+    # is a no-op here so that this branch's fleet table below keeps its number when they land.
+    "SELECT 1",
+    "SELECT 1",
+    "SELECT 1",
+    "SELECT 1",
+    # 12: fleet memory (engine/fleet.py): what each diagnosis says about nodes, GPUs and ports
+    """
+    CREATE TABLE fleet_marks (
+        diagnosis_id TEXT NOT NULL REFERENCES diagnoses(id) ON DELETE CASCADE,
+        workload TEXT NOT NULL,
+        attempt INTEGER NOT NULL,
+        cluster TEXT,
+        time_s REAL NOT NULL,                 -- when the failure happened (root cause first seen, else window end)
+        role TEXT NOT NULL,                   -- culprit | candidate | app_xid
+        kind TEXT NOT NULL,                   -- node | gpu | port
+        node TEXT NOT NULL,
+        component TEXT NOT NULL,              -- the GPU (PCI id or UUID) or host port, '' for a node
+        domain TEXT NOT NULL,
+        subdomain TEXT NOT NULL,
+        rule TEXT NOT NULL,
+        detail TEXT NOT NULL,                 -- the Xid code of an app_xid mark
+        PRIMARY KEY (diagnosis_id, role, kind, node, component, rule, detail)
+    );
+    CREATE INDEX fleet_marks_time ON fleet_marks (time_s);
+    """,
 )

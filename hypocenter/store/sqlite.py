@@ -39,6 +39,7 @@ from hypocenter.store.base import (
     DiagnosisFilter,
     DiagnosisRow,
     Entry,
+    FleetMark,
     LogRow,
     PendingExport,
     Point,
@@ -372,6 +373,9 @@ class SQLiteStore:
                  summary["outcome"], summary.get("domain"), summary.get("subdomain"), summary.get("terminal_state"),
                  int(provisional), summary.get("window_start_ns"), summary.get("window_end_ns"), time.time(), body,
                  revision, prov))
+            db.executemany("INSERT OR IGNORE INTO fleet_marks VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                           [(summary["id"], m.workload, m.attempt, m.cluster, m.time_s, m.role, m.kind, m.node,
+                             m.component, m.domain, m.subdomain, m.rule, m.detail) for m in summary.get("marks", [])])
             db.executemany("INSERT OR IGNORE INTO diagnosis_nodes VALUES (?, ?, ?)",
                            [(summary["id"], n, "culprit") for n in summary.get("culprits", [])]
                            + [(summary["id"], n, "affected") for n in summary.get("affected", [])])
@@ -430,6 +434,17 @@ class SQLiteStore:
         sql += " ORDER BY window_end_ns DESC, id LIMIT ?"
         args.append(max(1, min(flt.limit, 1000)))
         return [self._diag(r) for r in self._rows(sql, args)]
+
+    def fleet_marks(self, since_s: float) -> list[FleetMark]:
+        """The marks of final diagnoses whose failure happened at or after `since_s`, oldest first."""
+        return [FleetMark(diagnosis_id=r["diagnosis_id"], workload=r["workload"], attempt=int(r["attempt"]),
+                          cluster=r["cluster"], time_s=float(r["time_s"]), role=r["role"], kind=r["kind"], node=r["node"],
+                          component=r["component"], domain=r["domain"], subdomain=r["subdomain"], rule=r["rule"],
+                          detail=r["detail"])
+                for r in self._rows("SELECT m.* FROM fleet_marks m JOIN diagnoses d ON d.id = m.diagnosis_id"
+                                    " WHERE d.provisional=0 AND m.time_s >= ?"
+                                    " ORDER BY m.time_s, m.diagnosis_id, m.role, m.kind, m.node, m.component,"
+                                    " m.rule, m.detail", (since_s,))]
 
     # ----------------------------------------------------------------------------------- retention
 

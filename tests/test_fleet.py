@@ -1,0 +1,197 @@
+"""Fleet memory (engine/fleet.py, engine/topology.py): recurring culprits across workloads, lemon
+GPUs, shared switch ports, the store's marks in SQLite and PostgreSQL, and what the server shows."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from postgres_support import fresh_schema
+
+from hypocenter.engine.fleet import FleetView, findings, history_note, marks_of, suspects
+from hypocenter.engine.topology import Link, Topology, load_topology, parse_ibnetdiscover, parse_lldp, parse_topology
+from hypocenter.errors import InputError
+from hypocenter.store import open_store
+
+DAY = 86400.0
+NOW = 1_800_000_000.0
+
+
+def _iso(t: float) -> str:
+    from datetime import datetime, timezone
+
+    return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def diagnosis(workload: str, attempt: int = 0, *, at: float = NOW - DAY, outcome: str = "attributed",
+              domain: str = "hardware", subdomain: str = "gpu", nodes: tuple[str, ...] = ("n1",),
+              components: tuple[tuple[str, str, str], ...] = (), xids: tuple[tuple[str, str, int], ...] = ()) -> dict[str, Any]:
+    """A contract-3 diagnosis, reduced to what fleet memory reads; `xids`: (node, pci, code) in the evidence."""
+    rc = {"domain": domain, "subdomain": subdomain, "rule": f"{subdomain}-rule", "summary": "s", "nodes": list(nodes),
+          "components": [{"node": n, "kind": k, "id": i} for n, k, i in components], "first_seen": _iso(at),
+          "action": "INVESTIGATE"}
+    evidence = [{"time": _iso(at), "node": n, "source": "kernel", "ref": f"logs/{n}/kern.log:1", "role": "root_cause",
+                 "rule": "xid-application",
+                 "text": f"NVRM: Xid (PCI:{pci}): {code}, pid=1, name=python, MMU Fault"} for n, pci, code in xids]
+    return {"schema": "hypocenter.diagnosis/v1", "id": f"dx-{workload}-{attempt}",
+            "attempt": {"workload_id": workload, "attempt": attempt, "cluster": "eos",
+                        "window": {"start": _iso(at - 3600), "end": _iso(at + 60)}, "nodes": list(nodes)},
+            "outcome": outcome, "root_cause": rc if outcome == "attributed" else None,
+            "candidates": [rc, {**rc, "nodes": ["other"]}] if outcome == "ambiguous" else [],
+            "evidence": evidence, "quality": {"level": "high", "reasons": []}}
+
+
+def _marks(*diagnoses: dict[str, Any]) -> list[Any]:
+    return [m for d in diagnoses for m in marks_of(d)]
+
+
+def test_a_job_restarting_on_a_bad_node_is_one_workload_not_ten() -> None:
+    restarts = [diagnosis("job-a", attempt=i, nodes=("bad",), at=NOW - DAY + i * 600) for i in range(10)]
+    three = [diagnosis(f"job-{c}", nodes=("flaky",)) for c in "xyz"]
+    ranked = {s.name: s for s in suspects(_marks(*restarts, *three), NOW)}
+    assert ranked["bad"].workloads == 1 and ranked["bad"].attempts == 10
+    assert ranked["flaky"].workloads == 3
+    assert ranked["flaky"].score > 2 * ranked["bad"].score
+    assert [s.name for s in findings(list(ranked.values()))] == ["flaky"]
+
+
+def test_score_halves_every_half_life_and_user_bugs_name_no_suspect() -> None:
+    old = suspects(_marks(diagnosis("w1", nodes=("n1",), at=NOW - 14 * DAY)), NOW, half_life_s=7 * DAY)
+    new = suspects(_marks(diagnosis("w1", nodes=("n1",), at=NOW)), NOW, half_life_s=7 * DAY)
+    assert new[0].score == pytest.approx(1.0) and old[0].score == pytest.approx(0.25)
+    bug = diagnosis("w2", domain="software", subdomain="user_code", nodes=("n9",))
+    assert marks_of(bug) == [] and marks_of(diagnosis("w3", outcome="not_failed")) == []
+    # an ambiguous verdict's candidates count half
+    amb = suspects(_marks(diagnosis("w4", outcome="ambiguous", nodes=("n4",), at=NOW)), NOW)
+    assert {s.name: s.score for s in amb} == {"n4": pytest.approx(0.5), "other": pytest.approx(0.5)}
+
+
+def test_application_xids_on_one_gpu_across_workloads_make_a_lemon() -> None:
+    once = diagnosis("w1", domain="software", subdomain="user_code", xids=(("n7", "0000:3B:00", 31),))
+    assert suspects(marks_of(once), NOW) == []  # the user's fault, once
+    again = diagnosis("w2", domain="software", subdomain="user_code", xids=(("n7", "0000:3b:00", 13),))
+    same_job = diagnosis("w1", attempt=1, domain="software", subdomain="user_code", xids=(("n2", "0000:01:00", 31),))
+    ranked = suspects(_marks(once, again, same_job), NOW)
+    assert [(s.kind, s.name, s.workloads, s.app_xids) for s in ranked] == [("gpu", "n7/0000:3b:00", 2, [13, 31])]
+    assert "suspect the hardware" in ranked[0].verdict
+    # the per-attempt note: the second workload's diagnosis learns of the first
+    notes = history_note(marks_of(once), again, NOW)
+    assert notes == ["fleet history: GPU n7/0000:3b:00 raised application-class Xids in 1 other workload too: "
+                     "suspect the GPU, not only the code"]
+    assert history_note(marks_of(same_job), once, NOW) == []
+
+
+IBNETDISCOVER = """#
+# Topology file: generated on Thu Dec  3 08:00:00 2026
+#
+# Initiated from node 0002c903000a0001 port 0002c903000a0002
+
+vendid=0x2c9
+devid=0xd2f0
+sysimgguid=0x1070fd0300aa0000
+switchguid=0x1070fd0300aa0000(1070fd0300aa0000)
+Switch\t40 "S-1070fd0300aa0000"\t\t# "leaf-03" enhanced port 0 lid 3 lmc 0
+[17]\t"H-0002c903000a0001"[1](2c903000a0002) \t\t# "n1 mlx5_0" lid 5 4xHDR
+[18]\t"H-0002c903000b0001"[1](2c903000b0002) \t\t# "n2 mlx5_0" lid 6 4xHDR
+
+vendid=0x2c9
+devid=0x101b
+sysimgguid=0x2c903000a0003
+caguid=0x2c903000a0001
+Ca\t1 "H-0002c903000a0001"\t\t# "n1 mlx5_0"
+[1](2c903000a0002) \t"S-1070fd0300aa0000"[17]\t\t# lid 5 lmc 0 "leaf-03" lid 3 4xHDR
+
+vendid=0x2c9
+devid=0x101b
+sysimgguid=0x2c903000b0003
+caguid=0x2c903000b0001
+Ca\t1 "H-0002c903000b0001"\t\t# "n2 mlx5_0"
+[1](2c903000b0002) \t"S-1070fd0300aa0000"[18]\t\t# lid 6 lmc 0 "leaf-03" lid 3 4xHDR
+"""
+
+LLDP_ONE = {"lldp": {"interface": {"enp60s0np0": {
+    "via": "LLDP", "chassis": {"leaf-07": {"id": {"type": "mac", "value": "0c:42:a1:00:00:07"}, "descr": "Cumulus"}},
+    "port": {"id": {"type": "ifname", "value": "swp12"}, "descr": "swp12"}}}}}
+LLDP_TWO = {"lldp": {"interface": [
+    {"enp60s0np0": {"chassis": {"leaf-07": {}}, "port": {"id": {"type": "ifname", "value": "swp12"}}}},
+    {"enp61s0np0": {"chassis": {"id": {"type": "mac", "value": "0c:42:a1:00:00:08"}},
+                    "port": {"id": {"type": "ifname", "value": "swp3"}}}}]}}
+
+
+def test_topology_from_ibnetdiscover_lldp_and_our_yaml(tmp_path: Path) -> None:
+    assert parse_ibnetdiscover(IBNETDISCOVER) == [Link("n1", "mlx5_0/1", "leaf-03", "17"),
+                                                  Link("n2", "mlx5_0/1", "leaf-03", "18")]
+    assert parse_lldp(LLDP_ONE, "n3") == [Link("n3", "enp60s0np0", "leaf-07", "swp12")]
+    assert parse_lldp(LLDP_TWO, "n4") == [Link("n4", "enp60s0np0", "leaf-07", "swp12"),
+                                          Link("n4", "enp61s0np0", "0c:42:a1:00:00:08", "swp3")]
+    (tmp_path / "fabric.txt").write_text(IBNETDISCOVER)
+    (tmp_path / "n3.json").write_text(json.dumps(LLDP_ONE))
+    (tmp_path / "cables.yaml").write_text("links:\n  - {node: n5, port: mlx5_1/1, switch: leaf-03, switch_port: 17,"
+                                          " cable: C-17}\n")
+    topo = load_topology([tmp_path])
+    assert len(topo) == 4
+    assert topo.link("n1", "mlx5_0") == Link("n1", "mlx5_0/1", "leaf-03", "17")  # a single-port HCA named bare
+    with pytest.raises(InputError, match=r"links\[0\]: unknown keys swtch; missing switch"):
+        parse_topology("links:\n  - {node: a, port: b, swtch: c, switch_port: 1}\n", "bad.yaml")
+    with pytest.raises(InputError, match="nor is it ibnetdiscover"):
+        parse_topology("hello: world\n", "notes.yaml")
+
+
+def test_errors_on_hosts_sharing_a_switch_port_become_one_finding_across_attempts() -> None:
+    # n1 and n5 are cabled to the same port of leaf-03 (a patch panel swap); n2 to another port of it
+    topo = Topology([*parse_ibnetdiscover(IBNETDISCOVER), Link("n5", "mlx5_1/1", "leaf-03", "17", "C-17")])
+
+    def link_down(workload: str, node: str, port: str, days: float = 1) -> dict[str, Any]:
+        return diagnosis(workload, domain="network", subdomain="fabric", nodes=(node,),
+                         components=((node, "port", port),), at=NOW - days * DAY)
+
+    # three workloads, each seeing one host's link fail; no host port repeats
+    ds = [link_down("w1", "n1", "mlx5_0/1"), link_down("w2", "n5", "mlx5_1/1", 2), link_down("w3", "n2", "mlx5_0/1", 3)]
+    found = {(s.kind, s.name): s for s in findings(suspects(_marks(*ds), NOW, topology=topo))}
+    assert sorted(found) == [("switch", "leaf-03"), ("switch_port", "leaf-03/17")]
+    assert found[("switch_port", "leaf-03/17")].hosts == ["n1", "n5"]
+    assert found[("switch", "leaf-03")].workloads == 3
+    assert "errors on 2 hosts (n1, n5) in 2 workloads" in found[("switch_port", "leaf-03/17")].verdict
+    # without the topology, the same history is three unrelated one-off ports: no finding
+    assert findings(suspects(_marks(*ds), NOW)) == []
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    if request.param == "sqlite":
+        yield str(tmp_path / "store.db")
+    else:
+        yield from fresh_schema()
+
+
+def _put(store: Any, d: dict[str, Any], provisional: bool = False) -> None:
+    store.set_context(d["attempt"]["workload_id"], d["attempt"]["attempt"], {}, NOW)
+    row = store.attempt(d["attempt"]["workload_id"], d["attempt"]["attempt"])
+    summary = {"id": d["id"], "workload": d["attempt"]["workload_id"], "attempt": d["attempt"]["attempt"],
+               "cluster": "eos", "outcome": d["outcome"], "domain": None, "subdomain": None,
+               "culprits": [], "affected": [], "marks": marks_of(d)}
+    store.put_diagnosis(row.id, json.dumps(d), summary, provisional, NOW)
+
+
+def test_the_store_keeps_each_final_diagnosis_marks_and_replaces_them_with_it(store_url: str) -> None:
+    store = open_store(store_url)
+    try:
+        _put(store, diagnosis("w1", nodes=("n1",), components=(("n1", "gpu", "GPU-aa"),)))
+        _put(store, diagnosis("w2", nodes=("n1",)))
+        _put(store, diagnosis("w3", nodes=("n3",)), provisional=True)  # not final: not in the fleet view
+        view = FleetView(store, window_s=30 * DAY)
+        assert [(s.kind, s.name, s.workloads) for s in view.suspects(NOW)] == [
+            ("node", "n1", 2), ("gpu", "n1/GPU-aa", 1)]
+        # w2 re-analysed: now a user bug; its marks go with the verdict it replaced
+        d2 = diagnosis("w2", domain="software", subdomain="user_code")
+        d2["id"] = "dx-w2-0-rev2"
+        _put(store, d2)
+        assert [(s.name, s.workloads) for s in view.suspects(NOW)] == [("n1", 1), ("n1/GPU-aa", 1)]
+        report = view.report(NOW)
+        assert report["schema"] == "hypocenter.fleet/v1" and report["findings"] == []
+        assert store.fleet_marks(NOW) == []  # the window: nothing happened after now
+    finally:
+        store.close()
