@@ -12,7 +12,14 @@ import pytest
 from postgres_support import fresh_schema
 
 from hypocenter.engine.fleet import FleetView, findings, history_note, marks_of, suspects
-from hypocenter.engine.topology import Link, Topology, load_topology, parse_ibnetdiscover, parse_lldp, parse_topology
+from hypocenter.engine.topology import (
+    Link,
+    Topology,
+    load_topology,
+    parse_ibnetdiscover,
+    parse_lldp,
+    parse_topology,
+)
 from hypocenter.errors import InputError
 from hypocenter.store import open_store
 

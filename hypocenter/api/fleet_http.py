@@ -9,7 +9,7 @@ Both answer the `hypocenter.fleet/v1` document `hypocenter fleet --format json` 
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import FastAPI, Query
 from fastapi.responses import JSONResponse
@@ -30,7 +30,7 @@ def add_fleet_routes(app: FastAPI, service: Attribution) -> None:
     @app.get("/v1/fleet/suspects", tags=["fleet"],
              summary="Nodes, GPUs, host ports, switch ports, switches and cables behind failures of several "
                      "workloads, by a score that decays with time (fleet_half_life_s)")
-    async def fleet_suspects(kind: list[str] | None = Query(None, description="keep only these kinds (repeatable)"),
+    async def fleet_suspects(kind: Annotated[list[str] | None, Query(description="keep only these kinds (repeatable)")] = None,
                              limit: int = Query(50, ge=1, le=1000)) -> Any:
         bad = sorted(set(kind or ()) - set(SUSPECT_KINDS))
         if bad:

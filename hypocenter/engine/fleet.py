@@ -17,9 +17,9 @@ second workload on.
 from __future__ import annotations
 
 import re
-from datetime import datetime
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from hypocenter.engine.topology import Topology
@@ -54,8 +54,9 @@ def marks_of(diagnosis: Mapping[str, Any]) -> list[FleetMark]:
     if diagnosis.get("outcome") not in ("attributed", "ambiguous"):
         return []
     att = diagnosis.get("attempt") or {}
-    base = {"diagnosis_id": str(diagnosis.get("id", "")), "workload": str(att.get("workload_id", "")),
-            "attempt": int(att.get("attempt", 0) or 0), "cluster": att.get("cluster"), "time_s": _time_s(diagnosis)}
+    base: dict[str, Any] = {"diagnosis_id": str(diagnosis.get("id", "")), "workload": str(att.get("workload_id", "")),
+                            "attempt": int(att.get("attempt", 0) or 0), "cluster": att.get("cluster"),
+                            "time_s": _time_s(diagnosis)}
     out: set[FleetMark] = set()
     causes: list[tuple[str, Mapping[str, Any]]] = []
     if diagnosis.get("outcome") == "attributed" and diagnosis.get("root_cause"):
@@ -162,7 +163,7 @@ def _suspect(key: tuple[str, str], tally: _Tally, now_s: float, half_life_s: flo
     score = sum(w * 0.5 ** (max(0.0, now_s - t) / half_life_s) for t, w in latest.values())
     attempts = {(m.workload, m.attempt) for m in counted}
     causes: dict[str, int] = {}
-    for cause, wl, at in sorted({(f"{m.domain}/{m.subdomain}", m.workload, m.attempt) for m in counted}):
+    for cause, _workload, _attempt in sorted({(f"{m.domain}/{m.subdomain}", m.workload, m.attempt) for m in counted}):
         causes[cause] = causes.get(cause, 0) + 1
     examples = [d for _, d in sorted({(m.time_s, m.diagnosis_id) for m in counted}, reverse=True)][:3]
     codes = sorted({int(m.detail) for m in app if m.detail.isdigit()})
@@ -258,5 +259,15 @@ class FleetView:
                 "findings": [s.to_json() for s in findings(ranked, min_workloads=self.min_workloads)]}
 
 
-__all__ = ["FleetView", "APP_XIDS", "DEFAULT_HALF_LIFE_S", "DEFAULT_MIN_WORKLOADS", "SUSPECT_KINDS", "Suspect", "findings",
-           "history_note", "marks_of", "suspects"]
+__all__ = [
+    "APP_XIDS",
+    "DEFAULT_HALF_LIFE_S",
+    "DEFAULT_MIN_WORKLOADS",
+    "SUSPECT_KINDS",
+    "FleetView",
+    "Suspect",
+    "findings",
+    "history_note",
+    "marks_of",
+    "suspects",
+]

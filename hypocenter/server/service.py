@@ -44,8 +44,8 @@ from hypocenter.exporter.activity import Activity
 from hypocenter.lineformat import time_context
 from hypocenter.model import AttemptContext, Diagnosis, Window, Workload
 from hypocenter.server.attempts import assemble, summary
-from hypocenter.server.fleet import fleet_view, with_history
 from hypocenter.server.compaction import CompactionReport, compact
+from hypocenter.server.fleet import fleet_view, with_history
 from hypocenter.server.pulls import KueuePoller, Pulls, SlurmPoller, records_document
 from hypocenter.sources import RecordSource, Source, TextSource
 from hypocenter.store.base import DiagnosisFilter, DiagnosisRow, Entry, Point, Retention, Store
