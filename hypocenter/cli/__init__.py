@@ -6,6 +6,8 @@
     hypocenter schema                                                  JSON Schema of the diagnosis
     hypocenter rules list | check | test [--rule ID]                   the rule catalog
     hypocenter serve | replay BUNDLE | config show                     the server (hypocenter.cli.serve)
+    hypocenter fleet [--store URL | --server URL]                      recurring culprits (hypocenter.cli.fleet)
+    hypocenter rules backtest [--since 30d] [--rules DIR]              what a rule change flips (hypocenter.cli.backtest)
 
 Exit codes: 0 a diagnosis was produced (whatever its outcome) / the command succeeded; 1 rules
 check or test found problems; 2 unusable input, with a one-line reason on stderr; 70 an internal
@@ -262,10 +264,16 @@ def build_parser() -> argparse.ArgumentParser:
             sp.add_argument("--rule", help="run only this rule's cases")
             sp.add_argument("-v", "--verbose", action="store_true", help="show passing cases too")
         sp.set_defaults(func=_cmd_rules)
+    from hypocenter.cli.backtest import add_backtest
+
+    add_backtest(rsub)
 
     from hypocenter.cli.serve import add_commands  # serve, replay, config show
 
     add_commands(sub)
+    from hypocenter.cli.fleet import add_commands as add_fleet
+
+    add_fleet(sub)
     return p
 
 
