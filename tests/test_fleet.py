@@ -4,13 +4,22 @@ GPUs, shared switch ports, the store's marks in SQLite and PostgreSQL, and what 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import grpc
+import httpx
 import pytest
+import yaml
 from postgres_support import fresh_schema
+from server_support import REPO, ServerProcess, analyze, clean_env, replay, wait_for_diagnosis
 
+from hypocenter.api.v1 import attribution_pb2 as pb
+from hypocenter.api.v1 import attribution_pb2_grpc as pb_grpc
 from hypocenter.engine.fleet import FleetView, findings, history_note, marks_of, suspects
 from hypocenter.engine.topology import (
     Link,
@@ -202,3 +211,153 @@ def test_the_store_keeps_each_final_diagnosis_marks_and_replaces_them_with_it(st
         assert store.fleet_marks(NOW) == []  # the window: nothing happened after now
     finally:
         store.close()
+
+
+# ------------------------------------------------------------------------------------ the server, the CLI
+
+def _populated_store(path: Path, topology: Path) -> None:
+    """History a server starts with: a lemon GPU (n7), three workloads failing on leaf-03's hosts, and
+    an application Xid on the GPU the replayed app-xid bundle (bench seed 2) faults on."""
+    topology.write_text(IBNETDISCOVER)
+    store = open_store(str(path))
+    try:
+        now = time.time()
+        _put(store, diagnosis("lemon-1", at=now - DAY, domain="software", subdomain="user_code",
+                              xids=(("n7", "0000:3b:00", 31),)))
+        _put(store, diagnosis("lemon-2", at=now - 2 * DAY, domain="software", subdomain="user_code",
+                              xids=(("n7", "0000:3b:00", 13),)))
+        for wl, node in (("fab-1", "n1"), ("fab-2", "n2"), ("fab-3", "n1")):
+            _put(store, diagnosis(wl, at=now - DAY, domain="network", subdomain="fabric", nodes=(node,),
+                                  components=((node, "port", "mlx5_0/1"),)))
+        _put(store, diagnosis("earlier-user-job", at=now - DAY, domain="software", subdomain="user_code",
+                              xids=(("gpu-a20", "0000:0f:00", 31),)))
+    finally:
+        store.close()
+
+
+@pytest.fixture(scope="module")
+def fleet_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    tmp = tmp_path_factory.mktemp("fleet")
+    _populated_store(tmp / "store.db", tmp / "fabric.ibnetdiscover")
+    srv = ServerProcess(tmp / "store.db", "--topology", str(tmp / "fabric.ibnetdiscover")).start()
+    yield srv
+    srv.stop()
+
+
+def test_rest_grpc_and_metrics_show_the_same_suspects(fleet_server: ServerProcess) -> None:
+    with fleet_server.client() as c:
+        doc = c.get("/v1/fleet/suspects").json()
+        found = {(s["kind"], s["name"]) for s in c.get("/v1/fleet/findings").json()["findings"]}
+        only_gpus = c.get("/v1/fleet/suspects", params={"kind": "gpu"}).json()["suspects"]
+        bad = c.get("/v1/fleet/suspects", params={"kind": "rack"})
+    assert {("gpu", "n7/0000:3b:00"), ("switch", "leaf-03"), ("node", "n1"), ("port", "n1/mlx5_0/1")} <= found
+    assert ("gpu", "gpu-a20/0000:0f:00") not in {(s["kind"], s["name"]) for s in doc["suspects"]}  # once: a user bug
+    assert doc["topology_links"] == 2 and {s["kind"] for s in only_gpus} == {"gpu"}
+    assert bad.status_code == 400 and "unknown rack" in bad.json()["message"]
+    with grpc.insecure_channel(fleet_server.grpc) as ch:
+        reply = pb_grpc.AttributionStub(ch).ListFleetSuspects(pb.ListFleetSuspectsRequest(), timeout=30)
+        with pytest.raises(grpc.RpcError) as err:
+            pb_grpc.AttributionStub(ch).ListFleetSuspects(pb.ListFleetSuspectsRequest(kinds=["rack"]), timeout=30)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert {(s.kind, s.name) for s in reply.findings} == found
+    assert [s.name for s in reply.suspects] == [s["name"] for s in doc["suspects"]]
+    metrics = httpx.get(f"http://{fleet_server.metrics}/metrics", timeout=30).text
+    assert 'hypocenter_fleet_finding{kind="gpu",suspect="n7/0000:3b:00"} 1.0' in metrics
+    assert 'hypocenter_fleet_suspect_workloads{kind="switch",suspect="leaf-03"} 3.0' in metrics
+
+
+def test_a_fresh_diagnosis_learns_the_gpus_history_and_analyze_does_not(fleet_server: ServerProcess,
+                                                                          tmp_path: Path) -> None:
+    from bench.generate import build, write_bundle
+    from bench.scenarios import MODES
+
+    bundle = tmp_path / "app-xid"
+    write_bundle(bundle, build(MODES["app-xid31-13-illegal-memory-access"], 2, 8))
+    plain = analyze(bundle)
+    assert not any("fleet history" in r for r in plain["quality"]["reasons"])
+    r = replay(bundle, fleet_server.grpc)
+    assert r.returncode == 0, r.stderr
+    with fleet_server.client() as c:
+        served = wait_for_diagnosis(c, plain["attempt"]["workload_id"])
+    assert ("fleet history: GPU gpu-a20/0000:0f:00 raised application-class Xids in 1 other workload too: "
+            "suspect the GPU, not only the code") in served["quality"]["reasons"]
+    assert served["root_cause"] == plain["root_cause"]
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "hypocenter.cli", *args], capture_output=True, text=True,
+                          timeout=120, env=clean_env(), cwd=REPO, check=False)
+
+
+def test_hypocenter_fleet_reads_a_store_or_a_server(tmp_path: Path, fleet_server: ServerProcess) -> None:
+    _populated_store(tmp_path / "store.db", tmp_path / "fabric.txt")
+    table = _cli("fleet", "--store", str(tmp_path / "store.db"), "--topology", str(tmp_path / "fabric.txt"))
+    assert table.returncode == 0, table.stderr
+    lemon = next(line for line in table.stdout.splitlines() if "n7/0000:3b:00" in line)
+    assert lemon.lstrip().startswith("!") and "application-class Xid 13/31 in 2 different workloads" in lemon
+    as_json = json.loads(_cli("fleet", "--store", str(tmp_path / "store.db"), "--format", "json").stdout)
+    assert "switch" not in {s["kind"] for s in as_json["suspects"]}  # no topology given: no switch
+    remote = json.loads(_cli("fleet", "--server", fleet_server.base, "--format", "json", "--kind", "switch").stdout)
+    assert [s["name"] for s in remote["suspects"]] == ["leaf-03"]
+    bad = _cli("fleet", "--store", str(tmp_path / "store.db"), "--topology", str(tmp_path / "nope.yaml"))
+    assert bad.returncode == 2 and "nope.yaml" in bad.stderr and "Traceback" not in bad.stderr
+
+
+NEW_RULE = """rules:
+  - id: xid-application-is-hardware
+    title: Application Xid blamed on the GPU (a deliberately bad change, to backtest)
+    status: experimental
+    description: Treats every application-class Xid as a GPU fault.
+    runbook: https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html
+    attribute:
+      when: {kind: xid, fields: {class: app}}
+      role: root_cause
+      domain: hardware
+      subdomain: gpu
+      locus: gpu
+      precedence: 99
+      explains: ["software/*"]
+      action: RESET_GPU
+      summary: "GPU {pci} on {node}"
+"""
+
+
+def test_rules_backtest_over_bundles_and_a_store_names_what_flips(tmp_path: Path) -> None:
+    from bench.generate import build, write_bundle
+    from bench.scenarios import MODES
+
+    for i, mode in enumerate(("app-xid31-13-illegal-memory-access", "s06-single-rank-exception", "gpu-oom")):
+        write_bundle(tmp_path / "bundles" / f"{i}-{mode}", build(MODES[mode], 2 + 10 * i, 8))  # three workloads
+    (tmp_path / "rule.yaml").write_text(NEW_RULE)
+    r = _cli("rules", "backtest", "--bundles", str(tmp_path / "bundles"), "--rules", str(tmp_path / "rule.yaml"),
+             "--format", "json")
+    assert r.returncode == 0, r.stderr
+    report = json.loads(r.stdout)
+    assert report["attempts"] == 3 and report["flipped"] == 1
+    change = report["changes"][0]
+    assert change["from"].startswith("attributed software/user_code") and "hardware/gpu" in change["to"]
+    assert change["examples"] == ["0-app-xid31-13-illegal-memory-access"] and report["by_domain"] == {"software": 1}
+    text = _cli("rules", "backtest", "--bundles", str(tmp_path / "bundles"), "--rules", str(tmp_path / "rule.yaml"))
+    assert "1 verdict(s) flip" in text.stdout and "-> attributed hardware/gpu (xid-application-is-hardware)" in text.stdout
+    # the same attempts stored by a server: rebuilt from the store as the server does at analysis
+    srv = ServerProcess(tmp_path / "store.db").start()
+    try:
+        with srv.client() as c:
+            for b in sorted((tmp_path / "bundles").iterdir()):
+                assert replay(b, srv.grpc).returncode == 0
+                wait_for_diagnosis(c, yaml.safe_load((b / "attempt.yaml").read_text())["workload"]["id"])
+    finally:
+        srv.stop()
+    stored = json.loads(_cli("rules", "backtest", "--store", str(tmp_path / "store.db"), "--since", "3650d",
+                             "--rules", str(tmp_path / "rule.yaml"), "--format", "json").stdout)
+    assert stored["attempts"] == 3 and stored["flipped"] == 1 and stored["by_domain"] == {"software": 1}
+    usage = _cli("rules", "backtest", "--bundles", str(tmp_path / "bundles"))
+    assert usage.returncode == 2 and "--rules" in usage.stderr
+
+
+def test_the_bench_fleet_finds_the_planted_culprits() -> None:
+    from bench.fleet import run
+
+    report = run(workloads=14, seed=1, k=4)
+    assert "gpu fleet-n003/0000:3b:00" in report["top"] and "switch leaf-20" in report["top"]
+    assert report["precision_at_k"] >= report["reference_precision_at_k"]

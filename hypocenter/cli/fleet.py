@@ -41,7 +41,7 @@ def _from_server(args: argparse.Namespace) -> dict[str, Any]:
 
     token = client_token(args.token_file)
     headers = {"Authorization": f"Bearer {token}"} if token else {}
-    params: list[tuple[str, str | int]] = [("limit", args.limit), *(("kind", k) for k in args.kind)]
+    params: list[tuple[str, str | int | float | bool | None]] = [("limit", args.limit), *(("kind", k) for k in args.kind)]
     try:
         r = httpx.get(args.server.rstrip("/") + "/v1/fleet/suspects", params=params, headers=headers, timeout=30.0)
     except httpx.HTTPError as exc:

@@ -32,7 +32,7 @@ def _setting_flags(p: argparse.ArgumentParser) -> None:
         flag = "--" + name.replace("_", "-")
         if info.annotation is bool:
             g.add_argument(flag, dest=f"set_{name}", action="store_const", const=True, default=None, help=field_help(name))
-        elif name == "rules":
+        elif name in ("rules", "topology"):
             g.add_argument(flag, dest=f"set_{name}", action="append", default=None, metavar="PATH", help=field_help(name))
         else:
             g.add_argument(flag, dest=f"set_{name}", default=None, metavar="VALUE", help=field_help(name))
