@@ -361,3 +361,21 @@ def test_the_bench_fleet_finds_the_planted_culprits() -> None:
     report = run(workloads=14, seed=1, k=4)
     assert "gpu fleet-n003/0000:3b:00" in report["top"] and "switch leaf-20" in report["top"]
     assert report["precision_at_k"] >= report["reference_precision_at_k"]
+
+
+def test_metrics_expose_only_the_top_k_suspects(tmp_path: Path) -> None:
+    from hypocenter.exporter.activity import Activity
+    from hypocenter.exporter.prometheus import HypocenterCollector
+
+    store = open_store(str(tmp_path / "store.db"))
+    try:
+        for i in range(12):  # twelve nodes, node k behind k % 4 + 1 workloads
+            for j in range(i % 4 + 1):
+                _put(store, diagnosis(f"w{i}-{j}", nodes=(f"n{i:02d}",), at=time.time() - DAY))
+        view = FleetView(store)
+        families = {f.name: f for f in HypocenterCollector(Activity(), store, fleet=view, fleet_top=3).collect()}
+    finally:
+        store.close()
+    scores = families["hypocenter_fleet_suspect_score"].samples
+    assert len(scores) == 3 and {s.labels["suspect"] for s in scores} == {"n03", "n07", "n11"}
+    assert all(s.value == 1 for s in families["hypocenter_fleet_finding"].samples)
