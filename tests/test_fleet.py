@@ -301,6 +301,8 @@ def test_hypocenter_fleet_reads_a_store_or_a_server(tmp_path: Path, fleet_server
     assert [s["name"] for s in remote["suspects"]] == ["leaf-03"]
     bad = _cli("fleet", "--store", str(tmp_path / "store.db"), "--topology", str(tmp_path / "nope.yaml"))
     assert bad.returncode == 2 and "nope.yaml" in bad.stderr and "Traceback" not in bad.stderr
+    typo = _cli("fleet", "--store", str(tmp_path / "stor.db"))
+    assert typo.returncode == 2 and "no such store file" in typo.stderr and not (tmp_path / "stor.db").exists()
 
 
 NEW_RULE = """rules:

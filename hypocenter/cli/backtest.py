@@ -59,11 +59,11 @@ class Attempt:
 
 def stored_attempts(url: str, since_s: float, lookback_s: float, slack_s: float) -> Iterator[Attempt]:
     """The attempts of a store with a final diagnosis whose window ends after `since_s`, input rebuilt."""
+    from hypocenter.cli.fleet import open_existing_store
     from hypocenter.server.attempts import assemble
-    from hypocenter.store import open_store
     from hypocenter.store.base import DiagnosisFilter
 
-    store = open_store(url)
+    store = open_existing_store(url)
     try:
         rows = store.list_diagnoses(DiagnosisFilter(since_ns=int(since_s * 1e9), limit=1000))
         for d in sorted(rows, key=lambda r: (r.workload, r.attempt)):

@@ -52,10 +52,19 @@ def _from_server(args: argparse.Namespace) -> dict[str, Any]:
     return doc
 
 
-def _from_store(args: argparse.Namespace) -> dict[str, Any]:
+def open_existing_store(url: str) -> Any:
+    """A store that must already exist: a mistyped path is an error, not a new empty store."""
     from hypocenter.store import open_store
 
-    store = open_store(args.store)
+    if not url.startswith(("postgres://", "postgresql://")):
+        path = Path(url.removeprefix("sqlite:///").removeprefix("sqlite://"))
+        if not path.is_file():
+            raise InputError(f"--store {url}: no such store file")
+    return open_store(url)
+
+
+def _from_store(args: argparse.Namespace) -> dict[str, Any]:
+    store = open_existing_store(args.store)
     try:
         topology = load_topology([Path(p) for p in args.topology]) if args.topology else None
         view = FleetView(store, window_s=args.window_s, half_life_s=args.half_life_s,
@@ -120,4 +129,4 @@ def add_commands(sub: Any) -> None:
     f.set_defaults(func=_cmd_fleet, parser=f)
 
 
-__all__ = ["add_commands", "render_table"]
+__all__ = ["add_commands", "open_existing_store", "render_table"]
