@@ -44,7 +44,8 @@ def _iso(t: float) -> str:
 
 def diagnosis(workload: str, attempt: int = 0, *, at: float = NOW - DAY, outcome: str = "attributed",
               domain: str = "hardware", subdomain: str = "gpu", nodes: tuple[str, ...] = ("n1",),
-              components: tuple[tuple[str, str, str], ...] = (), xids: tuple[tuple[str, str, int], ...] = ()) -> dict[str, Any]:
+              components: tuple[tuple[str, str, str], ...] = (), xids: tuple[tuple[str, str, int], ...] = (),
+              cluster: str = "eos") -> dict[str, Any]:
     """A contract-3 diagnosis, reduced to what fleet memory reads; `xids`: (node, pci, code) in the evidence."""
     rc = {"domain": domain, "subdomain": subdomain, "rule": f"{subdomain}-rule", "summary": "s", "nodes": list(nodes),
           "components": [{"node": n, "kind": k, "id": i} for n, k, i in components], "first_seen": _iso(at),
@@ -53,7 +54,7 @@ def diagnosis(workload: str, attempt: int = 0, *, at: float = NOW - DAY, outcome
                  "rule": "xid-application",
                  "text": f"NVRM: Xid (PCI:{pci}): {code}, pid=1, name=python, MMU Fault"} for n, pci, code in xids]
     return {"schema": "hypocenter.diagnosis/v1", "id": f"dx-{workload}-{attempt}",
-            "attempt": {"workload_id": workload, "attempt": attempt, "cluster": "eos",
+            "attempt": {"workload_id": workload, "attempt": attempt, "cluster": cluster,
                         "window": {"start": _iso(at - 3600), "end": _iso(at + 60)}, "nodes": list(nodes)},
             "outcome": outcome, "root_cause": rc if outcome == "attributed" else None,
             "candidates": [rc, {**rc, "nodes": ["other"]}] if outcome == "ambiguous" else [],
@@ -72,6 +73,9 @@ def test_a_job_restarting_on_a_bad_node_is_one_workload_not_ten() -> None:
     assert ranked["flaky"].workloads == 3
     assert ranked["flaky"].score > 2 * ranked["bad"].score
     assert [s.name for s in findings(list(ranked.values()))] == ["flaky"]
+    # job ids repeat across clusters: job-a on another cluster is another workload
+    other = diagnosis("job-a", nodes=("bad",), cluster="selene")
+    assert {s.name: s.workloads for s in suspects(_marks(*restarts, other), NOW)} == {"bad": 2}
 
 
 def test_score_halves_every_half_life_and_user_bugs_name_no_suspect() -> None:

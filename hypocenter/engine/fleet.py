@@ -8,7 +8,8 @@ the exporter hand it rows.
 
 Scoring: each suspect's score is the sum, over the *distinct workloads* behind it, of
 `weight * 0.5 ** (age / half_life)`, age taken from that workload's most recent mark. One job
-restarting ten times on a bad node is one workload, not ten. Candidates of an ambiguous verdict
+restarting ten times on a bad node is one workload, not ten (a workload is its id within its cluster:
+Slurm job ids repeat across clusters). Candidates of an ambiguous verdict
 weigh half. Application-class Xids (13, 31, 43) are the user's fault in one workload; on the same GPU
 across different workloads they are the GPU's (a "lemon"): they count for the GPU only from the
 second workload on.
@@ -148,22 +149,22 @@ def _suspect(key: tuple[str, str], tally: _Tally, now_s: float, half_life_s: flo
     marks = sorted(tally.marks, key=FleetMark.sort_key)
     infra = [m for m in marks if m.role != "app_xid"]
     app = [m for m in marks if m.role == "app_xid"]
-    app_workloads = {m.workload for m in app}
+    app_workloads = {(m.cluster, m.workload) for m in app}  # job ids repeat across clusters
     # An application Xid is the user's fault in one workload; on one GPU across workloads, the GPU's.
     lemon = len(app_workloads) >= 2
     counted = infra + (app if lemon else [])
     if not counted:
         return None
-    latest: dict[str, tuple[float, float]] = {}  # workload -> (time, weight) of its most recent mark
+    latest: dict[tuple[str | None, str], tuple[float, float]] = {}  # workload -> (time, weight) of its latest mark
     for m in counted:
         weight = 0.5 if m.role == "candidate" else 1.0
-        prev = latest.get(m.workload)
+        prev = latest.get((m.cluster, m.workload))
         if prev is None or (m.time_s, weight) > prev:
-            latest[m.workload] = (m.time_s, weight)
+            latest[(m.cluster, m.workload)] = (m.time_s, weight)
     score = sum(w * 0.5 ** (max(0.0, now_s - t) / half_life_s) for t, w in latest.values())
-    attempts = {(m.workload, m.attempt) for m in counted}
+    attempts = {(m.cluster, m.workload, m.attempt) for m in counted}
     causes: dict[str, int] = {}
-    for cause, _workload, _attempt in sorted({(f"{m.domain}/{m.subdomain}", m.workload, m.attempt) for m in counted}):
+    for cause, *_ in sorted({(f"{m.domain}/{m.subdomain}", m.cluster or "", m.workload, m.attempt) for m in counted}):
         causes[cause] = causes.get(cause, 0) + 1
     examples = [d for _, d in sorted({(m.time_s, m.diagnosis_id) for m in counted}, reverse=True)][:3]
     codes = sorted({int(m.detail) for m in app if m.detail.isdigit()})
@@ -210,8 +211,8 @@ def history_note(marks: Iterable[FleetMark], diagnosis: Mapping[str, Any], now_s
     own = marks_of(diagnosis)
     if not own:
         return []
-    workload = own[0].workload
-    others = [m for m in marks if m.workload != workload]
+    workload = (own[0].cluster, own[0].workload)
+    others = [m for m in marks if (m.cluster, m.workload) != workload]
     ranked = {(s.kind, s.name): s for s in suspects([*others, *own], now_s, half_life_s=half_life_s)}
     notes: list[str] = []
     seen: set[tuple[str, str]] = set()
