@@ -385,3 +385,33 @@ def test_metrics_expose_only_the_top_k_suspects(tmp_path: Path) -> None:
     scores = families["hypocenter_fleet_suspect_score"].samples
     assert len(scores) == 3 and {s.labels["suspect"] for s in scores} == {"n03", "n07", "n11"}
     assert all(s.value == 1 for s in families["hypocenter_fleet_finding"].samples)
+
+
+def test_an_upgraded_store_brings_its_earlier_diagnoses_into_fleet_memory(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    import sqlite3
+
+    from hypocenter.server.fleet import backfill
+    from hypocenter.store import sqlite as sqlite_store
+    from hypocenter.store.migrations import MIGRATIONS
+
+    path = tmp_path / "old.db"
+    with monkeypatch.context() as m:  # a store written by the hypocenter before fleet memory
+        m.setattr(sqlite_store, "MIGRATIONS", MIGRATIONS[:11])
+        open_store(str(path)).close()
+    db = sqlite3.connect(path)
+    for d in (diagnosis("old-1", nodes=("n5",)), diagnosis("old-2", nodes=("n5",)), diagnosis("old-3", outcome="not_failed")):
+        db.execute("INSERT INTO diagnoses (id, workload, attempt, outcome, provisional, created, body)"
+                   " VALUES (?, ?, 0, ?, 0, ?, ?)", (d["id"], d["attempt"]["workload_id"], d["outcome"], NOW, json.dumps(d)))
+    db.execute("INSERT INTO diagnoses (id, workload, attempt, outcome, provisional, created, body)"
+               " VALUES ('dx-broken', 'b', 0, 'attributed', 0, 0, 'not json')")
+    db.commit()
+    db.close()
+    store = open_store(str(path))
+    try:
+        assert store.fleet_marks(0) == [] and len(store.fleet_pending(10)) == 4
+        assert backfill(store, batch=2) == 4 and store.fleet_pending(10) == []
+        assert [(s.name, s.workloads) for s in FleetView(store).suspects(NOW)] == [("n5", 2)]
+        assert backfill(store) == 0
+    finally:
+        store.close()

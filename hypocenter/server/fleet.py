@@ -8,12 +8,14 @@ workloads' failures). `hypocenter analyze` on a bundle has no history and stays 
 
 from __future__ import annotations
 
+import json
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from hypocenter.config import Settings
-from hypocenter.engine.fleet import FleetView, history_note
+from hypocenter.engine.fleet import FleetView, history_note, marks_of
 from hypocenter.engine.topology import Topology, load_topology
 from hypocenter.model import Diagnosis
 from hypocenter.store.base import FleetStore
@@ -30,6 +32,27 @@ def fleet_view(settings: Settings, store: FleetStore) -> FleetView:
                      min_workloads=settings.fleet_min_workloads, topology=topology)
 
 
+def backfill(store: FleetStore, stop: Callable[[], bool] = lambda: False, batch: int = 500) -> int:
+    """Mark the diagnoses stored before fleet memory (migration 12 lists them), a batch at a time, so
+    that the fleet view sees the history an upgraded store already holds. Returns how many."""
+    done = 0
+    while not stop():
+        pending = store.fleet_pending(batch)
+        for diagnosis_id, body in pending:
+            try:
+                marks = marks_of(json.loads(body))
+            except (ValueError, TypeError, AttributeError) as exc:  # a body we cannot read is skipped, said once
+                log.warning("fleet memory: diagnosis %s not marked: %s", diagnosis_id, exc)
+                marks = []
+            store.put_fleet_marks(diagnosis_id, marks)
+            done += 1
+        if len(pending) < batch:
+            break
+    if done:
+        log.info("fleet memory: marked %d diagnoses stored before it", done)
+    return done
+
+
 def with_history(view: FleetView, diagnosis: Diagnosis, now_s: float | None = None) -> Diagnosis:
     """`diagnosis` with the fleet's history in its quality reasons, or unchanged when there is none."""
     now = time.time() if now_s is None else now_s
@@ -42,4 +65,4 @@ def with_history(view: FleetView, diagnosis: Diagnosis, now_s: float | None = No
     return diagnosis.model_copy(update={"quality": quality})
 
 
-__all__ = ["fleet_view", "with_history"]
+__all__ = ["backfill", "fleet_view", "with_history"]

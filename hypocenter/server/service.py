@@ -45,7 +45,7 @@ from hypocenter.lineformat import time_context
 from hypocenter.model import AttemptContext, Diagnosis, Window, Workload
 from hypocenter.server.attempts import assemble, summary
 from hypocenter.server.compaction import CompactionReport, compact
-from hypocenter.server.fleet import fleet_view, with_history
+from hypocenter.server.fleet import backfill, fleet_view, with_history
 from hypocenter.server.pulls import KueuePoller, Pulls, SlurmPoller, records_document
 from hypocenter.sources import RecordSource, Source, TextSource
 from hypocenter.store.base import DiagnosisFilter, DiagnosisRow, Entry, Point, Retention, Store
@@ -276,6 +276,10 @@ class Attribution:
 
     def _loop(self) -> None:
         last_sweep = 0.0
+        try:  # diagnoses an older hypocenter stored join fleet memory once, before the first trigger
+            backfill(self.store, self._stop.is_set)
+        except Exception:
+            log.exception("fleet memory backfill")
         while not self._stop.is_set():
             self._wake.wait(self.settings.tick_s)
             self._wake.clear()

@@ -174,5 +174,9 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (diagnosis_id, role, kind, node, component, rule, detail)
     );
     CREATE INDEX fleet_marks_time ON fleet_marks (time_s);
+    CREATE TABLE fleet_pending (              -- diagnoses stored before fleet memory: the server marks them once
+        diagnosis_id TEXT PRIMARY KEY REFERENCES diagnoses(id) ON DELETE CASCADE
+    );
+    INSERT INTO fleet_pending SELECT id FROM diagnoses;
     """,
 )
