@@ -142,6 +142,14 @@ class Settings(BaseSettings):
     export_retry_max_s: float = Field(300.0, gt=0, description="longest back-off between retries of a failing exporter")
     export_max_age_s: float = Field(6 * 86400.0, gt=0, description="a diagnosis not delivered by then is dropped (Loki refuses week-old entries)")
 
+    # Fleet memory (engine/fleet.py): recurring culprits across workloads.
+    fleet_window_s: float = Field(30 * 86400.0, gt=0, description="how far back the fleet view looks at diagnoses")
+    fleet_half_life_s: float = Field(7 * 86400.0, gt=0, description="a failure this old counts half in a suspect's score")
+    fleet_min_workloads: int = Field(2, ge=1, description="distinct workloads behind a suspect before it is a finding")
+    fleet_top_k: int = Field(20, ge=1, le=1000, description="suspects exposed by /metrics (hypocenter_fleet_suspect_score)")
+    topology: list[str] = Field(default_factory=list, description="files or directories mapping host ports to switch "
+                                "ports: topology YAML, ibnetdiscover output, lldpctl -f json (<host>.json)")
+
     # Who may talk to the server, and how (api/auth.py, api/tls.py; docs/security.md).
     auth_tokens_file: str = Field("", description="YAML file mapping each role (ingest | read | admin) to a list of "
                                   "bearer tokens; tokens also come from HYPOCENTER_AUTH_TOKEN_INGEST/_READ/_ADMIN")

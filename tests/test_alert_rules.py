@@ -12,6 +12,7 @@ import pytest
 import yaml
 from prometheus_support import needs_promtool, promtool
 
+from hypocenter.engine.fleet import FleetView
 from hypocenter.exporter.activity import Activity
 from hypocenter.exporter.prometheus import HypocenterCollector
 from hypocenter.store.sqlite import SQLiteStore
@@ -31,7 +32,7 @@ def exposed_names() -> set[str]:
     """Every sample name /metrics can expose (families and their _total/_bucket/… samples)."""
     store = SQLiteStore(":memory:")
     names: set[str] = set()
-    for fam in HypocenterCollector(Activity(), store, exporters=("loki",)).collect():
+    for fam in HypocenterCollector(Activity(), store, exporters=("loki",), fleet=FleetView(store)).collect():
         names.add(fam.name)
         names.update(s.name for s in fam.samples)
         if fam.type == "counter":

@@ -35,6 +35,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from hypocenter.api import auth
 from hypocenter.api.v1 import attribution_pb2 as pb
 from hypocenter.api.v1 import attribution_pb2_grpc as pb_grpc
+from hypocenter.engine.fleet import SUSPECT_KINDS
 from hypocenter.errors import InputError, TransientError
 from hypocenter.model import Diagnosis
 from hypocenter.server.quarantine import AnalysisFailed
@@ -173,6 +174,23 @@ class AttributionGrpc(pb_grpc.AttributionServicer):
             row.revision, row.provenance = r.revision, r.provenance
             out.revisions.append(_message(row, include_json=request.include_json))
         return out
+
+    def ListFleetSuspects(self, request: pb.ListFleetSuspectsRequest,
+                          context: grpc.ServicerContext) -> pb.ListFleetSuspectsResponse:
+        kinds = list(request.kinds) or list(SUSPECT_KINDS)
+        bad = sorted(set(kinds) - set(SUSPECT_KINDS))
+        if bad:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                          f"kinds: unknown {', '.join(bad)} (expected {', '.join(SUSPECT_KINDS)})")
+        doc = self._read(context, lambda: self.service.fleet.report(time.time(), kinds=kinds,
+                                                                    limit=request.limit or 50))
+
+        def suspect(s: dict[str, Any]) -> pb.FleetSuspect:
+            return pb.FleetSuspect(kind=s["kind"], name=s["name"], score=s["score"], workloads=s["workloads"],
+                                   attempts=s["attempts"], hosts=s["hosts"], verdict=s["verdict"])
+        return pb.ListFleetSuspectsResponse(suspects=[suspect(s) for s in doc["suspects"]],
+                                            findings=[suspect(s) for s in doc["findings"]],
+                                            report_json=json.dumps(doc, sort_keys=True))
 
     def WatchDiagnoses(self, request: pb.WatchDiagnosesRequest,
                        context: grpc.ServicerContext) -> Iterator[pb.Diagnosis]:

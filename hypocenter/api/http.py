@@ -19,6 +19,7 @@ REST (/v1, documented in /openapi.json, /docs and /redoc, which work offline):
     POST /v1/bundles                                  a tar.gz attempt bundle → its diagnosis
     POST /v1/scopes                                   {"slurm": ID} | {"kueue": NS/WL} | {"k8s_job": NS/NAME}:
                                                       scope the job with its connector, analyse now
+    GET  /v1/fleet/suspects, /v1/fleet/findings       fleet memory: recurring culprits (api/fleet_http.py)
     GET  /healthz, /readyz
 Web UI (api/ui/): /ui/ and its reads /v1/fleet/culprits, /v1/diagnoses/{id}/context.
 """
@@ -43,6 +44,7 @@ from starlette.concurrency import run_in_threadpool
 
 from hypocenter import __version__, strict_yaml
 from hypocenter.api import artifacts, auth, paging, problems, ui
+from hypocenter.api.fleet_http import add_fleet_routes
 from hypocenter.api.tls import PeerNames
 from hypocenter.collector import otlp
 from hypocenter.collector.archive import load_archive_bundle
@@ -253,6 +255,7 @@ def build_app(service: Attribution, ready: Callable[[], bool] = lambda: True,
                    bundle_routes(service), probe_routes(service, ready)):
         app.include_router(router)
     ui.install(app, service)  # the web UI (/ui) and its fleet endpoint
+    add_fleet_routes(app, service)  # GET /v1/fleet/suspects, /v1/fleet/findings (api/fleet_http.py)
     return app
 
 

@@ -6,6 +6,8 @@
     hypocenter schema                                                  JSON Schema of the diagnosis
     hypocenter rules list | check | test [--rule ID]                   the rule catalog
     hypocenter serve | replay BUNDLE | config show                     the server (cli/serve.py, replay.py, config.py)
+    hypocenter fleet [--store URL | --server URL]                      recurring culprits (cli/fleet.py)
+    hypocenter rules backtest [--since 30d] [--rules DIR]              what a rule change flips (cli/backtest.py)
 
 Exit codes: 0 a diagnosis was produced (whatever its outcome) / the command succeeded; 1 rules
 check or test found problems; 2 unusable input, with a one-line reason on stderr; 70 an internal
@@ -22,13 +24,13 @@ import sys
 from collections.abc import Sequence
 
 from hypocenter import __version__
-from hypocenter.cli import analyze, config, replay, rules, schema, serve
+from hypocenter.cli import analyze, config, fleet, replay, rules, schema, serve
 from hypocenter.cli.console import EXIT_INPUT, EXIT_INTERNAL, EXIT_OK, EXIT_PROBLEMS, one_line
 from hypocenter.errors import InputError
 
 __all__ = ["EXIT_INPUT", "EXIT_INTERNAL", "EXIT_OK", "EXIT_PROBLEMS", "build_parser", "main"]
 
-SUBCOMMANDS = (analyze, schema, rules, serve, replay, config)
+SUBCOMMANDS = (analyze, schema, rules, fleet, serve, replay, config)
 """One module per subcommand, each with `add_parser(subparsers)`; in the order `--help` lists them."""
 
 

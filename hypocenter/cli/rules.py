@@ -60,3 +60,6 @@ def add_parser(sub: Any) -> None:
             sp.add_argument("--rule", help="run only this rule's cases")
             sp.add_argument("-v", "--verbose", action="store_true", help="show passing cases too")
         sp.set_defaults(func=_cmd_rules)
+    from hypocenter.cli.backtest import add_backtest
+
+    add_backtest(rsub)

@@ -37,6 +37,8 @@ GROUPS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("input bounds", "how much any one request, record, attempt or upload may expand to (docs/security.md)",
      ("max_records_per_request", "max_concurrent_decodes", "max_ranks_per_attempt", "max_nodes_per_attempt",
       "bundle_max_*")),
+    ("fleet memory", "recurring culprits across workloads: scoring and the fabric topology",
+     ("fleet_*", "topology")),
     ("web UI", "the page at /ui: links to the attempt's logs in Grafana Explore", ("ui_*",)),
     ("logging", "", ("log_level",)),
 )
@@ -88,7 +90,7 @@ def add_setting_flags(p: argparse.ArgumentParser) -> None:
         g = groups[group_of(name) or "logging"]
         if info.annotation is bool:
             g.add_argument(flag, dest=dest, action="store_const", const=True, default=None, help=_help(name, info))
-        elif name == "rules":
+        elif name in ("rules", "topology"):
             g.add_argument(flag, dest=dest, action="append", default=None, metavar="PATH", help=_help(name, info))
         elif get_origin(info.annotation) is Literal:
             g.add_argument(flag, dest=dest, default=None, choices=[str(a) for a in get_args(info.annotation)],

@@ -35,6 +35,10 @@ ones, the rest "other"):
     recent_window_seconds                                   gauge    the window of the recent_* families
     export_pending{exporter}, export_oldest_pending_age_seconds{exporter}   gauge  the outbox (store)
     exported_diagnoses_total / export_failures_total{exporter,kind} / export_dropped_total{exporter,reason}
+    fleet_suspect_score{kind,suspect}, fleet_suspect_workloads{kind,suspect}, fleet_finding{kind,suspect}
+                                                            gauge    fleet memory (engine/fleet.py): the top
+                                                                     fleet_top_k suspects (node, gpu, port,
+                                                                     switch_port, switch, cable) (store)
     store_up                                                gauge    1 when the store answered this scrape
     build_info{version,ruleset}, start_time_seconds
 
@@ -69,6 +73,7 @@ from prometheus_client.samples import Exemplar
 
 from hypocenter import __version__
 from hypocenter.config import listen_address
+from hypocenter.engine.fleet import FleetView, findings
 from hypocenter.errors import InputError
 from hypocenter.exporter.activity import LATENCY_BUCKETS, Activity
 from hypocenter.exporter.activity import Exemplar as Last
@@ -110,13 +115,15 @@ class HypocenterCollector(Collector):
     """Builds every family from the tallies and the store at scrape time."""
 
     def __init__(self, activity: Activity, store: Store, *, exporters: Sequence[str] = (), window_s: float = 86400.0,
-                 top: int = 20, ruleset: str = "") -> None:
+                 top: int = 20, ruleset: str = "", fleet: FleetView | None = None, fleet_top: int = 20) -> None:
         self.activity = activity
         self.store = store
         self.exporters = tuple(exporters)
         self.window_s = window_s
         self.top = top
         self.ruleset = ruleset
+        self.fleet = fleet
+        self.fleet_top = fleet_top
         self._clusters: set[str] = {""}  # clusters with diagnoses: their verdict series start at 0
 
     def describe(self) -> Iterable[Metric]:
@@ -262,6 +269,34 @@ class HypocenterCollector(Collector):
         fold = self.activity.labels.value
         self._clusters |= {fold("cluster", f.cluster or "") for f in facts}
         yield from self._recent(facts)
+        if self.fleet is not None:
+            yield from self._fleet(now)
+
+    def _fleet(self, now: float) -> Iterator[Metric]:
+        """The top-k fleet suspects (engine/fleet.py): bounded, whatever the fleet's size."""
+        try:
+            ranked = self.fleet.suspects(now) if self.fleet is not None else []
+        except Exception as exc:  # the other families are already out: skip these, say why
+            log.warning("metrics: fleet view unavailable: %s", exc)
+            return
+        top = ranked[:self.fleet_top]
+        found = {(s.kind, s.name) for s in findings(top, min_workloads=self.fleet.min_workloads)} if self.fleet else set()
+        score = GaugeMetricFamily("hypocenter_fleet_suspect_score",
+                                  "Fleet suspects: sum over the distinct workloads behind it of 0.5^(age/half-life); "
+                                  "the top fleet_top_k only", labels=["kind", "suspect"])
+        workloads = GaugeMetricFamily("hypocenter_fleet_suspect_workloads",
+                                      "Distinct workloads whose failures a fleet suspect was behind (fleet_window_s)",
+                                      labels=["kind", "suspect"])
+        finding = GaugeMetricFamily("hypocenter_fleet_finding",
+                                    "1 for a top suspect behind at least fleet_min_workloads workloads (a switch, "
+                                    "switch port or cable: with errors on several hosts)", labels=["kind", "suspect"])
+        for s in top:
+            score.add_metric([s.kind, s.name], round(s.score, 6))
+            workloads.add_metric([s.kind, s.name], s.workloads)
+            finding.add_metric([s.kind, s.name], 1 if (s.kind, s.name) in found else 0)
+        yield score
+        yield workloads
+        yield finding
 
     def _recent(self, facts: list[DiagnosisFacts]) -> Iterator[Metric]:
         yield GaugeMetricFamily("hypocenter_recent_window_seconds", "The window of the hypocenter_recent_* gauges",

@@ -31,6 +31,7 @@ from pydantic import ValidationError
 
 from hypocenter.collector.hostlist import expand_hostlist  # moved there; re-exported for callers
 from hypocenter.collector.scheduler_records import render
+from hypocenter.engine.fleet import marks_of
 from hypocenter.lineformat import TimeContext, parse_iso, zone
 from hypocenter.model import AttemptContext, Coverage, Window, Workload, parse_rank_ranges
 from hypocenter.names import NODE_LABELS
@@ -269,6 +270,7 @@ def summary(diagnosis_json: dict[str, Any], ctx: AttemptContext) -> dict[str, An
         "subdomain": rc.get("subdomain"), "terminal_state": diagnosis_json.get("terminal_state"),
         "window_start_ns": _ns(ctx.window.start), "window_end_ns": _ns(ctx.window.end),
         "culprits": sorted(culprits), "affected": sorted(diagnosis_json.get("affected_nodes") or []),
+        "marks": marks_of(diagnosis_json),
     }
 
 

@@ -56,7 +56,8 @@ class Outputs:
                              max_age_s=settings.export_max_age_s) if self.exporters else None
         self.collector = HypocenterCollector(service.activity, store, exporters=store.exporters,
                                              window_s=settings.metrics_window_s, top=settings.metrics_top_n,
-                                             ruleset=service.engine.ruleset.fingerprint)
+                                             ruleset=service.engine.ruleset.fingerprint,
+                                             fleet=service.fleet, fleet_top=settings.fleet_top_k)
         self.metrics = MetricsEndpoint(self.collector)
         self.metrics_address = ""
         self._unwatch: Callable[[], None] | None = None

@@ -48,6 +48,7 @@ from hypocenter.server import quarantine
 from hypocenter.server.arrival import Arrival, Reduced
 from hypocenter.server.attempts import assemble, summary
 from hypocenter.server.compaction import CompactionReport, compact
+from hypocenter.server.fleet import backfill, fleet_view, with_history
 from hypocenter.server.pulls import KueuePoller, Pulls, SlurmPoller, records_document
 from hypocenter.sources import RecordSource, Source, TextSource
 from hypocenter.store.base import DiagnosisFilter, DiagnosisRow, Entry, Point, Retention, Store
@@ -247,6 +248,7 @@ class Attribution:
                                  IngestEvents(self.engine.extractor, self.activity),
                                  None if settings.store_every_line else Arrival(self.engine.extractor, self.activity.compacted))
         self.pulls = Pulls(settings, self.engine.ruleset)
+        self.fleet = fleet_view(settings, store)
         self.pollers: list[SlurmPoller | KueuePoller] = []
         if settings.slurm_poll_s > 0:
             self.pollers.append(SlurmPoller(settings, self.store_scope))
@@ -286,6 +288,10 @@ class Attribution:
 
     def _loop(self) -> None:
         last_sweep = 0.0
+        try:  # diagnoses an older hypocenter stored join fleet memory once, before the first trigger
+            backfill(self.store, self._stop.is_set)
+        except Exception:
+            log.exception("fleet memory backfill")
         while not self._stop.is_set():
             self._wake.wait(self.settings.tick_s)
             self._wake.clear()
@@ -340,7 +346,7 @@ class Attribution:
                     pulled, covered = self.pulls.collect(inp)
                     inp.sources.extend(pulled)
                     inp.coverage.extend(covered)
-                diagnosis = self.engine.analyze(inp)
+                diagnosis = with_history(self.fleet, self.engine.analyze(inp))
             except TransientError:
                 self.store.mark_analysing(row.id, None)
                 raise

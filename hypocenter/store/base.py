@@ -2,6 +2,7 @@
 
     IngestStore     accepted records (`Entry`, `Point`) and attempts: ingest, compaction, assembly
     DiagnosisStore  the diagnoses made, for the APIs and /metrics
+    FleetStore      what each final diagnosis says about nodes, GPUs and ports (engine/fleet.py)
     ExportQueue     the outbox of diagnoses to deliver to Loki / Grafana
     Store           all three, plus retention (`sweep`), `stats` and `close`: what the server opens
 
@@ -140,6 +141,28 @@ class DiagnosisFacts:
 
 
 @dataclass(frozen=True, slots=True)
+class FleetMark:
+    """One thing a final diagnosis says about the fleet's hardware (engine/fleet.py makes and reads them)."""
+
+    diagnosis_id: str
+    workload: str
+    attempt: int
+    cluster: str | None
+    time_s: float
+    role: str        # culprit (the root cause) | candidate (of an ambiguous verdict) | app_xid
+    kind: str        # node | gpu | port
+    node: str
+    component: str   # GPU PCI id / UUID, or host port; "" for a node
+    domain: str
+    subdomain: str
+    rule: str
+    detail: str      # the Xid code of an app_xid mark
+
+    def sort_key(self) -> tuple[float, str, str, str, str, str, str, str]:
+        return (self.time_s, self.diagnosis_id, self.role, self.kind, self.node, self.component, self.rule, self.detail)
+
+
+@dataclass(frozen=True, slots=True)
 class StreamKey:
     attempt_id: int | None  # None: a node-scoped stream
     node: str | None
@@ -269,6 +292,14 @@ class DiagnosisStore(Protocol):
     def diagnosis_facts(self, since: float) -> list[DiagnosisFacts]: ...
 
 
+class FleetStore(Protocol):
+    """Fleet memory: the marks of final diagnoses, kept with them (put_diagnosis takes `summary["marks"]`)."""
+
+    def fleet_marks(self, since_s: float) -> list[FleetMark]: ...
+    def fleet_pending(self, limit: int) -> list[tuple[str, str]]: ...
+    def put_fleet_marks(self, diagnosis_id: str, marks: Sequence[FleetMark]) -> None: ...
+
+
 class ExportQueue(Protocol):
     """The outbox (exporter/outbox.py): one row per diagnosis and exporter, claimed, then finished or retried."""
 
@@ -279,7 +310,7 @@ class ExportQueue(Protocol):
     def export_backlog(self) -> dict[str, tuple[int, float]]: ...
 
 
-class Store(IngestStore, DiagnosisStore, ExportQueue, Protocol):
+class Store(IngestStore, DiagnosisStore, FleetStore, ExportQueue, Protocol):
     """What the server needs from a store: all three roles, retention and housekeeping.
     Every method is safe to call from any thread."""
 

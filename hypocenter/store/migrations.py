@@ -187,4 +187,28 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX stream_state_node ON stream_state (node, last_ns) WHERE workload = '';
     CREATE INDEX log_entries_stream ON log_entries (stream, node, id);
     """,
+    # 11: fleet memory (engine/fleet.py): what each diagnosis says about nodes, GPUs and ports
+    """
+    CREATE TABLE fleet_marks (
+        diagnosis_id TEXT NOT NULL REFERENCES diagnoses(id) ON DELETE CASCADE,
+        workload TEXT NOT NULL,
+        attempt INTEGER NOT NULL,
+        cluster TEXT,
+        time_s REAL NOT NULL,                 -- when the failure happened (root cause first seen, else window end)
+        role TEXT NOT NULL,                   -- culprit | candidate | app_xid
+        kind TEXT NOT NULL,                   -- node | gpu | port
+        node TEXT NOT NULL,
+        component TEXT NOT NULL,              -- the GPU (PCI id or UUID) or host port, '' for a node
+        domain TEXT NOT NULL,
+        subdomain TEXT NOT NULL,
+        rule TEXT NOT NULL,
+        detail TEXT NOT NULL,                 -- the Xid code of an app_xid mark
+        PRIMARY KEY (diagnosis_id, role, kind, node, component, rule, detail)
+    );
+    CREATE INDEX fleet_marks_time ON fleet_marks (time_s);
+    CREATE TABLE fleet_pending (              -- diagnoses stored before fleet memory: the server marks them once
+        diagnosis_id TEXT PRIMARY KEY REFERENCES diagnoses(id) ON DELETE CASCADE
+    );
+    INSERT INTO fleet_pending SELECT id FROM diagnoses;
+    """,
 )

@@ -41,6 +41,7 @@ from hypocenter.store.base import (
     DiagnosisFilter,
     DiagnosisRow,
     Entry,
+    FleetMark,
     LogRow,
     PendingExport,
     Point,
@@ -493,6 +494,7 @@ class SQLiteStore:
              summary["outcome"], summary.get("domain"), summary.get("subdomain"), summary.get("terminal_state"),
              int(provisional), summary.get("window_start_ns"), summary.get("window_end_ns"), time.time(), body,
              revision, prov))
+        _insert_marks(db, summary["id"], summary.get("marks", []))
         db.executemany("INSERT OR IGNORE INTO diagnosis_nodes VALUES (?, ?, ?)",
                        [(summary["id"], n, "culprit") for n in summary.get("culprits", [])]
                        + [(summary["id"], n, "affected") for n in summary.get("affected", [])])
@@ -580,6 +582,28 @@ class SQLiteStore:
             where.append("COALESCE(window_start_ns, 0) <= ?")
             args.append(flt.until_ns)
         return where, args
+
+    def fleet_marks(self, since_s: float) -> list[FleetMark]:
+        """The marks of final diagnoses whose failure happened at or after `since_s`, oldest first."""
+        return [FleetMark(diagnosis_id=r["diagnosis_id"], workload=r["workload"], attempt=int(r["attempt"]),
+                          cluster=r["cluster"], time_s=float(r["time_s"]), role=r["role"], kind=r["kind"], node=r["node"],
+                          component=r["component"], domain=r["domain"], subdomain=r["subdomain"], rule=r["rule"],
+                          detail=r["detail"])
+                for r in self._rows("SELECT m.* FROM fleet_marks m JOIN diagnoses d ON d.id = m.diagnosis_id"
+                                    " WHERE d.provisional=0 AND m.time_s >= ?"
+                                    " ORDER BY m.time_s, m.diagnosis_id, m.role, m.kind, m.node, m.component,"
+                                    " m.rule, m.detail", (since_s,))]
+
+    def fleet_pending(self, limit: int) -> list[tuple[str, str]]:
+        """(id, body) of diagnoses stored before fleet memory existed, not marked yet (migration 11)."""
+        return [(r[0], r[1]) for r in self._rows("SELECT d.id, d.body FROM fleet_pending p JOIN diagnoses d"
+                                                 " ON d.id = p.diagnosis_id ORDER BY d.id LIMIT ?", (limit,))]
+
+    def put_fleet_marks(self, diagnosis_id: str, marks: Sequence[FleetMark]) -> None:
+        """The marks of a diagnosis stored before fleet memory; it leaves the pending list."""
+        with self._tx() as db:
+            _insert_marks(db, diagnosis_id, marks)
+            db.execute("DELETE FROM fleet_pending WHERE diagnosis_id=?", (diagnosis_id,))
 
     # ----------------------------------------------------------------------------------- retention
 
@@ -670,3 +694,9 @@ class SQLiteStore:
                 culprits=culprits.get(r["id"], []),
                 components=[(str(c.get("node")), str(c.get("kind")), str(c.get("id"))) for c in comps]))
         return out
+
+
+def _insert_marks(db: Any, diagnosis_id: str, marks: Sequence[FleetMark]) -> None:
+    db.executemany("INSERT OR IGNORE INTO fleet_marks VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                   [(diagnosis_id, m.workload, m.attempt, m.cluster, m.time_s, m.role, m.kind, m.node,
+                     m.component, m.domain, m.subdomain, m.rule, m.detail) for m in marks])

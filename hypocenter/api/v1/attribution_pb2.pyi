@@ -323,3 +323,101 @@ class Diagnosis(_message.Message):
     def WhichOneof(self, oneof_group: _WhichOneofArgType__subdomain) -> _WhichOneofReturnType__subdomain | None: ...
 
 Global___Diagnosis: _TypeAlias = Diagnosis  # noqa: Y015
+
+@_typing.final
+class ListFleetSuspectsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    KINDS_FIELD_NUMBER: _builtins.int
+    LIMIT_FIELD_NUMBER: _builtins.int
+    limit: _builtins.int
+    """suspects returned (0 = 50)"""
+    @_builtins.property
+    def kinds(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """node | gpu | port | switch_port | switch | cable; empty = all"""
+
+    def __init__(
+        self,
+        *,
+        kinds: _abc.Iterable[_builtins.str] | None = ...,
+        limit: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["kinds", b"kinds", "limit", b"limit"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListFleetSuspectsRequest: _TypeAlias = ListFleetSuspectsRequest  # noqa: Y015
+
+@_typing.final
+class FleetSuspect(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    KIND_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
+    SCORE_FIELD_NUMBER: _builtins.int
+    WORKLOADS_FIELD_NUMBER: _builtins.int
+    ATTEMPTS_FIELD_NUMBER: _builtins.int
+    HOSTS_FIELD_NUMBER: _builtins.int
+    VERDICT_FIELD_NUMBER: _builtins.int
+    kind: _builtins.str
+    name: _builtins.str
+    """node, node/gpu, node/port, switch/port, switch or cable"""
+    score: _builtins.float
+    """sum over distinct workloads of 0.5^(age / half-life)"""
+    workloads: _builtins.int
+    """distinct workloads behind it"""
+    attempts: _builtins.int
+    verdict: _builtins.str
+    """one sentence: what the history says"""
+    @_builtins.property
+    def hosts(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        kind: _builtins.str = ...,
+        name: _builtins.str = ...,
+        score: _builtins.float = ...,
+        workloads: _builtins.int = ...,
+        attempts: _builtins.int = ...,
+        hosts: _abc.Iterable[_builtins.str] | None = ...,
+        verdict: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempts", b"attempts", "hosts", b"hosts", "kind", b"kind", "name", b"name", "score", b"score", "verdict", b"verdict", "workloads", b"workloads"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FleetSuspect: _TypeAlias = FleetSuspect  # noqa: Y015
+
+@_typing.final
+class ListFleetSuspectsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SUSPECTS_FIELD_NUMBER: _builtins.int
+    FINDINGS_FIELD_NUMBER: _builtins.int
+    REPORT_JSON_FIELD_NUMBER: _builtins.int
+    report_json: _builtins.str
+    """the hypocenter.fleet/v1 document, as REST returns it"""
+    @_builtins.property
+    def suspects(self) -> _containers.RepeatedCompositeFieldContainer[Global___FleetSuspect]: ...
+    @_builtins.property
+    def findings(self) -> _containers.RepeatedCompositeFieldContainer[Global___FleetSuspect]:
+        """the suspects worth a ticket (fleet_min_workloads)"""
+
+    def __init__(
+        self,
+        *,
+        suspects: _abc.Iterable[Global___FleetSuspect] | None = ...,
+        findings: _abc.Iterable[Global___FleetSuspect] | None = ...,
+        report_json: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["findings", b"findings", "report_json", b"report_json", "suspects", b"suspects"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListFleetSuspectsResponse: _TypeAlias = ListFleetSuspectsResponse  # noqa: Y015

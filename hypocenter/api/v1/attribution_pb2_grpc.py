@@ -59,6 +59,11 @@ class AttributionStub:
                 request_serializer=hypocenter_dot_api_dot_v1_dot_attribution__pb2.ListRevisionsRequest.SerializeToString,
                 response_deserializer=hypocenter_dot_api_dot_v1_dot_attribution__pb2.ListRevisionsResponse.FromString,
                 _registered_method=True)
+        self.ListFleetSuspects = channel.unary_unary(
+                '/hypocenter.v1.Attribution/ListFleetSuspects',
+                request_serializer=hypocenter_dot_api_dot_v1_dot_attribution__pb2.ListFleetSuspectsRequest.SerializeToString,
+                response_deserializer=hypocenter_dot_api_dot_v1_dot_attribution__pb2.ListFleetSuspectsResponse.FromString,
+                _registered_method=True)
 
 
 class AttributionServicer:
@@ -104,6 +109,15 @@ class AttributionServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListFleetSuspects(self, request, context):
+        """Fleet memory: nodes, GPUs, host ports, switch ports, switches and cables behind failures of
+        several workloads, ranked by a score that decays with time (REST GET /v1/fleet/suspects).
+        INVALID_ARGUMENT for an unknown kind.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AttributionServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -131,6 +145,11 @@ def add_AttributionServicer_to_server(servicer, server):
                     servicer.ListRevisions,
                     request_deserializer=hypocenter_dot_api_dot_v1_dot_attribution__pb2.ListRevisionsRequest.FromString,
                     response_serializer=hypocenter_dot_api_dot_v1_dot_attribution__pb2.ListRevisionsResponse.SerializeToString,
+            ),
+            'ListFleetSuspects': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListFleetSuspects,
+                    request_deserializer=hypocenter_dot_api_dot_v1_dot_attribution__pb2.ListFleetSuspectsRequest.FromString,
+                    response_serializer=hypocenter_dot_api_dot_v1_dot_attribution__pb2.ListFleetSuspectsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -268,6 +287,33 @@ class Attribution:
             '/hypocenter.v1.Attribution/ListRevisions',
             hypocenter_dot_api_dot_v1_dot_attribution__pb2.ListRevisionsRequest.SerializeToString,
             hypocenter_dot_api_dot_v1_dot_attribution__pb2.ListRevisionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListFleetSuspects(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/hypocenter.v1.Attribution/ListFleetSuspects',
+            hypocenter_dot_api_dot_v1_dot_attribution__pb2.ListFleetSuspectsRequest.SerializeToString,
+            hypocenter_dot_api_dot_v1_dot_attribution__pb2.ListFleetSuspectsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -62,6 +62,11 @@ class AttributionStub:
     """Every verdict the attempt of a diagnosis id has had, oldest first, each with its revision and
     provenance (REST GET /v1/diagnoses/{id}/revisions). NOT_FOUND when the id is unknown.
     """
+    ListFleetSuspects: _grpc.UnaryUnaryMultiCallable[_attribution_pb2.ListFleetSuspectsRequest, _attribution_pb2.ListFleetSuspectsResponse]
+    """Fleet memory: nodes, GPUs, host ports, switch ports, switches and cables behind failures of
+    several workloads, ranked by a score that decays with time (REST GET /v1/fleet/suspects).
+    INVALID_ARGUMENT for an unknown kind.
+    """
 
 @_typing.type_check_only
 class AttributionAsyncStub(AttributionStub):
@@ -83,6 +88,11 @@ class AttributionAsyncStub(AttributionStub):
     ListRevisions: _aio.UnaryUnaryMultiCallable[_attribution_pb2.ListRevisionsRequest, _attribution_pb2.ListRevisionsResponse]  # type: ignore[assignment]
     """Every verdict the attempt of a diagnosis id has had, oldest first, each with its revision and
     provenance (REST GET /v1/diagnoses/{id}/revisions). NOT_FOUND when the id is unknown.
+    """
+    ListFleetSuspects: _aio.UnaryUnaryMultiCallable[_attribution_pb2.ListFleetSuspectsRequest, _attribution_pb2.ListFleetSuspectsResponse]  # type: ignore[assignment]
+    """Fleet memory: nodes, GPUs, host ports, switch ports, switches and cables behind failures of
+    several workloads, ranked by a score that decays with time (REST GET /v1/fleet/suspects).
+    INVALID_ARGUMENT for an unknown kind.
     """
 
 class AttributionServicer(metaclass=_abc_1.ABCMeta):
@@ -132,6 +142,17 @@ class AttributionServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_attribution_pb2.ListRevisionsResponse, _abc.Awaitable[_attribution_pb2.ListRevisionsResponse]]:
         """Every verdict the attempt of a diagnosis id has had, oldest first, each with its revision and
         provenance (REST GET /v1/diagnoses/{id}/revisions). NOT_FOUND when the id is unknown.
+        """
+
+    @_abc_1.abstractmethod
+    def ListFleetSuspects(
+        self,
+        request: _attribution_pb2.ListFleetSuspectsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_attribution_pb2.ListFleetSuspectsResponse, _abc.Awaitable[_attribution_pb2.ListFleetSuspectsResponse]]:
+        """Fleet memory: nodes, GPUs, host ports, switch ports, switches and cables behind failures of
+        several workloads, ranked by a score that decays with time (REST GET /v1/fleet/suspects).
+        INVALID_ARGUMENT for an unknown kind.
         """
 
 def add_AttributionServicer_to_server(servicer: AttributionServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
