@@ -88,7 +88,7 @@ def _diagnose(mode: str, seed: int, tmp: Path) -> tuple[dict[str, Any], dict[str
     where = tmp / f"{mode}-{seed}"
     write_bundle(where, files)
     b = load_bundle(where)
-    d = default_engine().analyze(b.context, b.sources, b.coverage)
+    d = default_engine().analyze(b)
     return json.loads(d.to_json()), yaml.safe_load(files["truth.yaml"]), files
 
 
