@@ -643,6 +643,10 @@ class SQLiteStore:
         out: dict[str, int] = {}
         for table in ("attempts", "log_entries", "metric_points", "diagnoses"):
             out[table] = int(self._rows(f"SELECT COUNT(*) FROM {table}")[0][0])
+        # log records held: a gap row stands for the run of lines it replaced (server/arrival.py)
+        out["log_rows"] = out["log_entries"]
+        out["log_entries"] = int(self._rows(
+            "SELECT COALESCE(SUM(CASE WHEN kind = 'gap' THEN CAST(body AS INTEGER) ELSE 1 END), 0) FROM log_entries")[0][0])
         # awaiting a verdict: never analysed, or data arrived since the last analysis
         out["attempts_open"] = int(self._rows(
             "SELECT COUNT(*) FROM attempts WHERE dirty=1 OR analyzed_at IS NULL")[0][0])
