@@ -46,7 +46,7 @@ def diagnosis(workload: str, attempt: int = 0, *, at: float = NOW - DAY, outcome
               domain: str = "hardware", subdomain: str = "gpu", nodes: tuple[str, ...] = ("n1",),
               components: tuple[tuple[str, str, str], ...] = (), xids: tuple[tuple[str, str, int], ...] = (),
               cluster: str = "eos") -> dict[str, Any]:
-    """A contract-3 diagnosis, reduced to what fleet memory reads; `xids`: (node, pci, code) in the evidence."""
+    """A diagnosis (schema hypocenter.diagnosis/v1), reduced to what fleet memory reads; `xids`: (node, pci, code) in the evidence."""
     rc = {"domain": domain, "subdomain": subdomain, "rule": f"{subdomain}-rule", "summary": "s", "nodes": list(nodes),
           "components": [{"node": n, "kind": k, "id": i} for n, k, i in components], "first_seen": _iso(at),
           "action": "INVESTIGATE"}

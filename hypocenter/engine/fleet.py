@@ -2,7 +2,7 @@
 
 One failure is an incident; the same GPU or switch port behind failures of several workloads is a
 maintenance ticket. This module is pure and deterministic: `marks_of` reduces one diagnosis (its
-contract-3 JSON) to the few `FleetMark`s it says about hardware, and `suspects` / `findings` rank
+diagnosis JSON, docs/design.md) to the few `FleetMark`s it says about hardware, and `suspects` / `findings` rank
 marks of many diagnoses at a given `now`. It reads no store and no clock; the server, the CLI and
 the exporter hand it rows.
 
