@@ -64,17 +64,35 @@ class _FastLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignor
 _FAST_MAX_DEPTH = 32
 
 
-def _shallow(doc: Any) -> bool:
-    stack = [(doc, 0)]
+def _plain(node: yaml.Node) -> bool:
+    """No alias (a node reached twice: libyaml's composer resolves `*name` to the anchored node, and
+    aliases are refused) and nothing nested deeper than _FAST_MAX_DEPTH: the fast path may construct it."""
+    seen: set[int] = set()
+    stack: list[tuple[yaml.Node, int]] = [(node, 0)]
     while stack:
-        node, depth = stack.pop()
-        if depth > _FAST_MAX_DEPTH:
+        n, depth = stack.pop()
+        if depth > _FAST_MAX_DEPTH or id(n) in seen:
             return False
-        if isinstance(node, dict):
-            stack.extend((v, depth + 1) for v in node.values())
-        elif isinstance(node, list):
-            stack.extend((v, depth + 1) for v in node)
+        seen.add(id(n))
+        if isinstance(n, yaml.SequenceNode):
+            stack.extend((v, depth + 1) for v in n.value)
+        elif isinstance(n, yaml.MappingNode):
+            stack.extend((x, depth + 1) for kv in n.value for x in kv)
     return True
+
+
+def _fast(text: str) -> tuple[bool, Any]:
+    """(True, document) from libyaml when the document is plain; (False, None) to parse it again slowly."""
+    loader = _FastLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return True, None
+        if not _plain(node):
+            return False, None
+        return True, loader.construct_document(node)
+    finally:
+        loader.dispose()
 
 
 def _construct_mapping(loader: _Loader, node: yaml.MappingNode, deep: bool = False) -> LineDict:
@@ -111,8 +129,8 @@ _FastLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _con
 def loads(text: str, path: str = "<string>") -> Any:
     """Parse one YAML document; errors name `path:line`."""
     try:
-        doc = yaml.load(text, Loader=_FastLoader)  # safe: a SafeLoader
-        if _shallow(doc):
+        done, doc = _fast(text)  # safe: a SafeLoader
+        if done:
             return doc
     except (yaml.YAMLError, RecursionError):
         pass
