@@ -130,8 +130,12 @@ class CertificateReloader:
             cert, key = Path(self.cert_file).read_bytes(), Path(self.key_file).read_bytes()
             probe = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
             probe.load_cert_chain(self.cert_file, self.key_file)  # the pair must match before it is served
+            changing = (Path(self.cert_file).read_bytes(), Path(self.key_file).read_bytes()) != (cert, key)
         except (OSError, ssl.SSLError) as exc:
             log.error("TLS certificate reload failed, still serving the previous one: %s", exc)
+            return False
+        if changing:  # caught between the key's write and the certificate's: read both again next time
+            self._stamp = ()
             return False
         with self._lock:
             for ctx in self._contexts:
