@@ -33,3 +33,13 @@ def test_wheel_ships_the_catalog_and_analyses_without_the_repo(tmp_path: Path) -
     got = json.loads(r.stdout)
     assert got["catalog"].startswith(str(site))
     assert got["sub"] == "nvlink"
+
+
+def test_ci_runs_the_readme_test_command_as_typed() -> None:
+    """README's second "Start here" command is the last line of .ci/run, so the two cannot drift."""
+    root = Path(__file__).resolve().parent.parent
+    readme = (root / "README.md").read_text(encoding="utf-8")
+    after = readme[readme.index("Install the test extras"):]
+    command = next(line for line in after.splitlines() if line.startswith("pip install"))
+    ci = [line for line in (root / ".ci" / "run").read_text(encoding="utf-8").splitlines() if line.strip()]
+    assert ci[-1] == command
