@@ -22,6 +22,7 @@ from postgres_support import PG_URL, fresh_schema
 from hypocenter.store import open_store
 from hypocenter.store.base import DiagnosisFilter, Entry, Point, Retention, Store
 from hypocenter.store.migrations import MIGRATIONS
+from hypocenter.store.sql import sql
 from hypocenter.store.sqlite import SQLiteStore
 
 T0 = 1_793_000_000_000_000_000
@@ -75,7 +76,7 @@ def test_migrations_are_idempotent(open_url: Callable[[], Store]) -> None:
     again = open_url()
     assert isinstance(again, SQLiteStore)
     assert again.migrate() == len(MIGRATIONS) and again.migrate() == len(MIGRATIONS)
-    versions = [r[0] for r in again._rows("SELECT version FROM schema_migrations ORDER BY version")]
+    versions = [r[0] for r in again._rows(sql("SELECT version FROM schema_migrations ORDER BY version"))]
     assert versions == list(range(1, len(MIGRATIONS) + 1))
 
 

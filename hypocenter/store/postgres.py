@@ -3,20 +3,23 @@
     PostgresStore(url)     `postgresql://user:password@host:port/database` (libpq URL; `?options=
                            -csearch_path%3Dschema` puts the tables in another schema)
 
-Every query and every migration is `SQLiteStore`'s: this class only brings its own connection
-and translates the few places where SQLite's dialect differs (`to_postgres`, `ddl_to_postgres`),
-so the two stores cannot drift apart in behaviour; tests/test_store_contract.py runs one contract
-against both. What the translation takes care of:
+Every query and every migration is `SQLiteStore`'s, written once with store/sql.py: this class
+brings its own connection and runs each statement's PostgreSQL text (`Statement.postgres`), so the
+two stores cannot drift apart in behaviour; tests/test_store_contract.py runs one contract against
+both. How the dialects differ, and how the statements deal with it:
 
-    ?  →  %s                                   placeholders (a literal % is escaped)
-    INSERT OR IGNORE INTO …  →  INSERT INTO … ON CONFLICT DO NOTHING
-    x = x + excluded.x  →  x = table.x + excluded.x        (unqualified is ambiguous in PostgreSQL)
-    COALESCE(attempt_id, '')  →  COALESCE(CAST(attempt_id AS TEXT), '')
-    HAVING alias > ?  →  HAVING COUNT(*) > ?                (PostgreSQL has no select aliases there)
-    json_extract(col, '$.a.b')  →  (col::jsonb #>> '{a,b}')
-    ORDER BY a, b DESC  →  ORDER BY a NULLS FIRST, b DESC NULLS LAST      (SQLite's NULL order)
-    DDL: INTEGER PRIMARY KEY → identity, INTEGER → BIGINT, REAL → DOUBLE PRECISION,
-         TEXT → TEXT COLLATE "C"   (byte order, as SQLite sorts: diagnoses must not depend on a locale)
+- SQL both take, written that way in store/sqlite.py: `INSERT … ON CONFLICT DO NOTHING` (never
+  SQLite's `INSERT OR IGNORE`); an upsert reads the row already there as `table.column` (a bare
+  column is ambiguous here); `CAST(id AS TEXT)` where an integer meets text; HAVING repeats the
+  aggregate (no select aliases here); an ORDER BY on a nullable column says `NULLS FIRST`
+  ascending and `NULLS LAST` descending, SQLite's own order (PostgreSQL's default is the reverse).
+- Rendered per dialect by store/sql.py when a statement is defined: placeholders (`?` becomes
+  psycopg's `%s`, a literal % is doubled), JSON members (`json_text`: `#>>` on jsonb here,
+  `json_extract` in SQLite), and column types in migrations: identities for SQLite's rowid keys,
+  BIGINT for INTEGER, DOUBLE PRECISION for REAL, and TEXT COLLATE "C" for TEXT (byte order, as
+  SQLite sorts: diagnoses must not depend on the database's locale).
+- In this class: connections, the migration lock, and `_attempt_id` (RETURNING and a re-read
+  where replicas race; SQLite has one writer).
 
 PostgreSQL text cannot hold NUL: a NUL in a log line is stored as U+FFFD.
 
@@ -30,75 +33,20 @@ Needs psycopg 3: `pip install 'hypocenter[postgresql]'`.
 
 from __future__ import annotations
 
-import re
 import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from functools import lru_cache
 from typing import Any
 
 from hypocenter.config import redact_url
 from hypocenter.errors import TransientError
 from hypocenter.store.base import StoreError
 from hypocenter.store.migrations import MIGRATIONS
+from hypocenter.store.sql import Statement, sql
 from hypocenter.store.sqlite import SQLiteStore
 
 MIGRATION_LOCK = 0x6879706F  # pg_advisory_xact_lock key: "hypo"
-
-
-# --------------------------------------------------------------------------------------------- dialect
-
-_SIMPLE_TERM = re.compile(r"^\s*([\w.]+)(?:\s+(ASC|DESC))?\s*$", re.IGNORECASE)
-_ORDER_BY = re.compile(r"ORDER BY\s+(.+?)(?=\s+LIMIT\b|\)|$)", re.IGNORECASE | re.DOTALL)
-_AGGREGATE_ALIAS = re.compile(r"((?:COUNT|SUM|MIN|MAX|AVG)\([^)]*\))\s+AS\s+(\w+)", re.IGNORECASE)
-
-
-def _order_by(match: re.Match[str]) -> str:
-    terms = match.group(1).split(",")
-    out = []
-    for term in terms:
-        m = _SIMPLE_TERM.match(term)
-        if m is None or "NULLS" in term.upper():
-            return match.group(0)
-        desc = (m.group(2) or "").upper() == "DESC"
-        out.append(f"{m.group(1)}{' DESC NULLS LAST' if desc else ' NULLS FIRST'}")
-    return "ORDER BY " + ", ".join(out)
-
-
-# SQLiteStore's statements are a few dozen constant strings (plus IN lists of a few lengths), so each
-# is translated once: measured here, the regexes cost 12-38 µs per statement (idle / loaded machine),
-# a cache hit 0.2 µs.
-@lru_cache(maxsize=1024)
-def to_postgres(sql: str) -> str:
-    """One of SQLiteStore's statements, as PostgreSQL takes it (see the module docstring)."""
-    out = sql.replace("%", "%%")
-    if re.match(r"\s*INSERT OR IGNORE INTO", out, re.IGNORECASE):
-        out = re.sub(r"INSERT OR IGNORE INTO", "INSERT INTO", out, count=1, flags=re.IGNORECASE)
-        out += " ON CONFLICT DO NOTHING"
-    table = re.match(r"\s*INSERT INTO\s+(\w+)", out, re.IGNORECASE)
-    if table is not None:
-        out = re.sub(r"\b(\w+)\s*=\s*\1\s*\+\s*excluded\.\1\b", rf"\1 = {table.group(1)}.\1 + excluded.\1", out)
-    out = re.sub(r"COALESCE\(((?:\w+\.)?(?:\w+_)?id),\s*''\)", r"COALESCE(CAST(\1 AS TEXT), '')", out)
-    having = re.search(r"\bHAVING\b", out, re.IGNORECASE)
-    if having is not None:
-        head, tail = out[:having.end()], out[having.end():]
-        for expr, alias in _AGGREGATE_ALIAS.findall(head):
-            tail = re.sub(rf"\b{alias}\b", expr, tail)
-        out = head + tail
-    out = re.sub(r"json_extract\((\w+),\s*'\$\.([\w.]+)'\)",
-                 lambda m: f"({m.group(1)}::jsonb #>> '{{{','.join(m.group(2).split('.'))}}}')", out)
-    out = _ORDER_BY.sub(_order_by, out)
-    return out.replace("?", "%s")
-
-
-def ddl_to_postgres(sql: str) -> str:
-    """A SQLite migration's DDL with PostgreSQL's types (the same tables, columns and indexes)."""
-    out = re.sub(r"--[^\n]*", "", sql)
-    out = re.sub(r"\bINTEGER PRIMARY KEY\b", "BIGINT GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY", out)
-    out = re.sub(r"\bINTEGER\b", "BIGINT", out)
-    out = re.sub(r"\bREAL\b", "DOUBLE PRECISION", out)
-    return re.sub(r"\bTEXT\b", 'TEXT COLLATE "C"', out)
 
 
 def _clean(value: Any) -> Any:
@@ -133,22 +81,29 @@ def _row_factory(cursor: Any) -> Any:
     return lambda values: _Row(index, values)
 
 
+def _text(statement: str) -> str:
+    if not isinstance(statement, Statement):  # a plain string would be run as SQLite's text
+        raise TypeError(f"write the statement with hypocenter.store.sql.sql(...): {statement!r}")
+    return statement.postgres
+
+
 class _Connection:
-    """What SQLiteStore's queries call on a connection, over a psycopg connection, translated."""
+    """What SQLiteStore's queries call on a connection, over a psycopg connection: each statement's
+    PostgreSQL text."""
 
     def __init__(self, conn: Any) -> None:
         self._conn = conn
 
-    def execute(self, sql: str, args: Sequence[Any] = ()) -> Any:
+    def execute(self, statement: str, args: Sequence[Any] = ()) -> Any:
         cur = self._conn.cursor()
-        cur.execute(to_postgres(sql), _params(args) if args else None)
+        cur.execute(_text(statement), _params(args) if args else None)
         return cur
 
-    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> Any:
+    def executemany(self, statement: str, rows: Sequence[Sequence[Any]]) -> Any:
         cur = self._conn.cursor()
         rows = list(rows)
         if rows:
-            cur.executemany(to_postgres(sql), [_params(r) for r in rows])
+            cur.executemany(_text(statement), [_params(r) for r in rows])
         return cur
 
 
@@ -208,25 +163,24 @@ class PostgresStore(SQLiteStore):
             with conn.transaction():
                 yield _Connection(conn)
 
-    def _rows(self, sql: str, args: Sequence[Any] = ()) -> list[Any]:
+    def _rows(self, statement: str, args: Sequence[Any] = ()) -> list[Any]:
         with self._lock:
-            return list(_Connection(self._connect()).execute(sql, args).fetchall())
+            return list(_Connection(self._connect()).execute(statement, args).fetchall())
 
     def migrate(self) -> int:
         """Apply the migrations this database does not have yet (one replica at a time)."""
         with self._tx() as db:
-            db.execute(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK})")
-            db.execute("CREATE TABLE IF NOT EXISTS schema_migrations (version BIGINT PRIMARY KEY,"
-                       " applied DOUBLE PRECISION NOT NULL)")
-            have = int(db.execute("SELECT COALESCE(MAX(version), 0) FROM schema_migrations").fetchone()[0])
+            db.execute(sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK})"))
+            db.execute(sql("CREATE TABLE IF NOT EXISTS schema_migrations (version BIGINT PRIMARY KEY,"
+                           " applied DOUBLE PRECISION NOT NULL)"))
+            have = int(db.execute(sql("SELECT COALESCE(MAX(version), 0) FROM schema_migrations")).fetchone()[0])
             if have > len(MIGRATIONS):
                 raise StoreError(f"{self.path}: schema version {have} is newer than this hypocenter "
                                  f"knows ({len(MIGRATIONS)}): upgrade hypocenter")
             for version in range(have + 1, len(MIGRATIONS) + 1):
-                for statement in ddl_to_postgres(MIGRATIONS[version - 1]).split(";"):
-                    if statement.strip():
-                        db._conn.execute(statement)
-                db.execute("INSERT INTO schema_migrations VALUES (?, ?)", (version, time.time()))
+                for statement in MIGRATIONS[version - 1].postgres:
+                    db._conn.execute(statement)
+                db.execute(sql("INSERT INTO schema_migrations VALUES (?, ?)"), (version, time.time()))
         return len(MIGRATIONS)
 
     def close(self) -> None:
@@ -236,11 +190,11 @@ class PostgresStore(SQLiteStore):
 
     def _attempt_id(self, db: Any, workload: str, attempt: int, now: float) -> int:
         # Replicas may create the same attempt at once: the loser's insert does nothing and it reads the row.
-        select = "SELECT id FROM attempts WHERE workload=? AND attempt=?"
+        select = sql("SELECT id FROM attempts WHERE workload=? AND attempt=?")
         row = db.execute(select, (workload, attempt)).fetchone()
         if row is None:
-            row = db.execute("INSERT INTO attempts (workload, attempt, activity) VALUES (?, ?, ?)"
-                             " ON CONFLICT (workload, attempt) DO NOTHING RETURNING id",
+            row = db.execute(sql("INSERT INTO attempts (workload, attempt, activity) VALUES (?, ?, ?)"
+                                 " ON CONFLICT (workload, attempt) DO NOTHING RETURNING id"),
                              (workload, attempt, now)).fetchone()
         if row is None:
             row = db.execute(select, (workload, attempt)).fetchone()

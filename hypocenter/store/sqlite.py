@@ -6,6 +6,9 @@
     PostgresStore(url)     store/postgres.py: these same queries and migrations on PostgreSQL,
                            for replicas that share one database (`open_store("postgresql://…")`)
 
+Every statement is written once, for both, with store/sql.py: `sql("… ? …")` (or a statement
+composed with its constructs, e.g. `json_text`), SQL that SQLite 3.30+ and PostgreSQL both take.
+
 Tables (migration 1): `attempts` (scope per workload attempt), `attempt_nodes`, `log_entries`
 (accepted log records: workload-scoped ones carry `attempt_id`; node-scoped ones only `node`, and
 are joined to attempts by node and time when an attempt is analysed), `metric_points` (likewise),
@@ -53,6 +56,7 @@ from hypocenter.store.base import (
     StreamLine,
 )
 from hypocenter.store.migrations import MIGRATIONS
+from hypocenter.store.sql import json_text, placeholders, sql
 
 
 class SQLiteStore:
@@ -64,6 +68,8 @@ class SQLiteStore:
             parent = Path(self.path).parent
             if not parent.is_dir():
                 raise StoreError(f"{self.path}: directory {parent} does not exist")
+        if sqlite3.sqlite_version_info < (3, 30):  # NULLS FIRST / LAST (store/sql.py)
+            raise StoreError(f"{self.path}: the store needs SQLite 3.30 or newer; this Python has {sqlite3.sqlite_version}")
         try:
             self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30.0)
         except sqlite3.Error as exc:
@@ -96,27 +102,26 @@ class SQLiteStore:
                 raise
             self._db.execute("COMMIT")
 
-    def _rows(self, sql: str, args: Sequence[Any] = ()) -> list[sqlite3.Row]:
+    def _rows(self, statement: str, args: Sequence[Any] = ()) -> list[sqlite3.Row]:
         with self._lock:
-            return list(self._db.execute(sql, args).fetchall())
+            return list(self._db.execute(statement, args).fetchall())
 
     def migrate(self) -> int:
         """Apply the migrations this file does not have yet; returns the schema version."""
         with self._tx() as db:
-            db.execute("CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied REAL NOT NULL)")
-            have = db.execute("SELECT COALESCE(MAX(version), 0) FROM schema_migrations").fetchone()[0]
+            db.execute(sql("CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied REAL NOT NULL)"))
+            have = db.execute(sql("SELECT COALESCE(MAX(version), 0) FROM schema_migrations")).fetchone()[0]
             if have > len(MIGRATIONS):
                 raise StoreError(f"{self.path}: schema version {have} is newer than this hypocenter "
                                  f"knows ({len(MIGRATIONS)}): upgrade hypocenter")
             for version in range(have + 1, len(MIGRATIONS) + 1):
-                for statement in MIGRATIONS[version - 1].split(";"):
-                    if statement.strip():
-                        db.execute(statement)
-                db.execute("INSERT INTO schema_migrations VALUES (?, ?)", (version, time.time()))
+                for statement in MIGRATIONS[version - 1].sqlite:
+                    db.execute(statement)
+                db.execute(sql("INSERT INTO schema_migrations VALUES (?, ?)"), (version, time.time()))
         return len(MIGRATIONS)
 
     def schema_version(self) -> int:
-        return int(self._rows("SELECT COALESCE(MAX(version), 0) FROM schema_migrations")[0][0])
+        return int(self._rows(sql("SELECT COALESCE(MAX(version), 0) FROM schema_migrations"))[0][0])
 
     def close(self) -> None:
         with self._lock:
@@ -125,15 +130,15 @@ class SQLiteStore:
     # ----------------------------------------------------------------------------------- ingest
 
     def _attempt_id(self, db: sqlite3.Connection, workload: str, attempt: int, now: float) -> int:
-        row = db.execute("SELECT id FROM attempts WHERE workload=? AND attempt=?", (workload, attempt)).fetchone()
+        row = db.execute(sql("SELECT id FROM attempts WHERE workload=? AND attempt=?"), (workload, attempt)).fetchone()
         if row is not None:
             return int(row[0])
-        cur = db.execute("INSERT INTO attempts (workload, attempt, activity) VALUES (?, ?, ?)", (workload, attempt, now))
+        cur = db.execute(sql("INSERT INTO attempts (workload, attempt, activity) VALUES (?, ?, ?)"), (workload, attempt, now))
         return int(cur.lastrowid or 0)
 
     def arrival_state(self, workload: str | None, attempt: int, node: str | None, stream: str,
                       from_line: int = 0) -> ArrivalState:
-        rows = self._rows("SELECT * FROM stream_state WHERE workload=? AND attempt=? AND node=? AND stream=?",
+        rows = self._rows(sql("SELECT * FROM stream_state WHERE workload=? AND attempt=? AND node=? AND stream=?"),
                           (workload or "", attempt, node or "", stream))
         if not rows:
             return ArrivalState()
@@ -142,7 +147,7 @@ class SQLiteStore:
                              ranges=[(lo, hi) for lo, hi in json.loads(r["ranges"])], lines=r["lines"], bytes=r["bytes"])
         aid = None
         if workload is not None:
-            found = self._rows("SELECT id FROM attempts WHERE workload=? AND attempt=?", (workload, attempt))
+            found = self._rows(sql("SELECT id FROM attempts WHERE workload=? AND attempt=?"), (workload, attempt))
             if not found:
                 return state
             aid = int(found[0][0])
@@ -151,36 +156,36 @@ class SQLiteStore:
         args: list[Any] = [stream, state.since_id, from_line, *([] if aid is None else [aid]),
                            *([] if node is None else [node])]
         state.rows = [StreamLine(x["id"], x["line"], x["body"], x["received"], x["compacted"]) for x in self._rows(
-            f"SELECT id, line, body, received, compacted FROM log_entries WHERE {' AND '.join(where)}"
-            " AND line IS NOT NULL ORDER BY line, id", args)]
+            sql(f"SELECT id, line, body, received, compacted FROM log_entries WHERE {' AND '.join(where)}"
+                " AND line IS NOT NULL ORDER BY line, id"), args)]
         return state
 
     def _arrive(self, db: sqlite3.Connection, w: ArrivalWrite, aid: int | None, now: float) -> int:
         """Apply one stream's `ArrivalWrite` inside the ingest transaction; returns the lines it stored."""
         since = w.state.since_id
         if w.rotate:
-            since = int(db.execute("SELECT COALESCE(MAX(id), 0) FROM log_entries").fetchone()[0])
+            since = int(db.execute(sql("SELECT COALESCE(MAX(id), 0) FROM log_entries")).fetchone()[0])
         for i in range(0, len(w.deletes), 500):
             part = w.deletes[i:i + 500]
-            db.execute(f"DELETE FROM log_entries WHERE id IN ({','.join('?' * len(part))})", part)
+            db.execute(sql(f"DELETE FROM log_entries WHERE id IN ({placeholders(len(part))})"), part)
         if w.updates:
-            db.executemany("UPDATE log_entries SET kind=?, body=?, compacted=? WHERE id=?",
+            db.executemany(sql("UPDATE log_entries SET kind=?, body=?, compacted=? WHERE id=?"),
                            [(kind, body, compacted, rid) for rid, kind, body, compacted in w.updates])
         if w.inserts:
             db.executemany(
-                "INSERT OR IGNORE INTO log_entries (attempt_id, node, stream, kind, line, time_ns, body, received, dedup,"
-                " compacted) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                sql("INSERT INTO log_entries (attempt_id, node, stream, kind, line, time_ns, body, received, dedup,"
+                    " compacted) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"),
                 [(aid, e.node, e.stream, kind, e.line, e.time_ns, body, now, e.dedup, compacted)
                  for e, kind, body, compacted in w.inserts])
         st = w.state
         db.execute(
-            "INSERT INTO stream_state (workload, attempt, node, stream, generation, since_id, head, ranges, lines, bytes,"
-            " first_ns, last_ns) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-            " ON CONFLICT (workload, attempt, node, stream) DO UPDATE SET generation=excluded.generation,"
-            " since_id=excluded.since_id, head=excluded.head, ranges=excluded.ranges, lines=excluded.lines,"
-            " bytes=excluded.bytes, first_ns=CASE WHEN stream_state.first_ns IS NULL OR excluded.first_ns < stream_state.first_ns"
-            " THEN excluded.first_ns ELSE stream_state.first_ns END, last_ns=CASE WHEN stream_state.last_ns IS NULL"
-            " OR excluded.last_ns > stream_state.last_ns THEN excluded.last_ns ELSE stream_state.last_ns END",
+            sql("INSERT INTO stream_state (workload, attempt, node, stream, generation, since_id, head, ranges, lines, bytes,"
+                " first_ns, last_ns) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                " ON CONFLICT (workload, attempt, node, stream) DO UPDATE SET generation=excluded.generation,"
+                " since_id=excluded.since_id, head=excluded.head, ranges=excluded.ranges, lines=excluded.lines,"
+                " bytes=excluded.bytes, first_ns=CASE WHEN stream_state.first_ns IS NULL OR excluded.first_ns < stream_state.first_ns"
+                " THEN excluded.first_ns ELSE stream_state.first_ns END, last_ns=CASE WHEN stream_state.last_ns IS NULL"
+                " OR excluded.last_ns > stream_state.last_ns THEN excluded.last_ns ELSE stream_state.last_ns END"),
             (w.workload or "", w.attempt, w.node or "", w.stream, st.generation, since, st.head,
              json.dumps(st.ranges, separators=(",", ":")), st.lines, st.bytes, w.first_ns, w.last_ns))
         return len(w.entries)
@@ -233,38 +238,38 @@ class SQLiteStore:
                     touch(aid, e.node, e.time_ns, e.scope, "state" in e.scope or "banner_state" in e.scope)
             if rows:
                 cur = db.executemany(
-                    "INSERT OR IGNORE INTO log_entries (attempt_id, node, stream, kind, line, time_ns, body, received, dedup)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+                    sql("INSERT INTO log_entries (attempt_id, node, stream, kind, line, time_ns, body, received, dedup)"
+                        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"), rows)
                 new += max(0, cur.rowcount)
             for p in points:
                 aid = attempt_of(p.workload, p.attempt)
                 labels = json.dumps(p.labels, sort_keys=True, separators=(",", ":"))
                 dedup = f"{aid}\x1f{p.node}\x1f{p.source}\x1f{p.name}\x1f{labels}\x1f{p.time_ns}"
                 cur = db.execute(
-                    "INSERT OR IGNORE INTO metric_points (attempt_id, node, source, name, labels, time_ns, value, received, dedup)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    sql("INSERT INTO metric_points (attempt_id, node, source, name, labels, time_ns, value, received, dedup)"
+                        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"),
                     (aid, p.node, p.source, p.name, labels, p.time_ns, p.value, now, dedup))
                 new += cur.rowcount
                 touch(aid, None if aid is not None else p.node, p.time_ns, p.scope, False)  # metric labels name no attempt node
             for aid, (lo, hi, term, sc, nodes) in touched.items():
-                row = db.execute("SELECT scope, first_ns, last_ns, terminal_ns FROM attempts WHERE id=?", (aid,)).fetchone()
+                row = db.execute(sql("SELECT scope, first_ns, last_ns, terminal_ns FROM attempts WHERE id=?"), (aid,)).fetchone()
                 scope = json.loads(row["scope"])
                 scope.update(sc)
                 first = min(x for x in (row["first_ns"], lo) if x is not None) if (row["first_ns"] or lo) else None
                 last = max(x for x in (row["last_ns"], hi) if x is not None) if (row["last_ns"] or hi) else None
-                db.execute("UPDATE attempts SET scope=?, first_ns=?, last_ns=?, terminal_ns=COALESCE(?, terminal_ns),"
-                           " activity=?, dirty=1 WHERE id=?",
+                db.execute(sql("UPDATE attempts SET scope=?, first_ns=?, last_ns=?, terminal_ns=COALESCE(?, terminal_ns),"
+                               " activity=?, dirty=1 WHERE id=?"),
                            (json.dumps(scope, sort_keys=True), first, last, term, now, aid))
-                db.executemany("INSERT OR IGNORE INTO attempt_nodes VALUES (?, ?)", [(aid, n) for n in sorted(nodes)])
+                db.executemany(sql("INSERT INTO attempt_nodes VALUES (?, ?) ON CONFLICT DO NOTHING"), [(aid, n) for n in sorted(nodes)])
             for workload, attempt, t in stalls:
                 aid = attempt_of(workload, attempt)
-                db.execute("UPDATE attempts SET stalled_ns=COALESCE(stalled_ns, ?) WHERE id=?", (t, aid))
+                db.execute(sql("UPDATE attempts SET stalled_ns=COALESCE(stalled_ns, ?) WHERE id=?"), (t, aid))
             for node, (lo, hi) in node_times.items():
                 # Late node-scoped data re-opens the attempts that ran on that node at that time.
                 db.execute(
-                    "UPDATE attempts SET dirty=1, activity=? WHERE id IN (SELECT attempt_id FROM attempt_nodes WHERE node=?)"
-                    " AND analyzed_at IS NOT NULL AND COALESCE(first_ns, 0) <= ? + 3600000000000"
-                    " AND COALESCE(last_ns, ?) >= ? - 3600000000000",
+                    sql("UPDATE attempts SET dirty=1, activity=? WHERE id IN (SELECT attempt_id FROM attempt_nodes WHERE node=?)"
+                        " AND analyzed_at IS NOT NULL AND COALESCE(first_ns, 0) <= ? + 3600000000000"
+                        " AND COALESCE(last_ns, ?) >= ? - 3600000000000"),
                     (now, node, hi, hi, lo))
         return new
 
@@ -273,14 +278,14 @@ class SQLiteStore:
         """Pin an attempt's scope (an uploaded attempt.yaml, validated by the caller), and who set it."""
         with self._tx() as db:
             aid = self._attempt_id(db, workload, attempt, now)
-            db.execute("UPDATE attempts SET context=?, activity=?, dirty=1, scope_provenance=? WHERE id=?",
+            db.execute(sql("UPDATE attempts SET context=?, activity=?, dirty=1, scope_provenance=? WHERE id=?"),
                        (json.dumps(context, sort_keys=True, default=str), now,
                         json.dumps(provenance, sort_keys=True) if provenance else None, aid))
 
     # ----------------------------------------------------------------------------------- attempts
 
     def _attempt_row(self, row: sqlite3.Row) -> AttemptRow:
-        nodes = [r[0] for r in self._rows("SELECT node FROM attempt_nodes WHERE attempt_id=? ORDER BY node", (row["id"],))]
+        nodes = [r[0] for r in self._rows(sql("SELECT node FROM attempt_nodes WHERE attempt_id=? ORDER BY node"), (row["id"],))]
         return AttemptRow(id=row["id"], workload=row["workload"], attempt=row["attempt"], scope=json.loads(row["scope"]),
                           context=json.loads(row["context"]) if row["context"] else None, nodes=nodes,
                           first_ns=row["first_ns"], last_ns=row["last_ns"], terminal_ns=row["terminal_ns"],
@@ -289,21 +294,21 @@ class SQLiteStore:
                           failure=row["failure"], failed_at=row["failed_at"])
 
     def attempt(self, workload: str, attempt: int) -> AttemptRow | None:
-        rows = self._rows("SELECT * FROM attempts WHERE workload=? AND attempt=?", (workload, attempt))
+        rows = self._rows(sql("SELECT * FROM attempts WHERE workload=? AND attempt=?"), (workload, attempt))
         return self._attempt_row(rows[0]) if rows else None
 
     def attempts_due(self, now: float, settle_s: float, idle_s: float) -> list[AttemptRow]:
         """Dirty attempts that ended `settle_s` ago, that reported a watchdog / heartbeat timeout and
         then went quiet for `settle_s` (a hang: provisional), or that have been quiet for `idle_s`."""
         rows = self._rows(
-            "SELECT * FROM attempts WHERE dirty=1 AND ((terminal_ns IS NOT NULL OR context IS NOT NULL"
-            " OR stalled_ns IS NOT NULL) AND activity <= ? OR activity <= ?) ORDER BY activity, id",
+            sql("SELECT * FROM attempts WHERE dirty=1 AND ((terminal_ns IS NOT NULL OR context IS NOT NULL"
+                " OR stalled_ns IS NOT NULL) AND activity <= ? OR activity <= ?) ORDER BY activity, id"),
             (now - settle_s, now - idle_s))
         return [self._attempt_row(r) for r in rows]
 
     def attempt_logs(self, attempt_id: int) -> list[LogRow]:
         return [LogRow(r["node"], r["stream"], r["kind"], r["line"], r["time_ns"], r["body"]) for r in self._rows(
-            "SELECT node, stream, kind, line, time_ns, body FROM log_entries WHERE attempt_id=? ORDER BY stream, id",
+            sql("SELECT node, stream, kind, line, time_ns, body FROM log_entries WHERE attempt_id=? ORDER BY stream, id"),
             (attempt_id,))]
 
     def node_logs(self, nodes: Sequence[str], start_ns: int, end_ns: int) -> list[LogRow]:
@@ -312,28 +317,28 @@ class SQLiteStore:
         # A node stream joins whole (what retention kept of it) when any of its records falls in the
         # range: its earlier lines carry the boot stamps that anchor uptime-only kernel lines, and
         # the engine itself tells old faults from the attempt's.
-        marks = ",".join("?" * len(nodes))
+        in_nodes = placeholders(len(nodes))
         return [LogRow(r["node"], r["stream"], r["kind"], r["line"], r["time_ns"], r["body"]) for r in self._rows(
-            f"SELECT e.node, e.stream, e.kind, e.line, e.time_ns, e.body FROM log_entries e JOIN ("
-            f"  SELECT DISTINCT node, stream FROM log_entries WHERE attempt_id IS NULL AND node IN ({marks})"
-            f"  AND time_ns BETWEEN ? AND ?"
+            sql(f"SELECT e.node, e.stream, e.kind, e.line, e.time_ns, e.body FROM log_entries e JOIN ("
+                f"  SELECT DISTINCT node, stream FROM log_entries WHERE attempt_id IS NULL AND node IN ({in_nodes})"
+                f"  AND time_ns BETWEEN ? AND ?"
             # a stream reduced on arrival may have no row left in the range: its recorded times tell
-            f"  UNION SELECT node, stream FROM stream_state WHERE workload = '' AND node IN ({marks})"
-            f"  AND first_ns <= ? AND last_ns >= ?) s ON e.node = s.node AND e.stream = s.stream"
-            f" WHERE e.attempt_id IS NULL ORDER BY e.node, e.stream, e.id",
+                f"  UNION SELECT node, stream FROM stream_state WHERE workload = '' AND node IN ({in_nodes})"
+                f"  AND first_ns <= ? AND last_ns >= ?) s ON e.node = s.node AND e.stream = s.stream"
+                f" WHERE e.attempt_id IS NULL ORDER BY e.node, e.stream, e.id"),
             (*nodes, start_ns, end_ns, *nodes, end_ns, start_ns))]
 
     def attempt_points(self, attempt_id: int) -> list[PointRow]:
         return [self._point(r) for r in self._rows(
-            "SELECT * FROM metric_points WHERE attempt_id=? ORDER BY source, name, labels, time_ns", (attempt_id,))]
+            sql("SELECT * FROM metric_points WHERE attempt_id=? ORDER BY source, name, labels, time_ns"), (attempt_id,))]
 
     def node_points(self, nodes: Sequence[str], start_ns: int, end_ns: int) -> list[PointRow]:
         if not nodes:
             return []
-        marks = ",".join("?" * len(nodes))
+        in_nodes = placeholders(len(nodes))
         return [self._point(r) for r in self._rows(
-            f"SELECT * FROM metric_points WHERE attempt_id IS NULL AND node IN ({marks}) AND time_ns BETWEEN ? AND ?"
-            " ORDER BY source, name, labels, time_ns", (*nodes, start_ns, end_ns))]
+            sql(f"SELECT * FROM metric_points WHERE attempt_id IS NULL AND node IN ({in_nodes}) AND time_ns BETWEEN ? AND ?"
+                " ORDER BY source, name, labels, time_ns"), (*nodes, start_ns, end_ns))]
 
     @staticmethod
     def _point(r: sqlite3.Row) -> PointRow:
@@ -342,13 +347,13 @@ class SQLiteStore:
     def known_nodes(self) -> list[str]:
         """Nodes that have node-scoped data (for matching FQDNs and aliases to an attempt's names)."""
         return [r[0] for r in self._rows(
-            "SELECT DISTINCT node FROM log_entries WHERE attempt_id IS NULL AND node IS NOT NULL"
-            " UNION SELECT DISTINCT node FROM metric_points WHERE attempt_id IS NULL AND node IS NOT NULL")]
+            sql("SELECT DISTINCT node FROM log_entries WHERE attempt_id IS NULL AND node IS NOT NULL"
+                " UNION SELECT DISTINCT node FROM metric_points WHERE attempt_id IS NULL AND node IS NOT NULL"))]
 
     def drops(self, attempt_id: int, nodes: Sequence[str]) -> dict[tuple[str, str], int]:
-        marks = ",".join("?" * len(nodes)) or "''"
+        in_nodes = placeholders(len(nodes)) if nodes else "''"
         return {(r["node"], r["stream"]): r["dropped"] for r in self._rows(
-            f"SELECT node, stream, dropped FROM stream_drops WHERE scope=? OR (scope='' AND node IN ({marks}))",
+            sql(f"SELECT node, stream, dropped FROM stream_drops WHERE scope=? OR (scope='' AND node IN ({in_nodes}))"),
             (str(attempt_id), *nodes))}
 
     # ----------------------------------------------------------------------------------- compaction
@@ -356,8 +361,8 @@ class SQLiteStore:
     def compaction_due(self, cutoff: float, limit: int) -> list[StreamKey]:
         """Text streams with lines received before `cutoff` that compaction has not looked at."""
         return [StreamKey(r["attempt_id"], r["node"], r["stream"]) for r in self._rows(
-            "SELECT DISTINCT attempt_id, node, stream FROM log_entries WHERE compacted = 0 AND kind = 'text'"
-            " AND received < ? ORDER BY attempt_id, node, stream LIMIT ?", (cutoff, limit))]
+            sql("SELECT DISTINCT attempt_id, node, stream FROM log_entries WHERE compacted = 0 AND kind = 'text'"
+                " AND received < ? ORDER BY attempt_id NULLS FIRST, node NULLS FIRST, stream LIMIT ?"), (cutoff, limit))]
 
     def stream_lines(self, key: StreamKey, *, live_only: bool = False) -> list[StreamLine]:
         """A text stream's rows in arrival order; `live_only`: without the blanked ones (tombstones)."""
@@ -368,7 +373,7 @@ class SQLiteStore:
         if live_only:
             where.append("compacted < 2")
         return [StreamLine(r["id"], r["line"], r["body"], r["received"], r["compacted"]) for r in self._rows(
-            f"SELECT id, line, body, received, compacted FROM log_entries WHERE {' AND '.join(where)} ORDER BY id",
+            sql(f"SELECT id, line, body, received, compacted FROM log_entries WHERE {' AND '.join(where)} ORDER BY id"),
             args)]
 
     def compact(self, blank: Sequence[int], keep: Sequence[int]) -> None:
@@ -377,18 +382,18 @@ class SQLiteStore:
         with self._tx() as db:
             for i in range(0, len(blank), 500):
                 part = blank[i:i + 500]
-                db.execute(f"UPDATE log_entries SET body = '', compacted = 2 WHERE id IN ({','.join('?' * len(part))})",
+                db.execute(sql(f"UPDATE log_entries SET body = '', compacted = 2 WHERE id IN ({placeholders(len(part))})"),
                            part)
             for i in range(0, len(keep), 500):
                 part = keep[i:i + 500]
-                db.execute(f"UPDATE log_entries SET compacted = 1 WHERE id IN ({','.join('?' * len(part))})", part)
+                db.execute(sql(f"UPDATE log_entries SET compacted = 1 WHERE id IN ({placeholders(len(part))})"), part)
 
     def collapse_due(self, cutoff: float, limit: int) -> list[StreamKey]:
         """Streams with lines blanked before `cutoff` not yet merged into gap rows."""
         return [StreamKey(r["attempt_id"], r["node"], r["stream"]) for r in self._rows(
-            "SELECT DISTINCT attempt_id, node, stream FROM log_entries WHERE compacted = 2 AND received < ?"
-            " AND line IS NOT NULL"
-            " ORDER BY attempt_id, node, stream LIMIT ?", (cutoff, limit))]
+            sql("SELECT DISTINCT attempt_id, node, stream FROM log_entries WHERE compacted = 2 AND received < ?"
+                " AND line IS NOT NULL"
+                " ORDER BY attempt_id NULLS FIRST, node NULLS FIRST, stream LIMIT ?"), (cutoff, limit))]
 
     def stream_tombstones(self, key: StreamKey) -> list[StreamLine]:
         """A stream's blanked lines and gap rows (compacted 2 and 3), arrival order."""
@@ -397,7 +402,7 @@ class SQLiteStore:
         args: list[Any] = [key.stream, *([] if key.attempt_id is None else [key.attempt_id]),
                            *([] if key.node is None else [key.node])]
         return [StreamLine(r["id"], r["line"], r["body"], r["received"], r["compacted"]) for r in self._rows(
-            f"SELECT id, line, body, received, compacted FROM log_entries WHERE {' AND '.join(where)} ORDER BY id",
+            sql(f"SELECT id, line, body, received, compacted FROM log_entries WHERE {' AND '.join(where)} ORDER BY id"),
             args)]
 
     def collapse(self, runs: Sequence[tuple[int, int, Sequence[int]]]) -> None:
@@ -405,11 +410,11 @@ class SQLiteStore:
         gap row, the others go."""
         with self._tx() as db:
             for keep, lines, drop in runs:
-                db.execute("UPDATE log_entries SET kind = 'gap', body = ?, compacted = 3 WHERE id = ?",
+                db.execute(sql("UPDATE log_entries SET kind = 'gap', body = ?, compacted = 3 WHERE id = ?"),
                            (str(lines), keep))
                 for i in range(0, len(drop), 500):
                     part = list(drop[i:i + 500])
-                    db.execute(f"DELETE FROM log_entries WHERE id IN ({','.join('?' * len(part))})", part)
+                    db.execute(sql(f"DELETE FROM log_entries WHERE id IN ({placeholders(len(part))})"), part)
 
     # ----------------------------------------------------------------------------------- diagnoses
 
@@ -425,24 +430,24 @@ class SQLiteStore:
         with self._tx() as db:
             # Lock the attempt's row first (PostgreSQL: replicas analysing one attempt at once queue
             # here, and the second then sees the first's diagnosis; SQLite has one writer anyway).
-            db.execute("UPDATE attempts SET analyzed_at=analyzed_at WHERE id=?", (attempt_id,))
-            last = db.execute("SELECT revision, body, provenance FROM diagnosis_revisions WHERE workload=? AND attempt=?"
-                              " ORDER BY revision DESC LIMIT 1", (summary["workload"], summary["attempt"])).fetchone()
+            db.execute(sql("UPDATE attempts SET analyzed_at=analyzed_at WHERE id=?"), (attempt_id,))
+            last = db.execute(sql("SELECT revision, body, provenance FROM diagnosis_revisions WHERE workload=? AND attempt=?"
+                                  " ORDER BY revision DESC LIMIT 1"), (summary["workload"], summary["attempt"])).fetchone()
             if last is not None and last["body"] == body:
                 revision, prov = int(last["revision"]), last["provenance"]
             else:
                 revision = 1 if last is None else int(last["revision"]) + 1
                 db.execute(
-                    "INSERT INTO diagnosis_revisions (workload, attempt, revision, diagnosis_id, outcome, domain,"
-                    " subdomain, provisional, created, provenance, body) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    sql("INSERT INTO diagnosis_revisions (workload, attempt, revision, diagnosis_id, outcome, domain,"
+                        " subdomain, provisional, created, provenance, body) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"),
                     (summary["workload"], summary["attempt"], revision, summary["id"], summary["outcome"],
                      summary.get("domain"), summary.get("subdomain"), int(provisional), time.time(), prov, body))
-            prev = db.execute("SELECT body, provisional FROM diagnoses WHERE attempt_id=? AND id=?",
+            prev = db.execute(sql("SELECT body, provisional FROM diagnoses WHERE attempt_id=? AND id=?"),
                               (attempt_id, summary["id"])).fetchone()
             if prev is None or prev[0] != body or bool(prev[1]) != provisional:
                 self._replace_diagnosis(db, attempt_id, body, summary, provisional, revision, prov)
-            db.execute("UPDATE attempts SET analyzed_at=?, dirty=CASE WHEN activity > ? THEN 1 ELSE 0 END,"
-                       " failure=NULL, failed_at=NULL, analysing_since=NULL, interrupted=0 WHERE id=?",
+            db.execute(sql("UPDATE attempts SET analyzed_at=?, dirty=CASE WHEN activity > ? THEN 1 ELSE 0 END,"
+                           " failure=NULL, failed_at=NULL, analysing_since=NULL, interrupted=0 WHERE id=?"),
                        (time.time(), analyzed_from, attempt_id))
         return revision
 
@@ -452,14 +457,14 @@ class SQLiteStore:
         """Mark the attempt as being analysed since `since` (committed), so that a process that dies in
         the analysis is noticed at the next start; None clears the mark."""
         with self._tx() as db:
-            db.execute("UPDATE attempts SET analysing_since=? WHERE id=?", (since, attempt_id))
+            db.execute(sql("UPDATE attempts SET analysing_since=? WHERE id=?"), (since, attempt_id))
 
     def fail_analysis(self, attempt_id: int, reason: str, now: float, analyzed_from: float) -> None:
         """Record why the analysis failed; the attempt is not due again unless data arrived after
         `analyzed_from` (the wall time the analysis read the store)."""
         with self._tx() as db:
-            db.execute("UPDATE attempts SET failure=?, failed_at=?, analysing_since=NULL, interrupted=0,"
-                       " dirty=CASE WHEN activity > ? THEN 1 ELSE 0 END WHERE id=?",
+            db.execute(sql("UPDATE attempts SET failure=?, failed_at=?, analysing_since=NULL, interrupted=0,"
+                           " dirty=CASE WHEN activity > ? THEN 1 ELSE 0 END WHERE id=?"),
                        (reason, now, analyzed_from, attempt_id))
 
     def recover_interrupted(self, now: float, quarantine_after: int) -> list[AttemptRow]:
@@ -467,46 +472,46 @@ class SQLiteStore:
         has now been interrupted `quarantine_after` times in a row is failed (not due) with the
         reason. Returns the attempts quarantined now."""
         with self._tx() as db:
-            db.execute("UPDATE attempts SET interrupted=interrupted+1, analysing_since=NULL"
-                       " WHERE analysing_since IS NOT NULL")
+            db.execute(sql("UPDATE attempts SET interrupted=interrupted+1, analysing_since=NULL"
+                           " WHERE analysing_since IS NOT NULL"))
             ids = [r[0] for r in db.execute(
-                "SELECT id FROM attempts WHERE interrupted >= ? AND failure IS NULL", (quarantine_after,)).fetchall()]
+                sql("SELECT id FROM attempts WHERE interrupted >= ? AND failure IS NULL"), (quarantine_after,)).fetchall()]
             for aid in ids:
-                db.execute("UPDATE attempts SET failure=?, failed_at=?, dirty=0, interrupted=0 WHERE id=?",
+                db.execute(sql("UPDATE attempts SET failure=?, failed_at=?, dirty=0, interrupted=0 WHERE id=?"),
                            (f"the server stopped during the analysis of this attempt {quarantine_after} times in a "
                             "row (out of memory or killed): not analysed again until new data arrives or it is "
                             "asked for", now, aid))
-        return [self._attempt_row(r) for aid in ids for r in self._rows("SELECT * FROM attempts WHERE id=?", (aid,))]
+        return [self._attempt_row(r) for aid in ids for r in self._rows(sql("SELECT * FROM attempts WHERE id=?"), (aid,))]
 
     def failed_attempts(self, limit: int) -> list[AttemptRow]:
         """Attempts whose last analysis failed, newest failure first."""
         return [self._attempt_row(r) for r in self._rows(
-            "SELECT * FROM attempts WHERE failure IS NOT NULL ORDER BY failed_at DESC, id LIMIT ?", (limit,))]
+            sql("SELECT * FROM attempts WHERE failure IS NOT NULL ORDER BY failed_at DESC NULLS LAST, id LIMIT ?"), (limit,))]
 
     def _replace_diagnosis(self, db: Any, attempt_id: int, body: str, summary: dict[str, Any],
                            provisional: bool, revision: int, prov: str) -> None:
-        db.execute("DELETE FROM diagnoses WHERE attempt_id=? OR id=?", (attempt_id, summary["id"]))
+        db.execute(sql("DELETE FROM diagnoses WHERE attempt_id=? OR id=?"), (attempt_id, summary["id"]))
         db.execute(
-            "INSERT INTO diagnoses (id, attempt_id, workload, attempt, cluster, outcome, domain, subdomain,"
-            " terminal_state, provisional, window_start_ns, window_end_ns, created, body, revision, provenance)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            sql("INSERT INTO diagnoses (id, attempt_id, workload, attempt, cluster, outcome, domain, subdomain,"
+                " terminal_state, provisional, window_start_ns, window_end_ns, created, body, revision, provenance)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"),
             (summary["id"], attempt_id, summary["workload"], summary["attempt"], summary.get("cluster"),
              summary["outcome"], summary.get("domain"), summary.get("subdomain"), summary.get("terminal_state"),
              int(provisional), summary.get("window_start_ns"), summary.get("window_end_ns"), time.time(), body,
              revision, prov))
         _insert_marks(db, summary["id"], summary.get("marks", []))
-        db.executemany("INSERT OR IGNORE INTO diagnosis_nodes VALUES (?, ?, ?)",
+        db.executemany(sql("INSERT INTO diagnosis_nodes VALUES (?, ?, ?) ON CONFLICT DO NOTHING"),
                        [(summary["id"], n, "culprit") for n in summary.get("culprits", [])]
                        + [(summary["id"], n, "affected") for n in summary.get("affected", [])])
         now = time.time()  # the outbox: a changed diagnosis is sent again, afresh
-        db.executemany("INSERT INTO exports (diagnosis_id, exporter, created, due) VALUES (?, ?, ?, ?)"
-                       " ON CONFLICT (diagnosis_id, exporter) DO UPDATE SET created=excluded.created,"
-                       " due=excluded.due, attempts=0, last_error=NULL",
+        db.executemany(sql("INSERT INTO exports (diagnosis_id, exporter, created, due) VALUES (?, ?, ?, ?)"
+                           " ON CONFLICT (diagnosis_id, exporter) DO UPDATE SET created=excluded.created,"
+                           " due=excluded.due, attempts=0, last_error=NULL"),
                        [(summary["id"], name, now, now) for name in self.exporters])
 
     def _diag(self, r: sqlite3.Row) -> DiagnosisRow:
         nodes = [x[0] for x in self._rows(
-            "SELECT node FROM diagnosis_nodes WHERE diagnosis_id=? AND role='culprit' ORDER BY node", (r["id"],))]
+            sql("SELECT node FROM diagnosis_nodes WHERE diagnosis_id=? AND role='culprit' ORDER BY node"), (r["id"],))]
         return DiagnosisRow(id=r["id"], workload=r["workload"], attempt=r["attempt"], cluster=r["cluster"],
                             outcome=r["outcome"], domain=r["domain"], subdomain=r["subdomain"],
                             provisional=bool(r["provisional"]), created=r["created"], body=r["body"], nodes=nodes,
@@ -514,20 +519,20 @@ class SQLiteStore:
                             revision=int(r["revision"]), provenance=json.loads(r["provenance"]) if r["provenance"] else None)
 
     def get_diagnosis(self, diagnosis_id: str) -> DiagnosisRow | None:
-        rows = self._rows("SELECT * FROM diagnoses WHERE id=?", (diagnosis_id,))
+        rows = self._rows(sql("SELECT * FROM diagnoses WHERE id=?"), (diagnosis_id,))
         return self._diag(rows[0]) if rows else None
 
     def diagnosis_revisions(self, diagnosis_id: str) -> list[RevisionRow]:
         """Every revision of the attempt a diagnosis id (current or superseded) belongs to, oldest first."""
-        owner = self._rows("SELECT workload, attempt FROM diagnosis_revisions WHERE diagnosis_id=?"
-                           " ORDER BY revision DESC LIMIT 1", (diagnosis_id,))
+        owner = self._rows(sql("SELECT workload, attempt FROM diagnosis_revisions WHERE diagnosis_id=?"
+                               " ORDER BY revision DESC LIMIT 1"), (diagnosis_id,))
         if not owner:
             return []
         return [RevisionRow(revision=int(r["revision"]), diagnosis_id=r["diagnosis_id"], workload=r["workload"],
                             attempt=int(r["attempt"]), outcome=r["outcome"], domain=r["domain"], subdomain=r["subdomain"],
                             provisional=bool(r["provisional"]), created=r["created"],
                             provenance=json.loads(r["provenance"]), body=r["body"])
-                for r in self._rows("SELECT * FROM diagnosis_revisions WHERE workload=? AND attempt=? ORDER BY revision",
+                for r in self._rows(sql("SELECT * FROM diagnosis_revisions WHERE workload=? AND attempt=? ORDER BY revision"),
                                     (owner[0]["workload"], owner[0]["attempt"]))]
 
     def list_diagnoses(self, flt: DiagnosisFilter) -> list[DiagnosisRow]:
@@ -535,26 +540,27 @@ class SQLiteStore:
         where, args = self._diagnosis_where(flt)
         if flt.after is not None:
             end, last = flt.after
-            if end is None:  # NULL windows sort last (PostgreSQL's order is made to agree)
+            if end is None:  # NULL windows sort last
                 where.append("(window_end_ns IS NULL AND id > ?)")
                 args.append(last)
             else:
                 where.append("(window_end_ns < ? OR (window_end_ns = ? AND id > ?) OR window_end_ns IS NULL)")
                 args.extend((end, end, last))
-        sql = "SELECT * FROM diagnoses" + (" WHERE " + " AND ".join(where) if where else "")
-        sql += " ORDER BY window_end_ns DESC, id LIMIT ?"
+        # NULL windows last, as SQLite orders a descending column by itself
+        statement = sql("SELECT * FROM diagnoses" + (" WHERE " + " AND ".join(where) if where else "")
+                        + " ORDER BY window_end_ns DESC NULLS LAST, id LIMIT ?")
         args.append(max(1, min(flt.limit, 1000)))
-        return [self._diag(r) for r in self._rows(sql, args)]
+        return [self._diag(r) for r in self._rows(statement, args)]
 
     def count_diagnoses(self, flt: DiagnosisFilter) -> int:
         """How many diagnoses match the filter (paging and `limit` aside)."""
         where, args = self._diagnosis_where(flt)
-        sql = "SELECT COUNT(*) FROM diagnoses" + (" WHERE " + " AND ".join(where) if where else "")
-        return int(self._rows(sql, args)[0][0])
+        statement = sql("SELECT COUNT(*) FROM diagnoses" + (" WHERE " + " AND ".join(where) if where else ""))
+        return int(self._rows(statement, args)[0][0])
 
     def diagnoses_version(self) -> str:
         """Changes whenever a diagnosis is stored, replaced or removed: an ETag for diagnosis lists."""
-        r = self._rows("SELECT COUNT(*), MAX(created) FROM diagnoses")[0]
+        r = self._rows(sql("SELECT COUNT(*), MAX(created) FROM diagnoses"))[0]
         return f"{int(r[0])}-{float(r[1] or 0):.6f}"
 
     @staticmethod
@@ -589,21 +595,21 @@ class SQLiteStore:
                           cluster=r["cluster"], time_s=float(r["time_s"]), role=r["role"], kind=r["kind"], node=r["node"],
                           component=r["component"], domain=r["domain"], subdomain=r["subdomain"], rule=r["rule"],
                           detail=r["detail"])
-                for r in self._rows("SELECT m.* FROM fleet_marks m JOIN diagnoses d ON d.id = m.diagnosis_id"
-                                    " WHERE d.provisional=0 AND m.time_s >= ?"
-                                    " ORDER BY m.time_s, m.diagnosis_id, m.role, m.kind, m.node, m.component,"
-                                    " m.rule, m.detail", (since_s,))]
+                for r in self._rows(sql("SELECT m.* FROM fleet_marks m JOIN diagnoses d ON d.id = m.diagnosis_id"
+                                        " WHERE d.provisional=0 AND m.time_s >= ?"
+                                        " ORDER BY m.time_s, m.diagnosis_id, m.role, m.kind, m.node, m.component,"
+                                        " m.rule, m.detail"), (since_s,))]
 
     def fleet_pending(self, limit: int) -> list[tuple[str, str]]:
         """(id, body) of diagnoses stored before fleet memory existed, not marked yet (migration 11)."""
-        return [(r[0], r[1]) for r in self._rows("SELECT d.id, d.body FROM fleet_pending p JOIN diagnoses d"
-                                                 " ON d.id = p.diagnosis_id ORDER BY d.id LIMIT ?", (limit,))]
+        return [(r[0], r[1]) for r in self._rows(sql("SELECT d.id, d.body FROM fleet_pending p JOIN diagnoses d"
+                                                     " ON d.id = p.diagnosis_id ORDER BY d.id LIMIT ?"), (limit,))]
 
     def put_fleet_marks(self, diagnosis_id: str, marks: Sequence[FleetMark]) -> None:
         """The marks of a diagnosis stored before fleet memory; it leaves the pending list."""
         with self._tx() as db:
             _insert_marks(db, diagnosis_id, marks)
-            db.execute("DELETE FROM fleet_pending WHERE diagnosis_id=?", (diagnosis_id,))
+            db.execute(sql("DELETE FROM fleet_pending WHERE diagnosis_id=?"), (diagnosis_id,))
 
     # ----------------------------------------------------------------------------------- retention
 
@@ -612,45 +618,45 @@ class SQLiteStore:
         removed = 0
         with self._tx() as db:
             cutoff = now - retention.max_age_s
-            removed += db.execute("DELETE FROM log_entries WHERE received < ?", (cutoff,)).rowcount
-            removed += db.execute("DELETE FROM metric_points WHERE received < ?", (cutoff,)).rowcount
+            removed += db.execute(sql("DELETE FROM log_entries WHERE received < ?"), (cutoff,)).rowcount
+            removed += db.execute(sql("DELETE FROM metric_points WHERE received < ?"), (cutoff,)).rowcount
             over = db.execute(
-                "SELECT COALESCE(attempt_id, '') AS scope, COALESCE(node, '') AS node, stream, COUNT(*) AS n"
-                " FROM log_entries GROUP BY attempt_id, node, stream HAVING n > ?",
+                sql("SELECT COALESCE(CAST(attempt_id AS TEXT), '') AS scope, COALESCE(node, '') AS node, stream, COUNT(*) AS n"
+                    " FROM log_entries GROUP BY attempt_id, node, stream HAVING COUNT(*) > ?"),
                 (retention.max_lines_per_stream,)).fetchall()
             for r in over:
                 extra = r["n"] - retention.max_lines_per_stream
                 scope_sql = "attempt_id IS NULL" if r["scope"] == "" else "attempt_id = ?"
                 scope_args: tuple[Any, ...] = () if r["scope"] == "" else (int(r["scope"]),)
                 ids = db.execute(
-                    f"SELECT id FROM log_entries WHERE {scope_sql} AND COALESCE(node, '') = ? AND stream = ?"
-                    " ORDER BY time_ns, line, id LIMIT ?", (*scope_args, r["node"], r["stream"], extra)).fetchall()
-                db.executemany("DELETE FROM log_entries WHERE id=?", [(i[0],) for i in ids])
-                db.execute("INSERT INTO stream_drops VALUES (?, ?, ?, ?) ON CONFLICT (scope, node, stream)"
-                           " DO UPDATE SET dropped = dropped + excluded.dropped",
+                    sql(f"SELECT id FROM log_entries WHERE {scope_sql} AND COALESCE(node, '') = ? AND stream = ?"
+                        " ORDER BY time_ns, line NULLS FIRST, id LIMIT ?"), (*scope_args, r["node"], r["stream"], extra)).fetchall()
+                db.executemany(sql("DELETE FROM log_entries WHERE id=?"), [(i[0],) for i in ids])
+                db.execute(sql("INSERT INTO stream_drops VALUES (?, ?, ?, ?) ON CONFLICT (scope, node, stream)"
+                               " DO UPDATE SET dropped = stream_drops.dropped + excluded.dropped"),
                            (str(r["scope"]), r["node"], r["stream"], len(ids)))
                 removed += len(ids)
-            removed += db.execute("DELETE FROM diagnoses WHERE created < ?",
+            removed += db.execute(sql("DELETE FROM diagnoses WHERE created < ?"),
                                   (now - retention.diagnoses_max_age_s,)).rowcount
-            removed += db.execute("DELETE FROM diagnosis_revisions WHERE created < ?",
+            removed += db.execute(sql("DELETE FROM diagnosis_revisions WHERE created < ?"),
                                   (now - retention.diagnoses_max_age_s,)).rowcount
             removed += db.execute(
-                "DELETE FROM attempts WHERE activity < ? AND id NOT IN (SELECT attempt_id FROM diagnoses"
-                " WHERE attempt_id IS NOT NULL)", (cutoff,)).rowcount
+                sql("DELETE FROM attempts WHERE activity < ? AND id NOT IN (SELECT attempt_id FROM diagnoses"
+                    " WHERE attempt_id IS NOT NULL)"), (cutoff,)).rowcount
         return removed
 
     def stats(self) -> dict[str, int]:
         out: dict[str, int] = {}
         for table in ("attempts", "log_entries", "metric_points", "diagnoses"):
-            out[table] = int(self._rows(f"SELECT COUNT(*) FROM {table}")[0][0])
+            out[table] = int(self._rows(sql(f"SELECT COUNT(*) FROM {table}"))[0][0])
         # log records held: a gap row stands for the run of lines it replaced (server/arrival.py)
         out["log_rows"] = out["log_entries"]
         out["log_entries"] = int(self._rows(
-            "SELECT COALESCE(SUM(CASE WHEN kind = 'gap' THEN CAST(body AS INTEGER) ELSE 1 END), 0) FROM log_entries")[0][0])
+            sql("SELECT COALESCE(SUM(CASE WHEN kind = 'gap' THEN CAST(body AS INTEGER) ELSE 1 END), 0) FROM log_entries"))[0][0])
         # awaiting a verdict: never analysed, or data arrived since the last analysis
         out["attempts_open"] = int(self._rows(
-            "SELECT COUNT(*) FROM attempts WHERE dirty=1 OR analyzed_at IS NULL")[0][0])
-        out["attempts_failed"] = int(self._rows("SELECT COUNT(*) FROM attempts WHERE failure IS NOT NULL")[0][0])
+            sql("SELECT COUNT(*) FROM attempts WHERE dirty=1 OR analyzed_at IS NULL"))[0][0])
+        out["attempts_failed"] = int(self._rows(sql("SELECT COUNT(*) FROM attempts WHERE failure IS NOT NULL"))[0][0])
         return out
 
     # ----------------------------------------------------------------------------------- outbox
@@ -658,11 +664,11 @@ class SQLiteStore:
     def claim_exports(self, exporter: str, now: float, limit: int, lease_s: float) -> list[PendingExport]:
         """The oldest due rows of one exporter, leased for `lease_s` so another replica skips them."""
         with self._tx() as db:
-            rows = db.execute("SELECT * FROM exports WHERE exporter=? AND due<=? ORDER BY created, id LIMIT ?",
+            rows = db.execute(sql("SELECT * FROM exports WHERE exporter=? AND due<=? ORDER BY created, id LIMIT ?"),
                               (exporter, now, limit)).fetchall()
             # Conditional, row by row: in PostgreSQL another replica may have selected the same rows; its
             # update waits for ours, then finds `due` in the future and takes nothing (no double delivery).
-            rows = [r for r in rows if db.execute("UPDATE exports SET due=? WHERE id=? AND due<=?",
+            rows = [r for r in rows if db.execute(sql("UPDATE exports SET due=? WHERE id=? AND due<=?"),
                                                   (now + lease_s, r["id"], now)).rowcount == 1]
         return [PendingExport(id=r["id"], exporter=r["exporter"], diagnosis_id=r["diagnosis_id"], created=r["created"],
                               attempts=r["attempts"], diagnosis=self.get_diagnosis(r["diagnosis_id"])) for r in rows]
@@ -670,28 +676,28 @@ class SQLiteStore:
     def finish_exports(self, ids: Sequence[int]) -> None:
         """Delivered, or given up on: the rows leave the outbox."""
         with self._tx() as db:
-            db.executemany("DELETE FROM exports WHERE id=?", [(i,) for i in ids])
+            db.executemany(sql("DELETE FROM exports WHERE id=?"), [(i,) for i in ids])
 
     def retry_exports(self, ids: Sequence[int], due: float, error: str) -> None:
         with self._tx() as db:
-            db.executemany("UPDATE exports SET due=?, attempts=attempts+1, last_error=? WHERE id=?",
+            db.executemany(sql("UPDATE exports SET due=?, attempts=attempts+1, last_error=? WHERE id=?"),
                            [(due, error[:500], i) for i in ids])
 
     def export_backlog(self) -> dict[str, tuple[int, float]]:
         """Per exporter: rows waiting, and the time the oldest of them was stored."""
         return {r[0]: (int(r[1]), float(r[2])) for r in self._rows(
-            "SELECT exporter, COUNT(*), MIN(created) FROM exports GROUP BY exporter")}
+            sql("SELECT exporter, COUNT(*), MIN(created) FROM exports GROUP BY exporter"))}
 
     def diagnosis_facts(self, since: float) -> list[DiagnosisFacts]:
         """Final diagnoses stored since `since`, with their culprit nodes and root-cause components."""
         culprits: dict[str, list[str]] = {}
-        for r in self._rows("SELECT n.diagnosis_id, n.node FROM diagnosis_nodes n JOIN diagnoses d ON d.id = n.diagnosis_id"
-                            " WHERE n.role='culprit' AND d.created >= ? AND d.provisional=0 ORDER BY n.node", (since,)):
+        for r in self._rows(sql("SELECT n.diagnosis_id, n.node FROM diagnosis_nodes n JOIN diagnoses d ON d.id = n.diagnosis_id"
+                                " WHERE n.role='culprit' AND d.created >= ? AND d.provisional=0 ORDER BY n.node"), (since,)):
             culprits.setdefault(r[0], []).append(r[1])
         out: list[DiagnosisFacts] = []
-        for r in self._rows("SELECT id, cluster, outcome, domain, subdomain,"
-                            " json_extract(body, '$.root_cause.components') AS components"
-                            " FROM diagnoses WHERE created >= ? AND provisional=0 ORDER BY id", (since,)):
+        for r in self._rows(sql("SELECT id, cluster, outcome, domain, subdomain, ",
+                                json_text("body", "root_cause", "components"), " AS components"
+                                " FROM diagnoses WHERE created >= ? AND provisional=0 ORDER BY id"), (since,)):
             comps = json.loads(r["components"]) if r["components"] else []
             out.append(DiagnosisFacts(
                 id=r["id"], cluster=r["cluster"], outcome=r["outcome"], domain=r["domain"], subdomain=r["subdomain"],
@@ -701,6 +707,7 @@ class SQLiteStore:
 
 
 def _insert_marks(db: Any, diagnosis_id: str, marks: Sequence[FleetMark]) -> None:
-    db.executemany("INSERT OR IGNORE INTO fleet_marks VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    db.executemany(sql("INSERT INTO fleet_marks VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                       " ON CONFLICT DO NOTHING"),
                    [(diagnosis_id, m.workload, m.attempt, m.cluster, m.time_s, m.role, m.kind, m.node,
                      m.component, m.domain, m.subdomain, m.rule, m.detail) for m in marks])
