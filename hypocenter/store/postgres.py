@@ -95,15 +95,17 @@ class _Connection:
         self._conn = conn
 
     def execute(self, statement: str, args: Sequence[Any] = ()) -> Any:
+        text = _text(statement)
         cur = self._conn.cursor()
-        cur.execute(_text(statement), _params(args) if args else None)
+        cur.execute(text, _params(args) if args else None)
         return cur
 
     def executemany(self, statement: str, rows: Sequence[Sequence[Any]]) -> Any:
+        text = _text(statement)
         cur = self._conn.cursor()
         rows = list(rows)
         if rows:
-            cur.executemany(_text(statement), [_params(r) for r in rows])
+            cur.executemany(text, [_params(r) for r in rows])
         return cur
 
 
