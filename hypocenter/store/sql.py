@@ -93,9 +93,9 @@ _TYPES = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class Migration:
-    """One schema version's statements, in each dialect's column types."""
+class Migration(str):
+    """One schema version: SQLite's script (a str, as `executescript` takes it), its statements in
+    each dialect's column types, and the template they were rendered from."""
 
     template: str
     sqlite: tuple[str, ...]
@@ -113,4 +113,8 @@ def _statements(text: str) -> tuple[str, ...]:
 def ddl(template: str) -> Migration:
     """A migration written with $ID, $INTEGER, $REAL and $TEXT for its column types."""
     t = Template(template)
-    return Migration(template, _statements(t.substitute(_TYPES["sqlite"])), _statements(t.substitute(_TYPES["postgres"])))
+    migration = Migration(t.substitute(_TYPES["sqlite"]))
+    migration.template = template
+    migration.sqlite = _statements(migration)
+    migration.postgres = _statements(t.substitute(_TYPES["postgres"]))
+    return migration

@@ -1,0 +1,272 @@
+"""What the store's SQL layer costs per statement, beside plain sqlite3 / psycopg and SQLAlchemy Core,
+measured in the same run (issue #11: "measure and choose"):
+
+    python -m bench.sql_layer [--rounds 7] [--postgres URL]     (URL: else HYPOCENTER_TEST_POSTGRES_URL)
+
+Three statements of the store's hot paths, each run by three means on each dialect:
+
+- ingest: the OTLP batch insert of log records (`executemany` of 100 rows, duplicates ignored);
+- one-row insert: a metric point (`execute` of one row, duplicates ignored);
+- one-row read: an attempt by its key (`SELECT * … WHERE workload=? AND attempt=?`, fetched).
+
+Means: plain — the driver with a hand-written string (today's SQLite text, or its PostgreSQL
+rendering); layer — store/sql.py as the store uses it (`sql("…")` written at the call, the
+PostgreSQL store's connection wrapper); SQLAlchemy — Core table objects and dialect inserts, run
+through an Engine connection (compiled-statement cache on). Each mean runs its statements inside
+one transaction of its own; a round times every mean once, interleaved, and the median round is
+printed. SQLite is a WAL file with synchronous=OFF, so that disk syncs do not drown the overhead.
+Figures are for this machine and run only; compare columns of one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sqlite3
+import statistics
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from hypocenter.store.sql import sql
+from hypocenter.store.sqlite import SQLiteStore
+
+BATCH = 100
+STATEMENTS = {"ingest": 20, "insert": 300, "read": 500}  # statements per mean per round
+LOG_COLUMNS = "attempt_id, node, stream, kind, line, time_ns, body, received, dedup"
+POINT_COLUMNS = "attempt_id, node, source, name, labels, time_ns, value, received, dedup"
+BODY = "n1:1:2 [0] NCCL INFO Channel 07/0 : 3[0] -> 4[0] [send] via NET/IB/0 after 1234 ms, retrying"
+
+
+def _log_rows(tag: str, n: int) -> list[tuple[Any, ...]]:
+    return [(1, "node01", "logs/node01/train.log", "text", i, 1_793_000_000_000_000_000 + i, BODY, 1000.0,
+             f"{tag}|{i}") for i in range(n)]
+
+
+def _point(tag: str, i: int) -> tuple[Any, ...]:
+    return (1, None, "metrics/dcgm.json", "DCGM_FI_DEV_XID_ERRORS", '{"gpu":"0"}', i, 1.0, 1000.0, f"{tag}|{i}")
+
+
+Runner = Callable[[str, str], None]  # (workload, unique tag)
+SQLITE_PRAGMAS = ("PRAGMA synchronous=OFF", "PRAGMA foreign_keys=ON")
+
+
+def _plain_sqlite(db: sqlite3.Connection) -> Runner:
+    ingest = f"INSERT OR IGNORE INTO log_entries ({LOG_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    point = f"INSERT OR IGNORE INTO metric_points ({POINT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    read = "SELECT * FROM attempts WHERE workload=? AND attempt=?"
+
+    def run(what: str, tag: str) -> None:
+        db.execute("BEGIN IMMEDIATE")
+        if what == "ingest":
+            for b in range(STATEMENTS[what]):
+                db.executemany(ingest, _log_rows(f"{tag}.{b}", BATCH))
+        elif what == "insert":
+            for i in range(STATEMENTS[what]):
+                db.execute(point, _point(tag, i))
+        else:
+            for _ in range(STATEMENTS[what]):
+                db.execute(read, ("81234", 0)).fetchone()
+        db.execute("COMMIT")
+    return run
+
+
+def _layer(db: Any, begin: Callable[[], Any]) -> Runner:
+    """The statements as store/sqlite.py writes them, on sqlite3 or on PostgresStore's wrapper."""
+
+    def run(what: str, tag: str) -> None:
+        with begin():
+            if what == "ingest":
+                for b in range(STATEMENTS[what]):
+                    db.executemany(sql("INSERT INTO log_entries (attempt_id, node, stream, kind, line, time_ns, body,"
+                                       " received, dedup) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"),
+                                   _log_rows(f"{tag}.{b}", BATCH))
+            elif what == "insert":
+                for i in range(STATEMENTS[what]):
+                    db.execute(sql("INSERT INTO metric_points (attempt_id, node, source, name, labels, time_ns, value,"
+                                   " received, dedup) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"),
+                               _point(tag, i))
+            else:
+                for _ in range(STATEMENTS[what]):
+                    db.execute(sql("SELECT * FROM attempts WHERE workload=? AND attempt=?"), ("81234", 0)).fetchone()
+    return run
+
+
+def _sqlalchemy(url: str, dialect: str, **engine_args: Any) -> tuple[Runner, Callable[[], None]]:
+    import sqlalchemy as sa
+    from sqlalchemy import event
+
+    if dialect == "sqlite":
+        from sqlalchemy.dialects.sqlite import insert
+    else:
+        from sqlalchemy.dialects.postgresql import insert
+    meta = sa.MetaData()
+    logs = sa.Table("log_entries", meta, *(sa.Column(c) for c in LOG_COLUMNS.split(", ")))
+    points = sa.Table("metric_points", meta, *(sa.Column(c) for c in POINT_COLUMNS.split(", ")))
+    attempts = sa.Table("attempts", meta, sa.Column("id"), sa.Column("workload"), sa.Column("attempt"),
+                        sa.Column("scope"), sa.Column("activity"))
+    ingest = insert(logs).on_conflict_do_nothing()
+    point = insert(points).on_conflict_do_nothing()
+    read = sa.select(attempts).where(attempts.c.workload == sa.bindparam("w"), attempts.c.attempt == sa.bindparam("a"))
+    engine = sa.create_engine(url, **engine_args)
+    if dialect == "sqlite":
+        @event.listens_for(engine, "connect")
+        def pragmas(dbapi_conn: Any, _: Any) -> None:  # as the store's own connection has them
+            for pragma in SQLITE_PRAGMAS:
+                dbapi_conn.execute(pragma)
+    log_keys, point_keys = LOG_COLUMNS.split(", "), POINT_COLUMNS.split(", ")
+
+    def run(what: str, tag: str) -> None:
+        with engine.begin() as conn:
+            if what == "ingest":
+                for b in range(STATEMENTS[what]):
+                    conn.execute(ingest, [dict(zip(log_keys, r, strict=True)) for r in _log_rows(f"{tag}.{b}", BATCH)])
+            elif what == "insert":
+                for i in range(STATEMENTS[what]):
+                    conn.execute(point, dict(zip(point_keys, _point(tag, i), strict=True)))
+            else:
+                for _ in range(STATEMENTS[what]):
+                    conn.execute(read, {"w": "81234", "a": 0}).fetchone()
+    return run, engine.dispose
+
+
+def _measure(means: dict[str, Runner], rounds: int) -> dict[tuple[str, str], float]:
+    """µs per statement, the median over rounds, every mean timed once per round, interleaved."""
+    times: dict[tuple[str, str], list[float]] = {}
+    for r in range(rounds + 1):  # round 0 warms caches (compiled statements, prepared queries) and is dropped
+        for what in STATEMENTS:
+            for name, run in means.items():
+                tag = f"{name}.{what}.{r}.{uuid.uuid4().hex[:6]}"
+                t = time.perf_counter()
+                run(what, tag)
+                if r:
+                    times.setdefault((what, name), []).append((time.perf_counter() - t) * 1e6 / STATEMENTS[what])
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def _sqlite_means(directory: Path) -> tuple[dict[str, Runner], Callable[[], None]]:
+    path = directory / "bench.db"
+    SQLiteStore(path, synchronous="OFF").close()
+    plain = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    for pragma in SQLITE_PRAGMAS:
+        plain.execute(pragma)
+    plain.execute("INSERT INTO attempts (workload, attempt, activity) VALUES ('81234', 0, 1000.0)")
+    store = SQLiteStore(path, synchronous="OFF")
+    means: dict[str, Runner] = {"plain": _plain_sqlite(plain), "layer": _layer(store._db, lambda: store._tx())}
+    closers: list[Callable[[], None]] = [plain.close, store.close]
+    try:
+        import sqlalchemy as sa
+
+        runner, dispose = _sqlalchemy(f"sqlite:///{path}", "sqlite", poolclass=sa.pool.StaticPool)
+        means["SQLAlchemy"] = runner
+        closers.append(dispose)
+    except ImportError:
+        pass
+
+    def close() -> None:
+        for c in closers:
+            c()
+    return means, close
+
+
+def _postgres_means(url: str) -> tuple[dict[str, Runner], Callable[[], None]]:
+    import psycopg
+
+    from hypocenter.store.postgres import PostgresStore, _Connection
+
+    schema = f"bench_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(url, autocommit=True) as admin:
+        admin.execute(f"CREATE SCHEMA {schema}")
+    scoped = f"{url}{'&' if '?' in url else '?'}options=-csearch_path%3D{schema}"
+    store = PostgresStore(scoped)
+    plain = psycopg.connect(scoped, autocommit=True)
+    plain.execute("INSERT INTO attempts (workload, attempt, activity) VALUES ('81234', 0, 1000.0)")
+    ingest = f"INSERT INTO log_entries ({LOG_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING"
+    point = f"INSERT INTO metric_points ({POINT_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING"
+
+    def run_plain(what: str, tag: str) -> None:
+        with plain.transaction():
+            cur = plain.cursor()
+            if what == "ingest":
+                for b in range(STATEMENTS[what]):
+                    cur.executemany(ingest, _log_rows(f"{tag}.{b}", BATCH))
+            elif what == "insert":
+                for i in range(STATEMENTS[what]):
+                    cur.execute(point, _point(tag, i))
+            else:
+                for _ in range(STATEMENTS[what]):
+                    cur.execute("SELECT * FROM attempts WHERE workload=%s AND attempt=%s", ("81234", 0)).fetchone()
+
+    conn = store._connect()
+    means: dict[str, Runner] = {"plain": run_plain, "layer": _layer(_Connection(conn), conn.transaction)}
+    closers: list[Callable[[], None]] = [plain.close, store.close]
+    try:
+        runner, dispose = _sqlalchemy(scoped.replace("postgresql://", "postgresql+psycopg://", 1), "postgresql")
+        means["SQLAlchemy"] = runner
+        closers.append(dispose)
+    except ImportError:
+        pass
+
+    def close() -> None:
+        for c in closers:
+            c()
+        with psycopg.connect(url, autocommit=True) as admin:
+            admin.execute(f"DROP SCHEMA {schema} CASCADE")
+    return means, close
+
+
+def _render_cost() -> tuple[float, float]:
+    text = ("INSERT INTO log_entries (attempt_id, node, stream, kind, line, time_ns, body, received, dedup)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING")
+    n = 20_000
+    t = time.perf_counter()
+    for _ in range(n):
+        sql.__wrapped__(text)
+    render = (time.perf_counter() - t) * 1e6 / n
+    t = time.perf_counter()
+    for _ in range(n):
+        sql(text)
+    return render, (time.perf_counter() - t) * 1e6 / n
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.sql_layer", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--postgres", default=os.environ.get("HYPOCENTER_TEST_POSTGRES_URL", ""))
+    args = ap.parse_args(argv)
+    results: dict[str, dict[tuple[str, str], float]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        means, close = _sqlite_means(Path(tmp))
+        try:
+            results["SQLite"] = _measure(means, args.rounds)
+        finally:
+            close()
+    if args.postgres:
+        means, close = _postgres_means(args.postgres)
+        try:
+            results["PostgreSQL"] = _measure(means, args.rounds)
+        finally:
+            close()
+    labels = {"ingest": f"ingest executemany ({BATCH} rows)", "insert": "one-row insert", "read": "one-row read"}
+    print(f"µs per statement, median of {args.rounds} rounds (overhead over plain in brackets)")
+    for dialect, got in results.items():
+        names = sorted({n for _, n in got}, key=["plain", "layer", "SQLAlchemy"].index)
+        print(f"\n{dialect:<34}" + "".join(f"{n:>22}" for n in names))
+        for what, label in labels.items():
+            base = got[(what, "plain")]
+            cells = [f"{got[(what, n)]:8.1f}" + ("" if n == "plain" else f" ({got[(what, n)] - base:+.1f}, "
+                                                 f"{(got[(what, n)] / base - 1) * 100:+.0f}%)") for n in names]
+            print(f"{label:<34}" + "".join(f"{c:>22}" for c in cells))
+    if "PostgreSQL" not in results:
+        print("\nPostgreSQL: not measured (give --postgres URL or set HYPOCENTER_TEST_POSTGRES_URL)")
+    render, cached = _render_cost()
+    print(f"\nstore/sql.py: rendering a statement for both dialects {render:.2f} µs (once per text);"
+          f" the cached lookup at each call {cached:.2f} µs")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
