@@ -11,10 +11,12 @@ Three statements of the store's hot paths, each run by three means on each diale
 
 Means: plain — the driver with a hand-written string (today's SQLite text, or its PostgreSQL
 rendering); layer — store/sql.py as the store uses it (`sql("…")` written at the call, the
-PostgreSQL store's connection wrapper); SQLAlchemy — Core table objects and dialect inserts, run
-through an Engine connection (compiled-statement cache on). Each mean runs its statements inside
-one transaction of its own; a round times every mean once, interleaved, and the median round is
-printed. SQLite is a WAL file with synchronous=OFF, so that disk syncs do not drown the overhead.
+PostgreSQL store's connection wrapper); SQLAlchemy — Core table objects and each dialect's
+`insert(…).on_conflict_do_nothing()`, run through an Engine connection (`pip install sqlalchemy` for
+this column). SQLAlchemy 2.0 gives those upsert constructs no cache key (its engine logs "no key"),
+so they are compiled at every execution; its plain `insert()` and `select()` are cached. Each mean runs its statements inside
+one transaction of its own; a round times every mean once, interleaved, and the best round is
+printed (as timeit does: the one least disturbed by other processes on a shared machine). SQLite is a WAL file with synchronous=OFF, so that disk syncs do not drown the overhead.
 Figures are for this machine and run only; compare columns of one run.
 """
 
@@ -23,14 +25,15 @@ from __future__ import annotations
 import argparse
 import os
 import sqlite3
-import statistics
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from hypocenter.store.base import Entry
 from hypocenter.store.sql import sql
 from hypocenter.store.sqlite import SQLiteStore
 
@@ -54,45 +57,35 @@ Runner = Callable[[str, str], None]  # (workload, unique tag)
 SQLITE_PRAGMAS = ("PRAGMA synchronous=OFF", "PRAGMA foreign_keys=ON")
 
 
-def _plain_sqlite(db: sqlite3.Connection) -> Runner:
-    ingest = f"INSERT OR IGNORE INTO log_entries ({LOG_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
-    point = f"INSERT OR IGNORE INTO metric_points ({POINT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
-    read = "SELECT * FROM attempts WHERE workload=? AND attempt=?"
-
-    def run(what: str, tag: str) -> None:
-        db.execute("BEGIN IMMEDIATE")
-        if what == "ingest":
-            for b in range(STATEMENTS[what]):
-                db.executemany(ingest, _log_rows(f"{tag}.{b}", BATCH))
-        elif what == "insert":
-            for i in range(STATEMENTS[what]):
-                db.execute(point, _point(tag, i))
-        else:
-            for _ in range(STATEMENTS[what]):
-                db.execute(read, ("81234", 0)).fetchone()
-        db.execute("COMMIT")
-    return run
+# The statements as store/sqlite.py writes them (portable text, `?` placeholders)
+INGEST = f"INSERT INTO log_entries ({LOG_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"
+POINT = f"INSERT INTO metric_points ({POINT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"
+READ = "SELECT * FROM attempts WHERE workload=? AND attempt=?"
 
 
-def _layer(db: Any, begin: Callable[[], Any]) -> Runner:
-    """The statements as store/sqlite.py writes them, on sqlite3 or on PostgresStore's wrapper."""
+def _runner(db: Any, begin: Callable[[], Any], statements: tuple[str, str, str] | None) -> Runner:
+    """`statements`: hand-written (plain), or None: `sql(text)` looked up at each call, as the store does,
+    on sqlite3 or on PostgresStore's connection wrapper (the layer)."""
 
     def run(what: str, tag: str) -> None:
         with begin():
             if what == "ingest":
                 for b in range(STATEMENTS[what]):
-                    db.executemany(sql("INSERT INTO log_entries (attempt_id, node, stream, kind, line, time_ns, body,"
-                                       " received, dedup) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"),
-                                   _log_rows(f"{tag}.{b}", BATCH))
+                    db.executemany(statements[0] if statements else sql(INGEST), _log_rows(f"{tag}.{b}", BATCH))
             elif what == "insert":
                 for i in range(STATEMENTS[what]):
-                    db.execute(sql("INSERT INTO metric_points (attempt_id, node, source, name, labels, time_ns, value,"
-                                   " received, dedup) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"),
-                               _point(tag, i))
+                    db.execute(statements[1] if statements else sql(POINT), _point(tag, i))
             else:
                 for _ in range(STATEMENTS[what]):
-                    db.execute(sql("SELECT * FROM attempts WHERE workload=? AND attempt=?"), ("81234", 0)).fetchone()
+                    db.execute(statements[2] if statements else sql(READ), ("81234", 0)).fetchone()
     return run
+
+
+@contextmanager
+def _immediate(db: sqlite3.Connection) -> Iterator[None]:
+    db.execute("BEGIN IMMEDIATE")
+    yield
+    db.execute("COMMIT")
 
 
 def _sqlalchemy(url: str, dialect: str, **engine_args: Any) -> tuple[Runner, Callable[[], None]]:
@@ -134,33 +127,42 @@ def _sqlalchemy(url: str, dialect: str, **engine_args: Any) -> tuple[Runner, Cal
 
 
 def _measure(means: dict[str, Runner], rounds: int) -> dict[tuple[str, str], float]:
-    """µs per statement, the median over rounds, every mean timed once per round, interleaved."""
+    """µs per statement, the best round; every mean timed once per round, interleaved, in turns."""
     times: dict[tuple[str, str], list[float]] = {}
+    names = list(means)
     for r in range(rounds + 1):  # round 0 warms caches (compiled statements, prepared queries) and is dropped
         for what in STATEMENTS:
-            for name, run in means.items():
+            for name in names[r % len(names):] + names[:r % len(names)]:
                 tag = f"{name}.{what}.{r}.{uuid.uuid4().hex[:6]}"
                 t = time.perf_counter()
-                run(what, tag)
+                means[name](what, tag)
                 if r:
                     times.setdefault((what, name), []).append((time.perf_counter() - t) * 1e6 / STATEMENTS[what])
-    return {k: statistics.median(v) for k, v in times.items()}
+    return {k: min(v) for k, v in times.items()}
 
 
 def _sqlite_means(directory: Path) -> tuple[dict[str, Runner], Callable[[], None]]:
-    path = directory / "bench.db"
-    SQLiteStore(path, synchronous="OFF").close()
-    plain = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    """Each mean on a store file of its own, made by SQLiteStore, with one attempt in it."""
+    paths = {name: directory / f"{name}.db" for name in ("plain", "layer", "SQLAlchemy")}
+    for path in paths.values():
+        store = SQLiteStore(path, synchronous="OFF")
+        store.ingest([Entry("81234", 0, "node01", "s", "text", "x", 1, 1, "seed")], [], 1000.0)
+        store.close()
+    plain = sqlite3.connect(paths["plain"], isolation_level=None, check_same_thread=False)
+    plain.row_factory = sqlite3.Row  # rows as the store reads them: what differs is the statement alone
     for pragma in SQLITE_PRAGMAS:
         plain.execute(pragma)
-    plain.execute("INSERT INTO attempts (workload, attempt, activity) VALUES ('81234', 0, 1000.0)")
-    store = SQLiteStore(path, synchronous="OFF")
-    means: dict[str, Runner] = {"plain": _plain_sqlite(plain), "layer": _layer(store._db, lambda: store._tx())}
+    store = SQLiteStore(paths["layer"], synchronous="OFF")
+    # plain: the SQLite text the store ran before this layer (INSERT OR IGNORE), as the reference
+    old = (INGEST.replace("INSERT", "INSERT OR IGNORE", 1).removesuffix(" ON CONFLICT DO NOTHING"),
+           POINT.replace("INSERT", "INSERT OR IGNORE", 1).removesuffix(" ON CONFLICT DO NOTHING"), READ)
+    means: dict[str, Runner] = {"plain": _runner(plain, lambda: _immediate(plain), old),
+                                "layer": _runner(store._db, store._tx, None)}
     closers: list[Callable[[], None]] = [plain.close, store.close]
     try:
         import sqlalchemy as sa
 
-        runner, dispose = _sqlalchemy(f"sqlite:///{path}", "sqlite", poolclass=sa.pool.StaticPool)
+        runner, dispose = _sqlalchemy(f"sqlite:///{paths['SQLAlchemy']}", "sqlite", poolclass=sa.pool.StaticPool)
         means["SQLAlchemy"] = runner
         closers.append(dispose)
     except ImportError:
@@ -173,38 +175,29 @@ def _sqlite_means(directory: Path) -> tuple[dict[str, Runner], Callable[[], None
 
 
 def _postgres_means(url: str) -> tuple[dict[str, Runner], Callable[[], None]]:
+    """Each mean on a schema of its own, made by PostgresStore, with one attempt in it."""
     import psycopg
 
-    from hypocenter.store.postgres import PostgresStore, _Connection
+    from hypocenter.store.postgres import PostgresStore, _Connection, _row_factory
 
-    schema = f"bench_{uuid.uuid4().hex[:8]}"
+    schemas = {name: f"bench_{name.lower()}_{uuid.uuid4().hex[:8]}" for name in ("plain", "layer", "SQLAlchemy")}
+    scoped = {name: f"{url}{'&' if '?' in url else '?'}options=-csearch_path%3D{schema}"
+              for name, schema in schemas.items()}
     with psycopg.connect(url, autocommit=True) as admin:
-        admin.execute(f"CREATE SCHEMA {schema}")
-    scoped = f"{url}{'&' if '?' in url else '?'}options=-csearch_path%3D{schema}"
-    store = PostgresStore(scoped)
-    plain = psycopg.connect(scoped, autocommit=True)
-    plain.execute("INSERT INTO attempts (workload, attempt, activity) VALUES ('81234', 0, 1000.0)")
-    ingest = f"INSERT INTO log_entries ({LOG_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING"
-    point = f"INSERT INTO metric_points ({POINT_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING"
-
-    def run_plain(what: str, tag: str) -> None:
-        with plain.transaction():
-            cur = plain.cursor()
-            if what == "ingest":
-                for b in range(STATEMENTS[what]):
-                    cur.executemany(ingest, _log_rows(f"{tag}.{b}", BATCH))
-            elif what == "insert":
-                for i in range(STATEMENTS[what]):
-                    cur.execute(point, _point(tag, i))
-            else:
-                for _ in range(STATEMENTS[what]):
-                    cur.execute("SELECT * FROM attempts WHERE workload=%s AND attempt=%s", ("81234", 0)).fetchone()
-
-    conn = store._connect()
-    means: dict[str, Runner] = {"plain": run_plain, "layer": _layer(_Connection(conn), conn.transaction)}
-    closers: list[Callable[[], None]] = [plain.close, store.close]
+        for schema in schemas.values():
+            admin.execute(f"CREATE SCHEMA {schema}")
+    stores = {name: PostgresStore(u) for name, u in scoped.items()}
+    for store in stores.values():
+        store.ingest([Entry("81234", 0, "node01", "s", "text", "x", 1, 1, "seed")], [], 1000.0)
+    plain = psycopg.connect(scoped["plain"], autocommit=True, row_factory=_row_factory)  # rows as the store reads them
+    conn = stores["layer"]._connect()
+    means: dict[str, Runner] = {"plain": _runner(plain.cursor(), plain.transaction, (
+                                    sql(INGEST).postgres, sql(POINT).postgres, sql(READ).postgres)),
+                                "layer": _runner(_Connection(conn), conn.transaction, None)}
+    closers: list[Callable[[], None]] = [plain.close, *(s.close for s in stores.values())]
     try:
-        runner, dispose = _sqlalchemy(scoped.replace("postgresql://", "postgresql+psycopg://", 1), "postgresql")
+        runner, dispose = _sqlalchemy(scoped["SQLAlchemy"].replace("postgresql://", "postgresql+psycopg://", 1),
+                                      "postgresql")
         means["SQLAlchemy"] = runner
         closers.append(dispose)
     except ImportError:
@@ -214,7 +207,8 @@ def _postgres_means(url: str) -> tuple[dict[str, Runner], Callable[[], None]]:
         for c in closers:
             c()
         with psycopg.connect(url, autocommit=True) as admin:
-            admin.execute(f"DROP SCHEMA {schema} CASCADE")
+            for schema in schemas.values():
+                admin.execute(f"DROP SCHEMA {schema} CASCADE")
     return means, close
 
 
@@ -251,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             close()
     labels = {"ingest": f"ingest executemany ({BATCH} rows)", "insert": "one-row insert", "read": "one-row read"}
-    print(f"µs per statement, median of {args.rounds} rounds (overhead over plain in brackets)")
+    print(f"µs per statement, best of {args.rounds} rounds (overhead over plain in brackets)")
     for dialect, got in results.items():
         names = sorted({n for _, n in got}, key=["plain", "layer", "SQLAlchemy"].index)
         print(f"\n{dialect:<34}" + "".join(f"{n:>22}" for n in names))
