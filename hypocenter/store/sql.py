@@ -23,9 +23,9 @@ What has no common spelling is a construct here, rendered per dialect once:
 
     placeholders     `?` in the text; `%s` for psycopg (and a literal % doubled). A `?` inside a
                      quoted literal is refused: pass the value as a parameter.
-    JSON members     json_text("body", "root_cause", "components")
-                     SQLite  json_extract(body, '$.root_cause.components')
-                     Postgr. (body::jsonb #>> '{root_cause,components}')
+    JSON members     json_text("body", "root_cause", "components") is, in SQLite,
+                     json_extract(body, '$.root_cause.components'), and in PostgreSQL
+                     (body::jsonb #>> '{root_cause,components}')
     column types     in migrations: $ID (rowid alias / identity), $INTEGER (PostgreSQL BIGINT: times
                      are nanoseconds), $REAL (DOUBLE PRECISION), $TEXT (PostgreSQL TEXT COLLATE "C":
                      text sorts by its bytes, as in SQLite, whatever the database's locale, so a
@@ -35,6 +35,12 @@ A `Statement` is a `str` so that SQLite's path costs nothing: `SQLiteStore` hand
 unchanged, and `PostgresStore`'s connection reads `.postgres` (a plain string there is a
 TypeError: every statement of the shared store goes through `sql`). Rendering is cached by the
 statement's parts, so a statement written inline at its call site is rendered once.
+
+A new statement is written where it runs, in the spellings above:
+`db.execute(sql("UPDATE attempts SET dirty=1 WHERE id=?"), (aid,))`, or for a JSON member
+`sql("SELECT ", json_text("body", "a", "b"), " FROM diagnoses WHERE id=?")`; an IN list is
+`sql(f"… IN ({placeholders(len(ids))})")`. This module knows no table and runs nothing: the
+statements stay beside the store methods that run them (store/sqlite.py).
 """
 
 from __future__ import annotations
