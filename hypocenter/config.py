@@ -8,6 +8,19 @@ Every field is flat (`settle_s`, `retention_max_age_s`, …) so that the file ke
 variable (`HYPOCENTER_SETTLE_S`) and the flag (`--settle-s`) are the same name. Lists (`rules`)
 take JSON in the environment. `hypocenter config show` prints each effective value and its origin.
 A bad value is an `InputError` that names where it came from (file:line, variable or flag).
+
+The pull data sources, Loki and Prometheus, are one model each (`LokiSource`, `PrometheusSource`)
+whichever command reads them: `serve` builds them from its flat `pull_loki_*` / `pull_prometheus_*`
+settings (`Settings.pull_loki`, `Settings.pull_prometheus`), `analyze` from `--loki`/`--prometheus`
+and the `loki:`/`prometheus:` mappings of its `--config` file; `connector_arguments` turns either
+into the same connector arguments. What hypocenter is told explicitly beats the ambient variables
+that logcli and friends share, as logcli's own flags beat them:
+
+    LOKI_* / PROMETHEUS_* environment  <  hypocenter's settings or --config file  <  flags
+
+so `pull_loki_tenant` (or `tenant:`) beats `$LOKI_ORG_ID`, and a `token_file` beats
+`$LOKI_BEARER_TOKEN`; the variables fill in what was not given. A bearer token, from wherever,
+beats basic auth.
 """
 
 from __future__ import annotations
@@ -17,10 +30,18 @@ import re
 from collections.abc import Mapping
 from difflib import get_close_matches
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 from urllib.parse import urlsplit, urlunsplit
 
-from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 
@@ -30,6 +51,100 @@ from hypocenter.limits import DEFAULT as DEFAULT_LIMITS
 
 ENV_PREFIX = "HYPOCENTER_"
 CONFIG_ENV = "HYPOCENTER_CONFIG"
+
+
+# ------------------------------------------------------------------------------- pull data sources
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class HttpSource(_Strict):
+    """A pull data source behind HTTP: where it is and how to authenticate to it."""
+
+    url: str = ""  # `analyze` may take it from --loki / --prometheus instead
+    headers: dict[str, str] = Field(default_factory=dict)
+    token_file: str | None = None
+    username: str | None = None
+    password_file: str | None = None
+
+    kind: ClassVar[str]  # the config key, and (upper case) the prefix of its environment variables
+
+    def auth(self, env: Mapping[str, str]) -> dict[str, Any]:
+        """`token` / `basic_auth` for the connector: each part from this source's own value if it has one,
+        else from the ambient variables (module docstring); a file that cannot be read is a one-line error."""
+        prefix = self.kind.upper()
+        token = (_source_secret(self.token_file, f"{self.kind}.token_file") or env.get(f"{prefix}_BEARER_TOKEN")
+                 or _source_secret(env.get(f"{prefix}_BEARER_TOKEN_FILE"), f"${prefix}_BEARER_TOKEN_FILE"))
+        username = self.username or env.get(f"{prefix}_USERNAME")
+        password = _source_secret(self.password_file, f"{self.kind}.password_file")
+        if password is None:
+            password = env.get(f"{prefix}_PASSWORD")
+        if token:
+            return {"token": token}
+        if username and password is None:
+            raise InputError(f"{self.kind}: username {username!r} without a password (password_file, or "
+                             f"${prefix}_PASSWORD)")
+        return {"basic_auth": (username or "", password)} if password is not None else {}
+
+
+def _source_secret(path: str | None, what: str) -> str | None:
+    if not path:
+        return None
+    try:
+        return Path(path).expanduser().read_text().strip()
+    except OSError as exc:
+        raise InputError(f"{what}: cannot read {path}: {exc.strerror or exc}") from None
+
+
+def metadata_without_selector(kind: str, selector: str | None, prefix: str = "") -> str | None:
+    """Why a Loki source whose node label is structured metadata cannot work without a selector, in the
+    key names of the settings (`prefix` = "pull_loki_") or of `--config` (""); None when it can."""
+    if kind != "metadata" or selector:
+        return None
+    return (f"{prefix}node_label_kind: metadata needs {prefix or 'a '}selector naming the streams (Loki filters "
+            "structured metadata only after a stream selector; e.g. service_name=~\".+\")")
+
+
+class LokiSource(HttpSource):
+    kind: ClassVar[str] = "loki"
+    tenant: str | None = None
+    node_label: str = "host"
+    node_label_kind: Literal["index", "metadata"] = "index"
+    selector: str | None = None
+    workload_selector: str | None = None
+
+    @model_validator(mode="after")
+    def _metadata_needs_selector(self) -> LokiSource:
+        problem = metadata_without_selector(self.node_label_kind, self.selector)
+        if problem:
+            raise ValueError(problem)
+        return self
+
+    def connector_arguments(self, env: Mapping[str, str]) -> dict[str, Any]:
+        """Keyword arguments of `LokiConnector(url, ...)` (besides policy, queries and the window)."""
+        return {"headers": self.headers or None, "tenant": self.tenant or env.get("LOKI_ORG_ID") or None,
+                "node_label": self.node_label, "node_label_kind": self.node_label_kind,
+                "selector": self.selector or None, "workload_selector": self.workload_selector or None,
+                **self.auth(env)}
+
+
+class PrometheusSource(HttpSource):
+    kind: ClassVar[str] = "prometheus"
+    node_labels: list[str] | None = Field(default=None, min_length=1)
+    resolution_s: float | None = Field(default=None, gt=0)
+
+    @field_validator("node_labels", mode="before")
+    @classmethod
+    def _one_or_many(cls, v: object) -> object:
+        return [v] if isinstance(v, str) else v
+
+    def connector_arguments(self, env: Mapping[str, str]) -> dict[str, Any]:
+        """Keyword arguments of `PrometheusConnector(url, ...)` (besides policy, queries and the window)."""
+        options = {k: v for k, v in (("node_labels", self.node_labels), ("resolution_s", self.resolution_s))
+                   if v is not None}
+        return {"headers": self.headers or None, **options, **self.auth(env)}
 
 
 class Settings(BaseSettings):
@@ -91,7 +206,7 @@ class Settings(BaseSettings):
     # Pull connectors (server/pulls.py): the same ones as `hypocenter analyze --slurm/--loki/--prometheus`.
     pull_loki_url: str = Field("", description="Loki to read an attempt's logs from when none arrived over OTLP "
                                "(e.g. http://loki:3100); empty = off")
-    pull_loki_tenant: str = Field("", description="X-Scope-OrgID for pull_loki_url")
+    pull_loki_tenant: str = Field("", description="X-Scope-OrgID for pull_loki_url (empty: $LOKI_ORG_ID, if set)")
     pull_loki_node_label: str = Field("host", description="the Loki stream label that names a node")
     pull_loki_node_label_kind: Literal["index", "metadata"] = Field(
         "index", description="index: pull_loki_node_label is a stream label; metadata: structured metadata, as "
@@ -194,10 +309,25 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _metadata_needs_selector(self) -> Settings:
-        if self.pull_loki_node_label_kind == "metadata" and not self.pull_loki_selector:
-            raise ValueError("pull_loki_node_label_kind metadata needs pull_loki_selector (Loki filters structured "
-                             "metadata only after a stream selector; e.g. service_name=~\".+\")")
+        problem = metadata_without_selector(self.pull_loki_node_label_kind, self.pull_loki_selector, "pull_loki_")
+        if problem:
+            raise ValueError(problem)
         return self
+
+    @property
+    def pull_loki(self) -> LokiSource | None:
+        """The Loki `serve` pulls from (the `pull_loki_*` settings), as `analyze --loki` would describe it."""
+        if not self.pull_loki_url:
+            return None
+        return LokiSource(url=self.pull_loki_url, tenant=self.pull_loki_tenant or None,
+                          node_label=self.pull_loki_node_label, node_label_kind=self.pull_loki_node_label_kind,
+                          selector=self.pull_loki_selector or None,
+                          workload_selector=self.pull_loki_workload_selector or None)
+
+    @property
+    def pull_prometheus(self) -> PrometheusSource | None:
+        """The Prometheus `serve` pulls from (`pull_prometheus_url`), as `analyze --prometheus` would."""
+        return PrometheusSource(url=self.pull_prometheus_url) if self.pull_prometheus_url else None
 
     @classmethod
     def settings_customise_sources(

@@ -175,8 +175,8 @@ def test_loki_options_from_the_config_and_the_token_from_the_environment(
         tmp_path: Path) -> None:
     cfg = tmp_path / "pull.yaml"
     cfg.write_text(f"slurm: 81234\nloki:\n  url: {loki_hostname_labels.url}\n  tenant: team-a\n  node_label: hostname\n"
-                   "  workload_selector: '{job=\"slurm\", workload=\"{workload}\"}'\n  token_file: nowhere\n")
-    monkeypatch.setenv("LOKI_BEARER_TOKEN", "s3cret")  # the environment wins over the file
+                   "  workload_selector: '{job=\"slurm\", workload=\"{workload}\"}'\n")
+    monkeypatch.setenv("LOKI_BEARER_TOKEN", "s3cret")  # logcli's variable, as the file names no token
     d = _json(capsys, "--config", str(cfg))
     assert set(_loki_coverage(d).values()) == {"ok"} and "logs/_job" in _loki_coverage(d)
     monkeypatch.setenv("LOKI_BEARER_TOKEN", "wrong")
@@ -201,7 +201,7 @@ def test_prometheus_options_and_basic_auth(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("tenant", "env", "header"), [
     (None, {"LOKI_ORG_ID": "team-a"}, "team-a"),  # logcli's variable, when the file names none
     ("team-b", {}, "team-b"),
-    ("team-b", {"LOKI_ORG_ID": "team-a"}, "team-a"),  # the environment wins over the file, as for the token
+    ("team-b", {"LOKI_ORG_ID": "team-a"}, "team-b"),  # the file beats the ambient variable, as logcli's --org-id
     (None, {}, None),
 ])
 def test_the_loki_tenant_from_the_config_or_the_environment(tenant: str | None, env: dict[str, str],

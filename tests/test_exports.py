@@ -9,6 +9,7 @@ import json
 import os
 import time
 import uuid
+import zlib
 from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
@@ -20,7 +21,7 @@ from loki_ingest import IngestLimits
 from observability_fakes import FakeGrafana, FakeLoki
 from prometheus_client import CollectorRegistry, generate_latest
 from server_support import ServerProcess, replay, wait_for_diagnosis
-from test_metrics import NVLINK, store_diagnosis, variant
+from test_metrics import NVLINK, diagnosis_summary, store_diagnosis, variant
 
 from hypocenter.exporter.activity import Activity
 from hypocenter.exporter.grafana import GrafanaAnnotations, annotation
@@ -28,6 +29,7 @@ from hypocenter.exporter.loki import BACKDATE_S, LokiExporter, entry_time
 from hypocenter.exporter.outbox import Backoff, ExportUnavailable, InMemoryExporter, Outbox
 from hypocenter.exporter.prometheus import HypocenterCollector
 from hypocenter.server.outputs import EXPORTERS
+from hypocenter.store.memory import InMemoryDiagnoses, InMemoryExportQueue
 from hypocenter.store.sqlite import SQLiteStore
 
 FAST = Backoff(base_s=0.05, max_s=0.2)
@@ -63,11 +65,18 @@ def grafana() -> Iterator[FakeGrafana]:
     fake.stop()
 
 
-def outbox_for(store: SQLiteStore, *exporters: Any, activity: Activity | None = None) -> Outbox:
+def outbox_for(store: SQLiteStore | InMemoryExportQueue, *exporters: Any, activity: Activity | None = None) -> Outbox:
     store.exporters = tuple(e.name for e in exporters)
     box = Outbox(store, list(exporters), activity or Activity(), backoff=FAST, poll_s=0.05)
     box.start()
     return box
+
+
+def analysed(diagnoses: InMemoryDiagnoses, doc: dict[str, Any]) -> None:
+    """A diagnosis stored as the server stores it, in the in-memory double of the diagnoses and outbox roles
+    (one attempt id per workload and attempt: the double keeps no attempt rows)."""
+    attempt_id = zlib.crc32(f"{doc['attempt']['workload_id']}/{doc['attempt']['attempt']}".encode())
+    diagnoses.put_diagnosis(attempt_id, json.dumps(doc), diagnosis_summary(doc), False, time.time())
 
 
 def test_registry_is_complete() -> None:
@@ -133,16 +142,15 @@ def test_transient_failures_are_retried_with_backoff(loki: FakeLoki, doc: dict[s
 
 
 def test_permanent_failures_are_counted_and_dropped_one_at_a_time(loki: FakeLoki, doc: dict[str, Any]) -> None:
-    store = SQLiteStore(":memory:")
+    diagnoses = InMemoryDiagnoses(exporters=("loki",))
     activity = Activity()
     exporter = LokiExporter(loki.url)
-    store.exporters = ("loki",)
     for i in range(3):
-        store_diagnosis(store, variant(doc, f"dx-{i}", f"n{i}", "gpu0"))
+        analysed(diagnoses, variant(doc, f"dx-{i}", f"n{i}", "gpu0"))
     loki.fail_next([400, 400])  # the batch of three, then the first of them alone
-    box = outbox_for(store, exporter, activity=activity)
+    box = outbox_for(diagnoses.exports, exporter, activity=activity)
     try:
-        until(lambda: store.export_backlog() == {})
+        until(lambda: diagnoses.exports.export_backlog() == {})
     finally:
         box.close()
     delivered = {e.metadata["diagnosis_id"] for e in loki.entries if e.metadata["record"] == "diagnosis"}
@@ -239,28 +247,28 @@ def test_unreachable_loki_keeps_the_rows_and_a_restart_delivers_them(tmp_path: P
 
 
 def test_superseded_and_expired_rows_are_dropped_not_sent(doc: dict[str, Any]) -> None:
-    store = SQLiteStore(":memory:")
-    store.exporters = ("memory",)
-    store_diagnosis(store, doc)
-    store_diagnosis(store, variant(doc, "dx-old", "n1", "gpu0"))
-    with store._tx() as db:  # an old row, and one whose diagnosis is gone
-        db.execute("UPDATE exports SET created = created - 1e6 WHERE diagnosis_id = 'dx-old'")
-        db.execute("DELETE FROM diagnoses WHERE id = ?", (doc["id"],))
+    diagnoses = InMemoryDiagnoses(exporters=("memory",))
+    analysed(diagnoses, doc)
+    analysed(diagnoses, variant(doc, "dx-old", "n1", "gpu0"))
+    newer = {**doc, "id": "dx-reanalysed"}
+    analysed(diagnoses, newer)  # the attempt re-analysed before delivery: its first diagnosis is superseded
+    for row in diagnoses.exports.rows.values():
+        if row.diagnosis_id == "dx-old":
+            row.created -= 1e6  # stored long ago, never delivered
     memory = InMemoryExporter()
     activity = Activity()
-    box = Outbox(store, [memory], activity, max_age_s=3600)
+    box = Outbox(diagnoses.exports, [memory], activity, max_age_s=3600)
     assert box.deliver(memory)
-    assert memory.sent == [] and store.export_backlog() == {}
+    assert [r.id for r in memory.sent] == ["dx-reanalysed"] and diagnoses.exports.export_backlog() == {}
     assert activity.snapshot().export_dropped == {("memory", "superseded"): 1, ("memory", "expired"): 1}
 
 
 def test_an_exporter_bug_is_retried_not_raised(doc: dict[str, Any]) -> None:
-    store = SQLiteStore(":memory:")
+    diagnoses = InMemoryDiagnoses(exporters=("memory",))
     memory = InMemoryExporter(fail_with=[RuntimeError("boom"), ExportUnavailable("later")])
     activity = Activity()
-    store.exporters = ("memory",)
-    store_diagnosis(store, doc)
-    box = Outbox(store, [memory], activity, backoff=Backoff(base_s=0.0, max_s=0.0))
+    analysed(diagnoses, doc)
+    box = Outbox(diagnoses.exports, [memory], activity, backoff=Backoff(base_s=0.0, max_s=0.0))
     for _ in range(3):
         box.deliver(memory)
     assert [r.id for r in memory.sent] == [doc["id"]]
@@ -268,13 +276,12 @@ def test_an_exporter_bug_is_retried_not_raised(doc: dict[str, Any]) -> None:
 
 
 def test_grafana_annotation_shape_auth_and_failures(grafana: FakeGrafana, doc: dict[str, Any]) -> None:
-    store = SQLiteStore(":memory:")
+    diagnoses = InMemoryDiagnoses(exporters=("grafana",))
     activity = Activity()
-    store.exporters = ("grafana",)
-    store_diagnosis(store, doc)
-    store_diagnosis(store, variant(doc, "dx-bad", "n1", "gpu0"))
+    analysed(diagnoses, doc)
+    analysed(diagnoses, variant(doc, "dx-bad", "n1", "gpu0"))
     grafana.fail_next([401])  # a wrong token is an operator's to fix: kept and retried
-    box = outbox_for(store, GrafanaAnnotations(grafana.url, token="s3cret"), activity=activity)
+    box = outbox_for(diagnoses.exports, GrafanaAnnotations(grafana.url, token="s3cret"), activity=activity)
     try:
         until(lambda: len(grafana.annotations) == 2)
     finally:
@@ -287,7 +294,7 @@ def test_grafana_annotation_shape_auth_and_failures(grafana: FakeGrafana, doc: d
     assert "hardware/nvlink on node02" in ann["text"] and "RESET_GPU" in ann["text"]
     assert "dashboardUID" not in ann
     assert activity.snapshot().export_failures == {("grafana", "transient"): 1}
-    row = store.get_diagnosis(doc["id"])
+    row = diagnoses.get_diagnosis(doc["id"])
     assert row is not None and annotation(row, "hypocenter-attempt")["dashboardUID"] == "hypocenter-attempt"
 
 

@@ -32,13 +32,17 @@ def store_diagnosis(store: SQLiteStore, doc: dict[str, Any], *, provisional: boo
     store.set_context(a["workload_id"], a["attempt"], {"workload": {"id": a["workload_id"]}}, time.time())
     row = store.attempt(a["workload_id"], a["attempt"])
     assert row is not None
-    rc = doc["root_cause"] or {}
+    store.put_diagnosis(row.id, json.dumps(doc), diagnosis_summary(doc), provisional, time.time())
+
+
+def diagnosis_summary(doc: dict[str, Any]) -> dict[str, Any]:
+    """The summary columns the server derives from a diagnosis document."""
+    a, rc = doc["attempt"], doc["root_cause"] or {}
     culprits = sorted({*rc.get("nodes", []), *(n for c in doc["candidates"] for n in c["nodes"])})
-    summary = {"id": doc["id"], "workload": a["workload_id"], "attempt": a["attempt"], "cluster": a["cluster"],
-               "outcome": doc["outcome"], "domain": rc.get("domain"), "subdomain": rc.get("subdomain"),
-               "terminal_state": doc["terminal_state"], "window_start_ns": 1, "window_end_ns": 2,
-               "culprits": culprits, "affected": doc["affected_nodes"]}
-    store.put_diagnosis(row.id, json.dumps(doc), summary, provisional, time.time())
+    return {"id": doc["id"], "workload": a["workload_id"], "attempt": a["attempt"], "cluster": a["cluster"],
+            "outcome": doc["outcome"], "domain": rc.get("domain"), "subdomain": rc.get("subdomain"),
+            "terminal_state": doc["terminal_state"], "window_start_ns": 1, "window_end_ns": 2,
+            "culprits": culprits, "affected": doc["affected_nodes"]}
 
 
 def variant(base: dict[str, Any], ident: str, node: str, gpu: str, cluster: str = "eos") -> dict[str, Any]:

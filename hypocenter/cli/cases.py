@@ -19,9 +19,9 @@ from hypocenter.collector.bundle import event_records
 from hypocenter.collector.metrics import parse_metrics
 from hypocenter.engine import Engine, _attempt_record
 from hypocenter.engine.analyzers import AttemptView
+from hypocenter.engine.classify import Recoveries, in_scope, when_matches
 from hypocenter.engine.registry import ANALYZERS
 from hypocenter.engine.rules import CaseSpec, Rule, Ruleset
-from hypocenter.engine.verdict import _Recoveries, _when_matches, in_scope
 from hypocenter.lineformat import time_context
 from hypocenter.model import AttemptContext, Event
 from hypocenter.sources import AttemptInput, MetricSource, RecordSource, Source, TextSource
@@ -110,7 +110,7 @@ def _scoped_events(engine: Engine, ctx: AttemptContext, sources: list[Source]) -
 def _matches(rule: Rule, e: Event) -> bool:
     assert rule.attribute is not None
     w = rule.attribute.when
-    return e.kind in w.kind and _when_matches(w, re.compile(w.text) if w.text else None, e)
+    return e.kind in w.kind and when_matches(w, re.compile(w.text) if w.text else None, e)
 
 
 def why_not(engine: Engine, rule: Rule, ctx: AttemptContext, sources: list[Source]) -> str:
@@ -128,7 +128,7 @@ def why_not(engine: Engine, rule: Rule, ctx: AttemptContext, sources: list[Sourc
     if not matched:
         return f": {len(mine)} {mine[0].kind} event(s), none matches its when ({mine[0].ref}: {mine[0].text[:80]})"
     e = matched[0]
-    winner = engine.verdict.classifier.classify(e, _Recoveries(events))
+    winner = engine.verdict.classifier.classify(e, Recoveries(events))
     if winner is None:
         return f": {e.ref} matches, but the condition cleared (unless_recovered)"
     other = winner.spec.precedence

@@ -32,7 +32,10 @@ GROUPS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
      ("metrics_*", "label_max_values", "loki_*", "grafana_*", "export_*")),
     ("pulls (evidence in)", "where the server reads an attempt's evidence when nothing was pushed to it, and "
      "which schedulers it polls for jobs that ended: the same connectors as `hypocenter "
-     "analyze --loki`, `--prometheus` and `--slurm`",
+     "analyze --loki`, `--prometheus` and `--slurm`. Credentials are never settings: logcli's variables "
+     "LOKI_BEARER_TOKEN[_FILE], LOKI_USERNAME + LOKI_PASSWORD (Prometheus: PROMETHEUS_...). Those and "
+     "LOKI_ORG_ID only fill in what the settings leave out: --pull-loki-tenant beats $LOKI_ORG_ID, as "
+     "logcli's --org-id does, and as `tenant:` does for `analyze`",
      ("pull_*", "slurm_*", "kube*")),
     ("input bounds", "how much any one request, record, attempt or upload may expand to (docs/security.md)",
      ("max_records_per_request", "max_concurrent_decodes", "max_ranks_per_attempt", "max_nodes_per_attempt",

@@ -14,7 +14,7 @@ the systems the cluster already runs, and hand everything to the engine.
     logs: [/shared/collected/81234]
     loki:                     # or loki: URL
       url: https://loki:3100
-      tenant: team-a          # X-Scope-OrgID ($LOKI_ORG_ID wins, as for logcli)
+      tenant: team-a          # X-Scope-OrgID (default: $LOKI_ORG_ID, as for logcli)
       node_label: host        # the stream label naming a node (promtail/Alloy: what you relabel to)
       node_label_kind: index  # or metadata: OTLP-native `host_name`, filtered after `selector`
       selector: job="varlogs" # fixed matchers added to every node query
@@ -31,10 +31,11 @@ the systems the cluster already runs, and hand everything to the engine.
 
 Secrets are neither flags (other users see a command line) nor values in the config file: a token
 or password comes from a file (`token_file`, `password_file`, relative to the config file) or from
-the environment, which wins over the file as everywhere in hypocenter: Loki reads logcli's variables `LOKI_BEARER_TOKEN`,
-`LOKI_BEARER_TOKEN_FILE`, `LOKI_USERNAME`, `LOKI_PASSWORD`; Prometheus the same with `PROMETHEUS_`.
-A bearer token wins over basic auth. The Loki tenant (not a secret) follows the same order:
-`LOKI_ORG_ID`, else `tenant:`.
+logcli's variables `LOKI_BEARER_TOKEN`, `LOKI_BEARER_TOKEN_FILE`, `LOKI_USERNAME`, `LOKI_PASSWORD`
+(Prometheus: the same with `PROMETHEUS_`) and the tenant from `LOKI_ORG_ID`. What the file or a flag
+says beats those variables, which fill in what it leaves out; a bearer token beats basic auth. The
+sources are `hypocenter.config.LokiSource` / `PrometheusSource`, the same model `serve` builds from
+its `pull_loki_*` settings (hypocenter/config.py states the precedence once for both).
 
 A scope connector that cannot name the attempt stops the command (exit 2, one `hypocenter:` line);
 a data connector that fails is a failed coverage entry and the verdict is given without it.
@@ -47,15 +48,15 @@ import sys
 from collections.abc import Callable, Mapping
 from functools import partial
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from hypocenter import strict_yaml
 from hypocenter.collector import rankmap
 from hypocenter.collector.connectors import connector_class
 from hypocenter.collector.connectors.base import Collected, ConnectorError, RetryPolicy, Scope, merge
-from hypocenter.config import is_http_url
+from hypocenter.config import HttpSource, LokiSource, PrometheusSource, is_http_url
 from hypocenter.errors import InputError
 from hypocenter.model import Coverage
 from hypocenter.sources import AttemptInput, RuleQueries
@@ -67,68 +68,6 @@ class UsageError(InputError):
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
-
-
-class _HttpSource(_Strict):
-    url: str = ""  # may come from --loki / --prometheus instead
-    headers: dict[str, str] = Field(default_factory=dict)
-    token_file: str | None = None
-    username: str | None = None
-    password_file: str | None = None
-
-    kind: ClassVar[str]  # the config key, and (upper case) the prefix of its environment variables
-
-    def auth(self, env: Mapping[str, str]) -> dict[str, Any]:
-        """`token` / `basic_auth` for the connector, from the environment or the secret files
-        (module docstring); a file that cannot be read is a one-line error."""
-        env_prefix = self.kind.upper()
-        token = env.get(f"{env_prefix}_BEARER_TOKEN") or _secret(env.get(f"{env_prefix}_BEARER_TOKEN_FILE"),
-                                                                 f"${env_prefix}_BEARER_TOKEN_FILE")
-        token = token or _secret(self.token_file, f"{self.kind}.token_file")
-        username = env.get(f"{env_prefix}_USERNAME") or self.username
-        password = env.get(f"{env_prefix}_PASSWORD") or _secret(self.password_file, f"{self.kind}.password_file")
-        if token:
-            return {"token": token}
-        if username and password is None:
-            raise InputError(f"{self.kind}: username {username!r} without a password (password_file, or "
-                             f"${env_prefix}_PASSWORD)")
-        return {"basic_auth": (username or "", password)} if password is not None else {}
-
-
-def _secret(path: str | None, what: str) -> str | None:
-    if not path:
-        return None
-    try:
-        return Path(path).expanduser().read_text().strip()
-    except OSError as exc:
-        raise InputError(f"{what}: cannot read {path}: {exc.strerror or exc}") from None
-
-
-class LokiSource(_HttpSource):
-    kind: ClassVar[str] = "loki"
-    tenant: str | None = None
-    node_label: str = "host"
-    node_label_kind: Literal["index", "metadata"] = "index"
-    selector: str | None = None
-    workload_selector: str | None = None
-
-    @model_validator(mode="after")
-    def _metadata_needs_selector(self) -> LokiSource:
-        if self.node_label_kind == "metadata" and not self.selector:
-            raise ValueError("node_label_kind: metadata needs a selector naming the streams (Loki filters "
-                             "structured metadata only after a stream selector)")
-        return self
-
-
-class PrometheusSource(_HttpSource):
-    kind: ClassVar[str] = "prometheus"
-    node_labels: list[str] | None = Field(default=None, min_length=1)
-    resolution_s: float | None = Field(default=None, gt=0)
-
-    @field_validator("node_labels", mode="before")
-    @classmethod
-    def _one_or_many(cls, v: object) -> object:
-        return [v] if isinstance(v, str) else v
 
 
 class PullConfig(_Strict):
@@ -237,7 +176,7 @@ def merged(args: Any) -> PullConfig:
     return cfg
 
 
-def _updated(model: type[_HttpSource], old: _HttpSource | None, changes: dict[str, Any]) -> Any:
+def _updated(model: type[HttpSource], old: HttpSource | None, changes: dict[str, Any]) -> Any:
     """The file's source with the flags' values, validated again."""
     try:
         return model.model_validate({**(old.model_dump() if old is not None else {}), **changes})
@@ -299,19 +238,12 @@ def _data_connectors(cfg: PullConfig, policy: RetryPolicy, queries: RuleQueries,
     for directory in cfg.logs:
         out.append((f"files {directory}", partial(_make, "files", "--logs", Path(directory))))
     if cfg.loki:
-        loki = cfg.loki
-        out.append((f"loki {loki.url}", partial(
-            _make, "loki", "--loki", loki.url, policy=policy, headers=loki.headers or None,
-            tenant=env.get("LOKI_ORG_ID") or loki.tenant,
-            node_label=loki.node_label, node_label_kind=loki.node_label_kind, selector=loki.selector,
-            workload_selector=loki.workload_selector, queries=queries, **loki.auth(env))))
+        out.append((f"loki {cfg.loki.url}", partial(_make, "loki", "--loki", cfg.loki.url, policy=policy, queries=queries,
+                                                    **cfg.loki.connector_arguments(env))))
     if cfg.prometheus:
-        prom = cfg.prometheus
-        options = {k: v for k, v in (("node_labels", prom.node_labels), ("resolution_s", prom.resolution_s))
-                   if v is not None}
-        out.append((f"prometheus {prom.url}", partial(
-            _make, "prometheus", "--prometheus", prom.url, policy=policy, headers=prom.headers or None,
-            queries=queries, **options, **prom.auth(env))))
+        out.append((f"prometheus {cfg.prometheus.url}", partial(
+            _make, "prometheus", "--prometheus", cfg.prometheus.url, policy=policy, queries=queries,
+            **cfg.prometheus.connector_arguments(env))))
     return out
 
 

@@ -14,6 +14,15 @@ it; datasources are `${datasource}` (Prometheus) and `${loki}` template variable
 uids deploy/grafana/provisioning/datasources provisions. tests/test_dashboards.py validates every
 dashboard against the JSON Schema of `@grafana/schema`, checks the PromQL with promtool and the
 series against /metrics, and that these files equal this module's output.
+
+Why plain dicts and not grafana-foundation-sdk (measured for issue #11, the PyPI release
+1769699998!10.1.0): that release models Grafana 10.1 (schemaVersion 36 by default, where these target
+39); a two-panel dashboard built with its builders fails the @grafana/schema JSON Schema the tests
+validate against (a panel whose options were not set is written `"options": null`), and carries
+targets with an empty `refId` and the deprecated `style`, so panels would need patching after the
+builder; and its builder chains are no
+shorter than the `panel()` / `prom()` / `Layout` helpers here (~100 lines), which emit exactly what
+Grafana 11 provisions and what the checked-in files and deploy/kubernetes' ConfigMap hold.
 """
 
 from __future__ import annotations

@@ -14,8 +14,10 @@
                  Kubernetes connector (pod logs, previous containers, events, node conditions).
 
 Credentials are never settings: Loki's come from logcli's variables (`LOKI_BEARER_TOKEN[_FILE]`,
-`LOKI_USERNAME` + `LOKI_PASSWORD`, tenant `LOKI_ORG_ID` unless `pull_loki_tenant` is set),
-Prometheus' from the same names with `PROMETHEUS_` — as for `hypocenter analyze`.
+`LOKI_USERNAME` + `LOKI_PASSWORD`; tenant `LOKI_ORG_ID` unless `pull_loki_tenant` is set),
+Prometheus' from the same names with `PROMETHEUS_`. The sources are the `LokiSource` /
+`PrometheusSource` of `hypocenter analyze` (`Settings.pull_loki`), turned into connector arguments
+the same way.
 
 A failing connector never stops an analysis: its coverage entry says what failed and quality
 drops. A poll that fails is logged and tried again at the next interval.
@@ -44,7 +46,6 @@ from hypocenter.collector.connectors.kube_api import KubeAPI
 from hypocenter.collector.connectors.kube_credentials import credentials
 from hypocenter.collector.connectors.kubernetes import KubernetesConnector
 from hypocenter.collector.connectors.slurm import SlurmConnector, run_command
-from hypocenter.collector.pull import LokiSource, PrometheusSource
 from hypocenter.collector.scheduler_records import RECORDS_KIND, slurm_job_label
 from hypocenter.config import Settings
 from hypocenter.engine.rules import Ruleset
@@ -68,21 +69,15 @@ class Pulls:
         queries = ruleset.queries()
         self.logs: DataConnector | None = None
         self.metrics: DataConnector | None = None
-        # Credentials as `hypocenter analyze` takes them, from logcli's / promtool's environment variables
-        # (LOKI_BEARER_TOKEN[_FILE], LOKI_USERNAME + LOKI_PASSWORD; PROMETHEUS_…): never a setting.
-        if settings.pull_loki_url:
-            self.logs = connector_class("loki")(settings.pull_loki_url, policy=policy,
-                                                **LokiSource(url=settings.pull_loki_url).auth(os.environ),
-                                                tenant=settings.pull_loki_tenant or os.environ.get("LOKI_ORG_ID") or None,
-                                                node_label=settings.pull_loki_node_label, queries=queries,
-                                                node_label_kind=settings.pull_loki_node_label_kind,
-                                                selector=settings.pull_loki_selector or None,
-                                                workload_selector=settings.pull_loki_workload_selector or None,
+        # The same source model and connector arguments as `hypocenter analyze --loki/--prometheus`
+        # (credentials from logcli's variables: never a setting; precedence in hypocenter/config.py).
+        if settings.pull_loki is not None:
+            self.logs = connector_class("loki")(settings.pull_loki.url, policy=policy, queries=queries,
+                                                **settings.pull_loki.connector_arguments(os.environ),
                                                 lookback_s=settings.node_lookback_s, slack_s=settings.node_slack_s)
-        if settings.pull_prometheus_url:
-            self.metrics = connector_class("prometheus")(settings.pull_prometheus_url, policy=policy, queries=queries,
-                                                         **PrometheusSource(url=settings.pull_prometheus_url
-                                                                            ).auth(os.environ),
+        if settings.pull_prometheus is not None:
+            self.metrics = connector_class("prometheus")(settings.pull_prometheus.url, policy=policy, queries=queries,
+                                                         **settings.pull_prometheus.connector_arguments(os.environ),
                                                          lookback_s=settings.node_lookback_s,
                                                          slack_s=settings.node_slack_s)
 

@@ -6,7 +6,9 @@
     ExportQueue     the outbox of diagnoses to deliver to Loki / Grafana
     Store           all three, plus retention (`sweep`), `stats` and `close`: what the server opens
 
-Implementations: store/sqlite.py (`SQLiteStore(":memory:")` is the in-memory double), store/postgres.py.
+Implementations: store/sqlite.py (`SQLiteStore(":memory:")` is the in-memory double of the whole),
+store/postgres.py; store/memory.py has in-memory doubles of single roles (`InMemoryDiagnoses` for
+DiagnosisStore and FleetStore, `InMemoryExportQueue` for ExportQueue) for tests of one component.
 `Entry` and `Point` come from the OTLP receiver (collector/otlp.py); they live here, below both, so
 that the store never imports the collector.
 """

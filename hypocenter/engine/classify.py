@@ -1,0 +1,143 @@
+"""Classification, the verdict's first step: which events of an attempt count, and the role each plays.
+
+    Classifier      the attribution rules by event kind, highest precedence first; gives an event
+                    the rule whose `when` it matches (root cause, symptom or context), or none
+    Classification  one attempt's in-scope events, in order, ranks resolved to nodes, with the
+                    events that took a role; what `candidates` and `report` read
+
+Node-scoped events (kernel, metrics, scheduler records about a node) count only for the attempt's
+nodes and window (with a clock-skew allowance); workload-scoped ones (app, scheduler) always count.
+Ties between rules of equal precedence go to the rule id first in alphabetical order, never to the
+order rules were loaded in. This module decides roles only: no candidates, no diagnosis.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import timedelta
+
+from hypocenter.engine.matching import Pattern, compile_pattern
+from hypocenter.engine.rules import AttributeSpec, RecoverySpec, Rule, Ruleset, When
+from hypocenter.model import AttemptContext, Event
+
+SCOPE_BEFORE = timedelta(minutes=2)       # node events this long before the window still count
+SCOPE_AFTER = timedelta(minutes=5)        # … and after it (teardown, scheduler bookkeeping)
+
+
+@dataclass
+class Attribution:
+    """An attribution rule as the classifier applies it (its `when.text` compiled)."""
+
+    rule: Rule
+    spec: AttributeSpec
+    text: Pattern | None
+
+
+Role = tuple[Event, Attribution]
+
+
+def _values_match(actual: object, wanted: object) -> bool:
+    options = wanted if isinstance(wanted, list) else [wanted]
+    return str(actual) in {str(o) for o in options} if actual is not None else None in options
+
+
+def when_matches(w: When, text: Pattern | None, e: Event) -> bool:
+    if w.source is not None and e.source not in w.source:
+        return False
+    for k, v in w.fields.items():
+        if not _values_match(e.fields.get(k), v):
+            return False
+    for k in w.has:
+        if e.fields.get(k) in (None, ""):
+            return False
+    for k, v in w.unless.items():
+        if k in e.fields and _values_match(e.fields.get(k), v):
+            return False
+    return not (text is not None and not text.search(e.text))
+
+
+def in_scope(e: Event, ctx: AttemptContext) -> bool:
+    """Workload-scoped events always count; node-scoped ones (kernel, metrics, scheduler records
+    about a node) only for the attempt's nodes and window."""
+    if e.source == "app" or (e.source == "scheduler" and e.node is None):
+        return True
+    if ctx.nodes and e.node is not None and e.node not in ctx.nodes:
+        return False
+    if e.time is None:
+        return True
+    return ctx.window.start - SCOPE_BEFORE <= e.time <= ctx.window.end + SCOPE_AFTER
+
+
+class Recoveries:
+    """Per node, the events that can show a condition cleared (reconnects, server OK)."""
+
+    def __init__(self, events: list[Event]) -> None:
+        self.by_node: dict[str, list[Event]] = defaultdict(list)
+        for e in events:
+            if e.node and e.time is not None:
+                self.by_node[e.node].append(e)
+
+    def after(self, e: Event, spec: RecoverySpec) -> bool:
+        if not e.node or e.time is None:
+            return False
+        pattern = compile_pattern(spec.text)
+        limit = e.time + timedelta(seconds=spec.within_s)
+        return any(r.kind in spec.kind and e.time <= r.time <= limit and pattern.search(r.text)  # type: ignore[operator]
+                   for r in self.by_node.get(e.node, ()))
+
+
+@dataclass
+class Classification:
+    """One attempt's in-scope events (sorted, ranks resolved to nodes) and the roles they took."""
+
+    context: AttemptContext
+    events: list[Event]
+    roles: list[Role]
+    rank_nodes: dict[int, str]
+
+
+class Classifier:
+    def __init__(self, ruleset: Ruleset) -> None:
+        self.by_kind: dict[str, list[Attribution]] = defaultdict(list)
+        self.analyzer_rules: list[Rule] = []
+        for rule in ruleset.rules:
+            if rule.attribute is None:
+                continue
+            if rule.analyzer:
+                self.analyzer_rules.append(rule)
+                continue
+            a = Attribution(rule, rule.attribute,
+                            compile_pattern(rule.attribute.when.text) if rule.attribute.when.text else None)
+            for kind in rule.attribute.when.kind:
+                self.by_kind[kind].append(a)
+        for attrs in self.by_kind.values():
+            attrs.sort(key=lambda a: (-a.spec.precedence, a.rule.id))
+
+    def classify(self, e: Event, recovered: Recoveries | None = None) -> Attribution | None:
+        for a in self.by_kind.get(e.kind, ()):
+            if not when_matches(a.spec.when, a.text, e):
+                continue
+            if a.spec.unless_recovered is not None and recovered is not None and recovered.after(e, a.spec.unless_recovered):
+                continue  # e.g. a Lustre disconnect that reconnected within minutes: fall through to context
+            return a
+        return None
+
+    def roles(self, events: list[Event]) -> list[Role]:
+        """Each event with the attribution rule that gives it its role (unclassified ones dropped)."""
+        recovered = Recoveries(events)
+        roles: list[Role] = []
+        for e in events:
+            a = self.classify(e, recovered)
+            if a is not None:
+                roles.append((e, a))
+        return roles
+
+    def attempt(self, ctx: AttemptContext, events: list[Event]) -> Classification:
+        """The attempt's events in scope and in order, each rank-only event given its rank's node, classified."""
+        events = sorted((e for e in events if in_scope(e, ctx)), key=Event.sort_key)
+        rank_nodes = ctx.rank_nodes()
+        for e in events:
+            if e.node is None and e.rank is not None:
+                e.node = rank_nodes.get(e.rank)
+        return Classification(context=ctx, events=events, roles=self.roles(events), rank_nodes=rank_nodes)

@@ -1,0 +1,320 @@
+"""Report, the verdict's last step: from the causes still standing to a `Diagnosis`.
+
+    Decision       the outcome: not_failed (the attempt completed), attributed (one cause began
+                   first), ambiguous (several began within the ambiguity window: all listed) or
+                   unattributed (none: abstain, but name the first failure and the causes the job
+                   outlived, each with why it fell short); the root cause and the other candidates
+    Report         a Decision written out: quality and its reasons, symptoms, the evidence trail,
+                   affected nodes, the next step and a deterministic id
+    EvidenceTrail  the evidence lines, each shown once under its strongest role
+
+The text of a root cause comes from its rule's `summary` template, filled with the first value each
+field takes among the cause's events. Nothing here searches for causes: that is `candidates`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from hypocenter import __version__
+from hypocenter.engine.abstain import FirstFailureFinder
+from hypocenter.engine.candidates import SKEW, Candidate, Causes
+from hypocenter.engine.classify import Classification, Role
+from hypocenter.engine.next_step import next_step
+from hypocenter.model import (
+    AttemptContext,
+    AttemptRef,
+    Coverage,
+    Diagnosis,
+    EngineInfo,
+    Event,
+    Evidence,
+    FirstFailure,
+    Quality,
+    RootCause,
+    Symptom,
+    isoformat,
+)
+
+AMBIGUITY_WINDOW = timedelta(seconds=60)  # different causes starting within this: ambiguous
+CONTEXT_BEFORE = timedelta(minutes=15)    # precursors shown with a root cause
+MAX_EVIDENCE_PER_CAUSE = 8
+MAX_SYMPTOM_EXAMPLES = 2
+STRONG = 50                               # precedence at or above which one signal is enough
+COMPLETED_STATES = ("COMPLETED", "SUCCEEDED", "SUCCESS", "FINISHED")
+
+
+@dataclass
+class Decision:
+    """The outcome of an attempt and the causes it names (module docstring)."""
+
+    state: str | None
+    outcome: str
+    chosen: list[Candidate]          # the root cause, or the causes an ambiguous outcome lists
+    others: list[Candidate]          # later independent causes
+    root: RootCause | None
+    candidates: list[RootCause]
+    first_failure: FirstFailure | None
+    reasons: list[str]               # the first quality reasons; `Report` adds the rest
+
+    @classmethod
+    def of(cls, classified: Classification, causes: Causes) -> Decision:
+        ctx, events, primary = classified.context, classified.events, causes.primary
+        state = ctx.state or _scheduler_state(events)
+        completed = state in COMPLETED_STATES or (state is None and ctx.exit_code == 0)
+        reasons: list[str] = []
+        chosen: list[Candidate] = []
+        others: list[Candidate] = []
+        if completed:
+            outcome = "not_failed"
+            if primary:
+                reasons.append(f"the attempt completed; {len(primary)} potential fault signal(s) recorded as evidence")
+        elif not primary:
+            outcome = "unattributed"
+        else:
+            first = primary[0]
+            chosen = [c for c in primary if _starts_together(first, c)]
+            others = [c for c in primary if c not in chosen]
+            outcome = "attributed" if len(chosen) == 1 else "ambiguous"
+        root = None
+        cands: list[RootCause] = []
+        if outcome == "attributed":
+            root = _root(chosen[0])
+            cands = [_root(c) for c in others]
+        elif outcome == "ambiguous":
+            cands = [_root(c) for c in chosen]
+            root = _ambiguous_root(chosen, cands)
+            cands += [_root(c) for c in others]
+        first_failure = None
+        if outcome == "unattributed":
+            # Abstain, but localise: the first process to fail, and the causes weighed with why each fell short.
+            first_failure, hinted = FirstFailureFinder(events, ctx.rank_nodes()).find()
+            cands = hinted + [_weighed(c, events) for c in causes.survived]
+            if first_failure is not None:
+                reasons.append(f"first failure: {first_failure.next_step}")
+        return cls(state=state, outcome=outcome, chosen=chosen, others=others, root=root, candidates=cands,
+                   first_failure=first_failure, reasons=reasons)
+
+
+class Report:
+    """Writes a Decision out as the Diagnosis of contract 3."""
+
+    def __init__(self, ruleset_fingerprint: str) -> None:
+        self.ruleset_fingerprint = ruleset_fingerprint
+
+    def diagnosis(self, classified: Classification, causes: Causes, decision: Decision,
+                  coverage: list[Coverage]) -> Diagnosis:
+        ctx, roles = classified.context, classified.roles
+        chosen, outcome = decision.chosen, decision.outcome
+        quality = _quality(outcome, chosen, decision.others, coverage, ctx, decision.reasons)
+        first_ref = decision.first_failure.ref if decision.first_failure else None
+        rule_of = {id(e): a.rule.id for e, a in roles}
+        cause_events = {id(e) for c in chosen for e in c.events if rule_of.get(id(e)) == c.rule.id}
+        symptoms = _symptoms(roles, cause_events, first_ref)
+        evidence = EvidenceTrail().of(chosen if chosen else causes.primary, roles, first_ref)
+        affected = sorted({e.node for e, a in roles if e.node and a.spec.role in ("root_cause", "symptom")}
+                          | {n for c in chosen for n in c.nodes})
+        ident = hashlib.sha256(
+            f"{ctx.workload.cluster or ''}\0{ctx.workload.id}\0{ctx.workload.attempt}\0{self.ruleset_fingerprint}".encode()
+        ).hexdigest()[:24]
+        return Diagnosis(
+            id=f"dx-{ident}",
+            attempt=AttemptRef(
+                workload_id=ctx.workload.id, attempt=ctx.workload.attempt, scheduler=ctx.workload.scheduler,
+                cluster=ctx.workload.cluster,
+                window={"start": isoformat(ctx.window.start), "end": isoformat(ctx.window.end)},
+                nodes=list(ctx.nodes)),
+            terminal_state=decision.state,
+            outcome=outcome,  # type: ignore[arg-type]
+            root_cause=decision.root,
+            candidates=decision.candidates,
+            affected_nodes=affected,
+            symptoms=symptoms,
+            evidence=evidence,
+            quality=quality,
+            next_step=next_step(outcome, decision.root, decision.candidates, symptoms, coverage),
+            coverage=coverage,
+            engine=EngineInfo(version=__version__, ruleset=self.ruleset_fingerprint),
+            first_failure=decision.first_failure,
+        )
+
+
+def _scheduler_state(events: list[Event]) -> str | None:
+    for e in events:
+        if e.kind == "job_state" and isinstance(e.fields.get("state"), str):
+            return str(e.fields["state"]).split("+")[0].upper()
+    return None
+
+
+def _starts_together(a: Candidate, b: Candidate) -> bool:
+    if a is b:
+        return True
+    if a.first_seen is None or b.first_seen is None or a.approx or b.approx:
+        return True  # without wall-clock times their order is unknown
+    return b.first_seen - a.first_seen <= AMBIGUITY_WINDOW
+
+
+class _Fmt(dict[str, Any]):
+    def __missing__(self, key: str) -> str:
+        return ""
+
+
+_SPACES = re.compile(r"\s+")
+_EMPTY_BITS = re.compile(r"\(\s*\)| link (?=\))| GPU $")
+
+
+def _render(template: str, fmt: _Fmt) -> str:
+    text = _SPACES.sub(" ", template.format_map(fmt))
+    return _SPACES.sub(" ", _EMPTY_BITS.sub("", text)).replace("( ", "(").replace(" )", ")").strip()
+
+
+def _root(c: Candidate) -> RootCause:
+    fmt = _Fmt()
+    for e in c.events:  # the first value each field takes among the cause's events
+        for k, v in e.fields.items():
+            if v not in (None, "") and k not in fmt:
+                fmt[k] = v
+    nodes = sorted(c.nodes)
+    comps = [c.components[k] for k in sorted(c.components)]
+    fmt.update(title=c.rule.title, nodes=", ".join(nodes) or "the job", node=nodes[0] if nodes else "the job",
+               detail=c.detail, components=", ".join(f"{x.node} {x.kind} {x.id}" for x in comps) or "-")
+    return RootCause(domain=str(c.spec.domain), subdomain=str(c.spec.subdomain), rule=c.rule.id,
+                     summary=_render(c.spec.summary, fmt), nodes=nodes, components=comps,
+                     first_seen=isoformat(c.first_seen), action=c.spec.action)
+
+
+def _ambiguous_root(chosen: list[Candidate], cands: list[RootCause]) -> RootCause:
+    domains = sorted({c.domain for c in cands})
+    nodes = sorted({n for c in chosen for n in c.nodes})
+    comps = sorted({(x.node, x.kind, x.id): x for c in cands for x in c.components}.items())
+    first = min((c.first_seen for c in chosen if c.first_seen), default=None)
+    listing = "; ".join(f"{c.domain}/{c.subdomain} on {', '.join(c.nodes) or 'the job'}" for c in cands)
+    return RootCause(domain=domains[0] if len(domains) == 1 else "ambiguous", subdomain="ambiguous",
+                     rule="ambiguous", summary=f"{len(cands)} independent causes fit and none explains the others: {listing}",
+                     nodes=nodes, components=[c for _, c in comps], first_seen=isoformat(first), action="INVESTIGATE")
+
+
+def _quality(outcome: str, chosen: list[Candidate], others: list[Candidate], coverage: list[Coverage],
+             ctx: AttemptContext, reasons: list[str]) -> Quality:
+    hard = False
+    missing = sorted(c.source for c in coverage if c.status == "missing")
+    broken = sorted(c.source for c in coverage if c.status in ("failed", "partial", "skipped"))
+    if outcome == "unattributed":
+        hard = True
+        reasons.append("no root-cause evidence found: the failure is not attributed rather than guessed")
+    if outcome == "ambiguous":
+        hard = True
+        reasons.append(f"{len(chosen)} independent candidate causes started within {int(AMBIGUITY_WINDOW.total_seconds())} s")
+    if others:
+        reasons.append(f"{len(others)} later independent candidate(s) also found (listed in candidates)")
+    for c in chosen:
+        if c.spec.precedence < STRONG:
+            reasons.append(f"{c.cls} rests on weaker evidence ({c.rule.id}): confirm before acting")
+        if any(e.approx for e in c.events):
+            reasons.append("root-cause time is approximate (no wall-clock stamp to anchor it)")
+        culprit_missing = [f"logs/{n}" for n in sorted(c.nodes) if f"logs/{n}" in missing]
+        if culprit_missing:
+            hard = True
+            reasons.append(f"no logs for culprit node(s): {', '.join(culprit_missing)}")
+        kernels = {e.node for e in c.events if e.source == "kernel"}
+        if c.spec.domain in ("software", "network") and not kernels and c.nodes and c.spec.precedence < STRONG:
+            reasons.append("no kernel evidence on the culprit node(s): a hardware fault there is not excluded")
+    if missing:
+        shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+        reasons.append(f"missing sources: {shown}")
+    if broken:
+        shown = ", ".join(broken[:5]) + (f" and {len(broken) - 5} more" if len(broken) > 5 else "")
+        reasons.append(f"unreadable or partly read sources: {shown}")
+    if outcome == "not_failed":
+        level = "high" if not missing and not broken else "medium"
+    elif hard:
+        level = "low"
+    elif reasons:
+        level = "medium"
+    else:
+        level = "high"
+    return Quality(level=level, reasons=reasons)  # type: ignore[arg-type]
+
+
+def _weighed(c: Candidate, events: list[Event]) -> RootCause:
+    """A cause the job outlived, listed with why it fell short."""
+    r = _root(c)
+    last = max((e.time for e in events if e.kind == "progress" and e.time is not None), default=None)
+    r.summary += f" (fell short: training progress continued until {isoformat(last)})" if last else " (fell short)"
+    return r
+
+
+def _symptoms(roles: list[Role], cause_events: set[int], first_ref: str | None = None) -> list[Symptom]:
+    """Symptom-role events, and root-cause-role events that are not the chosen cause's own evidence
+    (a KeyError explained by a GPU fault, a CUDA ECC error next to the Xid 48 behind it). The example
+    of a kind is the first failure's own line when it is one of them."""
+    groups: dict[str, list[Role]] = defaultdict(list)
+    for e, a in roles:
+        if a.spec.role == "symptom":
+            groups[a.spec.symptom or e.kind].append((e, a))
+        elif a.spec.role == "root_cause" and id(e) not in cause_events and a.spec.symptom:
+            groups[a.spec.symptom].append((e, a))
+    out: list[Symptom] = []
+    for kind in sorted(groups):
+        items = sorted(groups[kind], key=lambda ea: ea[0].ref != first_ref)  # stable: else arrival order
+        times = [e.time for e, _ in items if e.time]
+        out.append(Symptom(kind=kind, rule=min(a.rule.id for _, a in items), count=len(items),
+                           nodes=sorted({e.node for e, _ in items if e.node}),
+                           first_seen=isoformat(min(times)) if times else None,
+                           last_seen=isoformat(max(times)) if times else None,
+                           example=items[0][0].text))
+    return out
+
+
+class EvidenceTrail:
+    """The evidence of a diagnosis: the causes' own lines, the first failure, context on the culprit
+    nodes just before the cause, and a few examples of each symptom; a line shown as the cause is not
+    repeated as its own symptom, and each (line, role) appears once."""
+
+    def __init__(self) -> None:
+        self.picked: dict[tuple[str, str], Evidence] = {}
+        self.cause_refs: set[str] = set()
+
+    def add(self, e: Event, role: str, rule: str) -> None:
+        if role == "root_cause":
+            self.cause_refs.add(e.ref)
+        elif e.ref in self.cause_refs:
+            return  # a line already shown as the cause is not repeated as its own symptom
+        key = (e.ref, role)
+        if key not in self.picked:
+            self.picked[key] = Evidence(time=isoformat(e.time), node=e.node, source=e.source, ref=e.ref,
+                                        text=e.text, role=role, rule=rule,  # type: ignore[arg-type]
+                                        inherited=e.inherited, time_max=isoformat(e.time_max) if e.inherited else None)
+
+    def of(self, causes: list[Candidate], roles: list[Role], first_ref: str | None = None) -> list[Evidence]:
+        culprit_nodes: set[str] = set()
+        starts: list[datetime] = []
+        for c in causes:
+            for e in c.events[:MAX_EVIDENCE_PER_CAUSE]:
+                self.add(e, "root_cause" if c.spec.role == "root_cause" else "context", c.rule.id)
+            culprit_nodes |= c.nodes
+            if c.first_seen:
+                starts.append(c.first_seen)
+        first = min(starts) if starts else None
+        ctx_count = 0
+        per_kind: dict[str, int] = defaultdict(int)
+        for e, a in roles:
+            if first_ref is not None and e.ref == first_ref and a.spec.role == "symptom":
+                per_kind[a.spec.symptom or e.kind] += 1  # the first failure is its kind's first example
+                self.add(e, "symptom", a.rule.id)
+        for e, a in roles:
+            if a.spec.role == "context" and e.node in culprit_nodes and ctx_count < MAX_EVIDENCE_PER_CAUSE:
+                if first is None or e.time is None or first - CONTEXT_BEFORE <= e.time <= first + SKEW:
+                    self.add(e, "context", a.rule.id)
+                    ctx_count += 1
+            elif a.spec.role == "symptom":
+                kind = a.spec.symptom or e.kind
+                if per_kind[kind] < MAX_SYMPTOM_EXAMPLES:
+                    per_kind[kind] += 1
+                    self.add(e, "symptom", a.rule.id)
+        return sorted(self.picked.values(), key=lambda v: (v.time or "~", v.node or "", v.ref, v.rule))
