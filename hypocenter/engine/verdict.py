@@ -31,6 +31,7 @@ from hypocenter.engine.matching import Pattern, compile_pattern
 from hypocenter.engine.next_step import next_step
 from hypocenter.engine.registry import ANALYZERS
 from hypocenter.engine.rules import AttributeSpec, RecoverySpec, Rule, Ruleset, When
+from hypocenter.engine.suspects import Suspect, as_evidence, configuration_suspects
 from hypocenter.model import (
     AttemptContext,
     AttemptRef,
@@ -319,17 +320,24 @@ class Verdict:
             root = _ambiguous_root(chosen, cands)
             cands += [_root(c) for c in others]
         first_failure = None
+        suspects: list[Suspect] = []
         if outcome == "unattributed":
             # Abstain, but localise: the first process to fail, and the causes weighed with why each fell short.
-            first_failure, hinted = FirstFailureFinder(events, ctx.rank_nodes()).find()
-            cands = hinted + [_weighed(c, events) for c in survived]
+            finder = FirstFailureFinder(events, ctx.rank_nodes())
+            first_failure, hinted = finder.find()
+            suspects = finder.suspects + configuration_suspects(events, ctx.nodes)
+            cands = hinted + [s.cause for s in suspects[len(finder.suspects):]] + [_weighed(c, events) for c in survived]
             if first_failure is not None:
                 reasons.append(f"first failure: {first_failure.next_step}")
+            if suspects:
+                reasons.append(f"{len(suspects)} candidate(s) rest on configuration lines alone (no error line names "
+                               "them): offered, not attributed")
         quality = _quality(outcome, chosen, others, coverage, ctx, reasons)
         rule_of = {id(e): a.rule.id for e, a in roles}
         cause_events = {id(e) for c in chosen for e in c.events if rule_of.get(id(e)) == c.rule.id}
         symptoms = _symptoms(roles, cause_events, first_failure.ref if first_failure else None)
-        evidence = _evidence(chosen if chosen else primary, roles, first_failure.ref if first_failure else None)
+        evidence = as_evidence(suspects, _evidence(chosen if chosen else primary, roles,
+                                                   first_failure.ref if first_failure else None))
         affected = sorted({e.node for e, a in roles if e.node and a.spec.role in ("root_cause", "symptom")}
                           | {n for c in chosen for n in c.nodes})
         ident = hashlib.sha256(
