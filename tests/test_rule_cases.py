@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import pytest
-
 from pathlib import Path
+
+import pytest
 
 from hypocenter.cli.cases import lint, run_case
 from hypocenter.engine import default_engine
