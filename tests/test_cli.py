@@ -393,6 +393,7 @@ rules:
   - id: my-nvlink
     title: NVLink error as our team files it
     status: stable
+    emitter: "PyTorch C10_CUDA_CHECK (events of cuda-error)"
     runbook: https://wiki.example.org/nvlink
     attribute:
       when: {kind: cuda_error, text: 'NVLink'}

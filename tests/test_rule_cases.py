@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from hypocenter.cli.cases import lint, run_case
 from hypocenter.engine import default_engine
+from hypocenter.engine.rules import load_ruleset
 
 ENGINE = default_engine()
 CASES = [(r, c) for r in ENGINE.ruleset.rules for c in r.cases]
@@ -19,6 +22,16 @@ def test_rule_case(rule, case) -> None:  # type: ignore[no-untyped-def]
 
 def test_catalog_lints_clean() -> None:
     assert [f"{p.where}: {p.message}" for p in lint(ENGINE.ruleset)] == []
+
+
+def test_every_catalog_rule_names_its_emitter_and_the_lint_requires_it(tmp_path: Path) -> None:
+    assert [r.id for r in ENGINE.ruleset.rules if not (r.emitter or "").strip()] == []
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("rules:\n  - id: my-rule\n    title: mine\n    status: experimental\n    extract:\n"
+                    "      tokens: [\"frobnicator\"]\n      pattern: 'frobnicator (?P<state>down)'\n      event: frob\n"
+                    "    cases:\n      - {name: down, expect: fire, logs: {n1/kern.log: \"frobnicator down\\n\"}}\n")
+    problems = lint(load_ruleset([mine], builtin=False))
+    assert [(p.rule, p.where) for p in problems if "no emitter" in p.message] == [("my-rule", "mine.yaml:2")]
 
 
 def test_catalog_covers_the_taxonomy() -> None:

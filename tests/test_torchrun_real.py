@@ -1,6 +1,7 @@
 """Diagnoses of real torchrun failures (torch 2.13 CPU, gloo, 4 ranks; recorded by bench/realruns/record.py).
 
-Rank 2 fails in every recording; the other ranks fail on the broken communicator or are SIGTERM'd by
+Rank 2 fails in every recording but the rank0-checkpoint ones (rank 0 saves a checkpoint alone past
+the others' collective timeout); the other ranks fail on the broken communicator or are SIGTERM'd by
 the agent. Abstaining is right where the logs do not say why rank 2 died, but the diagnosis must
 still name rank 2 first, with its signal, and the causes it weighed.
 """
@@ -32,7 +33,7 @@ def _diagnose(tmp_path: Path, mode: str) -> Diagnosis:
 def test_fixtures_record_their_torch_version() -> None:
     for run in FIXTURES.glob("*/run.yaml"):
         meta = yaml.safe_load(run.read_text())
-        assert meta["torch"].startswith("2.13.0") and meta["culprit_rank"] == 2
+        assert meta["torch"].startswith("2.13.0") and meta["culprit_rank"] == (0 if "rank0" in run.parent.name else 2)
 
 
 @pytest.mark.parametrize(("mode", "signal"), [("sigkill", "SIGKILL"), ("sigkill-tee", "SIGKILL"),
@@ -73,3 +74,16 @@ def test_dataloader_worker_killed_suggests_host_oom(tmp_path: Path) -> None:
     assert d.outcome == "unattributed"
     assert d.first_failure is not None and d.first_failure.rank == 2
     assert [c.subdomain for c in d.candidates] == ["host_oom"]
+
+
+@pytest.mark.parametrize("mode", ["rank0-checkpoint", "rank0-checkpoint-tee"])
+def test_rank_working_alone_past_the_timeout_is_a_candidate_with_its_lines(tmp_path: Path, mode: str) -> None:
+    d = _diagnose(tmp_path, mode)
+    assert d.outcome == "unattributed"  # no error line says the timeout was too short: offered, not attributed
+    [cand] = d.candidates
+    assert (cand.domain, cand.subdomain, cand.rule) == ("software", "configuration", "solo-work")
+    assert "rank 0 on localhost was still saving checkpoint" in cand.summary and "falls short" in cand.summary
+    shown = [e for e in d.evidence if e.rule == "solo-work"]
+    assert shown and all(e.role == "context" and "saving checkpoint shard" in e.text for e in shown)
+    assert d.first_failure is not None and "rank 0 was still working on its own" in d.first_failure.next_step
+    assert d.quality.level == "low" and any("configuration lines alone" in r for r in d.quality.reasons)

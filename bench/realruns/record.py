@@ -4,7 +4,7 @@ Runs bench/realruns/worker.py under `torchrun --standalone --nproc-per-node 4` (
 failure mode and keeps what torchrun printed (stdout and stderr, merged as a terminal shows them) in
 DIR/<mode>/out.log, with the torch version and the command in DIR/<mode>/run.yaml. Needs torch (a CPU
 wheel is enough); takes about a minute. The fixtures in tests/fixtures/torchrun/ were made by this.
-The worker's failing rank is always rank 2; pids and temporary paths differ between runs.
+The worker's failing rank is rank 2 (rank 0 in the rank0-checkpoint modes); pids and temporary paths differ between runs.
 """
 
 from __future__ import annotations
@@ -24,7 +24,10 @@ MODES = {
     "exception": [],
     "collective-timeout": [],
     "dataloader-killed": [],
+    "rank0-checkpoint": [],
+    "rank0-checkpoint-tee": ["--tee", "3"],
 }
+CULPRIT = {"rank0-checkpoint": 0}  # the rank each mode makes fail (worker.py); 2 unless listed
 HERE = Path(__file__).resolve().parent
 
 
@@ -42,7 +45,7 @@ def record(out: Path, modes: list[str]) -> None:
         (target / "out.log").write_bytes(proc.stdout)
         meta = {"torch": str(torch.__version__), "python": sys.version.split()[0], "exit_code": proc.returncode,
                 "command": "torchrun --standalone --nproc-per-node 4 " + " ".join(MODES[mode])
-                + f" bench/realruns/worker.py {worker_mode}", "culprit_rank": 2}
+                + f" bench/realruns/worker.py {worker_mode}", "culprit_rank": CULPRIT.get(worker_mode, 2)}
         (target / "run.yaml").write_text(yaml.safe_dump(meta, sort_keys=True), encoding="utf-8")
         lines = proc.stdout.count(b"\n")
         print(f"{mode}: exit {proc.returncode}, {lines} lines")

@@ -30,11 +30,17 @@ class _Samples(torch.utils.data.Dataset[torch.Tensor]):
 
 
 def main() -> None:
-    timeout = timedelta(seconds=10 if MODE == "collective-timeout" else 60)
+    timeout = timedelta(seconds=10 if MODE in ("collective-timeout", "rank0-checkpoint") else 60)
     dist.init_process_group("gloo", timeout=timeout)
     rank = dist.get_rank()
     t = torch.ones(8)
     for step in range(1, 6):
+        if step == 3 and rank == 0 and MODE == "rank0-checkpoint":
+            # A code path only rank 0 runs (saving a checkpoint) outlasts the others' collective timeout:
+            # rank 0 keeps working and printing while the other ranks wait in the all-reduce.
+            for shard in range(1, 21):
+                print(f"saving checkpoint shard {shard}/20 to /tmp/ckpt/step3", flush=True)
+                time.sleep(1)
         if step == 3 and rank == CULPRIT:
             if MODE == "sigkill":
                 os.kill(os.getpid(), signal.SIGKILL)

@@ -3,7 +3,8 @@
 A case is a tiny attempt: log text per `node/file`, optional metric and event documents, an
 optional attempt override. `expect: fire` means the rule produced or classified at least one
 event (or, for an analyzer rule, a finding) — and, when given, the first event has the expected
-`fields` and the whole diagnosis has the expected `verdict`. `no_fire` means it did not.
+`fields` and the whole diagnosis has the expected `verdict` (outcome, domain, subdomain, nodes, and
+`candidates` as `domain/subdomain` strings). `no_fire` means it did not.
 `known_miss` documents a case the rule does not handle yet: it is run and reported, and it must
 *not* fire (so a fix is noticed and the case promoted).
 """
@@ -93,7 +94,8 @@ def run_case(engine: Engine, rule: Rule, case: CaseSpec) -> CaseResult:
         d = engine.analyze(AttemptInput(ctx, sources))
         rc = d.root_cause
         got_v = {"outcome": d.outcome, "domain": rc.domain if rc else None,
-                 "subdomain": rc.subdomain if rc else None, "nodes": rc.nodes if rc else []}
+                 "subdomain": rc.subdomain if rc else None, "nodes": rc.nodes if rc else [],
+                 "candidates": [f"{c.domain}/{c.subdomain}" for c in d.candidates]}
         for k, v in case.verdict.items():
             if got_v.get(k) != v:
                 problems.append(f"verdict {k}: expected {v!r}, got {got_v.get(k)!r}")
@@ -204,8 +206,8 @@ class LintProblem:
 
 
 def lint(ruleset: Ruleset) -> list[LintProblem]:
-    """Catalog policy: stable rules have a positive and a negative case; causes have a runbook;
-    every attributed event kind is produced by some extractor or metric rule or analyzer."""
+    """Catalog policy: stable rules have a positive and a negative case; causes have a runbook; every
+    rule names its emitter; every attributed event kind is produced by some extractor or metric rule or analyzer."""
     problems: list[LintProblem] = []
     produced = {r.extract.event for r in ruleset.rules if r.extract} | {r.metric.event for r in ruleset.rules if r.metric}
     for rule in ruleset.rules:
@@ -221,6 +223,8 @@ def lint(ruleset: Ruleset) -> list[LintProblem]:
             say(f"{rule.status} rule has no cases at all")
         if not rule.runbook and (rule.status == "stable" or (rule.attribute and rule.attribute.role == "root_cause")):
             say("no runbook: say where an operator reads what to do")
+        if not (rule.emitter or "").strip():
+            say("no emitter: name the program that writes what this rule reads (and the versions its source was read in)")
         if rule.attribute and not rule.analyzer:
             for kind in rule.attribute.when.kind:
                 if kind not in produced:

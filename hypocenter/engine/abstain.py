@@ -16,14 +16,14 @@ killer: that is offered as a candidate (resource/host_oom, INVESTIGATE), never a
 
 from __future__ import annotations
 
-import re
 import signal as _signal
 from dataclasses import dataclass
 
+from hypocenter.engine.suspects import Suspect, solo_work, timed_out
+from hypocenter.engine.suspects import order as _order
 from hypocenter.model import Action, Event, FirstFailure, RootCause, isoformat
 
 # Signals a process is killed by when it crashed on its own (native code, a failed assert).
-_TIMEOUT = re.compile(r"Timed out waiting \d+ms for (?:recv|send)|Watchdog caught collective operation timeout")
 _CRASH = frozenset({"SIGSEGV", "SIGBUS", "SIGABRT", "SIGILL", "SIGFPE"})
 
 
@@ -36,11 +36,6 @@ def _signal_name(code: int | None, named: object) -> str | None:
         except ValueError:
             return f"signal {-code}"
     return None
-
-
-def _order(e: Event) -> tuple[str, str, int]:
-    path, _, line = e.ref.rpartition(":")
-    return (isoformat(e.time) or "~", path, int(line) if line.isdigit() else 0)
 
 
 @dataclass
@@ -58,6 +53,7 @@ class FirstFailureFinder:
         self.events = events
         self.rank_nodes = rank_nodes
         self.kernel_oom_nodes = {e.node for e in events if e.kind in ("oom_kill", "host_oom") and e.node}
+        self.suspects: list[Suspect] = []  # candidates with the lines they rest on (shown as evidence)
 
     def _exits(self) -> list[_Exit]:
         firsts = [e for e in self.events if e.kind == "child_failed" and e.fields.get("first")]
@@ -94,10 +90,9 @@ class FirstFailureFinder:
         """The one rank of three or more that reported no collective timeout while all the others did."""
         if len(self.rank_nodes) < 3:
             return None
-        timed_out = {e.rank for e in self.events if e.rank is not None and (
-            e.kind == "watchdog_timeout" or (e.kind == "python_exception" and _TIMEOUT.search(e.text)))}
-        missing = set(self.rank_nodes) - timed_out
-        return missing.pop() if len(missing) == 1 and len(timed_out) >= 2 else None
+        waited = {e.rank for e in self.events if e.rank is not None and timed_out(e)}
+        missing = set(self.rank_nodes) - waited
+        return missing.pop() if len(missing) == 1 and len(waited) >= 2 else None
 
     @staticmethod
     def _of_child(e: Event) -> _Exit:
@@ -152,8 +147,15 @@ class FirstFailureFinder:
         else:
             step = f"{where} {how} first: read that rank's output just before it failed"
         silent = self._silent_rank()
-        if silent is not None:
-            snode = self.rank_nodes.get(silent)
+        snode = self.rank_nodes.get(silent) if silent is not None else None
+        solo = solo_work(self.events, silent, snode) if silent is not None else None
+        if solo is not None:
+            step = (f"every rank but rank {silent}{f' on {snode}' if snode else ''} timed out in a collective while rank {silent} was still working on "
+                    f"its own ({solo.events[-1].text.strip()[:80]}): compare the collective timeout with how long that "
+                    "work takes")
+            cands.append(solo.cause)
+            self.suspects.append(solo)
+        elif silent is not None:
             step = (f"every rank but rank {silent}{f' on {snode}' if snode else ''} reported a collective timeout: "
                     f"rank {silent} never reached the collective. Check what it was doing (its last lines, a stack dump "
                     f"with py-spy) rather than {where}, which only exited first")

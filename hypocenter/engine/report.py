@@ -26,6 +26,7 @@ from hypocenter.engine.abstain import FirstFailureFinder
 from hypocenter.engine.candidates import SKEW, Candidate, Causes
 from hypocenter.engine.classify import Classification, Role
 from hypocenter.engine.next_step import next_step
+from hypocenter.engine.suspects import Suspect, as_evidence, configuration_suspects
 from hypocenter.model import (
     AttemptContext,
     AttemptRef,
@@ -61,6 +62,7 @@ class Decision:
     candidates: list[RootCause]
     first_failure: FirstFailure | None
     reasons: list[str]               # the first quality reasons; `Report` adds the rest
+    suspects: list[Suspect]          # causes an unattributed outcome offers from lines that are no error
 
     @classmethod
     def of(cls, classified: Classification, causes: Causes) -> Decision:
@@ -91,14 +93,21 @@ class Decision:
             root = _ambiguous_root(chosen, cands)
             cands += [_root(c) for c in others]
         first_failure = None
+        suspects: list[Suspect] = []
         if outcome == "unattributed":
             # Abstain, but localise: the first process to fail, and the causes weighed with why each fell short.
-            first_failure, hinted = FirstFailureFinder(events, ctx.rank_nodes()).find()
-            cands = hinted + [_weighed(c, events) for c in causes.survived]
+            finder = FirstFailureFinder(events, ctx.rank_nodes())
+            first_failure, hinted = finder.find()
+            suspects = finder.suspects + configuration_suspects(events, ctx.nodes)
+            cands = (hinted + [s.cause for s in suspects[len(finder.suspects):]]
+                     + [_weighed(c, events) for c in causes.survived])
             if first_failure is not None:
                 reasons.append(f"first failure: {first_failure.next_step}")
+            if suspects:
+                reasons.append(f"{len(suspects)} candidate(s) rest on configuration lines alone (no error line names "
+                               "them): offered, not attributed")
         return cls(state=state, outcome=outcome, chosen=chosen, others=others, root=root, candidates=cands,
-                   first_failure=first_failure, reasons=reasons)
+                   first_failure=first_failure, reasons=reasons, suspects=suspects)
 
 
 class Report:
@@ -116,7 +125,8 @@ class Report:
         rule_of = {id(e): a.rule.id for e, a in roles}
         cause_events = {id(e) for c in chosen for e in c.events if rule_of.get(id(e)) == c.rule.id}
         symptoms = _symptoms(roles, cause_events, first_ref)
-        evidence = EvidenceTrail().of(chosen if chosen else causes.primary, roles, first_ref)
+        evidence = as_evidence(decision.suspects, EvidenceTrail().of(chosen if chosen else causes.primary, roles,
+                                                                      first_ref))
         affected = sorted({e.node for e, a in roles if e.node and a.spec.role in ("root_cause", "symptom")}
                           | {n for c in chosen for n in c.nodes})
         ident = hashlib.sha256(
