@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from bisect import bisect_right
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -120,13 +121,18 @@ class Classifier:
 
 
 class _Recoveries:
-    """Per node, the events that can show a condition cleared (reconnects, server OK)."""
+    """Per node, the events that can show a condition cleared (reconnects, server OK, a port ACTIVE
+    again). A recovery counts only if the job is seen progressing after it: a link that comes back
+    seconds before the job dies anyway did not recover the job (NCCL's queue pairs had already
+    retried out). Progress means two stamped progress lines after the recovery, one whole interval."""
 
     def __init__(self, events: list[Event]) -> None:
         self.by_node: dict[str, list[Event]] = defaultdict(list)
         for e in events:
             if e.node and e.time is not None:
                 self.by_node[e.node].append(e)
+        self.progress = sorted(e.time for e in events
+                               if e.kind == "progress" and e.time is not None and not e.inherited and not e.approx)
 
     def after(self, e: Event, spec: RecoverySpec) -> bool:
         if not e.node or e.time is None:
@@ -134,7 +140,12 @@ class _Recoveries:
         pattern = compile_pattern(spec.text)
         limit = e.time + timedelta(seconds=spec.within_s)
         return any(r.kind in spec.kind and e.time <= r.time <= limit and pattern.search(r.text)  # type: ignore[operator]
+                   and all(r.fields.get(k) == e.fields.get(k) for k in spec.same)
+                   and self.progressed_after(r.time)  # type: ignore[arg-type]
                    for r in self.by_node.get(e.node, ()))
+
+    def progressed_after(self, t: datetime) -> bool:
+        return len(self.progress) - bisect_right(self.progress, t) >= 2
 
 
 def _when_matches(w: When, text: Pattern | None, e: Event) -> bool:
@@ -409,11 +420,32 @@ def _survived(cands: list[Candidate], events: list[Event]) -> list[Candidate]:
     last = times[-1]
     out = []
     for c in cands:
-        exact = [e.time for e in c.events if e.time is not None and not e.inherited and not e.approx]
-        # Only a stamped signal can be shown to precede progress; an inherited time is a lower bound.
-        if exact and min(exact) + grace < last and c.spec.domain != "external" and c.spec.effect == "stop":
+        # Only a bounded signal can be shown to precede progress: a stamped line, or an unstamped one
+        # with a later stamp in its stream (an inherited time alone is a lower bound). The job outlived
+        # the cause only if it progressed after the cause's *last* sign: a link that flapped, came back
+        # and then failed the job (peers' errors naming it at the end) is one candidate whose first
+        # line the job did outlive.
+        latest = _last_sign(c)
+        if latest is not None and latest + grace < last and c.spec.domain != "external" \
+                and c.spec.effect == "stop":
             out.append(c)
     return out
+
+
+def _last_sign(c: Candidate) -> datetime | None:
+    """The latest time the cause's evidence can have been written: a stamped line's time, an unstamped
+    line's upper bound (the next stamp in its stream); None when an unstamped line has no bound."""
+    times: list[datetime] = []
+    for e in c.events:
+        if e.time is None or e.approx:
+            continue
+        if e.inherited:
+            if e.time_max is None:
+                return None
+            times.append(e.time_max)
+        else:
+            times.append(e.time)
+    return max(times, default=None)
 
 
 def _starts_together(a: Candidate, b: Candidate) -> bool:
