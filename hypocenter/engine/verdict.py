@@ -57,6 +57,9 @@ MAX_EVIDENCE_PER_CAUSE = 8
 MAX_SYMPTOM_EXAMPLES = 2
 PROGRESS_GRACE = timedelta(minutes=5)    # progress this long after a signal: the job survived it
 STRONG = 50                               # precedence at or above which one signal is enough
+# Without timed progress, a job that ended this long after a recovery outlived it: a collective that
+# did not recover is stopped by its watchdog sooner (PyTorch's NCCL timeout: 10 min, 30 in older releases).
+RECOVERY_OUTLIVED = timedelta(minutes=30)
 
 
 @dataclass
@@ -122,17 +125,24 @@ class Classifier:
 
 class _Recoveries:
     """Per node, the events that can show a condition cleared (reconnects, server OK, a port ACTIVE
-    again). A recovery counts only if the job is seen progressing after it: a link that comes back
+    again). A recovery counts only if the job is seen going on after it: a link that comes back
     seconds before the job dies anyway did not recover the job (NCCL's queue pairs had already
-    retried out). Progress means two stamped progress lines after the recovery, one whole interval."""
+    retried out). Going on means two stamped progress lines after the recovery (one whole interval);
+    when no progress line carries a time, that the job ran on for longer than a stuck collective can
+    last (RECOVERY_OUTLIVED) before it ended."""
 
-    def __init__(self, events: list[Event]) -> None:
+    def __init__(self, events: list[Event], end: datetime | None = None) -> None:
         self.by_node: dict[str, list[Event]] = defaultdict(list)
         for e in events:
             if e.node and e.time is not None:
                 self.by_node[e.node].append(e)
         self.progress = sorted(e.time for e in events
                                if e.kind == "progress" and e.time is not None and not e.inherited and not e.approx)
+        # The attempt ended by its window's end and by its last stamped line, whichever is earlier (the
+        # terminal state record is stamped with the window's end itself).
+        last = max((e.time for e in events if e.time is not None and not e.inherited and not e.approx
+                    and e.kind != "job_state"), default=None)
+        self.end = min((t for t in (end, last) if t is not None), default=None)
 
     def after(self, e: Event, spec: RecoverySpec) -> bool:
         if not e.node or e.time is None:
@@ -145,7 +155,9 @@ class _Recoveries:
                    for r in self.by_node.get(e.node, ()))
 
     def progressed_after(self, t: datetime) -> bool:
-        return len(self.progress) - bisect_right(self.progress, t) >= 2
+        if self.progress:
+            return len(self.progress) - bisect_right(self.progress, t) >= 2
+        return self.end is not None and self.end - t > RECOVERY_OUTLIVED
 
 
 def _when_matches(w: When, text: Pattern | None, e: Event) -> bool:
@@ -251,7 +263,7 @@ class Verdict:
         for e in events:
             if e.node is None and e.rank is not None:
                 e.node = rank_nodes.get(e.rank)
-        roles = self.classify(events)
+        roles = self.classify(events, ctx.window.end)
         candidates = self._candidates(roles)
         view = AttemptView(context=ctx, events=events, rank_nodes=rank_nodes)
         for rule in self.analyzer_rules_sorted():
@@ -260,17 +272,21 @@ class Verdict:
                 candidates.append(Candidate(rule=rule, spec=rule.attribute, nodes=set(f.nodes), events=list(f.events),
                                             first_seen=f.first_seen, detail=f.detail,
                                             components={(c.node, c.kind, c.id): c for c in f.components}))
+        # What the job outlived is judged per rule and node, before the same class is merged across
+        # nodes: an old benign signal must not carry a later fatal one away with it, nor the reverse.
+        outlived = _survived(candidates, events)
+        survived = _merge(outlived)
         # Nothing that began after the attempt ended caused it (clock skew allowed).
-        candidates = [c for c in _merge(candidates)
+        candidates = [c for c in _merge([c for c in candidates if c not in outlived])
                       if c.first_seen is None or c.approx or c.first_seen <= ctx.window.end + SKEW]
-        survived = _survived(candidates, events)
-        primary, _ = _explain([c for c in candidates if c not in survived])
+        primary, _ = _explain(candidates)
         _locate_by_exits(primary, events, len(rank_nodes), ctx.nodes)
         return self._diagnosis(ctx, events, roles, primary, coverage, survived)
 
-    def classify(self, events: list[Event]) -> list[tuple[Event, _Attr]]:
-        """Each in-scope event with the attribution rule that gives it its role (unclassified ones dropped)."""
-        recovered = _Recoveries(events)
+    def classify(self, events: list[Event], end: datetime | None = None) -> list[tuple[Event, _Attr]]:
+        """Each in-scope event with the attribution rule that gives it its role (unclassified ones dropped);
+        `end` is when the attempt ended, if known."""
+        recovered = _Recoveries(events, end)
         roles: list[tuple[Event, _Attr]] = []
         for e in events:
             a = self.classifier.classify(e, recovered)
@@ -391,8 +407,14 @@ def _locate_by_exits(primary: list[Candidate], events: list[Event], ranks: int, 
         return
     exits = [e for e in events if e.node and _error_exit(e)]
     first_exit = min(exits, key=_stream_order).node if exits else None
+    # An OOM kill is a SIGKILL: a step's `Detected N oom_kill event in StepId=…` or an OUT_OF_MEMORY
+    # state names no node, srun's `<node>: task N: Killed | Out Of Memory` does.
+    killed = [e for e in events if e.node and e.kind == "task_exit" and e.fields.get("what") in ("Killed", "Out Of Memory")]
+    first_killed = min(killed, key=_stream_order).node if killed else None
     for c in unlocated:
-        if len(everywhere) == 1 and c.events and all(e.source == "app" for e in c.events):
+        if c.spec.subdomain == "host_oom" and first_killed:
+            c.nodes = {first_killed}
+        elif len(everywhere) == 1 and c.events and all(e.source == "app" for e in c.events):
             c.nodes = set(everywhere)  # a program's line in a single-node attempt: that node
         elif ranks >= 2 and len(c.events) * 2 >= ranks:
             c.nodes = set(everywhere)
