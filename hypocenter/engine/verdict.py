@@ -128,26 +128,32 @@ class _Recoveries:
     again). A recovery counts only if the job is seen going on after it: a link that comes back
     seconds before the job dies anyway did not recover the job (NCCL's queue pairs had already
     retried out). Going on means two stamped progress lines after the recovery (one whole interval);
-    when no progress line carries a time, that the job ran on for longer than a stuck collective can
-    last (RECOVERY_OUTLIVED) before it ended."""
+    when the job's progress lines carry no time, that it ran on for longer than a stuck collective can
+    last (RECOVERY_OUTLIVED) before it ended; with no progress lines at all, nothing shows it went on."""
 
     def __init__(self, events: list[Event], end: datetime | None = None) -> None:
         self.by_node: dict[str, list[Event]] = defaultdict(list)
+        self.untimed: dict[str, list[Event]] = defaultdict(list)
         for e in events:
-            if e.node and e.time is not None:
-                self.by_node[e.node].append(e)
+            if e.node:
+                (self.by_node if e.time is not None else self.untimed)[e.node].append(e)
         self.progress = sorted(e.time for e in events
                                if e.kind == "progress" and e.time is not None and not e.inherited and not e.approx)
-        # The attempt ended by its window's end and by its last stamped line, whichever is earlier (the
-        # terminal state record is stamped with the window's end itself).
-        last = max((e.time for e in events if e.time is not None and not e.inherited and not e.approx
-                    and e.kind != "job_state"), default=None)
-        self.end = min((t for t in (end, last) if t is not None), default=None)
+        self.untimed_progress = any(e.kind == "progress" for e in events)
+        self.end = end
 
     def after(self, e: Event, spec: RecoverySpec) -> bool:
-        if not e.node or e.time is None:
+        if not e.node:
             return False
         pattern = compile_pattern(spec.text)
+        if e.time is None:
+            # A line with no time at all cannot be shown before or after any progress: the recovery
+            # later in its own stream is all there is (peers' errors naming its node still make the
+            # node a cause, through the ib-peer analyzer).
+            path = e.ref.rpartition(":")[0]
+            return any(r.kind in spec.kind and r.ref.rpartition(":")[0] == path and _line_no(r.ref) > _line_no(e.ref)
+                       and pattern.search(r.text) and all(r.fields.get(k) == e.fields.get(k) for k in spec.same)
+                       for r in self.untimed.get(e.node, ()))
         limit = e.time + timedelta(seconds=spec.within_s)
         return any(r.kind in spec.kind and e.time <= r.time <= limit and pattern.search(r.text)  # type: ignore[operator]
                    and all(r.fields.get(k) == e.fields.get(k) for k in spec.same)
@@ -157,7 +163,13 @@ class _Recoveries:
     def progressed_after(self, t: datetime) -> bool:
         if self.progress:
             return len(self.progress) - bisect_right(self.progress, t) >= 2
-        return self.end is not None and self.end - t > RECOVERY_OUTLIVED
+        # Progress without times (tqdm, plain prints): the job went on if it ended long after.
+        return self.untimed_progress and self.end is not None and self.end - t > RECOVERY_OUTLIVED
+
+
+def _line_no(ref: str) -> int:
+    line = ref.rpartition(":")[2]
+    return int(line) if line.isdigit() else 0
 
 
 def _when_matches(w: When, text: Pattern | None, e: Event) -> bool:
