@@ -128,8 +128,8 @@ class _Recoveries:
     again). A recovery counts only if the job is seen going on after it: a link that comes back
     seconds before the job dies anyway did not recover the job (NCCL's queue pairs had already
     retried out). Going on means two stamped progress lines after the recovery (one whole interval);
-    when the job's progress lines carry no time, that it ran on for longer than a stuck collective can
-    last (RECOVERY_OUTLIVED) before it ended; with no progress lines at all, nothing shows it went on."""
+    when no progress line carries a time, that the attempt ended longer after it than a stuck
+    collective can last (RECOVERY_OUTLIVED)."""
 
     def __init__(self, events: list[Event], end: datetime | None = None) -> None:
         self.by_node: dict[str, list[Event]] = defaultdict(list)
@@ -139,7 +139,6 @@ class _Recoveries:
                 (self.by_node if e.time is not None else self.untimed)[e.node].append(e)
         self.progress = sorted(e.time for e in events
                                if e.kind == "progress" and e.time is not None and not e.inherited and not e.approx)
-        self.untimed_progress = any(e.kind == "progress" for e in events)
         self.end = end
 
     def after(self, e: Event, spec: RecoverySpec) -> bool:
@@ -163,8 +162,8 @@ class _Recoveries:
     def progressed_after(self, t: datetime) -> bool:
         if self.progress:
             return len(self.progress) - bisect_right(self.progress, t) >= 2
-        # Progress without times (tqdm, plain prints): the job went on if it ended long after.
-        return self.untimed_progress and self.end is not None and self.end - t > RECOVERY_OUTLIVED
+        # No timed progress (tqdm, plain prints, rank 0's log missing): the job went on if it ended long after.
+        return self.end is not None and self.end - t > RECOVERY_OUTLIVED
 
 
 def _line_no(ref: str) -> int:
