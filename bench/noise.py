@@ -4,6 +4,8 @@
 lines, slurmd / kubelet / systemd / cron chatter, EDAC corrected errors). `distract` injects
 independent, harmless-by-construction traps: Xid 13/31 from another job before the window, Xid
 45 teardown bursts, correctable AER, link flaps outside the window or on nodes outside the job,
+a link flap inside the window that the job trained through for minutes (with NCCL's port error /
+port active lines),
 recovered Lustre connections, sticky XID gauges, congestion counters, an unrelated maintenance
 drain, clock skew, missing kernel logs (never the culprit's) and truncated files (never before the
 root-cause line). Every injected trap is recorded in the truth's `distractors`.
