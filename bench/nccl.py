@@ -164,7 +164,11 @@ def service_thread_closed(world: World, node: Node, rank: int, local_rank_peer: 
     return info(world, node, world.rank_pid(rank), world.local_of(rank), f"[Service thread] Connection closed by localRank {local_rank_peer}")
 
 
-def async_event(world: World, node: Node, rank: int, hca: HCA, *, fatal: bool) -> str:
+# ibv_event_type_str() names and enum ibv_event_type values (rdma-core verbs.h) of the port events.
+_PORT_EVENTS = {"port error": 10, "port active": 9}
+
+
+def async_event(world: World, node: Node, rank: int, hca: HCA, *, fatal: bool, what: str = "port error") -> str:
     pid, local = world.rank_pid(rank), world.local_of(rank)
     where = "misc/ibvwrap.cc:266" if world.stack.nccl < (2, 20, 0) else "transport/net_ib.cc:112"
     if fatal:
@@ -172,10 +176,10 @@ def async_event(world: World, node: Node, rank: int, hca: HCA, *, fatal: bool) -
     # net_ib.cc wording by NCCL version (read in NVIDIA/nccl's tags): ≤ 2.19 names no device,
     # 2.20–2.28.3 "<dev>:<port> Got async event : …", 2.28.7+ "Got non-fatal async event: …(10)".
     if world.stack.nccl < (2, 20, 0):
-        return warn(world, node, pid, local, where, "NET/IB : Got async event : port error")
+        return warn(world, node, pid, local, where, f"NET/IB : Got async event : {what}")
     if world.stack.nccl < (2, 28, 7):
-        return warn(world, node, pid, local, where, f"NET/IB : {hca.name}:{hca.port} Got async event : port error")
-    return warn(world, node, pid, local, where, f"NET/IB : {hca.name}:{hca.port} Got non-fatal async event: port error(10)")
+        return warn(world, node, pid, local, where, f"NET/IB : {hca.name}:{hca.port} Got async event : {what}")
+    return warn(world, node, pid, local, where, f"NET/IB : {hca.name}:{hca.port} Got non-fatal async event: {what}({_PORT_EVENTS[what]})")
 
 
 def bootstrap_no_interface(world: World, node: Node, rank: int) -> str:

@@ -4,6 +4,8 @@
 lines, slurmd / kubelet / systemd / cron chatter, EDAC corrected errors). `distract` injects
 independent, harmless-by-construction traps: Xid 13/31 from another job before the window, Xid
 45 teardown bursts, correctable AER, link flaps outside the window or on nodes outside the job,
+a link flap inside the window that the job trained through for minutes (with NCCL's port error /
+port active lines),
 recovered Lustre connections, sticky XID gauges, congestion counters, an unrelated maintenance
 drain, clock skew, missing kernel logs (never the culprit's) and truncated files (never before the
 root-cause line). Every injected trap is recorded in the truth's `distractors`.
@@ -11,8 +13,9 @@ root-cause line). Every injected trap is recorded in the truth's `distractors`.
 
 from __future__ import annotations
 
-from bench import kube, metrics, nvidia, slurm
+from bench import kube, metrics, nccl, nvidia, slurm
 from bench.scenario import Scenario
+from bench.scenarios.network import ranks_on_hca
 from bench.world import Node
 
 
@@ -98,10 +101,10 @@ def distract(sc: Scenario) -> None:
         ("xid_other_job", 0.35), ("xid45_teardown", 0.5), ("aer_corrected", 0.35), ("flap_outside", 0.25),
         ("outsider_node", 0.12), ("lustre_recovered", 0.15), ("sticky_xid_gauge", 0.15), ("xmit_wait", 0.15),
         ("nvlink_nonfatal_before", 0.2), ("unrelated_drain", 0.12), ("missing_pod_logs", 0.12), ("missing_kernel_logs", 0.25),
-        ("truncated", 0.15),
+        ("truncated", 0.15), ("flap_outlived", 0.15),
     ]
     kernel_needed = {"xid_other_job", "xid45_teardown", "aer_corrected", "flap_outside", "lustre_recovered", "nvlink_nonfatal_before",
-                     "missing_kernel_logs", "truncated"}
+                     "missing_kernel_logs", "truncated", "flap_outlived"}
     for name, p in choices:
         if name in sc.forbid or (not sc.kernel_logs and name in kernel_needed) or rng.random() >= p:
             continue
@@ -160,6 +163,33 @@ def _flap_outside(sc: Scenario) -> None:
     sc.kernel(node, t, nvidia.mlx5_link(hca, "DOWN"), level="warning")
     sc.kernel(node, t + rng.uniform(4, 12), [nvidia.mlx5_link(hca, "INIT"), nvidia.mlx5_link(hca, "ACTIVE")], level="info", gap=1.2)
     sc.distractor(f"{hca.name} link flap on {node.name} outside the window")
+
+
+def _flap_outlived(sc: Scenario) -> None:
+    """A link that flapped inside the window and came back, the job training on for minutes after it:
+    whatever ended the job later, the flap did not."""
+    w, rng = sc.w, sc.rng
+    if sc.truth.domain == "network":
+        return  # a fabric or NIC scenario's own story stays single
+    interval = sc.plan.iter_s * sc.plan.log_every
+    lo, hi = sc.plan.t_begin + 60, sc.ran_until - max(3 * interval, 360.0)
+    if hi <= lo:
+        return  # not enough logged training after any point of the run
+    node = rng.choice(w.nodes)
+    hca = rng.choice(node.hcas)
+    t = rng.uniform(lo, hi)
+    if t < node.boot_time + 60:
+        return
+    t_back = t + rng.uniform(4, 12)
+    roce = hca.netdev.startswith("enp")
+    sc.kernel(node, t, nvidia.mlx5_eth_link(hca, False) if roce else nvidia.mlx5_link(hca, "DOWN"), level="warning")
+    sc.kernel(node, t_back, [nvidia.mlx5_eth_link(hca, True)] if roce else [nvidia.mlx5_link(hca, "INIT"), nvidia.mlx5_link(hca, "ACTIVE")],
+              level="info", gap=1.2)
+    if w.nccl_debug:
+        for r in ranks_on_hca(sc, node, hca)[:2]:
+            sc.out(r, t + rng.uniform(0.01, 0.5), nccl.async_event(w, node, r, hca, fatal=False))
+            sc.out(r, t_back + rng.uniform(0.01, 0.5), nccl.async_event(w, node, r, hca, fatal=False, what="port active"))
+    sc.distractor(f"{hca.name} link flap on {node.name} {(sc.ran_until - t) / 60:.0f} min before training stopped; the job trained on")
 
 
 def _outsider_node(sc: Scenario) -> None:
@@ -303,7 +333,7 @@ def _truncated(sc: Scenario) -> None:
 
 _DISTRACTORS = {
     "xid_other_job": _xid_other_job, "xid45_teardown": _xid45_teardown, "aer_corrected": _aer_corrected,
-    "flap_outside": _flap_outside, "outsider_node": _outsider_node, "lustre_recovered": _lustre_recovered,
+    "flap_outside": _flap_outside, "flap_outlived": _flap_outlived, "outsider_node": _outsider_node, "lustre_recovered": _lustre_recovered,
     "sticky_xid_gauge": _sticky_xid_gauge, "xmit_wait": _xmit_wait, "nvlink_nonfatal_before": _nvlink_nonfatal_before,
     "unrelated_drain": _unrelated_drain, "missing_pod_logs": _missing_pod_logs, "missing_kernel_logs": _missing_kernel_logs,
     "truncated": _truncated,

@@ -116,6 +116,10 @@ class Scenario:
         self.numel = self.rng.choice((1, 112, 9801523, 131334144, 262668288, 33554432))
         self.compact = world.world_size > 256
         self.oom_tasks: set[int] = set()
+        # How srun reports an OOM-killed task: "Out Of Memory" when slurmstepd saw the cgroup's oom_kill
+        # (launch.c, SIG_OOM), plain "Killed" (strsignal(SIGKILL)) when it did not (the kernel's global
+        # OOM killer, older Slurm); the scheduler's oom_kill line and OUT_OF_MEMORY state tell which.
+        self.oom_word = "Out Of Memory"
         self.env: dict[str, str] = {}
         self.signalled_agents: set[str] = set()
 
@@ -577,7 +581,7 @@ class Scenario:
                 groups.setdefault(k, []).append(r)
                 first_t[k] = min(first_t.get(k, e.t), e.t)
             for (name, code), ranks in sorted(groups.items(), key=lambda kv: first_t[kv[0]]):
-                what = "Out Of Memory" if code == -9 and set(ranks) & self.oom_tasks else sig.get(code, f"Exited with exit code {code}")
+                what = self.oom_word if code == -9 and set(ranks) & self.oom_tasks else sig.get(code, f"Exited with exit code {code}")
                 self.srun(first_t[(name, code)] + rng.uniform(0.2, 1.0), slurm.task_exit(name, ranks, what), key=code not in (-15, -6))
         else:
             for node in w.nodes:
@@ -589,7 +593,7 @@ class Scenario:
                 own = [e for e in local if e.code != -15]
                 tt = min(e.t for e in (own or local)) + rng.uniform(5, 9)
                 oom = bool(set(w.ranks_of(node)) & self.oom_tasks)
-                self.srun(tt, slurm.task_exit(node.name, [node.index], "Out Of Memory" if oom else sig[1 if own else -15]))
+                self.srun(tt, slurm.task_exit(node.name, [node.index], self.oom_word if oom else sig[1 if own else -15]))
         return t_end
 
     def finish_slurm(self, *, state: str, reason: str, exit_code: int, signal: int = 0, banner: str | None = "",

@@ -9,7 +9,8 @@ from bench.scenarios.common import finish_failed
 from bench.world import HCA, Node
 
 
-def _ranks_on_hca(sc: Scenario, node: Node, hca: HCA) -> list[int]:
+def ranks_on_hca(sc: Scenario, node: Node, hca: HCA) -> list[int]:
+    """The ranks whose GPU uses this HCA (rail-optimised: GPU i on HCA i mod the node's HCA count)."""
     idx = node.hcas.index(hca)
     return [sc.w.rank(node, g) for g in range(sc.w.gpus_per_node) if g % len(node.hcas) == idx]
 
@@ -54,7 +55,7 @@ def _fabric_cascade(sc: Scenario, t: float, targets: list[tuple[Node, HCA]]) -> 
         peers = [r for r in sc.peers_of(node, 3) if w.node_of(r).name not in {n.name for n, _ in targets}]
         sc.ib_errors(t_ib, node, peers, status=12, target_hca=hca)
         reporters_all += peers
-        own = _ranks_on_hca(sc, node, hca)
+        own = ranks_on_hca(sc, node, hca)
         if own and w.nccl_debug:
             if rng.random() < 0.5:
                 for r in own:
@@ -85,8 +86,19 @@ def s04_link_flap(sc: Scenario) -> None:
     down = nvidia.mlx5_eth_link(hca, False) if roce else nvidia.mlx5_link(hca, "DOWN")
     sc.root_kernel(node, t, [down], level="warning")
     if rng.random() < 0.65:
+        # The link comes back within seconds and the job dies anyway: the peers' queue pairs had already
+        # retried out (NCCL_IB_TIMEOUT x NCCL_IB_RETRY_CNT). "Back" is not "recovered".
+        t_back = t + rng.uniform(4, 12)
         back = [nvidia.mlx5_eth_link(hca, True)] if roce else [nvidia.mlx5_link(hca, "INIT"), nvidia.mlx5_link(hca, "ACTIVE")]
-        sc.kernel(node, t + rng.uniform(4, 12), back, level="info", gap=1.5)
+        sc.kernel(node, t_back, back, level="info", gap=1.5)
+        if w.nccl_debug and rng.random() < 0.5:
+            for r in ranks_on_hca(sc, node, hca)[:2]:
+                sc.out(r, t + rng.uniform(0.01, 0.5), nccl.async_event(w, node, r, hca, fatal=False))
+                sc.out(r, t_back + rng.uniform(0.01, 0.5), nccl.async_event(w, node, r, hca, fatal=False, what="port active"))
+        plan = sc.plan
+        nxt = plan.time_of((plan.iteration_at(t_back) // plan.log_every + 1) * plan.log_every)
+        if nxt < t + 17 and rng.random() < 0.5:
+            sc.train(nxt + 0.01)  # one step already in flight still logs inside the retry window
         if rng.random() < 0.3:
             sc.kernel(node, t + rng.uniform(40, 70), down, level="warning")
     sc.culprit([node], [sc.hca_component(node, hca, "port")])
@@ -159,7 +171,7 @@ def s16_nic_wedge(sc: Scenario) -> None:
     if later:
         sc.kernel(node, t + rng.uniform(30, 240), later, level="err")
     sc.culprit([node], [sc.hca_component(node, hca, "nic")])
-    own = _ranks_on_hca(sc, node, hca)
+    own = ranks_on_hca(sc, node, hca)
     if own and w.nccl_debug and rng.random() < 0.4:
         sc.out(own[0], t + rng.uniform(1, 20), nccl.async_event(w, node, own[0], hca, fatal=True))
     t_detect = _fabric_cascade(sc, t + rng.uniform(5, 60), [(node, hca)])

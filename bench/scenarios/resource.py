@@ -84,6 +84,8 @@ def host_oom(sc: Scenario) -> None:
     else:
         sc.exit(rank, t + rng.uniform(0.01, 0.3), -9)
     sc.oom_tasks.add(rank)
+    if rng.random() < 0.35:
+        sc.oom_word = "Killed"  # srun's plain signal line: only the oom_kill line and the state say OOM
     sc.srun(t + rng.uniform(1, 4), slurm.oom_detected(w, f"{w.job_id}.0", 1), key=True)
     t_detect = sc.after_crash(t, [rank])
     sc.teardown(t_detect)
@@ -96,8 +98,11 @@ def time_limit(sc: Scenario) -> None:
     limit_s = rng.choice((2, 4, 6, 8, 12, 24, 48)) * 3600
     end = w.start + limit_s
     sc.train(end - rng.uniform(0.5, 3), key_last=True)
+    # Tasks that do not exit on SIGTERM are SIGKILLed after KillWait: srun then says `task N: Killed`,
+    # the same words as after an OOM kill; the TIME LIMIT banner and the TIMEOUT state decide.
+    stubborn = set(w.ranks_of(rng.choice(w.nodes))) if w.launcher == "srun_tasks" and rng.random() < 0.35 else set()
     for r in range(w.world_size):
-        sc.exit(r, end + rng.uniform(0.2, 4), -15)
+        sc.exit(r, end + (rng.uniform(30, 34) if r in stubborn else rng.uniform(0.2, 4)), -9 if r in stubborn else -15)
     sc.end = end + rng.uniform(1, 40)
     sc.forbid.add("truncated")
     if w.scheduler == "slurm":

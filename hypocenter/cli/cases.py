@@ -72,7 +72,7 @@ def _fired(engine: Engine, rule: Rule, ctx: AttemptContext, sources: list[Source
     if rule.analyzer:
         view = AttemptView(context=ctx, events=scoped, rank_nodes=ctx.rank_nodes())
         return [e for f in ANALYZERS[rule.analyzer](view) for e in f.events]
-    return [e for e, a in engine.verdict.classify(scoped) if a.rule.id == rule.id]
+    return [e for e, a in engine.verdict.classify(scoped, ctx.window.end) if a.rule.id == rule.id]
 
 
 def run_case(engine: Engine, rule: Rule, case: CaseSpec) -> CaseResult:
@@ -130,7 +130,7 @@ def why_not(engine: Engine, rule: Rule, ctx: AttemptContext, sources: list[Sourc
     if not matched:
         return f": {len(mine)} {mine[0].kind} event(s), none matches its when ({mine[0].ref}: {mine[0].text[:80]})"
     e = matched[0]
-    winner = engine.verdict.classifier.classify(e, Recoveries(events))
+    winner = engine.verdict.classifier.classify(e, Recoveries(events, ctx.window.end))
     if winner is None:
         return f": {e.ref} matches, but the condition cleared (unless_recovered)"
     other = winner.spec.precedence

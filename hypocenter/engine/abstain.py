@@ -25,6 +25,9 @@ from hypocenter.model import Action, Event, FirstFailure, RootCause, isoformat
 
 # Signals a process is killed by when it crashed on its own (native code, a failed assert).
 _CRASH = frozenset({"SIGSEGV", "SIGBUS", "SIGABRT", "SIGILL", "SIGFPE"})
+# Scheduler events and terminal states that say why the scheduler ended a job.
+_REASON_KINDS = frozenset({"time_limit", "host_oom", "cancellation", "preemption", "node_lost"})
+_REASON_STATES = frozenset({"TIMEOUT", "OUT_OF_MEMORY", "CANCELLED", "PREEMPTED", "NODE_FAIL", "DEADLINE"})
 
 
 def _signal_name(code: int | None, named: object) -> str | None:
@@ -54,6 +57,12 @@ class FirstFailureFinder:
         self.rank_nodes = rank_nodes
         self.kernel_oom_nodes = {e.node for e in events if e.kind in ("oom_kill", "host_oom") and e.node}
         self.suspects: list[Suspect] = []  # candidates with the lines they rest on (shown as evidence)
+        # Whether the scheduler said why it ended the job: `task N: Killed` follows a time limit, an OOM
+        # kill and a cancel alike, and only the scheduler's own reason tells them apart.
+        self.scheduler_reason = any(
+            e.kind in _REASON_KINDS or (e.kind == "job_state" and str(e.fields.get("state") or "").split("+")[0].upper()
+                                        in _REASON_STATES) for e in events)
+        self.step_cancelled = any(e.kind == "step_cancelled" for e in events)
 
     def _exits(self) -> list[_Exit]:
         firsts = [e for e in self.events if e.kind == "child_failed" and e.fields.get("first")]
@@ -116,6 +125,11 @@ class FirstFailureFinder:
             step = (f"{where} was {how} first. Check {node or 'its node'}'s kernel log for an OOM kill "
                     "(`journalctl -k | grep -i -E 'out of memory|killed process'`) and the job's memory limit "
                     "(cgroup, container); a SIGKILL also comes from the scheduler or an operator")
+            if not self.scheduler_reason:
+                step += (". The scheduler states no reason for the kill"
+                         + (" (the step was cancelled with none)" if self.step_cancelled else "")
+                         + ": its record tells a time limit, an OOM kill and a cancel apart "
+                         "(`sacct -j <job> -o JobID,State,ExitCode`: TIMEOUT, OUT_OF_MEMORY, CANCELLED)")
             if node not in self.kernel_oom_nodes:
                 cands.append(RootCause(
                     domain="resource", subdomain="host_oom", rule="signal-kill-unexplained",

@@ -122,11 +122,14 @@ class CandidateSearch:
     def find(self, classified: Classification) -> Causes:
         ctx = classified.context
         candidates = self.from_roles(classified.roles) + self.from_analyzers(classified)
+        # What the job outlived is judged per rule and node, before the same class is merged across
+        # nodes: an old benign signal must not carry a later fatal one away with it, nor the reverse.
+        outlived = _survived(candidates, classified.events)
+        survived = _merge(outlived)
         # Nothing that began after the attempt ended caused it (clock skew allowed).
-        candidates = [c for c in _merge(candidates)
+        candidates = [c for c in _merge([c for c in candidates if c not in outlived])
                       if c.first_seen is None or c.approx or c.first_seen <= ctx.window.end + SKEW]
-        survived = _survived(candidates, classified.events)
-        primary, _ = _explain([c for c in candidates if c not in survived])
+        primary, _ = _explain(candidates)
         _locate_by_exits(primary, classified.events, len(classified.rank_nodes), ctx.nodes)
         return Causes(primary=primary, survived=survived)
 
@@ -179,8 +182,14 @@ def _locate_by_exits(primary: list[Candidate], events: list[Event], ranks: int, 
         return
     exits = [e for e in events if e.node and _error_exit(e)]
     first_exit = min(exits, key=_stream_order).node if exits else None
+    # An OOM kill is a SIGKILL: a step's `Detected N oom_kill event in StepId=…` or an OUT_OF_MEMORY
+    # state names no node, srun's `<node>: task N: Killed | Out Of Memory` does.
+    killed = [e for e in events if e.node and e.kind == "task_exit" and e.fields.get("what") in ("Killed", "Out Of Memory")]
+    first_killed = min(killed, key=_stream_order).node if killed else None
     for c in unlocated:
-        if len(everywhere) == 1 and c.events and all(e.source == "app" for e in c.events):
+        if c.spec.subdomain == "host_oom" and first_killed:
+            c.nodes = {first_killed}
+        elif len(everywhere) == 1 and c.events and all(e.source == "app" for e in c.events):
             c.nodes = set(everywhere)  # a program's line in a single-node attempt: that node
         elif ranks >= 2 and len(c.events) * 2 >= ranks:
             c.nodes = set(everywhere)
@@ -208,11 +217,32 @@ def _survived(cands: list[Candidate], events: list[Event]) -> list[Candidate]:
     last = times[-1]
     out = []
     for c in cands:
-        exact = [e.time for e in c.events if e.time is not None and not e.inherited and not e.approx]
-        # Only a stamped signal can be shown to precede progress; an inherited time is a lower bound.
-        if exact and min(exact) + grace < last and c.spec.domain != "external" and c.spec.effect == "stop":
+        # Only a bounded signal can be shown to precede progress: a stamped line, or an unstamped one
+        # with a later stamp in its stream (an inherited time alone is a lower bound). The job outlived
+        # the cause only if it progressed after the cause's *last* sign: a link that flapped, came back
+        # and then failed the job (peers' errors naming it at the end) is one candidate whose first
+        # line the job did outlive.
+        latest = _last_sign(c)
+        if latest is not None and latest + grace < last and c.spec.domain != "external" \
+                and c.spec.effect == "stop":
             out.append(c)
     return out
+
+
+def _last_sign(c: Candidate) -> datetime | None:
+    """The latest time the cause's evidence can have been written: a stamped line's time, an unstamped
+    line's upper bound (the next stamp in its stream); None when an unstamped line has no bound."""
+    times: list[datetime] = []
+    for e in c.events:
+        if e.time is None or e.approx:
+            continue
+        if e.inherited:
+            if e.time_max is None:
+                return None
+            times.append(e.time_max)
+        else:
+            times.append(e.time)
+    return max(times, default=None)
 
 
 def _merge(cands: list[Candidate]) -> list[Candidate]:

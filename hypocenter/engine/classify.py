@@ -13,9 +13,10 @@ order rules were loaded in. This module decides roles only: no candidates, no di
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import defaultdict
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from hypocenter.engine.matching import Pattern, compile_pattern
 from hypocenter.engine.rules import AttributeSpec, RecoverySpec, Rule, Ruleset, When
@@ -23,6 +24,9 @@ from hypocenter.model import AttemptContext, Event
 
 SCOPE_BEFORE = timedelta(minutes=2)       # node events this long before the window still count
 SCOPE_AFTER = timedelta(minutes=5)        # … and after it (teardown, scheduler bookkeeping)
+# Without timed progress, a job that ended this long after a recovery outlived it: a collective that
+# did not recover is stopped by its watchdog sooner (PyTorch's NCCL timeout: 10 min, 30 in older releases).
+RECOVERY_OUTLIVED = timedelta(minutes=30)
 
 
 @dataclass
@@ -70,21 +74,51 @@ def in_scope(e: Event, ctx: AttemptContext) -> bool:
 
 
 class Recoveries:
-    """Per node, the events that can show a condition cleared (reconnects, server OK)."""
+    """Per node, the events that can show a condition cleared (reconnects, server OK, a port ACTIVE
+    again). A recovery counts only if the job is seen going on after it: a link that comes back
+    seconds before the job dies anyway did not recover the job (NCCL's queue pairs had already
+    retried out). Going on means two stamped progress lines after the recovery (one whole interval);
+    when no progress line carries a time, that the attempt ended longer after it than a stuck
+    collective can last (RECOVERY_OUTLIVED)."""
 
-    def __init__(self, events: list[Event]) -> None:
+    def __init__(self, events: list[Event], end: datetime | None = None) -> None:
         self.by_node: dict[str, list[Event]] = defaultdict(list)
+        self.untimed: dict[str, list[Event]] = defaultdict(list)
         for e in events:
-            if e.node and e.time is not None:
-                self.by_node[e.node].append(e)
+            if e.node:
+                (self.by_node if e.time is not None else self.untimed)[e.node].append(e)
+        self.progress = sorted(e.time for e in events
+                               if e.kind == "progress" and e.time is not None and not e.inherited and not e.approx)
+        self.end = end
 
     def after(self, e: Event, spec: RecoverySpec) -> bool:
-        if not e.node or e.time is None:
+        if not e.node:
             return False
         pattern = compile_pattern(spec.text)
+        if e.time is None:
+            # A line with no time at all cannot be shown before or after any progress: the recovery
+            # later in its own stream is all there is (peers' errors naming its node still make the
+            # node a cause, through the ib-peer analyzer).
+            path = e.ref.rpartition(":")[0]
+            return any(r.kind in spec.kind and r.ref.rpartition(":")[0] == path and _line_no(r.ref) > _line_no(e.ref)
+                       and pattern.search(r.text) and all(r.fields.get(k) == e.fields.get(k) for k in spec.same)
+                       for r in self.untimed.get(e.node, ()))
         limit = e.time + timedelta(seconds=spec.within_s)
         return any(r.kind in spec.kind and e.time <= r.time <= limit and pattern.search(r.text)  # type: ignore[operator]
+                   and all(r.fields.get(k) == e.fields.get(k) for k in spec.same)
+                   and self.progressed_after(r.time)  # type: ignore[arg-type]
                    for r in self.by_node.get(e.node, ()))
+
+    def progressed_after(self, t: datetime) -> bool:
+        if self.progress:
+            return len(self.progress) - bisect_right(self.progress, t) >= 2
+        # No timed progress (tqdm, plain prints, rank 0's log missing): the job went on if it ended long after.
+        return self.end is not None and self.end - t > RECOVERY_OUTLIVED
+
+
+def _line_no(ref: str) -> int:
+    line = ref.rpartition(":")[2]
+    return int(line) if line.isdigit() else 0
 
 
 @dataclass
@@ -123,9 +157,10 @@ class Classifier:
             return a
         return None
 
-    def roles(self, events: list[Event]) -> list[Role]:
-        """Each event with the attribution rule that gives it its role (unclassified ones dropped)."""
-        recovered = Recoveries(events)
+    def roles(self, events: list[Event], end: datetime | None = None) -> list[Role]:
+        """Each event with the attribution rule that gives it its role (unclassified ones dropped);
+        `end` is when the attempt ended, if known (a recovery counts only if the job went on after it)."""
+        recovered = Recoveries(events, end)
         roles: list[Role] = []
         for e in events:
             a = self.classify(e, recovered)
@@ -140,4 +175,4 @@ class Classifier:
         for e in events:
             if e.node is None and e.rank is not None:
                 e.node = rank_nodes.get(e.rank)
-        return Classification(context=ctx, events=events, roles=self.roles(events), rank_nodes=rank_nodes)
+        return Classification(context=ctx, events=events, roles=self.roles(events, ctx.window.end), rank_nodes=rank_nodes)

@@ -121,9 +121,14 @@ class When(_Spec):
 
 
 class RecoverySpec(_Spec):
+    """A later event on the same node that shows the condition cleared (a reconnect, a port ACTIVE
+    again). It counts only when the job is seen progressing after it (verdict.py)."""
+
     kind: Annotated[list[str], BeforeValidator(_as_list)]
     text: Regex
     within_s: int = Field(default=300, ge=1)
+    # Fields that must be equal in the event and its recovery (a port coming back clears that port only).
+    same: list[str] = Field(default_factory=list)
 
 
 class AttributeSpec(_Spec):
@@ -144,7 +149,8 @@ class AttributeSpec(_Spec):
     # How long the cause may precede its first evidence: a scheduler notices a lost node only after
     # its heartbeat timeout (Slurm SlurmdTimeout, Kubernetes node-monitor grace).
     lag_s: int = Field(default=0, ge=0, le=3600)
-    # Not a cause if the same node logs a matching recovery this soon after (a Lustre reconnect).
+    # Not a cause if the same node logs a matching recovery this soon after (a Lustre reconnect, a link
+    # ACTIVE again) and the job then went on progressing.
     unless_recovered: RecoverySpec | None = None
 
     @model_validator(mode="after")

@@ -19,6 +19,8 @@ break on rule id and node name, never on arrival order.
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from hypocenter.engine.candidates import CandidateSearch
 from hypocenter.engine.classify import Classifier, Role
 from hypocenter.engine.report import Decision, Report
@@ -40,9 +42,10 @@ class Verdict:
         causes = self.search.find(classified)
         return self.report.diagnosis(classified, causes, Decision.of(classified, causes), coverage)
 
-    def classify(self, events: list[Event]) -> list[Role]:
-        """Each in-scope event with the attribution rule that gives it its role (unclassified ones dropped)."""
-        return self.classifier.roles(events)
+    def classify(self, events: list[Event], end: datetime | None = None) -> list[Role]:
+        """Each in-scope event with the attribution rule that gives it its role (unclassified ones dropped);
+        `end` is when the attempt ended, if known."""
+        return self.classifier.roles(events, end)
 
     def analyzer_rules_sorted(self) -> list[Rule]:
         return self.search.analyzer_rules
