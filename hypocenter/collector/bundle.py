@@ -156,17 +156,25 @@ def read_text(path: Path) -> tuple[str | None, str, str | None]:
     return (None if data is None else data.decode("utf-8", "surrogateescape")), status, reason
 
 
-def read_log(path: Path) -> tuple[bytes | None, str, str | None]:
-    """`read_text`'s answer with the text as UTF-8 bytes, which the engine scans as they are: a
-    valid file comes back as read (no decoded copy is kept)."""
+def refused(path: Path) -> tuple[str, str] | None:
+    """(status, reason) when `path` is not a regular file that can be opened (a FIFO never is)."""
     try:
         mode = path.stat().st_mode
     except OSError as exc:
         if path.is_symlink() and exc.errno == errno.ENOENT:
-            return None, "failed", f"broken symbolic link (its target {_readlink(path)} does not exist)"
-        return None, "failed", f"cannot read: {exc.strerror or exc}"
+            return "failed", f"broken symbolic link (its target {_readlink(path)} does not exist)"
+        return "failed", f"cannot read: {exc.strerror or exc}"
     if not stat.S_ISREG(mode):
-        return None, "skipped", f"not a regular file: {_kind(path)}"
+        return "skipped", f"not a regular file: {_kind(path)}"
+    return None
+
+
+def read_log(path: Path) -> tuple[bytes | None, str, str | None]:
+    """`read_text`'s answer with the text as UTF-8 bytes, which the engine scans as they are: a
+    valid file comes back as read (no decoded copy is kept)."""
+    problem = refused(path)
+    if problem is not None:
+        return None, *problem
     try:
         raw = path.read_bytes()
     except OSError as exc:
@@ -342,6 +350,8 @@ def load_bundle(root: Path) -> Bundle:
 def read_data(bundle: Bundle) -> None:
     """Read logs/, metrics/ and events/ under `bundle.root` for `bundle.context` into its sources and
     coverage (the local-files connector, connectors/files.py, reads a directory the same way)."""
+    from hypocenter.collector.logstream import log_pieces, scan_log
+
     root, context = bundle.root, bundle.context
     tctx = time_context(context)
     logs = root / "logs"
@@ -368,20 +378,19 @@ def read_data(bundle: Bundle) -> None:
                     bundle.coverage.append(dump[1])
                     lines += dump[1].observations
                     continue
-                data, fstatus, reason = read_log(path)
-                if fstatus != "ok":
-                    problems.append(f"{rel}: {reason}")
-                    bundle.coverage.append(Coverage(connector="files", source=rel, status=fstatus,  # type: ignore[arg-type]
-                                                    observations=0 if data is None else data.count(b"\n"),
-                                                    reason=reason))
-                if data is None:
+                facts = scan_log(path)  # in pieces: never a whole file in memory
+                if facts.status != "ok":
+                    problems.append(f"{rel}: {facts.reason}")
+                    bundle.coverage.append(Coverage(connector="files", source=rel, status=facts.status,  # type: ignore[arg-type]
+                                                    observations=facts.newlines, reason=facts.reason))
+                if not facts.usable:
                     continue
-                newlines = data.count(b"\n")
-                lines += newlines + (0 if data.endswith(b"\n") or not data else 1)
-                # Read again when the engine gets to it, so that one file at a time is in memory.
-                bundle.sources.append(FileTextSource(rel, partial(_text_of, path, fstatus == "ok"), node,
-                                                     newlines=newlines))
-                del data
+                lines += facts.newlines + (0 if facts.ends_with_newline or not facts.nbytes else 1)
+                # Read again when the engine gets to it, in pieces too.
+                clean = facts.status == "ok"
+                bundle.sources.append(FileTextSource(
+                    rel, partial(_text_of, path, clean), node, newlines=facts.newlines, nbytes=facts.nbytes,
+                    chunks=partial(log_pieces, path, clean) if facts.streamed else None))
             src = _display(node_dir.relative_to(root).as_posix())
             status = ("partial" if problems else "ok") if lines else ("failed" if problems else "missing")
             bundle.coverage.append(Coverage(
