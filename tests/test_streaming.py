@@ -18,7 +18,8 @@ import pytest
 from server_support import REPO, clean_env
 
 from hypocenter.collector import logstream
-from hypocenter.collector.bundle import load_bundle, read_log
+from hypocenter.collector.bundle import load_bundle
+from hypocenter.collector.logstream import read_log
 from hypocenter.engine import Engine, default_engine, rulecache
 from hypocenter.engine.rules import load_ruleset
 from hypocenter.lineformat import MAX_LINE, time_context

@@ -179,7 +179,6 @@ class Extractor:
         result = ExtractionResult()
         pending: list[_Pending] = []
         anchors: dict[str, list[timedelta]] = defaultdict(list)  # node → wall − uptime (boot time offsets)
-        heads: dict[str, list[bytes]] = defaultdict(list)  # node → its streams' first lines, probed if needed
         max_uptime: dict[str, float] = {}
         listed = list(sources)
         for src, stream in zip(listed, self._streams(listed, job, workers), strict=True):
@@ -189,8 +188,6 @@ class Extractor:
                 result.lines_scanned += stream.lines
                 if src.node:
                     anchors[src.node].extend(stream.anchors)
-                    if stream.head is not None:
-                        heads[src.node].append(stream.head)
                 pending.extend(stream.pending)
                 if stream.last_uptime is not None:
                     max_uptime[src.name] = stream.last_uptime
@@ -199,10 +196,12 @@ class Extractor:
                     self._record(rec, tctx, names, result)
             elif isinstance(src, MetricSource):
                 self._metrics(src, tctx, names, result)
-        # The boot-anchor probe of the streams' first lines, for the nodes with uptime-only events only.
-        for node in sorted({p.event.node or "" for p in pending} & heads.keys()):
-            for head in heads[node]:
-                anchors[node].extend(_head_anchors(head, tctx))
+        # The boot-anchor probe of the streams' first lines, for the nodes with uptime-only events only
+        # (most attempts have none: their streams' heads are never looked at).
+        needed = {p.event.node for p in pending if p.event.node}
+        for src in listed:
+            if isinstance(src, TextSource) and src.node in needed:
+                anchors[src.node].extend(_boot_anchors(_head(src), tctx))
         for p in pending:
             node = p.event.node or ""
             offs = anchors.get(node)
@@ -482,29 +481,40 @@ def _last_uptime(data: bytes) -> float:
 
 HEAD_BYTES = 65536          # the start of a stream probed for boot anchors (wall + uptime stamps, RTC)
 HEAD_LINES = 20
-_KEEP_HEAD = 8192           # a probe this long or shorter waits to see if its node needs it; longer runs at once
-_RTC_LITERAL = b"rtc_cmos"
 
 
-def _head_anchors(head: bytes, tctx: TimeContext) -> list[timedelta]:
-    """Boot-time offsets from a stream's first lines pairing a wall stamp with an uptime stamp (kern.log
-    carries both). Only a line with an uptime stamp can pair: the whole parse is skipped when none has one."""
+def _head(src: TextSource) -> bytes:
+    """The first HEAD_BYTES of a stream's text (read again for a file)."""
+    if isinstance(src, FileTextSource):
+        head = b""
+        for piece in src.chunks():
+            head += piece[:HEAD_BYTES - len(head)]
+            if len(head) >= HEAD_BYTES:
+                break
+        return head
+    text = src.text
+    return (text if isinstance(text, bytes) else text[:HEAD_BYTES].encode("utf-8", "surrogateescape"))[:HEAD_BYTES]
+
+
+def _boot_anchors(head: bytes, tctx: TimeContext) -> list[timedelta]:
+    """Boot-time offsets (wall - uptime) a stream's head states: its first lines pairing a wall stamp
+    with an uptime stamp (kern.log carries both), and raw dmesg's RTC line, which pairs an uptime
+    with the wall clock it set."""
+    if b"] " not in head:
+        return []
     epoch = datetime(1970, 1, 1, tzinfo=tctx.start.tzinfo)
-    first = head.decode("utf-8", "replace").splitlines()[:HEAD_LINES]
+    text = head.decode("utf-8", "replace")
+    first = text.splitlines()[:HEAD_LINES]
     out: list[timedelta] = []
+    # only a line with an uptime stamp can pair: the whole parse is skipped when none has one
     for line in first if _UPTIME.search("\n".join(first)) else ():
         h = parse_line(line, tctx)
         if h.time is not None and h.uptime is not None:
             out.append(h.time - epoch - timedelta(seconds=h.uptime))
+    m = _RTC.search(text)
+    if m:
+        out.append(timedelta(seconds=int(m.group(2)) - float(m.group(1))))
     return out
-
-
-def _rtc_anchor(head: bytes) -> timedelta | None:
-    """Raw dmesg from boot: the RTC line pairs an uptime with the wall clock it set."""
-    if _RTC_LITERAL not in head:
-        return None
-    m = _RTC.search(head.decode("utf-8", "replace"))
-    return timedelta(seconds=int(m.group(2)) - float(m.group(1))) if m else None
 
 
 class _Edge(Exception):
@@ -533,7 +543,6 @@ class _StreamResult:
     candidates: int
     lines: int
     anchors: list[timedelta]        # boot offsets found in the stream (of its node)
-    head: bytes | None              # its first lines, for the boot-anchor probe if its node needs one
     pending: list[_Pending]         # uptime-only events, placed once every stream is read
     last_uptime: float | None       # the highest uptime near its end, when it has uptime-only events
 
@@ -586,7 +595,6 @@ class _TextStream:
         self.candidates = 0
         self.lines = 0
         self.anchors: list[timedelta] = []
-        self.head: bytes | None = None
         self.pending: list[_Pending] = []
         self.last_uptime: float | None = None
         # srun --label ids are ranks only when srun starts one task per rank; with one torchrun per
@@ -615,7 +623,7 @@ class _TextStream:
             self._pieces(_Pieces([text if isinstance(text, bytes) else text.encode("utf-8", "surrogateescape")]))
         if known is not None:
             self.lines = known
-        return _StreamResult(self.events, self.candidates, self.lines, self.anchors, self.head, self.pending,
+        return _StreamResult(self.events, self.candidates, self.lines, self.anchors, self.pending,
                              self.last_uptime)
 
     def _labels(self) -> dict[int, str] | None:
@@ -632,12 +640,6 @@ class _TextStream:
         cur = pieces.pop()
         if cur is None:
             return
-        head = cur[:HEAD_BYTES]
-        k = 0
-        while len(head) < HEAD_BYTES and (more := pieces.peek(k)) is not None:  # pieces shorter than the head
-            head = (head + more)[:HEAD_BYTES]
-            k += 1
-        self._probe(head)
         while cur is not None:
             last = pieces.peek(0) is None
             if base == 0 and last:
@@ -653,25 +655,6 @@ class _TextStream:
             base += len(cur)
             prev = cur
             cur = pieces.pop()
-
-    def _probe(self, head: bytes) -> None:
-        """The boot-anchor probe of the stream's first lines: kept for the end (most streams' nodes
-        never need it), or run at once when the lines are long."""
-        if not self.src.node or b"] " not in head:
-            return
-        cut = -1
-        for _ in range(HEAD_LINES):
-            cut = head.find(b"\n", cut + 1)
-            if cut < 0:
-                break
-        first = head if cut < 0 else head[:cut + 1]
-        if len(first) <= _KEEP_HEAD:
-            self.head = first
-        else:
-            self.anchors.extend(_head_anchors(first, self.job.tctx))
-        rtc = _rtc_anchor(head)
-        if rtc is not None:
-            self.anchors.append(rtc)
 
     def _piece(self, cur: bytes, base: int, prev: bytes, pieces: _Pieces, last: bool) -> None:
         n = len(cur)
