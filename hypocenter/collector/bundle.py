@@ -29,7 +29,7 @@ from pydantic import ValidationError
 
 from hypocenter import strict_yaml
 from hypocenter.collector import flight_recorder
-from hypocenter.collector.logstream import _display, _kind, log_pieces, read_log, scan_log
+from hypocenter.collector.logstream import _display, _kind, log_pieces, read_log, scan_log, scan_logs
 from hypocenter.collector.metrics import MetricFormatError, parse_metrics
 from hypocenter.collector.scheduler_records import parse_scontrol, render
 from hypocenter.errors import BundleError, InputError
@@ -190,14 +190,15 @@ def _not_a_directory(root: Path, name: str, connector: str, bundle: Bundle) -> b
     return True
 
 
-def load_bundle(root: Path) -> Bundle:
+def load_bundle(root: Path, *, workers: int = 1) -> Bundle:
+    """A bundle directory read (its log files scanned by `workers` forked processes when big enough)."""
     root = root if isinstance(root, Path) else Path(root)  # an ArchivePath stays one
     bundle = Bundle(root=root, context=load_context(root))
-    read_data(bundle)
+    read_data(bundle, workers=workers)
     return bundle
 
 
-def read_data(bundle: Bundle) -> None:
+def read_data(bundle: Bundle, *, workers: int = 1) -> None:
     """Read logs/, metrics/ and events/ under `bundle.root` for `bundle.context` into its sources and
     coverage (the local-files connector, connectors/files.py, reads a directory the same way)."""
     root, context = bundle.root, bundle.context
@@ -212,13 +213,16 @@ def read_data(bundle: Bundle) -> None:
                 connector="files", source=_display(stray.relative_to(root).as_posix()), status="skipped",
                 observations=0, reason=(f"not read: {_kind(stray)}" if stray.exists() and not stray.is_file() else
                                         "not read: logs go in logs/<node>/ (or logs/_job/ for job-level logs)")))
-        for node_dir in (p for p in entries if p.is_dir()):
+        node_dirs = [p for p in entries if p.is_dir()]
+        files = {d: _files(d) for d in node_dirs}
+        scanned = scan_logs([p for d in node_dirs for p in files[d]], workers)
+        for node_dir in node_dirs:
             node = None if node_dir.name == JOB_DIR else _display(node_dir.name)
             if node is not None:
                 seen_nodes.add(node)
             lines = 0
             problems: list[str] = []
-            for path in _files(node_dir):
+            for path in files[node_dir]:
                 rel = _display(path.relative_to(root).as_posix())
                 dump = flight_recorder.read_source(path, rel, node)
                 if dump is not None:  # a Flight Recorder dump among the node's logs
@@ -226,7 +230,7 @@ def read_data(bundle: Bundle) -> None:
                     bundle.coverage.append(dump[1])
                     lines += dump[1].observations
                     continue
-                facts = scan_log(path)  # in pieces: never a whole file in memory
+                facts = scanned.get(path) or scan_log(path)  # in pieces: never a whole file in memory
                 if facts.status != "ok":
                     problems.append(f"{rel}: {facts.reason}")
                     bundle.coverage.append(Coverage(connector="files", source=rel, status=facts.status,  # type: ignore[arg-type]

@@ -13,6 +13,7 @@ A plain file is streamed. A gzip file (rotated logs are small) and a file of an 
 from __future__ import annotations
 
 import codecs
+import contextlib
 import errno
 import gzip
 import os
@@ -275,6 +276,41 @@ def scan_log(path: Path) -> LogFacts:
                     streamed=True)
 
 
+PARALLEL_BYTES = 64 << 20  # below this much, forking workers costs more than it saves
+
+
+def cores() -> int:
+    """The cores this process may run on, at most 4: how many workers `analyze` forks."""
+    try:
+        n = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        n = os.cpu_count() or 1
+    return max(1, min(n, 4))
+
+
+def scan_logs(paths: list[Path], workers: int) -> dict[Path, LogFacts]:
+    """`scan_log` of many files of a bundle on disk by `workers` forked processes, when they hold at
+    least PARALLEL_BYTES in all; {} otherwise (the caller scans them itself). The facts do not depend
+    on who scans."""
+    if workers < 2 or len(paths) < 2 or any(getattr(p, "inflate_limit", None) is not None for p in paths):
+        return {}
+    size = 0
+    for p in paths:
+        with contextlib.suppress(OSError):  # the scan says what is wrong with it
+            size += p.stat().st_size
+    if size < PARALLEL_BYTES:
+        return {}
+    import multiprocessing
+
+    try:
+        context = multiprocessing.get_context("fork")
+        with context.Pool(workers) as pool:
+            return dict(zip(paths, pool.map(scan_log, paths, chunksize=max(1, len(paths) // (workers * 16))),
+                            strict=True))
+    except (ValueError, OSError):
+        return {}
+
+
 def _decoded_facts(path: Path) -> tuple[int, int, bool]:
     """(U+FFFD in the text decoded with replacement, lines longer than MAX_LINE characters, valid UTF-8)."""
     lenient = codecs.getincrementaldecoder("utf-8")("replace")
@@ -343,4 +379,4 @@ def log_pieces(path: Path, clean: bool) -> Iterator[bytes]:
                 carry = buf  # a line longer than a piece: held until it ends
 
 
-__all__ = ["CHUNK_BYTES", "LogFacts", "log_pieces", "read_log", "refused", "scan_log", "streamable"]
+__all__ = ["CHUNK_BYTES", "LogFacts", "cores", "log_pieces", "read_log", "refused", "scan_log", "scan_logs", "streamable"]
