@@ -7,7 +7,7 @@ connectors never see the engine: what the rules read reaches them as `RuleQuerie
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -26,17 +26,22 @@ class TextSource:
 
 class FileTextSource(TextSource):
     """A TextSource whose text is read when the engine asks for it and not kept: a bundle's files are
-    then in memory one at a time, however many there are. `read` returns the text as UTF-8 bytes."""
+    then in memory one at a time, however many there are. `read` returns the text as UTF-8 bytes;
+    `chunks`, when given, the same bytes as a stream of pieces that each end with a whole line
+    (but the last), so that a file is never in memory whole (the engine prefers it)."""
 
-    __slots__ = ("_read", "newlines")
+    __slots__ = ("_chunks", "_read", "nbytes", "newlines")
 
     def __init__(self, name: str, read: Callable[[], bytes], node: str | None = None,
-                 source: SourceKind | None = None, *, newlines: int | None = None) -> None:
+                 source: SourceKind | None = None, *, newlines: int | None = None,
+                 chunks: Callable[[], Iterable[bytes]] | None = None, nbytes: int | None = None) -> None:
         self.name = name
         self.node = node
         self.source = source
         self._read = read
+        self._chunks = chunks
         self.newlines = newlines  # counted when the file was first read, if it was
+        self.nbytes = nbytes  # its size, when known: how the engine spreads files over processes
 
     @property
     def text(self) -> bytes:
@@ -46,6 +51,11 @@ class FileTextSource(TextSource):
     def text(self, value: str | bytes) -> None:
         data = value.encode("utf-8", "surrogateescape") if isinstance(value, str) else value
         self._read = lambda: data
+        self._chunks = None
+
+    def chunks(self) -> Iterable[bytes]:
+        """The text in line-aligned pieces (one piece when the reader gives no stream)."""
+        return self._chunks() if self._chunks is not None else (self._read(),)
 
     def __repr__(self) -> str:
         return f"FileTextSource(name={self.name!r}, node={self.node!r})"

@@ -237,7 +237,7 @@ def test_a_closed_pipe_is_not_an_error(monkeypatch: pytest.MonkeyPatch, capsys: 
 def test_an_internal_error_is_one_line(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     from hypocenter.engine import Engine
 
-    def boom(self: Engine, *args: object) -> None:
+    def boom(self: Engine, *args: object, **kwargs: object) -> None:
         raise RuntimeError("something\nbroke")
 
     monkeypatch.setattr(Engine, "analyze", boom)

@@ -19,32 +19,40 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import os
 import sys
 from collections.abc import Sequence
 
 from hypocenter import __version__
-from hypocenter.cli import analyze, config, fleet, replay, rules, schema, serve
 from hypocenter.cli.console import EXIT_INPUT, EXIT_INTERNAL, EXIT_OK, EXIT_PROBLEMS, one_line
 from hypocenter.errors import InputError
 
 __all__ = ["EXIT_INPUT", "EXIT_INTERNAL", "EXIT_OK", "EXIT_PROBLEMS", "build_parser", "main"]
 
-SUBCOMMANDS = (analyze, schema, rules, fleet, serve, replay, config)
-"""One module per subcommand, each with `add_parser(subparsers)`; in the order `--help` lists them."""
+SUBCOMMANDS = ("analyze", "schema", "rules", "fleet", "serve", "replay", "config")
+"""One module per subcommand (hypocenter.cli.<name>), each with `add_parser(subparsers)`; in the order
+`--help` lists them."""
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The whole command line; given the arguments of a run, only the subcommand they name is imported
+    and built in full (the others are bare names): `analyze` then never imports the server's modules."""
     p = argparse.ArgumentParser(prog="hypocenter", description="Find where a failed distributed AI workload's failure began.")
     p.add_argument("--version", action="version", version=f"hypocenter {__version__}")
     sub = p.add_subparsers(dest="cmd", required=True)
-    for command in SUBCOMMANDS:
-        command.add_parser(sub)
+    named = argv[0] if argv and argv[0] in SUBCOMMANDS else None
+    for name in SUBCOMMANDS:
+        if named is None or name == named:
+            importlib.import_module(f"hypocenter.cli.{name}").add_parser(sub)
+        else:
+            sub.add_parser(name)
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser(argv).parse_args(argv)
     try:
         code: int = args.func(args)
         return code

@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hypocenter.cli.console import EXIT_OK, Style, color_wanted, emit, rule_options
-from hypocenter.model import Diagnosis
 
 if TYPE_CHECKING:
     from hypocenter.collector.pull import PullConfig
     from hypocenter.engine import Engine
+    from hypocenter.model import Diagnosis
 
 _OUTCOME_STYLE = {"attributed": "1;32", "ambiguous": "1;33", "unattributed": "1;35", "not_failed": "1;36"}
 _QUALITY_STYLE = {"high": "32", "medium": "33", "low": "31"}
@@ -101,22 +101,35 @@ def render_text(d: Diagnosis, style: Style) -> str:
     return "\n".join(out) + "\n"
 
 
+# The flags that make `analyze` pull (collector/pull.py); without any, BUNDLE is read directly.
+_PULL_FLAGS = ("config", "slurm", "slurm_rest", "kueue", "k8s_job", "kubeconfig", "context", "logs", "loki",
+               "loki_node_label", "loki_workload_selector", "prometheus", "timeout")
+
+
 def _cmd_analyze(args: argparse.Namespace) -> int:
-    from hypocenter.collector import pull
     from hypocenter.engine import default_engine
 
-    try:
-        cfg = pull.merged(args)  # bad combinations fail before the rules are loaded
-    except pull.UsageError as exc:
-        args.parser.error(str(exc))  # usage and the message, exit 2
-    engine = default_engine([Path(p) for p in args.rules], builtin=not args.no_builtin_rules)
-    if cfg.bundle and not (cfg.logs or cfg.loki or cfg.prometheus):
+    if args.bundle and all(getattr(args, name, None) in (None, []) for name in _PULL_FLAGS):
+        # Only a bundle: the pull machinery (its settings and connectors) is not even imported.
         from hypocenter.collector.bundle import load_bundle
+        from hypocenter.collector.logstream import cores
 
-        bundle = load_bundle(Path(cfg.bundle))
-        diagnosis = engine.analyze(bundle)
+        engine = default_engine([Path(p) for p in args.rules], builtin=not args.no_builtin_rules)
+        diagnosis = engine.analyze(load_bundle(Path(args.bundle), workers=cores()), workers=None)
     else:
-        diagnosis = _pull_and_analyze(cfg, engine, pull.tty_progress)
+        from hypocenter.collector import pull
+
+        try:
+            cfg = pull.merged(args)  # bad combinations fail before the rules are loaded
+        except pull.UsageError as exc:
+            args.parser.error(str(exc))  # usage and the message, exit 2
+        engine = default_engine([Path(p) for p in args.rules], builtin=not args.no_builtin_rules)
+        if cfg.bundle and not (cfg.logs or cfg.loki or cfg.prometheus):
+            from hypocenter.collector.bundle import load_bundle
+
+            diagnosis = engine.analyze(load_bundle(Path(cfg.bundle)), workers=None)
+        else:
+            diagnosis = _pull_and_analyze(cfg, engine, pull.tty_progress)
     if args.format == "json":
         emit(diagnosis.to_json(), utf8=True)
     else:

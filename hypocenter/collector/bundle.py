@@ -16,27 +16,24 @@ skipped or failed; undecodable bytes, NUL runs and lines over 64 KiB make a file
 
 from __future__ import annotations
 
-import errno
 import gzip
 import json
 import os
-import stat
 import zlib
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 import yaml
 from pydantic import ValidationError
 
 from hypocenter import strict_yaml
 from hypocenter.collector import flight_recorder
+from hypocenter.collector.logstream import _display, _kind, log_pieces, read_log, scan_log, scan_logs
 from hypocenter.collector.metrics import MetricFormatError, parse_metrics
 from hypocenter.collector.scheduler_records import parse_scontrol, render
 from hypocenter.errors import BundleError, InputError
-from hypocenter.limits import inflate
-from hypocenter.lineformat import MAX_LINE, TimeContext, time_context, zone
+from hypocenter.lineformat import TimeContext, time_context, zone
 from hypocenter.model import AttemptContext, Coverage
 from hypocenter.sources import (
     AttemptInput,
@@ -48,7 +45,6 @@ from hypocenter.sources import (
 )
 
 JOB_DIR = "_job"
-_BINARY_PROBE = 8192
 
 
 @dataclass
@@ -156,69 +152,6 @@ def read_text(path: Path) -> tuple[str | None, str, str | None]:
     return (None if data is None else data.decode("utf-8", "surrogateescape")), status, reason
 
 
-def read_log(path: Path) -> tuple[bytes | None, str, str | None]:
-    """`read_text`'s answer with the text as UTF-8 bytes, which the engine scans as they are: a
-    valid file comes back as read (no decoded copy is kept)."""
-    try:
-        mode = path.stat().st_mode
-    except OSError as exc:
-        if path.is_symlink() and exc.errno == errno.ENOENT:
-            return None, "failed", f"broken symbolic link (its target {_readlink(path)} does not exist)"
-        return None, "failed", f"cannot read: {exc.strerror or exc}"
-    if not stat.S_ISREG(mode):
-        return None, "skipped", f"not a regular file: {_kind(path)}"
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        return None, "failed", f"cannot read: {exc.strerror or exc}"
-    gz = path.suffix.lower() == ".gz" or raw.startswith(b"\x1f\x8b")
-    if gz:
-        # A file of an uploaded archive (collector/archive.py) decompresses within the upload's bounds.
-        inflate_limit = getattr(path, "inflate_limit", None)
-        try:
-            if inflate_limit is None:
-                raw = gzip.decompress(raw)
-            else:
-                raw = inflate(raw, wbits=16 + zlib.MAX_WBITS, limit=inflate_limit(), setting="bundle_max_bytes",
-                              what=f"gzip file {path.name!r} in the bundle")
-                path.spend(len(raw))  # type: ignore[attr-defined]
-        except (OSError, EOFError, zlib.error) as exc:
-            return None, "failed", f"corrupt gzip file: {_gzip_problem(exc)}"
-    if not raw:
-        return None, "skipped", "empty file" + (" (after gzip decompression)" if gz else "")
-    notes: list[str] = []
-    if b"\x00" in raw:
-        probe = raw[:_BINARY_PROBE].replace(b"\x00", b"")
-        if not probe.strip():
-            return None, "skipped", "no text: only NUL bytes"
-        if _looks_binary(probe):
-            return None, "skipped", _binary_reason(raw)
-        nul = raw.count(b"\x00")
-        raw = raw.replace(b"\x00", b"")
-        notes.append(f"{nul} NUL byte{'s' if nul > 1 else ''} dropped (a log cut short by a crash often has them)")
-    if raw.isascii():  # most logs: valid UTF-8 as they are, and as long in characters as in bytes
-        if len(raw) > MAX_LINE:
-            long_lines = _long_lines(raw)
-            if long_lines:
-                notes.append(f"{long_lines} line{'s' if long_lines > 1 else ''} longer than {MAX_LINE // 1024} KiB: "
-                             f"only the first {MAX_LINE // 1024} KiB of such a line is matched against rules")
-        return raw, ("partial" if notes else "ok"), ("; ".join(notes) or None)
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        text = raw.decode("utf-8", errors="replace")
-        bad = text.count("\ufffd")
-        notes.append(f"not valid UTF-8: {bad} undecodable byte sequence{'s' if bad > 1 else ''} replaced")
-        raw = text.encode("utf-8")
-    if len(text) > MAX_LINE:
-        long_lines = _long_lines(text)
-        if long_lines:
-            notes.append(f"{long_lines} line{'s' if long_lines > 1 else ''} longer than {MAX_LINE // 1024} KiB: "
-                         f"only the first {MAX_LINE // 1024} KiB of such a line is matched against rules")
-    del text
-    return raw, ("partial" if notes else "ok"), ("; ".join(notes) or None)
-
-
 def _text_of(path: Path, clean: bool) -> bytes:
     """A log file's bytes for the engine, read again: as they are when the first read found nothing
     to repair (gzip undone), else through `read_log` again. A file gone since reads as empty."""
@@ -234,81 +167,6 @@ def _text_of(path: Path, clean: bool) -> bytes:
                 return b""
         return raw
     return read_log(path)[0] or b""
-
-
-def _long_lines(text: str | bytes) -> int:
-    """How many lines are longer than MAX_LINE. Every such line contains a whole block of
-    MAX_LINE/2 characters of the tiling below, so only the blocks are probed for a newline: a few
-    thousand `find` calls for 100 MB of ordinary log lines. (ASCII bytes: characters are bytes.)"""
-    step = MAX_LINE // 2
-    count = 0
-    i = 0
-    nl: Any = "\n" if isinstance(text, str) else b"\n"
-    while i < len(text):
-        if text.find(nl, i, i + step) >= 0:
-            i += step
-            continue
-        start = text.rfind(nl, 0, i) + 1
-        end = text.find(nl, i)
-        end = len(text) if end < 0 else end
-        if end - start > MAX_LINE:
-            count += 1
-        i = end + 1
-    return count
-
-
-_TEXT_BYTES = bytes([9, 10, 12, 13, 27, *range(32, 256)])
-_MAGIC = ((b"\xfd7zXZ\x00", "xz"), (b"BZh", "bzip2"), (b"\x28\xb5\x2f\xfd", "zstd"), (b"PK\x03\x04", "zip"),
-          (b"\x7fELF", "ELF executable or core dump"))
-
-
-def _looks_binary(probe: bytes) -> bool:
-    """NUL-free sample → True when it is not text (control bytes or invalid UTF-8 in over 10 %)."""
-    control = len(probe.translate(None, _TEXT_BYTES))
-    bad = probe.decode("utf-8", errors="replace").count("\ufffd")
-    return (control + bad) * 10 > len(probe)
-
-
-def _binary_reason(raw: bytes) -> str:
-    for magic, what in _MAGIC:
-        if raw.startswith(magic):
-            if what in ("xz", "bzip2", "zstd", "zip"):
-                return f"binary file: {what}-compressed data (only .gz files are decompressed; decompress it)"
-            return f"binary file ({what}), not a text log"
-    return "binary file (NUL and control bytes), not a text log"
-
-
-def _gzip_problem(exc: BaseException) -> str:
-    if isinstance(exc, EOFError):
-        return "truncated (the compressed data ends early)"
-    if isinstance(exc, gzip.BadGzipFile) and "Not a gzipped file" in str(exc):
-        return "not gzip data (the file ends in .gz but is not gzip-compressed)"
-    return f"damaged compressed data ({exc})"
-
-
-def _kind(path: Path) -> str:
-    try:
-        mode = path.stat().st_mode
-    except OSError:
-        return "broken symbolic link" if path.is_symlink() else "unreadable"
-    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
-                       (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device")):
-        if test(mode):
-            return name
-    return "not a regular file"
-
-
-def _readlink(path: Path) -> str:
-    try:
-        return repr(_display(os.readlink(path)))
-    except OSError:
-        return "?"
-
-
-def _display(name: str) -> str:
-    """A path or node name as valid text: undecodable bytes in file names become U+FFFD."""
-    return name.encode("utf-8", errors="surrogateescape").decode("utf-8", errors="replace")
 
 
 def _files(top: Path) -> list[Path]:
@@ -332,14 +190,15 @@ def _not_a_directory(root: Path, name: str, connector: str, bundle: Bundle) -> b
     return True
 
 
-def load_bundle(root: Path) -> Bundle:
+def load_bundle(root: Path, *, workers: int = 1) -> Bundle:
+    """A bundle directory read (its log files scanned by `workers` forked processes when big enough)."""
     root = root if isinstance(root, Path) else Path(root)  # an ArchivePath stays one
     bundle = Bundle(root=root, context=load_context(root))
-    read_data(bundle)
+    read_data(bundle, workers=workers)
     return bundle
 
 
-def read_data(bundle: Bundle) -> None:
+def read_data(bundle: Bundle, *, workers: int = 1) -> None:
     """Read logs/, metrics/ and events/ under `bundle.root` for `bundle.context` into its sources and
     coverage (the local-files connector, connectors/files.py, reads a directory the same way)."""
     root, context = bundle.root, bundle.context
@@ -354,13 +213,16 @@ def read_data(bundle: Bundle) -> None:
                 connector="files", source=_display(stray.relative_to(root).as_posix()), status="skipped",
                 observations=0, reason=(f"not read: {_kind(stray)}" if stray.exists() and not stray.is_file() else
                                         "not read: logs go in logs/<node>/ (or logs/_job/ for job-level logs)")))
-        for node_dir in (p for p in entries if p.is_dir()):
+        node_dirs = [p for p in entries if p.is_dir()]
+        files = {d: _files(d) for d in node_dirs}
+        scanned = scan_logs([p for d in node_dirs for p in files[d]], workers)
+        for node_dir in node_dirs:
             node = None if node_dir.name == JOB_DIR else _display(node_dir.name)
             if node is not None:
                 seen_nodes.add(node)
             lines = 0
             problems: list[str] = []
-            for path in _files(node_dir):
+            for path in files[node_dir]:
                 rel = _display(path.relative_to(root).as_posix())
                 dump = flight_recorder.read_source(path, rel, node)
                 if dump is not None:  # a Flight Recorder dump among the node's logs
@@ -368,20 +230,19 @@ def read_data(bundle: Bundle) -> None:
                     bundle.coverage.append(dump[1])
                     lines += dump[1].observations
                     continue
-                data, fstatus, reason = read_log(path)
-                if fstatus != "ok":
-                    problems.append(f"{rel}: {reason}")
-                    bundle.coverage.append(Coverage(connector="files", source=rel, status=fstatus,  # type: ignore[arg-type]
-                                                    observations=0 if data is None else data.count(b"\n"),
-                                                    reason=reason))
-                if data is None:
+                facts = scanned.get(path) or scan_log(path)  # in pieces: never a whole file in memory
+                if facts.status != "ok":
+                    problems.append(f"{rel}: {facts.reason}")
+                    bundle.coverage.append(Coverage(connector="files", source=rel, status=facts.status,  # type: ignore[arg-type]
+                                                    observations=facts.newlines, reason=facts.reason))
+                if not facts.usable:
                     continue
-                newlines = data.count(b"\n")
-                lines += newlines + (0 if data.endswith(b"\n") or not data else 1)
-                # Read again when the engine gets to it, so that one file at a time is in memory.
-                bundle.sources.append(FileTextSource(rel, partial(_text_of, path, fstatus == "ok"), node,
-                                                     newlines=newlines))
-                del data
+                lines += facts.newlines + (0 if facts.ends_with_newline or not facts.nbytes else 1)
+                # Read again when the engine gets to it, in pieces too.
+                clean = facts.status == "ok"
+                bundle.sources.append(FileTextSource(
+                    rel, partial(_text_of, path, clean), node, newlines=facts.newlines, nbytes=facts.nbytes,
+                    chunks=partial(log_pieces, path, clean) if facts.streamed else None))
             src = _display(node_dir.relative_to(root).as_posix())
             status = ("partial" if problems else "ok") if lines else ("failed" if problems else "missing")
             bundle.coverage.append(Coverage(

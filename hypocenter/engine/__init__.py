@@ -8,19 +8,20 @@ collector: callers load a bundle (`hypocenter.collector.bundle.load_bundle`) or 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from functools import lru_cache
 from itertools import chain
 from pathlib import Path
 
 from hypocenter.engine.extract import Extractor
-from hypocenter.engine.rules import Ruleset, load_ruleset
+from hypocenter.engine.rules import Ruleset
 from hypocenter.engine.verdict import Verdict
 from hypocenter.lineformat import time_context
 from hypocenter.model import AttemptContext, Diagnosis
-from hypocenter.sources import AttemptInput, Record, RecordSource
+from hypocenter.sources import AttemptInput, FileTextSource, Record, RecordSource, Source
 
-__all__ = ["Engine", "analyze", "default_engine"]
+__all__ = ["Engine", "analyze", "auto_workers", "default_engine"]
 
 
 class Engine:
@@ -31,12 +32,31 @@ class Engine:
         self.extractor = Extractor(ruleset)
         self.verdict = Verdict(ruleset)
 
-    def analyze(self, attempt: AttemptInput) -> Diagnosis:
+    def analyze(self, attempt: AttemptInput, *, workers: int | None = 1) -> Diagnosis:
+        """The diagnosis of one attempt. `workers`: processes that extract its text streams (None:
+        as many as pay for themselves, see `auto_workers`); the diagnosis is the same for any number."""
         context = attempt.context
         tctx = time_context(context)
-        result = self.extractor.extract(chain(attempt.sources, [_attempt_record(context)]), context, tctx)
+        n = auto_workers(attempt.sources) if workers is None else workers
+        result = self.extractor.extract(chain(attempt.sources, [_attempt_record(context)]), context, tctx, workers=n)
         return self.verdict.decide(context, result.events,
                                    sorted(attempt.coverage, key=lambda c: (c.source, c.connector)))
+
+
+PARALLEL_BYTES = 64 << 20  # below this much text, forking workers costs more than it saves
+
+
+def auto_workers(sources: Sequence[Source]) -> int:
+    """How many processes to extract these sources with: one per available core (at most 4) when
+    there are files of at least PARALLEL_BYTES in all, else 1."""
+    size = sum(s.nbytes or 0 for s in sources if isinstance(s, FileTextSource))
+    if size < PARALLEL_BYTES:
+        return 1
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(cores, 4))
 
 
 def _attempt_record(ctx: AttemptContext) -> RecordSource:
@@ -48,7 +68,9 @@ def _attempt_record(ctx: AttemptContext) -> RecordSource:
 
 @lru_cache(maxsize=4)
 def _cached(extra: tuple[str, ...], builtin: bool) -> Engine:
-    return Engine(load_ruleset([Path(p) for p in extra], builtin=builtin))
+    from hypocenter.engine.rulecache import load_ruleset_cached
+
+    return Engine(load_ruleset_cached([Path(p) for p in extra], builtin=builtin))
 
 
 def default_engine(extra_rules: Sequence[Path | str] = (), *, builtin: bool = True) -> Engine:

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import bisect
 import re
+import sys
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
@@ -166,23 +167,41 @@ class Extractor:
 
     # ----------------------------------------------------------------------------------------- text
 
-    def extract(self, sources: Iterable[Source], context: AttemptContext, tctx: TimeContext) -> ExtractionResult:
+    def extract(self, sources: Iterable[Source], context: AttemptContext, tctx: TimeContext, *,
+                workers: int = 1) -> ExtractionResult:
+        """Events of every source. With `workers` > 1 (and fork available), text streams are extracted
+        in that many forked processes, each stream whole in one of them; results are merged in source
+        order, so the events are the ones one process finds, in the same order."""
         names = NodeNames(context.nodes)
         if context.nodes and not tctx.hosts:  # pdsh-style "host: " prefixes are peeled for these names only
             tctx = replace(tctx, hosts=frozenset(names.aliases()))
-        ranks = context.rank_nodes()
+        job = _Job(tctx, names, context.rank_nodes(), list(context.nodes))
         result = ExtractionResult()
         pending: list[_Pending] = []
         anchors: dict[str, list[timedelta]] = defaultdict(list)  # node → wall − uptime (boot time offsets)
         max_uptime: dict[str, float] = {}
-        for src in sources:
-            if isinstance(src, TextSource):
-                self._text(src, tctx, names, ranks, result, pending, anchors, max_uptime, context.nodes)
+        listed = list(sources)
+        for src, stream in zip(listed, self._streams(listed, job, workers), strict=True):
+            if stream is not None and isinstance(src, TextSource):
+                result.events.extend(stream.events)
+                result.candidates += stream.candidates
+                result.lines_scanned += stream.lines
+                if src.node:
+                    anchors[src.node].extend(stream.anchors)
+                pending.extend(stream.pending)
+                if stream.last_uptime is not None:
+                    max_uptime[src.name] = stream.last_uptime
             elif isinstance(src, RecordSource):
                 for rec in src.records:
                     self._record(rec, tctx, names, result)
             elif isinstance(src, MetricSource):
                 self._metrics(src, tctx, names, result)
+        # The boot-anchor probe of the streams' first lines, for the nodes with uptime-only events only
+        # (most attempts have none: their streams' heads are never looked at).
+        needed = {p.event.node for p in pending if p.event.node}
+        for src in listed:
+            if isinstance(src, TextSource) and src.node in needed:
+                anchors[src.node].extend(_boot_anchors(_head(src), tctx))
         for p in pending:
             node = p.event.node or ""
             offs = anchors.get(node)
@@ -195,136 +214,16 @@ class Extractor:
                 p.event.approx = True
         return result
 
-    def _text(self, src: TextSource, tctx: TimeContext, names: NodeNames, ranks: dict[int, str],
-              result: ExtractionResult, pending: list[_Pending], anchors: dict[str, list[timedelta]],
-              max_uptime: dict[str, float], context_nodes: list[str]) -> None:
-        text = src.text  # read once: a FileTextSource reads its file on each access
-        data = text if isinstance(text, bytes) else text.encode("utf-8", "surrogateescape")
-        del text
-        n = len(data)
-        known = src.newlines if isinstance(src, FileTextSource) else None
-        result.lines_scanned += data.count(b"\n") if known is None else known
-        epoch = datetime(1970, 1, 1, tzinfo=tctx.start.tzinfo)
-        node_dir = src.node
-        first_node = context_nodes[0] if context_nodes else None
-        file_rank = _rank_from_name(src.name)
-        # srun --label ids are ranks only when srun starts one task per rank; with one torchrun per
-        # node they are node indices, which the stream shows by pairing a label with another [rankN].
-        label_nodes: dict[int, str] | None = None  # srun task label → node, when labels are not ranks
-        labels_checked = False
-        self._probe_anchors(data, tctx, node_dir, anchors)
-        line_no = 1
-        counted = 0
-        line_end = -1
-        resolved_at = -1                       # line-start offset whose time is known
-        resolved_time: datetime | None = None
-        next_at, next_time = -1, None           # the next stamped line after the current one, if looked up
-        has_uptime_only = False
-        for _, start, _ in self.scan(data):
-            if start <= line_end:
-                continue  # another token on a line already handled
-            ls = data.rfind(b"\n", 0, start) + 1
-            le = data.find(b"\n", start)
-            if le == -1:
-                le = n
-            line_end = le
-            line_no += data.count(b"\n", counted, ls)
-            counted = ls
-            line = data[ls:min(le, ls + MAX_LINE)].decode("utf-8", "replace")
-            matched = [c for tok, comps in self._by_token.items() if tok in line for c in comps]
-            if not matched:
-                continue
-            result.candidates += 1
-            header = parse_line(line, tctx)
-            kind = src.source or _source_kind(header)
-            approx = False
-            inherited = False
-            when = header.time
-            if when is not None and header.uptime is not None and node_dir:
-                anchors[node_dir].append(when - epoch - timedelta(seconds=header.uptime))
-            if when is None and header.uptime is None:
-                inherited = True
-                if resolved_at >= 0 and ls <= resolved_at:
-                    when = resolved_time
-                else:
-                    when = _inherit(data, ls, resolved_at, tctx)
-                    if when is None and resolved_at >= 0:
-                        when = resolved_time
-                    approx = when is None
-            if when is not None:
-                resolved_at, resolved_time = ls, when
-            upper: datetime | None = None
-            if inherited and when is not None:
-                if next_at <= le:
-                    next_at, next_time = _next_stamp(data, le, tctx)
-                upper = next_time
-            host_node = names.resolve(header.host) if header.host else None
-            seen_rules: set[str] = set()
-            for comp in matched:
-                if comp.rule.id in seen_rules or kind not in comp.sources:
-                    continue
-                seen_rules.add(comp.rule.id)
-                block = header.message
-                if comp.spec.lines_before or comp.spec.lines_after:
-                    block = _block(data, ls, le, comp.spec.lines_before, comp.spec.lines_after, tctx)
-                fm = comp.regex.search(block)
-                if fm is None:
-                    continue
-                fields = _fields(fm, comp)
-                if header.time is None and isinstance(fields.get("at"), str):
-                    stated = parse_iso(str(fields["at"]), tctx)  # a time the line states (banners)
-                    if stated is not None:
-                        when, approx, inherited = stated, False, False
-                rank = header.rank
-                label_node: str | None = None
-                if rank is not None and header.task is not None and rank == header.task:
-                    if not labels_checked:
-                        label_nodes = _srun_labels(data, context_nodes, len(ranks))
-                        labels_checked = True
-                    if label_nodes is not None:
-                        rank = None  # the label is a task (one per node), not a rank
-                        label_node = label_nodes.get(header.task)
-                if rank is None:
-                    rank = file_rank
-                if rank is None and isinstance(fields.get("rank"), int):
-                    rank = int(fields["rank"])  # type: ignore[arg-type]
-                node = node_dir or names.resolve(_str(fields.get("host"))) or host_node or label_node
-                if node is None and rank is not None:
-                    # Without a rank map, rank 0 is on the first node of the allocation (Slurm's batch host).
-                    node = ranks.get(rank) or (first_node if rank == 0 and not ranks else None)
-                if rank is None and header.local_rank is not None and node is not None:
-                    rank = _global_rank(ranks, node, header.local_rank)  # torchrun's [defaultN]: on a known node
-                ev = Event(kind=comp.spec.event, rule=comp.rule.id, time=when, approx=approx,
-                           inherited=inherited and when is not None,
-                           time_max=upper if inherited and upper is not None and when is not None and upper >= when else None,
-                           node=node,
-                           rank=rank, source=kind, ref=f"{src.name}:{line_no}",
-                           text=line.rstrip()[:MAX_TEXT], fields=fields)
-                if when is None and header.uptime is not None:
-                    pending.append(_Pending(ev, header.uptime, src.name))
-                    has_uptime_only = True
-                result.events.append(ev)
-        if has_uptime_only:
-            max_uptime[src.name] = _last_uptime(data)
-
-    @staticmethod
-    def _probe_anchors(data: bytes, tctx: TimeContext, node: str | None,
-                       anchors: dict[str, list[timedelta]]) -> None:
-        """Pair wall and uptime stamps from a stream's first lines (kern.log carries both)."""
-        if not node or b"] " not in data[:65536]:
-            return
-        epoch = datetime(1970, 1, 1, tzinfo=tctx.start.tzinfo)
-        head = data[:65536].decode("utf-8", "replace")
-        first = head.splitlines()[:20]
-        # only a line with an uptime stamp can pair: the whole parse is skipped when none has one
-        for line in first if _UPTIME.search("\n".join(first)) else ():
-            h = parse_line(line, tctx)
-            if h.time is not None and h.uptime is not None:
-                anchors[node].append(h.time - epoch - timedelta(seconds=h.uptime))
-        # Raw dmesg from boot: the RTC line pairs an uptime with the wall clock it set.
-        m = _RTC.search(head)
-        if m:
-            anchors[node].append(timedelta(seconds=int(m.group(2)) - float(m.group(1))))
+    def _streams(self, sources: list[Source], job: _Job, workers: int) -> Iterator[_StreamResult | None]:
+        """Per source, in order: its text stream's extraction (None for records and metrics)."""
+        texts = [i for i, src in enumerate(sources) if isinstance(src, TextSource)]
+        if workers > 1 and len(texts) > 1:
+            done = _forked(self, job, sources, texts, workers)
+            if done is not None:
+                yield from (next(done) if isinstance(src, TextSource) else None for src in sources)
+                return
+        for src in sources:
+            yield _TextStream(self, job, src).run() if isinstance(src, TextSource) else None
 
     # ----------------------------------------------------------------------------------------- records
 
@@ -447,12 +346,17 @@ def _source_kind(h: LineHeader) -> SourceKind:
     return "app"
 
 
-def _inherit(data: bytes, ls: int, stop: int, tctx: TimeContext) -> datetime | None:
+def _inherit(data: bytes, ls: int, stop: int, tctx: TimeContext, open_start: bool = False) -> datetime | None:
     """The stamp of the nearest earlier line that has one, looking back at most BACKSCAN_LINES
-    lines and never past `stop` (a line whose time is already known)."""
+    lines and never past `stop` (a line whose time is already known). `open_start`: `data` is a
+    window whose first byte is not the stream's (_Edge when the look goes past it)."""
     end = ls - 1
     for _ in range(BACKSCAN_LINES):
-        if end <= 0 or end <= stop:
+        if end <= stop:
+            return None
+        if end <= 0:
+            if open_start:
+                raise _Edge
             return None
         start = data.rfind(b"\n", 0, end) + 1
         h = parse_line(data[start:min(end, start + 512)].decode("utf-8", "replace"), tctx)
@@ -475,25 +379,34 @@ _LABEL_AND_LOCAL = re.compile(rb"(?m)^ *\d{1,6}: \[[A-Za-z_][\w-]*?\d+\]:")  # s
 _SRUN_TASK_NODE = re.compile(rb"srun: error: ([\w.-]+): task (\d+):")
 
 
-def _srun_labels(data: bytes, nodes: list[str], n_ranks: int) -> dict[int, str] | None:
+def _srun_labels(pieces: Iterable[bytes], nodes: list[str], n_ranks: int) -> dict[int, str] | None:
     """srun --label prefixes are task ids. They are the ranks when srun starts one task per rank;
     with one launcher (torchrun) per node they are node indices. Decide once per stream: a label
     paired with a different [rankN], or labels that never reach the node count while the job has
     more ranks than nodes, mean tasks-per-node; then map each task to its node (from `srun: error:
-    <node>: task N` lines, else the allocation order). None: labels are ranks."""
-    pair = _LABEL_AND_RANK.search(data)
-    per_node = (pair is not None and pair.group(1) != pair.group(2)) or _LABEL_AND_LOCAL.search(data) is not None
+    <node>: task N` lines, else the allocation order). None: labels are ranks. The stream comes in
+    line-aligned pieces (every pattern here matches within one line)."""
+    pair: tuple[bytes, bytes] | None = None
+    local = False
+    top = -1
+    tasks: list[tuple[bytes, int]] = []
+    for data in pieces:
+        if pair is None and (m := _LABEL_AND_RANK.search(data)) is not None:
+            pair = (m.group(1), m.group(2))
+        local = local or _LABEL_AND_LOCAL.search(data) is not None
+        top = max(top, max((int(m.group(1)) for m in _LABEL.finditer(data)), default=-1))
+        tasks.extend((m.group(1), int(m.group(2))) for m in _SRUN_TASK_NODE.finditer(data))
+    per_node = (pair is not None and pair[0] != pair[1]) or local
     if not per_node:
-        top = max((int(m.group(1)) for m in _LABEL.finditer(data)), default=-1)
         per_node = bool(nodes) and n_ranks > len(nodes) and 0 <= top < len(nodes)
     if not per_node:
         return None
     mapping = dict(enumerate(nodes))
     names = {n.lower(): n for n in nodes}
-    for m in _SRUN_TASK_NODE.finditer(data):
-        host = m.group(1).decode(errors="replace").lower()
+    for raw_host, task in tasks:
+        host = raw_host.decode(errors="replace").lower()
         if host in names:
-            mapping[int(m.group(2))] = names[host]
+            mapping[task] = names[host]
     return mapping
 
 
@@ -513,13 +426,16 @@ def _rank_from_name(name: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def _next_stamp(data: bytes, le: int, tctx: TimeContext) -> tuple[int, datetime | None]:
+def _next_stamp(data: bytes, le: int, tctx: TimeContext, open_end: bool = False) -> tuple[int, datetime | None]:
     """The start offset and stamp of the first stamped line after offset `le` (bounded look-ahead);
-    (len(data), None) when there is none."""
+    (len(data), None) when there is none. `open_end`: `data` is a window that ends before the stream
+    does, with a whole line (_Edge when the look goes past it)."""
     start = le + 1
     n = len(data)
     for _ in range(BACKSCAN_LINES):
         if start >= n:
+            if open_end:
+                raise _Edge
             break
         end = data.find(b"\n", start)
         end = n if end == -1 else end
@@ -530,15 +446,20 @@ def _next_stamp(data: bytes, le: int, tctx: TimeContext) -> tuple[int, datetime 
     return n, None
 
 
-def _block(data: bytes, ls: int, le: int, before: int, after: int, tctx: TimeContext) -> str:
+def _block(data: bytes, ls: int, le: int, before: int, after: int, tctx: TimeContext,
+           open_start: bool = False, open_end: bool = False) -> str:
     start = ls
     for _ in range(before):
         if start <= 0:
+            if open_start:
+                raise _Edge
             break
         start = data.rfind(b"\n", 0, start - 1) + 1
     end = le
     for _ in range(after):
-        if end >= len(data):
+        if end >= len(data) or (open_end and end + 1 >= len(data)):
+            if open_end:
+                raise _Edge
             break
         nxt = data.find(b"\n", end + 1)
         end = len(data) if nxt == -1 else nxt
@@ -556,3 +477,345 @@ def _last_uptime(data: bytes) -> float:
         if m:
             best = max(best, float(m.group(1)))
     return best
+
+
+HEAD_BYTES = 65536          # the start of a stream probed for boot anchors (wall + uptime stamps, RTC)
+HEAD_LINES = 20
+
+
+def _head(src: TextSource) -> bytes:
+    """The first HEAD_BYTES of a stream's text (read again for a file)."""
+    if isinstance(src, FileTextSource):
+        head = b""
+        for piece in src.chunks():
+            head += piece[:HEAD_BYTES - len(head)]
+            if len(head) >= HEAD_BYTES:
+                break
+        return head
+    text = src.text
+    return (text if isinstance(text, bytes) else text[:HEAD_BYTES].encode("utf-8", "surrogateescape"))[:HEAD_BYTES]
+
+
+def _boot_anchors(head: bytes, tctx: TimeContext) -> list[timedelta]:
+    """Boot-time offsets (wall - uptime) a stream's head states: its first lines pairing a wall stamp
+    with an uptime stamp (kern.log carries both), and raw dmesg's RTC line, which pairs an uptime
+    with the wall clock it set."""
+    if b"] " not in head:
+        return []
+    epoch = datetime(1970, 1, 1, tzinfo=tctx.start.tzinfo)
+    text = head.decode("utf-8", "replace")
+    first = text.splitlines()[:HEAD_LINES]
+    out: list[timedelta] = []
+    # only a line with an uptime stamp can pair: the whole parse is skipped when none has one
+    for line in first if _UPTIME.search("\n".join(first)) else ():
+        h = parse_line(line, tctx)
+        if h.time is not None and h.uptime is not None:
+            out.append(h.time - epoch - timedelta(seconds=h.uptime))
+    m = _RTC.search(text)
+    if m:
+        out.append(timedelta(seconds=int(m.group(2)) - float(m.group(1))))
+    return out
+
+
+class _Edge(Exception):
+    """A candidate's context reaches past the window of a streamed text: look again in a wider one."""
+
+
+class _WholeStream(Exception):
+    """Even the wide window is too narrow (thousands of long unstamped lines): extract from the whole text."""
+
+
+@dataclass(slots=True)
+class _Job:
+    """What every stream of one attempt is extracted against."""
+
+    tctx: TimeContext
+    names: NodeNames
+    ranks: dict[int, str]
+    nodes: list[str]
+
+
+@dataclass(slots=True)
+class _StreamResult:
+    """One text stream's share of an extraction, merged by `Extractor.extract` in source order."""
+
+    events: list[Event]
+    candidates: int
+    lines: int
+    anchors: list[timedelta]        # boot offsets found in the stream (of its node)
+    pending: list[_Pending]         # uptime-only events, placed once every stream is read
+    last_uptime: float | None       # the highest uptime near its end, when it has uptime-only events
+
+
+class _Pieces:
+    """A stream's pieces, with a look at the next ones (empty pieces skipped)."""
+
+    def __init__(self, pieces: Iterable[bytes]) -> None:
+        self._it = iter(pieces)
+        self._ahead: list[bytes] = []
+
+    def peek(self, k: int) -> bytes | None:
+        while len(self._ahead) <= k:
+            piece = next(self._it, None)
+            if piece is None:
+                return None
+            if piece:
+                self._ahead.append(piece)
+        return self._ahead[k]
+
+    def pop(self) -> bytes | None:
+        piece = self.peek(0)
+        if piece is not None:
+            del self._ahead[0]
+        return piece
+
+
+class _TextStream:
+    """The extraction of one text stream: scan its bytes, parse the candidate lines, keep what the
+    attempt-wide pass needs (boot anchors, uptime-only events).
+
+    A file comes in line-aligned pieces (FileTextSource.chunks) and is never held whole: each piece
+    is scanned on its own (tokens never span lines, so none spans two pieces); a candidate whose
+    context (the stamp it inherits, the next stamp, lines around it) reaches past its piece is looked
+    at again in the previous, its own and the next piece together, and in the rare case even that is
+    too narrow, the stream is extracted again from its whole text. The events are those of the whole
+    text in every case."""
+
+    def __init__(self, extractor: Extractor, job: _Job, src: TextSource) -> None:
+        self.ex = extractor
+        self.job = job
+        self.src = src
+        self.file_rank = _rank_from_name(src.name)
+        self.count_lines = not (isinstance(src, FileTextSource) and src.newlines is not None)
+        self._whole = b""  # the stream's bytes when they are one piece
+        self._reset()
+
+    def _reset(self) -> None:
+        self.events: list[Event] = []
+        self.candidates = 0
+        self.lines = 0
+        self.anchors: list[timedelta] = []
+        self.pending: list[_Pending] = []
+        self.last_uptime: float | None = None
+        # srun --label ids are ranks only when srun starts one task per rank; with one torchrun per
+        # node they are node indices, which the stream shows by pairing a label with another [rankN].
+        self.label_nodes: dict[int, str] | None = None  # srun task label → node, when labels are not ranks
+        self.labels_checked = False
+        self.resolved_at = -1                   # stream offset of the last line whose time is known
+        self.resolved_time: datetime | None = None
+        self.next_at = -1                       # the next stamped line after the last inherited candidate
+        self.next_time: datetime | None = None
+        self.line_no = 1                        # line number at the scan's position in the current piece
+        self.has_uptime_only = False
+        self._tail = b""                        # the stream's last bytes so far (its uptime at the end)
+
+    def run(self) -> _StreamResult:
+        src = self.src
+        known = src.newlines if isinstance(src, FileTextSource) else None
+        if isinstance(src, FileTextSource):
+            try:
+                self._pieces(_Pieces(src.chunks()))
+            except _WholeStream:
+                self._reset()
+                self._pieces(_Pieces([b"".join(src.chunks())]))
+        else:
+            text = src.text
+            self._pieces(_Pieces([text if isinstance(text, bytes) else text.encode("utf-8", "surrogateescape")]))
+        if known is not None:
+            self.lines = known
+        return _StreamResult(self.events, self.candidates, self.lines, self.anchors, self.pending,
+                             self.last_uptime)
+
+    def _labels(self) -> dict[int, str] | None:
+        if not self.labels_checked:
+            src = self.src
+            pieces = [self._whole] if self._whole or not isinstance(src, FileTextSource) else src.chunks()
+            self.label_nodes = _srun_labels(pieces, self.job.nodes, len(self.job.ranks))
+            self.labels_checked = True
+        return self.label_nodes
+
+    def _pieces(self, pieces: _Pieces) -> None:
+        prev = b""
+        base = 0
+        cur = pieces.pop()
+        if cur is None:
+            return
+        while cur is not None:
+            last = pieces.peek(0) is None
+            if base == 0 and last:
+                self._whole = cur  # the stream is this one piece (srun labels read it)
+            if self.count_lines:
+                self.lines += cur.count(b"\n")
+            self._piece(cur, base, prev, pieces, last)
+            self._tail = cur[-HEAD_BYTES:] if len(cur) >= HEAD_BYTES else (self._tail + cur)[-HEAD_BYTES:]
+            if last:
+                if self.has_uptime_only:
+                    self.last_uptime = _last_uptime(self._tail)
+                return
+            base += len(cur)
+            prev = cur
+            cur = pieces.pop()
+
+    def _piece(self, cur: bytes, base: int, prev: bytes, pieces: _Pieces, last: bool) -> None:
+        n = len(cur)
+        counted = 0
+        line_end = -1
+        by_token = self.ex._by_token
+        for _, start, _ in self.ex.scan(cur):
+            if start <= line_end:
+                continue  # another token on a line already handled
+            ls = cur.rfind(b"\n", 0, start) + 1
+            le = cur.find(b"\n", start)
+            if le == -1:
+                le = n
+            line_end = le
+            self.line_no += cur.count(b"\n", counted, ls)
+            counted = ls
+            line = cur[ls:min(le, ls + MAX_LINE)].decode("utf-8", "replace")
+            matched = [c for tok, comps in by_token.items() if tok in line for c in comps]
+            if not matched:
+                continue
+            try:
+                self._candidate(cur, base, ls, le, line, matched, base > 0, not last)
+            except _Edge:
+                nxt = pieces.peek(0) or b""
+                wide = prev + cur + nxt
+                wide_base = base - len(prev)
+                try:
+                    self._candidate(wide, wide_base, ls + len(prev), le + len(prev), line, matched,
+                                    wide_base > 0, pieces.peek(1) is not None)
+                except _Edge:
+                    raise _WholeStream from None
+        if not last:
+            self.line_no += cur.count(b"\n", counted)
+
+    def _candidate(self, data: bytes, base: int, ls: int, le: int, line: str, matched: list[_Compiled],
+                   open_start: bool, open_end: bool) -> None:
+        """One candidate line, at [ls, le) of `data`, which starts at stream offset `base`. Reads only
+        until every look into `data` is done (an _Edge leaves no trace), then records."""
+        job, src = self.job, self.src
+        tctx = job.tctx
+        node_dir = src.node
+        header = parse_line(line, tctx)
+        kind = src.source or _source_kind(header)
+        approx = False
+        inherited = False
+        when = header.time
+        anchor: timedelta | None = None
+        if when is not None and header.uptime is not None and node_dir:
+            anchor = when - datetime(1970, 1, 1, tzinfo=tctx.start.tzinfo) - timedelta(seconds=header.uptime)
+        resolved_at, resolved_time = self.resolved_at, self.resolved_time
+        if when is None and header.uptime is None:
+            inherited = True
+            if resolved_at >= 0 and base + ls <= resolved_at:
+                when = resolved_time
+            else:
+                when = _inherit(data, ls, resolved_at - base, tctx, open_start)
+                if when is None and resolved_at >= 0:
+                    when = resolved_time
+                approx = when is None
+        if when is not None:
+            resolved_at, resolved_time = base + ls, when
+        next_at, next_time = self.next_at, self.next_time
+        upper: datetime | None = None
+        if inherited and when is not None:
+            if next_at <= base + le:
+                at, next_time = _next_stamp(data, le, tctx, open_end)
+                next_at = base + at if next_time is not None else _BEYOND  # none: none for the rest either
+            upper = next_time
+        host_node = job.names.resolve(header.host) if header.host else None
+        events: list[Event] = []
+        pending: list[_Pending] = []
+        seen_rules: set[str] = set()
+        for comp in matched:
+            if comp.rule.id in seen_rules or kind not in comp.sources:
+                continue
+            seen_rules.add(comp.rule.id)
+            block = header.message
+            if comp.spec.lines_before or comp.spec.lines_after:
+                block = _block(data, ls, le, comp.spec.lines_before, comp.spec.lines_after, tctx, open_start, open_end)
+            fm = comp.regex.search(block)
+            if fm is None:
+                continue
+            fields = _fields(fm, comp)
+            if header.time is None and isinstance(fields.get("at"), str):
+                stated = parse_iso(str(fields["at"]), tctx)  # a time the line states (banners)
+                if stated is not None:
+                    when, approx, inherited = stated, False, False
+            rank = header.rank
+            label_node: str | None = None
+            if rank is not None and header.task is not None and rank == header.task:
+                label_nodes = self._labels()
+                if label_nodes is not None:
+                    rank = None  # the label is a task (one per node), not a rank
+                    label_node = label_nodes.get(header.task)
+            if rank is None:
+                rank = self.file_rank
+            if rank is None and isinstance(fields.get("rank"), int):
+                rank = int(fields["rank"])  # type: ignore[arg-type]
+            node = node_dir or job.names.resolve(_str(fields.get("host"))) or host_node or label_node
+            if node is None and rank is not None:
+                # Without a rank map, rank 0 is on the first node of the allocation (Slurm's batch host).
+                node = job.ranks.get(rank) or (job.nodes[0] if job.nodes and rank == 0 and not job.ranks else None)
+            if rank is None and header.local_rank is not None and node is not None:
+                rank = _global_rank(job.ranks, node, header.local_rank)  # torchrun's [defaultN]: on a known node
+            ev = Event(kind=comp.spec.event, rule=comp.rule.id, time=when, approx=approx,
+                       inherited=inherited and when is not None,
+                       time_max=upper if inherited and upper is not None and when is not None and upper >= when else None,
+                       node=node,
+                       rank=rank, source=kind, ref=f"{src.name}:{self.line_no}",
+                       text=line.rstrip()[:MAX_TEXT], fields=fields)
+            if when is None and header.uptime is not None:
+                pending.append(_Pending(ev, header.uptime, src.name))
+            events.append(ev)
+        self.candidates += 1
+        if anchor is not None:
+            self.anchors.append(anchor)
+        self.resolved_at, self.resolved_time = resolved_at, resolved_time
+        self.next_at, self.next_time = next_at, next_time
+        self.events.extend(events)
+        self.pending.extend(pending)
+        self.has_uptime_only = self.has_uptime_only or bool(pending)
+
+
+_BEYOND = sys.maxsize  # "no stamped line ahead" holds for the rest of the stream
+
+# The extractor, the attempt and its sources, inherited by forked workers (never pickled).
+_FORK: tuple[Extractor, _Job, list[Source]] | None = None
+
+
+def _extract_forked(i: int) -> _StreamResult:
+    assert _FORK is not None
+    extractor, job, sources = _FORK
+    src = sources[i]
+    assert isinstance(src, TextSource)
+    return _TextStream(extractor, job, src).run()
+
+
+def _forked(extractor: Extractor, job: _Job, sources: list[Source], texts: list[int],
+            workers: int) -> Iterator[_StreamResult] | None:
+    """The text streams `texts` (indices into `sources`) extracted by `workers` forked processes, in
+    order; None where fork is not available (the caller extracts them itself)."""
+    import multiprocessing
+
+    global _FORK
+    try:
+        context = multiprocessing.get_context("fork")
+    except ValueError:
+        return None
+    _FORK = (extractor, job, sources)
+    try:
+        pool = context.Pool(workers)
+    except OSError:
+        _FORK = None
+        return None
+
+    def results() -> Iterator[_StreamResult]:
+        global _FORK
+        try:
+            with pool:
+                yield from pool.imap(_extract_forked, texts, chunksize=max(1, len(texts) // (workers * 16)))
+        finally:
+            _FORK = None
+
+    return results()

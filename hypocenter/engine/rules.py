@@ -60,7 +60,7 @@ _ID = re.compile(r"^[a-z0-9][a-z0-9-]*[a-z0-9]$")
 
 
 class _Spec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)  # built on first validation: a cached catalog never needs it
 
 
 class ExtractSpec(_Spec):

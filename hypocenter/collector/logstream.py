@@ -1,0 +1,382 @@
+"""A bundle's log files read in fixed-size pieces: never a whole file in memory.
+
+    read_log(path)          → (bytes | None, status, reason): a log file read whole, checked and repaired
+    scan_log(path)          → LogFacts: what `read_log` says of the file (status, reason,
+                              lines), found while reading it CHUNK_BYTES at a time
+    log_pieces(path, clean) → the text the engine scans (the bytes `read_log` would return), in pieces
+                              that each end with a whole line, but the last
+
+A plain file is streamed. A gzip file (rotated logs are small) and a file of an uploaded archive
+(already in memory, within the upload's bounds) go through `read_log` whole, as before.
+"""
+
+from __future__ import annotations
+
+import codecs
+import contextlib
+import errno
+import gzip
+import os
+import stat
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hypocenter.limits import inflate
+from hypocenter.lineformat import MAX_LINE
+
+_BINARY_PROBE = 8192
+CHUNK_BYTES = 8 << 20
+"""How much of a file is read at a time; a line longer than this is held whole."""
+
+
+@dataclass(frozen=True, slots=True)
+class LogFacts:
+    usable: bool              # False: not text the engine can read (status and reason say why)
+    status: str
+    reason: str | None
+    newlines: int = 0
+    ends_with_newline: bool = False
+    nbytes: int = 0
+    streamed: bool = False    # read in pieces (log_pieces can stream it); else read_log reads it whole
+
+
+def streamable(path: Path, first: bytes) -> bool:
+    """A plain file on disk (not gzip, not a member of an uploaded archive)."""
+    return (getattr(path, "inflate_limit", None) is None and path.suffix.lower() != ".gz"
+            and not first.startswith(b"\x1f\x8b"))
+
+
+class _LongLines:
+    """Counts lines longer than MAX_LINE (characters of str pieces, bytes of bytes pieces) over a
+    stream of pieces, as `bundle._long_lines` does over the whole text."""
+
+    def __init__(self) -> None:
+        self.open = 0  # length of the line still open at the end of the pieces so far
+        self.count = 0
+
+    def feed(self, text: str | bytes) -> None:
+        nl = "\n" if isinstance(text, str) else b"\n"
+        first = text.find(nl)  # type: ignore[arg-type]
+        if first < 0:
+            self.open += len(text)
+            return
+        if self.open + first > MAX_LINE:
+            self.count += 1
+        last = text.rfind(nl)  # type: ignore[arg-type]
+        if last > first:
+            self.count += _long_lines(text[first + 1:last])
+        self.open = len(text) - last - 1
+
+    def end(self) -> int:
+        return self.count + (1 if self.open > MAX_LINE else 0)
+
+
+def _long_note(n: int) -> str:
+    return (f"{n} line{'s' if n > 1 else ''} longer than {MAX_LINE // 1024} KiB: "
+            f"only the first {MAX_LINE // 1024} KiB of such a line is matched against rules")
+
+
+def refused(path: Path) -> tuple[str, str] | None:
+    """(status, reason) when `path` is not a regular file that can be opened (a FIFO never is)."""
+    try:
+        mode = path.stat().st_mode
+    except OSError as exc:
+        if path.is_symlink() and exc.errno == errno.ENOENT:
+            return "failed", f"broken symbolic link (its target {_readlink(path)} does not exist)"
+        return "failed", f"cannot read: {exc.strerror or exc}"
+    if not stat.S_ISREG(mode):
+        return "skipped", f"not a regular file: {_kind(path)}"
+    return None
+
+
+def read_log(path: Path) -> tuple[bytes | None, str, str | None]:
+    """`read_text`'s answer with the text as UTF-8 bytes, which the engine scans as they are: a
+    valid file comes back as read (no decoded copy is kept)."""
+    problem = refused(path)
+    if problem is not None:
+        return None, *problem
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        return None, "failed", f"cannot read: {exc.strerror or exc}"
+    gz = path.suffix.lower() == ".gz" or raw.startswith(b"\x1f\x8b")
+    if gz:
+        # A file of an uploaded archive (collector/archive.py) decompresses within the upload's bounds.
+        inflate_limit = getattr(path, "inflate_limit", None)
+        try:
+            if inflate_limit is None:
+                raw = gzip.decompress(raw)
+            else:
+                raw = inflate(raw, wbits=16 + zlib.MAX_WBITS, limit=inflate_limit(), setting="bundle_max_bytes",
+                              what=f"gzip file {path.name!r} in the bundle")
+                path.spend(len(raw))  # type: ignore[attr-defined]
+        except (OSError, EOFError, zlib.error) as exc:
+            return None, "failed", f"corrupt gzip file: {_gzip_problem(exc)}"
+    if not raw:
+        return None, "skipped", "empty file" + (" (after gzip decompression)" if gz else "")
+    notes: list[str] = []
+    if b"\x00" in raw:
+        probe = raw[:_BINARY_PROBE].replace(b"\x00", b"")
+        if not probe.strip():
+            return None, "skipped", "no text: only NUL bytes"
+        if _looks_binary(probe):
+            return None, "skipped", _binary_reason(raw)
+        nul = raw.count(b"\x00")
+        raw = raw.replace(b"\x00", b"")
+        notes.append(f"{nul} NUL byte{'s' if nul > 1 else ''} dropped (a log cut short by a crash often has them)")
+    if raw.isascii():  # most logs: valid UTF-8 as they are, and as long in characters as in bytes
+        if len(raw) > MAX_LINE:
+            long_lines = _long_lines(raw)
+            if long_lines:
+                notes.append(f"{long_lines} line{'s' if long_lines > 1 else ''} longer than {MAX_LINE // 1024} KiB: "
+                             f"only the first {MAX_LINE // 1024} KiB of such a line is matched against rules")
+        return raw, ("partial" if notes else "ok"), ("; ".join(notes) or None)
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        text = raw.decode("utf-8", errors="replace")
+        bad = text.count("\ufffd")
+        notes.append(f"not valid UTF-8: {bad} undecodable byte sequence{'s' if bad > 1 else ''} replaced")
+        raw = text.encode("utf-8")
+    if len(text) > MAX_LINE:
+        long_lines = _long_lines(text)
+        if long_lines:
+            notes.append(f"{long_lines} line{'s' if long_lines > 1 else ''} longer than {MAX_LINE // 1024} KiB: "
+                         f"only the first {MAX_LINE // 1024} KiB of such a line is matched against rules")
+    del text
+    return raw, ("partial" if notes else "ok"), ("; ".join(notes) or None)
+
+
+def _long_lines(text: str | bytes) -> int:
+    """How many lines are longer than MAX_LINE. Every such line contains a whole block of
+    MAX_LINE/2 characters of the tiling below, so only the blocks are probed for a newline: a few
+    thousand `find` calls for 100 MB of ordinary log lines. (ASCII bytes: characters are bytes.)"""
+    step = MAX_LINE // 2
+    count = 0
+    i = 0
+    nl: Any = "\n" if isinstance(text, str) else b"\n"
+    while i < len(text):
+        if text.find(nl, i, i + step) >= 0:
+            i += step
+            continue
+        start = text.rfind(nl, 0, i) + 1
+        end = text.find(nl, i)
+        end = len(text) if end < 0 else end
+        if end - start > MAX_LINE:
+            count += 1
+        i = end + 1
+    return count
+
+
+_TEXT_BYTES = bytes([9, 10, 12, 13, 27, *range(32, 256)])
+_MAGIC = ((b"\xfd7zXZ\x00", "xz"), (b"BZh", "bzip2"), (b"\x28\xb5\x2f\xfd", "zstd"), (b"PK\x03\x04", "zip"),
+          (b"\x7fELF", "ELF executable or core dump"))
+
+
+def _looks_binary(probe: bytes) -> bool:
+    """NUL-free sample → True when it is not text (control bytes or invalid UTF-8 in over 10 %)."""
+    control = len(probe.translate(None, _TEXT_BYTES))
+    bad = probe.decode("utf-8", errors="replace").count("\ufffd")
+    return (control + bad) * 10 > len(probe)
+
+
+def _binary_reason(raw: bytes) -> str:
+    for magic, what in _MAGIC:
+        if raw.startswith(magic):
+            if what in ("xz", "bzip2", "zstd", "zip"):
+                return f"binary file: {what}-compressed data (only .gz files are decompressed; decompress it)"
+            return f"binary file ({what}), not a text log"
+    return "binary file (NUL and control bytes), not a text log"
+
+
+def _gzip_problem(exc: BaseException) -> str:
+    if isinstance(exc, EOFError):
+        return "truncated (the compressed data ends early)"
+    if isinstance(exc, gzip.BadGzipFile) and "Not a gzipped file" in str(exc):
+        return "not gzip data (the file ends in .gz but is not gzip-compressed)"
+    return f"damaged compressed data ({exc})"
+
+
+def _kind(path: Path) -> str:
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return "broken symbolic link" if path.is_symlink() else "unreadable"
+    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def _readlink(path: Path) -> str:
+    try:
+        return repr(_display(os.readlink(path)))
+    except OSError:
+        return "?"
+
+
+def _display(name: str) -> str:
+    """A path or node name as valid text: undecodable bytes in file names become U+FFFD."""
+    return name.encode("utf-8", errors="surrogateescape").decode("utf-8", errors="replace")
+
+
+def scan_log(path: Path) -> LogFacts:
+    """`read_log`'s verdict on one log file, reading a plain file in CHUNK_BYTES pieces. Never raises."""
+    problem = refused(path)
+    if problem is not None:
+        return LogFacts(False, *problem)
+    try:
+        with path.open("rb") as f:
+            first = f.read(CHUNK_BYTES)
+            if not streamable(path, first):
+                return _whole(path)
+            if not first:
+                return LogFacts(False, "skipped", "empty file")
+            nul = newlines = size = 0
+            ascii_only = True
+            last = b""
+            lengths = _LongLines()
+            piece = first
+            while piece:
+                size += len(piece)
+                newlines += piece.count(b"\n")
+                if b"\x00" in piece:
+                    nul += piece.count(b"\x00")
+                    piece = piece.replace(b"\x00", b"")
+                if piece:
+                    last = piece[-1:]
+                    ascii_only = ascii_only and piece.isascii()
+                    if ascii_only:
+                        lengths.feed(piece)
+                piece = f.read(CHUNK_BYTES)
+    except OSError as exc:
+        return LogFacts(False, "failed", f"cannot read: {exc.strerror or exc}")
+    notes: list[str] = []
+    if nul:
+        probe = first[:_BINARY_PROBE].replace(b"\x00", b"")
+        if not probe.strip():
+            return LogFacts(False, "skipped", "no text: only NUL bytes")
+        if _looks_binary(probe):
+            return LogFacts(False, "skipped", _binary_reason(first))
+        notes.append(f"{nul} NUL byte{'s' if nul > 1 else ''} dropped (a log cut short by a crash often has them)")
+    if ascii_only:
+        long_lines = lengths.end()
+    else:  # characters, not bytes, and undecodable sequences: read again, decoding
+        bad, long_lines, valid = _decoded_facts(path)
+        if not valid:
+            notes.append(f"not valid UTF-8: {bad} undecodable byte sequence{'s' if bad > 1 else ''} replaced")
+    if long_lines:
+        notes.append(_long_note(long_lines))
+    return LogFacts(True, "partial" if notes else "ok", "; ".join(notes) or None, newlines, last == b"\n", size,
+                    streamed=True)
+
+
+PARALLEL_BYTES = 64 << 20  # below this much, forking workers costs more than it saves
+
+
+def cores() -> int:
+    """The cores this process may run on, at most 4: how many workers `analyze` forks."""
+    try:
+        n = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        n = os.cpu_count() or 1
+    return max(1, min(n, 4))
+
+
+def scan_logs(paths: list[Path], workers: int) -> dict[Path, LogFacts]:
+    """`scan_log` of many files of a bundle on disk by `workers` forked processes, when they hold at
+    least PARALLEL_BYTES in all; {} otherwise (the caller scans them itself). The facts do not depend
+    on who scans."""
+    if workers < 2 or len(paths) < 2 or any(getattr(p, "inflate_limit", None) is not None for p in paths):
+        return {}
+    size = 0
+    for p in paths:
+        with contextlib.suppress(OSError):  # the scan says what is wrong with it
+            size += p.stat().st_size
+    if size < PARALLEL_BYTES:
+        return {}
+    import multiprocessing
+
+    try:
+        context = multiprocessing.get_context("fork")
+        with context.Pool(workers) as pool:
+            return dict(zip(paths, pool.map(scan_log, paths, chunksize=max(1, len(paths) // (workers * 16))),
+                            strict=True))
+    except (ValueError, OSError):
+        return {}
+
+
+def _decoded_facts(path: Path) -> tuple[int, int, bool]:
+    """(U+FFFD in the text decoded with replacement, lines longer than MAX_LINE characters, valid UTF-8)."""
+    lenient = codecs.getincrementaldecoder("utf-8")("replace")
+    strict = codecs.getincrementaldecoder("utf-8")("strict")
+    valid = True
+    bad = 0
+    lengths = _LongLines()
+    with path.open("rb") as f:
+        while True:
+            raw = f.read(CHUNK_BYTES)
+            final = not raw
+            raw = raw.replace(b"\x00", b"")
+            text = lenient.decode(raw, final)
+            if valid:
+                try:
+                    strict.decode(raw, final)
+                except UnicodeDecodeError:
+                    valid = False
+            bad += text.count("\ufffd")
+            lengths.feed(text)
+            if final:
+                return bad, lengths.end(), valid
+
+
+def _whole(path: Path) -> LogFacts:
+    data, status, reason = read_log(path)
+    if data is None:
+        return LogFacts(False, status, reason)
+    return LogFacts(True, status, reason, data.count(b"\n"), data.endswith(b"\n"), len(data))
+
+
+def log_pieces(path: Path, clean: bool) -> Iterator[bytes]:
+    """The file's text as `read_log` returns it, in line-aligned pieces of about CHUNK_BYTES: as read
+    when `clean` (scan_log found nothing to repair), else with NUL bytes dropped and undecodable
+    sequences replaced. A file gone or unreadable since ends the text there."""
+    decoder = None if clean else codecs.getincrementaldecoder("utf-8")("replace")
+    carry = b""
+    try:
+        f = path.open("rb")
+    except OSError:
+        return
+    with f:
+        while True:
+            try:
+                raw = f.read(CHUNK_BYTES)
+            except OSError:
+                raw = b""
+            final = not raw
+            if decoder is not None:
+                raw = raw.replace(b"\x00", b"")
+                if not (raw.isascii() and not decoder.getstate()[0]) or final:
+                    raw = decoder.decode(raw, final).encode("utf-8")
+            if final:
+                if carry or raw:
+                    yield carry + raw
+                return
+            buf = carry + raw  # no copy when nothing is carried (most files: one read, the whole text)
+            cut = buf.rfind(b"\n") + 1
+            if cut == len(buf):
+                carry = b""
+                yield buf
+            elif cut:
+                carry = buf[cut:]
+                yield buf[:cut]
+            else:
+                carry = buf  # a line longer than a piece: held until it ends
+
+
+__all__ = ["CHUNK_BYTES", "LogFacts", "cores", "log_pieces", "read_log", "refused", "scan_log", "scan_logs", "streamable"]

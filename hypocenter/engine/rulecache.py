@@ -1,0 +1,107 @@
+"""A cache of the loaded rule catalog: what `hypocenter analyze` would otherwise rebuild on every run.
+
+    load_ruleset_cached(extra, builtin=True) → Ruleset    (the same as rules.load_ruleset)
+
+Parsing and validating the catalog's YAML (every pattern checked for linear-time matching) costs a
+few hundred milliseconds per process, more than scanning 100 MB of logs. The validated `Ruleset` is
+kept as a pickle under `$XDG_CACHE_HOME/hypocenter/` (default `~/.cache/hypocenter/`), named by a
+SHA-256 of everything it was built from: every rule and data file's path and bytes, the source of
+the modules that give those files their meaning (the schema, pattern checks, analyzers, model), and
+the Python and pydantic versions. A changed byte in any of them names another file, so a cached
+catalog is never stale; a rule error is never cached (it is raised by the loader every time).
+
+The cache is an optimisation only: a directory that cannot be created or written, a file that cannot
+be read or unpickled, or one not owned by this user or writable by others (a pickle is code) is
+ignored and the catalog is loaded from its files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pickle
+import stat
+import sys
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+
+import pydantic
+
+from hypocenter.engine import analyzers, matching, registry, rules
+from hypocenter.engine.rules import Ruleset, builtin_catalog, load_ruleset, rule_files
+
+_FORMAT = b"hypocenter-ruleset-cache/1"
+# The modules whose code decides what a rule file loads into (validation, defaults, analyzer names).
+_MEANING = (rules, matching, analyzers, registry)
+
+
+def cache_dir() -> Path | None:
+    base = os.environ.get("XDG_CACHE_HOME") or (os.path.join(os.path.expanduser("~"), ".cache")
+                                                  if os.path.expanduser("~") != "~" else "")
+    return Path(base) / "hypocenter" if base else None
+
+
+def _key(extra: Iterable[Path], builtin: bool) -> str:
+    from hypocenter import model, names, sources
+
+    digest = hashlib.sha256(_FORMAT)
+    import re2  # type: ignore[import-untyped]
+
+    re2_lib = os.stat(re2.__file__)  # which patterns RE2 accepts decides what loads
+    digest.update(f"\0{sys.version}\0{pydantic.VERSION}\0{re2_lib.st_size}:{re2_lib.st_mtime_ns}\0{builtin}\0".encode())
+    for module in (*_MEANING, model, names, sources):
+        digest.update(Path(module.__file__ or "").read_bytes() + b"\0")
+    tops = ([builtin_catalog()] if builtin else []) + [Path(p).resolve() for p in extra]
+    for top in tops:
+        digest.update(str(top).encode() + b"\0")
+    for path, display in rule_files(tops):
+        digest.update(display.encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def _trusted(st: os.stat_result) -> bool:
+    return st.st_uid == os.getuid() and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+
+
+def load_ruleset_cached(extra: Iterable[Path] = (), *, builtin: bool = True) -> Ruleset:
+    extra = list(extra)
+    where = cache_dir()
+    try:
+        key = _key(extra, builtin)
+    except OSError:
+        where = None  # a rule path the loader will name properly
+    if where is None:
+        return load_ruleset(extra, builtin=builtin)
+    path = where / f"ruleset-{key}.pickle"
+    try:
+        with path.open("rb") as f:
+            if _trusted(os.fstat(f.fileno())) and _trusted(where.stat()):
+                cached = pickle.load(f)
+                if isinstance(cached, Ruleset):
+                    return cached
+    except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError, TypeError, ValueError):
+        pass
+    ruleset = load_ruleset(extra, builtin=builtin)
+    _store(where, path, ruleset)
+    return ruleset
+
+
+def _store(where: Path, path: Path, ruleset: Ruleset) -> None:
+    try:
+        where.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if not _trusted(where.stat()):
+            return
+        fd, tmp = tempfile.mkstemp(dir=where, prefix=".ruleset-", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                pickle.dump(ruleset, f, protocol=pickle.HIGHEST_PROTOCOL)
+            os.replace(tmp, path)  # atomic: a concurrent reader sees the old file or the whole new one
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+    except (OSError, pickle.PicklingError):
+        pass
+
+
+__all__ = ["cache_dir", "load_ruleset_cached"]
