@@ -174,15 +174,22 @@ class Extractor:
         result = ExtractionResult()
         pending: list[_Pending] = []
         anchors: dict[str, list[timedelta]] = defaultdict(list)  # node → wall − uptime (boot time offsets)
+        heads: dict[str, list[str]] = defaultdict(list)  # node → head lines to pair, parsed only when needed
         max_uptime: dict[str, float] = {}
         for src in sources:
             if isinstance(src, TextSource):
-                self._text(src, tctx, names, ranks, result, pending, anchors, max_uptime, context.nodes)
+                self._text(src, tctx, names, ranks, result, pending, anchors, max_uptime, context.nodes, heads)
             elif isinstance(src, RecordSource):
                 for rec in src.records:
                     self._record(rec, tctx, names, result)
             elif isinstance(src, MetricSource):
                 self._metrics(src, tctx, names, result)
+        epoch = datetime(1970, 1, 1, tzinfo=tctx.start.tzinfo)
+        for node in sorted({p.event.node or "" for p in pending} & heads.keys()):
+            for line in heads[node]:
+                h = parse_line(line, tctx)
+                if h.time is not None and h.uptime is not None:
+                    anchors[node].append(h.time - epoch - timedelta(seconds=h.uptime))
         for p in pending:
             node = p.event.node or ""
             offs = anchors.get(node)
@@ -197,7 +204,7 @@ class Extractor:
 
     def _text(self, src: TextSource, tctx: TimeContext, names: NodeNames, ranks: dict[int, str],
               result: ExtractionResult, pending: list[_Pending], anchors: dict[str, list[timedelta]],
-              max_uptime: dict[str, float], context_nodes: list[str]) -> None:
+              max_uptime: dict[str, float], context_nodes: list[str], heads: dict[str, list[str]]) -> None:
         text = src.text  # read once: a FileTextSource reads its file on each access
         data = text if isinstance(text, bytes) else text.encode("utf-8", "surrogateescape")
         del text
@@ -212,7 +219,7 @@ class Extractor:
         # node they are node indices, which the stream shows by pairing a label with another [rankN].
         label_nodes: dict[int, str] | None = None  # srun task label → node, when labels are not ranks
         labels_checked = False
-        self._probe_anchors(data, tctx, node_dir, anchors)
+        self._probe_anchors(data, node_dir, anchors, heads)
         line_no = 1
         counted = 0
         line_end = -1
@@ -308,19 +315,18 @@ class Extractor:
             max_uptime[src.name] = _last_uptime(data)
 
     @staticmethod
-    def _probe_anchors(data: bytes, tctx: TimeContext, node: str | None,
-                       anchors: dict[str, list[timedelta]]) -> None:
-        """Pair wall and uptime stamps from a stream's first lines (kern.log carries both)."""
+    def _probe_anchors(data: bytes, node: str | None, anchors: dict[str, list[timedelta]],
+                       heads: dict[str, list[str]]) -> None:
+        """Pair wall and uptime stamps from a stream's first lines (kern.log carries both). Those lines
+        go to `heads[node]` and are parsed (in `extract`) only for a node with an uptime-only event:
+        the only events that read `anchors`, so most streams never pay for the parse."""
         if not node or b"] " not in data[:65536]:
             return
-        epoch = datetime(1970, 1, 1, tzinfo=tctx.start.tzinfo)
         head = data[:65536].decode("utf-8", "replace")
         first = head.splitlines()[:20]
-        # only a line with an uptime stamp can pair: the whole parse is skipped when none has one
-        for line in first if _UPTIME.search("\n".join(first)) else ():
-            h = parse_line(line, tctx)
-            if h.time is not None and h.uptime is not None:
-                anchors[node].append(h.time - epoch - timedelta(seconds=h.uptime))
+        # only a line with an uptime stamp can pair: none is kept when none has one
+        if _UPTIME.search("\n".join(first)):
+            heads[node].extend(first)
         # Raw dmesg from boot: the RTC line pairs an uptime with the wall clock it set.
         m = _RTC.search(head)
         if m:
