@@ -307,7 +307,8 @@ class SQLiteStore:
         return [self._attempt_row(r) for r in rows]
 
     def attempt_logs(self, attempt_id: int) -> list[LogRow]:
-        return [LogRow(r["node"], r["stream"], r["kind"], r["line"], r["time_ns"], r["body"]) for r in self._rows(
+        # rows built by position: an attempt's assembly reads tens of thousands of them (bench.perf)
+        return [LogRow(*r) for r in self._rows(
             sql("SELECT node, stream, kind, line, time_ns, body FROM log_entries WHERE attempt_id=? ORDER BY stream, id"),
             (attempt_id,))]
 
@@ -318,7 +319,7 @@ class SQLiteStore:
         # range: its earlier lines carry the boot stamps that anchor uptime-only kernel lines, and
         # the engine itself tells old faults from the attempt's.
         in_nodes = placeholders(len(nodes))
-        return [LogRow(r["node"], r["stream"], r["kind"], r["line"], r["time_ns"], r["body"]) for r in self._rows(
+        return [LogRow(*r) for r in self._rows(
             sql(f"SELECT e.node, e.stream, e.kind, e.line, e.time_ns, e.body FROM log_entries e JOIN ("
                 f"  SELECT DISTINCT node, stream FROM log_entries WHERE attempt_id IS NULL AND node IN ({in_nodes})"
                 f"  AND time_ns BETWEEN ? AND ?"
