@@ -271,7 +271,7 @@ def otlp_routes(service: Attribution) -> APIRouter:
             tagged, warnings = await run_in_threadpool(otlp.receive_bounded, signal, raw,
                                                        request.headers.get("content-encoding"), media, limit)
             logs, points = (tagged.accepted, []) if signal == "logs" else ([], tagged.accepted)
-            await asyncio.wrap_future(service.queue.submit(logs, points))
+            await asyncio.wrap_future(service.queue.submit(logs, points, tagged.blocks))
         except otlp.UnsupportedMediaType as exc:
             service.activity.refused(signal, "otlp_http", "unsupported_media_type")
             return _otlp_error(415, code_pb2.INVALID_ARGUMENT, str(exc), JSON)
@@ -288,7 +288,7 @@ def otlp_routes(service: Attribution) -> APIRouter:
         except InputError as exc:
             service.activity.refused(signal, "otlp_http", "malformed")
             return _otlp_error(400, code_pb2.INVALID_ARGUMENT, str(exc), media)
-        service.activity.ingested(signal, "otlp_http", len(tagged.accepted), len(raw), tagged.rejected_by)
+        service.activity.ingested(signal, "otlp_http", tagged.count, len(raw), tagged.rejected_by)
         return _otlp_ok(otlp.export_response(signal, tagged, warnings), media)
 
     @router.post("/v1/logs", tags=["otlp"], summary="OTLP/HTTP logs export (protobuf or JSON)")

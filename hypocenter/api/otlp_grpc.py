@@ -45,7 +45,7 @@ class OTLPGrpc:
             tagged, warnings = otlp.receive_bounded(signal, raw, None, otlp.PROTOBUF_TYPES[0],
                                                     self.service.settings.max_message_bytes)
             logs, points = (tagged.accepted, []) if signal == "logs" else ([], tagged.accepted)
-            self.service.queue.submit(logs, points).result(timeout=self._commit_wait(context))
+            self.service.queue.submit(logs, points, tagged.blocks).result(timeout=self._commit_wait(context))
         except Backpressure as exc:
             self.service.activity.refused(signal, "otlp_grpc", "backpressure")
             self._abort_unavailable(context, str(exc), exc.retry_after)
@@ -64,7 +64,7 @@ class OTLPGrpc:
         except InputError as exc:
             self.service.activity.refused(signal, "otlp_grpc", "malformed")
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-        self.service.activity.ingested(signal, "otlp_grpc", len(tagged.accepted), len(raw), tagged.rejected_by)
+        self.service.activity.ingested(signal, "otlp_grpc", tagged.count, len(raw), tagged.rejected_by)
         return otlp.export_response(signal, tagged, warnings).SerializeToString()
 
     def handlers(self) -> list[grpc.GenericRpcHandler]:  # type: ignore[type-arg]

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from hypocenter.engine.matching import Match, Pattern, compile_pattern
-from hypocenter.engine.prefilter import TokenScanner
+from hypocenter.engine.prefilter import TokenScanner, joined
 from hypocenter.engine.rules import ExtractSpec, MetricSpec, Rule, Ruleset
 from hypocenter.lineformat import MAX_LINE, LineHeader, TimeContext, parse_iso, parse_line
 from hypocenter.model import AttemptContext, Event, FieldValue, SourceKind, isoformat
@@ -103,17 +103,19 @@ class Extractor:
         context of candidates still to come). Returns indices into `lines`."""
         if not lines:
             return set()
-        bodies = [b for _, b in lines]
-        data = "\n".join(bodies).encode("utf-8", "surrogateescape")
-        starts: list[int] = []
-        pos = 0
-        for b in bodies:
-            starts.append(pos)
-            pos += len(b.encode("utf-8", "surrogateescape")) + 1
-        numbers = [n for n, _ in lines]
+        numbers, bodies = (list(c) for c in zip(*lines, strict=True))
+        return self.evidence_columns(numbers, bodies, tctx, tail=tail)
+
+    def evidence_columns(self, numbers: list[int], bodies: list[str], tctx: TimeContext, *, tail: int = 200) -> set[int]:
+        """`evidence_lines` of the lines `numbers` (ascending) with texts `bodies`: the same, with no
+        Python step per line but for the last `tail` (one prefilter pass, regexes over the lines joined)."""
+        if not numbers:
+            return set()
+        lines = numbers
+        data, starts = joined(bodies)
         reach_max = max((max(r) for r in self._reach), default=0)
         keep: set[int] = set(range(max(0, len(lines) - reach_max), len(lines)))
-        keep.update(i for i, n in enumerate(numbers) if n <= 20)
+        keep.update(range(bisect.bisect_right(numbers, 20)))
         reach: dict[int, tuple[int, int]] = {}  # candidate line → lines its rules read before / after it
         for tok, start, _ in self.scan(data):
             i = bisect.bisect_right(starts, start) - 1
@@ -149,12 +151,19 @@ class Extractor:
                    if (m := _UPTIME.search(bodies[j])) is not None]
         if uptimes:
             keep.add(max(uptimes)[1])
+        for token in _ANCHOR_TOKENS:
+            at = data.find(token)
+            while at >= 0:
+                keep.add(bisect.bisect_right(starts, at) - 1)
+                at = data.find(token, at + 1)
         labels: set[bytes] = set()
         pair_seen = False
-        for i, b in enumerate(bodies):
-            if "rtc_cmos" in b or "srun: error:" in b:
-                keep.add(i)
-            raw = b[:24].encode("utf-8", "surrogateescape")
+        # Lines that start with an srun label ("12: "): a newline and digits, then the line's own check.
+        labelled = [0] if _LABEL.match(data) else []
+        labelled.extend(i for m in _LABEL_AFTER_NEWLINE.finditer(data)
+                        if starts[(i := bisect.bisect_right(starts, m.start() + 1) - 1)] == m.start() + 1)
+        for i in labelled:  # a line that starts with an srun label (few, if any)
+            raw = bodies[i][:24].encode("utf-8", "surrogateescape")
             label = _LABEL.match(raw)
             if label is not None:
                 if label.group(1) not in labels:
@@ -375,6 +384,8 @@ _KERNEL_MESSAGE = re.compile(
 _RTC = re.compile(r"\[\s*(\d+\.\d+)\] rtc_cmos \S+ setting system clock to \S+ UTC \((\d+)\)")
 _LABEL_AND_RANK = re.compile(rb"(?m)^(\d{1,6}): \[rank(\d+)\]:")
 _LABEL = re.compile(rb"(?m)^(\d{1,6}): ")
+_LABEL_AFTER_NEWLINE = re.compile(rb"\n\d{1,6}: ")  # a literal first: Python's `re` then skips ahead fast
+_ANCHOR_TOKENS = (b"rtc_cmos", b"srun: error:")  # boot anchors and srun's task errors: kept as evidence
 _LABEL_AND_LOCAL = re.compile(rb"(?m)^ *\d{1,6}: \[[A-Za-z_][\w-]*?\d+\]:")  # srun -l torchrun --tee: one task per node
 _SRUN_TASK_NODE = re.compile(rb"srun: error: ([\w.-]+): task (\d+):")
 

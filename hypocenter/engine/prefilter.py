@@ -13,7 +13,9 @@ the tokens a line has.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from itertools import accumulate, count
+from operator import add
 from typing import Any
 
 from ahocorasick_rs import BytesAhoCorasick
@@ -60,3 +62,19 @@ class TokenScanner:
             self._db.scan(data, match_event_handler=found)
         hits.sort(key=lambda h: (h[1], h[0]))
         return hits
+
+
+def joined(lines: Sequence[str]) -> tuple[bytes, list[int]]:
+    """`lines` joined by newlines as bytes (surrogateescape, as read), and where each line starts in
+    them: one scan covers them all, and `bisect_right(starts, offset) - 1` names a hit's line."""
+    text = "\n".join(lines)
+    sizes: Iterable[int]
+    if text.isascii():
+        data = text.encode("ascii")
+        sizes = map(len, lines)
+    else:
+        data = text.encode("utf-8", "surrogateescape")
+        sizes = [len(x.encode("utf-8", "surrogateescape")) for x in lines]
+    starts = [0, *map(add, accumulate(sizes), count(1))]  # each line's bytes and its newline
+    starts.pop()
+    return data, starts

@@ -18,6 +18,12 @@ text starts a new generation (a rotated file), as the assembly reads it (`stream
 Records without a record number, structured documents and the terminal-state records take the
 row-per-record path (`Store.ingest`'s `logs`), with their dedup keys, as before.
 
+Records that arrive as columns (`RecordBlock`, from collector/otlp_columns.py) stay columns when
+they are the stream's next lines, in order, none stored yet — the usual case: one prefilter pass
+and the evidence regexes run over the bodies joined, and only the lines kept and the last line of
+each gap become `Entry`s (dedup keys included). A block that overlaps what is stored (a retry),
+restarts the stream or comes before stored lines is expanded to `Entry`s and takes the path above.
+
 This module decides; the store writes (in the same transaction as the rest of the batch).
 """
 
@@ -27,10 +33,11 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
+from itertools import chain
 
 from hypocenter.engine.extract import BACKSCAN_LINES, Extractor
 from hypocenter.lineformat import TimeContext
-from hypocenter.store.base import ArrivalState, ArrivalWrite, Entry, IngestStore, StreamLine
+from hypocenter.store.base import ArrivalState, ArrivalWrite, Entry, IngestStore, RecordBlock, StreamLine
 
 StreamId = tuple[str | None, int, str | None, str]
 REREAD_LINES = BACKSCAN_LINES + 1000  # the farthest a stamp is inherited from, and rules' context beyond it
@@ -38,10 +45,14 @@ REREAD_LINES = BACKSCAN_LINES + 1000  # the farthest a stamp is inherited from, 
 
 @dataclass(slots=True)
 class _Item:
-    """One line of a stream in record-number order: a stored row, or a record of this batch."""
+    """One line of a stream in record-number order: a stored row, or a record of this batch — or,
+    from a `RecordBlock`, a stretch of `lines` records no rule reads (`entry`: the last of them;
+    `size`: their bytes), which can only become part of a gap."""
     line: int
     row: StreamLine | None = None
     entry: Entry | None = None
+    lines: int = 1
+    size: int = -1
 
     @property
     def gap(self) -> int:
@@ -77,6 +88,10 @@ def _merge(ranges: list[tuple[int, int]], lines: Sequence[int]) -> list[tuple[in
             runs[-1] = (runs[-1][0], n)
         else:
             runs.append((n, n))
+    return _merge_spans(ranges, runs)
+
+
+def _merge_spans(ranges: list[tuple[int, int]], runs: list[tuple[int, int]]) -> list[tuple[int, int]]:
     spans = sorted([*ranges, *runs])
     out: list[tuple[int, int]] = []
     for lo, hi in spans:
@@ -109,7 +124,7 @@ class Arrival:
         if self._on_blanked is not None and reduced.blanked:
             self._on_blanked(reduced.blanked, reduced.freed)
 
-    def split(self, store: IngestStore, logs: Sequence[Entry], now: float) -> Reduced:
+    def split(self, store: IngestStore, logs: Sequence[Entry], now: float, blocks: Sequence[RecordBlock] = ()) -> Reduced:
         """The batch's records stored row by row and its reduced streams."""
         rest: list[Entry] = []
         streams: dict[StreamId, list[Entry]] = defaultdict(list)
@@ -122,6 +137,21 @@ class Arrival:
         # Year-less stamps only need *a* year to tell stamped from unstamped lines (as compaction).
         tctx = TimeContext(tz=timezone.utc, start=when - timedelta(days=1), end=when)
         out = Reduced(rest, [])
+        by_stream: dict[StreamId, list[RecordBlock]] = defaultdict(list)
+        for block in blocks:
+            by_stream[block.key].append(block)
+        for key, parts in by_stream.items():
+            # The usual case — the stream's next records, in order, none stored yet — without an
+            # object per record; anything else (a retry, a rotation, records out of order) per record.
+            run = None if key in streams else _run_of(parts)
+            w = None
+            if run is not None:
+                state = store.arrival_state(*key, run.lines[0] - REREAD_LINES)
+                w = self._reduce_block(run, state, tctx, out)
+            if w is None:
+                streams[key].extend(e for block in parts for e in block.entries())
+            else:
+                out.writes.append(w)
         for (workload, attempt, node, stream), entries in streams.items():
             # Requests of one stream may come in any order (parallel exporters), a retry with its original.
             arrived = entries
@@ -178,6 +208,45 @@ class Arrival:
         state.rows = []
         return self._write(w, items, needed)
 
+    def _reduce_block(self, run: RecordBlock, state: ArrivalState, tctx: TimeContext, out: Reduced) -> ArrivalWrite | None:
+        """`_reduce` for a block whose records follow every stored one; None when they do not."""
+        lo, hi, n = run.lines[0], run.lines[-1], len(run)
+        head = run.entry(0).dedup if lo == 1 else None
+        if (head is not None and state.head not in (None, head)) or any(a <= hi and b >= lo for a, b in state.ranges) \
+                or (state.rows and (state.rows[-1].line or 0) >= lo):
+            return None
+        w = ArrivalWrite(run.workload, run.attempt, run.node, run.stream, [], state, block=n, block_scope=run.scope)
+        if head is not None:
+            state.head = head
+        state.ranges = _merge_spans(state.ranges, [(lo, hi)])
+        state.lines += n
+        ascii = "\n".join(run.bodies).isascii()
+        state.bytes += sum(map(len, run.bodies)) + n
+        times = list(filter(None, run.times))
+        w.first_ns, w.last_ns = (min(times), max(times)) if times else (None, None)
+        items = [_Item(r.line or 0, row=r) for r in state.rows]
+        live = [i for i, it in enumerate(items) if it.gap == 0]
+        kept = self._extractor.evidence_columns([items[i].line for i in live] + run.lines,
+                                                [items[i].body for i in live] + run.bodies, tctx)
+        state.rows = []
+        needed = {live[j] for j in kept if j < len(live)}
+        fresh = sorted(j - len(live) for j in kept if j >= len(live))
+        start = 0
+        for k in [*fresh, n]:
+            if k > start:  # records start..k-1: no rule reads them
+                part = run.bodies[start:k]
+                items.append(_Item(run.lines[k - 1], entry=run.entry(k - 1), lines=k - start,
+                                   size=(sum(map(len, part)) if ascii
+                                         else len("\n".join(part).encode("utf-8", "surrogateescape")) - (k - start - 1))))
+            if k < n:
+                needed.add(len(items))
+                items.append(_Item(run.lines[k], entry=run.entry(k)))
+            start = k + 1
+        blanked, freed = self._write(w, items, needed)
+        out.blanked += blanked
+        out.freed += freed
+        return w
+
     @staticmethod
     def _write(w: ArrivalWrite, items: list[_Item], needed: set[int]) -> tuple[int, int]:
         """Kept lines stay or go in as text; each run of the others becomes one gap row at its end."""
@@ -187,7 +256,7 @@ class Arrival:
         def close() -> None:
             if not run:
                 return
-            count = sum(it.gap or 1 for it in run)
+            count = sum(it.gap or it.lines for it in run)
             last = run[-1]
             olds = [it.row.id for it in run if it.row is not None]
             if last.row is not None:
@@ -210,7 +279,23 @@ class Arrival:
             else:
                 run.append(it)
                 if it.gap == 0:
-                    blanked += 1
-                    freed += len(it.body.encode("utf-8", "surrogateescape"))
+                    blanked += it.lines
+                    freed += it.size if it.size >= 0 else len(it.body.encode("utf-8", "surrogateescape"))
         close()
         return blanked, freed
+
+
+def _run_of(blocks: list[RecordBlock]) -> RecordBlock | None:
+    """One stream's blocks of a batch as one, when their record numbers run on without a repeat
+    (each block consecutive, the blocks one after another) and they share their scope; else None."""
+    blocks = sorted(blocks, key=lambda b: b.lines[0])
+    for i, b in enumerate(blocks):
+        if b.lines != list(range(b.lines[0], b.lines[0] + len(b))) or b.scope != blocks[0].scope \
+                or (i and blocks[i - 1].lines[-1] >= b.lines[0]):
+            return None
+    if len(blocks) == 1:
+        return blocks[0]
+    first = blocks[0]
+    return RecordBlock(first.workload, first.attempt, first.node, first.stream, first.scope,
+                       *(list(chain.from_iterable(getattr(b, name) for b in blocks))
+                         for name in ("lines", "bodies", "times", "stamps")))

@@ -40,6 +40,7 @@ from hypocenter.collector.connectors.base import ConnectorError, RetryPolicy
 from hypocenter.config import Settings
 from hypocenter.engine import Engine, default_engine
 from hypocenter.engine.extract import Extractor
+from hypocenter.engine.prefilter import joined
 from hypocenter.errors import InputError, TransientError
 from hypocenter.exporter.activity import Activity
 from hypocenter.lineformat import time_context
@@ -51,7 +52,7 @@ from hypocenter.server.compaction import CompactionReport, compact
 from hypocenter.server.fleet import backfill, fleet_view, with_history
 from hypocenter.server.pulls import KueuePoller, Pulls, SlurmPoller, records_document
 from hypocenter.sources import RecordSource, Source, TextSource
-from hypocenter.store.base import DiagnosisFilter, DiagnosisRow, Entry, Point, Retention, Store
+from hypocenter.store.base import DiagnosisFilter, DiagnosisRow, Entry, Point, RecordBlock, Retention, Store
 
 log = logging.getLogger("hypocenter.server")
 
@@ -83,10 +84,11 @@ class _Batch:
     logs: Sequence[Entry]
     points: Sequence[Point]
     future: Future[int]
+    blocks: Sequence[RecordBlock] = ()
 
     @property
     def size(self) -> int:
-        return len(self.logs) + len(self.points)
+        return len(self.logs) + len(self.points) + sum(len(b) for b in self.blocks)
 
 
 class IngestEvents:
@@ -105,26 +107,20 @@ class IngestEvents:
         self._extractor = extractor
         self._activity = activity
 
-    def __call__(self, logs: Sequence[Entry]) -> tuple[list[tuple[str, int, int]], Callable[[], None]]:
+    def __call__(self, logs: Sequence[Entry], blocks: Sequence[RecordBlock] = ()
+                 ) -> tuple[list[tuple[str, int, int]], Callable[[], None]]:
         """(workload, attempt, time) of stalls, and what to call once the batch is committed (the
         metric counts only events of records that were stored: a refused batch is sent again)."""
         texts = [e for e in logs if e.kind == "text" and e.body]
-        if not texts:
-            return [], _nothing
-        data = "\n".join(e.body for e in texts).encode("utf-8", "surrogateescape")
-        starts: list[int] = []
-        pos = 0
-        for e in texts:
-            starts.append(pos)
-            pos += len(e.body.encode("utf-8", "surrogateescape")) + 1
         streams: dict[tuple[str | None, int, str | None, str], list[Entry]] = defaultdict(list)
-        last = -1
-        for _, start, _ in self._extractor.scan(data):
-            i = bisect.bisect_right(starts, start) - 1
-            if i != last:
-                last = i
-                e = texts[i]
-                streams[(e.workload, e.attempt, e.node, e.stream)].append(e)
+        for i in self._candidates([e.body for e in texts]):
+            e = texts[i]
+            streams[(e.workload, e.attempt, e.node, e.stream)].append(e)
+        for block in blocks:
+            for i in self._candidates(block.bodies):
+                streams[block.key].append(block.entry(i))
+        if not streams:
+            return [], _nothing
         kinds: dict[str, int] = defaultdict(int)
         stalls: list[tuple[str, int, int]] = []
         for (workload, attempt, node, stream), entries in streams.items():
@@ -141,6 +137,18 @@ class IngestEvents:
                     stalls.append((workload, attempt, int(ev.time.timestamp() * 1e9) if ev.time else max(times)))
         return stalls, lambda: self._activity.extracted(kinds)
 
+    def _candidates(self, bodies: Sequence[str]) -> list[int]:
+        """Indices of the bodies where a rule token occurs: one prefilter pass over them all."""
+        if not bodies:
+            return []
+        data, starts = joined(bodies)
+        found: list[int] = []
+        for _, start, _ in self._extractor.scan(data):
+            i = bisect.bisect_right(starts, start) - 1
+            if not found or found[-1] != i:
+                found.append(i)
+        return found
+
 
 def _nothing() -> None:
     pass
@@ -151,7 +159,8 @@ class IngestQueue:
 
     def __init__(self, store: Store, capacity: int, retry_after: float,
                  on_commit: Callable[[], None] | None = None,
-                 events: Callable[[Sequence[Entry]], tuple[list[tuple[str, int, int]], Callable[[], None]]] | None = None,
+                 events: Callable[[Sequence[Entry], Sequence[RecordBlock]],
+                                  tuple[list[tuple[str, int, int]], Callable[[], None]]] | None = None,
                  arrival: Arrival | None = None) -> None:
         self._store = store
         self._events = events
@@ -170,8 +179,8 @@ class IngestQueue:
     def pending(self) -> int:
         return self._pending
 
-    def submit(self, logs: Sequence[Entry], points: Sequence[Point]) -> Future[int]:
-        batch = _Batch(logs, points, Future())
+    def submit(self, logs: Sequence[Entry], points: Sequence[Point], blocks: Sequence[RecordBlock] = ()) -> Future[int]:
+        batch = _Batch(logs, points, Future(), blocks)
         if batch.size == 0:
             batch.future.set_result(0)
             return batch.future
@@ -200,15 +209,17 @@ class IngestQueue:
                     size += b.size
             try:
                 logs = [e for b in batches for e in b.logs]
+                blocks = [k for b in batches for k in b.blocks]
                 stalls: list[tuple[str, int, int]] = []
                 committed = _nothing
                 if self._events is not None:
                     try:
-                        stalls, committed = self._events(logs)
+                        stalls, committed = self._events(logs, blocks)
                     except Exception:  # a trigger hint; the records themselves must still be stored
                         log.exception("extraction on ingest")
                 now = time.time()
-                reduced = self._arrival.split(self._store, logs, now) if self._arrival else Reduced(list(logs), [])
+                reduced = (self._arrival.split(self._store, logs, now, blocks) if self._arrival
+                           else Reduced([*logs, *(e for k in blocks for e in k.entries())], []))
                 self._store.ingest(reduced.rest, [p for b in batches for p in b.points], now, stalls, reduced.writes)
                 if self._arrival:
                     self._arrival.committed(reduced)

@@ -15,6 +15,7 @@ that the store never imports the collector.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -36,6 +37,48 @@ class Entry:
     line: int | None
     dedup: str
     scope: dict[str, str] = field(default_factory=dict)
+
+
+def line_dedup(workload: str | None, attempt: int, node: str | None, stream: str, line: int, time_unix_nano: int,
+               text: str) -> str:
+    """The dedup key of a record-numbered line: after rotation a file restarts at 1, so time and text
+    tell the lines apart (contract 2; collector/otlp.py computes the same for `Entry`s)."""
+    key = f"line\x1f{workload}\x1f{attempt}\x1f{node}\x1f{stream}\x1f{line}\x1f{time_unix_nano}\x1f{text}"
+    return hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+
+
+@dataclass(slots=True)
+class RecordBlock:
+    """The text records of one OTLP scope group that all belong to one record-numbered stream, as
+    columns: what an `Entry` per record would say, without an object per record. `entry(i)` builds
+    the `Entry` of record `i` (its dedup key included) for the few records that are stored as rows."""
+
+    workload: str | None
+    attempt: int
+    node: str | None
+    stream: str
+    scope: dict[str, str]
+    lines: list[int]           # record numbers (> 0)
+    bodies: list[str]
+    times: list[int]           # time_ns: time_unix_nano, else observed_time_unix_nano
+    stamps: list[int]          # time_unix_nano as sent (part of the dedup key)
+
+    def __len__(self) -> int:
+        return len(self.lines)
+
+    @property
+    def key(self) -> tuple[str | None, int, str | None, str]:
+        return self.workload, self.attempt, self.node, self.stream
+
+    def entry(self, i: int) -> Entry:
+        return Entry(workload=self.workload, attempt=self.attempt, node=self.node, stream=self.stream, kind="text",
+                     body=self.bodies[i], time_ns=self.times[i], line=self.lines[i],
+                     dedup=line_dedup(self.workload, self.attempt, self.node, self.stream, self.lines[i],
+                                      self.stamps[i], self.bodies[i]),
+                     scope=self.scope)
+
+    def entries(self) -> list[Entry]:
+        return [self.entry(i) for i in range(len(self.lines))]
 
 
 @dataclass(slots=True)
@@ -213,6 +256,18 @@ class ArrivalWrite:
     deletes: list[int] = field(default_factory=list)
     first_ns: int | None = None
     last_ns: int | None = None
+    block: int = 0   # when `entries` is empty: the records of a `RecordBlock` (all with `block_scope`)
+    block_scope: dict[str, str] = field(default_factory=dict)
+
+    def records(self) -> int:
+        return self.block or len(self.entries)
+
+    def touches(self) -> list[tuple[int, dict[str, str], bool]]:
+        """(time, scope, terminal) the attempt's bookkeeping reads: one per entry, or a block's first
+        and last time (its records share one scope, with no terminal marker)."""
+        if self.block:
+            return [(t, self.block_scope, False) for t in (self.first_ns or 0, self.last_ns or 0)]
+        return [(e.time_ns, e.scope, "state" in e.scope or "banner_state" in e.scope) for e in self.entries]
 
 
 @dataclass(slots=True)

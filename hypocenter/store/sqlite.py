@@ -188,7 +188,7 @@ class SQLiteStore:
                 " OR excluded.last_ns > stream_state.last_ns THEN excluded.last_ns ELSE stream_state.last_ns END"),
             (w.workload or "", w.attempt, w.node or "", w.stream, st.generation, since, st.head,
              json.dumps(st.ranges, separators=(",", ":")), st.lines, st.bytes, w.first_ns, w.last_ns))
-        return len(w.entries)
+        return w.records()
 
     def ingest(self, logs: Sequence[Entry], points: Sequence[Point], now: float,
                stalls: Sequence[tuple[str, int, int]] = (), arrivals: Sequence[ArrivalWrite] = ()) -> int:
@@ -234,8 +234,8 @@ class SQLiteStore:
             for w in arrivals:
                 aid = attempt_of(w.workload, w.attempt)
                 new += self._arrive(db, w, aid, now)
-                for e in w.entries:
-                    touch(aid, e.node, e.time_ns, e.scope, "state" in e.scope or "banner_state" in e.scope)
+                for t, scope, terminal in w.touches():
+                    touch(aid, w.node, t, scope, terminal)
             if rows:
                 cur = db.executemany(
                     sql("INSERT INTO log_entries (attempt_id, node, stream, kind, line, time_ns, body, received, dedup)"

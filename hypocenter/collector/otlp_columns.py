@@ -1,0 +1,119 @@
+"""OTLP log records as columns: one C-level decode gives a scope group's bodies, record numbers and times as lists.
+
+A Python loop over decoded records costs more than the decode itself (an attribute access per
+field per record), so the usual shape — what the filelog receiver sends: a string body, the
+record number and at most the file's path and name as attributes — is read through a second
+message type for the same bytes, in which every field a record carries is *repeated* and each
+record's fields are singular embedded messages. Protobuf merges the occurrences of a singular
+embedded message into one, so the decoder concatenates the records' fields into columns:
+
+    FlatRequest.resource_logs[i].scope_logs[j].log_records   (one message for all records)
+        .time_unix_nano[k], .observed_time_unix_nano[k]
+        .body.string_value[k]
+        .attributes.key[k * K + a], .attributes.value.{string_value, int_value}[…]
+
+A column is used only when its length says each record gave exactly one value (and the keys
+repeat one per-record pattern); anything else — another body type, an attribute that changes
+tagging, a record without a time when others have one — leaves the group to `log_entries`. Protobuf
+also lets one record repeat a singular field and another omit it, which would shift a column by
+one: the records that result are ones the client could have sent as such, so nothing is gained by
+it, and no exporter encodes records that way.
+
+This module only reads; tagging stays collector/otlp.py's (contract 2).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+_F = descriptor_pb2.FieldDescriptorProto
+
+
+def _message(file: descriptor_pb2.FileDescriptorProto, name: str,
+             fields: list[tuple[str, int, int, int, str | None]]) -> None:
+    msg = file.message_type.add(name=name)
+    for fname, number, ftype, label, type_name in fields:
+        f = msg.field.add(name=fname, number=number, type=ftype, label=label)
+        if type_name:
+            f.type_name = type_name
+
+
+def _build() -> Any:
+    file = descriptor_pb2.FileDescriptorProto(name="hypocenter/otlp_flat.proto", package="hypocenter.flat",
+                                              syntax="proto3")
+    rep, opt = _F.LABEL_REPEATED, _F.LABEL_OPTIONAL
+    _message(file, "Any", [("string_value", 1, _F.TYPE_STRING, rep, None), ("bool_value", 2, _F.TYPE_BOOL, rep, None),
+                           ("int_value", 3, _F.TYPE_INT64, rep, None), ("double_value", 4, _F.TYPE_DOUBLE, rep, None),
+                           ("array_value", 5, _F.TYPE_BYTES, rep, None), ("kvlist_value", 6, _F.TYPE_BYTES, rep, None),
+                           ("bytes_value", 7, _F.TYPE_BYTES, rep, None)])
+    _message(file, "KeyValue", [("key", 1, _F.TYPE_STRING, rep, None), ("value", 2, _F.TYPE_MESSAGE, opt, ".hypocenter.flat.Any")])
+    _message(file, "Records", [("time_unix_nano", 1, _F.TYPE_FIXED64, rep, None),
+                               ("body", 5, _F.TYPE_MESSAGE, opt, ".hypocenter.flat.Any"),
+                               ("attributes", 6, _F.TYPE_MESSAGE, opt, ".hypocenter.flat.KeyValue"),
+                               ("observed_time_unix_nano", 11, _F.TYPE_FIXED64, rep, None)])
+    _message(file, "ScopeLogs", [("log_records", 2, _F.TYPE_MESSAGE, opt, ".hypocenter.flat.Records")])
+    _message(file, "ResourceLogs", [("scope_logs", 2, _F.TYPE_MESSAGE, rep, ".hypocenter.flat.ScopeLogs")])
+    _message(file, "Request", [("resource_logs", 1, _F.TYPE_MESSAGE, rep, ".hypocenter.flat.ResourceLogs")])
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(file)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName("hypocenter.flat.Request"))
+
+
+FlatRequest = _build()
+
+_STRING_ATTRS = ("log.file.path", "log.file.name")   # the stream a line belongs to (STREAM_KEYS), as filelog sends them
+
+
+class Columns:
+    """One scope group's records as columns, or None where the group is not in the usual shape."""
+
+    __slots__ = ("bodies", "lines", "stamps", "strings", "times")
+
+    def __init__(self, bodies: list[str], lines: list[int], times: list[int], stamps: list[int],
+                 strings: dict[str, list[str]]) -> None:
+        self.bodies = bodies
+        self.lines = lines
+        self.times = times        # time_unix_nano, else observed_time_unix_nano
+        self.stamps = stamps      # time_unix_nano as sent
+        self.strings = strings    # log.file.path / log.file.name per record, where the records carry them
+
+    @classmethod
+    def of(cls, records: Any, n: int, line_key: str) -> Columns | None:
+        """`records`: a FlatRequest's `…scope_logs[j].log_records`; `n`: how many records the group has."""
+        body = records.body
+        bodies = list(body.string_value)
+        if len(bodies) != n or body.bool_value or body.int_value or body.double_value or body.array_value \
+                or body.kvlist_value or body.bytes_value:
+            return None
+        attrs = records.attributes
+        keys = list(attrs.key)
+        width = len(keys) // n
+        if width < 1 or width > 1 + len(_STRING_ATTRS) or len(keys) != width * n:
+            return None
+        pattern = keys[:width]
+        if pattern.count(line_key) != 1 or len(set(pattern)) != width \
+                or any(k != line_key and k not in _STRING_ATTRS for k in pattern) or keys != pattern * n:
+            return None
+        value = attrs.value
+        lines = list(value.int_value)
+        texts = list(value.string_value)
+        if len(lines) != n or len(texts) != (width - 1) * n or value.bool_value or value.double_value \
+                or value.array_value or value.kvlist_value or value.bytes_value or min(lines) <= 0:
+            return None
+        named = [k for k in pattern if k != line_key]
+        strings = {k: texts[i::len(named)] for i, k in enumerate(named)}
+        stamps = list(records.time_unix_nano)
+        observed = list(records.observed_time_unix_nano)
+        if len(stamps) not in (0, n) or len(observed) not in (0, n):
+            return None
+        if not stamps:
+            stamps = [0] * n
+        times = stamps
+        if 0 in stamps:
+            times = [t or o for t, o in zip(stamps, observed or [0] * n, strict=True)]
+        return cls(bodies, lines, times, stamps, strings)
+
+
+__all__ = ["Columns", "FlatRequest"]

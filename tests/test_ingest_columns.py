@@ -1,0 +1,164 @@
+"""OTLP records read as columns (collector/otlp_columns.py, `RecordBlock`) are stored exactly as the
+same records read one `Entry` at a time: the same rows, stream state, attempt bookkeeping,
+compaction counts and ingest events — for consecutive requests, retries, requests out of order,
+a rotated file, two requests of one stream in one batch, non-ASCII text and srun labels — and
+records outside the usual shape still take the per-record path."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+
+from hypocenter.collector import otlp
+from hypocenter.engine import default_engine
+from hypocenter.server.arrival import Arrival
+from hypocenter.server.service import IngestEvents
+from hypocenter.store.sqlite import SQLiteStore
+
+NODE = {"host.name": "gpu0007", "log.file.path": "/var/log/kern.log"}
+JOB = {"hypocenter.workload.id": "job-42", "hypocenter.workload.attempt": "1", "host.name": "gpu0003"}
+T0 = 1_793_000_000_000_000_000
+
+
+def _line(i: int, seed: str = "") -> str:
+    if i % 97 == 50:
+        return f"Nov  2 10:00:{i % 60:02d} gpu0007 kernel: [{i}.000000] NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus."
+    if i % 89 == 7:
+        return f"{i % 4}: [rank{i % 4}]: step {i} loss 1.25{seed}"
+    if i % 83 == 3:
+        return f"[{i}.5] rtc_cmos 00:01: setting system clock to 2026-11-02T10:00:00 UTC{seed}"
+    if i % 71 == 11:
+        return f"unstamped continuation — ünïcödé {i}{seed}"
+    return f"Nov  2 10:00:{i % 60:02d} gpu0007 kernel: [{i}.100000] audit: type=1400 pid={i}{seed}"
+
+
+def _request(resource: dict[str, str], first: int, count: int, *, seed: str = "", record: dict[str, Any] | None = None,
+             odd: int | None = None, no_time: bool = False) -> bytes:
+    req = ExportLogsServiceRequest()
+    rl = req.resource_logs.add()
+    for k, v in resource.items():
+        rl.resource.attributes.add(key=k).value.string_value = v
+    sl = rl.scope_logs.add()
+    sl.scope.name = "filelog"
+    for n in range(first, first + count):
+        lr = sl.log_records.add()
+        if not no_time:
+            lr.time_unix_nano = T0 + n * 1000
+        lr.observed_time_unix_nano = T0 + 10**12
+        lr.body.string_value = _line(n, seed)
+        for k, v in (record or {}).items():
+            lr.attributes.add(key=k).value.string_value = v
+        lr.attributes.add(key="log.file.record_number").value.int_value = n
+        if n == odd:  # an attribute that changes tagging: the group goes record by record
+            lr.attributes.add(key="log.record.uid").value.string_value = f"u{n}"
+    return req.SerializeToString()
+
+
+class _Pipeline:
+    """What the ingest queue does with one batch, with records as entries or as blocks."""
+
+    def __init__(self, path: Path, columns: bool) -> None:
+        engine = default_engine([], builtin=True)
+        self.store = SQLiteStore(path)
+        self.path = path
+        self.columns = columns
+        self.events = IngestEvents(engine.extractor, _Activity())  # type: ignore[arg-type]
+        self.compacted: list[tuple[int, int]] = []
+        self.arrival = Arrival(engine.extractor, lambda n, b: self.compacted.append((n, b)))
+        self.blocks = 0
+        self.stalls: list[Any] = []
+
+    def batch(self, bodies: list[bytes], now: float) -> None:
+        logs: list[Any] = []
+        blocks: list[Any] = []
+        for body in bodies:
+            tagged, _ = otlp.receive("logs", body, "application/x-protobuf")
+            if not self.columns:
+                tagged = otlp.log_entries(otlp.decode_logs(body, "application/x-protobuf")[0])
+            logs.extend(tagged.accepted)
+            blocks.extend(tagged.blocks)
+            self.blocks += len(tagged.blocks)
+        stalls, committed = self.events(logs, blocks)
+        self.stalls.extend(stalls)
+        reduced = self.arrival.split(self.store, logs, now, blocks)
+        self.store.ingest(reduced.rest, [], now, stalls, reduced.writes)
+        self.arrival.committed(reduced)
+        committed()
+
+    def dump(self) -> dict[str, Any]:
+        self.store.close()
+        db = sqlite3.connect(self.path)
+        out = {
+            "rows": db.execute("SELECT attempt_id, node, stream, kind, line, time_ns, body, dedup FROM log_entries"
+                               " ORDER BY node, stream, line, kind, id").fetchall(),
+            "state": db.execute("SELECT workload, attempt, node, stream, generation, head, ranges, lines, bytes, first_ns,"
+                                " last_ns FROM stream_state ORDER BY 1, 2, 3, 4").fetchall(),
+            "attempts": db.execute("SELECT workload, attempt, scope, first_ns, last_ns, terminal_ns, stalled_ns"
+                                   " FROM attempts ORDER BY 1, 2").fetchall(),
+            "nodes": db.execute("SELECT * FROM attempt_nodes ORDER BY 1, 2").fetchall(),
+            "compacted": self.compacted,
+            "extracted": self.events._activity.kinds,  # type: ignore[attr-defined]
+        }
+        db.close()
+        return out
+
+
+class _Activity:
+    def __init__(self) -> None:
+        self.kinds: dict[str, int] = {}
+
+    def extracted(self, kinds: dict[str, int]) -> None:
+        for k, n in kinds.items():
+            self.kinds[k] = self.kinds.get(k, 0) + n
+
+
+SCENARIOS: dict[str, list[list[bytes]]] = {
+    "consecutive, then a retry of each": [
+        [_request(NODE, 1, 400)], [_request(NODE, 401, 400)], [_request(NODE, 801, 400)],
+        [_request(NODE, 401, 400)], [_request(NODE, 1, 400)]],
+    "out of order and overlapping": [
+        [_request(NODE, 801, 300)], [_request(NODE, 1, 500)], [_request(NODE, 301, 600)], [_request(NODE, 501, 300)]],
+    "rotated: line 1 again, other text": [
+        [_request(NODE, 1, 300)], [_request(NODE, 301, 300)], [_request(NODE, 1, 200, seed=" (new file)")],
+        [_request(NODE, 201, 200, seed=" (new file)")]],
+    "two requests of one stream in one batch, in either order": [
+        [_request(NODE, 301, 300), _request(NODE, 1, 300)], [_request(NODE, 601, 300), _request(NODE, 901, 300)],
+        [_request(NODE, 1201, 100), _request(NODE, 1250, 100)]],
+    "job stream named by record attributes, and a node stream in one batch": [
+        [_request(JOB, 1, 250, record={"log.file.name": "out.log", "log.file.path": "logs/job-42/out.log"}),
+         _request(NODE, 1, 250)],
+        [_request(JOB, 251, 250, record={"log.file.name": "out.log", "log.file.path": "logs/job-42/out.log"}),
+         _request(NODE, 251, 250)]],
+    "a record outside the shape, records without a time": [
+        [_request(NODE, 1, 300, odd=150)], [_request(NODE, 301, 300, no_time=True)], [_request(NODE, 601, 300)]],
+}
+
+
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_columns_store_what_entries_store(tmp_path: Path, name: str) -> None:
+    entries, columns = _Pipeline(tmp_path / "entries.db", False), _Pipeline(tmp_path / "columns.db", True)
+    for i, batch in enumerate(SCENARIOS[name]):
+        for p in (entries, columns):
+            p.batch(batch, now=1_793_000_100.0 + i)
+    assert entries.blocks == 0 and columns.blocks > 0
+    want, got = entries.dump(), columns.dump()
+    assert want["rows"] and want["state"]
+    assert got == want
+    assert want["compacted"] and sum(n for n, _ in want["compacted"]) > 0
+
+
+def test_usual_shape_is_read_as_columns_and_the_rest_per_record() -> None:
+    tagged, _ = otlp.receive("logs", _request(NODE, 1, 50), "application/x-protobuf")
+    assert tagged.accepted == [] and len(tagged.blocks) == 1 and tagged.count == 50
+    block = tagged.blocks[0]
+    assert (block.node, block.stream, block.lines[:3]) == ("gpu0007", "gpu0007:/var/log/kern.log", [1, 2, 3])
+    entries = otlp.log_entries(otlp.decode_logs(_request(NODE, 1, 50), "application/x-protobuf")[0]).accepted
+    assert block.entries() == entries
+    odd, _ = otlp.receive("logs", _request(NODE, 1, 50, odd=10), "application/x-protobuf")
+    assert odd.blocks == [] and len(odd.accepted) == 50
+    job = {**JOB, "hypocenter.attempt.state": "FAILED"}  # the terminal-state marker is tagged per record
+    assert otlp.receive("logs", _request(job, 1, 5), "application/x-protobuf")[0].blocks == []
