@@ -29,7 +29,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -162,16 +162,23 @@ def _sqlite_means(directory: Path) -> tuple[dict[str, Runner], Callable[[], None
     try:
         import sqlalchemy as sa
 
-        runner, dispose = _sqlalchemy(f"sqlite:///{paths['SQLAlchemy']}", "sqlite", poolclass=sa.pool.StaticPool)
-        means["SQLAlchemy"] = runner
-        closers.append(dispose)
+        _add_sqlalchemy(means, closers, f"sqlite:///{paths['SQLAlchemy']}", "sqlite", poolclass=sa.pool.StaticPool)
     except ImportError:
         pass
+    return means, lambda: _close_all(closers)
 
-    def close() -> None:
-        for c in closers:
-            c()
-    return means, close
+
+def _add_sqlalchemy(means: dict[str, Runner], closers: list[Callable[[], None]], url: str, dialect: str,
+                    **engine_args: Any) -> None:
+    """SQLAlchemy Core as a third mean, when it is installed (ImportError otherwise)."""
+    runner, dispose = _sqlalchemy(url, dialect, **engine_args)
+    means["SQLAlchemy"] = runner
+    closers.append(dispose)
+
+
+def _close_all(closers: list[Callable[[], None]]) -> None:
+    for c in closers:
+        c()
 
 
 def _postgres_means(url: str) -> tuple[dict[str, Runner], Callable[[], None]]:
@@ -195,17 +202,12 @@ def _postgres_means(url: str) -> tuple[dict[str, Runner], Callable[[], None]]:
                                     sql(INGEST).postgres, sql(POINT).postgres, sql(READ).postgres)),
                                 "layer": _runner(_Connection(conn), conn.transaction, None)}
     closers: list[Callable[[], None]] = [plain.close, *(s.close for s in stores.values())]
-    try:
-        runner, dispose = _sqlalchemy(scoped["SQLAlchemy"].replace("postgresql://", "postgresql+psycopg://", 1),
-                                      "postgresql")
-        means["SQLAlchemy"] = runner
-        closers.append(dispose)
-    except ImportError:
-        pass
+    with suppress(ImportError):
+        _add_sqlalchemy(means, closers, scoped["SQLAlchemy"].replace("postgresql://", "postgresql+psycopg://", 1),
+                        "postgresql")
 
     def close() -> None:
-        for c in closers:
-            c()
+        _close_all(closers)
         with psycopg.connect(url, autocommit=True) as admin:
             for schema in schemas.values():
                 admin.execute(f"DROP SCHEMA {schema} CASCADE")

@@ -224,6 +224,15 @@ class Event(BaseModel):
         t = isoformat(self.time) or "~"
         return (t, self.node or "", self.ref, self.kind, self.rule)
 
+    def stream_position(self) -> tuple[str, int]:
+        """The file and line number its `ref` (`path:line`) names; line 0 when it names none."""
+        path, _, line = self.ref.rpartition(":")
+        return path, int(line) if line.isdigit() else 0
+
+    def stream_order(self) -> tuple[str, str, int]:
+        """Stream order: the stamp, then the file and line (unstamped lines of one file keep their order)."""
+        return (isoformat(self.time) or "~", *self.stream_position())
+
 
 # ---------------------------------------------------------------------------------------------
 # Contract 3: the diagnosis

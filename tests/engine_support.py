@@ -11,6 +11,20 @@ from hypocenter.model import Diagnosis
 
 QUERIES = default_engine().ruleset.queries()
 
+# A user's own rule file with one extraction rule the built-in catalog does not have.
+EXTRA_RULE = """\
+rules:
+  - id: frobnicator-exploded
+    title: the frobnicator exploded
+    status: experimental
+    runbook: https://example.com/frobnicator
+    extract:
+      source: kernel
+      tokens: ["frobnicator exploded"]
+      pattern: 'frobnicator exploded'
+      event: frobnicator_exploded
+"""
+
 
 def analyze_bundle(path: Path | str, engine: Engine | None = None) -> Diagnosis:
     bundle = load_bundle(Path(path))

@@ -13,6 +13,7 @@ from typing import Any
 
 import jsonschema
 import pytest
+from engine_support import EXTRA_RULE
 
 import hypocenter
 from hypocenter import cli
@@ -274,18 +275,7 @@ def test_rules_list() -> None:
     assert "xid-nvlink-fatal" in proc.stdout
 
 
-RULE = """\
-rules:
-  - id: frobnicator-exploded
-    title: the frobnicator exploded
-    status: experimental
-    runbook: https://example.com/frobnicator
-    extract:
-      source: kernel
-      tokens: ["frobnicator exploded"]
-      pattern: 'frobnicator exploded'
-      event: frobnicator_exploded
-"""
+RULE = EXTRA_RULE
 
 
 def _rule_error(tmp_path: Path, text: str, *extra: str) -> str:

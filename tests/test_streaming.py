@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from engine_support import EXTRA_RULE
 from server_support import REPO, clean_env
 
 from hypocenter.collector import logstream
@@ -218,17 +219,7 @@ def test_a_file_is_read_in_pieces_never_whole(tmp_path: Path, monkeypatch: pytes
 
 def _extra(tmp: Path, title: str) -> Path:
     rules = tmp / "extra.yaml"
-    rules.write_text(f"""rules:
-  - id: frobnicator-exploded
-    title: {title}
-    status: experimental
-    runbook: https://example.com/frobnicator
-    extract:
-      source: kernel
-      tokens: ["frobnicator exploded"]
-      pattern: 'frobnicator exploded'
-      event: frobnicator_exploded
-""", encoding="utf-8")
+    rules.write_text(EXTRA_RULE.replace("the frobnicator exploded", title, 1), encoding="utf-8")
     return rules
 
 

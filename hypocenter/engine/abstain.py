@@ -20,7 +20,6 @@ import signal as _signal
 from dataclasses import dataclass
 
 from hypocenter.engine.suspects import Suspect, solo_work, timed_out
-from hypocenter.engine.suspects import order as _order
 from hypocenter.model import Action, Event, FirstFailure, RootCause, isoformat
 
 # Signals a process is killed by when it crashed on its own (native code, a failed assert).
@@ -68,13 +67,13 @@ class FirstFailureFinder:
         firsts = [e for e in self.events if e.kind == "child_failed" and e.fields.get("first")]
         if firsts:
             # One Root Cause block per agent (node): the earliest by the time torchrun states in it.
-            firsts.sort(key=lambda e: (str(e.fields.get("failed_at") or "~"), *_order(e)))
+            firsts.sort(key=lambda e: (str(e.fields.get("failed_at") or "~"), *e.stream_order()))
             return [self._of_child(e) for e in firsts]
-        agent = sorted((e for e in self.events if e.kind == "worker_exit"), key=_order)
+        agent = sorted((e for e in self.events if e.kind == "worker_exit"), key=Event.stream_order)
         if agent:
             return [_Exit(e, e.rank, _int(e.fields.get("exitcode")),
                           _signal_name(_int(e.fields.get("exitcode")), None)) for e in agent]
-        srun = sorted((e for e in self.events if e.kind == "task_exit"), key=_order)
+        srun = sorted((e for e in self.events if e.kind == "task_exit"), key=Event.stream_order)
         if srun:
             out = []
             for e in srun:
@@ -84,15 +83,15 @@ class FirstFailureFinder:
                 tasks = str(e.fields.get("tasks") or "")
                 out.append(_Exit(e, int(tasks) if tasks.isdigit() else None, _int(e.fields.get("code")), sig))
             return out
-        others = sorted((e for e in self.events if e.kind == "child_failed"), key=_order)
+        others = sorted((e for e in self.events if e.kind == "child_failed"), key=Event.stream_order)
         # Without a Root Cause block, a SIGTERM'd rank is the agent's collateral: prefer any other.
         others.sort(key=lambda e: (_signal_name(_int(e.fields.get("exitcode")), e.fields.get("signal")) == "SIGTERM",
-                                   *_order(e)))
+                                   *e.stream_order()))
         return [self._of_child(e) for e in others]
 
     def _worker_killed(self, rank: int | None) -> Event | None:
         killed = sorted((e for e in self.events if e.kind == "worker_killed" and (rank is None or e.rank in (None, rank))),
-                        key=_order)
+                        key=Event.stream_order)
         return killed[0] if killed else None
 
     def _silent_rank(self) -> int | None:

@@ -166,11 +166,6 @@ class CandidateSearch:
         return out
 
 
-def _stream_order(e: Event) -> tuple[str, str, int]:
-    path, _, line = e.ref.rpartition(":")
-    return (isoformat(e.time) or "~", path, int(line) if line.isdigit() else 0)
-
-
 def _locate_by_exits(primary: list[Candidate], events: list[Event], ranks: int, everywhere: list[str]) -> None:
     """A cause whose lines name no rank or host (a bare traceback in a merged job log) is located by
     what the processes did: the same exception from (nearly) every rank is everywhere; otherwise it
@@ -181,11 +176,11 @@ def _locate_by_exits(primary: list[Candidate], events: list[Event], ranks: int, 
     if not unlocated:
         return
     exits = [e for e in events if e.node and _error_exit(e)]
-    first_exit = min(exits, key=_stream_order).node if exits else None
+    first_exit = min(exits, key=Event.stream_order).node if exits else None
     # An OOM kill is a SIGKILL: a step's `Detected N oom_kill event in StepId=…` or an OUT_OF_MEMORY
     # state names no node, srun's `<node>: task N: Killed | Out Of Memory` does.
     killed = [e for e in events if e.node and e.kind == "task_exit" and e.fields.get("what") in ("Killed", "Out Of Memory")]
-    first_killed = min(killed, key=_stream_order).node if killed else None
+    first_killed = min(killed, key=Event.stream_order).node if killed else None
     for c in unlocated:
         if c.spec.subdomain == "host_oom" and first_killed:
             c.nodes = {first_killed}

@@ -90,17 +90,20 @@ class Recoveries:
         self.progress = sorted(e.time for e in events
                                if e.kind == "progress" and e.time is not None and not e.inherited and not e.approx)
         self.end = end
+        self._patterns: dict[str, Pattern] = {}
 
     def after(self, e: Event, spec: RecoverySpec) -> bool:
         if not e.node:
             return False
-        pattern = compile_pattern(spec.text)
+        pattern = self._patterns.get(spec.text)
+        if pattern is None:
+            pattern = self._patterns[spec.text] = compile_pattern(spec.text)
         if e.time is None:
             # A line with no time at all cannot be shown before or after any progress: the recovery
             # later in its own stream is all there is (peers' errors naming its node still make the
             # node a cause, through the ib-peer analyzer).
-            path = e.ref.rpartition(":")[0]
-            return any(r.kind in spec.kind and r.ref.rpartition(":")[0] == path and _line_no(r.ref) > _line_no(e.ref)
+            path, line = e.stream_position()
+            return any(r.kind in spec.kind and (rp := r.stream_position())[0] == path and rp[1] > line
                        and pattern.search(r.text) and all(r.fields.get(k) == e.fields.get(k) for k in spec.same)
                        for r in self.untimed.get(e.node, ()))
         limit = e.time + timedelta(seconds=spec.within_s)
@@ -114,11 +117,6 @@ class Recoveries:
             return len(self.progress) - bisect_right(self.progress, t) >= 2
         # No timed progress (tqdm, plain prints, rank 0's log missing): the job went on if it ended long after.
         return self.end is not None and self.end - t > RECOVERY_OUTLIVED
-
-
-def _line_no(ref: str) -> int:
-    line = ref.rpartition(":")[2]
-    return int(line) if line.isdigit() else 0
 
 
 @dataclass

@@ -111,10 +111,9 @@ class Extractor:
         Python step per line but for the last `tail` (one prefilter pass, regexes over the lines joined)."""
         if not numbers:
             return set()
-        lines = numbers
         data, starts = joined(bodies)
         reach_max = max((max(r) for r in self._reach), default=0)
-        keep: set[int] = set(range(max(0, len(lines) - reach_max), len(lines)))
+        keep: set[int] = set(range(max(0, len(numbers) - reach_max), len(numbers)))
         keep.update(range(bisect.bisect_right(numbers, 20)))
         reach: dict[int, tuple[int, int]] = {}  # candidate line → lines its rules read before / after it
         for tok, start, _ in self.scan(data):
@@ -136,18 +135,18 @@ class Extractor:
             keep.update(range(lo, hi))
             for step, limit in ((-1, n - BACKSCAN_LINES), (1, n + BACKSCAN_LINES)):
                 j = i + step
-                while 0 <= j < len(lines) and (numbers[j] >= limit if step < 0 else numbers[j] <= limit):
+                while 0 <= j < len(numbers) and (numbers[j] >= limit if step < 0 else numbers[j] <= limit):
                     if has_stamp(j):
                         keep.add(j)
                         break
                     j += step
         # The stream's end: the last stamp (inherited by candidates still to come) and the highest
         # uptime among its last `tail` lines (where uptime-only lines are placed without an anchor).
-        for j in range(len(lines) - 1, -1, -1):
+        for j in range(len(numbers) - 1, -1, -1):
             if has_stamp(j):
                 keep.add(j)
                 break
-        uptimes = [(float(m.group(1)), j) for j in range(max(0, len(lines) - tail), len(lines))
+        uptimes = [(float(m.group(1)), j) for j in range(max(0, len(numbers) - tail), len(numbers))
                    if (m := _UPTIME.search(bodies[j])) is not None]
         if uptimes:
             keep.add(max(uptimes)[1])

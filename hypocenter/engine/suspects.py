@@ -41,12 +41,6 @@ class Suspect:
     events: list[Event]
 
 
-def order(e: Event) -> tuple[str, str, int]:
-    """Stream order: the stamp, then the file and line (unstamped lines of one file keep their order)."""
-    path, _, line = e.ref.rpartition(":")
-    return (isoformat(e.time) or "~", path, int(line) if line.isdigit() else 0)
-
-
 def _host(name: str) -> str:
     first = name.split(".", 1)[0]
     return first if any(ch.isalpha() for ch in first) else name  # short name, but never cut an IP
@@ -75,7 +69,7 @@ def _interfaces(events: list[Event], hosts: set[str]) -> Suspect | None:
         if e.node:
             by_ip[str(e.fields.get("ip"))].add(_host(e.node))
     shared = [e for e in addrs if len(by_ip.get(str(e.fields.get("ip")), ())) >= 2]
-    lines = sorted({e.ref: e for e in unroutable + shared}.values(), key=order)
+    lines = sorted({e.ref: e for e in unroutable + shared}.values(), key=Event.stream_order)
     if not lines:
         return None
     picked = sorted({f"{e.fields.get('ifname')} ({e.fields.get('ip')})" for e in lines})
@@ -100,7 +94,7 @@ def _socket_fallback(events: list[Event]) -> Suspect | None:
     ib_here = {e.node for e in events if e.kind in _IB_KINDS and e.node in fallback}
     if not ib_hosts and not ib_here:
         return None  # a cluster without InfiniBand runs NCCL over sockets as designed
-    lines = sorted(no_ib, key=order)
+    lines = sorted(no_ib, key=Event.stream_order)
     on = sorted({n for n in fallback if n})
     seen = (f"{', '.join(sorted(n for n in ib_hosts if n)[:4]) or 'other hosts'} use InfiniBand" if ib_hosts
             else "its kernel or counters show InfiniBand ports")
@@ -129,15 +123,15 @@ def solo_work(events: list[Event], rank: int, node: str | None) -> Suspect | Non
     (a checkpoint save, an evaluation, its own progress) go on after the others' last step and
     before their timeout. Unranked checkpoint or evaluation lines count for rank 0 only, the rank
     such code paths run on."""
-    timeouts = sorted((e for e in events if e.rank is not None and e.rank != rank and timed_out(e)), key=order)
+    timeouts = sorted((e for e in events if e.rank is not None and e.rank != rank and timed_out(e)), key=Event.stream_order)
     if not timeouts:
         return None
-    others_last = max((order(e) for e in events if e.kind == "progress" and e.rank is not None and e.rank != rank),
+    others_last = max((e.stream_order() for e in events if e.kind == "progress" and e.rank is not None and e.rank != rank),
                       default=None)
     mine = [e for e in events if (e.kind in ("solo_work", "progress") and e.rank == rank)
             or (e.kind == "solo_work" and e.rank is None and rank == 0)]
-    alone = sorted((e for e in mine if (others_last is None or order(e) > others_last)
-                    and order(e) < order(timeouts[-1])), key=order)
+    alone = sorted((e for e in mine if (others_last is None or e.stream_order() > others_last)
+                    and e.stream_order() < timeouts[-1].stream_order()), key=Event.stream_order)
     if not alone:
         return None
     work = [e for e in alone if e.kind == "solo_work"]
