@@ -96,6 +96,12 @@ def check_count(what: str, count: int, setting: str) -> None:
         raise LimitExceeded(f"{what}: {count:,} is over the limit of {bound:,}", setting)
 
 
+def inflated_past(what: str, limit: int, setting: str) -> LimitExceeded:
+    """The error for `what` decompressing to more than `limit` bytes (`inflate`, and readers that
+    decompress a stream a piece at a time and count)."""
+    return LimitExceeded(f"{what} is over {limit:,} bytes once decompressed", setting)
+
+
 def inflate(data: bytes, *, wbits: int, limit: int, setting: str, what: str) -> bytes:
     """Decompress zlib/gzip `data` without ever producing more than `limit` bytes (checked while
     decompressing, a chunk at a time). Concatenated gzip members are all read, like gzip.decompress.
@@ -109,7 +115,7 @@ def inflate(data: bytes, *, wbits: int, limit: int, setting: str, what: str) -> 
         while True:
             size += len(chunk)
             if size > limit:
-                raise LimitExceeded(f"{what} is over {limit:,} bytes once decompressed", setting)
+                raise inflated_past(what, limit, setting)
             out.append(chunk)
             if not d.unconsumed_tail:
                 break
@@ -121,4 +127,4 @@ def inflate(data: bytes, *, wbits: int, limit: int, setting: str, what: str) -> 
             return b"".join(out)
 
 
-__all__ = ["DEFAULT", "LimitExceeded", "Limits", "active", "check_count", "configure", "decode_slot", "inflate"]
+__all__ = ["DEFAULT", "LimitExceeded", "Limits", "active", "check_count", "configure", "decode_slot", "inflate", "inflated_past"]

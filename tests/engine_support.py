@@ -1,10 +1,12 @@
 """The built-in engine as tests use it: analyse a bundle directory the way `hypocenter analyze DIR`
-does (load, then analyse), and the rules' queries that pull connectors are handed."""
+does (load, then analyse), and the rules' queries that pull connectors are handed; one log file
+read in pieces checked against reading it whole."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from hypocenter.collector import logstream
 from hypocenter.collector.bundle import load_bundle
 from hypocenter.engine import Engine, default_engine
 from hypocenter.model import Diagnosis
@@ -29,3 +31,17 @@ rules:
 def analyze_bundle(path: Path | str, engine: Engine | None = None) -> Diagnosis:
     bundle = load_bundle(Path(path))
     return (engine or default_engine()).analyze(bundle)
+
+
+def assert_pieces_read_as_whole(path: Path) -> None:
+    """`scan_log` and `log_pieces` (in pieces of logstream.CHUNK_BYTES) say and give what `read_log`
+    (the whole file at once) does: usable or not, status, reason, line count, the text."""
+    data, status, reason = logstream.read_log(path)
+    facts = logstream.scan_log(path)
+    assert (facts.usable, facts.status, facts.reason) == (data is not None, status, reason), path.name
+    if data is None:
+        return
+    assert (facts.newlines, facts.ends_with_newline) == (data.count(b"\n"), data.endswith(b"\n")), path.name
+    pieces = list(logstream.log_pieces(path, status == "ok"))
+    assert b"".join(pieces) == data, path.name
+    assert all(p.endswith(b"\n") for p in pieces[:-1]), path.name

@@ -15,12 +15,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from engine_support import EXTRA_RULE
+from engine_support import EXTRA_RULE, assert_pieces_read_as_whole
 from server_support import REPO, clean_env
 
 from hypocenter.collector import logstream
 from hypocenter.collector.bundle import load_bundle
-from hypocenter.collector.logstream import read_log
 from hypocenter.engine import Engine, default_engine, rulecache
 from hypocenter.engine.rules import load_ruleset
 from hypocenter.lineformat import MAX_LINE, time_context
@@ -176,17 +175,8 @@ def test_scan_in_pieces_says_what_reading_whole_says(chunk: int, tmp_path: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(logstream, "CHUNK_BYTES", chunk)
     for name, raw in _TRICKY.items():
-        path = tmp_path / name
-        path.write_bytes(raw)
-        data, status, reason = read_log(path)
-        facts = logstream.scan_log(path)
-        assert (facts.usable, facts.status, facts.reason) == (data is not None, status, reason), name
-        if data is None:
-            continue
-        assert (facts.newlines, facts.ends_with_newline) == (data.count(b"\n"), data.endswith(b"\n")), name
-        pieces = list(logstream.log_pieces(path, status == "ok"))
-        assert b"".join(pieces) == data, name
-        assert all(p.endswith(b"\n") for p in pieces[:-1]), name
+        (tmp_path / name).write_bytes(raw)
+        assert_pieces_read_as_whole(tmp_path / name)
 
 
 def test_a_file_is_read_in_pieces_never_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,11 +1,13 @@
-"""An uploaded bundle archive (tar, tar.gz, tar.xz, tar.bz2) read in memory, never extracted to disk.
+"""An uploaded bundle archive (tar, tar.gz, tar.xz, tar.bz2) read as a stream, never extracted.
 
 `tarfile.extractall(filter="data")` has had bypasses (CVE-2025-4517 and relatives, fixed only in
-3.11.13 / 3.12.11 / 3.13.4) that let a crafted archive write anywhere the server may. So nothing
-of an upload touches the filesystem: the archive is decompressed as a stream, its members are read
-one at a time under the bounds below, and the bundle reader (collector/bundle.py) reads them
-through `ArchivePath`, a path whose every file operation answers from memory. Nothing is left
-behind when the process dies mid-upload, because nothing was written.
+3.11.13 / 3.12.11 / 3.13.4) that let a crafted archive write anywhere the server may. So no name
+of an upload ever reaches the filesystem: the archive is decompressed as a stream, its members are
+read one at a time under the bounds below, their bytes laid end to end in one `_Spool` (memory up
+to SPOOL_MEMORY, then one anonymous temporary file: no name, unlinked from the start, gone with the
+process), and the bundle reader (collector/bundle.py) reads them through `ArchivePath`, a path
+whose every file operation answers from that spool, a piece at a time. However large the archive,
+its files are never in memory whole.
 
 Bounds (hypocenter/limits.py, each a setting), all checked while reading, before the bytes exist:
 
@@ -28,6 +30,8 @@ import lzma
 import os
 import stat
 import tarfile
+import tempfile
+import weakref
 import zlib
 from collections.abc import Generator
 from dataclasses import dataclass, field
@@ -41,13 +45,108 @@ from hypocenter.limits import LimitExceeded, Limits
 from hypocenter.model import Coverage
 
 _CHUNK = 1 << 16
+SPOOL_MEMORY = 16 << 20
+"""Bytes of an archive's files kept in memory; past them, the spool moves to a temporary file."""
+
+
+class _Spool:
+    """The bytes of an archive's regular files, one after another, read back by offset: in memory
+    until they pass SPOOL_MEMORY, then in one anonymous temporary file (`tempfile.TemporaryFile`:
+    unlinked, or never named where O_TMPFILE exists). Positional reads (`os.pread`) let any number
+    of readers, forked workers too, share it."""
+
+    def __init__(self) -> None:
+        self._memory = bytearray()
+        self._file: Any = None
+        self.size = 0
+
+    def append(self, data: bytes) -> None:
+        """RuntimeError (the server's fault, not the upload's: HTTP 500) when the temporary file
+        cannot be made or written."""
+        try:
+            if self._file is None and self.size + len(data) > SPOOL_MEMORY:
+                # closed by `close`, when the last path into the archive goes (read_archive's finalizer)
+                self._file = tempfile.TemporaryFile(prefix="hypocenter-upload-")  # noqa: SIM115
+                self._file.write(self._memory)
+                self._memory = bytearray()
+            if self._file is None:
+                self._memory += data
+            else:
+                self._file.write(data)
+        except OSError as exc:
+            raise RuntimeError(f"an uploaded archive's files cannot be spooled to a temporary file in "
+                               f"{tempfile.gettempdir()} (TMPDIR): {exc}") from exc
+        self.size += len(data)
+
+    def seal(self) -> None:
+        """Every byte written: reads may start."""
+        if self._file is not None:
+            self._file.flush()
+
+    def read_at(self, offset: int, n: int) -> bytes:
+        if self._file is None:
+            return bytes(self._memory[offset:offset + n])
+        out = os.pread(self._file.fileno(), n, offset)
+        while len(out) < n:  # a short read is allowed of pread; the bytes are all there
+            more = os.pread(self._file.fileno(), n - len(out), offset + len(out))
+            if not more:
+                break
+            out += more
+        return out
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+
+
+class _MemberReader(io.RawIOBase):
+    """One file of an archive, opened: reads answered from the spool."""
+
+    def __init__(self, spool: _Spool, offset: int, size: int) -> None:
+        self._spool = spool
+        self._start = offset
+        self._size = size
+        self._pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def read(self, n: int | None = -1) -> bytes:
+        left = self._size - self._pos
+        n = left if n is None or n < 0 else min(n, left)
+        if n <= 0:
+            return b""
+        data = self._spool.read_at(self._start + self._pos, n)
+        self._pos += len(data)
+        return data
+
+    def readall(self) -> bytes:
+        return self.read()
+
+    def readinto(self, buffer: Any) -> int:
+        data = self.read(len(buffer))
+        buffer[:len(data)] = data
+        return len(data)
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
+        self._pos = max(0, base + offset)
+        return self._pos
+
+    def tell(self) -> int:
+        return self._pos
 
 
 @dataclass
 class ArchiveTree:
-    """The regular files of an archive (path → bytes), its directories, and what was skipped."""
+    """The regular files of an archive (path → offset and size in its spool), its directories, and
+    what was skipped."""
 
-    files: dict[str, bytes] = field(default_factory=dict)
+    files: dict[str, tuple[int, int]] = field(default_factory=dict)
+    spool: _Spool = field(default_factory=_Spool)
     dirs: set[str] = field(default_factory=lambda: {""})
     skipped: dict[str, str] = field(default_factory=dict)  # path → why it was not read
     inflate_budget: int = 0  # bytes gzip files inside may still decompress to (bundle_max_bytes left)
@@ -114,7 +213,7 @@ class ArchivePath(PosixPath):
     def stat(self, *, follow_symlinks: bool = True) -> os.stat_result:
         k = self._key()
         if k in self._tree.files:
-            return os.stat_result((stat.S_IFREG | 0o444, 0, 0, 1, 0, 0, len(self._tree.files[k]), 0, 0, 0))
+            return os.stat_result((stat.S_IFREG | 0o444, 0, 0, 1, 0, 0, self._tree.files[k][1], 0, 0, 0))
         if k in self._tree.dirs:
             return os.stat_result((stat.S_IFDIR | 0o555, 0, 0, 1, 0, 0, 0, 0, 0, 0))
         if k in self._tree.skipped:
@@ -125,18 +224,26 @@ class ArchivePath(PosixPath):
         return self.stat()
 
     def read_bytes(self) -> bytes:
-        k = self._key()
-        if k not in self._tree.files:
-            raise FileNotFoundError(errno.ENOENT, "no such file in the archive", str(self))
-        return self._tree.files[k]
+        return self._reader().read()
 
     def read_text(self, encoding: str | None = None, errors: str | None = None) -> str:
         return self.read_bytes().decode(encoding or "utf-8", errors or "strict")
 
     def open(self, *args: Any, **kwargs: Any) -> Any:
-        if args and any(c in str(args[0]) for c in "wax+"):
+        """Binary reading only (what the bundle reader does): a file object over the spool."""
+        mode = str(args[0]) if args else str(kwargs.get("mode", "r"))
+        if any(c in mode for c in "wax+"):
             raise PermissionError(errno.EROFS, "an uploaded archive is read-only", str(self))
-        return io.BytesIO(self.read_bytes())
+        if "b" not in mode:
+            return io.TextIOWrapper(io.BufferedReader(self._reader()), encoding=kwargs.get("encoding") or "utf-8")
+        return self._reader()
+
+    def _reader(self) -> _MemberReader:
+        k = self._key()
+        if k not in self._tree.files:
+            raise FileNotFoundError(errno.ENOENT, "no such file in the archive", str(self))
+        offset, size = self._tree.files[k]
+        return _MemberReader(self._tree.spool, offset, size)
 
     def inflate_limit(self) -> int:
         """How many bytes a gzip file inside the archive may decompress to: one member's bound, within
@@ -218,6 +325,7 @@ def read_archive(raw: bytes, bounds: Limits | None = None) -> ArchivePath:
     for one past a bound."""
     b = bounds or limits.active()
     tree = ArchiveTree()
+    weakref.finalize(tree, tree.spool.close)  # the temporary file closes with the last path into it
     stream = _Inflating(raw, b)
     members = 0
     try:
@@ -243,13 +351,21 @@ def read_archive(raw: bytes, bounds: Limits | None = None) -> ArchivePath:
                     tree.add_dirs(name.rpartition("/")[0])
                     continue
                 f = tar.extractfile(member)
-                data = f.read() if f is not None else b""
-                tree.files[name] = data
+                start = tree.spool.size
+                while f is not None and (data := f.read(_CHUNK * 16)):
+                    tree.spool.append(data)
+                tree.files[name] = (start, tree.spool.size - start)
                 tree.add_dirs(name.rpartition("/")[0])
     except tarfile.TarError as exc:
+        tree.spool.close()
         raise InputError(f"not a readable tar.gz bundle: {exc}") from None
     except (EOFError, OSError) as exc:
+        tree.spool.close()
         raise InputError(f"not a readable tar.gz bundle: {exc or 'it ends early'}") from None
+    except BaseException:
+        tree.spool.close()
+        raise
+    tree.spool.seal()
     # gzip files inside spend what the archive left of both the byte bound and the ratio bound
     tree.inflate_budget = min(b.bundle_max_bytes, stream.ratio_max) - stream.produced
     tree.member_max = b.bundle_max_member_bytes

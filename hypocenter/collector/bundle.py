@@ -16,10 +16,8 @@ skipped or failed; undecodable bytes, NUL runs and lines over 64 KiB make a file
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
-import zlib
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -153,20 +151,9 @@ def read_text(path: Path) -> tuple[str | None, str, str | None]:
 
 
 def _text_of(path: Path, clean: bool) -> bytes:
-    """A log file's bytes for the engine, read again: as they are when the first read found nothing
-    to repair (gzip undone), else through `read_log` again. A file gone since reads as empty."""
-    if clean:
-        try:
-            raw = path.read_bytes()
-        except OSError:
-            return b""
-        if path.suffix.lower() == ".gz" or raw.startswith(b"\x1f\x8b"):
-            try:
-                return gzip.decompress(raw)
-            except (OSError, EOFError, zlib.error):
-                return b""
-        return raw
-    return read_log(path)[0] or b""
+    """A log file's bytes for the engine, read again whole (gzip undone; repaired unless `clean`).
+    A file gone since reads as empty."""
+    return b"".join(log_pieces(path, clean))
 
 
 def _files(top: Path) -> list[Path]:

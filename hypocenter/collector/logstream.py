@@ -6,8 +6,10 @@
     log_pieces(path, clean) → the text the engine scans (the bytes `read_log` would return), in pieces
                               that each end with a whole line, but the last
 
-A plain file is streamed. A gzip file (rotated logs are small) and a file of an uploaded archive
-(already in memory, within the upload's bounds) go through `read_log` whole, as before.
+Every log file is streamed: a plain file as it is, a gzip file (`kern.log.1.gz`, or any file that
+starts with gzip's magic) decompressed a piece at a time, and a file of an uploaded archive
+(collector/archive.py) the same way, its gzip files counted against the upload's bounds as they
+decompress. `read_log` (whole) stays for the small files read whole anyway (metrics, events, traces).
 """
 
 from __future__ import annotations
@@ -22,9 +24,9 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
-from hypocenter.limits import inflate
+from hypocenter.limits import inflate, inflated_past
 from hypocenter.lineformat import MAX_LINE
 
 _BINARY_PROBE = 8192
@@ -40,13 +42,76 @@ class LogFacts:
     newlines: int = 0
     ends_with_newline: bool = False
     nbytes: int = 0
-    streamed: bool = False    # read in pieces (log_pieces can stream it); else read_log reads it whole
+    streamed: bool = False    # read in pieces: log_pieces streams it (every file scan_log reads)
 
 
-def streamable(path: Path, first: bytes) -> bool:
-    """A plain file on disk (not gzip, not a member of an uploaded archive)."""
-    return (getattr(path, "inflate_limit", None) is None and path.suffix.lower() != ".gz"
-            and not first.startswith(b"\x1f\x8b"))
+_GZIP_MAGIC = b"\x1f\x8b"
+_GZIP_INPUT = 1 << 20  # compressed bytes handed to zlib at a time
+
+
+class _CorruptGzip(Exception):
+    """A gzip file whose compressed data cannot be read to its end (the message says why, in the
+    words `read_log` uses)."""
+
+
+def _decompressed(path: Path, f: BinaryIO) -> tuple[bool, Iterator[bytes]]:
+    """(is gzip, the file's bytes with gzip undone in pieces of at most CHUNK_BYTES) for the file
+    `path` opened as `f`. The pieces raise OSError for a read that fails, _CorruptGzip for damaged
+    gzip data (after the pieces before the damage)."""
+    head = f.read(CHUNK_BYTES)
+    if path.suffix.lower() == ".gz" or head.startswith(_GZIP_MAGIC):
+        return True, _gunzip(f, head)
+    return False, _plain(f, head)
+
+
+def _plain(f: BinaryIO, head: bytes) -> Iterator[bytes]:
+    piece = head
+    while piece:
+        yield piece
+        piece = f.read(CHUNK_BYTES)
+
+
+def _gunzip(f: BinaryIO, data: bytes) -> Iterator[bytes]:
+    """What `gzip.decompress` makes of the whole file, as a stream: members one after another, NUL
+    padding between them skipped, each member's CRC and length checked (by zlib)."""
+    members = 0
+    while True:
+        while len(data.lstrip(b"\x00")) < 2:  # between members: padding, the end, or a header's start
+            more = f.read(min(CHUNK_BYTES, _GZIP_INPUT))
+            if not more:
+                break
+            data += more
+        data = data.lstrip(b"\x00")
+        if not data:
+            return
+        if not data.startswith(_GZIP_MAGIC):
+            raise _CorruptGzip("not gzip data (the file ends in .gz but is not gzip-compressed)" if not members else
+                               "damaged compressed data (what follows its gzip data is not gzip)")
+        members += 1
+        d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        while not d.eof:
+            if not data:
+                data = f.read(min(CHUNK_BYTES, _GZIP_INPUT))
+                if not data:
+                    raise _CorruptGzip(_gzip_problem(EOFError()))
+            try:
+                out = d.decompress(data, CHUNK_BYTES)
+            except zlib.error as exc:
+                raise _CorruptGzip(_gzip_problem(_as_gzip_error(exc))) from None
+            data = d.unconsumed_tail
+            if out:
+                yield out
+        data = d.unused_data
+
+
+def _as_gzip_error(exc: zlib.error) -> BaseException:
+    """zlib's words for a bad gzip trailer as `gzip.decompress` words them (read_log's messages)."""
+    text = str(exc)
+    if text.endswith("incorrect data check"):
+        return gzip.BadGzipFile("CRC check failed")
+    if text.endswith("incorrect length check"):
+        return gzip.BadGzipFile("Incorrect length of data produced")
+    return exc
 
 
 class _LongLines:
@@ -226,24 +291,31 @@ def _display(name: str) -> str:
 
 
 def scan_log(path: Path) -> LogFacts:
-    """`read_log`'s verdict on one log file, reading a plain file in CHUNK_BYTES pieces. Never raises."""
+    """`read_log`'s verdict on one log file, reading it (gzip undone) in CHUNK_BYTES pieces. Never
+    raises, but LimitExceeded for a gzip file of an uploaded archive that decompresses past its bounds."""
     problem = refused(path)
     if problem is not None:
         return LogFacts(False, *problem)
+    bounded = getattr(path, "inflate_limit", None)  # a file of an uploaded archive (collector/archive.py)
     try:
         with path.open("rb") as f:
-            first = f.read(CHUNK_BYTES)
-            if not streamable(path, first):
-                return _whole(path)
+            gz, pieces = _decompressed(path, f)
+            limit = bounded() if gz and bounded is not None else None
+            first = next(pieces, b"")
             if not first:
-                return LogFacts(False, "skipped", "empty file")
+                return LogFacts(False, "skipped", "empty file" + (" (after gzip decompression)" if gz else ""))
             nul = newlines = size = 0
             ascii_only = True
             last = b""
             lengths = _LongLines()
+            head = b""  # the first _BINARY_PROBE bytes, whatever the pieces' sizes
             piece = first
             while piece:
+                if len(head) < _BINARY_PROBE:
+                    head += piece[:_BINARY_PROBE - len(head)]
                 size += len(piece)
+                if limit is not None and size > limit:
+                    raise inflated_past(f"gzip file {path.name!r} in the bundle", limit, "bundle_max_bytes")
                 newlines += piece.count(b"\n")
                 if b"\x00" in piece:
                     nul += piece.count(b"\x00")
@@ -253,23 +325,27 @@ def scan_log(path: Path) -> LogFacts:
                     ascii_only = ascii_only and piece.isascii()
                     if ascii_only:
                         lengths.feed(piece)
-                piece = f.read(CHUNK_BYTES)
+                piece = next(pieces, b"")
+        if limit is not None:
+            path.spend(size)  # type: ignore[attr-defined]
+        notes: list[str] = []
+        if nul:
+            probe = head.replace(b"\x00", b"")
+            if not probe.strip():
+                return LogFacts(False, "skipped", "no text: only NUL bytes")
+            if _looks_binary(probe):
+                return LogFacts(False, "skipped", _binary_reason(head))
+            notes.append(f"{nul} NUL byte{'s' if nul > 1 else ''} dropped (a log cut short by a crash often has them)")
+        if ascii_only:
+            long_lines = lengths.end()
+        else:  # characters, not bytes, and undecodable sequences: read again, decoding
+            bad, long_lines, valid = _decoded_facts(path)
+            if not valid:
+                notes.append(f"not valid UTF-8: {bad} undecodable byte sequence{'s' if bad > 1 else ''} replaced")
     except OSError as exc:
         return LogFacts(False, "failed", f"cannot read: {exc.strerror or exc}")
-    notes: list[str] = []
-    if nul:
-        probe = first[:_BINARY_PROBE].replace(b"\x00", b"")
-        if not probe.strip():
-            return LogFacts(False, "skipped", "no text: only NUL bytes")
-        if _looks_binary(probe):
-            return LogFacts(False, "skipped", _binary_reason(first))
-        notes.append(f"{nul} NUL byte{'s' if nul > 1 else ''} dropped (a log cut short by a crash often has them)")
-    if ascii_only:
-        long_lines = lengths.end()
-    else:  # characters, not bytes, and undecodable sequences: read again, decoding
-        bad, long_lines, valid = _decoded_facts(path)
-        if not valid:
-            notes.append(f"not valid UTF-8: {bad} undecodable byte sequence{'s' if bad > 1 else ''} replaced")
+    except _CorruptGzip as exc:
+        return LogFacts(False, "failed", f"corrupt gzip file: {exc}")
     if long_lines:
         notes.append(_long_note(long_lines))
     return LogFacts(True, "partial" if notes else "ok", "; ".join(notes) or None, newlines, last == b"\n", size,
@@ -319,8 +395,9 @@ def _decoded_facts(path: Path) -> tuple[int, int, bool]:
     bad = 0
     lengths = _LongLines()
     with path.open("rb") as f:
+        pieces = _decompressed(path, f)[1]
         while True:
-            raw = f.read(CHUNK_BYTES)
+            raw = next(pieces, b"")
             final = not raw
             raw = raw.replace(b"\x00", b"")
             text = lenient.decode(raw, final)
@@ -335,17 +412,10 @@ def _decoded_facts(path: Path) -> tuple[int, int, bool]:
                 return bad, lengths.end(), valid
 
 
-def _whole(path: Path) -> LogFacts:
-    data, status, reason = read_log(path)
-    if data is None:
-        return LogFacts(False, status, reason)
-    return LogFacts(True, status, reason, data.count(b"\n"), data.endswith(b"\n"), len(data))
-
-
 def log_pieces(path: Path, clean: bool) -> Iterator[bytes]:
-    """The file's text as `read_log` returns it, in line-aligned pieces of about CHUNK_BYTES: as read
-    when `clean` (scan_log found nothing to repair), else with NUL bytes dropped and undecodable
-    sequences replaced. A file gone or unreadable since ends the text there."""
+    """The file's text as `read_log` returns it (gzip undone), in line-aligned pieces of about
+    CHUNK_BYTES: as read when `clean` (scan_log found nothing to repair), else with NUL bytes dropped
+    and undecodable sequences replaced. A file gone, unreadable or damaged since ends the text there."""
     decoder = None if clean else codecs.getincrementaldecoder("utf-8")("replace")
     carry = b""
     try:
@@ -353,10 +423,14 @@ def log_pieces(path: Path, clean: bool) -> Iterator[bytes]:
     except OSError:
         return
     with f:
+        try:
+            pieces = _decompressed(path, f)[1]
+        except OSError:
+            return
         while True:
             try:
-                raw = f.read(CHUNK_BYTES)
-            except OSError:
+                raw = next(pieces, b"")
+            except (OSError, _CorruptGzip):
                 raw = b""
             final = not raw
             if decoder is not None:
@@ -379,4 +453,4 @@ def log_pieces(path: Path, clean: bool) -> Iterator[bytes]:
                 carry = buf  # a line longer than a piece: held until it ends
 
 
-__all__ = ["CHUNK_BYTES", "LogFacts", "cores", "log_pieces", "read_log", "refused", "scan_log", "scan_logs", "streamable"]
+__all__ = ["CHUNK_BYTES", "LogFacts", "cores", "log_pieces", "read_log", "refused", "scan_log", "scan_logs"]
