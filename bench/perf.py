@@ -5,8 +5,9 @@
 (a) OTLP ingest into one `hypocenter serve` process (gRPC and HTTP; 1 and 4 client threads; node-scoped
     kernel/NCCL/app lines with ~1 candidate in 20,000; 5,000 records per request), against protobuf
     decode + iteration of the same serialized requests in this process.
-(b) `hypocenter analyze` of bundles from 8 to 1,024 nodes, against `rg -c -F -f <rule tokens>` on the
-    same files; wall time and peak RSS of each.
+(b) `hypocenter analyze` of bundles from 8 to 1,024 nodes and 50 MB to 2 GB, against `rg -c -F -f
+    <rule tokens>` on the same files; wall time and peak RSS of each. The 2 GB bundle is measured
+    again with every log gzip'd (`rg -z` the reference): the memory must not follow the bytes.
 (c) the time from the terminal-state record's acknowledgement to the stored diagnosis for a 1,024-node
     attempt, against `hypocenter analyze` of the same attempt written as a bundle.
 (d) store bytes per ingested healthy line (SQLite, before any compaction pass), against the line's
@@ -20,6 +21,7 @@ The machine is shared and noisy: compare the figures of one run only.
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import os
 import queue
@@ -430,29 +432,58 @@ def write_bundle(root: Path, nodes: int, megabytes: float, seed: int = 2) -> tup
     return total + len(job), lines + job.count("\n")
 
 
+def _gzip_file(path: Path) -> None:
+    """`path` replaced by `path`.gz (level 1: the benchmark's time goes to reading, not to making it)."""
+    with path.open("rb") as src, gzip.open(path.with_name(path.name + ".gz"), "wb", compresslevel=1) as dst:
+        shutil.copyfileobj(src, dst, 8 << 20)
+    path.unlink()
+
+
+def gzip_logs(root: Path) -> int:
+    """Every log file of a bundle gzip'd in place, by one forked process per core; its bytes on disk."""
+    import multiprocessing
+
+    from hypocenter.collector.logstream import cores
+
+    files = sorted(p for p in (root / "logs").rglob("*") if p.is_file())
+    with multiprocessing.get_context("fork").Pool(cores()) as pool:
+        pool.map(_gzip_file, files)
+    return sum(p.stat().st_size for p in (root / "logs").rglob("*.gz"))
+
+
 def analyze_part(fig: Figures, tmp: Path, quick: bool, tokens: Path) -> None:
     rg = shutil.which("rg")
-    sizes = [(8, 2.0), (64, 4.0)] if quick else [(8, 50.0), (64, 250.0), (1024, 250.0), (1024, 1100.0)]
+    sizes = [(8, 2.0), (64, 4.0)] if quick else [(8, 50.0), (64, 250.0), (1024, 250.0), (1024, 1100.0), (8, 2000.0)]
     print("(b) hypocenter analyze vs rg -c -F -f <rule tokens> on the same files", flush=True)
     fig.summary["analyze"] = []
     for nodes, mb in sizes:
         root = tmp / f"bundle-{nodes}-{int(mb)}"
         nbytes, nlines = write_bundle(root, nodes, mb)
-        hyp = run_measured([sys.executable, "-m", "hypocenter.cli", "analyze", str(root), "--format", "json"], _env())
-        outcome = _outcome(hyp.stdout)
-        entry: dict[str, Any] = {"nodes": nodes, "bytes": nbytes, "lines": nlines, "seconds": round(hyp.seconds, 3),
-                                 "max_rss_mb": round(hyp.max_rss_mb, 1), "outcome": outcome}
-        what = f"analyze {nodes} nodes, {nbytes / 1e6:,.0f} MB, {nlines / 1e6:.2f} M lines"
-        if rg is None:
-            fig.add(what, f"{hyp.seconds:.2f} s {hyp.max_rss_mb:.0f} MB", "rg not installed", outcome)
-        else:
-            ref = run_measured([rg, "-c", "-F", "-f", str(tokens), str(root / "logs")])
-            entry.update(rg_seconds=round(ref.seconds, 3), rg_max_rss_mb=round(ref.max_rss_mb, 1),
-                         ratio_to_rg=round(hyp.seconds / ref.seconds, 2))
-            fig.add(what, f"{hyp.seconds:.2f} s {hyp.max_rss_mb:,.0f} MB RSS",
-                    f"rg {ref.seconds:.2f} s {ref.max_rss_mb:,.0f} MB RSS",
-                    f"{hyp.seconds / ref.seconds:.1f}x rg (target <= 3x); {outcome}")
-        fig.summary["analyze"].append(entry)
+        gzipped = 0
+        for last in (False, True):
+            hyp = run_measured([sys.executable, "-m", "hypocenter.cli", "analyze", str(root), "--format", "json"],
+                               _env())
+            outcome = _outcome(hyp.stdout)
+            entry: dict[str, Any] = {"nodes": nodes, "bytes": nbytes, "lines": nlines,
+                                     "seconds": round(hyp.seconds, 3), "max_rss_mb": round(hyp.max_rss_mb, 1),
+                                     "outcome": outcome}
+            what = f"analyze {nodes} nodes, {nbytes / 1e6:,.0f} MB, {nlines / 1e6:.2f} M lines"
+            if gzipped:
+                entry["gzip_bytes"] = gzipped
+                what += f", gzip'd ({gzipped / 1e6:,.0f} MB)"
+            if rg is None:
+                fig.add(what, f"{hyp.seconds:.2f} s {hyp.max_rss_mb:.0f} MB", "rg not installed", outcome)
+            else:
+                ref = run_measured([rg, *(["-z"] if gzipped else []), "-c", "-F", "-f", str(tokens), str(root / "logs")])
+                entry.update(rg_seconds=round(ref.seconds, 3), rg_max_rss_mb=round(ref.max_rss_mb, 1),
+                             ratio_to_rg=round(hyp.seconds / ref.seconds, 2))
+                fig.add(what, f"{hyp.seconds:.2f} s {hyp.max_rss_mb:,.0f} MB RSS",
+                        f"rg{' -z' if gzipped else ''} {ref.seconds:.2f} s {ref.max_rss_mb:,.0f} MB RSS",
+                        f"{hyp.seconds / ref.seconds:.1f}x rg (target <= 3x); {outcome}")
+            fig.summary["analyze"].append(entry)
+            if last or (nodes, mb) != sizes[-1]:
+                break
+            gzipped = gzip_logs(root)  # the largest bundle once more, every log gzip'd
         shutil.rmtree(root)
 
 
