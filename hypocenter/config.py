@@ -178,7 +178,8 @@ class Settings(BaseSettings):
     bundle_max_member_bytes: int = Field(DEFAULT_LIMITS.bundle_max_member_bytes, ge=1,
                                          description="one file of an uploaded bundle, after decompression (more: 413)")
     bundle_max_bytes: int = Field(DEFAULT_LIMITS.bundle_max_bytes, ge=1, description="all files of an uploaded "
-                                  "bundle together, after decompression; held in memory, never written to disk")
+                                  "bundle together, after decompression; past 16 MiB spooled to one anonymous temporary file "
+                                  "(TMPDIR), never extracted")
     bundle_max_ratio: int = Field(DEFAULT_LIMITS.bundle_max_ratio, ge=1, description="decompressed / uploaded "
                                   "bytes of a bundle, once past 16 MiB (a compression bomb: 413)")
     ingest_queue_records: int = Field(

@@ -562,7 +562,7 @@ def _context_from(raw: bytes, workload: str, attempt: int) -> AttemptContext:
 
 
 def _analyze_bundle(service: Attribution, raw: bytes, client: dict[str, str] | None = None) -> Diagnosis:
-    # Read in memory under the upload bounds, never extracted to disk (collector/archive.py).
+    # Read as a stream under the upload bounds, never extracted (collector/archive.py).
     bundle = load_archive_bundle(raw)
     diagnosis = service.engine.analyze(bundle)
     service.analyze_context(bundle.context, diagnosis, client)
