@@ -6,7 +6,7 @@ from datetime import datetime, timezone
 
 from hypocenter.collector.rankmap import rebuild, task_layout
 from hypocenter.model import AttemptContext, Window, Workload
-from hypocenter.sources import TextSource
+from hypocenter.sources import FileTextSource, TextSource
 
 NODES = ["n1", "n2", "n3"]
 CTX = AttemptContext(workload=Workload(id="7", scheduler="slurm"), nodes=NODES,
@@ -52,3 +52,17 @@ def test_no_guess_when_the_log_contradicts_or_cannot_say() -> None:
 def test_a_written_rank_map_is_kept() -> None:
     ctx = CTX.model_copy(update={"ranks": {"n1": "0"}})
     assert rebuild(ctx, task_layout(NODES, 3), [])[0] is ctx
+
+
+def test_a_log_file_is_read_in_its_pieces_never_whole() -> None:
+    """A `--logs` file: its line-aligned pieces give the map the whole text gives."""
+    lines = [b"+ srun torchrun --nnodes=3 --nproc_per_node 4 train.py\n", b"chatter\n" * 1000,
+             b"n2:11:12 [0] NCCL INFO ncclCommInitRank comm 0x1 rank 4 nranks 12 - Init\n", b"[rank9]: boom\n"]
+
+    def whole() -> bytes:
+        raise AssertionError("the whole file was read")
+
+    log = FileTextSource("logs/_job/out", whole, chunks=lambda: iter(lines))
+    ctx, _ = rebuild(CTX, task_layout(NODES, 3), [log])
+    assert ctx.ranks == {"n1": "0-3", "n2": "4-7", "n3": "8-11"}
+    assert ctx == rebuild(CTX, task_layout(NODES, 3), [TextSource("logs/_job/out", b"".join(lines))])[0]

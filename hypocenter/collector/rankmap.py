@@ -23,7 +23,7 @@ import re
 from collections.abc import Iterable, Sequence
 
 from hypocenter.model import AttemptContext
-from hypocenter.sources import Source, TextSource
+from hypocenter.sources import FileTextSource, Source, TextSource
 
 _NPROC = re.compile(rb"--nproc[-_]per[-_]node[= ]+(\d{1,4})\b")
 _NCCL_RANK = re.compile(rb"(?m)^(?:\S+ )?([A-Za-z0-9][\w.-]*):\d+:\d+ \[\d+\] NCCL INFO .*?\brank (\d{1,7}) nranks (\d{1,7})\b")
@@ -61,8 +61,12 @@ def _spans(ranks: list[int]) -> str:
     return ",".join(parts)
 
 
-def _bytes(src: TextSource) -> bytes:
-    return src.text if isinstance(src.text, bytes) else src.text.encode("utf-8", "replace")
+def _pieces(src: TextSource) -> Iterable[bytes]:
+    """A source's text as bytes: a file's in its line-aligned pieces (never whole: `--logs` folders can
+    be large), which the patterns above, all within one line, see as they would the whole text."""
+    if isinstance(src, FileTextSource):
+        return src.chunks()
+    return (src.text if isinstance(src.text, bytes) else src.text.encode("utf-8", "replace"),)
 
 
 def rebuild(context: AttemptContext, layout: dict[str, list[int]], sources: Iterable[Source]
@@ -78,12 +82,12 @@ def rebuild(context: AttemptContext, layout: dict[str, list[int]], sources: Iter
     for src in sources:
         if not isinstance(src, TextSource):
             continue
-        data = _bytes(src)
-        if src.node is None:
-            widths.update(int(m.group(1)) for m in _NPROC.finditer(data))
-            top = max([top, *(int(m.group(1)) for m in _RANK_PREFIX.finditer(data))])
-        inits.extend((int(m.group(3)), int(m.group(2)), m.group(1).decode("ascii", "replace"))
-                     for m in _NCCL_RANK.finditer(data))
+        for data in _pieces(src):
+            if src.node is None:
+                widths.update(int(m.group(1)) for m in _NPROC.finditer(data))
+                top = max([top, *(int(m.group(1)) for m in _RANK_PREFIX.finditer(data))])
+            inits.extend((int(m.group(3)), int(m.group(2)), m.group(1).decode("ascii", "replace"))
+                         for m in _NCCL_RANK.finditer(data))
     world = max((n for n, _r, _h in inits), default=None)  # sub-communicators are smaller than the world
     placed = {r: h for n, r, h in sorted(inits, reverse=True) if n == world}
     width: int | None = None
