@@ -234,3 +234,17 @@ def test_a_large_uploaded_archive_is_analysed_in_bounded_memory(
     assert peak < _DECOMPRESSED // 2, f"peak RSS {peak:,} bytes for an upload of {_DECOMPRESSED:,} bytes"
     want = default_engine().analyze(load_bundle(root)).to_json()
     assert diagnosis.strip() == want.strip().replace("kern.log.gz:", "kern.log:")
+
+
+def test_gzip_logs_count_by_their_text_when_deciding_to_scan_in_workers(tmp_path: Path) -> None:
+    """Two gzip files of 40 MiB of text each (a few hundred KB on disk) are worth forked workers, as the
+    same text plain would be, and the workers' facts are the ones a scan in this process finds."""
+    chatter = _CHATTER.replace(b"node02", b"node01")
+    paths = []
+    for i in range(2):
+        path = tmp_path / f"kern.log.{i + 1}.gz"
+        path.write_bytes(b"".join(_gzip_of([(chatter, (40 << 20) // len(chatter))])))
+        paths.append(path)
+    assert sum(p.stat().st_size for p in paths) < logstream.PARALLEL_BYTES // 10
+    forked = logstream.scan_logs(paths, 2)
+    assert forked == {p: logstream.scan_log(p) for p in paths}

@@ -373,7 +373,7 @@ def scan_logs(paths: list[Path], workers: int) -> dict[Path, LogFacts]:
     size = 0
     for p in paths:
         with contextlib.suppress(OSError):  # the scan says what is wrong with it
-            size += p.stat().st_size
+            size += _text_bytes(p)
     if size < PARALLEL_BYTES:
         return {}
     import multiprocessing
@@ -385,6 +385,17 @@ def scan_logs(paths: list[Path], workers: int) -> dict[Path, LogFacts]:
                             strict=True))
     except (ValueError, OSError):
         return {}
+
+
+def _text_bytes(path: Path) -> int:
+    """About how much text a file holds: its size, or for a gzip file what its trailer says its (last)
+    member decompresses to, when that is more."""
+    size = path.stat().st_size
+    if path.suffix.lower() != ".gz" or size < 18:
+        return size
+    with path.open("rb") as f:
+        f.seek(-4, os.SEEK_END)
+        return max(size, int.from_bytes(f.read(4), "little"))
 
 
 def _decoded_facts(path: Path) -> tuple[int, int, bool]:
