@@ -85,7 +85,7 @@ class _Spool:
 
     def read_at(self, offset: int, n: int) -> bytes:
         if self._file is None:
-            return bytes(self._memory[offset:offset + n])
+            return bytes(memoryview(self._memory)[offset:offset + n])
         out = os.pread(self._file.fileno(), n, offset)
         while len(out) < n:  # a short read is allowed of pread; the bytes are all there
             more = os.pread(self._file.fileno(), n - len(out), offset + len(out))
@@ -230,7 +230,8 @@ class ArchivePath(PosixPath):
         return self.read_bytes().decode(encoding or "utf-8", errors or "strict")
 
     def open(self, *args: Any, **kwargs: Any) -> Any:
-        """Binary reading only (what the bundle reader does): a file object over the spool."""
+        """Reading only: a binary file object over the spool (what the bundle reader opens), or a
+        UTF-8 text one over it."""
         mode = str(args[0]) if args else str(kwargs.get("mode", "r"))
         if any(c in mode for c in "wax+"):
             raise PermissionError(errno.EROFS, "an uploaded archive is read-only", str(self))
