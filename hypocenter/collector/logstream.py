@@ -390,8 +390,9 @@ def scan_logs(paths: list[Path], workers: int) -> dict[Path, LogFacts]:
 def _text_bytes(path: Path) -> int:
     """About how much text a file holds: its size, or for a gzip file what its trailer says its (last)
     member decompresses to, when that is more."""
-    size = path.stat().st_size
-    if path.suffix.lower() != ".gz" or size < 18:
+    st = path.stat()
+    size = st.st_size
+    if path.suffix.lower() != ".gz" or size < 18 or not stat.S_ISREG(st.st_mode):  # a FIFO is never opened
         return size
     with path.open("rb") as f:
         f.seek(-4, os.SEEK_END)
