@@ -61,6 +61,8 @@ _GZIP_FILES = {
     "plain.log.gz": _GOOD,
     "two-members.log.gz": gzip.compress(b"first member\n") + gzip.compress(b"second member\nno final newline"),
     "padded.log.gz": _GOOD + b"\x00" * 700 + gzip.compress(b"after NUL padding\n") + b"\x00" * 3,
+    "long-padding.log.gz": _GOOD + b"\x00" * 100_000,
+    "only-nul.log.gz": b"\x00" * 5000,  # padding follows a member: before any, it is not gzip
     "empty.log.gz": b"",
     "empty-member.log.gz": gzip.compress(b""),
     "no-suffix.log": _GOOD,  # gzip's magic without the suffix: decompressed all the same

@@ -76,12 +76,13 @@ def _gunzip(f: BinaryIO, data: bytes) -> Iterator[bytes]:
     padding between them skipped, each member's CRC and length checked (by zlib)."""
     members = 0
     while True:
-        while len(data.lstrip(b"\x00")) < 2:  # between members: padding, the end, or a header's start
+        # the next header's start; after a member, NUL padding first (dropped as it comes: any amount)
+        data = data.lstrip(b"\x00") if members else data
+        while len(data) < 2:
             more = f.read(min(CHUNK_BYTES, _GZIP_INPUT))
             if not more:
                 break
-            data += more
-        data = data.lstrip(b"\x00")
+            data = (data + more).lstrip(b"\x00") if members else data + more
         if not data:
             return
         if not data.startswith(_GZIP_MAGIC):
