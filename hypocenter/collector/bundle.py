@@ -306,7 +306,8 @@ def _read_once(path: Path, source: FileTextSource) -> Iterator[bytes]:
 
 def read_data(bundle: Bundle, *, workers: int = 1, read_once: bool = False) -> None:
     """Read logs/, metrics/ and events/ under `bundle.root` for `bundle.context` into its sources and
-    coverage (the local-files connector, connectors/files.py, reads a directory the same way)."""
+    coverage (the local-files connector, connectors/files.py, reads a directory the same way).
+    `read_once`: plain log files of one piece are left to the engine's read (`Bundle`)."""
     root, context = bundle.root, bundle.context
     tctx = time_context(context)
     logs = root / "logs"
