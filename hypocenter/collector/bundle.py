@@ -22,7 +22,7 @@ import os
 import stat
 import zlib
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 
@@ -43,7 +43,7 @@ from hypocenter.collector.logstream import (
 from hypocenter.collector.metrics import MetricFormatError, parse_metrics
 from hypocenter.collector.scheduler_records import parse_scontrol, render
 from hypocenter.errors import BundleError, InputError
-from hypocenter.lineformat import TimeContext, time_context, zone
+from hypocenter.lineformat import MAX_LINE, TimeContext, time_context, zone
 from hypocenter.model import AttemptContext, Coverage
 from hypocenter.sources import (
     AttemptInput,
@@ -247,7 +247,12 @@ class _NodeCoverage:
         out: list[Coverage] = []
         for rel, path, got in self.files:
             # what the scan at load found, what the engine's read found, or a scan now (not read yet)
-            facts = got if isinstance(got, LogFacts) else got.facts if isinstance(got.facts, LogFacts) else scan_log(path)
+            if isinstance(got, LogFacts):
+                facts = got
+            elif isinstance(got.facts, LogFacts) and got.newlines is not None:
+                facts = replace(got.facts, newlines=got.newlines)
+            else:
+                facts = scan_log(path)
             if facts.status != "ok":
                 problems.append(f"{rel}: {facts.reason}")
                 out.append(Coverage(connector="files", source=rel, status=facts.status,  # type: ignore[arg-type]
@@ -283,19 +288,17 @@ def _read_by_engine(rel: str, path: Path, node: str | None, size: int) -> FileTe
 def _read_once(path: Path, source: FileTextSource) -> Iterator[bytes]:
     """A small plain log file's text for the engine, read once: its `LogFacts` (what `scan_log` says
     of it) are left on `source.facts` for its coverage. An ASCII file without NUL bytes or long lines
-    (most logs) is the bytes read; anything else is scanned and read again as `read_data` would."""
+    (most logs) is the bytes read, its lines counted by the engine's scan (`source.newlines`);
+    anything else is scanned and read again as `read_data` would."""
     try:
         raw = path.read_bytes()
     except OSError:
         raw = b""
-    if raw and len(raw) <= logstream.CHUNK_BYTES and raw.isascii() and b"\x00" not in raw:
-        lengths = logstream._LongLines()
-        lengths.feed(raw)
-        if not lengths.end():
-            source.newlines = raw.count(b"\n")
-            source.facts = LogFacts(True, "ok", None, source.newlines, raw.endswith(b"\n"), len(raw), streamed=True)
-            yield raw
-            return
+    if (raw and len(raw) <= logstream.CHUNK_BYTES and raw.isascii() and b"\x00" not in raw
+            and not (len(raw) > MAX_LINE and logstream._long_lines(raw))):
+        source.facts = LogFacts(True, "ok", None, 0, raw.endswith(b"\n"), len(raw), streamed=True)
+        yield raw
+        return
     facts = scan_log(path)
     source.newlines = facts.newlines
     source.facts = facts

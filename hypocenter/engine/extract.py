@@ -191,8 +191,9 @@ class Extractor:
         listed = list(sources)
         for src, stream in zip(listed, self._streams(listed, job, workers), strict=True):
             if stream is not None and isinstance(src, TextSource):
-                if isinstance(src, FileTextSource) and stream.facts is not None:
-                    src.facts = stream.facts  # learned in a worker process
+                if isinstance(src, FileTextSource):  # what reading it told (in a worker process, maybe)
+                    src.facts = stream.facts
+                    src.newlines = stream.lines
                 result.events.extend(stream.events)
                 result.candidates += stream.candidates
                 result.lines_scanned += stream.lines
@@ -633,8 +634,7 @@ class _TextStream:
             text = src.text
             self._pieces(_Pieces([text if isinstance(text, bytes) else text.encode("utf-8", "surrogateescape")]))
         known = src.newlines if isinstance(src, FileTextSource) else None  # its reader may count them first
-        if known is not None:
-            self.lines = known
+        self.lines = known if known is not None else self.line_no - 1  # the scan counted every line
         return _StreamResult(self.events, self.candidates, self.lines, self.anchors, self.pending,
                              self.last_uptime, src.facts if isinstance(src, FileTextSource) else None)
 
@@ -656,8 +656,6 @@ class _TextStream:
             last = pieces.peek(0) is None
             if base == 0 and last:
                 self._whole = cur  # the stream is this one piece (srun labels read it)
-            if not (isinstance(self.src, FileTextSource) and self.src.newlines is not None):
-                self.lines += cur.count(b"\n")
             self._piece(cur, base, prev, pieces, last)
             self._tail = cur[-HEAD_BYTES:] if len(cur) >= HEAD_BYTES else (self._tail + cur)[-HEAD_BYTES:]
             if last:
@@ -698,8 +696,7 @@ class _TextStream:
                                     wide_base > 0, pieces.peek(1) is not None)
                 except _Edge:
                     raise _WholeStream from None
-        if not last:
-            self.line_no += cur.count(b"\n", counted)
+        self.line_no += cur.count(b"\n", counted)
 
     def _candidate(self, data: bytes, base: int, ls: int, le: int, line: str, matched: list[_Compiled],
                    open_start: bool, open_end: bool) -> None:
