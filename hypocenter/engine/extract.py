@@ -633,7 +633,7 @@ class _TextStream:
         else:
             text = src.text
             self._pieces(_Pieces([text if isinstance(text, bytes) else text.encode("utf-8", "surrogateescape")]))
-        known = src.newlines if isinstance(src, FileTextSource) else None  # its reader may count them first
+        known = src.newlines if isinstance(src, FileTextSource) else None  # counted at load, or by its reader
         self.lines = known if known is not None else self.line_no - 1  # the scan counted every line
         return _StreamResult(self.events, self.candidates, self.lines, self.anchors, self.pending,
                              self.last_uptime, src.facts if isinstance(src, FileTextSource) else None)
