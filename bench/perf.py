@@ -6,8 +6,9 @@
     kernel/NCCL/app lines with ~1 candidate in 20,000; 5,000 records per request), against protobuf
     decode + iteration of the same serialized requests in this process.
 (b) `hypocenter analyze` of bundles from 8 to 1,024 nodes and 50 MB to 2 GB, against `rg -c -F -f
-    <rule tokens>` on the same files; wall time and peak RSS of each. The 2 GB bundle is measured
-    again with every log gzip'd (`rg -z` the reference): the memory must not follow the bytes.
+    <rule tokens>` on the same files; wall time and peak RSS of each (where rg takes under a second, the
+    fastest of three runs of each). The 2 GB bundle is measured again with every log gzip'd (`rg -z` the
+    reference): the memory must not follow the bytes.
 (c) the time from the terminal-state record's acknowledgement to the stored diagnosis for a 1,024-node
     attempt, against `hypocenter analyze` of the same attempt written as a bundle.
 (d) store bytes per ingested healthy line (SQLite, before any compaction pass), against the line's
@@ -461,12 +462,10 @@ def analyze_part(fig: Figures, tmp: Path, quick: bool, tokens: Path) -> None:
         nbytes, nlines = write_bundle(root, nodes, mb)
         gzipped = 0
         for last in (False, True):
-            hyp = run_measured([sys.executable, "-m", "hypocenter.cli", "analyze", str(root), "--format", "json"],
-                               _env())
+            cmd = [sys.executable, "-m", "hypocenter.cli", "analyze", str(root), "--format", "json"]
+            hyp = run_measured(cmd, _env())
             outcome = _outcome(hyp.stdout)
-            entry: dict[str, Any] = {"nodes": nodes, "bytes": nbytes, "lines": nlines,
-                                     "seconds": round(hyp.seconds, 3), "max_rss_mb": round(hyp.max_rss_mb, 1),
-                                     "outcome": outcome}
+            entry: dict[str, Any] = {"nodes": nodes, "bytes": nbytes, "lines": nlines, "outcome": outcome}
             what = f"analyze {nodes} nodes, {nbytes / 1e6:,.0f} MB, {nlines / 1e6:.2f} M lines"
             if gzipped:
                 entry["gzip_bytes"] = gzipped
@@ -474,12 +473,18 @@ def analyze_part(fig: Figures, tmp: Path, quick: bool, tokens: Path) -> None:
             if rg is None:
                 fig.add(what, f"{hyp.seconds:.2f} s {hyp.max_rss_mb:.0f} MB", "rg not installed", outcome)
             else:
-                ref = run_measured([rg, *(["-z"] if gzipped else []), "-c", "-F", "-f", str(tokens), str(root / "logs")])
+                rg_cmd = [rg, *(["-z"] if gzipped else []), "-c", "-F", "-f", str(tokens), str(root / "logs")]
+                ref = run_measured(rg_cmd)
+                # A reference under a second swings with a shared machine's load: the fastest of three, both sides alike.
+                for _ in range(2 if ref.seconds < 1.0 else 0):
+                    hyp = min(hyp, run_measured(cmd, _env()), key=lambda r: r.seconds)
+                    ref = min(ref, run_measured(rg_cmd), key=lambda r: r.seconds)
                 entry.update(rg_seconds=round(ref.seconds, 3), rg_max_rss_mb=round(ref.max_rss_mb, 1),
                              ratio_to_rg=round(hyp.seconds / ref.seconds, 2))
                 fig.add(what, f"{hyp.seconds:.2f} s {hyp.max_rss_mb:,.0f} MB RSS",
                         f"rg{' -z' if gzipped else ''} {ref.seconds:.2f} s {ref.max_rss_mb:,.0f} MB RSS",
                         f"{hyp.seconds / ref.seconds:.1f}x rg (target <= 3x); {outcome}")
+            entry.update(seconds=round(hyp.seconds, 3), max_rss_mb=round(hyp.max_rss_mb, 1))
             fig.summary["analyze"].append(entry)
             if last or (nodes, mb) != sizes[-1]:
                 break

@@ -30,7 +30,7 @@ class FileTextSource(TextSource):
     `chunks`, when given, the same bytes as a stream of pieces that each end with a whole line
     (but the last), so that a file is never in memory whole (the engine prefers it)."""
 
-    __slots__ = ("_chunks", "_read", "nbytes", "newlines")
+    __slots__ = ("_chunks", "_read", "facts", "nbytes", "newlines")
 
     def __init__(self, name: str, read: Callable[[], bytes], node: str | None = None,
                  source: SourceKind | None = None, *, newlines: int | None = None,
@@ -42,6 +42,9 @@ class FileTextSource(TextSource):
         self._chunks = chunks
         self.newlines = newlines  # counted when the file was first read, if it was
         self.nbytes = nbytes  # its size, when known: how the engine spreads files over processes
+        # What its reader learned while reading it, for the connector (a bundle's coverage of a file
+        # read once): opaque to the engine, which carries it back from a forked extraction.
+        self.facts: object = None
 
     @property
     def text(self) -> bytes:

@@ -115,7 +115,7 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
         from hypocenter.collector.logstream import cores
 
         engine = default_engine([Path(p) for p in args.rules], builtin=not args.no_builtin_rules)
-        diagnosis = engine.analyze(load_bundle(Path(args.bundle), workers=cores()), workers=None)
+        diagnosis = engine.analyze(load_bundle(Path(args.bundle), workers=cores(), read_once=True), workers=None)
     else:
         from hypocenter.collector import pull
 

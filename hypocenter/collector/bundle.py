@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
+import stat
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 
@@ -26,12 +28,20 @@ import yaml
 from pydantic import ValidationError
 
 from hypocenter import strict_yaml
-from hypocenter.collector import flight_recorder
-from hypocenter.collector.logstream import _display, _kind, log_pieces, read_log, scan_log, scan_logs
+from hypocenter.collector import flight_recorder, logstream
+from hypocenter.collector.logstream import (
+    LogFacts,
+    _display,
+    _kind,
+    log_pieces,
+    read_log,
+    scan_log,
+    scan_logs,
+)
 from hypocenter.collector.metrics import MetricFormatError, parse_metrics
 from hypocenter.collector.scheduler_records import parse_scontrol, render
 from hypocenter.errors import BundleError, InputError
-from hypocenter.lineformat import TimeContext, time_context, zone
+from hypocenter.lineformat import MAX_LINE, TimeContext, time_context, zone
 from hypocenter.model import AttemptContext, Coverage
 from hypocenter.sources import (
     AttemptInput,
@@ -47,9 +57,28 @@ JOB_DIR = "_job"
 
 @dataclass
 class Bundle(AttemptInput):
-    """An attempt read from a bundle directory (contract 1)."""
+    """An attempt read from a bundle directory (contract 1).
+
+    Loaded with `read_once`, the small plain log files are not read at load but once, when the
+    engine reads them; what the load would have said of them (status, line counts) is learned then.
+    Their node directories' coverage is complete from the moment `coverage` is looked at: a file
+    read by then is not read again, one not yet read is scanned there and then."""
 
     root: Path = field(kw_only=True)
+    _unread: list[_NodeCoverage] = field(default_factory=list, init=False, repr=False, compare=False)
+
+    @property  # type: ignore[misc]  # a field of AttemptInput, complete whenever it is read
+    def coverage(self) -> list[Coverage]:
+        if self._unread:
+            for tally in self._unread:
+                self._coverage.extend(tally.entries())
+            self._unread.clear()
+            self._coverage.sort(key=lambda c: (c.source, c.connector))
+        return self._coverage
+
+    @coverage.setter
+    def coverage(self, value: list[Coverage]) -> None:
+        self._coverage = value
 
 
 def load_context(root: Path) -> AttemptContext:
@@ -177,21 +206,103 @@ def _not_a_directory(root: Path, name: str, connector: str, bundle: Bundle) -> b
     return True
 
 
-def load_bundle(root: Path, *, workers: int = 1) -> Bundle:
-    """A bundle directory read (its log files scanned by `workers` forked processes when big enough)."""
+def load_bundle(root: Path, *, workers: int = 1, read_once: bool = False) -> Bundle:
+    """A bundle directory read (its log files scanned by `workers` forked processes when big enough).
+    `read_once`: its small plain log files are read once, by the engine, not also at load (`Bundle`)."""
     root = root if isinstance(root, Path) else Path(root)  # an ArchivePath stays one
     bundle = Bundle(root=root, context=load_context(root))
-    read_data(bundle, workers=workers)
+    read_data(bundle, workers=workers, read_once=read_once)
     return bundle
 
 
-def read_data(bundle: Bundle, *, workers: int = 1) -> None:
+class _NodeCoverage:
+    """The coverage of one logs/<node> directory: an entry per file with a problem, and the
+    directory's own entry with its line count, from what reading each file found (`LogFacts`), in
+    file order. A file the engine reads once (a `FileTextSource` here) tells it when it has been read."""
+
+    def __init__(self, src: str) -> None:
+        self.src = src
+        self.dump_lines = 0  # Flight Recorder dumps among the logs
+        self.files: list[tuple[str, Path, LogFacts | FileTextSource]] = []
+
+    def unread(self) -> bool:
+        return any(isinstance(got, FileTextSource) for _, _, got in self.files)
+
+    def entries(self) -> list[Coverage]:
+        lines = self.dump_lines
+        problems: list[str] = []
+        out: list[Coverage] = []
+        for rel, path, got in self.files:
+            # what the scan at load found, what the engine's read found, or a scan now (not read yet)
+            if isinstance(got, LogFacts):
+                facts = got
+            elif isinstance(got.facts, LogFacts) and got.newlines is not None:
+                facts = replace(got.facts, newlines=got.newlines)
+            else:
+                facts = scan_log(path)
+            if facts.status != "ok":
+                problems.append(f"{rel}: {facts.reason}")
+                out.append(Coverage(connector="files", source=rel, status=facts.status,  # type: ignore[arg-type]
+                                    observations=facts.newlines, reason=facts.reason))
+            if facts.usable:
+                lines += facts.newlines + (0 if facts.ends_with_newline or not facts.nbytes else 1)
+        src = self.src
+        status = ("partial" if problems else "ok") if lines else ("failed" if problems else "missing")
+        return [*out, Coverage(
+            connector="files", source=src, status=status, observations=lines,  # type: ignore[arg-type]
+            reason="; ".join(problems) if problems else (None if lines else f"no log files in {src}"))]
+
+
+def _small_plain(path: Path) -> int | None:
+    """The size of a plain regular file (not gzip, not in an uploaded archive) that is one piece."""
+    if getattr(path, "inflate_limit", None) is not None or path.suffix.lower() == ".gz":
+        return None
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_size if stat.S_ISREG(st.st_mode) and 0 < st.st_size <= logstream.CHUNK_BYTES else None
+
+
+def _read_by_engine(rel: str, path: Path, node: str | None, size: int) -> FileTextSource:
+    def pieces() -> Iterator[bytes]:
+        return _read_once(path, source)
+
+    source = FileTextSource(rel, lambda: b"".join(pieces()), node, nbytes=size, chunks=pieces)
+    return source
+
+
+def _read_once(path: Path, source: FileTextSource) -> Iterator[bytes]:
+    """A small plain log file's text for the engine, read once: its `LogFacts` (what `scan_log` says
+    of it) are left on `source.facts` for its coverage. An ASCII file without NUL bytes or long lines
+    (most logs) is the bytes read, its lines counted by the engine's scan (`source.newlines`);
+    anything else is scanned and read again as `read_data` would."""
+    try:
+        raw = path.read_bytes()
+    except OSError:
+        raw = b""
+    if (raw and len(raw) <= logstream.CHUNK_BYTES and raw.isascii() and b"\x00" not in raw
+            and not (len(raw) > MAX_LINE and logstream._long_lines(raw))):
+        source.facts = LogFacts(True, "ok", None, 0, raw.endswith(b"\n"), len(raw), streamed=True)
+        yield raw
+        return
+    facts = scan_log(path)
+    source.newlines = facts.newlines
+    source.facts = facts
+    if facts.usable:
+        clean = facts.status == "ok"
+        yield from (log_pieces(path, clean) if facts.streamed else (_text_of(path, clean),))
+
+
+def read_data(bundle: Bundle, *, workers: int = 1, read_once: bool = False) -> None:
     """Read logs/, metrics/ and events/ under `bundle.root` for `bundle.context` into its sources and
-    coverage (the local-files connector, connectors/files.py, reads a directory the same way)."""
+    coverage (the local-files connector, connectors/files.py, reads a directory the same way).
+    `read_once`: plain log files of one piece are left to the engine's read (`Bundle`)."""
     root, context = bundle.root, bundle.context
     tctx = time_context(context)
     logs = root / "logs"
     seen_nodes: set[str] = set()
+    unread: list[_NodeCoverage] = []
     _not_a_directory(root, "logs", "files", bundle)
     if logs.is_dir():
         entries = sorted(p for p in logs.iterdir() if not p.name.startswith("."))
@@ -202,39 +313,40 @@ def read_data(bundle: Bundle, *, workers: int = 1) -> None:
                                         "not read: logs go in logs/<node>/ (or logs/_job/ for job-level logs)")))
         node_dirs = [p for p in entries if p.is_dir()]
         files = {d: _files(d) for d in node_dirs}
-        scanned = scan_logs([p for d in node_dirs for p in files[d]], workers)
+        sizes = {p: _small_plain(p) for d in node_dirs for p in files[d]} if read_once else {}
+        scanned = scan_logs([p for d in node_dirs for p in files[d] if sizes.get(p) is None], workers)
         for node_dir in node_dirs:
             node = None if node_dir.name == JOB_DIR else _display(node_dir.name)
             if node is not None:
                 seen_nodes.add(node)
-            lines = 0
-            problems: list[str] = []
+            tally = _NodeCoverage(_display(node_dir.relative_to(root).as_posix()))
             for path in files[node_dir]:
                 rel = _display(path.relative_to(root).as_posix())
                 dump = flight_recorder.read_source(path, rel, node)
                 if dump is not None:  # a Flight Recorder dump among the node's logs
                     bundle.sources.extend([dump[0]] if dump[0] else [])
                     bundle.coverage.append(dump[1])
-                    lines += dump[1].observations
+                    tally.dump_lines += dump[1].observations
+                    continue
+                size = sizes.get(path)
+                if size is not None:
+                    source = _read_by_engine(rel, path, node, size)
+                    bundle.sources.append(source)
+                    tally.files.append((rel, path, source))
                     continue
                 facts = scanned.get(path) or scan_log(path)  # in pieces: never a whole file in memory
-                if facts.status != "ok":
-                    problems.append(f"{rel}: {facts.reason}")
-                    bundle.coverage.append(Coverage(connector="files", source=rel, status=facts.status,  # type: ignore[arg-type]
-                                                    observations=facts.newlines, reason=facts.reason))
+                tally.files.append((rel, path, facts))
                 if not facts.usable:
                     continue
-                lines += facts.newlines + (0 if facts.ends_with_newline or not facts.nbytes else 1)
                 # Read again when the engine gets to it, in pieces too.
                 clean = facts.status == "ok"
                 bundle.sources.append(FileTextSource(
                     rel, partial(_text_of, path, clean), node, newlines=facts.newlines, nbytes=facts.nbytes,
                     chunks=partial(log_pieces, path, clean) if facts.streamed else None))
-            src = _display(node_dir.relative_to(root).as_posix())
-            status = ("partial" if problems else "ok") if lines else ("failed" if problems else "missing")
-            bundle.coverage.append(Coverage(
-                connector="files", source=src, status=status, observations=lines,  # type: ignore[arg-type]
-                reason="; ".join(problems) if problems else (None if lines else f"no log files in {src}")))
+            if tally.unread():
+                unread.append(tally)
+            else:
+                bundle.coverage.extend(tally.entries())
     for node in context.nodes:
         if node not in seen_nodes:
             bundle.coverage.append(Coverage(connector="files", source=f"logs/{node}", status="missing",
@@ -243,6 +355,7 @@ def read_data(bundle: Bundle, *, workers: int = 1) -> None:
     _load_events(root, tctx, bundle)
     _load_traces(root, bundle)
     bundle.coverage.sort(key=lambda c: (c.source, c.connector))
+    bundle._unread.extend(unread)  # their entries join `coverage` when it is next looked at
 
 
 def _load_metrics(root: Path, tctx: TimeContext, bundle: Bundle) -> None:

@@ -191,6 +191,9 @@ class Extractor:
         listed = list(sources)
         for src, stream in zip(listed, self._streams(listed, job, workers), strict=True):
             if stream is not None and isinstance(src, TextSource):
+                if isinstance(src, FileTextSource):  # what reading it told (in a worker process, maybe)
+                    src.facts = stream.facts
+                    src.newlines = stream.lines
                 result.events.extend(stream.events)
                 result.candidates += stream.candidates
                 result.lines_scanned += stream.lines
@@ -555,6 +558,7 @@ class _StreamResult:
     anchors: list[timedelta]        # boot offsets found in the stream (of its node)
     pending: list[_Pending]         # uptime-only events, placed once every stream is read
     last_uptime: float | None       # the highest uptime near its end, when it has uptime-only events
+    facts: object = None            # what a file's reader learned reading it (FileTextSource.facts)
 
 
 class _Pieces:
@@ -596,7 +600,6 @@ class _TextStream:
         self.job = job
         self.src = src
         self.file_rank = _rank_from_name(src.name)
-        self.count_lines = not (isinstance(src, FileTextSource) and src.newlines is not None)
         self._whole = b""  # the stream's bytes when they are one piece
         self._reset()
 
@@ -621,7 +624,6 @@ class _TextStream:
 
     def run(self) -> _StreamResult:
         src = self.src
-        known = src.newlines if isinstance(src, FileTextSource) else None
         if isinstance(src, FileTextSource):
             try:
                 self._pieces(_Pieces(src.chunks()))
@@ -631,10 +633,10 @@ class _TextStream:
         else:
             text = src.text
             self._pieces(_Pieces([text if isinstance(text, bytes) else text.encode("utf-8", "surrogateescape")]))
-        if known is not None:
-            self.lines = known
+        known = src.newlines if isinstance(src, FileTextSource) else None  # counted at load, or by its reader
+        self.lines = known if known is not None else self.line_no - 1  # the scan counted every line
         return _StreamResult(self.events, self.candidates, self.lines, self.anchors, self.pending,
-                             self.last_uptime)
+                             self.last_uptime, src.facts if isinstance(src, FileTextSource) else None)
 
     def _labels(self) -> dict[int, str] | None:
         if not self.labels_checked:
@@ -654,8 +656,6 @@ class _TextStream:
             last = pieces.peek(0) is None
             if base == 0 and last:
                 self._whole = cur  # the stream is this one piece (srun labels read it)
-            if self.count_lines:
-                self.lines += cur.count(b"\n")
             self._piece(cur, base, prev, pieces, last)
             self._tail = cur[-HEAD_BYTES:] if len(cur) >= HEAD_BYTES else (self._tail + cur)[-HEAD_BYTES:]
             if last:
@@ -696,8 +696,7 @@ class _TextStream:
                                     wide_base > 0, pieces.peek(1) is not None)
                 except _Edge:
                     raise _WholeStream from None
-        if not last:
-            self.line_no += cur.count(b"\n", counted)
+        self.line_no += cur.count(b"\n", counted)
 
     def _candidate(self, data: bytes, base: int, ls: int, le: int, line: str, matched: list[_Compiled],
                    open_start: bool, open_end: bool) -> None:
