@@ -48,10 +48,10 @@ def _rank(n: int) -> list[str]:
 
 
 def _send(store: SQLiteStore, arrival: Arrival, workload: str | None, stream: str, lines: list[str], start_s: int,
-          now: float) -> None:
+          now: float, node: str = "n1") -> None:
     """The stream as a collector sends it: record-numbered lines in batches, reduced on arrival."""
-    entries = [Entry(workload=workload, attempt=0, node="n1", stream=stream, kind="text", body=b,
-                     time_ns=(T0 + start_s + i) * 10**9, line=i + 1, dedup=f"{stream}|{start_s}|{i}",
+    entries = [Entry(workload=workload, attempt=0, node=node, stream=stream, kind="text", body=b,
+                     time_ns=(T0 + start_s + i) * 10**9, line=i + 1, dedup=f"{node}|{stream}|{start_s}|{i}",
                      scope=SCOPE if workload else {}) for i, b in enumerate(lines)]
     for i in range(0, len(entries), 700):
         reduced = arrival.split(store, entries[i:i + 700], now)
@@ -72,12 +72,16 @@ def test_the_stored_attempt_is_its_logs_and_diagnoses_as_they_do(tmp_path: Path)
     _send(store, arrival, None, "logs/n1/kern.log", kern_new, 2400, now)  # logrotate: line 1 again
     _send(store, arrival, None, "logs/n1/dmesg", dmesg, 3000, now)
     _send(store, arrival, "w1", "logs/n1/rank.log", rank, 0, now)
+    # one file sent under two spellings of the node: one spelling's lines after the other's (by name)
+    short, fqdn = [f"short {i}" for i in range(20)], [f"fqdn {i}" for i in range(30)]
+    _send(store, arrival, None, "logs/n1/extra.log", short, 100, now)
+    _send(store, arrival, None, "logs/n1/extra.log", fqdn, 200, now, node="N1.example.com")
     row = store.attempt("w1", 0)
     assert row is not None
     inp = assemble(store, row, lookback_s=3600, slack_s=600, now=datetime.fromtimestamp(now, timezone.utc))
 
     written = {"logs/n1/kern.log": kern_new, "logs/n1/kern.log.1": kern_old, "logs/n1/dmesg": dmesg,
-               "logs/n1/rank.log": rank}
+               "logs/n1/rank.log": rank, "logs/n1/extra.log": short, "logs/n1/extra.log.1": fqdn}
     texts = {s.name: s for s in inp.sources if isinstance(s, TextSource)}
     assert sorted(texts) == sorted(written)
     observed = {c.source: c.observations for c in inp.coverage}

@@ -226,9 +226,10 @@ def test_assembly_reads_the_log_rows_as_tuples(open_url: Callable[[], Store]) ->
         return [(r.node, r.stream, int(r.kind == "doc"), int(r.kind == "gap"), r.line, int(lo <= r.time_ns <= hi), r.body)
                 for r in rows if r.kind != "state"]
 
-    got = store.attempt_lines(row.id, lo, hi)
+    # unsorted: in attempt_logs' order (stream, arrival) and node_logs' (node, stream, arrival) once sorted
+    got = [r[:-1] for r in sorted(store.attempt_lines(row.id, lo, hi), key=lambda r: (r[1], r[-1]))]
     assert got == expected(store.attempt_logs(row.id)) and len(got) == 7 and got[-1][2] == 1
-    got = store.node_lines(["node-b"], lo, hi)
+    got = [r[:-1] for r in sorted(store.node_lines(["node-b"], lo, hi), key=lambda r: (r[0] or "", r[1], r[-1]))]
     assert got == expected(store.node_logs(["node-b"], lo, hi))
     assert {r[1] for r in got} == {"kern.log", "old.log"} and any(r[3] for r in got)  # gaps stand for blanked lines
     assert {r[5] for r in got} == {0, 1}
@@ -395,7 +396,7 @@ def test_streams_reduced_on_arrival_keep_their_lines_and_drop_retries(open_url: 
     for batch in [*batches, batches[1]]:   # the last one: a collector's retry of the second
         reduced = arrival.split(store, batch, 2000.0)
         store.ingest(reduced.rest, [], 2000.0, (), reduced.writes)
-    rows = store.node_lines(["n1"], T0, T0 + 10**12)
+    rows = sorted(store.node_lines(["n1"], T0, T0 + 10**12), key=lambda r: r[-1])  # in arrival order
     assert 0 < len(rows) < 0.02 * len(lines), len(rows)
     text, count = _text(rows)
     assert count == len(lines) and text.count("\n") == len(lines)
@@ -416,7 +417,8 @@ def test_streams_reduced_on_arrival_keep_their_lines_and_drop_retries(open_url: 
                      dedup=f"n1|rotated|{i + 1}") for i in range(50)]
     reduced = arrival.split(store, rotated, 2100.0)
     store.ingest(reduced.rest, [], 2100.0, (), reduced.writes)
-    generations = _generations({("n1", "kern.log", "text"): store.node_lines(["n1"], T0, T0 + 10**12)})
+    generations = _generations({("n1", "kern.log", "text"): sorted(store.node_lines(["n1"], T0, T0 + 10**12),
+                                                                  key=lambda r: r[-1])})
     assert sorted(s for _, s, _ in generations) == ["kern.log", "kern.log.1"]
     assert _text(generations[("n1", "kern.log", "text")])[1] == 50
     assert _text(generations[("n1", "kern.log.1", "text")])[1] == len(lines)

@@ -138,10 +138,12 @@ class LogRow:
 
 # One stored log row as an attempt's assembly reads it (`IngestStore.attempt_lines` / `node_lines`): a
 # plain tuple straight from the database, no object per row — tens of thousands per attempt at 1,024 nodes.
-# (node, stream, doc, gap, line, in_range, body): `doc` 1 for a structured document, else 0 (a text
+# (node, stream, doc, gap, line, in_range, body, id): `doc` 1 for a structured document, else 0 (a text
 # line or a gap row); `gap` 1 for a gap row (its body: how many lines it stands for); `in_range` 1 when
-# the record's time lies in the range asked for. Only text, gap and doc rows are read.
-LogLine = tuple[str | None, str, int, int, int | None, int, str]
+# the record's time lies in the range asked for; `id` the row's, ascending in arrival order. Only text,
+# gap and doc rows are read, in no particular order (the database does not sort the rows' texts: the
+# assembly puts each stream's few rows in order).
+LogLine = tuple[str | None, str, int, int, int | None, int, str, int]
 
 
 @dataclass(slots=True)

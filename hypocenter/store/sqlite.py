@@ -75,7 +75,7 @@ def _node_streams(n: int) -> str:
 
 # base.LogLine's columns of `log_entries e` (placeholders: the range's start and end), and the rows it reads
 _LOG_LINE = ("e.node, e.stream, CASE WHEN e.kind = 'doc' THEN 1 ELSE 0 END, CASE WHEN e.kind = 'gap' THEN 1 ELSE 0 END,"
-             " e.line, CASE WHEN e.time_ns BETWEEN ? AND ? THEN 1 ELSE 0 END, e.body")
+             " e.line, CASE WHEN e.time_ns BETWEEN ? AND ? THEN 1 ELSE 0 END, e.body, e.id")
 _ASSEMBLED = " AND e.kind IN ('text', 'gap', 'doc')"
 
 
@@ -347,18 +347,17 @@ class SQLiteStore:
             (*nodes, start_ns, end_ns, *nodes, end_ns, start_ns))]
 
     def attempt_lines(self, attempt_id: int, start_ns: int, end_ns: int) -> list[LogLine]:
-        """`attempt_logs` as the assembly reads them (base.LogLine), in the same order."""
-        return self._tuples(sql("SELECT ", _LOG_LINE, " FROM log_entries e WHERE e.attempt_id=?",
-                                _ASSEMBLED, " ORDER BY e.stream, e.id"), (start_ns, end_ns, attempt_id))
+        """The rows of `attempt_logs` as the assembly reads them (base.LogLine: unsorted)."""
+        return self._tuples(sql("SELECT ", _LOG_LINE, " FROM log_entries e WHERE e.attempt_id=?", _ASSEMBLED),
+                            (start_ns, end_ns, attempt_id))
 
     def node_lines(self, nodes: Sequence[str], start_ns: int, end_ns: int) -> list[LogLine]:
-        """`node_logs` as the assembly reads them (base.LogLine), in the same order."""
+        """The rows of `node_logs` as the assembly reads them (base.LogLine: unsorted)."""
         if not nodes:
             return []
         return self._tuples(
             sql("SELECT ", _LOG_LINE, " FROM log_entries e", _node_streams(len(nodes)), " WHERE e.attempt_id IS NULL",
-                _ASSEMBLED, " ORDER BY e.node, e.stream, e.id"),
-            (start_ns, end_ns, *nodes, start_ns, end_ns, *nodes, end_ns, start_ns))
+                _ASSEMBLED), (start_ns, end_ns, *nodes, start_ns, end_ns, *nodes, end_ns, start_ns))
 
     def attempt_points(self, attempt_id: int) -> list[PointRow]:
         return [self._point(r) for r in self._rows(
