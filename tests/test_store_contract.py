@@ -199,6 +199,43 @@ def test_diagnosis_pages_search_and_version(open_url: Callable[[], Store]) -> No
     assert store.diagnoses_version() != before and store.count_diagnoses(DiagnosisFilter()) == len(workloads)
 
 
+def test_assembly_reads_the_log_rows_as_tuples(open_url: Callable[[], Store]) -> None:
+    """What an attempt's assembly reads (`attempt_lines`, `node_lines`: a tuple per row) is what
+    `attempt_logs` and `node_logs` hold, in their order, without the terminal-state markers: gap rows
+    of streams reduced on arrival, documents, and each row's time as in or out of the range."""
+    from hypocenter.engine import default_engine
+    from hypocenter.server.arrival import Arrival
+
+    store = open_url()
+    chatter = [Entry(workload=None, attempt=0, node="node-b", stream="kern.log", kind="text",
+                     body=f"Nov  2 10:{i // 60:02d}:{i % 60:02d} node-b kernel: audit: pid={i}", time_ns=T0 + i * 10**9,
+                     line=i + 1, dedup=f"kern|{i}") for i in range(300)]
+    reduced = Arrival(default_engine().extractor).split(store, chatter, 1000.0)
+    store.ingest(reduced.rest, [], 1000.0, (), reduced.writes)
+    logs = [*_entries("9", "node-a", "app.log", 6), *_entries(None, "node-b", "old.log", 3),
+            Entry(workload="9", attempt=0, node=None, stream="events/x.json", kind="doc", body='{"a": 1}',
+                  time_ns=T0, line=None, dedup="doc"),
+            Entry(workload="9", attempt=0, node="node-a", stream="app.log", kind="state", body="attempt ended: FAILED",
+                  time_ns=T0 + 7 * 10**9, line=None, dedup="state", scope={"state": "FAILED"})]
+    store.ingest(logs, [], 1001.0)
+    row = store.attempt("9", 0)
+    assert row is not None
+    lo, hi = T0 + 2 * 10**9, T0 + 100 * 10**9
+
+    def expected(rows: list[Any]) -> list[tuple[Any, ...]]:
+        return [(r.node, r.stream, int(r.kind == "doc"), int(r.kind == "gap"), r.line, int(lo <= r.time_ns <= hi), r.body)
+                for r in rows if r.kind != "state"]
+
+    # unsorted: in attempt_logs' order (stream, arrival) and node_logs' (node, stream, arrival) once sorted
+    got = [r[:-1] for r in sorted(store.attempt_lines(row.id, lo, hi), key=lambda r: (r[1], r[-1]))]
+    assert got == expected(store.attempt_logs(row.id)) and len(got) == 7 and got[-1][2] == 1
+    got = [r[:-1] for r in sorted(store.node_lines(["node-b"], lo, hi), key=lambda r: (r[0] or "", r[1], r[-1]))]
+    assert got == expected(store.node_logs(["node-b"], lo, hi))
+    assert {r[1] for r in got} == {"kern.log", "old.log"} and any(r[3] for r in got)  # gaps stand for blanked lines
+    assert {r[5] for r in got} == {0, 1}
+    assert store.node_lines([], lo, hi) == []
+
+
 def test_retention_counts_what_it_drops(open_url: Callable[[], Store]) -> None:
     store = open_url()
     store.ingest(_entries(None, "node02", "logs/node02/kern.log", 10) + _entries("5", "node01", "app", 4), [],
@@ -359,7 +396,7 @@ def test_streams_reduced_on_arrival_keep_their_lines_and_drop_retries(open_url: 
     for batch in [*batches, batches[1]]:   # the last one: a collector's retry of the second
         reduced = arrival.split(store, batch, 2000.0)
         store.ingest(reduced.rest, [], 2000.0, (), reduced.writes)
-    rows = store.node_logs(["n1"], T0, T0 + 10**12)
+    rows = sorted(store.node_lines(["n1"], T0, T0 + 10**12), key=lambda r: r[-1])  # in arrival order
     assert 0 < len(rows) < 0.02 * len(lines), len(rows)
     text, count = _text(rows)
     assert count == len(lines) and text.count("\n") == len(lines)
@@ -380,7 +417,8 @@ def test_streams_reduced_on_arrival_keep_their_lines_and_drop_retries(open_url: 
                      dedup=f"n1|rotated|{i + 1}") for i in range(50)]
     reduced = arrival.split(store, rotated, 2100.0)
     store.ingest(reduced.rest, [], 2100.0, (), reduced.writes)
-    generations = _generations({("n1", "kern.log", "text"): store.node_logs(["n1"], T0, T0 + 10**12)})
+    generations = _generations({("n1", "kern.log", "text"): sorted(store.node_lines(["n1"], T0, T0 + 10**12),
+                                                                  key=lambda r: r[-1])})
     assert sorted(s for _, s, _ in generations) == ["kern.log", "kern.log.1"]
     assert _text(generations[("n1", "kern.log", "text")])[1] == 50
     assert _text(generations[("n1", "kern.log.1", "text")])[1] == len(lines)

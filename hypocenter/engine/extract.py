@@ -97,10 +97,12 @@ class Extractor:
         exactly the events the whole stream does: candidate lines and the context lines rules read
         around them; the nearest stamped line before and after each candidate (the stamps an
         unstamped candidate inherits and is bounded by; the lines between are unstamped, blank or
-        not); the first 20 lines (wall/uptime stamp pairs) and RTC lines (boot anchors); the first
-        line of each srun label and the first label+rank pair (tasks vs ranks); `srun: error:
-        <node>: task N` lines; and the last `tail` lines (the uptime a stream ends at, and the
-        context of candidates still to come). Returns indices into `lines`."""
+        not); the lines with an uptime stamp among the first 20 (wall/uptime stamp pairs; all 20
+        when they are long) and RTC lines (boot anchors); the first line of each srun label and the
+        first label+rank pair (tasks vs ranks); `srun: error: <node>: task N` lines; the highest
+        uptime among the last `tail` lines (the uptime a stream ends at); and as many last lines as
+        rules read before a candidate (the context of candidates still to come). Returns indices
+        into `lines`."""
         if not lines:
             return set()
         numbers, bodies = (list(c) for c in zip(*lines, strict=True))
@@ -112,9 +114,16 @@ class Extractor:
         if not numbers:
             return set()
         data, starts = joined(bodies)
-        reach_max = max((max(r) for r in self._reach), default=0)
-        keep: set[int] = set(range(max(0, len(numbers) - reach_max), len(numbers)))
-        keep.update(range(bisect.bisect_right(numbers, 20)))
+        # The lines a candidate still to come reads back into: its rules' lines before it (the lines
+        # after it come with it or later).
+        back = max((before for before, _ in self._reach), default=0)
+        keep: set[int] = set(range(max(0, len(numbers) - back), len(numbers)))
+        head = bisect.bisect_right(numbers, HEAD_LINES)
+        # Of the first lines, only one with an uptime stamp can pair it with a wall stamp (a boot
+        # anchor, `_boot_anchors`): the others are blank lines there — unless the head is long
+        # enough that blanking its lines would bring other bytes into the HEAD_BYTES anchors are read from.
+        long_head = sum(map(len, bodies[:head])) + head >= HEAD_BYTES // 4
+        keep.update(i for i in range(head) if long_head or _UPTIME.search(bodies[i]) is not None)
         reach: dict[int, tuple[int, int]] = {}  # candidate line → lines its rules read before / after it
         for tok, start, _ in self.scan(data):
             i = bisect.bisect_right(starts, start) - 1

@@ -29,7 +29,8 @@ from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
-from typing import Any, cast
+from itertools import groupby
+from typing import Any, Final, cast
 
 from pydantic import ValidationError
 
@@ -40,7 +41,7 @@ from hypocenter.lineformat import TimeContext, parse_iso, zone
 from hypocenter.model import AttemptContext, Coverage, Window, Workload, parse_rank_ranges
 from hypocenter.names import NODE_LABELS
 from hypocenter.sources import AttemptInput, MetricSource, Record, RecordSource, Series, Source, TextSource
-from hypocenter.store.base import AttemptRow, LogRow, PointRow, Store
+from hypocenter.store.base import AttemptRow, LogLine, PointRow, Store
 
 MAX_LINE_PADDING = 1 << 20  # blank lines kept to preserve line numbers across a gap, at most
 
@@ -149,30 +150,42 @@ class NodeMatcher:
         return self._alias.get(key) or self._alias.get(key.split(".", 1)[0])
 
 
-def _text(rows: list[LogRow]) -> tuple[str, int]:
+# base.LogLine's columns: (node, stream, doc, gap, line, in_range, body, id)
+_DOC: Final = 2
+_GAP: Final = 3
+_LINE: Final = 4
+_IN_RANGE: Final = 5
+_BODY: Final = 6
+_ID: Final = 7
+StreamKey = tuple[str | None, str, str]  # (the attempt's node, stream, "text" | "doc")
+_RUN = operator.itemgetter(0, 1, _DOC)  # a stored stream's rows of one kind
+_in_range = operator.itemgetter(_IN_RANGE)
+# Rows of one of the attempt's streams in arrival order; a node stream stored under several spellings
+# of one node (an FQDN and its short name) is one spelling's rows after the other's.
+_ARRIVAL = {False: operator.itemgetter(_ID), True: operator.itemgetter(0, _ID)}
+
+
+def _text(rows: list[LogLine]) -> tuple[str, int]:
     """A stream's lines in order; gaps in record numbers become blank lines so refs keep their line.
     A `gap` row stands for a run of lines compaction blanked and merged (its body: how many), ending
     at its record number."""
-    parts: list[str] = []
+    parts: list[str] = []  # each row's blank lines before it and its text, joined by newlines once
     add = parts.append
     expected = 1
-    count = 0
+    count = len(rows)
     for r in rows:
-        line = r.line
-        if r.kind == "gap":
-            merged = int(r.body) if r.body.isdigit() else 0
-            if line is not None and line > expected:
-                add("\n" * min(line - expected, max(MAX_LINE_PADDING, merged)))
-            add("\n")
-            count += merged or 1
+        line = r[_LINE]
+        if r[_GAP]:
+            body = r[_BODY]
+            merged = int(body) if body.isdigit() else 0
+            add("\n" * min(line - expected, max(MAX_LINE_PADDING, merged)) if line is not None and line > expected else "")
+            count += (merged or 1) - 1
+        elif line is not None and line > expected:
+            add("\n" * min(line - expected, MAX_LINE_PADDING) + r[_BODY])
         else:
-            if line is not None and line > expected:
-                add("\n" * min(line - expected, MAX_LINE_PADDING))
-            add(r.body)
-            add("\n")
-            count += 1
+            add(r[_BODY])
         expected = (line if line is not None else expected) + 1
-    return "".join(parts), count
+    return ("\n".join(parts) + "\n" if parts else ""), count
 
 
 def _increasing(lines: list[int | None]) -> bool:
@@ -183,27 +196,28 @@ def _increasing(lines: list[int | None]) -> bool:
     return known[0] > 0 and all(map(operator.lt, known, known[1:]))
 
 
-def _generations(streams: dict[tuple[str | None, str, str], list[LogRow]]
-                 ) -> dict[tuple[str | None, str, str], list[LogRow]]:
+def _generations(streams: dict[StreamKey, list[LogLine]]) -> dict[StreamKey, list[LogLine]]:
     """Split each stream (rows in arrival order) where its record numbers start again — a rotated or
     truncated file — into `stream` (the newest file) and `stream.1`, `stream.2`, … (older ones, as
     logrotate names them); each part in record-number order."""
-    out: dict[tuple[str | None, str, str], list[LogRow]] = {}
+    out: dict[StreamKey, list[LogLine]] = {}
+    line_of = operator.itemgetter(_LINE)
     for (node, stream, kind), rows in streams.items():
-        lines = [r.line for r in rows]
+        lines = list(map(line_of, rows))
         if (kind == "text" and _increasing(lines)) or all(n is None for n in lines):
             out[(node, stream, kind)] = rows  # the usual case, rows read in order: nothing to split or sort
             continue
-        parts: list[list[LogRow]] = [[]]
+        parts: list[list[LogLine]] = [[]]
         high = 0
         for r in rows:
-            if r.line is not None and r.line <= high and parts[-1] and kind == "text":
+            line = r[_LINE]
+            if line is not None and line <= high and parts[-1] and kind == "text":
                 parts.append([])
                 high = 0
             parts[-1].append(r)
-            high = max(high, r.line or 0)
+            high = max(high, line or 0)
         for age, part in enumerate(reversed(parts)):
-            part.sort(key=lambda r: r.line if r.line is not None else 1 << 62)
+            part.sort(key=lambda r: r[_LINE] if r[_LINE] is not None else 1 << 62)
             out[(node, stream if age == 0 else f"{stream}.{age}", kind)] = part
     return out
 
@@ -237,24 +251,23 @@ def _assemble(store: Store, row: AttemptRow, *, lookback_s: float, slack_s: floa
     lo = _ns(ctx.window.start) - int(lookback_s * 1e9)
     hi = _ns(ctx.window.end) + int(slack_s * 1e9)
 
-    streams: dict[tuple[str | None, str, str], list[LogRow]] = {}
+    streams: dict[StreamKey, list[LogLine]] = {}
     names: dict[str | None, str | None] = {}  # stored node name → the attempt's (one resolve per name)
-    for node_scoped, part in ((False, store.attempt_logs(row.id)), (True, store.node_logs(sorted(stored), lo, hi))):
-        grouped: dict[tuple[str | None, str, str], list[LogRow]] = defaultdict(list)
-        for r in part:
-            kind = r.kind
-            if kind == "gap":
-                kind = "text"
-            elif kind != "text" and kind != "doc":
-                continue
+    for node_scoped, part in ((False, store.attempt_lines(row.id, lo, hi)), (True, store.node_lines(sorted(stored), lo, hi))):
+        grouped: dict[StreamKey, list[LogLine]] = defaultdict(list)
+        # runs of rows of one stored stream (and kind), in the order read: rows are tuples, and no
+        # Python step is taken per row here (an attempt at 1,024 nodes reads tens of thousands)
+        for (name, stream, doc), run in groupby(part, key=_RUN):
             try:
-                node = names[r.node]
+                node = names[name]
             except KeyError:
-                node = names[r.node] = matcher.resolve(r.node) or r.node
-            grouped[(node, r.stream, kind)].append(r)
+                node = names[name] = matcher.resolve(name) or name
+            grouped[(node, stream, "doc" if doc else "text")].extend(run)
+        for rows in grouped.values():
+            rows.sort(key=_ARRIVAL[node_scoped])  # the store does not sort: already in order, mostly
         for key, rows in _generations(grouped).items():
             # a node's older (rotated) files join only when they reach into the attempt's time
-            if not node_scoped or any(lo <= r.time_ns <= hi for r in rows):
+            if not node_scoped or any(map(_in_range, rows)):
                 streams.setdefault(key, rows)
     drops = store.drops(row.id, sorted(stored))
     sources: list[Source] = []
@@ -269,7 +282,7 @@ def _assemble(store: Store, row: AttemptRow, *, lookback_s: float, slack_s: floa
             for i, r in enumerate(rows):
                 name = stream if len(rows) == 1 else f"{stream}[{i}]"
                 try:
-                    records.extend(render(json.loads(r.body), name, tctx))
+                    records.extend(render(json.loads(r[_BODY]), name, tctx))
                 except (ValueError, RecursionError):
                     bad += 1
             if records:

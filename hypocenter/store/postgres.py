@@ -169,6 +169,12 @@ class PostgresStore(SQLiteStore):
         with self._lock:
             return list(_Connection(self._connect()).execute(statement, args).fetchall())
 
+    def _tuples(self, statement: str, args: Sequence[Any] = ()) -> list[Any]:
+        with self._lock:
+            cur = self._connect().cursor(row_factory=self._psycopg.rows.tuple_row)
+            cur.execute(_text(statement), _params(args) if args else None)
+            return list(cur.fetchall())
+
     def migrate(self) -> int:
         """Apply the migrations this database does not have yet (one replica at a time)."""
         with self._tx() as db:

@@ -45,6 +45,7 @@ from hypocenter.store.base import (
     DiagnosisRow,
     Entry,
     FleetMark,
+    LogLine,
     LogRow,
     PendingExport,
     Point,
@@ -57,6 +58,25 @@ from hypocenter.store.base import (
 )
 from hypocenter.store.migrations import MIGRATIONS
 from hypocenter.store.sql import json_text, placeholders, sql
+
+
+def _node_streams(n: int) -> str:
+    """The join that picks the node streams of `n` nodes (placeholders: the nodes, start, end, the
+    nodes, end, start) an attempt's window reaches. A node stream joins whole (what retention kept of
+    it) when any of its records falls in the range: its earlier lines carry the boot stamps that
+    anchor uptime-only kernel lines, and the engine itself tells old faults from the attempt's."""
+    in_nodes = placeholders(n)
+    return (f" JOIN (SELECT DISTINCT node, stream FROM log_entries WHERE attempt_id IS NULL AND node IN ({in_nodes})"
+            "  AND time_ns BETWEEN ? AND ?"
+            # a stream reduced on arrival may have no row left in the range: its recorded times tell
+            f"  UNION SELECT node, stream FROM stream_state WHERE workload = '' AND node IN ({in_nodes})"
+            "  AND first_ns <= ? AND last_ns >= ?) s ON e.node = s.node AND e.stream = s.stream")
+
+
+# base.LogLine's columns of `log_entries e` (placeholders: the range's start and end), and the rows it reads
+_LOG_LINE = ("e.node, e.stream, CASE WHEN e.kind = 'doc' THEN 1 ELSE 0 END, CASE WHEN e.kind = 'gap' THEN 1 ELSE 0 END,"
+             " e.line, CASE WHEN e.time_ns BETWEEN ? AND ? THEN 1 ELSE 0 END, e.body, e.id")
+_ASSEMBLED = " AND e.kind IN ('text', 'gap', 'doc')"
 
 
 class SQLiteStore:
@@ -105,6 +125,13 @@ class SQLiteStore:
     def _rows(self, statement: str, args: Sequence[Any] = ()) -> list[sqlite3.Row]:
         with self._lock:
             return list(self._db.execute(statement, args).fetchall())
+
+    def _tuples(self, statement: str, args: Sequence[Any] = ()) -> list[Any]:
+        """Rows as plain tuples (sqlite3.Row costs an object per row where tens of thousands are read)."""
+        with self._lock:
+            cur = self._db.cursor()
+            cur.row_factory = None
+            return cur.execute(statement, args).fetchall()
 
     def migrate(self) -> int:
         """Apply the migrations this file does not have yet; returns the schema version."""
@@ -307,7 +334,6 @@ class SQLiteStore:
         return [self._attempt_row(r) for r in rows]
 
     def attempt_logs(self, attempt_id: int) -> list[LogRow]:
-        # rows built by position: an attempt's assembly reads tens of thousands of them (bench.perf)
         return [LogRow(*r) for r in self._rows(
             sql("SELECT node, stream, kind, line, time_ns, body FROM log_entries WHERE attempt_id=? ORDER BY stream, id"),
             (attempt_id,))]
@@ -315,19 +341,23 @@ class SQLiteStore:
     def node_logs(self, nodes: Sequence[str], start_ns: int, end_ns: int) -> list[LogRow]:
         if not nodes:
             return []
-        # A node stream joins whole (what retention kept of it) when any of its records falls in the
-        # range: its earlier lines carry the boot stamps that anchor uptime-only kernel lines, and
-        # the engine itself tells old faults from the attempt's.
-        in_nodes = placeholders(len(nodes))
         return [LogRow(*r) for r in self._rows(
-            sql(f"SELECT e.node, e.stream, e.kind, e.line, e.time_ns, e.body FROM log_entries e JOIN ("
-                f"  SELECT DISTINCT node, stream FROM log_entries WHERE attempt_id IS NULL AND node IN ({in_nodes})"
-                f"  AND time_ns BETWEEN ? AND ?"
-            # a stream reduced on arrival may have no row left in the range: its recorded times tell
-                f"  UNION SELECT node, stream FROM stream_state WHERE workload = '' AND node IN ({in_nodes})"
-                f"  AND first_ns <= ? AND last_ns >= ?) s ON e.node = s.node AND e.stream = s.stream"
-                f" WHERE e.attempt_id IS NULL ORDER BY e.node, e.stream, e.id"),
+            sql("SELECT e.node, e.stream, e.kind, e.line, e.time_ns, e.body FROM log_entries e", _node_streams(len(nodes)),
+                " WHERE e.attempt_id IS NULL ORDER BY e.node, e.stream, e.id"),
             (*nodes, start_ns, end_ns, *nodes, end_ns, start_ns))]
+
+    def attempt_lines(self, attempt_id: int, start_ns: int, end_ns: int) -> list[LogLine]:
+        """The rows of `attempt_logs` as the assembly reads them (base.LogLine: unsorted)."""
+        return self._tuples(sql("SELECT ", _LOG_LINE, " FROM log_entries e WHERE e.attempt_id=?", _ASSEMBLED),
+                            (start_ns, end_ns, attempt_id))
+
+    def node_lines(self, nodes: Sequence[str], start_ns: int, end_ns: int) -> list[LogLine]:
+        """The rows of `node_logs` as the assembly reads them (base.LogLine: unsorted)."""
+        if not nodes:
+            return []
+        return self._tuples(
+            sql("SELECT ", _LOG_LINE, " FROM log_entries e", _node_streams(len(nodes)), " WHERE e.attempt_id IS NULL",
+                _ASSEMBLED), (start_ns, end_ns, *nodes, start_ns, end_ns, *nodes, end_ns, start_ns))
 
     def attempt_points(self, attempt_id: int) -> list[PointRow]:
         return [self._point(r) for r in self._rows(
