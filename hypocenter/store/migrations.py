@@ -216,4 +216,11 @@ MIGRATIONS: tuple[Migration, ...] = tuple(ddl(template) for template in (
     );
     INSERT INTO fleet_pending SELECT id FROM diagnoses;
     """,
+    # 12: the diagnosis list's index in the order its query reads (newest first, NULL windows last):
+    # PostgreSQL read migration 8's index in the other NULL order, so it sorted the whole table
+    """
+    DROP INDEX diagnoses_list;
+    CREATE INDEX diagnoses_list ON diagnoses (window_end_ns $DESC_NULLS_LAST, id, outcome, domain, cluster,
+                                              workload, window_start_ns, provisional);
+    """,
 ))
