@@ -293,6 +293,29 @@ def test_in_cluster_service_account(tmp_path: Path, pki: dict[str, bytes]) -> No
     assert in_cluster({}, sa) is None
 
 
+def test_a_rotated_service_account_token_is_read_again_on_a_401(tmp_path: Path) -> None:
+    """The kubelet rewrites a projected token before the old one expires; a long-running server (its
+    Kueue poll) must go on with the new one, not fail with `auth` for the rest of its life."""
+    sa = tmp_path / "sa"
+    sa.mkdir()
+    (sa / "token").write_text("first-token\n")
+    env = {"KUBERNETES_SERVICE_HOST": "10.96.0.1", "HOME": str(tmp_path)}
+    fake = _example_fake("hbm-ecc-xid48")
+    fake.token = "first-token"
+    api = KubeAPI(credentials(env=env, service_account=sa), policy=FAST, transport=fake.transport,
+                  sleep=lambda s: None)
+    scope = KubernetesConnector.for_job("ml-team/train", api=api, now=lambda: NOW).scope
+    assert scope().context.state == "FAILED"
+    (sa / "token").write_text("second-token\n")  # rotated, and the first one has expired
+    fake.token = "second-token"
+    assert scope().context.state == "FAILED"
+    fake.token = "a-token-nobody-has"  # a 401 the credentials cannot cure stays an auth error, asked once more at most
+    before = len(fake.requests)
+    with pytest.raises(ConnectorError, match="HTTP 401") as err:
+        scope()
+    assert err.value.kind == "auth" and len(fake.requests) - before == 1
+
+
 def test_credentials_order_and_nothing_found(tmp_path: Path) -> None:
     path = _kubeconfig(tmp_path, {"token": "from-env"})
     env = {"KUBECONFIG": f"{tmp_path / 'missing'}:{path}", "HOME": str(tmp_path)}

@@ -1,6 +1,7 @@
 """GETs against one Kubernetes API server (`KubeAPI`), classified and retried per the policy.
 
-HTTP 401/403 → `auth`, 404 → `not_found`, 429/5xx/timeouts → `transient` (retried).
+HTTP 401/403 → `auth`, 404 → `not_found`, 429/5xx/timeouts → `transient` (retried). A 401 first
+finds the credentials again when they can be (`Credentials.renew`: a rotated token) and asks once more.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ import json
 import ssl
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 import httpx
@@ -68,7 +70,22 @@ class KubeAPI:
     def get_text(self, path: str, params: Mapping[str, str] | None = None, *, what: str) -> str:
         return with_retries(lambda: self._once(path, params, what), self.policy, what=what, sleep=self.sleep)
 
-    def _once(self, path: str, params: Mapping[str, str] | None, what: str) -> str:
+    def _renew(self) -> bool:
+        """Find the credentials again (a 401: the token may have rotated); True if the token changed."""
+        renew = self.creds.renew
+        if renew is None or self._client is None:
+            return False
+        try:
+            renewed = renew()
+        except ConnectorError:
+            return False  # the 401 says more than why the credentials cannot be found now
+        if renewed.headers == self.creds.headers or renewed.server != self.creds.server:
+            return False
+        self.creds = replace(self.creds, headers=renewed.headers)
+        self._client.headers.update(renewed.headers)
+        return True
+
+    def _once(self, path: str, params: Mapping[str, str] | None, what: str, renew: bool = True) -> str:
         if self._client is None:
             raise RuntimeError("KubeAPI used outside `with api:`")
         try:
@@ -78,6 +95,8 @@ class KubeAPI:
                                  kind="transient") from None
         except httpx.TransportError as exc:
             raise ConnectorError(f"{what}: {self.creds.server}: {type(exc).__name__}: {exc}", kind="transient") from None
+        if resp.status_code == 401 and renew and self._renew():
+            return self._once(path, params, what, renew=False)  # with the new token, once
         if resp.status_code < 300:
             return resp.text
         message = _status_message(resp)

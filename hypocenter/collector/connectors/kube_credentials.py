@@ -13,8 +13,10 @@ implemented"), sets no KUBERNETES_EXEC_INFO and no timeout on the plugin, and ra
 where the connectors need `auth` vs `transient`; lightkube 1.x also runs on httpx2, a second HTTP
 stack whose client does not take httpx's MockTransport (the connector tests' transport: httpx2
 asserts its own stream type on the response), so 0.x would be a pin to an old line. What it would replace
-is the ~110 lines of kubeconfig reading below. What it does that this module does not: re-read a
-rotated token file / re-run the plugin on a 401.
+is the ~110 lines of kubeconfig reading below. Like client-go, credentials found by `credentials()`
+are found again when the API server answers 401 (`Credentials.renew`, used by kube_api.KubeAPI): a
+projected service-account token the kubelet rotated, a token file rewritten, an exec plugin's token
+that expired — a long-running server's Kueue poll keeps working past its first token's life.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import subprocess
 import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +54,8 @@ class Credentials:
     client_key: bytes | None = None  # PEM
     namespace: str | None = None
     origin: str = ""  # "in-cluster" or "kubeconfig <path> context <name>", for messages
+    # finds them again, as first found (re-reads the token file, re-runs the exec plugin): on a 401
+    renew: Callable[[], Credentials] | None = None
 
     def ssl_context(self) -> ssl.SSLContext:
         """The TLS settings; a CA or client certificate that is no PEM is an `auth` ConnectorError."""
@@ -193,7 +198,13 @@ def _exec_token(spec: dict[str, Any], run: Callable[[list[str], Mapping[str, str
 def credentials(kubeconfig: str | Path | None = None, context: str | None = None,
                 env: Mapping[str, str] | None = None, service_account: Path = SERVICE_ACCOUNT) -> Credentials:
     """The module docstring's order: explicit kubeconfig, in-cluster, $KUBECONFIG, ~/.kube/config."""
-    env = os.environ if env is None else env
+    found = _credentials(kubeconfig, context, os.environ if env is None else env, service_account)
+    found.renew = partial(_credentials, kubeconfig, context, os.environ if env is None else env, service_account)
+    return found
+
+
+def _credentials(kubeconfig: str | Path | None, context: str | None, env: Mapping[str, str],
+                 service_account: Path) -> Credentials:
     if kubeconfig is not None:
         return from_kubeconfig(Path(kubeconfig).expanduser(), context)
     if context is None:
