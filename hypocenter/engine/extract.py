@@ -106,17 +106,24 @@ class Extractor:
         numbers, bodies = (list(c) for c in zip(*lines, strict=True))
         return self.evidence_columns(numbers, bodies, tctx, tail=tail)
 
-    def evidence_columns(self, numbers: list[int], bodies: list[str], tctx: TimeContext, *, tail: int = 200) -> set[int]:
+    def evidence_columns(self, numbers: Sequence[int], bodies: Sequence[str], tctx: TimeContext, *, tail: int = 200,
+                         scanned: tuple[bytes, list[int], list[tuple[int, int, int]]] | None = None) -> set[int]:
         """`evidence_lines` of the lines `numbers` (ascending) with texts `bodies`: the same, with no
-        Python step per line but for the last `tail` (one prefilter pass, regexes over the lines joined)."""
+        Python step per line but for the last `tail` (one prefilter pass, regexes over the lines joined).
+        `scanned`: the lines joined, where each starts and `scan`'s hits in them, when the caller
+        has them already (`joined` and `scan` of the same lines)."""
         if not numbers:
             return set()
-        data, starts = joined(bodies)
+        if scanned is None:
+            data, starts = joined(bodies)
+            hits = self.scan(data)
+        else:
+            data, starts, hits = scanned
         reach_max = max((max(r) for r in self._reach), default=0)
         keep: set[int] = set(range(max(0, len(numbers) - reach_max), len(numbers)))
         keep.update(range(bisect.bisect_right(numbers, 20)))
         reach: dict[int, tuple[int, int]] = {}  # candidate line → lines its rules read before / after it
-        for tok, start, _ in self.scan(data):
+        for tok, start, _ in hits:
             i = bisect.bisect_right(starts, start) - 1
             before, after = reach.get(i, (0, 0))
             tok_before, tok_after = self._reach[tok]

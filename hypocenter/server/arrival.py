@@ -21,21 +21,28 @@ row-per-record path (`Store.ingest`'s `logs`), with their dedup keys, as before.
 Records that arrive as columns (`RecordBlock`, from collector/otlp_columns.py) stay columns when
 they are the stream's next lines, in order, none stored yet — the usual case: one prefilter pass
 and the evidence regexes run over the bodies joined, and only the lines kept and the last line of
-each gap become `Entry`s (dedup keys included). A block that overlaps what is stored (a retry),
-restarts the stream or comes before stored lines is expanded to `Entry`s and takes the path above.
+each gap become `Entry`s (dedup keys included). That prefilter pass (`Scans`) is the block's only
+one: the events on arrival (the hang trigger, the metric) read its hits too. A collector's retry —
+records already stored, with the same text and times — is dropped as columns the same way (what
+is new of it, after every stored line, goes on as above). A block that restarts the stream, comes
+before stored lines or brings a stored line 1 with other text is expanded to `Entry`s and takes the
+path above.
 
 This module decides; the store writes (in the same transaction as the rest of the batch).
 """
 
 from __future__ import annotations
 
+import bisect
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
+from functools import reduce
 from itertools import chain
 
 from hypocenter.engine.extract import BACKSCAN_LINES, Extractor
+from hypocenter.engine.prefilter import joined
 from hypocenter.lineformat import TimeContext
 from hypocenter.store.base import ArrivalState, ArrivalWrite, Entry, IngestStore, RecordBlock, StreamLine
 
@@ -103,6 +110,60 @@ def _merge_spans(ranges: list[tuple[int, int]], runs: list[tuple[int, int]]) -> 
 
 
 @dataclass(slots=True)
+class Scanned:
+    """Lines joined as bytes (engine/prefilter.py's `joined`), where each starts in them, and where
+    the rule tokens occur (`Extractor.scan`): one prefilter pass over them."""
+    data: bytes
+    starts: list[int]
+    hits: list[tuple[int, int, int]]
+
+    def candidates(self) -> list[int]:
+        """Indices of the lines with a rule token."""
+        found: list[int] = []
+        for _, start, _ in self.hits:
+            i = bisect.bisect_right(self.starts, start) - 1
+            if not found or found[-1] != i:
+                found.append(i)
+        return found
+
+    def size(self, a: int, b: int) -> int:
+        """The bytes of lines a..b-1, their newlines left out."""
+        end = self.starts[b] if b < len(self.starts) else len(self.data) + 1
+        return end - self.starts[a] - (b - a)
+
+    def after(self, k: int) -> Scanned:
+        """Lines k.. on their own."""
+        off = self.starts[k]
+        return Scanned(self.data[off:], [s - off for s in self.starts[k:]],
+                       [(t, s - off, e - off) for t, s, e in self.hits if s >= off])
+
+    def then(self, other: Scanned) -> Scanned:
+        """These lines and `other`'s, as one scan of them all (no rule token holds a newline)."""
+        off = len(self.data) + 1
+        return Scanned(self.data + b"\n" + other.data, self.starts + [s + off for s in other.starts],
+                       self.hits + [(t, s + off, e + off) for t, s, e in other.hits])
+
+
+class Scans:
+    """Each `RecordBlock` of one batch joined and scanned once, whoever asks first: the events on
+    arrival and the reduction read the same pass."""
+
+    def __init__(self, extractor: Extractor) -> None:
+        self._extractor = extractor
+        self._done: dict[int, tuple[RecordBlock, Scanned]] = {}   # by identity; the block is held
+
+    def __call__(self, block: RecordBlock) -> Scanned:
+        done = self._done.get(id(block))
+        if done is None:
+            done = self._done[id(block)] = (block, self.of(block.bodies))
+        return done[1]
+
+    def of(self, lines: Sequence[str]) -> Scanned:
+        data, starts = joined(lines)
+        return Scanned(data, starts, self._extractor.scan(data))
+
+
+@dataclass(slots=True)
 class Reduced:
     """One batch, split: records stored row by row, reduced streams, and the lines (bytes) whose text
     the reduction left out — counted as compaction's are, once the batch is committed."""
@@ -124,8 +185,14 @@ class Arrival:
         if self._on_blanked is not None and reduced.blanked:
             self._on_blanked(reduced.blanked, reduced.freed)
 
-    def split(self, store: IngestStore, logs: Sequence[Entry], now: float, blocks: Sequence[RecordBlock] = ()) -> Reduced:
+    def scans(self) -> Scans:
+        """A batch's scans, to share with the events on arrival (`split` makes its own without)."""
+        return Scans(self._extractor)
+
+    def split(self, store: IngestStore, logs: Sequence[Entry], now: float, blocks: Sequence[RecordBlock] = (),
+              scans: Scans | None = None) -> Reduced:
         """The batch's records stored row by row and its reduced streams."""
+        scans = scans or self.scans()
         rest: list[Entry] = []
         streams: dict[StreamId, list[Entry]] = defaultdict(list)
         for e in logs:
@@ -143,11 +210,12 @@ class Arrival:
         for key, parts in by_stream.items():
             # The usual case — the stream's next records, in order, none stored yet — without an
             # object per record; anything else (a retry, a rotation, records out of order) per record.
-            run = None if key in streams else _run_of(parts)
+            ordered = None if key in streams else _in_order(parts)
             w = None
-            if run is not None:
+            if ordered is not None:
+                run = _joined(ordered)
                 state = store.arrival_state(*key, run.lines[0] - REREAD_LINES)
-                w = self._reduce_block(run, state, tctx, out)
+                w = self._reduce_block(run, reduce(Scanned.then, map(scans, ordered)), state, tctx, out)
             if w is None:
                 streams[key].extend(e for block in parts for e in block.entries())
             else:
@@ -208,36 +276,47 @@ class Arrival:
         state.rows = []
         return self._write(w, items, needed)
 
-    def _reduce_block(self, run: RecordBlock, state: ArrivalState, tctx: TimeContext, out: Reduced) -> ArrivalWrite | None:
-        """`_reduce` for a block whose records follow every stored one; None when they do not."""
-        lo, hi, n = run.lines[0], run.lines[-1], len(run)
+    def _reduce_block(self, run: RecordBlock, scan: Scanned, state: ArrivalState, tctx: TimeContext,
+                      out: Reduced) -> ArrivalWrite | None:
+        """`_reduce` for a block whose records are stored already (a retry) up to those that follow
+        every stored one; None when they are not (`scan`: the block's `Scanned`)."""
+        lo, hi = run.lines[0], run.lines[-1]
         head = run.entry(0).dedup if lo == 1 else None
-        if (head is not None and state.head not in (None, head)) or any(a <= hi and b >= lo for a, b in state.ranges) \
-                or (state.rows and (state.rows[-1].line or 0) >= lo):
+        if head is not None and state.head not in (None, head):
+            return None  # line 1 again, another record: a rotation
+        # A retry: the records in the stored ranges are dropped, as the per-record path drops them
+        # (their text is not looked at again); what is new must come after them all.
+        stored = next((min(b, hi) - lo + 1 for a, b in state.ranges if a <= lo <= b), 0)
+        if stored == len(run):
+            return ArrivalWrite(run.workload, run.attempt, run.node, run.stream, [], state)
+        if stored:
+            run, scan, lo = run.after(stored), scan.after(stored), lo + stored
+        if any(a <= hi and b >= lo for a, b in state.ranges) or (state.rows and (state.rows[-1].line or 0) >= lo):
             return None
+        n = len(run)
         w = ArrivalWrite(run.workload, run.attempt, run.node, run.stream, [], state, block=n, block_scope=run.scope)
         if head is not None:
             state.head = head
         state.ranges = _merge_spans(state.ranges, [(lo, hi)])
         state.lines += n
-        ascii = "\n".join(run.bodies).isascii()
         state.bytes += sum(map(len, run.bodies)) + n
         times = list(filter(None, run.times))
         w.first_ns, w.last_ns = (min(times), max(times)) if times else (None, None)
         items = [_Item(r.line or 0, row=r) for r in state.rows]
         live = [i for i, it in enumerate(items) if it.gap == 0]
+        whole = scan
+        if live:  # the stored lines rules may still read, and the block's: one text, one scan pass more
+            whole = self.scans().of([items[i].body for i in live]).then(scan)
         kept = self._extractor.evidence_columns([items[i].line for i in live] + run.lines,
-                                                [items[i].body for i in live] + run.bodies, tctx)
+                                                [items[i].body for i in live] + run.bodies, tctx,
+                                                scanned=(whole.data, whole.starts, whole.hits))
         state.rows = []
         needed = {live[j] for j in kept if j < len(live)}
         fresh = sorted(j - len(live) for j in kept if j >= len(live))
         start = 0
         for k in [*fresh, n]:
             if k > start:  # records start..k-1: no rule reads them
-                part = run.bodies[start:k]
-                items.append(_Item(run.lines[k - 1], entry=run.entry(k - 1), lines=k - start,
-                                   size=(sum(map(len, part)) if ascii
-                                         else len("\n".join(part).encode("utf-8", "surrogateescape")) - (k - start - 1))))
+                items.append(_Item(run.lines[k - 1], entry=run.entry(k - 1), lines=k - start, size=scan.size(start, k)))
             if k < n:
                 needed.add(len(items))
                 items.append(_Item(run.lines[k], entry=run.entry(k)))
@@ -285,14 +364,19 @@ class Arrival:
         return blanked, freed
 
 
-def _run_of(blocks: list[RecordBlock]) -> RecordBlock | None:
-    """One stream's blocks of a batch as one, when their record numbers run on without a repeat
-    (each block consecutive, the blocks one after another) and they share their scope; else None."""
+def _in_order(blocks: list[RecordBlock]) -> list[RecordBlock] | None:
+    """One stream's blocks of a batch in record order, when their record numbers run on without a
+    repeat (each block consecutive, the blocks one after another) and they share their scope; else None."""
     blocks = sorted(blocks, key=lambda b: b.lines[0])
     for i, b in enumerate(blocks):
         if b.lines != list(range(b.lines[0], b.lines[0] + len(b))) or b.scope != blocks[0].scope \
                 or (i and blocks[i - 1].lines[-1] >= b.lines[0]):
             return None
+    return blocks
+
+
+def _joined(blocks: list[RecordBlock]) -> RecordBlock:
+    """Blocks `_in_order` as one."""
     if len(blocks) == 1:
         return blocks[0]
     first = blocks[0]
