@@ -15,12 +15,11 @@ from typing import Any
 import pytest
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 
-from hypocenter.store.base import RecordBlock
-
 from hypocenter.collector import otlp
 from hypocenter.engine import default_engine
 from hypocenter.server.arrival import Arrival
 from hypocenter.server.service import IngestEvents
+from hypocenter.store.base import RecordBlock
 from hypocenter.store.sqlite import SQLiteStore
 
 NODE = {"host.name": "gpu0007", "log.file.path": "/var/log/kern.log"}
@@ -87,9 +86,9 @@ class _Pipeline:
             blocks.extend(tagged.blocks)
             self.blocks += len(tagged.blocks)
         scans = self.arrival.scans()
+        reduced = self.arrival.split(self.store, logs, now, blocks, scans)
         stalls, committed = self.events(logs, blocks, scans)
         self.stalls.extend(stalls)
-        reduced = self.arrival.split(self.store, logs, now, blocks, scans)
         self.store.ingest(reduced.rest, [], now, stalls, reduced.writes)
         self.arrival.committed(reduced)
         committed()

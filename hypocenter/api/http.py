@@ -281,9 +281,11 @@ def otlp_routes(service: Attribution) -> APIRouter:
             media = otlp.media_type(request.headers.get("content-type"))
             raw = await _read_body(request, limit)
             encoding = request.headers.get("content-encoding")
-            tagged, warnings = (_receive_inline(signal, raw, media, limit) if len(raw) <= INLINE_DECODE_BYTES
-                                and encoding in (None, "", "identity") else None) \
-                or await run_in_threadpool(otlp.receive_bounded, signal, raw, encoding, media, limit)
+            inline = (_receive_inline(signal, raw, media, limit)
+                      if len(raw) <= INLINE_DECODE_BYTES and encoding in (None, "", "identity") else None)
+            if inline is None:
+                inline = await run_in_threadpool(otlp.receive_bounded, signal, raw, encoding, media, limit)
+            tagged, warnings = inline
             logs, points = (tagged.accepted, []) if signal == "logs" else ([], tagged.accepted)
             await asyncio.wrap_future(service.queue.submit(logs, points, tagged.blocks))
         except otlp.UnsupportedMediaType as exc:

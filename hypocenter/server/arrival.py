@@ -38,8 +38,7 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from functools import reduce
-from itertools import chain
+from itertools import accumulate, chain
 
 from hypocenter.engine.extract import BACKSCAN_LINES, Extractor
 from hypocenter.engine.prefilter import joined
@@ -131,32 +130,34 @@ class Scanned:
         end = self.starts[b] if b < len(self.starts) else len(self.data) + 1
         return end - self.starts[a] - (b - a)
 
-    def after(self, k: int) -> Scanned:
-        """Lines k.. on their own."""
-        off = self.starts[k]
-        return Scanned(self.data[off:], [s - off for s in self.starts[k:]],
-                       [(t, s - off, e - off) for t, s, e in self.hits if s >= off])
-
-    def then(self, other: Scanned) -> Scanned:
-        """These lines and `other`'s, as one scan of them all (no rule token holds a newline)."""
-        off = len(self.data) + 1
-        return Scanned(self.data + b"\n" + other.data, self.starts + [s + off for s in other.starts],
-                       self.hits + [(t, s + off, e + off) for t, s, e in other.hits])
-
 
 class Scans:
-    """Each `RecordBlock` of one batch joined and scanned once, whoever asks first: the events on
-    arrival and the reduction read the same pass."""
+    """The rule tokens' candidates in each `RecordBlock` of one batch, found once: by the reduction
+    (in the same pass as its stream's stored lines) or else on first asking. The events on arrival
+    and the reduction read the same pass."""
 
     def __init__(self, extractor: Extractor) -> None:
         self._extractor = extractor
-        self._done: dict[int, tuple[RecordBlock, Scanned]] = {}   # by identity; the block is held
+        self._found: dict[int, tuple[RecordBlock, list[int]]] = {}   # by identity; the block is held
 
-    def __call__(self, block: RecordBlock) -> Scanned:
-        done = self._done.get(id(block))
-        if done is None:
-            done = self._done[id(block)] = (block, self.of(block.bodies))
-        return done[1]
+    def candidates(self, block: RecordBlock) -> list[int]:
+        """Indices of the block's records that have a rule token."""
+        found = self._found.get(id(block))
+        if found is None:
+            found = self._found[id(block)] = (block, self.of(block.bodies).candidates())
+        return found[1]
+
+    def found(self, parts: Sequence[RecordBlock], scanned: Scanned, first: int) -> None:
+        """`parts`' candidates from `scanned`, which holds their records one part after another from
+        its line `first` on (no rule token holds a newline: a line's hits are its own)."""
+        ends = list(accumulate(map(len, parts)))
+        per: list[list[int]] = [[] for _ in parts]
+        for i in scanned.candidates():
+            if i >= first:
+                k = bisect.bisect_right(ends, i - first)
+                per[k].append(i - first - (ends[k - 1] if k else 0))
+        for part, indices in zip(parts, per, strict=True):
+            self._found[id(part)] = (part, indices)
 
     def of(self, lines: Sequence[str]) -> Scanned:
         data, starts = joined(lines)
@@ -186,7 +187,7 @@ class Arrival:
             self._on_blanked(reduced.blanked, reduced.freed)
 
     def scans(self) -> Scans:
-        """A batch's scans, to share with the events on arrival (`split` makes its own without)."""
+        """A batch's scans, to share with the events on arrival (`split` first; it makes its own without)."""
         return Scans(self._extractor)
 
     def split(self, store: IngestStore, logs: Sequence[Entry], now: float, blocks: Sequence[RecordBlock] = (),
@@ -213,9 +214,8 @@ class Arrival:
             ordered = None if key in streams else _in_order(parts)
             w = None
             if ordered is not None:
-                run = _joined(ordered)
-                state = store.arrival_state(*key, run.lines[0] - REREAD_LINES)
-                w = self._reduce_block(run, reduce(Scanned.then, map(scans, ordered)), state, tctx, out)
+                state = store.arrival_state(*key, ordered[0].lines[0] - REREAD_LINES)
+                w = self._reduce_block(ordered, scans, state, tctx, out)
             if w is None:
                 streams[key].extend(e for block in parts for e in block.entries())
             else:
@@ -276,10 +276,11 @@ class Arrival:
         state.rows = []
         return self._write(w, items, needed)
 
-    def _reduce_block(self, run: RecordBlock, scan: Scanned, state: ArrivalState, tctx: TimeContext,
+    def _reduce_block(self, parts: list[RecordBlock], scans: Scans, state: ArrivalState, tctx: TimeContext,
                       out: Reduced) -> ArrivalWrite | None:
-        """`_reduce` for a block whose records are stored already (a retry) up to those that follow
-        every stored one; None when they are not (`scan`: the block's `Scanned`)."""
+        """`_reduce` for a stream's blocks (in order, see `_in_order`) whose records are stored already
+        (a retry) up to those that follow every stored one; None when they are not."""
+        run = _joined(parts)
         lo, hi = run.lines[0], run.lines[-1]
         head = run.entry(0).dedup if lo == 1 else None
         if head is not None and state.head not in (None, head):
@@ -290,7 +291,7 @@ class Arrival:
         if stored == len(run):
             return ArrivalWrite(run.workload, run.attempt, run.node, run.stream, [], state)
         if stored:
-            run, scan, lo = run.after(stored), scan.after(stored), lo + stored
+            run, lo = run.after(stored), lo + stored
         if any(a <= hi and b >= lo for a, b in state.ranges) or (state.rows and (state.rows[-1].line or 0) >= lo):
             return None
         n = len(run)
@@ -304,11 +305,13 @@ class Arrival:
         w.first_ns, w.last_ns = (min(times), max(times)) if times else (None, None)
         items = [_Item(r.line or 0, row=r) for r in state.rows]
         live = [i for i, it in enumerate(items) if it.gap == 0]
-        whole = scan
-        if live:  # the stored lines rules may still read, and the block's: one text, one scan pass more
-            whole = self.scans().of([items[i].body for i in live]).then(scan)
-        kept = self._extractor.evidence_columns([items[i].line for i in live] + run.lines,
-                                                [items[i].body for i in live] + run.bodies, tctx,
+        # The stored lines rules may still read and the new records: one text, one prefilter pass,
+        # whose candidates among the new records the events on arrival read too.
+        bodies = [items[i].body for i in live] + run.bodies
+        whole = scans.of(bodies)
+        if not stored:
+            scans.found(parts, whole, len(live))
+        kept = self._extractor.evidence_columns([items[i].line for i in live] + run.lines, bodies, tctx,
                                                 scanned=(whole.data, whole.starts, whole.hits))
         state.rows = []
         needed = {live[j] for j in kept if j < len(live)}
@@ -316,7 +319,8 @@ class Arrival:
         start = 0
         for k in [*fresh, n]:
             if k > start:  # records start..k-1: no rule reads them
-                items.append(_Item(run.lines[k - 1], entry=run.entry(k - 1), lines=k - start, size=scan.size(start, k)))
+                items.append(_Item(run.lines[k - 1], entry=run.entry(k - 1), lines=k - start,
+                                   size=whole.size(len(live) + start, len(live) + k)))
             if k < n:
                 needed.add(len(items))
                 items.append(_Item(run.lines[k], entry=run.entry(k)))

@@ -117,7 +117,7 @@ class IngestEvents:
             e = texts[i]
             streams[(e.workload, e.attempt, e.node, e.stream)].append(e)
         for block in blocks:
-            for i in scans(block).candidates():
+            for i in scans.candidates(block):
                 streams[block.key].append(block.entry(i))
         if not streams:
             return [], _nothing
@@ -201,14 +201,14 @@ class IngestQueue:
                 stalls: list[tuple[str, int, int]] = []
                 committed = _nothing
                 scans = self._arrival.scans() if self._arrival else None  # each block scanned once, for both
+                now = time.time()
+                reduced = (self._arrival.split(self._store, logs, now, blocks, scans) if self._arrival
+                           else Reduced([*logs, *(e for k in blocks for e in k.entries())], []))
                 if self._events is not None:
                     try:
                         stalls, committed = self._events(logs, blocks, scans)
                     except Exception:  # a trigger hint; the records themselves must still be stored
                         log.exception("extraction on ingest")
-                now = time.time()
-                reduced = (self._arrival.split(self._store, logs, now, blocks, scans) if self._arrival
-                           else Reduced([*logs, *(e for k in blocks for e in k.entries())], []))
                 self._store.ingest(reduced.rest, [p for b in batches for p in b.points], now, stalls, reduced.writes)
                 if self._arrival:
                     self._arrival.committed(reduced)
