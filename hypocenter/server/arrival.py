@@ -21,12 +21,13 @@ row-per-record path (`Store.ingest`'s `logs`), with their dedup keys, as before.
 Records that arrive as columns (`RecordBlock`, from collector/otlp_columns.py) stay columns when
 they are the stream's next lines, in order, none stored yet — the usual case: one prefilter pass
 and the evidence regexes run over the bodies joined, and only the lines kept and the last line of
-each gap become `Entry`s (dedup keys included). That prefilter pass (`Scans`) is the block's only
-one: the events on arrival (the hang trigger, the metric) read its hits too. A collector's retry —
-records already stored, with the same text and times — is dropped as columns the same way (what
-is new of it, after every stored line, goes on as above). A block that restarts the stream, comes
-before stored lines or brings a stored line 1 with other text is expanded to `Entry`s and takes the
-path above.
+each gap become `Entry`s (dedup keys included). That prefilter pass (`Scans`), over the stream's
+live lines and the block's, is the block's only one: the events on arrival (the hang trigger, the
+metric) read its candidates too. A collector's retry — records whose numbers are stored already —
+is dropped as columns, as the per-record path drops it (line 1 must be the stored line 1), and
+what is new of it, after every stored line, goes on as above. A block that restarts the stream,
+comes before stored lines or leaves holes between them is expanded to `Entry`s and takes the path
+above.
 
 This module decides; the store writes (in the same transaction as the rest of the batch).
 """
@@ -209,8 +210,8 @@ class Arrival:
         for block in blocks:
             by_stream[block.key].append(block)
         for key, parts in by_stream.items():
-            # The usual case — the stream's next records, in order, none stored yet — without an
-            # object per record; anything else (a retry, a rotation, records out of order) per record.
+            # The usual case — the stream's next records, in order, or a retry of stored ones —
+            # without an object per record; anything else (a rotation, records out of order) per record.
             ordered = None if key in streams else _in_order(parts)
             w = None
             if ordered is not None:
