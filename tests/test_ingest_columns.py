@@ -224,3 +224,32 @@ def test_usual_shape_is_not_decoded_whole_and_malformed_is_refused_alike(monkeyp
         with pytest.raises(otlp.OTLPDecodeError) as exc:
             otlp.receive("logs", raw, "application/x-protobuf")
         assert "malformed protobuf ExportLogsServiceRequest" in str(exc.value)
+
+
+def test_evidence_marks_are_the_same_with_and_without_hyperscan() -> None:
+    """Anchor tokens and srun labels found in one Hyperscan pass keep the lines `bytes.find` and
+    `re` keep: overlapping anchors, labels inside a record's own newlines, non-ASCII text."""
+    import random
+    from datetime import datetime, timedelta, timezone
+
+    from hypocenter.lineformat import TimeContext
+
+    extractor = default_engine([], builtin=True).extractor
+    marks = extractor._marks
+    if marks is None:
+        pytest.skip("Hyperscan is not installed here")
+    when = datetime(2026, 11, 2, tzinfo=timezone.utc)
+    tctx = TimeContext(tz=timezone.utc, start=when - timedelta(days=1), end=when)
+    pieces = ["0: [rank0]: step 1", "12: x", "1234567: no", "\n3: inside", "rtc_cmos 00:01: setting system clock",
+              "srun: error: gpu1: task 3: Exited", "rtc_cmosrun: error: x", "Nov  2 10:00:01 gpu1 kernel: [1.0] NVRM: Xid 79",
+              "ünïcödé", "", "5: ", "x\n12: y", "[12.5] uptime only"]
+    rnd = random.Random(5)
+    for _ in range(100):
+        bodies = ["".join(rnd.choice(pieces) for _ in range(rnd.randint(1, 3))) for _ in range(rnd.randint(1, 200))]
+        numbers = list(range(1, len(bodies) + 1))
+        with_marks = extractor.evidence_columns(numbers, bodies, tctx)
+        extractor._marks = None
+        try:
+            assert extractor.evidence_columns(numbers, bodies, tctx) == with_marks
+        finally:
+            extractor._marks = marks

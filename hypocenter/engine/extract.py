@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from hypocenter.engine.matching import Match, Pattern, compile_pattern
-from hypocenter.engine.prefilter import TokenScanner, joined
+from hypocenter.engine.prefilter import PatternScanner, TokenScanner, joined
 from hypocenter.engine.rules import ExtractSpec, MetricSpec, Rule, Ruleset
 from hypocenter.lineformat import MAX_LINE, LineHeader, TimeContext, parse_iso, parse_line
 from hypocenter.model import AttemptContext, Event, FieldValue, SourceKind, isoformat
@@ -83,11 +83,9 @@ class Extractor:
         # (engine/prefilter.py): ~40x the throughput of a Python `re` alternation of the same literals.
         self._scanner = TokenScanner(self.tokens)
         self._reach_max = max((max(r) for r in self._reach), default=0)
-        # Evidence's anchor tokens, in one Hyperscan pass (every occurrence, as `bytes.find` finds
-        # them); the automaton would report only one of two overlapping ones, so without Hyperscan
-        # each token is looked for on its own.
-        anchors = TokenScanner([t.decode() for t in _ANCHOR_TOKENS])
-        self._anchors = anchors if anchors.engine == "hyperscan" else None
+        # Evidence's anchor tokens (every occurrence, as `bytes.find` finds them) and srun labels
+        # after a newline, in one Hyperscan pass; without Hyperscan, `bytes.find` and `re`.
+        self._marks = PatternScanner.of([*map(re.escape, _ANCHOR_TOKENS), _LABEL_AFTER_NEWLINE.pattern])
 
     def scan(self, data: bytes) -> list[tuple[int, int, int]]:
         """(token index, start, end) of token occurrences, ordered by start (see engine/prefilter.py)."""
@@ -162,20 +160,19 @@ class Extractor:
                    if (m := _UPTIME.search(bodies[j])) is not None]
         if uptimes:
             keep.add(max(uptimes)[1])
-        if self._anchors is not None:
-            keep.update(bisect.bisect_right(starts, at) - 1 for _, at, _ in self._anchors.scan(data))
+        if self._marks is not None:
+            marks = self._marks.scan(data)
+            anchors = [at for kind, at in marks if kind < len(_ANCHOR_TOKENS)]
+            after_newline = [at for kind, at in marks if kind == len(_ANCHOR_TOKENS)]
         else:
-            for token in _ANCHOR_TOKENS:
-                at = data.find(token)
-                while at >= 0:
-                    keep.add(bisect.bisect_right(starts, at) - 1)
-                    at = data.find(token, at + 1)
+            anchors = [at for token in _ANCHOR_TOKENS for at in _occurrences(data, token)]
+            after_newline = [m.start() for m in _LABEL_AFTER_NEWLINE.finditer(data)]
+        keep.update(bisect.bisect_right(starts, at) - 1 for at in anchors)
         labels: set[bytes] = set()
         pair_seen = False
         # Lines that start with an srun label ("12: "): a newline and digits, then the line's own check.
         labelled = [0] if _LABEL.match(data) else []
-        labelled.extend(i for m in _LABEL_AFTER_NEWLINE.finditer(data)
-                        if starts[(i := bisect.bisect_right(starts, m.start() + 1) - 1)] == m.start() + 1)
+        labelled.extend(i for at in after_newline if starts[(i := bisect.bisect_right(starts, at + 1) - 1)] == at + 1)
         for i in labelled:  # a line that starts with an srun label (few, if any)
             raw = bodies[i][:24].encode("utf-8", "surrogateescape")
             label = _LABEL.match(raw)
@@ -400,6 +397,13 @@ _LABEL_AND_RANK = re.compile(rb"(?m)^(\d{1,6}): \[rank(\d+)\]:")
 _LABEL = re.compile(rb"(?m)^(\d{1,6}): ")
 _LABEL_AFTER_NEWLINE = re.compile(rb"\n\d{1,6}: ")  # a literal first: Python's `re` then skips ahead fast
 _ANCHOR_TOKENS = (b"rtc_cmos", b"srun: error:")  # boot anchors and srun's task errors: kept as evidence
+
+
+def _occurrences(data: bytes, token: bytes) -> Iterator[int]:
+    at = data.find(token)
+    while at >= 0:
+        yield at
+        at = data.find(token, at + 1)
 _LABEL_AND_LOCAL = re.compile(rb"(?m)^ *\d{1,6}: \[[A-Za-z_][\w-]*?\d+\]:")  # srun -l torchrun --tee: one task per node
 _SRUN_TASK_NODE = re.compile(rb"srun: error: ([\w.-]+): task (\d+):")
 
