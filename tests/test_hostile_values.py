@@ -156,3 +156,27 @@ def test_decodes_beyond_the_concurrency_bound_wait_then_are_told_to_retry() -> N
         assert tagged.accepted == []
     finally:
         limits.configure(before)
+
+
+def test_http_decodes_on_the_event_loop_only_when_a_slot_is_free() -> None:
+    """A small OTLP/HTTP request is decoded without a worker thread when a decode slot is free; with
+    none free it is left to the worker thread, which waits for one (never the event loop)."""
+    from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+
+    from hypocenter import limits
+    from hypocenter.api import http
+
+    req = ExportLogsServiceRequest()
+    rl = req.resource_logs.add()
+    rl.resource.attributes.add(key="host.name").value.string_value = "gpu0001"
+    rl.scope_logs.add().log_records.add().body.string_value = "one line"
+    body = req.SerializeToString()
+    before = limits.active()
+    limits.configure(limits.Limits(max_concurrent_decodes=1))
+    try:
+        inline = http._receive_inline("logs", body, "application/x-protobuf", 1 << 20)
+        assert inline is not None and inline[0].count == 1
+        with limits.decode_slot(1.0):
+            assert http._receive_inline("logs", body, "application/x-protobuf", 1 << 20) is None
+    finally:
+        limits.configure(before)

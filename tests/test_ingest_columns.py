@@ -1,8 +1,10 @@
 """OTLP records read as columns (collector/otlp_columns.py, `RecordBlock`) are stored exactly as the
 same records read one `Entry` at a time: the same rows, stream state, attempt bookkeeping,
-compaction counts and ingest events — for consecutive requests, retries, requests out of order,
-a rotated file, two requests of one stream in one batch, non-ASCII text and srun labels — and
-records outside the usual shape still take the per-record path."""
+compaction counts and ingest events — for consecutive requests, retries (whole or overlapping new
+records), requests out of order, a rotated file, two requests of one stream in one batch,
+non-ASCII text and srun labels — and records outside the usual shape still take the per-record
+path. A request in the usual shape is never decoded whole, and one that is malformed is refused
+as the whole decode refuses it."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from hypocenter.collector import otlp
 from hypocenter.engine import default_engine
 from hypocenter.server.arrival import Arrival
 from hypocenter.server.service import IngestEvents
+from hypocenter.store.base import RecordBlock
 from hypocenter.store.sqlite import SQLiteStore
 
 NODE = {"host.name": "gpu0007", "log.file.path": "/var/log/kern.log"}
@@ -82,9 +85,10 @@ class _Pipeline:
             logs.extend(tagged.accepted)
             blocks.extend(tagged.blocks)
             self.blocks += len(tagged.blocks)
-        stalls, committed = self.events(logs, blocks)
+        scans = self.arrival.scans()
+        reduced = self.arrival.split(self.store, logs, now, blocks, scans)
+        stalls, committed = self.events(logs, blocks, scans)
         self.stalls.extend(stalls)
-        reduced = self.arrival.split(self.store, logs, now, blocks)
         self.store.ingest(reduced.rest, [], now, stalls, reduced.writes)
         self.arrival.committed(reduced)
         committed()
@@ -120,6 +124,9 @@ SCENARIOS: dict[str, list[list[bytes]]] = {
     "consecutive, then a retry of each": [
         [_request(NODE, 1, 400)], [_request(NODE, 401, 400)], [_request(NODE, 801, 400)],
         [_request(NODE, 401, 400)], [_request(NODE, 1, 400)]],
+    "retries overlapping new records": [
+        [_request(NODE, 1, 400)], [_request(NODE, 301, 400)], [_request(NODE, 701, 300)],
+        [_request(NODE, 650, 450)], [_request(NODE, 1, 1100)], [_request(NODE, 1, 1200)]],
     "out of order and overlapping": [
         [_request(NODE, 801, 300)], [_request(NODE, 1, 500)], [_request(NODE, 301, 600)], [_request(NODE, 501, 300)]],
     "rotated: line 1 again, other text": [
@@ -162,3 +169,87 @@ def test_usual_shape_is_read_as_columns_and_the_rest_per_record() -> None:
     assert odd.blocks == [] and len(odd.accepted) == 50
     job = {**JOB, "hypocenter.attempt.state": "FAILED"}  # the terminal-state marker is tagged per record
     assert otlp.receive("logs", _request(job, 1, 5), "application/x-protobuf")[0].blocks == []
+
+
+def test_retries_stay_columns(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A collector's retry (what is stored already, perhaps with new records after it) is dropped
+    as columns: no block is expanded to an `Entry` per record."""
+    expanded: list[int] = []
+    entries = RecordBlock.entries
+    monkeypatch.setattr(RecordBlock, "entries", lambda self: expanded.append(len(self)) or entries(self))
+    p = _Pipeline(tmp_path / "columns.db", True)
+    for i, batch in enumerate(SCENARIOS["consecutive, then a retry of each"] + SCENARIOS["retries overlapping new records"][3:]):
+        p.batch(batch, now=1_793_000_100.0 + i)
+    assert p.blocks == 8 and expanded == []
+    rows = p.dump()["state"]
+    assert [(r[6], r[7]) for r in rows] == [("[[1,1200]]", 1200)]
+
+
+def _two_resources(body: str = "x", severity: str = "") -> bytes:
+    req = ExportLogsServiceRequest()
+    for node in ("gpu0001", "gpu0002"):
+        rl = req.resource_logs.add()
+        rl.resource.attributes.add(key="host.name").value.string_value = node
+        rl.scope_logs.add().scope.name = "empty"
+        for scope in ("filelog", ""):
+            sl = rl.scope_logs.add()
+            sl.scope.name = scope
+            for n in (1, 2, 3):
+                lr = sl.log_records.add(time_unix_nano=T0 + n, severity_text=severity)
+                lr.body.string_value = f"{body} {n}"
+                lr.attributes.add(key="log.file.record_number").value.int_value = n
+                lr.attributes.add(key="log.file.name").value.string_value = f"{scope or 'none'}.log"
+    return req.SerializeToString()
+
+
+def test_usual_shape_is_not_decoded_whole_and_malformed_is_refused_alike(monkeypatch: pytest.MonkeyPatch) -> None:
+    body = _two_resources()
+    whole = otlp.log_entries(otlp.decode_logs(body, "application/x-protobuf")[0], body)
+    assert len(whole.blocks) == 4 and not whole.accepted
+
+    def refused(*args: Any) -> Any:
+        raise AssertionError("decoded whole")
+
+    with monkeypatch.context() as m:
+        m.setattr(otlp, "decode_logs", refused)
+        tagged, warnings = otlp.receive("logs", body, "application/x-protobuf")
+    assert (tagged, warnings) == (whole, [])
+    assert [(b.node, b.stream) for b in tagged.blocks] == [
+        ("gpu0001", "gpu0001:filelog.log"), ("gpu0001", "gpu0001:none.log"),
+        ("gpu0002", "gpu0002:filelog.log"), ("gpu0002", "gpu0002:none.log")]
+    # invalid UTF-8 where the whole decode checks it: in a body, a resource attribute, a severity text
+    for good, bad in ((b"x 1", b"\xff 1"), (b"gpu0002", b"gpu\xff02"), (b"WARN", b"WAR\xff")):
+        raw = _two_resources(severity="WARN").replace(good, bad, 1)
+        assert raw != body
+        with pytest.raises(otlp.OTLPDecodeError) as exc:
+            otlp.receive("logs", raw, "application/x-protobuf")
+        assert "malformed protobuf ExportLogsServiceRequest" in str(exc.value)
+
+
+def test_evidence_marks_are_the_same_with_and_without_hyperscan() -> None:
+    """Anchor tokens and srun labels found in one Hyperscan pass keep the lines `bytes.find` and
+    `re` keep: overlapping anchors, labels inside a record's own newlines, non-ASCII text."""
+    import random
+    from datetime import datetime, timedelta, timezone
+
+    from hypocenter.lineformat import TimeContext
+
+    extractor = default_engine([], builtin=True).extractor
+    marks = extractor._marks
+    if marks is None:
+        pytest.skip("Hyperscan is not installed here")
+    when = datetime(2026, 11, 2, tzinfo=timezone.utc)
+    tctx = TimeContext(tz=timezone.utc, start=when - timedelta(days=1), end=when)
+    pieces = ["0: [rank0]: step 1", "12: x", "1234567: no", "\n3: inside", "rtc_cmos 00:01: setting system clock",
+              "srun: error: gpu1: task 3: Exited", "rtc_cmosrun: error: x", "Nov  2 10:00:01 gpu1 kernel: [1.0] NVRM: Xid 79",
+              "ünïcödé", "", "5: ", "x\n12: y", "[12.5] uptime only"]
+    rnd = random.Random(5)
+    for _ in range(100):
+        bodies = ["".join(rnd.choice(pieces) for _ in range(rnd.randint(1, 3))) for _ in range(rnd.randint(1, 200))]
+        numbers = list(range(1, len(bodies) + 1))
+        with_marks = extractor.evidence_columns(numbers, bodies, tctx)
+        extractor._marks = None
+        try:
+            assert extractor.evidence_columns(numbers, bodies, tctx) == with_marks
+        finally:
+            extractor._marks = marks

@@ -259,6 +259,18 @@ def build_app(service: Attribution, ready: Callable[[], bool] = lambda: True,
     return app
 
 
+# An uncompressed OTLP request up to this size is decoded on the event loop (a few ms of work) when a
+# decode slot is free: handing it to a worker thread and back costs about as much on a busy machine.
+INLINE_DECODE_BYTES = 1 << 20
+
+
+def _receive_inline(signal: str, raw: bytes, media: str, limit: int) -> tuple[otlp.Tagged, list[str]] | None:
+    try:
+        return otlp.receive_bounded(signal, raw, None, media, limit, wait_s=0)
+    except otlp.DecoderBusy:  # every slot taken: wait for one in a worker thread, not on the event loop
+        return None
+
+
 def otlp_routes(service: Attribution) -> APIRouter:
     """The OTLP/HTTP receiver: POST /v1/logs and /v1/metrics (protobuf or JSON)."""
     router = APIRouter()
@@ -268,8 +280,12 @@ def otlp_routes(service: Attribution) -> APIRouter:
         try:
             media = otlp.media_type(request.headers.get("content-type"))
             raw = await _read_body(request, limit)
-            tagged, warnings = await run_in_threadpool(otlp.receive_bounded, signal, raw,
-                                                       request.headers.get("content-encoding"), media, limit)
+            encoding = request.headers.get("content-encoding")
+            inline = (_receive_inline(signal, raw, media, limit)
+                      if len(raw) <= INLINE_DECODE_BYTES and encoding in (None, "", "identity") else None)
+            if inline is None:
+                inline = await run_in_threadpool(otlp.receive_bounded, signal, raw, encoding, media, limit)
+            tagged, warnings = inline
             logs, points = (tagged.accepted, []) if signal == "logs" else ([], tagged.accepted)
             await asyncio.wrap_future(service.queue.submit(logs, points, tagged.blocks))
         except otlp.UnsupportedMediaType as exc:

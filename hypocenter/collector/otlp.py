@@ -26,7 +26,9 @@ are collected into `Entry.scope`; `hypocenter.attempt.state` marks the terminal-
 
 `receive` tags a protobuf request's scope groups in the filelog receiver's usual shape (string
 bodies, the record number and at most the file's path and name as attributes) once per group, as
-`RecordBlock` columns (collector/otlp_columns.py): the same tags, no object per record.
+`RecordBlock` columns (collector/otlp_columns.py): the same tags, no object per record. When every
+group of a request is in that shape, the request is never decoded whole: the columns, each group's
+resource and scope, and its record count are all it reads.
 
 This module only decodes, tags and answers: it does not store, extract or analyse anything.
 """
@@ -55,11 +57,12 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsServiceRequest,
     ExportMetricsServiceResponse,
 )
-from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, InstrumentationScope, KeyValue
+from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 
 from hypocenter import limits
 from hypocenter.collector import otlp_wire
-from hypocenter.collector.otlp_columns import Columns, FlatRequest
+from hypocenter.collector.otlp_columns import Columns, CountRequest, FlatRequest
 from hypocenter.errors import InputError, TransientError
 from hypocenter.names import (
     ATTEMPT_KEYS,
@@ -304,18 +307,14 @@ _TAGGING_KEYS = frozenset((*NODE_KEYS, *WORKLOAD_KEYS, *ATTEMPT_KEYS, *STREAM_KE
                            *(key for key, _ in SCOPE_KEYS)))
 
 
-def log_entries(req: ExportLogsServiceRequest, body: bytes | None = None) -> Tagged:
-    """`req`'s records tagged. With `body` (the bytes `req` was decoded from), scope groups in the
-    filelog receiver's usual shape come out as `RecordBlock`s (collector/otlp_columns.py), tagged
-    per group; the others as one `Entry` per record."""
+def log_entries(req: ExportLogsServiceRequest, body: bytes | None = None, flat: Any = None) -> Tagged:
+    """`req`'s records tagged. With `body` (the bytes `req` was decoded from) or `flat` (its
+    FlatRequest), scope groups in the filelog receiver's usual shape come out as `RecordBlock`s
+    (collector/otlp_columns.py), tagged per group; the others as one `Entry` per record."""
     out = Tagged(accepted=[])
     unscoped = 0
-    flat: Any = None
-    if body is not None:
-        try:
-            flat = FlatRequest.FromString(body)
-        except DecodeError:
-            flat = None
+    if flat is None and body is not None:
+        flat = _flat(body)
     for ri, rl in enumerate(req.resource_logs):
         rattrs = attributes(rl.resource.attributes)
         rident = identify(rattrs)
@@ -385,6 +384,31 @@ def log_entries(req: ExportLogsServiceRequest, body: bytes | None = None) -> Tag
     return out
 
 
+def _columnar_entries(body: bytes, flat: Any) -> Tagged | None:
+    """`log_entries` of a protobuf request whose every scope group is in the usual shape, read from
+    `flat` (its FlatRequest) and each group's record count, without decoding the request whole;
+    None when a group is not in that shape or a part does not decode (the whole decode then
+    tags it, or says what is malformed)."""
+    try:
+        counts = CountRequest.FromString(body)
+        out = Tagged(accepted=[])
+        for rl, crl in zip(flat.resource_logs, counts.resource_logs, strict=True):
+            rattrs = attributes(Resource.FromString(rl.resource).attributes)
+            rident = identify(rattrs)
+            for sl, csl in zip(rl.scope_logs, crl.scope_logs, strict=True):
+                n = len(csl.log_records)
+                if not n:
+                    continue
+                scope_name = InstrumentationScope.FromString(sl.scope).name or "otlp"
+                block = _block(sl.log_records, n, rattrs, rident, f"otlp/{scope_name}")
+                if block is None:
+                    return None
+                out.blocks.append(block)
+    except (DecodeError, ValueError):
+        return None
+    return out
+
+
 def _block(records: Any, n: int, rattrs: Mapping[str, Any], rident: Identity, fallback: str) -> RecordBlock | None:
     """A scope group's records as one `RecordBlock`, when they are text lines of one record-numbered
     stream tagged as their resource is; None sends the group through the per-record path."""
@@ -403,6 +427,14 @@ def _block(records: Any, n: int, rattrs: Mapping[str, Any], rident: Identity, fa
     stream = stream_name(rident.node, _first(STREAM_KEYS, rattrs, lattrs), fallback)
     return RecordBlock(workload=rident.workload, attempt=rident.attempt, node=rident.node, stream=stream,
                        scope=rident.scope, lines=cols.lines, bodies=cols.bodies, times=cols.times, stamps=cols.stamps)
+
+
+def _flat(body: bytes) -> Any:
+    """`body` as a FlatRequest (collector/otlp_columns.py), or None when it does not decode as one."""
+    try:
+        return FlatRequest.FromString(body)
+    except DecodeError:
+        return None
 
 
 def metric_entries(req: ExportMetricsServiceRequest) -> Tagged:
@@ -456,9 +488,15 @@ def receive(signal: str, body: bytes, content_type: str) -> tuple[Tagged, list[s
         if protobuf and body.count(b"\x12") > bound:  # counted on the wire first: decoding is what a hostile
             # request makes expensive. Each record and scope group has a 0x12 tag byte: fewer, no walk needed.
             _check_count("log records", otlp_wire.count_log_records(body, bound), bound)
+        flat = _flat(body) if protobuf else None
+        if flat is not None:  # the usual shape throughout: no whole decode
+            tagged = _columnar_entries(body, flat)
+            if tagged is not None:
+                _check_count("log records", tagged.count, bound)
+                return tagged, []
         logs, warnings = decode_logs(body, content_type)
         _check_count("log records", sum(len(sl.log_records) for rl in logs.resource_logs for sl in rl.scope_logs), bound)
-        return log_entries(logs, body if protobuf else None), warnings
+        return log_entries(logs, flat=flat), warnings
     if protobuf:
         _check_count("metric data points", otlp_wire.count_data_points(body, bound), bound)
     metrics, warnings = decode_metrics(body, content_type)

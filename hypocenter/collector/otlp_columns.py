@@ -19,6 +19,13 @@ also lets one record repeat a singular field and another omit it, which would sh
 one: the records that result are ones the client could have sent as such, so nothing is gained by
 it, and no exporter encodes records that way.
 
+The resource and scope of each group come as their bytes (decoded on their own, with the real
+types), and `CountRequest` — each record as its bytes, not decoded — says how many records each
+group has. Together they are what tagging reads of a request in the usual shape, without the whole
+request decoded into message objects (collector/otlp.py falls back to that for any other shape).
+Every string field a full decode would check for valid UTF-8 is declared a string here too, so
+these decodes refuse what it refuses (the fallback then reports why).
+
 This module only reads; tagging stays collector/otlp.py's (contract 2).
 """
 
@@ -50,18 +57,28 @@ def _build() -> Any:
                            ("bytes_value", 7, _F.TYPE_BYTES, rep, None)])
     _message(file, "KeyValue", [("key", 1, _F.TYPE_STRING, rep, None), ("value", 2, _F.TYPE_MESSAGE, opt, ".hypocenter.flat.Any")])
     _message(file, "Records", [("time_unix_nano", 1, _F.TYPE_FIXED64, rep, None),
+                               ("severity_text", 3, _F.TYPE_STRING, rep, None),
                                ("body", 5, _F.TYPE_MESSAGE, opt, ".hypocenter.flat.Any"),
                                ("attributes", 6, _F.TYPE_MESSAGE, opt, ".hypocenter.flat.KeyValue"),
-                               ("observed_time_unix_nano", 11, _F.TYPE_FIXED64, rep, None)])
-    _message(file, "ScopeLogs", [("log_records", 2, _F.TYPE_MESSAGE, opt, ".hypocenter.flat.Records")])
-    _message(file, "ResourceLogs", [("scope_logs", 2, _F.TYPE_MESSAGE, rep, ".hypocenter.flat.ScopeLogs")])
+                               ("observed_time_unix_nano", 11, _F.TYPE_FIXED64, rep, None),
+                               ("event_name", 12, _F.TYPE_STRING, rep, None)])
+    _message(file, "ScopeLogs", [("scope", 1, _F.TYPE_BYTES, opt, None),
+                                 ("log_records", 2, _F.TYPE_MESSAGE, opt, ".hypocenter.flat.Records"),
+                                 ("schema_url", 3, _F.TYPE_STRING, opt, None)])
+    _message(file, "ResourceLogs", [("resource", 1, _F.TYPE_BYTES, opt, None),
+                                    ("scope_logs", 2, _F.TYPE_MESSAGE, rep, ".hypocenter.flat.ScopeLogs"),
+                                    ("schema_url", 3, _F.TYPE_STRING, opt, None)])
     _message(file, "Request", [("resource_logs", 1, _F.TYPE_MESSAGE, rep, ".hypocenter.flat.ResourceLogs")])
+    _message(file, "CountScope", [("log_records", 2, _F.TYPE_BYTES, rep, None)])
+    _message(file, "CountResource", [("scope_logs", 2, _F.TYPE_MESSAGE, rep, ".hypocenter.flat.CountScope")])
+    _message(file, "CountRequest", [("resource_logs", 1, _F.TYPE_MESSAGE, rep, ".hypocenter.flat.CountResource")])
     pool = descriptor_pool.DescriptorPool()
     pool.Add(file)
-    return message_factory.GetMessageClass(pool.FindMessageTypeByName("hypocenter.flat.Request"))
+    return (message_factory.GetMessageClass(pool.FindMessageTypeByName("hypocenter.flat.Request")),
+            message_factory.GetMessageClass(pool.FindMessageTypeByName("hypocenter.flat.CountRequest")))
 
 
-FlatRequest = _build()
+FlatRequest, CountRequest = _build()
 
 _STRING_ATTRS = ("log.file.path", "log.file.name")   # the stream a line belongs to (STREAM_KEYS), as filelog sends them
 
@@ -105,15 +122,15 @@ class Columns:
         named = [k for k in pattern if k != line_key]
         strings = {k: texts[i::len(named)] for i, k in enumerate(named)}
         stamps = list(records.time_unix_nano)
-        observed = list(records.observed_time_unix_nano)
+        observed = records.observed_time_unix_nano
         if len(stamps) not in (0, n) or len(observed) not in (0, n):
             return None
         if not stamps:
             stamps = [0] * n
         times = stamps
-        if 0 in stamps:
-            times = [t or o for t, o in zip(stamps, observed or [0] * n, strict=True)]
+        if 0 in stamps:  # the observed times are read only where a record has no time of its own
+            times = [t or o for t, o in zip(stamps, list(observed) or [0] * n, strict=True)]
         return cls(bodies, lines, times, stamps, strings)
 
 
-__all__ = ["Columns", "FlatRequest"]
+__all__ = ["Columns", "CountRequest", "FlatRequest"]

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from hypocenter.engine.matching import Match, Pattern, compile_pattern
-from hypocenter.engine.prefilter import TokenScanner, joined
+from hypocenter.engine.prefilter import PatternScanner, TokenScanner, joined
 from hypocenter.engine.rules import ExtractSpec, MetricSpec, Rule, Ruleset
 from hypocenter.lineformat import MAX_LINE, LineHeader, TimeContext, parse_iso, parse_line
 from hypocenter.model import AttemptContext, Event, FieldValue, SourceKind, isoformat
@@ -82,6 +82,10 @@ class Extractor:
         # One multi-literal matcher over every rule's literal tokens, run on raw bytes outside Python
         # (engine/prefilter.py): ~40x the throughput of a Python `re` alternation of the same literals.
         self._scanner = TokenScanner(self.tokens)
+        self._reach_back = max((before for before, _ in self._reach), default=0)
+        # Evidence's anchor tokens (every occurrence, as `bytes.find` finds them) and srun labels
+        # after a newline, in one Hyperscan pass; without Hyperscan, `bytes.find` and `re`.
+        self._marks = PatternScanner.of([*map(re.escape, _ANCHOR_TOKENS), _LABEL_AFTER_NEWLINE.pattern])
 
     def scan(self, data: bytes) -> list[tuple[int, int, int]]:
         """(token index, start, end) of token occurrences, ordered by start (see engine/prefilter.py)."""
@@ -108,16 +112,22 @@ class Extractor:
         numbers, bodies = (list(c) for c in zip(*lines, strict=True))
         return self.evidence_columns(numbers, bodies, tctx, tail=tail)
 
-    def evidence_columns(self, numbers: list[int], bodies: list[str], tctx: TimeContext, *, tail: int = 200) -> set[int]:
+    def evidence_columns(self, numbers: Sequence[int], bodies: Sequence[str], tctx: TimeContext, *, tail: int = 200,
+                         scanned: tuple[bytes, list[int], list[tuple[int, int, int]]] | None = None) -> set[int]:
         """`evidence_lines` of the lines `numbers` (ascending) with texts `bodies`: the same, with no
-        Python step per line but for the last `tail` (one prefilter pass, regexes over the lines joined)."""
+        Python step per line but for the last `tail` (one prefilter pass, regexes over the lines joined).
+        `scanned`: the lines joined, where each starts and `scan`'s hits in them, when the caller
+        has them already (`joined` and `scan` of the same lines)."""
         if not numbers:
             return set()
-        data, starts = joined(bodies)
+        if scanned is None:
+            data, starts = joined(bodies)
+            hits = self.scan(data)
+        else:
+            data, starts, hits = scanned
         # The lines a candidate still to come reads back into: its rules' lines before it (the lines
         # after it come with it or later).
-        back = max((before for before, _ in self._reach), default=0)
-        keep: set[int] = set(range(max(0, len(numbers) - back), len(numbers)))
+        keep: set[int] = set(range(max(0, len(numbers) - self._reach_back), len(numbers)))
         head = bisect.bisect_right(numbers, HEAD_LINES)
         # Of the first lines, only one with an uptime stamp can pair it with a wall stamp (a boot
         # anchor, `_boot_anchors`): the others are blank lines there — unless the head is long
@@ -125,7 +135,7 @@ class Extractor:
         long_head = sum(map(len, bodies[:head])) + head >= HEAD_BYTES // 4
         keep.update(i for i in range(head) if long_head or _UPTIME.search(bodies[i]) is not None)
         reach: dict[int, tuple[int, int]] = {}  # candidate line → lines its rules read before / after it
-        for tok, start, _ in self.scan(data):
+        for tok, start, _ in hits:
             i = bisect.bisect_right(starts, start) - 1
             before, after = reach.get(i, (0, 0))
             tok_before, tok_after = self._reach[tok]
@@ -159,17 +169,19 @@ class Extractor:
                    if (m := _UPTIME.search(bodies[j])) is not None]
         if uptimes:
             keep.add(max(uptimes)[1])
-        for token in _ANCHOR_TOKENS:
-            at = data.find(token)
-            while at >= 0:
-                keep.add(bisect.bisect_right(starts, at) - 1)
-                at = data.find(token, at + 1)
+        if self._marks is not None:
+            marks = self._marks.scan(data)
+            anchors = [at for kind, at in marks if kind < len(_ANCHOR_TOKENS)]
+            after_newline = [at for kind, at in marks if kind == len(_ANCHOR_TOKENS)]
+        else:
+            anchors = [at for token in _ANCHOR_TOKENS for at in _occurrences(data, token)]
+            after_newline = [m.start() for m in _LABEL_AFTER_NEWLINE.finditer(data)]
+        keep.update(bisect.bisect_right(starts, at) - 1 for at in anchors)
         labels: set[bytes] = set()
         pair_seen = False
         # Lines that start with an srun label ("12: "): a newline and digits, then the line's own check.
         labelled = [0] if _LABEL.match(data) else []
-        labelled.extend(i for m in _LABEL_AFTER_NEWLINE.finditer(data)
-                        if starts[(i := bisect.bisect_right(starts, m.start() + 1) - 1)] == m.start() + 1)
+        labelled.extend(i for at in after_newline if starts[(i := bisect.bisect_right(starts, at + 1) - 1)] == at + 1)
         for i in labelled:  # a line that starts with an srun label (few, if any)
             raw = bodies[i][:24].encode("utf-8", "surrogateescape")
             label = _LABEL.match(raw)
@@ -397,6 +409,13 @@ _LABEL_AND_RANK = re.compile(rb"(?m)^(\d{1,6}): \[rank(\d+)\]:")
 _LABEL = re.compile(rb"(?m)^(\d{1,6}): ")
 _LABEL_AFTER_NEWLINE = re.compile(rb"\n\d{1,6}: ")  # a literal first: Python's `re` then skips ahead fast
 _ANCHOR_TOKENS = (b"rtc_cmos", b"srun: error:")  # boot anchors and srun's task errors: kept as evidence
+
+
+def _occurrences(data: bytes, token: bytes) -> Iterator[int]:
+    at = data.find(token)
+    while at >= 0:
+        yield at
+        at = data.find(token, at + 1)
 _LABEL_AND_LOCAL = re.compile(rb"(?m)^ *\d{1,6}: \[[A-Za-z_][\w-]*?\d+\]:")  # srun -l torchrun --tee: one task per node
 _SRUN_TASK_NODE = re.compile(rb"srun: error: ([\w.-]+): task (\d+):")
 

@@ -64,6 +64,38 @@ class TokenScanner:
         return hits
 
 
+class PatternScanner:
+    """Where a few byte regexes match (pattern index, start of each match), in one Hyperscan pass.
+    `PatternScanner.of(patterns)` is None without Hyperscan: the caller then runs Python's `re`.
+    Every match is reported with its leftmost start, so patterns whose matches cannot overlap
+    give what `re.finditer` gives."""
+
+    def __init__(self, db: Any) -> None:
+        self._db = db
+        self._lock = threading.Lock()  # one scratch space, used by one scan at a time
+
+    @classmethod
+    def of(cls, patterns: Sequence[bytes]) -> PatternScanner | None:
+        if hyperscan is None or not patterns:
+            return None
+        db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
+        db.compile(expressions=list(patterns), ids=list(range(len(patterns))), elements=len(patterns),
+                   flags=[hyperscan.HS_FLAG_SOM_LEFTMOST] * len(patterns))
+        return cls(db)
+
+    def scan(self, data: bytes) -> list[tuple[int, int]]:
+        hits: list[tuple[int, int]] = []
+
+        def found(pattern: int, start: int, end: int, flags: int, context: Any) -> None:
+            hits.append((pattern, start))
+
+        if data:
+            with self._lock:
+                self._db.scan(data, match_event_handler=found)
+        hits.sort(key=lambda h: (h[1], h[0]))
+        return hits
+
+
 def joined(lines: Sequence[str]) -> tuple[bytes, list[int]]:
     """`lines` joined by newlines as bytes (surrogateescape, as read), and where each line starts in
     them: one scan covers them all, and `bisect_right(starts, offset) - 1` names a hit's line."""

@@ -21,21 +21,28 @@ row-per-record path (`Store.ingest`'s `logs`), with their dedup keys, as before.
 Records that arrive as columns (`RecordBlock`, from collector/otlp_columns.py) stay columns when
 they are the stream's next lines, in order, none stored yet — the usual case: one prefilter pass
 and the evidence regexes run over the bodies joined, and only the lines kept and the last line of
-each gap become `Entry`s (dedup keys included). A block that overlaps what is stored (a retry),
-restarts the stream or comes before stored lines is expanded to `Entry`s and takes the path above.
+each gap become `Entry`s (dedup keys included). That prefilter pass (`Scans`), over the stream's
+live lines and the block's, is the block's only one: the events on arrival (the hang trigger, the
+metric) read its candidates too. A collector's retry — records whose numbers are stored already —
+is dropped as columns, as the per-record path drops it (line 1 must be the stored line 1), and
+what is new of it, after every stored line, goes on as above. A block that restarts the stream,
+comes before stored lines or leaves holes between them is expanded to `Entry`s and takes the path
+above.
 
 This module decides; the store writes (in the same transaction as the rest of the batch).
 """
 
 from __future__ import annotations
 
+import bisect
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from itertools import chain
+from itertools import accumulate, chain
 
 from hypocenter.engine.extract import BACKSCAN_LINES, Extractor
+from hypocenter.engine.prefilter import joined
 from hypocenter.lineformat import TimeContext
 from hypocenter.store.base import ArrivalState, ArrivalWrite, Entry, IngestStore, RecordBlock, StreamLine
 
@@ -103,6 +110,62 @@ def _merge_spans(ranges: list[tuple[int, int]], runs: list[tuple[int, int]]) -> 
 
 
 @dataclass(slots=True)
+class Scanned:
+    """Lines joined as bytes (engine/prefilter.py's `joined`), where each starts in them, and where
+    the rule tokens occur (`Extractor.scan`): one prefilter pass over them."""
+    data: bytes
+    starts: list[int]
+    hits: list[tuple[int, int, int]]
+
+    def candidates(self) -> list[int]:
+        """Indices of the lines with a rule token."""
+        found: list[int] = []
+        for _, start, _ in self.hits:
+            i = bisect.bisect_right(self.starts, start) - 1
+            if not found or found[-1] != i:
+                found.append(i)
+        return found
+
+    def size(self, a: int, b: int) -> int:
+        """The bytes of lines a..b-1, their newlines left out."""
+        end = self.starts[b] if b < len(self.starts) else len(self.data) + 1
+        return end - self.starts[a] - (b - a)
+
+
+class Scans:
+    """The rule tokens' candidates in each `RecordBlock` of one batch, found once: by the reduction
+    (in the same pass as its stream's stored lines) or else on first asking. The events on arrival
+    and the reduction read the same pass."""
+
+    def __init__(self, extractor: Extractor) -> None:
+        self._extractor = extractor
+        self._found: dict[int, tuple[RecordBlock, list[int]]] = {}   # by identity; the block is held
+
+    def candidates(self, block: RecordBlock) -> list[int]:
+        """Indices of the block's records that have a rule token."""
+        found = self._found.get(id(block))
+        if found is None:
+            found = self._found[id(block)] = (block, self.of(block.bodies).candidates())
+        return found[1]
+
+    def found(self, parts: Sequence[RecordBlock], scanned: Scanned, first: int) -> None:
+        """`parts`' candidates from `scanned`, which holds their records one part after another from
+        its line `first` on (no rule token holds a newline: a line's hits are its own)."""
+        ends = list(accumulate(map(len, parts)))
+        per: list[list[int]] = [[] for _ in parts]
+        for i in scanned.candidates():
+            if i >= first:
+                k = bisect.bisect_right(ends, i - first)
+                per[k].append(i - first - (ends[k - 1] if k else 0))
+        for part, indices in zip(parts, per, strict=True):
+            self._found[id(part)] = (part, indices)
+
+    def of(self, lines: Sequence[str]) -> Scanned:
+        data, starts = joined(lines)
+        return Scanned(data, starts, self._extractor.scan(data))
+
+
+@dataclass(slots=True)
 class Reduced:
     """One batch, split: records stored row by row, reduced streams, and the lines (bytes) whose text
     the reduction left out — counted as compaction's are, once the batch is committed."""
@@ -124,8 +187,14 @@ class Arrival:
         if self._on_blanked is not None and reduced.blanked:
             self._on_blanked(reduced.blanked, reduced.freed)
 
-    def split(self, store: IngestStore, logs: Sequence[Entry], now: float, blocks: Sequence[RecordBlock] = ()) -> Reduced:
+    def scans(self) -> Scans:
+        """A batch's scans, to share with the events on arrival (`split` first; it makes its own without)."""
+        return Scans(self._extractor)
+
+    def split(self, store: IngestStore, logs: Sequence[Entry], now: float, blocks: Sequence[RecordBlock] = (),
+              scans: Scans | None = None) -> Reduced:
         """The batch's records stored row by row and its reduced streams."""
+        scans = scans or self.scans()
         rest: list[Entry] = []
         streams: dict[StreamId, list[Entry]] = defaultdict(list)
         for e in logs:
@@ -141,13 +210,13 @@ class Arrival:
         for block in blocks:
             by_stream[block.key].append(block)
         for key, parts in by_stream.items():
-            # The usual case — the stream's next records, in order, none stored yet — without an
-            # object per record; anything else (a retry, a rotation, records out of order) per record.
-            run = None if key in streams else _run_of(parts)
+            # The usual case — the stream's next records, in order, or a retry of stored ones —
+            # without an object per record; anything else (a rotation, records out of order) per record.
+            ordered = None if key in streams else _in_order(parts)
             w = None
-            if run is not None:
-                state = store.arrival_state(*key, run.lines[0] - REREAD_LINES)
-                w = self._reduce_block(run, state, tctx, out)
+            if ordered is not None:
+                state = store.arrival_state(*key, ordered[0].lines[0] - REREAD_LINES)
+                w = self._reduce_block(ordered, scans, state, tctx, out)
             if w is None:
                 streams[key].extend(e for block in parts for e in block.entries())
             else:
@@ -208,36 +277,51 @@ class Arrival:
         state.rows = []
         return self._write(w, items, needed)
 
-    def _reduce_block(self, run: RecordBlock, state: ArrivalState, tctx: TimeContext, out: Reduced) -> ArrivalWrite | None:
-        """`_reduce` for a block whose records follow every stored one; None when they do not."""
-        lo, hi, n = run.lines[0], run.lines[-1], len(run)
+    def _reduce_block(self, parts: list[RecordBlock], scans: Scans, state: ArrivalState, tctx: TimeContext,
+                      out: Reduced) -> ArrivalWrite | None:
+        """`_reduce` for a stream's blocks (in order, see `_in_order`) whose records are stored already
+        (a retry) up to those that follow every stored one; None when they are not."""
+        run = _joined(parts)
+        lo, hi = run.lines[0], run.lines[-1]
         head = run.entry(0).dedup if lo == 1 else None
-        if (head is not None and state.head not in (None, head)) or any(a <= hi and b >= lo for a, b in state.ranges) \
-                or (state.rows and (state.rows[-1].line or 0) >= lo):
+        if head is not None and state.head not in (None, head):
+            return None  # line 1 again, another record: a rotation
+        # A retry: the records in the stored ranges are dropped, as the per-record path drops them
+        # (their text is not looked at again); what is new must come after them all.
+        stored = next((min(b, hi) - lo + 1 for a, b in state.ranges if a <= lo <= b), 0)
+        if stored == len(run):
+            return ArrivalWrite(run.workload, run.attempt, run.node, run.stream, [], state)
+        if stored:
+            run, lo = run.after(stored), lo + stored
+        if any(a <= hi and b >= lo for a, b in state.ranges) or (state.rows and (state.rows[-1].line or 0) >= lo):
             return None
+        n = len(run)
         w = ArrivalWrite(run.workload, run.attempt, run.node, run.stream, [], state, block=n, block_scope=run.scope)
         if head is not None:
             state.head = head
         state.ranges = _merge_spans(state.ranges, [(lo, hi)])
         state.lines += n
-        ascii = "\n".join(run.bodies).isascii()
         state.bytes += sum(map(len, run.bodies)) + n
         times = list(filter(None, run.times))
         w.first_ns, w.last_ns = (min(times), max(times)) if times else (None, None)
         items = [_Item(r.line or 0, row=r) for r in state.rows]
         live = [i for i, it in enumerate(items) if it.gap == 0]
-        kept = self._extractor.evidence_columns([items[i].line for i in live] + run.lines,
-                                                [items[i].body for i in live] + run.bodies, tctx)
+        # The stored lines rules may still read and the new records: one text, one prefilter pass,
+        # whose candidates among the new records the events on arrival read too.
+        bodies = [items[i].body for i in live] + run.bodies
+        whole = scans.of(bodies)
+        if not stored:
+            scans.found(parts, whole, len(live))
+        kept = self._extractor.evidence_columns([items[i].line for i in live] + run.lines, bodies, tctx,
+                                                scanned=(whole.data, whole.starts, whole.hits))
         state.rows = []
         needed = {live[j] for j in kept if j < len(live)}
         fresh = sorted(j - len(live) for j in kept if j >= len(live))
         start = 0
         for k in [*fresh, n]:
             if k > start:  # records start..k-1: no rule reads them
-                part = run.bodies[start:k]
                 items.append(_Item(run.lines[k - 1], entry=run.entry(k - 1), lines=k - start,
-                                   size=(sum(map(len, part)) if ascii
-                                         else len("\n".join(part).encode("utf-8", "surrogateescape")) - (k - start - 1))))
+                                   size=whole.size(len(live) + start, len(live) + k)))
             if k < n:
                 needed.add(len(items))
                 items.append(_Item(run.lines[k], entry=run.entry(k)))
@@ -285,14 +369,19 @@ class Arrival:
         return blanked, freed
 
 
-def _run_of(blocks: list[RecordBlock]) -> RecordBlock | None:
-    """One stream's blocks of a batch as one, when their record numbers run on without a repeat
-    (each block consecutive, the blocks one after another) and they share their scope; else None."""
+def _in_order(blocks: list[RecordBlock]) -> list[RecordBlock] | None:
+    """One stream's blocks of a batch in record order, when their record numbers run on without a
+    repeat (each block consecutive, the blocks one after another) and they share their scope; else None."""
     blocks = sorted(blocks, key=lambda b: b.lines[0])
     for i, b in enumerate(blocks):
         if b.lines != list(range(b.lines[0], b.lines[0] + len(b))) or b.scope != blocks[0].scope \
                 or (i and blocks[i - 1].lines[-1] >= b.lines[0]):
             return None
+    return blocks
+
+
+def _joined(blocks: list[RecordBlock]) -> RecordBlock:
+    """Blocks `_in_order` as one."""
     if len(blocks) == 1:
         return blocks[0]
     first = blocks[0]

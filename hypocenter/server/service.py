@@ -20,7 +20,6 @@ Nothing here knows a wire format: the gRPC and HTTP front ends translate.
 
 from __future__ import annotations
 
-import bisect
 import contextlib
 import hashlib
 import json
@@ -40,13 +39,12 @@ from hypocenter.collector.connectors.base import ConnectorError, RetryPolicy
 from hypocenter.config import Settings
 from hypocenter.engine import Engine, default_engine
 from hypocenter.engine.extract import Extractor
-from hypocenter.engine.prefilter import joined
 from hypocenter.errors import InputError, TransientError
 from hypocenter.exporter.activity import Activity
 from hypocenter.lineformat import time_context
 from hypocenter.model import AttemptContext, Diagnosis, Window, Workload
 from hypocenter.server import quarantine
-from hypocenter.server.arrival import Arrival, Reduced
+from hypocenter.server.arrival import Arrival, Reduced, Scans
 from hypocenter.server.attempts import assemble, summary
 from hypocenter.server.compaction import CompactionReport, compact
 from hypocenter.server.fleet import backfill, fleet_view, with_history
@@ -107,17 +105,19 @@ class IngestEvents:
         self._extractor = extractor
         self._activity = activity
 
-    def __call__(self, logs: Sequence[Entry], blocks: Sequence[RecordBlock] = ()
+    def __call__(self, logs: Sequence[Entry], blocks: Sequence[RecordBlock] = (), scans: Scans | None = None
                  ) -> tuple[list[tuple[str, int, int]], Callable[[], None]]:
         """(workload, attempt, time) of stalls, and what to call once the batch is committed (the
-        metric counts only events of records that were stored: a refused batch is sent again)."""
+        metric counts only events of records that were stored: a refused batch is sent again).
+        `scans`: the batch's blocks scanned, shared with the reduction on arrival."""
+        scans = scans or Scans(self._extractor)
         texts = [e for e in logs if e.kind == "text" and e.body]
         streams: dict[tuple[str | None, int, str | None, str], list[Entry]] = defaultdict(list)
-        for i in self._candidates([e.body for e in texts]):
+        for i in scans.of([e.body for e in texts]).candidates() if texts else ():
             e = texts[i]
             streams[(e.workload, e.attempt, e.node, e.stream)].append(e)
         for block in blocks:
-            for i in self._candidates(block.bodies):
+            for i in scans.candidates(block):
                 streams[block.key].append(block.entry(i))
         if not streams:
             return [], _nothing
@@ -137,18 +137,6 @@ class IngestEvents:
                     stalls.append((workload, attempt, int(ev.time.timestamp() * 1e9) if ev.time else max(times)))
         return stalls, lambda: self._activity.extracted(kinds)
 
-    def _candidates(self, bodies: Sequence[str]) -> list[int]:
-        """Indices of the bodies where a rule token occurs: one prefilter pass over them all."""
-        if not bodies:
-            return []
-        data, starts = joined(bodies)
-        found: list[int] = []
-        for _, start, _ in self._extractor.scan(data):
-            i = bisect.bisect_right(starts, start) - 1
-            if not found or found[-1] != i:
-                found.append(i)
-        return found
-
 
 def _nothing() -> None:
     pass
@@ -159,7 +147,7 @@ class IngestQueue:
 
     def __init__(self, store: Store, capacity: int, retry_after: float,
                  on_commit: Callable[[], None] | None = None,
-                 events: Callable[[Sequence[Entry], Sequence[RecordBlock]],
+                 events: Callable[[Sequence[Entry], Sequence[RecordBlock], Scans | None],
                                   tuple[list[tuple[str, int, int]], Callable[[], None]]] | None = None,
                  arrival: Arrival | None = None) -> None:
         self._store = store
@@ -212,14 +200,15 @@ class IngestQueue:
                 blocks = [k for b in batches for k in b.blocks]
                 stalls: list[tuple[str, int, int]] = []
                 committed = _nothing
+                scans = self._arrival.scans() if self._arrival else None  # each block scanned once, for both
+                now = time.time()
+                reduced = (self._arrival.split(self._store, logs, now, blocks, scans) if self._arrival
+                           else Reduced([*logs, *(e for k in blocks for e in k.entries())], []))
                 if self._events is not None:
                     try:
-                        stalls, committed = self._events(logs, blocks)
+                        stalls, committed = self._events(logs, blocks, scans)
                     except Exception:  # a trigger hint; the records themselves must still be stored
                         log.exception("extraction on ingest")
-                now = time.time()
-                reduced = (self._arrival.split(self._store, logs, now, blocks) if self._arrival
-                           else Reduced([*logs, *(e for k in blocks for e in k.entries())], []))
                 self._store.ingest(reduced.rest, [p for b in batches for p in b.points], now, stalls, reduced.writes)
                 if self._arrival:
                     self._arrival.committed(reduced)

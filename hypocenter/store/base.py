@@ -80,6 +80,11 @@ class RecordBlock:
     def entries(self) -> list[Entry]:
         return [self.entry(i) for i in range(len(self.lines))]
 
+    def after(self, k: int) -> RecordBlock:
+        """Records k.. of this block."""
+        return RecordBlock(self.workload, self.attempt, self.node, self.stream, self.scope, self.lines[k:],
+                           self.bodies[k:], self.times[k:], self.stamps[k:])
+
 
 @dataclass(slots=True)
 class Point:
