@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
@@ -280,7 +280,7 @@ def _read_by_engine(rel: str, path: Path, node: str | None, size: int, whole: bo
 
     def pieces() -> Iterator[bytes]:
         if whole:
-            return _read_once(path, source)
+            return _read_once(path, source, learned)
         facts = source.facts
         if isinstance(facts, LogFacts):
             return log_pieces(path, facts.status == "ok") if facts.usable else iter(())
@@ -290,26 +290,21 @@ def _read_by_engine(rel: str, path: Path, node: str | None, size: int, whole: bo
     return source
 
 
-def _read_once(path: Path, source: FileTextSource) -> Iterator[bytes]:
+def _read_once(path: Path, source: FileTextSource, learned: Callable[[LogFacts], None]) -> Iterator[bytes]:
     """A small plain log file's text for the engine, read once: its `LogFacts` (what `scan_log` says
     of it) are left on `source.facts` for its coverage. An ASCII file without NUL bytes or long lines
     (most logs) is the bytes read, its lines counted by the engine's scan (`source.newlines`);
-    anything else is scanned and read again as `read_data` would."""
+    anything else is the bytes read, checked and repaired as `logstream.read_once` does."""
     try:
-        raw = path.read_bytes()
+        raw: bytes | None = path.read_bytes()
     except OSError:
-        raw = b""
+        raw = None  # read_once says why
     if (raw and len(raw) <= logstream.CHUNK_BYTES and raw.isascii() and b"\x00" not in raw
             and not (len(raw) > MAX_LINE and logstream._long_lines(raw))):
         source.facts = LogFacts(True, "ok", None, 0, raw.endswith(b"\n"), len(raw), streamed=True)
         yield raw
         return
-    facts = scan_log(path)
-    source.newlines = facts.newlines
-    source.facts = facts
-    if facts.usable:
-        clean = facts.status == "ok"
-        yield from (log_pieces(path, clean) if facts.streamed else (_text_of(path, clean),))
+    yield from logstream.read_once(path, learned, raw)
 
 
 def read_data(bundle: Bundle, *, workers: int = 1, read_once: bool = False) -> None:

@@ -18,6 +18,7 @@ import codecs
 import contextlib
 import errno
 import gzip
+import io
 import itertools
 import os
 import stat
@@ -480,9 +481,9 @@ def _aligned(texts: Iterator[bytes]) -> Iterator[bytes]:
         yield carry
 
 
-def read_once(path: Path, learned: Callable[[LogFacts], None]) -> Iterator[bytes]:
+def read_once(path: Path, learned: Callable[[LogFacts], None], data: bytes | None = None) -> Iterator[bytes]:
     """`log_pieces(path, clean)` with `clean` what `scan_log(path)` would say, from one read of the
-    file (one gzip inflate): what `scan_log` finds is found on the way and handed to `learned` once
+    file (one gzip inflate; none when its bytes are `data`, read already): what `scan_log` finds is found on the way and handed to `learned` once
     the text is read to its end, its `newlines` left 0 (whoever reads the pieces counts the lines).
 
     The text is repaired as it goes (NUL bytes dropped, undecodable sequences replaced), which leaves
@@ -491,14 +492,14 @@ def read_once(path: Path, learned: Callable[[LogFacts], None]) -> Iterator[bytes
     found unusable after pieces were handed out (gzip damaged near its end, a read that fails part
     way) raises `NotText` once `learned` has its verdict. Only for files of a bundle on disk (an
     uploaded archive's files are bounded as they inflate: `scan_log`)."""
-    problem = refused(path)
+    problem = None if data is not None else refused(path)
     if problem is not None:
         learned(LogFacts(False, *problem))
         return
     gz = False
     given = False  # pieces handed out
     try:
-        with path.open("rb") as f:
+        with (path.open("rb") if data is None else io.BytesIO(data)) as f:
             gz, pieces = _decompressed(path, f)
             learn = _Learn()
             head = b""
