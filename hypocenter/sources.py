@@ -24,11 +24,18 @@ class TextSource:
     source: SourceKind | None = None  # None: decided line by line from content
 
 
+class NotText(Exception):
+    """Raised by a FileTextSource's pieces when reading them to the end finds that the file is not
+    text the engine can use after all (gzip data damaged near its end, a read that fails part way):
+    the engine drops what it found in the pieces before (the file counts as never read)."""
+
+
 class FileTextSource(TextSource):
     """A TextSource whose text is read when the engine asks for it and not kept: a bundle's files are
     then in memory one at a time, however many there are. `read` returns the text as UTF-8 bytes;
     `chunks`, when given, the same bytes as a stream of pieces that each end with a whole line
-    (but the last), so that a file is never in memory whole (the engine prefers it)."""
+    (but the last), so that a file is never in memory whole (the engine prefers it). Either may raise
+    `NotText` once it has read the file to the end."""
 
     __slots__ = ("_chunks", "_read", "facts", "nbytes", "newlines")
 

@@ -5,15 +5,18 @@ counts) is learned there. Coverage must stay exact whenever it is looked at, and
 from __future__ import annotations
 
 import gzip
+import io
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import pytest
 from test_streaming import _TRICKY, BUNDLES, ENGINE, EXAMPLES, _stretched
 
 from hypocenter.collector import bundle as bundle_module
+from hypocenter.collector import logstream
 from hypocenter.collector.bundle import Bundle, load_bundle
 from hypocenter.collector.logstream import LogFacts
 from hypocenter.lineformat import MAX_LINE
@@ -90,3 +93,99 @@ def test_facts_learned_in_worker_processes_come_back(tmp_path: Path, monkeypatch
     monkeypatch.setattr(bundle_module, "scan_log", in_workers_only)
     assert ENGINE.analyze(b, workers=2).to_json() == want_json
     assert _coverage(b) == _coverage(want)
+
+
+_XID = b"Nov  2 10:50:00 node03 kernel: [294000.000000] NVRM: Xid (PCI:0000:3b:00): 149, NETIR_LINK_EVT Fatal XC0\n"
+
+
+def _opened(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """logs/<node>/<file> → how many times a log file's text was read from its start: whole
+    (`Path.read_bytes`), or in pieces, gzip undone (every such read, scan or extraction, starts with
+    `_decompressed` of the open file)."""
+    reads: dict[str, int] = {}
+    decompressed, read_bytes = logstream._decompressed, Path.read_bytes
+
+    def count(path: Path) -> None:
+        if path.parts[-3] == "logs":
+            name = "/".join(path.parts[-3:])
+            reads[name] = reads.get(name, 0) + 1
+
+    def counted(path: Path, f: BinaryIO) -> tuple[bool, Iterator[bytes]]:
+        if not isinstance(f, io.BytesIO):  # bytes read already
+            count(path)
+        return decompressed(path, f)
+
+    def counted_whole(self: Path) -> bytes:
+        count(self)
+        return read_bytes(self)
+
+    monkeypatch.setattr(logstream, "_decompressed", counted)
+    monkeypatch.setattr(Path, "read_bytes", counted_whole)
+    return reads
+
+
+def test_gzip_and_multi_piece_files_are_read_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every log of a bundle whose files are gzip'd (one of two members) or span many pieces is
+    decompressed or read once by load + analysis + coverage, with the diagnosis and coverage of a
+    scan at load, in one process and in forked workers."""
+    monkeypatch.setattr(logstream, "CHUNK_BYTES", 1 << 14)  # (narrower, the engine reads a stream again whole)
+    root = _stretched("nvlink-xid149", tmp_path)
+    job = root / "logs" / "_job" / "slurm-81234.out"
+    raw = job.read_bytes()
+    # the job log twice: as it is, and in two gzip members (each many pieces); then half the others gzip'd
+    (job.parent / "copy.out.gz").write_bytes(gzip.compress(raw[:len(raw) // 2]) + gzip.compress(raw[len(raw) // 2:]))
+    for path in [p for p in sorted((root / "logs").rglob("*")) if p.is_file()][2::2]:
+        path.with_name(path.name + ".gz").write_bytes(gzip.compress(path.read_bytes()))
+        path.unlink()
+    names = {p.relative_to(root).as_posix() for p in (root / "logs").rglob("*") if p.is_file()}
+    assert len(raw) > 3 * logstream.CHUNK_BYTES and len([n for n in names if n.endswith(".gz")]) >= 2
+    want = load_bundle(root)
+    want_json = ENGINE.analyze(want).to_json()
+    for workers in (1, 2):
+        reads = _opened(monkeypatch)
+        b = load_bundle(root, read_once=True)
+        assert ENGINE.analyze(b, workers=workers).to_json() == want_json
+        monkeypatch.setattr(bundle_module, "scan_log", None)  # coverage needs no scan: the engine's read told it
+        assert _coverage(b) == _coverage(want)
+        monkeypatch.undo()
+        monkeypatch.setattr(logstream, "CHUNK_BYTES", 1 << 14)
+        if workers == 1:  # forked workers' reads are not seen here (test_facts_learned_in_worker_processes_come_back)
+            assert reads == dict.fromkeys(names, 1)
+
+
+def test_a_file_found_unusable_while_extracting_is_reported_as_a_scan_at_load_reports_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Damaged gzip data found only at the end of a file, after the engine has extracted pieces of it
+    (one with an Xid line), a failing read, a binary file and text whose problems come late: each
+    file's coverage entry is the one a scan at load gives, none of a dropped file's events count, the
+    other files are analysed as ever, and a damaged gzip file is still read once."""
+    monkeypatch.setattr(logstream, "CHUNK_BYTES", 1 << 12)
+    root = tmp_path / "late"
+    shutil.copytree(EXAMPLES / "nvlink-xid149", root)
+    node03 = root / "logs" / "node03"
+    text = b"".join(b"Nov  2 10:%02d:00 node03 kernel: [294000.%06d] eth0: link up %d\n" % (i % 50, i, i)
+                    for i in range(4000))
+    packed = gzip.compress(_XID + text)
+    late = {
+        "truncated.log.gz": packed[:-200],
+        "bad-crc.log.gz": packed[:-8] + bytes(4) + packed[-4:],
+        "trailing-junk.log.gz": packed + b"junk after the member",
+        "late-nul.log": text + b"\x00\x00 crash\n" + text,
+        "late-utf8.log": text + b"caf\xc3\n" + "é".encode() * (MAX_LINE + 1) + b"\n" + text[:5000] + b"\xe2\x82",
+        "binary.log.gz": gzip.compress(b"\x7fELF" + bytes(range(256)) * 40 + b"\x00" + _XID),
+        "blank-head.log": b" \n" * 8192 + _XID + b"\x00",
+    }
+    for name, raw in late.items():
+        (node03 / name).write_bytes(raw)
+    want = load_bundle(root)
+    want_json = ENGINE.analyze(want).to_json()
+    entries = {c["source"].rsplit("/", 1)[-1]: c for c in _coverage(want)}
+    assert [entries[n]["status"] for n in late] == ["failed", "failed", "failed", "partial", "partial", "skipped",
+                                                    "skipped"]
+    for workers in (1, 2):
+        reads = _opened(monkeypatch)
+        b = load_bundle(root, read_once=True)
+        assert ENGINE.analyze(b, workers=workers).to_json() == want_json
+        assert _coverage(b) == _coverage(want)
+        if workers == 1:
+            assert all(reads[f"logs/node03/{n}"] == 1 for n in late if "gz" in n and "binary" not in n)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
@@ -59,8 +59,9 @@ JOB_DIR = "_job"
 class Bundle(AttemptInput):
     """An attempt read from a bundle directory (contract 1).
 
-    Loaded with `read_once`, the small plain log files are not read at load but once, when the
-    engine reads them; what the load would have said of them (status, line counts) is learned then.
+    Loaded with `read_once`, the log files of a bundle on disk (plain or gzip) are not read at load
+    but once, when the engine reads them; what the load would have said of them (status, line counts)
+    is learned then.
     Their node directories' coverage is complete from the moment `coverage` is looked at: a file
     read by then is not read again, one not yet read is scanned there and then."""
 
@@ -208,7 +209,7 @@ def _not_a_directory(root: Path, name: str, connector: str, bundle: Bundle) -> b
 
 def load_bundle(root: Path, *, workers: int = 1, read_once: bool = False) -> Bundle:
     """A bundle directory read (its log files scanned by `workers` forked processes when big enough).
-    `read_once`: its small plain log files are read once, by the engine, not also at load (`Bundle`)."""
+    `read_once`: its log files are read once, by the engine, not also at load (`Bundle`)."""
     root = root if isinstance(root, Path) else Path(root)  # an ArchivePath stays one
     bundle = Bundle(root=root, context=load_context(root))
     read_data(bundle, workers=workers, read_once=read_once)
@@ -253,51 +254,63 @@ class _NodeCoverage:
             reason="; ".join(problems) if problems else (None if lines else f"no log files in {src}"))]
 
 
-def _small_plain(path: Path) -> int | None:
-    """The size of a plain regular file (not gzip, not in an uploaded archive) that is one piece."""
-    if getattr(path, "inflate_limit", None) is not None or path.suffix.lower() == ".gz":
+def _read_at_extraction(path: Path) -> tuple[int, bool] | None:
+    """(about how much text it holds, one plain piece) for a log file whose one read can be the
+    engine's: a regular, non-empty file of a bundle on disk (an uploaded archive's files are scanned
+    at load, their gzip files bounded as they inflate)."""
+    if getattr(path, "inflate_limit", None) is not None:
         return None
     try:
         st = path.stat()
+        if not stat.S_ISREG(st.st_mode) or not st.st_size:
+            return None
+        if st.st_size <= logstream.CHUNK_BYTES and path.suffix.lower() != ".gz":
+            return st.st_size, True
+        return logstream._text_bytes(path), False
     except OSError:
         return None
-    return st.st_size if stat.S_ISREG(st.st_mode) and 0 < st.st_size <= logstream.CHUNK_BYTES else None
 
 
-def _read_by_engine(rel: str, path: Path, node: str | None, size: int) -> FileTextSource:
+def _read_by_engine(rel: str, path: Path, node: str | None, size: int, whole: bool) -> FileTextSource:
+    """A log file left to the engine's read: a plain file of one piece read whole (`_read_once`), any
+    other streamed (`logstream.read_once`, gzip undone once). What the read finds (`LogFacts`) is left
+    on `source.facts`; a read after that one (rare: a boot-anchor probe) reads the text it found."""
+    def learned(facts: LogFacts) -> None:
+        source.facts = facts
+
     def pieces() -> Iterator[bytes]:
-        return _read_once(path, source)
+        if whole:
+            return _read_once(path, source, learned)
+        facts = source.facts
+        if isinstance(facts, LogFacts):
+            return log_pieces(path, facts.status == "ok") if facts.usable else iter(())
+        return logstream.read_once(path, learned)
 
     source = FileTextSource(rel, lambda: b"".join(pieces()), node, nbytes=size, chunks=pieces)
     return source
 
 
-def _read_once(path: Path, source: FileTextSource) -> Iterator[bytes]:
+def _read_once(path: Path, source: FileTextSource, learned: Callable[[LogFacts], None]) -> Iterator[bytes]:
     """A small plain log file's text for the engine, read once: its `LogFacts` (what `scan_log` says
     of it) are left on `source.facts` for its coverage. An ASCII file without NUL bytes or long lines
     (most logs) is the bytes read, its lines counted by the engine's scan (`source.newlines`);
-    anything else is scanned and read again as `read_data` would."""
+    anything else is the bytes read, checked and repaired as `logstream.read_once` does."""
     try:
-        raw = path.read_bytes()
+        raw: bytes | None = path.read_bytes()
     except OSError:
-        raw = b""
+        raw = None  # read_once says why
     if (raw and len(raw) <= logstream.CHUNK_BYTES and raw.isascii() and b"\x00" not in raw
             and not (len(raw) > MAX_LINE and logstream._long_lines(raw))):
         source.facts = LogFacts(True, "ok", None, 0, raw.endswith(b"\n"), len(raw), streamed=True)
         yield raw
         return
-    facts = scan_log(path)
-    source.newlines = facts.newlines
-    source.facts = facts
-    if facts.usable:
-        clean = facts.status == "ok"
-        yield from (log_pieces(path, clean) if facts.streamed else (_text_of(path, clean),))
+    yield from logstream.read_once(path, learned, raw)
 
 
 def read_data(bundle: Bundle, *, workers: int = 1, read_once: bool = False) -> None:
     """Read logs/, metrics/ and events/ under `bundle.root` for `bundle.context` into its sources and
     coverage (the local-files connector, connectors/files.py, reads a directory the same way).
-    `read_once`: plain log files of one piece are left to the engine's read (`Bundle`)."""
+    `read_once`: log files (but an uploaded archive's) are left to the engine's read (`Bundle`)."""
     root, context = bundle.root, bundle.context
     tctx = time_context(context)
     logs = root / "logs"
@@ -313,7 +326,7 @@ def read_data(bundle: Bundle, *, workers: int = 1, read_once: bool = False) -> N
                                         "not read: logs go in logs/<node>/ (or logs/_job/ for job-level logs)")))
         node_dirs = [p for p in entries if p.is_dir()]
         files = {d: _files(d) for d in node_dirs}
-        sizes = {p: _small_plain(p) for d in node_dirs for p in files[d]} if read_once else {}
+        sizes = {p: _read_at_extraction(p) for d in node_dirs for p in files[d]} if read_once else {}
         scanned = scan_logs([p for d in node_dirs for p in files[d] if sizes.get(p) is None], workers)
         for node_dir in node_dirs:
             node = None if node_dir.name == JOB_DIR else _display(node_dir.name)
@@ -330,7 +343,7 @@ def read_data(bundle: Bundle, *, workers: int = 1, read_once: bool = False) -> N
                     continue
                 size = sizes.get(path)
                 if size is not None:
-                    source = _read_by_engine(rel, path, node, size)
+                    source = _read_by_engine(rel, path, node, *size)
                     bundle.sources.append(source)
                     tally.files.append((rel, path, source))
                     continue

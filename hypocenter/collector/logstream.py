@@ -18,16 +18,19 @@ import codecs
 import contextlib
 import errno
 import gzip
+import io
+import itertools
 import os
 import stat
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
 from hypocenter.limits import inflate, inflated_past
 from hypocenter.lineformat import MAX_LINE
+from hypocenter.sources import NotText
 
 _BINARY_PROBE = 8192
 CHUNK_BYTES = 8 << 20
@@ -429,8 +432,11 @@ def log_pieces(path: Path, clean: bool) -> Iterator[bytes]:
     """The file's text as `read_log` returns it (gzip undone), in line-aligned pieces of about
     CHUNK_BYTES: as read when `clean` (scan_log found nothing to repair), else with NUL bytes dropped
     and undecodable sequences replaced. A file gone, unreadable or damaged since ends the text there."""
+    return _aligned(_repaired(path, clean))
+
+
+def _repaired(path: Path, clean: bool) -> Iterator[bytes]:
     decoder = None if clean else codecs.getincrementaldecoder("utf-8")("replace")
-    carry = b""
     try:
         f = path.open("rb")
     except OSError:
@@ -450,20 +456,138 @@ def log_pieces(path: Path, clean: bool) -> Iterator[bytes]:
                 raw = raw.replace(b"\x00", b"")
                 if not (raw.isascii() and not decoder.getstate()[0]) or final:
                     raw = decoder.decode(raw, final).encode("utf-8")
+            if raw:
+                yield raw
             if final:
-                if carry or raw:
-                    yield carry + raw
                 return
-            buf = carry + raw  # no copy when nothing is carried (most files: one read, the whole text)
-            cut = buf.rfind(b"\n") + 1
-            if cut == len(buf):
-                carry = b""
-                yield buf
-            elif cut:
-                carry = buf[cut:]
-                yield buf[:cut]
+
+
+def _aligned(texts: Iterator[bytes]) -> Iterator[bytes]:
+    """`texts` in pieces that each end with a whole line, but the last (a line longer than a piece
+    is held until it ends)."""
+    carry = b""
+    for raw in texts:
+        buf = carry + raw  # no copy when nothing is carried (most files: one read, the whole text)
+        cut = buf.rfind(b"\n") + 1
+        if cut == len(buf):
+            carry = b""
+            yield buf
+        elif cut:
+            carry = buf[cut:]
+            yield buf[:cut]
+        else:
+            carry = buf
+    if carry:
+        yield carry
+
+
+def read_once(path: Path, learned: Callable[[LogFacts], None], data: bytes | None = None) -> Iterator[bytes]:
+    """`log_pieces(path, clean)` with `clean` what `scan_log(path)` would say, from one read of the
+    file (one gzip inflate; none when its bytes are `data`, read already): what `scan_log` finds is found on the way and handed to `learned` once
+    the text is read to its end, its `newlines` left 0 (whoever reads the pieces counts the lines).
+
+    The text is repaired as it goes (NUL bytes dropped, undecodable sequences replaced), which leaves
+    the text of a clean file as it is. A file whose first bytes could make it binary, or hold only
+    blanks, is scanned first and then read (the verdict needs every byte: the rare case). A file
+    found unusable after pieces were handed out (gzip damaged near its end, a read that fails part
+    way) raises `NotText` once `learned` has its verdict. Only for files of a bundle on disk (an
+    uploaded archive's files are bounded as they inflate: `scan_log`)."""
+    problem = None if data is not None else refused(path)
+    if problem is not None:
+        learned(LogFacts(False, *problem))
+        return
+    gz = False
+    given = False  # pieces handed out
+    try:
+        with (path.open("rb") if data is None else io.BytesIO(data)) as f:
+            gz, pieces = _decompressed(path, f)
+            learn = _Learn()
+            head = b""
+            held: list[bytes] = []
+            for piece in pieces:  # the first _BINARY_PROBE bytes decide whether the text can be streamed
+                held.append(piece)
+                head += piece[:_BINARY_PROBE - len(head)]
+                if len(head) >= _BINARY_PROBE:
+                    break
+            if not head:
+                learned(LogFacts(False, "skipped", "empty file" + (" (after gzip decompression)" if gz else "")))
+                return
+            probe = head.replace(b"\x00", b"")
+            if not probe.strip() or _looks_binary(probe):
+                held.clear()
+                f.close()
+                facts = scan_log(path)
+                learned(facts)
+                if facts.usable:
+                    yield from log_pieces(path, facts.status == "ok")
+                return
+            for text in _aligned(learn.texts(held, pieces)):
+                given = True
+                yield text
+    except OSError as exc:
+        facts = LogFacts(False, "failed", f"cannot read: {exc.strerror or exc}")
+    except _CorruptGzip as exc:
+        facts = LogFacts(False, "failed", f"corrupt gzip file: {exc}")
+    else:
+        learned(learn.facts())
+        return
+    learned(facts)
+    if given:
+        raise NotText(facts.reason)
+
+
+class _Learn:
+    """`scan_log`'s findings over a stream of pieces, each repaired as `log_pieces` repairs it."""
+
+    def __init__(self) -> None:
+        self.size = self.nul = self.bad = 0
+        self.last = b""
+        self.valid = True
+        self.lengths = _LongLines()  # in characters: bytes while the text is ASCII, then decoded text
+        self.lenient = codecs.getincrementaldecoder("utf-8")("replace")
+        self.strict = codecs.getincrementaldecoder("utf-8")("strict")
+
+    def texts(self, held: list[bytes], rest: Iterator[bytes]) -> Iterator[bytes]:
+        for raw in itertools.chain(held, rest):
+            self.size += len(raw)
+            if b"\x00" in raw:
+                self.nul += raw.count(b"\x00")
+                raw = raw.replace(b"\x00", b"")
+            if not raw:
+                continue
+            self.last = raw[-1:]
+            if raw.isascii() and not self.lenient.getstate()[0]:  # most logs: every piece as it is
+                self.lengths.feed(raw)
+                yield raw
             else:
-                carry = buf  # a line longer than a piece: held until it ends
+                yield self._decoded(raw, False)
+        end = self._decoded(b"", True)
+        if end:
+            yield end
+
+    def _decoded(self, raw: bytes, final: bool) -> bytes:
+        text = self.lenient.decode(raw, final)
+        if self.valid:
+            try:
+                self.strict.decode(raw, final)
+            except UnicodeDecodeError:
+                self.valid = False
+        self.bad += text.count("\ufffd")
+        self.lengths.feed(text)
+        return text.encode("utf-8")
+
+    def facts(self) -> LogFacts:
+        notes: list[str] = []
+        if self.nul:  # the head is text (read_once): the NUL bytes are dropped
+            n = self.nul
+            notes.append(f"{n} NUL byte{'s' if n > 1 else ''} dropped (a log cut short by a crash often has them)")
+        if not self.valid:
+            notes.append(f"not valid UTF-8: {self.bad} undecodable byte sequence{'s' if self.bad > 1 else ''} replaced")
+        long_lines = self.lengths.end()
+        if long_lines:
+            notes.append(_long_note(long_lines))
+        return LogFacts(True, "partial" if notes else "ok", "; ".join(notes) or None, 0, self.last == b"\n",
+                        self.size, streamed=True)
 
 
-__all__ = ["CHUNK_BYTES", "LogFacts", "cores", "log_pieces", "read_log", "refused", "scan_log", "scan_logs"]
+__all__ = ["CHUNK_BYTES", "LogFacts", "cores", "log_pieces", "read_log", "read_once", "refused", "scan_log", "scan_logs"]

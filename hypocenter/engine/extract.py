@@ -28,7 +28,16 @@ from hypocenter.engine.rules import ExtractSpec, MetricSpec, Rule, Ruleset
 from hypocenter.lineformat import MAX_LINE, LineHeader, TimeContext, parse_iso, parse_line
 from hypocenter.model import AttemptContext, Event, FieldValue, SourceKind, isoformat
 from hypocenter.names import NodeNames
-from hypocenter.sources import FileTextSource, MetricSource, Record, RecordSource, Series, Source, TextSource
+from hypocenter.sources import (
+    FileTextSource,
+    MetricSource,
+    NotText,
+    Record,
+    RecordSource,
+    Series,
+    Source,
+    TextSource,
+)
 
 MAX_TEXT = 600              # evidence text kept per event
 BACKSCAN_LINES = 4096       # how far back a stamp-less line looks for a stamp to inherit
@@ -654,10 +663,13 @@ class _TextStream:
         src = self.src
         if isinstance(src, FileTextSource):
             try:
-                self._pieces(_Pieces(src.chunks()))
-            except _WholeStream:
+                try:
+                    self._pieces(_Pieces(src.chunks()))
+                except _WholeStream:
+                    self._reset()
+                    self._pieces(_Pieces([b"".join(src.chunks())]))
+            except NotText:  # found at the end of its read not to be text after all: none of it counts
                 self._reset()
-                self._pieces(_Pieces([b"".join(src.chunks())]))
         else:
             text = src.text
             self._pieces(_Pieces([text if isinstance(text, bytes) else text.encode("utf-8", "surrogateescape")]))
