@@ -27,8 +27,11 @@
     │   ├── DecoderBusy              collector/otlp.py: every decode slot stayed taken (max_concurrent_decodes)
     │   ├── ExportUnavailable        exporter/outbox.py: the receiver cannot take it now
     │   └── TransientConnectorError  a connector call that may succeed later (kind transient)
-    └── ConnectorError               any connector failure, with its `kind`; always one of the two above
-                                     (`ConnectorError(msg, kind=...)` makes the right one)
+    ├── ConnectorError               any connector failure, with its `kind`; always one of the two above
+    │                                (`ConnectorError(msg, kind=...)` makes the right one)
+    └── NotText                      sources.py: a log file found unusable part way through reading it
+                                     (never reaches a user: the engine drops that file's events, its
+                                     coverage entry says why)
 
 A CLI turns an `InputError` into a one-line message and exit code 2, never a traceback. Problems
 with one file inside an otherwise usable bundle are not raised at all: they are reported in the

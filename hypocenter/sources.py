@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from hypocenter.errors import HypocenterError
 from hypocenter.model import AttemptContext, Coverage, SourceKind
 
 
@@ -24,7 +25,7 @@ class TextSource:
     source: SourceKind | None = None  # None: decided line by line from content
 
 
-class NotText(Exception):
+class NotText(HypocenterError):
     """Raised by a FileTextSource's pieces when reading them to the end finds that the file is not
     text the engine can use after all (gzip data damaged near its end, a read that fails part way):
     the engine drops what it found in the pieces before (the file counts as never read)."""
