@@ -41,7 +41,7 @@ from hypocenter.collector.logstream import (
 from hypocenter.collector.metrics import MetricFormatError, parse_metrics
 from hypocenter.collector.scheduler_records import parse_scontrol, render
 from hypocenter.errors import BundleError, InputError
-from hypocenter.lineformat import MAX_LINE, TimeContext, time_context, zone
+from hypocenter.lineformat import TimeContext, time_context, zone
 from hypocenter.model import AttemptContext, Coverage
 from hypocenter.sources import (
     AttemptInput,
@@ -266,7 +266,7 @@ def _read_at_extraction(path: Path) -> tuple[int, bool] | None:
             return None
         if st.st_size <= logstream.CHUNK_BYTES and path.suffix.lower() != ".gz":
             return st.st_size, True
-        return logstream._text_bytes(path), False
+        return logstream.text_bytes(path), False
     except OSError:
         return None
 
@@ -280,7 +280,7 @@ def _read_by_engine(rel: str, path: Path, node: str | None, size: int, whole: bo
 
     def pieces() -> Iterator[bytes]:
         if whole:
-            return _read_once(path, source, learned)
+            return _read_once(path, learned)
         facts = source.facts
         if isinstance(facts, LogFacts):
             return log_pieces(path, facts.status == "ok") if facts.usable else iter(())
@@ -290,20 +290,13 @@ def _read_by_engine(rel: str, path: Path, node: str | None, size: int, whole: bo
     return source
 
 
-def _read_once(path: Path, source: FileTextSource, learned: Callable[[LogFacts], None]) -> Iterator[bytes]:
-    """A small plain log file's text for the engine, read once: its `LogFacts` (what `scan_log` says
-    of it) are left on `source.facts` for its coverage. An ASCII file without NUL bytes or long lines
-    (most logs) is the bytes read, its lines counted by the engine's scan (`source.newlines`);
-    anything else is the bytes read, checked and repaired as `logstream.read_once` does."""
+def _read_once(path: Path, learned: Callable[[LogFacts], None]) -> Iterator[bytes]:
+    """A small plain log file's text for the engine, read whole once, checked and repaired (if it
+    must be) by `logstream.read_once`, which hands `learned` what `scan_log` would say of it."""
     try:
         raw: bytes | None = path.read_bytes()
     except OSError:
         raw = None  # read_once says why
-    if (raw and len(raw) <= logstream.CHUNK_BYTES and raw.isascii() and b"\x00" not in raw
-            and not (len(raw) > MAX_LINE and logstream._long_lines(raw))):
-        source.facts = LogFacts(True, "ok", None, 0, raw.endswith(b"\n"), len(raw), streamed=True)
-        yield raw
-        return
     yield from logstream.read_once(path, learned, raw)
 
 

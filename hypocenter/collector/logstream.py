@@ -120,7 +120,7 @@ def _as_gzip_error(exc: zlib.error) -> BaseException:
 
 class _LongLines:
     """Counts lines longer than MAX_LINE (characters of str pieces, bytes of bytes pieces) over a
-    stream of pieces, as `bundle._long_lines` does over the whole text."""
+    stream of pieces, as `_long_lines` does over the whole text."""
 
     def __init__(self) -> None:
         self.open = 0  # length of the line still open at the end of the pieces so far
@@ -377,7 +377,7 @@ def scan_logs(paths: list[Path], workers: int) -> dict[Path, LogFacts]:
     size = 0
     for p in paths:
         with contextlib.suppress(OSError):  # the scan says what is wrong with it
-            size += _text_bytes(p)
+            size += text_bytes(p)
     if size < PARALLEL_BYTES:
         return {}
     import multiprocessing
@@ -391,7 +391,7 @@ def scan_logs(paths: list[Path], workers: int) -> dict[Path, LogFacts]:
         return {}
 
 
-def _text_bytes(path: Path) -> int:
+def text_bytes(path: Path) -> int:
     """About how much text a file holds: its size, or for a gzip file what its trailer says its (last)
     member decompresses to, when that is more."""
     st = path.stat()
@@ -483,8 +483,10 @@ def _aligned(texts: Iterator[bytes]) -> Iterator[bytes]:
 
 def read_once(path: Path, learned: Callable[[LogFacts], None], data: bytes | None = None) -> Iterator[bytes]:
     """`log_pieces(path, clean)` with `clean` what `scan_log(path)` would say, from one read of the
-    file (one gzip inflate; none when its bytes are `data`, read already): what `scan_log` finds is found on the way and handed to `learned` once
-    the text is read to its end, its `newlines` left 0 (whoever reads the pieces counts the lines).
+    file (one gzip inflate; none when its bytes are `data`, read already): what `scan_log` finds is
+    found on the way and handed to `learned` once the text is read to its end, its `newlines` left 0
+    (whoever reads the pieces counts the lines). `data` of one piece, ASCII, without NUL bytes or long
+    lines (most small logs) is handed out as it is, its verdict known before.
 
     The text is repaired as it goes (NUL bytes dropped, undecodable sequences replaced), which leaves
     the text of a clean file as it is. A file whose first bytes could make it binary, or hold only
@@ -492,6 +494,11 @@ def read_once(path: Path, learned: Callable[[LogFacts], None], data: bytes | Non
     found unusable after pieces were handed out (gzip damaged near its end, a read that fails part
     way) raises `NotText` once `learned` has its verdict. Only for files of a bundle on disk (an
     uploaded archive's files are bounded as they inflate: `scan_log`)."""
+    if (data and len(data) <= CHUNK_BYTES and data.isascii() and b"\x00" not in data
+            and not (len(data) > MAX_LINE and _long_lines(data))):
+        learned(LogFacts(True, "ok", None, 0, data.endswith(b"\n"), len(data), streamed=True))
+        yield data
+        return
     problem = None if data is not None else refused(path)
     if problem is not None:
         learned(LogFacts(False, *problem))
