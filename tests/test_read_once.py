@@ -7,16 +7,18 @@ from __future__ import annotations
 import gzip
 import io
 import os
+import pickle
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
 import pytest
+from test_flight_recorder import _bundle as _fr_bundle
+from test_flight_recorder import _real as _real_dumps
 from test_streaming import _TRICKY, BUNDLES, ENGINE, EXAMPLES, _stretched
 
-from hypocenter.collector import bundle as bundle_module
-from hypocenter.collector import logstream
+from hypocenter.collector import bundle_logs, logstream
 from hypocenter.collector.bundle import Bundle, load_bundle
 from hypocenter.collector.logstream import LogFacts
 from hypocenter.lineformat import MAX_LINE
@@ -63,18 +65,19 @@ def test_a_small_file_is_read_whole_once(tmp_path: Path, monkeypatch: pytest.Mon
              if raw.isascii() and b"\x00" not in raw and max(map(len, raw.split(b"\n"))) <= MAX_LINE}
     assert clean and clean != set(texts)
     whole: dict[str, int] = {}
-    real = Path.read_bytes
+    real = bundle_logs.read_file
 
-    def counted(self: Path) -> bytes:
-        whole[self.name] = whole.get(self.name, 0) + 1
-        return real(self)
+    def counted(path: str) -> bytes:
+        name = os.path.basename(path)
+        whole[name] = whole.get(name, 0) + 1
+        return real(path)
 
-    monkeypatch.setattr(Path, "read_bytes", counted)
+    monkeypatch.setattr(bundle_logs, "read_file", counted)
     b = load_bundle(root, read_once=True)
-    assert not whole.keys() & texts.keys()  # no log read whole at load (a 4 KiB sniff for Flight Recorder dumps)
+    assert not whole.keys() & texts.keys()  # no log read at load
     assert ENGINE.analyze(b).to_json() == want_json
     assert {name for name in clean if whole.get(name) == 1} == clean
-    monkeypatch.setattr(bundle_module, "scan_log", None)  # coverage needs no scan: the engine's read told it
+    monkeypatch.setattr(bundle_logs, "scan_log", None)  # coverage needs no scan: the engine's read told it
     assert _coverage(b) == _coverage(want)
 
 
@@ -84,13 +87,13 @@ def test_facts_learned_in_worker_processes_come_back(tmp_path: Path, monkeypatch
     want_json = ENGINE.analyze(want).to_json()
     b = load_bundle(root, read_once=True)
     parent = os.getpid()
-    scan = bundle_module.scan_log
+    scan = bundle_logs.scan_log
 
     def in_workers_only(path: Path) -> LogFacts:
         assert os.getpid() != parent, f"{path} scanned again: the worker's read was lost"
         return scan(path)
 
-    monkeypatch.setattr(bundle_module, "scan_log", in_workers_only)
+    monkeypatch.setattr(bundle_logs, "scan_log", in_workers_only)
     assert ENGINE.analyze(b, workers=2).to_json() == want_json
     assert _coverage(b) == _coverage(want)
 
@@ -100,10 +103,10 @@ _XID = b"Nov  2 10:50:00 node03 kernel: [294000.000000] NVRM: Xid (PCI:0000:3b:0
 
 def _opened(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
     """logs/<node>/<file> → how many times a log file's text was read from its start: whole
-    (`Path.read_bytes`), or in pieces, gzip undone (every such read, scan or extraction, starts with
+    (`bundle_logs.read_file`), or in pieces, gzip undone (every such read, scan or extraction, starts with
     `_decompressed` of the open file)."""
     reads: dict[str, int] = {}
-    decompressed, read_bytes = logstream._decompressed, Path.read_bytes
+    decompressed, read_file = logstream._decompressed, bundle_logs.read_file
 
     def count(path: Path) -> None:
         if path.parts[-3] == "logs":
@@ -115,12 +118,12 @@ def _opened(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
             count(path)
         return decompressed(path, f)
 
-    def counted_whole(self: Path) -> bytes:
-        count(self)
-        return read_bytes(self)
+    def counted_whole(path: str) -> bytes:
+        count(Path(path))
+        return read_file(path)
 
     monkeypatch.setattr(logstream, "_decompressed", counted)
-    monkeypatch.setattr(Path, "read_bytes", counted_whole)
+    monkeypatch.setattr(bundle_logs, "read_file", counted_whole)
     return reads
 
 
@@ -145,7 +148,7 @@ def test_gzip_and_multi_piece_files_are_read_once(tmp_path: Path, monkeypatch: p
         reads = _opened(monkeypatch)
         b = load_bundle(root, read_once=True)
         assert ENGINE.analyze(b, workers=workers).to_json() == want_json
-        monkeypatch.setattr(bundle_module, "scan_log", None)  # coverage needs no scan: the engine's read told it
+        monkeypatch.setattr(bundle_logs, "scan_log", None)  # coverage needs no scan: the engine's read told it
         assert _coverage(b) == _coverage(want)
         monkeypatch.undo()
         monkeypatch.setattr(logstream, "CHUNK_BYTES", 1 << 14)
@@ -189,3 +192,63 @@ def test_a_file_found_unusable_while_extracting_is_reported_as_a_scan_at_load_re
         assert _coverage(b) == _coverage(want)
         if workers == 1:
             assert all(reads[f"logs/node03/{n}"] == 1 for n in late if "gz" in n and "binary" not in n)
+
+
+def _dumps_among_logs(tmp: Path) -> Path:
+    """The real torch dumps among the nodes' logs (pickle and JSON), one refused pickle, a JSON-lines
+    log that mentions a dump's keys, a link to a dump (read as a log) and a log of each node."""
+    root = _fr_bundle(tmp / "dumps", _real_dumps("pickle"))
+    json_dump = _real_dumps("json")[3]
+    (root / "logs" / "gpu-a04" / json_dump[0]).write_bytes(json_dump[1])
+    (root / "logs" / "gpu-a01" / "fr_dump_7").write_bytes(pickle.dumps({"version": "2.10", "x": os.stat_result}, protocol=2))
+    (root / "logs" / "gpu-a01" / "trainer.jsonl").write_text(
+        '{"msg": "profiling_name=nccl:all_reduce slow", "time": "2026-12-03T07:20:00Z"}\n{"msg": "step 10"}\n')
+    (root / "logs" / "gpu-a02" / "linked_rank_1").symlink_to(root / "logs" / "gpu-a02" / "nccl_trace_rank_1")
+    for node in ("gpu-a01", "gpu-a02", "gpu-a03", "gpu-a04"):
+        (root / "logs" / node / "kern.log").write_text(f"Dec  3 07:10:00 {node} kernel: eth0: link up\n")
+    return root
+
+
+def test_flight_recorder_dumps_among_logs_are_read_once_as_at_load(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """A dump among a node's logs is found by the engine's one read of the file (no sniff at load):
+    the diagnosis and coverage are those of a bundle read at load, in one process or in workers, with
+    coverage looked at before the engine reads anything or after; and load + analysis + coverage open
+    each log file once."""
+    root = _dumps_among_logs(tmp_path)
+    want = load_bundle(root)
+    want_json = ENGINE.analyze(want).to_json()
+    dumps = {c.source.rsplit("/", 1)[-1]: c.status for c in want.coverage if c.connector == "flight_recorder"}
+    assert dumps == {**{f"nccl_trace_rank_{r}": "ok" for r in range(4)}, "nccl_trace_rank_3.json": "ok",
+                     "fr_dump_7": "failed"}
+    early = load_bundle(root, read_once=True)
+    assert _coverage(early) == _coverage(want)
+    assert ENGINE.analyze(early).to_json() == want_json
+    opened: dict[str, int] = {}
+    real_open, real_io_open = os.open, io.open
+
+    def count(path: object) -> None:
+        name = os.fspath(path)  # type: ignore[call-overload]
+        if isinstance(name, str) and "/logs/" in name:
+            opened[name] = opened.get(name, 0) + 1
+
+    def counted_os_open(path: Any, *args: Any, **kwargs: Any) -> int:
+        count(path)
+        return real_os_open(path, *args, **kwargs)
+
+    def counted_io_open(file: Any, *args: Any, **kwargs: Any) -> Any:
+        count(file)
+        return real_io_open(file, *args, **kwargs)
+
+    real_os_open = real_open
+    for workers in (1, 2):
+        opened.clear()
+        monkeypatch.setattr(os, "open", counted_os_open)
+        monkeypatch.setattr(io, "open", counted_io_open)
+        b = load_bundle(root, read_once=True)
+        assert ENGINE.analyze(b, workers=workers).to_json() == want_json
+        assert _coverage(b) == _coverage(want)
+        monkeypatch.undo()
+        if workers == 1:  # forked workers' opens are not seen here
+            files = {str(p) for p in (root / "logs").rglob("*") if p.is_file() and not p.is_symlink()}
+            assert {name: n for name, n in opened.items() if name in files} == dict.fromkeys(files, 1)

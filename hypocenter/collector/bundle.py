@@ -18,9 +18,7 @@ from __future__ import annotations
 
 import json
 import os
-import stat
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
@@ -28,9 +26,15 @@ import yaml
 from pydantic import ValidationError
 
 from hypocenter import strict_yaml
-from hypocenter.collector import flight_recorder, logstream
+from hypocenter.collector import flight_recorder
+from hypocenter.collector.bundle_logs import (
+    NodeCoverage,
+    node_files,
+    read_at_extraction,
+    read_by_engine,
+    read_whole_size,
+)
 from hypocenter.collector.logstream import (
-    LogFacts,
     _display,
     _kind,
     log_pieces,
@@ -66,7 +70,7 @@ class Bundle(AttemptInput):
     read by then is not read again, one not yet read is scanned there and then."""
 
     root: Path = field(kw_only=True)
-    _unread: list[_NodeCoverage] = field(default_factory=list, init=False, repr=False, compare=False)
+    _unread: list[NodeCoverage] = field(default_factory=list, init=False, repr=False, compare=False)
 
     @property  # type: ignore[misc]  # a field of AttemptInput, complete whenever it is read
     def coverage(self) -> list[Coverage]:
@@ -216,90 +220,6 @@ def load_bundle(root: Path, *, workers: int = 1, read_once: bool = False) -> Bun
     return bundle
 
 
-class _NodeCoverage:
-    """The coverage of one logs/<node> directory: an entry per file with a problem, and the
-    directory's own entry with its line count, from what reading each file found (`LogFacts`), in
-    file order. A file the engine reads once (a `FileTextSource` here) tells it when it has been read."""
-
-    def __init__(self, src: str) -> None:
-        self.src = src
-        self.dump_lines = 0  # Flight Recorder dumps among the logs
-        self.files: list[tuple[str, Path, LogFacts | FileTextSource]] = []
-
-    def unread(self) -> bool:
-        return any(isinstance(got, FileTextSource) for _, _, got in self.files)
-
-    def entries(self) -> list[Coverage]:
-        lines = self.dump_lines
-        problems: list[str] = []
-        out: list[Coverage] = []
-        for rel, path, got in self.files:
-            # what the scan at load found, what the engine's read found, or a scan now (not read yet)
-            if isinstance(got, LogFacts):
-                facts = got
-            elif isinstance(got.facts, LogFacts) and got.newlines is not None:
-                facts = replace(got.facts, newlines=got.newlines)
-            else:
-                facts = scan_log(path)
-            if facts.status != "ok":
-                problems.append(f"{rel}: {facts.reason}")
-                out.append(Coverage(connector="files", source=rel, status=facts.status,  # type: ignore[arg-type]
-                                    observations=facts.newlines, reason=facts.reason))
-            if facts.usable:
-                lines += facts.newlines + (0 if facts.ends_with_newline or not facts.nbytes else 1)
-        src = self.src
-        status = ("partial" if problems else "ok") if lines else ("failed" if problems else "missing")
-        return [*out, Coverage(
-            connector="files", source=src, status=status, observations=lines,  # type: ignore[arg-type]
-            reason="; ".join(problems) if problems else (None if lines else f"no log files in {src}"))]
-
-
-def _read_at_extraction(path: Path) -> tuple[int, bool] | None:
-    """(about how much text it holds, one plain piece) for a log file whose one read can be the
-    engine's: a regular, non-empty file of a bundle on disk (an uploaded archive's files are scanned
-    at load, their gzip files bounded as they inflate)."""
-    if getattr(path, "inflate_limit", None) is not None:
-        return None
-    try:
-        st = path.stat()
-        if not stat.S_ISREG(st.st_mode) or not st.st_size:
-            return None
-        if st.st_size <= logstream.CHUNK_BYTES and path.suffix.lower() != ".gz":
-            return st.st_size, True
-        return logstream.text_bytes(path), False
-    except OSError:
-        return None
-
-
-def _read_by_engine(rel: str, path: Path, node: str | None, size: int, whole: bool) -> FileTextSource:
-    """A log file left to the engine's read: a plain file of one piece read whole (`_read_once`), any
-    other streamed (`logstream.read_once`, gzip undone once). What the read finds (`LogFacts`) is left
-    on `source.facts`; a read after that one (rare: a boot-anchor probe) reads the text it found."""
-    def learned(facts: LogFacts) -> None:
-        source.facts = facts
-
-    def pieces() -> Iterator[bytes]:
-        if whole:
-            return _read_once(path, learned)
-        facts = source.facts
-        if isinstance(facts, LogFacts):
-            return log_pieces(path, facts.status == "ok") if facts.usable else iter(())
-        return logstream.read_once(path, learned)
-
-    source = FileTextSource(rel, lambda: b"".join(pieces()), node, nbytes=size, chunks=pieces)
-    return source
-
-
-def _read_once(path: Path, learned: Callable[[LogFacts], None]) -> Iterator[bytes]:
-    """A small plain log file's text for the engine, read whole once, checked and repaired (if it
-    must be) by `logstream.read_once`, which hands `learned` what `scan_log` would say of it."""
-    try:
-        raw: bytes | None = path.read_bytes()
-    except OSError:
-        raw = None  # read_once says why
-    yield from logstream.read_once(path, learned, raw)
-
-
 def read_data(bundle: Bundle, *, workers: int = 1, read_once: bool = False) -> None:
     """Read logs/, metrics/ and events/ under `bundle.root` for `bundle.context` into its sources and
     coverage (the local-files connector, connectors/files.py, reads a directory the same way).
@@ -308,7 +228,7 @@ def read_data(bundle: Bundle, *, workers: int = 1, read_once: bool = False) -> N
     tctx = time_context(context)
     logs = root / "logs"
     seen_nodes: set[str] = set()
-    unread: list[_NodeCoverage] = []
+    unread: list[NodeCoverage] = []
     _not_a_directory(root, "logs", "files", bundle)
     if logs.is_dir():
         entries = sorted(p for p in logs.iterdir() if not p.name.startswith("."))
@@ -318,41 +238,11 @@ def read_data(bundle: Bundle, *, workers: int = 1, read_once: bool = False) -> N
                 observations=0, reason=(f"not read: {_kind(stray)}" if stray.exists() and not stray.is_file() else
                                         "not read: logs go in logs/<node>/ (or logs/_job/ for job-level logs)")))
         node_dirs = [p for p in entries if p.is_dir()]
-        files = {d: _files(d) for d in node_dirs}
-        sizes = {p: _read_at_extraction(p) for d in node_dirs for p in files[d]} if read_once else {}
-        scanned = scan_logs([p for d in node_dirs for p in files[d] if sizes.get(p) is None], workers)
-        for node_dir in node_dirs:
-            node = None if node_dir.name == JOB_DIR else _display(node_dir.name)
-            if node is not None:
-                seen_nodes.add(node)
-            tally = _NodeCoverage(_display(node_dir.relative_to(root).as_posix()))
-            for path in files[node_dir]:
-                rel = _display(path.relative_to(root).as_posix())
-                dump = flight_recorder.read_source(path, rel, node)
-                if dump is not None:  # a Flight Recorder dump among the node's logs
-                    bundle.sources.extend([dump[0]] if dump[0] else [])
-                    bundle.coverage.append(dump[1])
-                    tally.dump_lines += dump[1].observations
-                    continue
-                size = sizes.get(path)
-                if size is not None:
-                    source = _read_by_engine(rel, path, node, *size)
-                    bundle.sources.append(source)
-                    tally.files.append((rel, path, source))
-                    continue
-                facts = scanned.get(path) or scan_log(path)  # in pieces: never a whole file in memory
-                tally.files.append((rel, path, facts))
-                if not facts.usable:
-                    continue
-                # Read again when the engine gets to it, in pieces too.
-                clean = facts.status == "ok"
-                bundle.sources.append(FileTextSource(
-                    rel, partial(_text_of, path, clean), node, newlines=facts.newlines, nbytes=facts.nbytes,
-                    chunks=partial(log_pieces, path, clean) if facts.streamed else None))
-            if tally.unread():
-                unread.append(tally)
-            else:
-                bundle.coverage.extend(tally.entries())
+        if read_once and getattr(logs, "walk_files", None) is None:  # a bundle on disk, not an upload
+            _read_logs_once(root, node_dirs, bundle, unread)
+        else:
+            _scan_logs(root, node_dirs, bundle, workers)
+        seen_nodes.update(_display(d.name) for d in node_dirs if d.name != JOB_DIR)
     for node in context.nodes:
         if node not in seen_nodes:
             bundle.coverage.append(Coverage(connector="files", source=f"logs/{node}", status="missing",
@@ -362,6 +252,73 @@ def read_data(bundle: Bundle, *, workers: int = 1, read_once: bool = False) -> N
     _load_traces(root, bundle)
     bundle.coverage.sort(key=lambda c: (c.source, c.connector))
     bundle._unread.extend(unread)  # their entries join `coverage` when it is next looked at
+
+
+def _scan_logs(root: Path, node_dirs: list[Path], bundle: Bundle, workers: int) -> None:
+    """logs/<node>/ files scanned at load (by `workers` forked processes when big enough) and read
+    again, in pieces, when the engine gets to them."""
+    files = {d: _files(d) for d in node_dirs}
+    scanned = scan_logs([p for d in node_dirs for p in files[d]], workers)
+    for node_dir in node_dirs:
+        node = None if node_dir.name == JOB_DIR else _display(node_dir.name)
+        tally = NodeCoverage(_display(node_dir.relative_to(root).as_posix()))
+        for path in files[node_dir]:
+            rel = _display(path.relative_to(root).as_posix())
+            if _dump(bundle, tally, flight_recorder.read_source(path, rel, node)):
+                continue
+            facts = scanned.get(path) or scan_log(path)  # in pieces: never a whole file in memory
+            tally.files.append((rel, path, facts))
+            if not facts.usable:
+                continue
+            clean = facts.status == "ok"
+            bundle.sources.append(FileTextSource(
+                rel, partial(_text_of, path, clean), node, newlines=facts.newlines, nbytes=facts.nbytes,
+                chunks=partial(log_pieces, path, clean) if facts.streamed else None))
+        bundle.coverage.extend(tally.entries())
+
+
+def _read_logs_once(root: Path, node_dirs: list[Path], bundle: Bundle, unread: list[NodeCoverage]) -> None:
+    """logs/<node>/ files of a bundle on disk left to the engine's one read (collector/bundle_logs.py):
+    a small plain file costs a directory entry and a `stat` here. Other files (big, gzip'd, not
+    regular, empty) are looked at here as `read_data` looks at every file without `read_once`."""
+    for node_dir in node_dirs:
+        node = None if node_dir.name == JOB_DIR else _display(node_dir.name)
+        top = _display(node_dir.relative_to(root).as_posix())
+        tally = NodeCoverage(top)
+        for sub, entry in node_files(str(node_dir)):
+            rel = top + "/" + _display(sub)
+            size = read_whole_size(entry)
+            if size is not None:  # its first bytes say, when the engine reads it, whether it is a dump
+                source = read_by_engine(rel, entry.path, node, size, True, sniff=not entry.is_symlink())
+                bundle.sources.append(source)
+                tally.files.append((rel, entry.path, source))
+                continue
+            path = node_dir / sub
+            if _dump(bundle, tally, flight_recorder.read_source(path, rel, node)):
+                continue
+            sized = read_at_extraction(path)
+            if sized is not None:
+                source = read_by_engine(rel, path, node, *sized)
+                bundle.sources.append(source)
+                tally.files.append((rel, path, source))
+                continue
+            facts = scan_log(path)  # empty, not a regular file, gone: nothing to read
+            tally.files.append((rel, path, facts))
+        if tally.unread():
+            unread.append(tally)
+        else:
+            bundle.coverage.extend(tally.entries())
+
+
+def _dump(bundle: Bundle, tally: NodeCoverage, dump: tuple[TextSource | None, Coverage] | None) -> bool:
+    """A Flight Recorder dump among a node's logs (`flight_recorder.read_source`) added to the
+    bundle; False when the file is not one."""
+    if dump is None:
+        return False
+    bundle.sources.extend([dump[0]] if dump[0] else [])
+    bundle.coverage.append(dump[1])
+    tally.dump_lines += dump[1].observations
+    return True
 
 
 def _load_metrics(root: Path, tctx: TimeContext, bundle: Bundle) -> None:

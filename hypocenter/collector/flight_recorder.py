@@ -375,23 +375,42 @@ def read_source(path: Path, rel: str, node: str | None) -> tuple[TextSource | No
             head = fh.read(4096)
     except OSError:
         return None
-    if not (is_dump_bytes(head) or (is_dump_name(rel) and head.startswith(_PICKLE_HEAD))):
+    if not sniffed(head, rel):
         return None
     try:
         size = path.stat().st_size
         if size > MAX_DUMP_BYTES:
             raise DumpError(f"dump of {size} bytes is over the {MAX_DUMP_BYTES >> 20} MiB limit")
-        text = render_file(path.read_bytes(), rel)
+        raw = path.read_bytes()
     except OSError as exc:
         return None, Coverage(connector="flight_recorder", source=rel, status="failed", observations=0,
                               reason=f"cannot read: {exc.strerror or exc}")
     except DumpError as exc:
-        if not head.startswith(_PICKLE_HEAD) and not is_dump_name(rel):
-            return None  # JSON that only mentions the dump's keys (JSON-lines logs): read it as a log
-        return None, Coverage(connector="flight_recorder", source=rel, status="failed", observations=0,
-                              reason=f"Flight Recorder dump not read: {exc}")
+        return _refused(exc, head, rel)
+    return source_of(raw, rel, node)
+
+
+def sniffed(head: bytes, rel: str) -> bool:
+    """Whether a file named `rel` whose first bytes are `head` (4 KiB, or the whole file) is read as a
+    dump (`source_of`), not as a log."""
+    return is_dump_bytes(head[:4096]) or (is_dump_name(rel) and head.startswith(_PICKLE_HEAD))
+
+
+def source_of(raw: bytes, rel: str, node: str | None) -> tuple[TextSource | None, Coverage] | None:
+    """`read_source`'s answer for the bytes `raw` of a regular file that `sniffed` says is a dump."""
+    try:
+        text = render_file(raw, rel)
+    except DumpError as exc:
+        return _refused(exc, raw, rel)
     return (TextSource(name=rel, text=text, node=node, source="app"),
             Coverage(connector="flight_recorder", source=rel, status="ok", observations=text.count("\n")))
+
+
+def _refused(exc: DumpError, head: bytes, rel: str) -> tuple[None, Coverage] | None:
+    if not head.startswith(_PICKLE_HEAD) and not is_dump_name(rel):
+        return None  # JSON that only mentions the dump's keys (JSON-lines logs): read it as a log
+    return None, Coverage(connector="flight_recorder", source=rel, status="failed", observations=0,
+                          reason=f"Flight Recorder dump not read: {exc}")
 
 
 def main(argv: list[str]) -> int:

@@ -1,0 +1,210 @@
+"""A bundle's logs/<node>/ files read once, by the engine: what `load_bundle(read_once=True)` does per file.
+
+    node_files(node_dir)          → the files of one logs/<node> directory, in the order `_files` lists them
+    NodeCoverage                  → the coverage of one logs/<node> directory, from what reading its files found
+    read_by_engine(...)           → a FileTextSource whose one read (by the engine, maybe in a worker
+                                    process) also tells its coverage
+
+A bundle of many small files (1,024 nodes, two logs each) spends most of its load on per-file work
+in the one process that lists them: here a file costs a directory entry, one `stat` and a few
+objects; it is opened once, by the engine, and a small plain file is read there whole, its first
+bytes deciding whether it is a Flight Recorder dump (collector/flight_recorder.py) or a log. Files
+of an uploaded archive are not read here (they are scanned at load, within the upload's bounds).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from hypocenter.collector import flight_recorder, logstream
+from hypocenter.collector.logstream import LogFacts, scan_log
+from hypocenter.model import Coverage
+from hypocenter.sources import FileTextSource
+
+
+@dataclass(frozen=True, slots=True)
+class DumpRead:
+    """What the engine's read of a file found it to be: a Flight Recorder dump, rendered as `text`
+    (None: not read, `coverage` says why)."""
+
+    text: bytes | None
+    coverage: Coverage
+
+
+class NodeCoverage:
+    """The coverage of one logs/<node> directory: an entry per file with a problem (and per Flight
+    Recorder dump), and the directory's own entry with its line count, from what reading each file
+    found (`LogFacts`), in file order. A file the engine reads once (a `FileTextSource` here) tells it
+    when it has been read."""
+
+    def __init__(self, src: str) -> None:
+        self.src = src
+        self.dump_lines = 0  # Flight Recorder dumps among the logs
+        self.dumps: list[Coverage] = []  # entries of dumps found by the engine's read
+        self.files: list[tuple[str, Path | str, LogFacts | FileTextSource]] = []
+
+    def unread(self) -> bool:
+        return any(isinstance(got, FileTextSource) for _, _, got in self.files)
+
+    def entries(self) -> list[Coverage]:
+        lines = self.dump_lines
+        problems: list[str] = []
+        out: list[Coverage] = []
+        for rel, path, got in self.files:
+            # what the scan at load found, what the engine's read found, or a scan now (not read yet)
+            if isinstance(got, LogFacts):
+                facts = got
+            elif isinstance(got.facts, LogFacts) and got.newlines is not None:
+                facts = replace(got.facts, newlines=got.newlines)
+            else:
+                dump = got.facts if isinstance(got.facts, DumpRead) else _dump_at(Path(path), rel)
+                if dump is not None:
+                    out.append(dump.coverage)
+                    lines += dump.coverage.observations
+                    continue
+                facts = scan_log(Path(path))
+            if facts.status != "ok":
+                problems.append(f"{rel}: {facts.reason}")
+                out.append(Coverage(connector="files", source=rel, status=facts.status,  # type: ignore[arg-type]
+                                    observations=facts.newlines, reason=facts.reason))
+            if facts.usable:
+                lines += facts.newlines + (0 if facts.ends_with_newline or not facts.nbytes else 1)
+        src = self.src
+        status = ("partial" if problems else "ok") if lines else ("failed" if problems else "missing")
+        return [*out, Coverage(
+            connector="files", source=src, status=status, observations=lines,  # type: ignore[arg-type]
+            reason="; ".join(problems) if problems else (None if lines else f"no log files in {src}"))]
+
+
+def _dump_at(path: Path, rel: str) -> DumpRead | None:
+    """A file not read yet by the engine, looked at as its read would: a dump, or None (a log)."""
+    dump = flight_recorder.read_source(path, rel, None)
+    if dump is None:
+        return None
+    return DumpRead(None, dump[1])
+
+
+def node_files(node_dir: str) -> list[tuple[str, os.DirEntry[str]]]:
+    """(path under `node_dir`, entry) of every file below it, as `os.walk` (sorted, dot-files left
+    out, symbolic links to directories not followed) lists them: files of a directory, then its
+    subdirectories'. A directory that cannot be listed adds nothing (as `os.walk`)."""
+    out: list[tuple[str, os.DirEntry[str]]] = []
+    _walk(node_dir, "", out)
+    return out
+
+
+def _walk(top: str, under: str, out: list[tuple[str, os.DirEntry[str]]]) -> None:
+    try:
+        with os.scandir(top) as it:
+            entries = list(it)
+    except OSError:
+        return
+    files: list[os.DirEntry[str]] = []
+    dirs: list[os.DirEntry[str]] = []
+    for entry in entries:
+        try:
+            is_dir = entry.is_dir()
+        except OSError:
+            is_dir = False
+        (dirs if is_dir else files).append(entry)
+    files.sort(key=lambda e: e.name)
+    out.extend((under + e.name, e) for e in files if not e.name.startswith("."))
+    dirs.sort(key=lambda e: e.name)
+    for entry in dirs:
+        if not entry.is_symlink():
+            _walk(entry.path, under + entry.name + "/", out)
+
+
+def read_whole_size(entry: os.DirEntry[str]) -> int | None:
+    """The size of a file the engine reads whole (its read also sniffs it for a dump): a regular,
+    non-empty plain file of one piece (at most CHUNK_BYTES, not .gz); None for any other file."""
+    try:
+        st = entry.stat()
+    except OSError:
+        return None
+    if (not stat.S_ISREG(st.st_mode) or not st.st_size or st.st_size > logstream.CHUNK_BYTES
+            or entry.name[-3:].lower() == ".gz"):
+        return None
+    return st.st_size
+
+
+def read_at_extraction(path: Path) -> tuple[int, bool] | None:
+    """(about how much text it holds, one plain piece) for a log file whose one read can be the
+    engine's: a regular, non-empty file of a bundle on disk (an uploaded archive's files are scanned
+    at load, their gzip files bounded as they inflate)."""
+    if getattr(path, "inflate_limit", None) is not None:
+        return None
+    try:
+        st = path.stat()
+        if not stat.S_ISREG(st.st_mode) or not st.st_size:
+            return None
+        if st.st_size <= logstream.CHUNK_BYTES and path.suffix.lower() != ".gz":
+            return st.st_size, True
+        return logstream.text_bytes(path), False
+    except OSError:
+        return None
+
+
+def read_by_engine(rel: str, path: Path | str, node: str | None, size: int, whole: bool, *,
+                   sniff: bool = False) -> FileTextSource:
+    """A log file left to the engine's read: a plain file of one piece read whole (`_read_whole`), any
+    other streamed (`logstream.read_once`, gzip undone once). What the read finds (`LogFacts`, or a
+    `DumpRead` when `sniff` and its first bytes are a Flight Recorder dump's) is left on
+    `source.facts`; a read after that one (rare: a boot-anchor probe) reads the text it found."""
+    def learned(facts: LogFacts | DumpRead) -> None:
+        source.facts = facts
+        if isinstance(facts, DumpRead) and facts.text is not None:
+            source.source = "app"  # as the dump's own TextSource (flight_recorder.source_of)
+
+    def pieces() -> Iterator[bytes]:
+        facts = source.facts
+        if isinstance(facts, DumpRead):
+            return iter(() if facts.text is None else (facts.text,))
+        if isinstance(facts, LogFacts):
+            return logstream.log_pieces(Path(path), facts.status == "ok") if facts.usable else iter(())
+        if whole:
+            return _read_once(path, rel, node, learned, sniff)
+        return logstream.read_once(Path(path), learned)
+
+    source = FileTextSource(rel, lambda: b"".join(pieces()), node, nbytes=size, chunks=pieces)
+    return source
+
+
+def read_file(path: str) -> bytes:
+    """A file's bytes, read whole (one open, reads to its end)."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    try:
+        parts: list[bytes] = []
+        while True:
+            part = os.read(fd, 1 << 20 if not parts else 1 << 22)
+            if not part:
+                break
+            parts.append(part)
+    finally:
+        os.close(fd)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+def _read_once(path: Path | str, rel: str, node: str | None, learned: Callable[[LogFacts | DumpRead], None],
+               sniff: bool) -> Iterator[bytes]:
+    """A small plain file's text for the engine, read whole once: a Flight Recorder dump's rendered
+    lines (when `sniff`: its first bytes decide), else the log checked and repaired (if it must be)
+    by `logstream.read_once`, which hands `learned` what `scan_log` would say of it."""
+    try:
+        raw: bytes | None = read_file(str(path))
+    except OSError:
+        raw = None  # read_once says why
+    if sniff and raw and flight_recorder.sniffed(raw, rel):
+        dump = flight_recorder.source_of(raw, rel, node)
+        if dump is not None:
+            text = dump[0].text if dump[0] is not None else None
+            found = DumpRead(text.encode("utf-8", "surrogateescape") if isinstance(text, str) else text, dump[1])
+            learned(found)
+            if found.text is not None:
+                yield found.text
+            return
+    yield from logstream.read_once(Path(path), learned, raw)
