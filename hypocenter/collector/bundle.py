@@ -29,10 +29,14 @@ from hypocenter import strict_yaml
 from hypocenter.collector import flight_recorder
 from hypocenter.collector.bundle_logs import (
     NodeCoverage,
+    dir_entries,
     node_files,
     read_at_extraction,
     read_by_engine,
     read_whole_size,
+)
+from hypocenter.collector.bundle_logs import (
+    is_dir as _is_dir,
 )
 from hypocenter.collector.logstream import (
     _display,
@@ -231,18 +235,26 @@ def read_data(bundle: Bundle, *, workers: int = 1, read_once: bool = False) -> N
     unread: list[NodeCoverage] = []
     _not_a_directory(root, "logs", "files", bundle)
     if logs.is_dir():
-        entries = sorted(p for p in logs.iterdir() if not p.name.startswith("."))
-        for stray in (p for p in entries if not p.is_dir()):
+        on_disk = read_once and getattr(logs, "walk_files", None) is None  # a bundle on disk, not an upload
+        if on_disk:
+            listed = dir_entries(str(logs))
+            strays = [logs / e.name for e in listed if not _is_dir(e)]
+            names = [e.name for e in listed if _is_dir(e)]
+        else:
+            entries = sorted(p for p in logs.iterdir() if not p.name.startswith("."))
+            strays = [p for p in entries if not p.is_dir()]
+            node_dirs = [p for p in entries if p.is_dir()]
+            names = [d.name for d in node_dirs]
+        for stray in strays:
             bundle.coverage.append(Coverage(
                 connector="files", source=_display(stray.relative_to(root).as_posix()), status="skipped",
                 observations=0, reason=(f"not read: {_kind(stray)}" if stray.exists() and not stray.is_file() else
                                         "not read: logs go in logs/<node>/ (or logs/_job/ for job-level logs)")))
-        node_dirs = [p for p in entries if p.is_dir()]
-        if read_once and getattr(logs, "walk_files", None) is None:  # a bundle on disk, not an upload
-            _read_logs_once(root, node_dirs, bundle, unread)
+        if on_disk:
+            _read_logs_once(logs, names, bundle, unread)
         else:
             _scan_logs(root, node_dirs, bundle, workers)
-        seen_nodes.update(_display(d.name) for d in node_dirs if d.name != JOB_DIR)
+        seen_nodes.update(_display(name) for name in names if name != JOB_DIR)
     for node in context.nodes:
         if node not in seen_nodes:
             bundle.coverage.append(Coverage(connector="files", source=f"logs/{node}", status="missing",
@@ -277,15 +289,16 @@ def _scan_logs(root: Path, node_dirs: list[Path], bundle: Bundle, workers: int) 
         bundle.coverage.extend(tally.entries())
 
 
-def _read_logs_once(root: Path, node_dirs: list[Path], bundle: Bundle, unread: list[NodeCoverage]) -> None:
-    """logs/<node>/ files of a bundle on disk left to the engine's one read (collector/bundle_logs.py):
-    a small plain file costs a directory entry and a `stat` here. Other files (big, gzip'd, not
-    regular, empty) are looked at here as `read_data` looks at every file without `read_once`."""
-    for node_dir in node_dirs:
-        node = None if node_dir.name == JOB_DIR else _display(node_dir.name)
-        top = _display(node_dir.relative_to(root).as_posix())
+def _read_logs_once(logs: Path, names: list[str], bundle: Bundle, unread: list[NodeCoverage]) -> None:
+    """logs/<node>/ files (the directories `names`) of a bundle on disk left to the engine's one read
+    (collector/bundle_logs.py): a small plain file costs a directory entry and a `stat` here. Other
+    files (big, gzip'd, not regular, empty) are looked at here as `read_data` looks at every file
+    without `read_once`."""
+    for name in names:
+        node = None if name == JOB_DIR else _display(name)
+        top = _display(f"logs/{name}")
         tally = NodeCoverage(top)
-        for sub, entry in node_files(str(node_dir)):
+        for sub, entry in node_files(os.path.join(logs, name)):
             rel = top + "/" + _display(sub)
             size = read_whole_size(entry)
             if size is not None:  # its first bytes say, when the engine reads it, whether it is a dump
@@ -293,7 +306,7 @@ def _read_logs_once(root: Path, node_dirs: list[Path], bundle: Bundle, unread: l
                 bundle.sources.append(source)
                 tally.files.append((rel, entry.path, source))
                 continue
-            path = node_dir / sub
+            path = logs / name / sub
             if _dump(bundle, tally, flight_recorder.read_source(path, rel, node)):
                 continue
             sized = read_at_extraction(path)

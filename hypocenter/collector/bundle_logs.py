@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from hypocenter.collector import flight_recorder, logstream
@@ -56,10 +56,11 @@ class NodeCoverage:
         out: list[Coverage] = []
         for rel, path, got in self.files:
             # what the scan at load found, what the engine's read found, or a scan now (not read yet)
+            newlines = None
             if isinstance(got, LogFacts):
                 facts = got
             elif isinstance(got.facts, LogFacts) and got.newlines is not None:
-                facts = replace(got.facts, newlines=got.newlines)
+                facts, newlines = got.facts, got.newlines  # the engine counted its lines
             else:
                 dump = got.facts if isinstance(got.facts, DumpRead) else _dump_at(Path(path), rel)
                 if dump is not None:
@@ -67,12 +68,14 @@ class NodeCoverage:
                     lines += dump.coverage.observations
                     continue
                 facts = scan_log(Path(path))
+            if newlines is None:
+                newlines = facts.newlines
             if facts.status != "ok":
                 problems.append(f"{rel}: {facts.reason}")
                 out.append(Coverage(connector="files", source=rel, status=facts.status,  # type: ignore[arg-type]
-                                    observations=facts.newlines, reason=facts.reason))
+                                    observations=newlines, reason=facts.reason))
             if facts.usable:
-                lines += facts.newlines + (0 if facts.ends_with_newline or not facts.nbytes else 1)
+                lines += newlines + (0 if facts.ends_with_newline or not facts.nbytes else 1)
         src = self.src
         status = ("partial" if problems else "ok") if lines else ("failed" if problems else "missing")
         return [*out, Coverage(
@@ -97,23 +100,39 @@ def node_files(node_dir: str) -> list[tuple[str, os.DirEntry[str]]]:
     return out
 
 
+def dir_entries(top: str) -> list[os.DirEntry[str]]:
+    """The entries of a directory but dot-files, sorted by name. OSError when it cannot be listed."""
+    with os.scandir(top) as it:
+        entries = [e for e in it if not e.name.startswith(".")]
+    entries.sort(key=_name)
+    return entries
+
+
+def is_dir(entry: os.DirEntry[str]) -> bool:
+    """A directory, or a symbolic link to one (as `os.walk` and `Path.is_dir` tell)."""
+    try:
+        return entry.is_dir()
+    except OSError:
+        return False
+
+
+def _name(entry: os.DirEntry[str]) -> str:
+    return entry.name
+
+
 def _walk(top: str, under: str, out: list[tuple[str, os.DirEntry[str]]]) -> None:
     try:
         with os.scandir(top) as it:
             entries = list(it)
     except OSError:
         return
-    files: list[os.DirEntry[str]] = []
+    entries.sort(key=_name)
     dirs: list[os.DirEntry[str]] = []
     for entry in entries:
-        try:
-            is_dir = entry.is_dir()
-        except OSError:
-            is_dir = False
-        (dirs if is_dir else files).append(entry)
-    files.sort(key=lambda e: e.name)
-    out.extend((under + e.name, e) for e in files if not e.name.startswith("."))
-    dirs.sort(key=lambda e: e.name)
+        if is_dir(entry):
+            dirs.append(entry)
+        elif not entry.name.startswith("."):
+            out.append((under + entry.name, entry))
     for entry in dirs:
         if not entry.is_symlink():
             _walk(entry.path, under + entry.name + "/", out)
@@ -151,27 +170,42 @@ def read_at_extraction(path: Path) -> tuple[int, bool] | None:
 
 def read_by_engine(rel: str, path: Path | str, node: str | None, size: int, whole: bool, *,
                    sniff: bool = False) -> FileTextSource:
-    """A log file left to the engine's read: a plain file of one piece read whole (`_read_whole`), any
-    other streamed (`logstream.read_once`, gzip undone once). What the read finds (`LogFacts`, or a
-    `DumpRead` when `sniff` and its first bytes are a Flight Recorder dump's) is left on
-    `source.facts`; a read after that one (rare: a boot-anchor probe) reads the text it found."""
-    def learned(facts: LogFacts | DumpRead) -> None:
-        source.facts = facts
-        if isinstance(facts, DumpRead) and facts.text is not None:
-            source.source = "app"  # as the dump's own TextSource (flight_recorder.source_of)
+    """A log file left to the engine's read (`EngineRead`)."""
+    return EngineRead(rel, path, node, size, whole, sniff)
 
-    def pieces() -> Iterator[bytes]:
-        facts = source.facts
+
+class EngineRead(FileTextSource):
+    """A log file left to the engine's read: a plain file of one piece read whole (`_read_once`), any
+    other streamed (`logstream.read_once`, gzip undone once). What the read finds (`LogFacts`, or a
+    `DumpRead` when `sniff` and its first bytes are a Flight Recorder dump's) is left on `facts`; a
+    read after that one (rare: a boot-anchor probe) reads the text it found. One object per file
+    (a bundle may hold thousands)."""
+
+    __slots__ = ("path", "sniff", "whole")
+
+    def __init__(self, rel: str, path: Path | str, node: str | None, size: int, whole: bool, sniff: bool) -> None:
+        super().__init__(rel, self._text, node, nbytes=size)
+        self.path = path
+        self.whole = whole
+        self.sniff = sniff
+
+    def _text(self) -> bytes:
+        return b"".join(self.chunks())
+
+    def chunks(self) -> Iterator[bytes]:
+        facts = self.facts
         if isinstance(facts, DumpRead):
             return iter(() if facts.text is None else (facts.text,))
         if isinstance(facts, LogFacts):
-            return logstream.log_pieces(Path(path), facts.status == "ok") if facts.usable else iter(())
-        if whole:
-            return _read_once(path, rel, node, learned, sniff)
-        return logstream.read_once(Path(path), learned)
+            return logstream.log_pieces(Path(self.path), facts.status == "ok") if facts.usable else iter(())
+        if self.whole:
+            return _read_once(self)
+        return logstream.read_once(Path(self.path), self._learned)
 
-    source = FileTextSource(rel, lambda: b"".join(pieces()), node, nbytes=size, chunks=pieces)
-    return source
+    def _learned(self, facts: LogFacts | DumpRead) -> None:
+        self.facts = facts
+        if isinstance(facts, DumpRead) and facts.text is not None:
+            self.source = "app"  # as the dump's own TextSource (flight_recorder.source_of)
 
 
 def read_file(path: str) -> bytes:
@@ -189,22 +223,22 @@ def read_file(path: str) -> bytes:
     return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
-def _read_once(path: Path | str, rel: str, node: str | None, learned: Callable[[LogFacts | DumpRead], None],
-               sniff: bool) -> Iterator[bytes]:
+def _read_once(file: EngineRead) -> Iterator[bytes]:
     """A small plain file's text for the engine, read whole once: a Flight Recorder dump's rendered
-    lines (when `sniff`: its first bytes decide), else the log checked and repaired (if it must be)
-    by `logstream.read_once`, which hands `learned` what `scan_log` would say of it."""
+    lines (when `file.sniff`: its first bytes decide), else the log checked and repaired (if it must
+    be) by `logstream.read_once`, which hands what `scan_log` would say of it to `file`."""
     try:
-        raw: bytes | None = read_file(str(path))
+        raw: bytes | None = read_file(str(file.path))
     except OSError:
         raw = None  # read_once says why
-    if sniff and raw and flight_recorder.sniffed(raw, rel):
-        dump = flight_recorder.source_of(raw, rel, node)
+    rel = file.name
+    if file.sniff and raw and flight_recorder.sniffed(raw, rel):
+        dump = flight_recorder.source_of(raw, rel, file.node)
         if dump is not None:
             text = dump[0].text if dump[0] is not None else None
             found = DumpRead(text.encode("utf-8", "surrogateescape") if isinstance(text, str) else text, dump[1])
-            learned(found)
+            file._learned(found)
             if found.text is not None:
                 yield found.text
             return
-    yield from logstream.read_once(Path(path), learned, raw)
+    yield from logstream.read_once(Path(file.path), file._learned, raw)
