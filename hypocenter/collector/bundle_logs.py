@@ -241,4 +241,4 @@ def _read_once(file: EngineRead) -> Iterator[bytes]:
             if found.text is not None:
                 yield found.text
             return
-    yield from logstream.read_once(Path(file.path), file._learned, raw)
+    yield from logstream.read_once(file.path, file._learned, raw)

@@ -61,6 +61,7 @@ MAX_FRAMES_SHOWN = 3        # user frames kept per entry
 DUMP_TOKEN = "FlightRecorder"
 
 _PICKLE_HEAD = (b"\x80\x02", b"\x80\x03", b"\x80\x04", b"\x80\x05")
+_JSON_FIRST = frozenset(b"{ \t\n\r\x0b\x0c")  # a JSON dump's first byte: its brace, or a blank before it
 _RANK_IN_NAME = re.compile(r"(\d+)(?:\.json|\.pkl|\.pickle)?$", re.IGNORECASE)
 _DEFAULT_NAME = re.compile(r"(?:^|[/_.-])(?:nccl_trace_rank|fr_trace|flight_recorder|fr_dump)[_-]?\d*", re.IGNORECASE)
 # Frames of torch itself and of the process launcher say nothing about where the program was.
@@ -393,7 +394,9 @@ def read_source(path: Path, rel: str, node: str | None) -> tuple[TextSource | No
 def sniffed(head: bytes, rel: str) -> bool:
     """Whether a file named `rel` whose first bytes are `head` (4 KiB, or the whole file) is read as a
     dump (`source_of`), not as a log."""
-    return is_dump_bytes(head[:4096]) or (is_dump_name(rel) and head.startswith(_PICKLE_HEAD))
+    if head.startswith(_PICKLE_HEAD):
+        return is_dump_bytes(head[:4096]) or is_dump_name(rel)
+    return bool(head) and head[0] in _JSON_FIRST and is_dump_bytes(head[:4096])
 
 
 def source_of(raw: bytes, rel: str, node: str | None) -> tuple[TextSource | None, Coverage] | None:

@@ -481,7 +481,7 @@ def _aligned(texts: Iterator[bytes]) -> Iterator[bytes]:
         yield carry
 
 
-def read_once(path: Path, learned: Callable[[LogFacts], None], data: bytes | None = None) -> Iterator[bytes]:
+def read_once(path: Path | str, learned: Callable[[LogFacts], None], data: bytes | None = None) -> Iterator[bytes]:
     """`log_pieces(path, clean)` with `clean` what `scan_log(path)` would say, from one read of the
     file (one gzip inflate; none when its bytes are `data`, read already): what `scan_log` finds is
     found on the way and handed to `learned` once the text is read to its end, its `newlines` left 0
@@ -493,12 +493,14 @@ def read_once(path: Path, learned: Callable[[LogFacts], None], data: bytes | Non
     blanks, is scanned first and then read (the verdict needs every byte: the rare case). A file
     found unusable after pieces were handed out (gzip damaged near its end, a read that fails part
     way) raises `NotText` once `learned` has its verdict. Only for files of a bundle on disk (an
-    uploaded archive's files are bounded as they inflate: `scan_log`)."""
+    uploaded archive's files are bounded as they inflate: `scan_log`). `path` may be a str (made a
+    `Path` only when the text is not handed out as it is)."""
     if (data and len(data) <= CHUNK_BYTES and data.isascii() and b"\x00" not in data
             and not (len(data) > MAX_LINE and _long_lines(data))):
         learned(LogFacts(True, "ok", None, 0, data.endswith(b"\n"), len(data), streamed=True))
         yield data
         return
+    path = Path(path)
     problem = None if data is not None else refused(path)
     if problem is not None:
         learned(LogFacts(False, *problem))

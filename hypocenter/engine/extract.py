@@ -22,6 +22,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
+from hypocenter.engine.forked import spread
 from hypocenter.engine.matching import Match, Pattern, compile_pattern
 from hypocenter.engine.prefilter import PatternScanner, TokenScanner, joined
 from hypocenter.engine.rules import ExtractSpec, MetricSpec, Rule, Ruleset
@@ -208,8 +209,9 @@ class Extractor:
     def extract(self, sources: Iterable[Source], context: AttemptContext, tctx: TimeContext, *,
                 workers: int = 1) -> ExtractionResult:
         """Events of every source. With `workers` > 1 (and fork available), text streams are extracted
-        in that many forked processes, each stream whole in one of them; results are merged in source
-        order, so the events are the ones one process finds, in the same order."""
+        by that many processes (this one and forked ones, engine/forked.py), each stream whole in one
+        of them; results are merged in source order, so the events are the ones one process finds, in
+        the same order."""
         names = NodeNames(context.nodes)
         if context.nodes and not tctx.hosts:  # pdsh-style "host: " prefixes are peeled for these names only
             tctx = replace(tctx, hosts=frozenset(names.aliases()))
@@ -257,11 +259,13 @@ class Extractor:
 
     def _streams(self, sources: list[Source], job: _Job, workers: int) -> Iterator[_StreamResult | None]:
         """Per source, in order: its text stream's extraction (None for records and metrics)."""
-        texts = [i for i, src in enumerate(sources) if isinstance(src, TextSource)]
+        texts = [src for src in sources if isinstance(src, TextSource)]
         if workers > 1 and len(texts) > 1:
-            done = _forked(self, job, sources, texts, workers)
+            # In batches of about equal bytes, over this process and forked ones (engine/forked.py).
+            done = spread(lambda i: _TextStream(self, job, texts[i]).run(), [_size(src) for src in texts], workers)
             if done is not None:
-                yield from (next(done) if isinstance(src, TextSource) else None for src in sources)
+                streams = iter(done)
+                yield from (next(streams) if isinstance(src, TextSource) else None for src in sources)
                 return
         for src in sources:
             yield _TextStream(self, job, src).run() if isinstance(src, TextSource) else None
@@ -829,42 +833,9 @@ class _TextStream:
 
 _BEYOND = sys.maxsize  # "no stamped line ahead" holds for the rest of the stream
 
-# The extractor, the attempt and its sources, inherited by forked workers (never pickled).
-_FORK: tuple[Extractor, _Job, list[Source]] | None = None
 
-
-def _extract_forked(i: int) -> _StreamResult:
-    assert _FORK is not None
-    extractor, job, sources = _FORK
-    src = sources[i]
-    assert isinstance(src, TextSource)
-    return _TextStream(extractor, job, src).run()
-
-
-def _forked(extractor: Extractor, job: _Job, sources: list[Source], texts: list[int],
-            workers: int) -> Iterator[_StreamResult] | None:
-    """The text streams `texts` (indices into `sources`) extracted by `workers` forked processes, in
-    order; None where fork is not available (the caller extracts them itself)."""
-    import multiprocessing
-
-    global _FORK
-    try:
-        context = multiprocessing.get_context("fork")
-    except ValueError:
-        return None
-    _FORK = (extractor, job, sources)
-    try:
-        pool = context.Pool(workers)
-    except OSError:
-        _FORK = None
-        return None
-
-    def results() -> Iterator[_StreamResult]:
-        global _FORK
-        try:
-            with pool:
-                yield from pool.imap(_extract_forked, texts, chunksize=max(1, len(texts) // (workers * 16)))
-        finally:
-            _FORK = None
-
-    return results()
+def _size(src: TextSource) -> int:
+    """About how many bytes a text stream holds (how streams are spread over processes)."""
+    if isinstance(src, FileTextSource):
+        return src.nbytes or 0
+    return len(src.text)
