@@ -67,10 +67,10 @@ def test_a_small_file_is_read_whole_once(tmp_path: Path, monkeypatch: pytest.Mon
     whole: dict[str, int] = {}
     real = bundle_logs.read_file
 
-    def counted(path: str) -> bytes:
+    def counted(path: str, size: int = 0) -> bytes:
         name = os.path.basename(path)
         whole[name] = whole.get(name, 0) + 1
-        return real(path)
+        return real(path, size)
 
     monkeypatch.setattr(bundle_logs, "read_file", counted)
     b = load_bundle(root, read_once=True)
@@ -118,9 +118,9 @@ def _opened(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
             count(path)
         return decompressed(path, f)
 
-    def counted_whole(path: str) -> bytes:
+    def counted_whole(path: str, size: int = 0) -> bytes:
         count(Path(path))
-        return read_file(path)
+        return read_file(path, size)
 
     monkeypatch.setattr(logstream, "_decompressed", counted)
     monkeypatch.setattr(bundle_logs, "read_file", counted_whole)
@@ -252,3 +252,13 @@ def test_flight_recorder_dumps_among_logs_are_read_once_as_at_load(tmp_path: Pat
         if workers == 1:  # forked workers' opens are not seen here
             files = {str(p) for p in (root / "logs").rglob("*") if p.is_file() and not p.is_symlink()}
             assert {name: n for name, n in opened.items() if name in files} == dict.fromkeys(files, 1)
+
+
+def test_a_log_that_grows_or_shrinks_after_load_is_read_to_its_end(tmp_path: Path) -> None:
+    """The engine reads a file whole by the size listed at load, and to its end when it has changed."""
+    log = tmp_path / "kern.log"
+    log.write_bytes(b"a\n" * 1000)
+    assert bundle_logs.read_file(str(log), 2000) == b"a\n" * 1000
+    assert bundle_logs.read_file(str(log), 10) == b"a\n" * 1000
+    assert bundle_logs.read_file(str(log), 5000) == b"a\n" * 1000
+    assert bundle_logs.read_file(str(log)) == b"a\n" * 1000

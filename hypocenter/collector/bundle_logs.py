@@ -208,19 +208,20 @@ class EngineRead(FileTextSource):
             self.source = "app"  # as the dump's own TextSource (flight_recorder.source_of)
 
 
-def read_file(path: str) -> bytes:
-    """A file's bytes, read whole (one open, reads to its end)."""
+def read_file(path: str, size: int = 0) -> bytes:
+    """A file's bytes, read whole: one open, one read of its `size` (as `stat` told it) when it has
+    not grown since, reads to its end when it has."""
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
     try:
-        parts: list[bytes] = []
-        while True:
-            part = os.read(fd, 1 << 20 if not parts else 1 << 22)
-            if not part:
-                break
+        data = os.read(fd, size + 1)
+        if len(data) <= size:  # a short read of a regular file: its end
+            return data
+        parts = [data]
+        while part := os.read(fd, 1 << 20):
             parts.append(part)
     finally:
         os.close(fd)
-    return parts[0] if len(parts) == 1 else b"".join(parts)
+    return b"".join(parts)
 
 
 def _read_once(file: EngineRead) -> Iterator[bytes]:
@@ -228,7 +229,7 @@ def _read_once(file: EngineRead) -> Iterator[bytes]:
     lines (when `file.sniff`: its first bytes decide), else the log checked and repaired (if it must
     be) by `logstream.read_once`, which hands what `scan_log` would say of it to `file`."""
     try:
-        raw: bytes | None = read_file(str(file.path))
+        raw: bytes | None = read_file(str(file.path), file.nbytes or 0)
     except OSError:
         raw = None  # read_once says why
     rel = file.name
