@@ -28,15 +28,13 @@ from pydantic import ValidationError
 from hypocenter import strict_yaml
 from hypocenter.collector import flight_recorder
 from hypocenter.collector.bundle_logs import (
+    EngineRead,
     NodeCoverage,
     dir_entries,
+    entry_is_dir,
     node_files,
     read_at_extraction,
-    read_by_engine,
     read_whole_size,
-)
-from hypocenter.collector.bundle_logs import (
-    is_dir as _is_dir,
 )
 from hypocenter.collector.logstream import (
     _display,
@@ -238,8 +236,8 @@ def read_data(bundle: Bundle, *, workers: int = 1, read_once: bool = False) -> N
         on_disk = read_once and getattr(logs, "walk_files", None) is None  # a bundle on disk, not an upload
         if on_disk:
             listed = dir_entries(str(logs))
-            strays = [logs / e.name for e in listed if not _is_dir(e)]
-            names = [e.name for e in listed if _is_dir(e)]
+            strays = [logs / e.name for e in listed if not entry_is_dir(e)]
+            names = [e.name for e in listed if entry_is_dir(e)]
         else:
             entries = sorted(p for p in logs.iterdir() if not p.name.startswith("."))
             strays = [p for p in entries if not p.is_dir()]
@@ -302,7 +300,7 @@ def _read_logs_once(logs: Path, names: list[str], bundle: Bundle, unread: list[N
             rel = top + "/" + _display(sub)
             size = read_whole_size(entry)
             if size is not None:  # its first bytes say, when the engine reads it, whether it is a dump
-                source = read_by_engine(rel, entry.path, node, size, True, sniff=not entry.is_symlink())
+                source = EngineRead(rel, entry.path, node, size, True, sniff=not entry.is_symlink())
                 bundle.sources.append(source)
                 tally.files.append((rel, entry.path, source))
                 continue
@@ -311,7 +309,7 @@ def _read_logs_once(logs: Path, names: list[str], bundle: Bundle, unread: list[N
                 continue
             sized = read_at_extraction(path)
             if sized is not None:
-                source = read_by_engine(rel, path, node, *sized)
+                source = EngineRead(rel, path, node, *sized)
                 bundle.sources.append(source)
                 tally.files.append((rel, path, source))
                 continue

@@ -1,9 +1,9 @@
 """A bundle's logs/<node>/ files read once, by the engine: what `load_bundle(read_once=True)` does per file.
 
-    node_files(node_dir)          → the files of one logs/<node> directory, in the order `_files` lists them
-    NodeCoverage                  → the coverage of one logs/<node> directory, from what reading its files found
-    read_by_engine(...)           → a FileTextSource whose one read (by the engine, maybe in a worker
-                                    process) also tells its coverage
+    node_files(node_dir)   → the files of one logs/<node> directory, as `os.walk` lists them
+    EngineRead(...)        → a FileTextSource whose one read, by the engine (maybe in
+                             a worker process), also tells its coverage, or that it is a Flight Recorder dump
+    NodeCoverage           → the coverage of one logs/<node> directory, from what reading its files found
 
 A bundle of many small files (1,024 nodes, two logs each) spends most of its load on per-file work
 in the one process that lists them: here a file costs a directory entry, one `stat` and a few
@@ -44,7 +44,6 @@ class NodeCoverage:
     def __init__(self, src: str) -> None:
         self.src = src
         self.dump_lines = 0  # Flight Recorder dumps among the logs
-        self.dumps: list[Coverage] = []  # entries of dumps found by the engine's read
         self.files: list[tuple[str, Path | str, LogFacts | FileTextSource]] = []
 
     def unread(self) -> bool:
@@ -108,7 +107,7 @@ def dir_entries(top: str) -> list[os.DirEntry[str]]:
     return entries
 
 
-def is_dir(entry: os.DirEntry[str]) -> bool:
+def entry_is_dir(entry: os.DirEntry[str]) -> bool:
     """A directory, or a symbolic link to one (as `os.walk` and `Path.is_dir` tell)."""
     try:
         return entry.is_dir()
@@ -129,7 +128,7 @@ def _walk(top: str, under: str, out: list[tuple[str, os.DirEntry[str]]]) -> None
     entries.sort(key=_name)
     dirs: list[os.DirEntry[str]] = []
     for entry in entries:
-        if is_dir(entry):
+        if entry_is_dir(entry):
             dirs.append(entry)
         elif not entry.name.startswith("."):
             out.append((under + entry.name, entry))
@@ -168,12 +167,6 @@ def read_at_extraction(path: Path) -> tuple[int, bool] | None:
         return None
 
 
-def read_by_engine(rel: str, path: Path | str, node: str | None, size: int, whole: bool, *,
-                   sniff: bool = False) -> FileTextSource:
-    """A log file left to the engine's read (`EngineRead`)."""
-    return EngineRead(rel, path, node, size, whole, sniff)
-
-
 class EngineRead(FileTextSource):
     """A log file left to the engine's read: a plain file of one piece read whole (`_read_once`), any
     other streamed (`logstream.read_once`, gzip undone once). What the read finds (`LogFacts`, or a
@@ -183,7 +176,8 @@ class EngineRead(FileTextSource):
 
     __slots__ = ("path", "sniff", "whole")
 
-    def __init__(self, rel: str, path: Path | str, node: str | None, size: int, whole: bool, sniff: bool) -> None:
+    def __init__(self, rel: str, path: Path | str, node: str | None, size: int, whole: bool, *,
+                 sniff: bool = False) -> None:
         super().__init__(rel, self._text, node, nbytes=size)
         self.path = path
         self.whole = whole
