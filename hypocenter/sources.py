@@ -7,7 +7,7 @@ connectors never see the engine: what the rules read reaches them as `RuleQuerie
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -70,6 +70,20 @@ class FileTextSource(TextSource):
 
     def __repr__(self) -> str:
         return f"FileTextSource(name={self.name!r}, node={self.node!r})"
+
+
+def text_lines(src: TextSource) -> Iterator[str]:
+    """A source's text split at every "\\n" (what `text.split("\\n")` gives, the empty string after a
+    final newline included), undecodable bytes replaced; a file's read in its pieces, never whole."""
+    pieces = src.chunks() if isinstance(src, FileTextSource) else (src.text,)
+    tail: str | None = None
+    for piece in pieces:
+        parts = (piece.decode("utf-8", "replace") if isinstance(piece, bytes) else piece).split("\n")
+        if tail is not None:
+            parts[0] = tail + parts[0]
+        tail = parts.pop()
+        yield from parts
+    yield tail or ""
 
 
 @dataclass(slots=True)

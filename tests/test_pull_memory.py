@@ -1,0 +1,162 @@
+"""Pulled pod logs are streamed, not held: the Kubernetes connector hands the engine each log as a
+spooled file read in pieces (collector/spool.py), which says exactly what the same text held whole
+said, is read again from its start when its stream breaks off, and keeps the memory of a pull
+from growing with the logs' size."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from datetime import datetime, timezone
+from pathlib import Path
+
+import httpx
+import pytest
+from kube_fake import FakeKube, documents, example_logs
+from server_support import REPO, clean_env
+
+from hypocenter.collector import logstream
+from hypocenter.collector.connectors import kubernetes
+from hypocenter.collector.connectors.base import RetryPolicy
+from hypocenter.collector.connectors.kube_api import KubeAPI
+from hypocenter.collector.connectors.kube_credentials import Credentials
+from hypocenter.collector.connectors.kubernetes import KubernetesConnector
+from hypocenter.engine import default_engine
+from hypocenter.sources import AttemptInput, FileTextSource, Source, TextSource
+
+EXAMPLE = REPO / "examples" / "hbm-ecc-xid48"
+FIX = REPO / "tests" / "fixtures" / "kubernetes"
+FAST = RetryPolicy(timeout_s=5, attempts=3, backoff_s=0.0, max_backoff_s=0.0)
+NOW = datetime(2026, 12, 2, tzinfo=timezone.utc)
+POD = ("train-worker-2", None, False)  # the pod whose log holds the failing rank's own lines
+
+
+def _objects() -> list[dict[str, object]]:
+    return documents(*sorted((EXAMPLE / "events").glob("*.json")), *sorted((FIX / EXAMPLE.name).glob("*.json")))
+
+
+def _pull(fake: FakeKube) -> AttemptInput:
+    api = KubeAPI(Credentials(server="https://k8s.test", headers={"Authorization": "Bearer fake-token"}),
+                  policy=FAST, transport=fake.transport, sleep=lambda s: None)
+    scope = KubernetesConnector.for_job("ml-team/train", api=api, now=lambda: NOW).scope()
+    node_logs = [TextSource(name=str(p.relative_to(EXAMPLE)), text=p.read_text(), node=p.parent.name)
+                 for p in sorted((EXAMPLE / "logs").glob("*/journal*"))]
+    return AttemptInput(scope.context, [*scope.collected.sources, *node_logs], scope.collected.coverage)
+
+
+def _held_whole(inp: AttemptInput) -> AttemptInput:
+    """The same pull with each pod log a string, as the connector held it before (httpx's `.text`)."""
+    sources: list[Source] = [TextSource(s.name, s.text.decode("utf-8", "replace"), s.node)
+                             if isinstance(s, FileTextSource) else s for s in inp.sources]
+    return AttemptInput(inp.context, sources, inp.coverage, inp.notes)
+
+
+def test_a_streamed_pod_log_says_what_the_same_text_held_whole_says(monkeypatch: pytest.MonkeyPatch,
+                                                                      tmp_path: Path) -> None:
+    """Pieces of 64 bytes and a spool on disk from its first KiB: the diagnosis, coverage and line
+    counts are those of the text held whole, undecodable bytes, NUL bytes and a last line without
+    its newline included."""
+    monkeypatch.setattr(logstream, "CHUNK_BYTES", 64)
+    monkeypatch.setattr(kubernetes, "LOG_MEMORY", 1024)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    logs: dict[tuple[str, str | None, bool], object] = dict(example_logs(EXAMPLE))
+    logs[POD] = (b"2026-10-21T13:20:45.110000000Z stderr F caf\xc3 \xff\xfe bytes no decoder takes\n"
+                 b"2026-10-21T13:20:45.110000000Z stderr F a NUL \x00 in a line\n"
+                 + str(logs[POD]).encode() + b"2026-10-21T13:40:00.000000000Z stderr F the end, without a newline")
+    fake = FakeKube(_objects(), logs)  # type: ignore[arg-type]
+    streamed = _pull(fake)
+    pod_logs = [s for s in streamed.sources if isinstance(s, FileTextSource)]
+    assert len(pod_logs) == 4 and all(not isinstance(s.text, str) for s in pod_logs)
+    assert list(tmp_path.iterdir()) == []  # the spool has no name
+    whole = _held_whole(streamed)
+    engine = default_engine()
+    got, want = engine.analyze(streamed).to_json(), engine.analyze(whole).to_json()
+    assert got == want
+    cov = {c.source: c for c in streamed.coverage}["logs/h100-n21/train-worker-2.log"]
+    assert (cov.status, cov.observations) == ("ok", 88)  # 85 lines, 2 before, 1 after without a newline
+    assert "logs/h100-n21/train-worker-2.log:27" in [e["ref"] for e in json.loads(got)["evidence"]]
+
+
+def _breaks_off(data: bytes, times: list[int]) -> Iterator[bytes]:
+    yield data[:len(data) // 2]
+    if times:
+        times.pop()
+        raise httpx.RemoteProtocolError("peer closed connection without sending complete message body")
+    yield data[len(data) // 2:]
+
+
+def test_a_log_whose_stream_breaks_off_is_read_again_from_its_start() -> None:
+    """Retried as any transient failure; the part read before the break is not kept twice. A log that
+    breaks off on every try is a failed coverage entry, and the other logs are whole."""
+    logs: dict[tuple[str, str | None, bool], object] = dict(example_logs(EXAMPLE))
+    text = str(logs[POD]).encode()
+    breaks = [1]
+    logs[POD] = lambda: _breaks_off(text, breaks)
+    always = [1] * 10
+    master = str(logs[("train-worker-0", None, False)]).encode()
+    logs[("train-worker-0", None, False)] = lambda: _breaks_off(master, always)
+    fake = FakeKube(_objects(), logs)  # type: ignore[arg-type]
+    inp = _pull(fake)
+    got = {s.name: s for s in inp.sources if isinstance(s, FileTextSource)}
+    assert not breaks and got["logs/h100-n21/train-worker-2.log"].text == text
+    assert "logs/h100-n12/train-worker-0.log" not in got
+    cov = {c.source: c for c in inp.coverage}
+    failed = cov["logs/h100-n12/train-worker-0.log"]
+    assert failed.status == "failed" and failed.reason == (
+        "log of train-worker-0/pytorch: https://k8s.test: RemoteProtocolError: peer closed connection without "
+        "sending complete message body (gave up after 3 tries)")
+    for name in ("logs/h100-n07/train-master-0.log", "logs/h100-n13/train-worker-1.log"):
+        pod = name.split("/")[-1].removesuffix(".log")
+        assert got[name].text == str(example_logs(EXAMPLE)[(pod, None, False)]).encode()
+        assert (cov[name].status, cov[name].observations) == ("ok", got[name].text.count(b"\n"))
+
+
+# ------------------------------------------------------------------- memory: bounded, not the bytes
+
+_PULL = """
+import resource, sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])
+import test_pull_memory as t
+from kube_fake import FakeKube, example_logs
+from hypocenter.engine import default_engine
+before, after = t.chatter()
+logs = dict(example_logs(t.EXAMPLE))
+log = logs[t.POD].encode()
+times = int(sys.argv[2])
+logs[t.POD] = lambda: iter([*([before] * times), log, *([after] * times)])
+print(default_engine().analyze(t._pull(FakeKube(t._objects(), logs))).to_json())
+# VmHWM, not RUSAGE_SELF (tests/test_bounded_memory.py says why); forked extraction workers are RUSAGE_CHILDREN
+hwm = next(int(x.split()[1]) for x in Path("/proc/self/status").read_text().splitlines() if x.startswith("VmHWM:"))
+print(max(hwm, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss) * 1024, file=sys.stderr)
+"""
+
+
+def chatter() -> tuple[bytes, bytes]:
+    """1 MiB pieces of a healthy trainer's output (CRI lines, as `timestamps=true` gives them), stamped
+    at the log's first and last time: what comes before and after the failure in a long run."""
+    def lines(stamp: str) -> bytes:
+        one = b"".join(f"{stamp} stdout F train step {i} lr 3.0e-04 tokens/s 41210 samples/s 80.4 "
+                       f"mfu 0.{i % 97:02d}\n".encode() for i in range(100))
+        return one * ((1 << 20) // len(one))
+    return lines("2026-10-21T13:20:45.110000000Z"), lines("2026-10-21T13:31:02.500000000Z")
+
+
+def test_a_large_pod_log_is_pulled_and_analysed_in_bounded_memory() -> None:
+    """256 MiB of a pod's log around its failure, streamed by the fake API server in 1 MiB pieces: the
+    pull and the analysis stay far below the log's size, and the failure is found at its line."""
+    before, after = chatter()
+    times = 128
+    size = times * (len(before) + len(after))
+    r = subprocess.run([sys.executable, "-c", _PULL, str(REPO / "tests"), str(times)], capture_output=True,
+                       text=True, env=clean_env(), cwd=REPO, timeout=300, check=False)
+    assert r.returncode == 0, r.stderr[-2000:]
+    peak = int(r.stderr.strip().splitlines()[-1])
+    assert peak < size // 2, f"peak RSS {peak:,} bytes for a pod log of {size:,} bytes"
+    d = json.loads(r.stdout)
+    shift = times * before.count(b"\n")
+    assert f"logs/h100-n21/train-worker-2.log:{shift + 25}" in [e["ref"] for e in d["evidence"]]
+    assert d["root_cause"]["nodes"] == ["h100-n21"]
