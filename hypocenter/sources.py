@@ -73,12 +73,18 @@ class FileTextSource(TextSource):
 
 
 def text_lines(src: TextSource) -> Iterator[str]:
-    """A source's text split at every "\\n" (what `text.split("\\n")` gives, the empty string after a
-    final newline included), undecodable bytes replaced; a file's read in its pieces, never whole."""
-    pieces = src.chunks() if isinstance(src, FileTextSource) else (src.text,)
+    """A source's text split at every "\\n" (`split_lines`); a file's read in its pieces, never whole."""
+    return split_lines(src.chunks() if isinstance(src, FileTextSource) else (src.text,))
+
+
+def split_lines(pieces: Iterable[str | bytes], errors: str = "replace") -> Iterator[str]:
+    """The text of `pieces` laid end to end, split at every "\\n": what `text.split("\\n")` gives,
+    the empty string after a final newline included, never holding more than a piece and a line.
+    Bytes are decoded as UTF-8 with `errors`, a piece at a time (pieces that end with whole lines,
+    as a file's do, decode as the whole text would)."""
     tail: str | None = None
     for piece in pieces:
-        parts = (piece.decode("utf-8", "replace") if isinstance(piece, bytes) else piece).split("\n")
+        parts = (piece.decode("utf-8", errors) if isinstance(piece, bytes) else piece).split("\n")
         if tail is not None:
             parts[0] = tail + parts[0]
         tail = parts.pop()
