@@ -77,19 +77,34 @@ def text_lines(src: TextSource) -> Iterator[str]:
     return split_lines(src.chunks() if isinstance(src, FileTextSource) else (src.text,))
 
 
+SPLIT_BYTES = 1 << 20
+
+
 def split_lines(pieces: Iterable[str | bytes], errors: str = "replace") -> Iterator[str]:
     """The text of `pieces` laid end to end, split at every "\\n": what `text.split("\\n")` gives,
-    the empty string after a final newline included, never holding more than a piece and a line.
-    Bytes are decoded as UTF-8 with `errors`, a piece at a time (pieces that end with whole lines,
-    as a file's do, decode as the whole text would)."""
+    the empty string after a final newline included. Bytes are decoded as UTF-8 with `errors`, about
+    SPLIT_BYTES at a time, cut after a newline (pieces cut so, as a file's are, decode as the whole
+    text would), so that a large piece is never held again decoded and split whole."""
     tail: str | None = None
-    for piece in pieces:
-        parts = (piece.decode("utf-8", errors) if isinstance(piece, bytes) else piece).split("\n")
+    for part in (part for piece in pieces for part in _parts(piece)):
+        lines = (part.decode("utf-8", errors) if isinstance(part, bytes) else part).split("\n")
         if tail is not None:
-            parts[0] = tail + parts[0]
-        tail = parts.pop()
-        yield from parts
+            lines[0] = tail + lines[0]
+        tail = lines.pop()
+        yield from lines
     yield tail or ""
+
+
+def _parts(piece: str | bytes) -> Iterator[str | bytes]:
+    """A piece of bytes in parts of about SPLIT_BYTES, each cut after a newline."""
+    if isinstance(piece, str) or len(piece) <= SPLIT_BYTES:
+        yield piece
+        return
+    start = 0
+    while start < len(piece):
+        end = piece.find(b"\n", start + SPLIT_BYTES) + 1 or len(piece)
+        yield piece[start:end]
+        start = end
 
 
 @dataclass(slots=True)

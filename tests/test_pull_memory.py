@@ -1,11 +1,12 @@
-"""Pulled pod logs are streamed, not held: the Kubernetes connector hands the engine each log as a
-spooled file read in pieces (collector/spool.py), which says exactly what the same text held whole
-said, is read again from its start when its stream breaks off, and keeps the memory of a pull
-from growing with the logs' size."""
+"""Pulled pod logs and replayed bundles are streamed, not held: the Kubernetes connector hands the
+engine each log as a spooled file read in pieces (collector/spool.py), which says exactly what the
+same text held whole said and is read again from its start when its stream breaks off; `replay`
+sends each file as it reads it. Neither grows in memory with the logs' size."""
 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -16,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 from kube_fake import FakeKube, documents, example_logs
-from server_support import REPO, clean_env
+from server_support import REPO, ServerProcess, clean_env
 
 from hypocenter.collector import logstream
 from hypocenter.collector.connectors import kubernetes
@@ -160,3 +161,58 @@ def test_a_large_pod_log_is_pulled_and_analysed_in_bounded_memory() -> None:
     shift = times * before.count(b"\n")
     assert f"logs/h100-n21/train-worker-2.log:{shift + 25}" in [e["ref"] for e in d["evidence"]]
     assert d["root_cause"]["nodes"] == ["h100-n21"]
+
+
+_REPLAY = """
+import resource, sys
+from pathlib import Path
+from hypocenter.cli import main
+code = main(["replay", *sys.argv[1:]])
+hwm = next(int(x.split()[1]) for x in Path("/proc/self/status").read_text().splitlines() if x.startswith("VmHWM:"))
+print(code, hwm * 1024, file=sys.stderr)
+"""
+
+# auditd's proctitle is the command line hex-encoded: long lines, as JSON application logs have them
+_AUDIT = b"".join(b"Nov  2 10:%02d:%02d node02 kernel: [%d.000001] audit: type=1327 proctitle=%s\n"
+                  % (10 + i % 40, i % 60, 294000 + i, b"2F7573722F62696E2F707974686F6E33" * 250) for i in range(40))
+
+
+def _bundle(root: Path, mib: int, attempt: int) -> tuple[int, int]:
+    """The NVLink example as attempt `attempt`, its node02 kern.log (the Xid 149 the diagnosis names)
+    between `mib` MiB of audit lines: (the log's size, lines before its own)."""
+    shutil.copytree(REPO / "examples" / "nvlink-xid149", root)
+    yaml = root / "attempt.yaml"
+    yaml.write_text(yaml.read_text().replace("attempt: 0", f"attempt: {attempt}", 1))
+    kern = root / "logs/node02/kern.log"
+    own = kern.read_bytes()
+    times = (mib << 20) // 2 // len(_AUDIT)
+    with kern.open("wb") as f:
+        f.writelines([_AUDIT] * times)
+        f.write(own)
+        f.writelines([_AUDIT] * times)
+    return kern.stat().st_size, times * _AUDIT.count(b"\n")
+
+
+def test_a_large_bundle_is_replayed_in_memory_that_does_not_grow_with_it(tmp_path: Path) -> None:
+    """Replays of 16 MiB and 96 MiB of node log (over OTLP/HTTP to a server, which then diagnoses the
+    large one): the larger takes hardly more memory than the smaller (what the old replay held grew
+    by twice the bytes; what is left is the C allocator's own slack, which a fixed
+    MALLOC_MMAP_THRESHOLD_ removes), and the server names the Xid 149 at its line in the large log."""
+    srv = ServerProcess(tmp_path / "s.db").start()
+    try:
+        peaks = []
+        for attempt, mib in ((1, 16), (0, 96)):
+            root = tmp_path / f"b{attempt}"
+            size, before = _bundle(root, mib, attempt)
+            r = subprocess.run([sys.executable, "-c", _REPLAY, str(root), "--endpoint", srv.http, "--http"],
+                               capture_output=True, text=True, env=clean_env(), cwd=REPO, timeout=300, check=False)
+            code, peak = map(int, r.stderr.strip().splitlines()[-1].split())
+            assert code == 0, r.stderr[-2000:]
+            peaks.append((size, peak))
+    finally:
+        srv.stop()
+    (small, small_peak), (big, big_peak) = peaks
+    assert big_peak - small_peak < (big - small) // 4, f"peak RSS {small_peak:,} -> {big_peak:,} bytes for " \
+                                                      f"{small:,} -> {big:,} bytes of log"
+    d = json.loads(r.stdout)
+    assert f"logs/node02/kern.log:{before + 4}" in [e["ref"] for e in d["evidence"]]
