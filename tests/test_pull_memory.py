@@ -89,9 +89,12 @@ def _breaks_off(data: bytes, times: list[int]) -> Iterator[bytes]:
     yield data[len(data) // 2:]
 
 
-def test_a_log_whose_stream_breaks_off_is_read_again_from_its_start() -> None:
-    """Retried as any transient failure; the part read before the break is not kept twice. A log that
-    breaks off on every try is a failed coverage entry, and the other logs are whole."""
+@pytest.mark.parametrize("memory", [16 << 20, 256])
+def test_a_log_whose_stream_breaks_off_is_read_again_from_its_start(memory: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Retried as any transient failure; the part read before the break is not kept twice (in memory,
+    or in the temporary file past 256 bytes). A log that breaks off on every try is a failed coverage
+    entry, and the other logs are whole."""
+    monkeypatch.setattr(kubernetes, "LOG_MEMORY", memory)
     logs: dict[tuple[str, str | None, bool], object] = dict(example_logs(EXAMPLE))
     text = str(logs[POD]).encode()
     breaks = [1]
