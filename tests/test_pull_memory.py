@@ -197,14 +197,15 @@ def _bundle(root: Path, mib: int, attempt: int) -> tuple[int, int]:
 
 
 def test_a_large_bundle_is_replayed_in_memory_that_does_not_grow_with_it(tmp_path: Path) -> None:
-    """Replays of 16 MiB and 96 MiB of node log (over OTLP/HTTP to a server, which then diagnoses the
-    large one): the larger takes hardly more memory than the smaller (what the old replay held grew
-    by twice the bytes; what is left is the C allocator's own slack, which a fixed
-    MALLOC_MMAP_THRESHOLD_ removes), and the server names the Xid 149 at its line in the large log."""
+    """Replays of 48 MiB and 112 MiB of node log (over OTLP/HTTP to a server, which then diagnoses
+    the large one): the larger takes hardly more memory than the smaller (here ~4 MB more for 64 MiB
+    more; the replay before this change held about twice the bytes it sent), and the server names
+    the Xid 149 at its line in the large log. Below ~48 MiB the exporters' and the allocator's own
+    buffers are still growing to their steady size, so the smaller replay is not smaller still."""
     srv = ServerProcess(tmp_path / "s.db").start()
     try:
         peaks = []
-        for attempt, mib in ((1, 16), (0, 96)):
+        for attempt, mib in ((1, 48), (0, 112)):
             root = tmp_path / f"b{attempt}"
             size, before = _bundle(root, mib, attempt)
             r = subprocess.run([sys.executable, "-c", _REPLAY, str(root), "--endpoint", srv.http, "--http"],
