@@ -81,6 +81,32 @@ def test_a_streamed_pod_log_says_what_the_same_text_held_whole_says(monkeypatch:
     assert "logs/h100-n21/train-worker-2.log:27" in [e["ref"] for e in json.loads(got)["evidence"]]
 
 
+def test_the_server_keeps_a_streamed_pod_log_as_it_kept_it_held_whole(tmp_path: Path) -> None:
+    """`serve`'s scope pulls store a pod log line by line (store_scope), now read in pieces: the stored
+    attempt's diagnosis is the one the same log held whole gave."""
+    from hypocenter.config import load_settings
+    from hypocenter.server.service import Attribution
+    from hypocenter.store import open_store
+
+    logs: dict[tuple[str, str | None, bool], object] = dict(example_logs(EXAMPLE))
+    logs[POD] = b"2026-10-21T13:20:45.110000000Z stderr F caf\xc3 \xff\n\n" + str(logs[POD]).encode() + b"no newline"
+    streamed = _pull(FakeKube(_objects(), logs))  # type: ignore[arg-type]
+    got = []
+    for inp in (streamed, _held_whole(streamed)):
+        settings, _ = load_settings({"store": str(tmp_path / f"{len(got)}.db"), "settle_s": 3600,
+                                     "idle_timeout_s": 86400}, environ={})
+        store = open_store(settings.store)
+        service = Attribution(settings, store)
+        try:
+            assert service.store_scope(inp.context, inp.sources)
+            got.append(service.analyze(inp.context.workload.id, inp.context.workload.attempt)[0].to_json())
+        finally:
+            service.close()
+            store.close()
+    assert got[0] == got[1]
+    assert "logs/h100-n21/train-worker-2.log:27" in [e["ref"] for e in json.loads(got[0])["evidence"]]
+
+
 def _breaks_off(data: bytes, times: list[int]) -> Iterator[bytes]:
     yield data[:len(data) // 2]
     if times:
