@@ -19,7 +19,8 @@ The client is the official OpenTelemetry Python SDK exporters (OTLP/gRPC, or OTL
 Every log record carries `log.file.path` (the bundle-relative path, so evidence refs match
 `hypocenter analyze`) and `log.file.record_number` (its line), and a time parsed from the line the
 way a collector's timestamp operator would (lines without one take the previous line's time).
-Resending the same bundle is idempotent on the server.
+Resending the same bundle is idempotent on the server. Each file is read as it is sent (line-aligned
+pieces, BATCH records a request), so a replay's memory does not grow with the bundle's size.
 """
 
 from __future__ import annotations
