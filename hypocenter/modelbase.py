@@ -19,7 +19,6 @@ A field's dump options live in its dataclass metadata: `alias`, `exclude` (never
 from __future__ import annotations
 
 import dataclasses
-import math
 import re
 from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
@@ -143,11 +142,8 @@ def _dump_value(value: Any, json_mode: bool, by_alias: bool | None) -> Any:
         return [_dump_value(v, json_mode, by_alias) for v in value]
     if isinstance(value, dict):
         return {k: _dump_value(v, json_mode, by_alias) for k, v in value.items()}
-    if json_mode:
-        if isinstance(value, datetime):
-            return json_time(value)
-        if isinstance(value, float) and not math.isfinite(value):
-            return None  # pydantic's default ser_json_inf_nan="null"
+    if json_mode and isinstance(value, datetime):
+        return json_time(value)
     return value
 
 
