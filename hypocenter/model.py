@@ -64,8 +64,10 @@ class _Model(Plain):
 # Contract 1: the attempt scope
 
 
-@dataclass(slots=True, kw_only=True, frozen=True)
+@dataclass(slots=True, kw_only=True, frozen=True, eq=False, repr=False)
 class Workload(_Model):
+    """Which workload and attempt: its scheduler's id, name, scheduler and cluster."""
+
     id: str
     attempt: int = 0
     name: str | None = None
@@ -73,13 +75,15 @@ class Workload(_Model):
     cluster: str | None = None
 
 
-@dataclass(slots=True, kw_only=True, frozen=True)
+@dataclass(slots=True, kw_only=True, frozen=True, eq=False, repr=False)
 class Window(_Model):
+    """The attempt's time window (UTC)."""
+
     start: datetime
     end: datetime
 
 
-@dataclass(slots=True, kw_only=True, frozen=True)
+@dataclass(slots=True, kw_only=True, frozen=True, eq=False, repr=False)
 class AttemptContext(_Model):
     """The scope of one workload attempt (attempt.yaml, or a scheduler connector)."""
 
@@ -182,7 +186,7 @@ def _plain_context(doc: Mapping[str, Any]) -> AttemptContext | None:
 # Observations and events
 
 
-@dataclass(slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True, eq=False, repr=False)
 class Event(_Model):
     """A typed fact extracted from an observation (a line, sample or record): an Xid, an NCCL error, a watchdog timeout, …"""
 
@@ -218,8 +222,10 @@ class Event(_Model):
 # Contract 3: the diagnosis
 
 
-@dataclass(slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True, eq=False, repr=False)
 class AttemptRef(_Model):
+    """The attempt a diagnosis is about."""
+
     workload_id: str
     attempt: int
     scheduler: str | None
@@ -228,15 +234,19 @@ class AttemptRef(_Model):
     nodes: list[str]
 
 
-@dataclass(slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True, eq=False, repr=False)
 class Component(_Model):
+    """A part of a node named as a cause: a GPU, an HCA port, a NIC, a filesystem."""
+
     node: str
     kind: str
     id: str
 
 
-@dataclass(slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True, eq=False, repr=False)
 class RootCause(_Model):
+    """A cause: where in the taxonomy, which rule, on which nodes and components, and what to do."""
+
     domain: str
     subdomain: str
     rule: str
@@ -247,8 +257,10 @@ class RootCause(_Model):
     action: Action
 
 
-@dataclass(slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True, eq=False, repr=False)
 class Symptom(_Model):
+    """Events of one kind that a cause explains."""
+
     kind: str
     rule: str
     count: int
@@ -258,8 +270,10 @@ class Symptom(_Model):
     example: str
 
 
-@dataclass(slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True, eq=False, repr=False)
 class Evidence(_Model):
+    """One line a diagnosis rests on, and its role."""
+
     time: str | None
     node: str | None
     source: str
@@ -274,14 +288,18 @@ class Evidence(_Model):
     time_max: str | None = field(default=None, metadata={"exclude_if": omit_none})
 
 
-@dataclass(slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True, eq=False, repr=False)
 class Quality(_Model):
+    """How far the diagnosis can be trusted, and why."""
+
     level: QualityLevel
     reasons: list[str]
 
 
-@dataclass(slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True, eq=False, repr=False)
 class Coverage(_Model):
+    """What one source gave the analysis: its status and how many observations."""
+
     connector: str
     source: str
     status: CoverageStatus
@@ -289,13 +307,15 @@ class Coverage(_Model):
     reason: str | None = None
 
 
-@dataclass(slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True, eq=False, repr=False)
 class EngineInfo(_Model):
+    """The engine and ruleset that made the diagnosis."""
+
     version: str
     ruleset: str
 
 
-@dataclass(slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True, eq=False, repr=False)
 class FirstFailure(_Model):
     """When no cause is attributed: the first process seen to fail, where, how, and what to check next."""
 
@@ -310,7 +330,7 @@ class FirstFailure(_Model):
     action: Action
 
 
-@dataclass(slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True, eq=False, repr=False)
 class NextStep(_Model):
     """What to do next: the action, and for an unattributed diagnosis what to look at (engine/next_step.py)."""
 
@@ -318,7 +338,7 @@ class NextStep(_Model):
     look_at: list[str] = field(default_factory=list)
 
 
-@dataclass(slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True, eq=False, repr=False)
 class Diagnosis(_Model):
     """The verdict on one attempt. Field order is the order of contract 3 and of the JSON output."""
 

@@ -148,11 +148,32 @@ def _dump_value(value: Any, json_mode: bool, by_alias: bool | None) -> Any:
 
 
 class Plain:
-    """Base of the plain (dataclass) models: the part of pydantic's BaseModel API callers use."""
+    """Base of the plain (dataclass) models: the part of pydantic's BaseModel API callers use.
 
-    __slots__ = ()
+    Subclasses are `@dataclass(slots=True, kw_only=True, eq=False, repr=False)` (and `frozen=True`
+    where the pydantic model was frozen): equality, hash and repr are these, one for all classes,
+    as dataclasses would write them (generating them per class costs start-up)."""
+
+    __slots__: ClassVar[tuple[str, ...]] = ()
     # pydantic's serialize_by_alias: whether model_dump uses aliases when not told.
     _by_alias: ClassVar[bool] = False
+
+    def _values(self) -> tuple[Any, ...]:
+        return tuple([getattr(self, name) for name in self.__slots__])  # a dataclass's slots: its fields, in order
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self._values() == other._values()
+
+    def __hash__(self) -> int:
+        if not self.__dataclass_params__.frozen:  # type: ignore[attr-defined]
+            raise TypeError(f"unhashable type: {type(self).__name__!r}")
+        return hash(self._values())
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__slots__)
+        return f"{type(self).__qualname__}({fields})"
 
     def model_dump(self, *, mode: str = "python", by_alias: bool | None = None) -> dict[str, Any]:
         json_mode = mode == "json"

@@ -35,7 +35,7 @@ Status = Literal["experimental", "test", "stable"]
 _LINE_SOURCES: tuple[SourceKind, ...] = ("kernel", "app", "scheduler")
 
 
-@dataclass(slots=True, kw_only=True, frozen=True)
+@dataclass(slots=True, kw_only=True, frozen=True, eq=False, repr=False)
 class ExtractSpec(Plain):
     """Turn log lines into events. `tokens` are literals at least one of which must occur in
     every line the pattern can match: they build the prefilter."""
@@ -52,7 +52,7 @@ class ExtractSpec(Plain):
     lookup_key: str = "code"
 
 
-@dataclass(slots=True, kw_only=True, frozen=True)
+@dataclass(slots=True, kw_only=True, frozen=True, eq=False, repr=False)
 class MetricSpec(Plain):
     """Turn metric series into events: one event per series, at the first sample that meets the condition."""
 
@@ -69,7 +69,7 @@ class MetricSpec(Plain):
     lookup: str | None = None
 
 
-@dataclass(slots=True, kw_only=True, frozen=True)
+@dataclass(slots=True, kw_only=True, frozen=True, eq=False, repr=False)
 class When(Plain):
     """Which events an attribution applies to: kind(s), exact field values, a regex on the text."""
 
@@ -81,7 +81,7 @@ class When(Plain):
     source: list[SourceKind] | None = None
 
 
-@dataclass(slots=True, kw_only=True, frozen=True)
+@dataclass(slots=True, kw_only=True, frozen=True, eq=False, repr=False)
 class RecoverySpec(Plain):
     """A later event on the same node that shows the condition cleared (a reconnect, a port ACTIVE
     again). It counts only when the job is seen progressing after it (verdict.py)."""
@@ -93,8 +93,10 @@ class RecoverySpec(Plain):
     same: list[str] = field(default_factory=list)
 
 
-@dataclass(slots=True, kw_only=True, frozen=True)
+@dataclass(slots=True, kw_only=True, frozen=True, eq=False, repr=False)
 class AttributeSpec(Plain):
+    """How a rule classifies the events it applies to: role, taxonomy, locus, precedence, action."""
+
     when: When
     role: Role
     symptom: str | None = None
@@ -117,7 +119,7 @@ class AttributeSpec(Plain):
     unless_recovered: RecoverySpec | None = None
 
 
-@dataclass(slots=True, kw_only=True, frozen=True)
+@dataclass(slots=True, kw_only=True, frozen=True, eq=False, repr=False)
 class CaseSpec(Plain):
     """A rule's own test: a tiny timeline and what the rule must (not) do with it."""
 
@@ -132,7 +134,7 @@ class CaseSpec(Plain):
     note: str | None = None
 
 
-@dataclass(slots=True, kw_only=True, frozen=True)
+@dataclass(slots=True, kw_only=True, frozen=True, eq=False, repr=False)
 class Rule(Plain):
     """One validated rule (its checks: rule_schema.Rule)."""
 
