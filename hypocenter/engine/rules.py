@@ -18,7 +18,6 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
-from difflib import get_close_matches
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -201,6 +200,8 @@ class Ruleset:
 
 def _suggest(name: str, model: type[Plain]) -> str:
     known = [f.name for f in fields(model) if f.name not in ("path", "line")]  # type: ignore[arg-type]
+    from difflib import get_close_matches  # only for a rule file with a mistake
+
     hint = get_close_matches(name, known, n=1, cutoff=0.6)
     return f" (did you mean {hint[0]!r}?)" if hint else f" (known fields: {', '.join(known)})"
 
@@ -344,6 +345,8 @@ def load_ruleset(extra: Iterable[Path] = (), *, builtin: bool = True) -> Ruleset
     digest.update(f"analyzers:{ANALYZER_VERSION}".encode())
     for rule in rules:
         if rule.analyzer and rule.analyzer not in ANALYZERS:
+            from difflib import get_close_matches
+
             hint = get_close_matches(rule.analyzer, list(ANALYZERS), n=1)
             tip = f" (did you mean {hint[0]!r}?)" if hint else f" (known: {', '.join(sorted(ANALYZERS))})"
             raise RuleError(f"rule {rule.id}: unknown analyzer {rule.analyzer!r}{tip}", path=rule.path, line=rule.line)
