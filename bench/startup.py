@@ -78,11 +78,11 @@ def step_table(trees: dict[str, Path], scratch: Path, runs: int) -> None:
             best[name]["total"] = min(best[name].get("total", prev * 1000), prev * 1000)
             extra[name] = {k: v for k, v in doc.items() if k != "steps"}
     names = list(trees)
-    print(f"least CPU of {runs} runs, ms   " + "".join(f"{n:>10}" for n in names))
+    print(f"{'least CPU of ' + str(runs) + ' runs, ms':58s}" + "".join(f"{n:>10}" for n in names))
     for step in best[names[0]]:
-        print(f"  {step:36s}" + "".join(f"{best[n].get(step, float('nan')):10.1f}" for n in names))
+        print(f"  {step:56s}" + "".join(f"{best[n].get(step, float('nan')):10.1f}" for n in names))
     for key in ("pydantic_modules", "modules"):
-        print(f"  {key:36s}" + "".join(f"{extra[n][key]!s:>10}" for n in names))
+        print(f"  {key:56s}" + "".join(f"{extra[n][key]!s:>10}" for n in names))
 
 
 def point(trees: dict[str, Path], scratch: Path, tries: int = 5) -> None:
