@@ -456,6 +456,11 @@ def analyze_part(fig: Figures, tmp: Path, quick: bool, tokens: Path) -> None:
     rg = shutil.which("rg")
     sizes = [(8, 2.0), (64, 4.0)] if quick else [(8, 50.0), (64, 250.0), (1024, 250.0), (1024, 1100.0), (8, 2000.0)]
     print("(b) hypocenter analyze vs rg -c -F -f <rule tokens> on the same files", flush=True)
+    # The floor under any Python command: the interpreter starting with this environment's site
+    # packages and doing nothing (what bounds the ratio where rg itself takes a tenth of a second).
+    floor = min((run_measured([sys.executable, "-c", "pass"], _env()) for _ in range(3)), key=lambda r: r.seconds)
+    fig.summary["interpreter_start_s"] = round(floor.seconds, 3)
+    print(f"  (the interpreter alone, `python -c pass`: {floor.seconds:.2f} s)", flush=True)
     fig.summary["analyze"] = []
     for nodes, mb in sizes:
         root = tmp / f"bundle-{nodes}-{int(mb)}"

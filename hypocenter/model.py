@@ -5,148 +5,86 @@ observation is one line, sample or record of them), the extractor turns candidat
 into `Event`s, the verdict turns events into a `Diagnosis`. These models are the contracts of docs/design.md (contract 1
 for `AttemptContext`, contract 3 for `Diagnosis`); they must only ever be extended compatibly.
 Nothing in this module reads files or knows about a connector.
+
+They are plain slotted dataclasses (modelbase.Plain: `model_dump`, `model_copy`), so that
+`hypocenter analyze` never imports pydantic; documents are validated by their pydantic twins in
+model_schema.py (`AttemptContext.model_validate(doc)` does that, and hands back the plain class),
+which also give the published JSON Schema. tests/test_model_schema.py keeps both sides in step.
 """
 
 from __future__ import annotations
 
+import json
 import re
-from datetime import datetime, timezone
-from typing import Literal
-
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, ClassVar, Self
 
 from hypocenter import limits
-
-SCHEMA_ID = "hypocenter.diagnosis/v1"
-
-SourceKind = Literal["kernel", "app", "scheduler", "metric"]
-Outcome = Literal["attributed", "ambiguous", "unattributed", "not_failed"]
-Role = Literal["root_cause", "symptom", "context"]
-QualityLevel = Literal["high", "medium", "low"]
-Action = Literal[
-    "RESTART",
-    "RESET_GPU",
-    "REBOOT_NODE",
-    "DRAIN_NODE",
-    "CHECK_LINK",
-    "FIX_CODE",
-    "FIX_CONFIG",
-    "ADD_RESOURCES",
-    "INVESTIGATE",
-    "NONE",
-]
-
-# The taxonomy of docs/design.md. More subdomains may be added; these must exist.
-TAXONOMY: dict[str, tuple[str, ...]] = {
-    "hardware": ("gpu", "gpu_memory", "gpu_firmware", "nvlink", "host"),
-    "network": ("fabric", "nic"),
-    "storage": ("filesystem",),
-    "software": ("user_code", "configuration", "hang"),
-    "resource": ("gpu_oom", "host_oom", "time_limit"),
-    "external": ("preemption", "cancellation", "maintenance"),
-}
-
-TERMINAL_OK = frozenset({"COMPLETED", "SUCCEEDED", "SUCCESS", "FINISHED"})
+from hypocenter.modelbase import (
+    COMPONENT_KINDS,
+    SCHEMA_ID,
+    TAXONOMY,
+    TERMINAL_OK,
+    Action,
+    CoverageStatus,
+    FieldValue,
+    Outcome,
+    Plain,
+    QualityLevel,
+    Role,
+    SourceKind,
+    count_ranks,
+    isoformat,
+    json_time,
+    omit_false,
+    omit_none,
+    parse_rank_ranges,
+    plain_from,
+    utc,
+)
 
 
-def utc(dt: datetime) -> datetime:
-    """Return `dt` as an aware UTC datetime (naive values are taken to be UTC)."""
-    if dt.tzinfo is None:
-        return dt.replace(tzinfo=timezone.utc)
-    return dt.astimezone(timezone.utc)
+class _Model(Plain):
+    __slots__ = ()
 
+    @classmethod
+    def model_validate(cls, obj: Any) -> Self:
+        """Validate a document with this class's pydantic twin (model_schema.py): pydantic's coercions,
+        checks and ValidationError; the result comes back as this plain class."""
+        from hypocenter import model_schema
 
-def isoformat(dt: datetime | None) -> str | None:
-    """Render a time the one way diagnoses render times: UTC, microseconds only when present, `Z`."""
-    if dt is None:
-        return None
-    text = utc(dt).isoformat()
-    return text.replace("+00:00", "Z")
-
-
-_RANGE = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+))?\s*$")
-
-
-def count_ranks(spec: str | int | list[int]) -> int:
-    """How many ranks a rank spec names (at most; overlaps counted twice), without expanding it.
-    ValueError names a malformed spec."""
-    if isinstance(spec, int):
-        return 1
-    if isinstance(spec, list):
-        return len(spec)
-    total = 0
-    for part in str(spec).split(","):
-        if not part.strip():
-            continue
-        m = _RANGE.match(part)
-        if not m:
-            raise ValueError(f"invalid rank range {part.strip()[:80]!r} (expected e.g. '0-7' or '0-3,8-11')")
-        lo = int(m.group(1))
-        hi = int(m.group(2)) if m.group(2) is not None else lo
-        if hi < lo:
-            raise ValueError(f"invalid rank range {part.strip()[:80]!r}: end is before start")
-        total += hi - lo + 1
-    return total
-
-
-def parse_rank_ranges(spec: str | int | list[int]) -> list[int]:
-    """Expand a rank spec such as ``"0-7"``, ``"0-3,8-11"``, ``5`` or ``[0, 1]`` into a sorted list.
-    A spec naming more than max_ranks_per_attempt ranks raises LimitExceeded before anything is expanded."""
-    limits.check_count(f"rank map entry {str(spec)[:80]!r} names ranks", count_ranks(spec), "max_ranks_per_attempt")
-    if isinstance(spec, int):
-        return [spec]
-    if isinstance(spec, list):
-        return sorted(int(r) for r in spec)
-    ranks: set[int] = set()
-    for part in str(spec).split(","):
-        if not part.strip():
-            continue
-        m = _RANGE.match(part)
-        assert m is not None  # count_ranks checked every part
-        lo = int(m.group(1))
-        hi = int(m.group(2)) if m.group(2) is not None else lo
-        ranks.update(range(lo, hi + 1))
-    return sorted(ranks)
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+        twin = getattr(model_schema, cls.__name__)
+        result: Self = plain_from(twin.model_validate(obj), _CLASSES)
+        return result
 
 
 # ---------------------------------------------------------------------------------------------
 # Contract 1: the attempt scope
 
 
-class Workload(_Strict):
+@dataclass(slots=True, kw_only=True, frozen=True, eq=False, repr=False)
+class Workload(_Model):
+    """Which workload and attempt: its scheduler's id, name, scheduler and cluster."""
+
     id: str
     attempt: int = 0
     name: str | None = None
     scheduler: str | None = None
     cluster: str | None = None
 
-    @field_validator("id", mode="before")
-    @classmethod
-    def _id_as_text(cls, v: object) -> object:
-        return str(v) if isinstance(v, int) else v
 
+@dataclass(slots=True, kw_only=True, frozen=True, eq=False, repr=False)
+class Window(_Model):
+    """The attempt's time window (UTC)."""
 
-class Window(_Strict):
     start: datetime
     end: datetime
 
-    @field_validator("start", "end")
-    @classmethod
-    def _aware(cls, v: datetime) -> datetime:
-        return utc(v)
 
-    @model_validator(mode="after")
-    def _ordered(self) -> Window:
-        if self.end < self.start:
-            raise ValueError("window.end is before window.start")
-        return self
-
-
-class AttemptContext(_Strict):
+@dataclass(slots=True, kw_only=True, frozen=True, eq=False, repr=False)
+class AttemptContext(_Model):
     """The scope of one workload attempt (attempt.yaml, or a scheduler connector)."""
 
     workload: Workload
@@ -154,32 +92,9 @@ class AttemptContext(_Strict):
     state: str | None = None
     exit_code: int | None = None
     reason: str | None = None
-    nodes: list[str] = Field(default_factory=list)
-    ranks: dict[str, str | int | list[int]] = Field(default_factory=dict)
+    nodes: list[str] = field(default_factory=list)
+    ranks: dict[str, str | int | list[int]] = field(default_factory=dict)
     timezone: str = "UTC"
-
-    @field_validator("state")
-    @classmethod
-    def _upper_state(cls, v: str | None) -> str | None:
-        return v.strip().upper() if isinstance(v, str) else v
-
-    @field_validator("nodes")
-    @classmethod
-    def _once_each(cls, v: list[str]) -> list[str]:
-        # An allocation names a node once; a repeat (a hand-written list, a merged hostlist) is the same node.
-        nodes = list(dict.fromkeys(v))
-        limits.check_count("nodes of the attempt", len(nodes), "max_nodes_per_attempt")
-        return nodes
-
-    @model_validator(mode="after")
-    def _ranks_on_known_nodes(self) -> AttemptContext:
-        total = 0
-        for node, spec in self.ranks.items():
-            if self.nodes and node not in self.nodes:
-                raise ValueError(f"ranks: node {node!r} is not in nodes")
-            total += count_ranks(spec)
-        limits.check_count("ranks of the attempt's rank map", total, "max_ranks_per_attempt")
-        return self
 
     def rank_nodes(self) -> dict[int, str]:
         """Global rank → node, from the optional rank map."""
@@ -194,17 +109,86 @@ class AttemptContext(_Strict):
         return self.state in TERMINAL_OK
 
 
+# A well-formed attempt document, taken without pydantic (`hypocenter analyze` reads one per run).
+# Only what is plainly of its field's type is taken here, where pydantic would keep the value as it
+# is; anything else (a wrong type, a value pydantic coerces, an unknown key, a failed check) is left
+# to AttemptContext.model_validate, so messages and coercions stay pydantic's alone.
+_STAMP = re.compile(r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:\.\d{1,6})?(?:Z|[+-]\d\d:\d\d)?")
+_WORKLOAD_KEYS = frozenset({"id", "attempt", "name", "scheduler", "cluster"})
+_CONTEXT_KEYS = frozenset({"workload", "window", "state", "exit_code", "reason", "nodes", "ranks", "timezone"})
+
+
+def _text(v: object) -> bool:
+    return type(v) is str or v is None
+
+
+def _stamp(v: object) -> datetime | None:
+    if type(v) is datetime:
+        return utc(v)
+    if type(v) is str and _STAMP.fullmatch(v):
+        return utc(datetime.fromisoformat(v))
+    return None
+
+
+def plain_context(doc: Mapping[str, Any]) -> AttemptContext | None:
+    """The AttemptContext a well-formed attempt document (attempt.yaml as loaded) validates to, or None
+    when the document needs pydantic's judgement: `AttemptContext.model_validate(doc)` then."""
+    try:
+        return _plain_context(doc)
+    except Exception:  # a failed check, a limit: pydantic's validation says it its own way
+        return None
+
+
+def _plain_context(doc: Mapping[str, Any]) -> AttemptContext | None:
+    w, win = doc.get("workload"), doc.get("window")
+    if not (doc.keys() <= _CONTEXT_KEYS and isinstance(w, dict) and isinstance(win, dict)
+            and w.keys() <= _WORKLOAD_KEYS and win.keys() == {"start", "end"}):
+        return None
+    ident, attempt = w.get("id"), w.get("attempt", 0)
+    if not (type(ident) is str or type(ident) is int) or type(attempt) is not int:
+        return None
+    if not all(_text(w.get(k)) for k in ("name", "scheduler", "cluster")):
+        return None
+    start, end = _stamp(win["start"]), _stamp(win["end"])
+    if start is None or end is None or end < start:
+        return None
+    state, exit_code, zone = doc.get("state"), doc.get("exit_code"), doc.get("timezone", "UTC")
+    if not (_text(state) and _text(doc.get("reason")) and type(zone) is str
+            and (exit_code is None or type(exit_code) is int)):
+        return None
+    nodes, ranks = doc.get("nodes", []), doc.get("ranks", {})
+    if not (type(nodes) is list and all(type(n) is str for n in nodes) and isinstance(ranks, dict)):
+        return None
+    plain_ranks: dict[str, str | int | list[int]] = {}
+    for node, spec in ranks.items():
+        if type(spec) is list and all(type(r) is int for r in spec):
+            spec = list(spec)
+        elif not (type(spec) is str or type(spec) is int):
+            return None
+        if type(node) is not str:
+            return None
+        plain_ranks[node] = spec
+    context = AttemptContext(
+        workload=Workload(id=str(ident), attempt=attempt, name=w.get("name"), scheduler=w.get("scheduler"),
+                          cluster=w.get("cluster")),
+        window=Window(start=start, end=end), state=state.strip().upper() if state is not None else None,
+        exit_code=exit_code, reason=doc.get("reason"), nodes=list(dict.fromkeys(nodes)), ranks=plain_ranks,
+        timezone=zone)
+    limits.check_count("nodes of the attempt", len(context.nodes), "max_nodes_per_attempt")
+    if any(context.nodes and node not in context.nodes for node in plain_ranks):
+        return None
+    limits.check_count("ranks of the attempt's rank map", sum(count_ranks(s) for s in plain_ranks.values()),
+                       "max_ranks_per_attempt")
+    return context
+
+
 # ---------------------------------------------------------------------------------------------
 # Observations and events
 
 
-FieldValue = str | int | float | None
-
-
-class Event(BaseModel):
+@dataclass(slots=True, kw_only=True, eq=False, repr=False)
+class Event(_Model):
     """A typed fact extracted from an observation (a line, sample or record): an Xid, an NCCL error, a watchdog timeout, …"""
-
-    model_config = ConfigDict(extra="forbid")
 
     kind: str
     rule: str
@@ -217,7 +201,7 @@ class Event(BaseModel):
     source: SourceKind
     ref: str
     text: str
-    fields: dict[str, FieldValue] = Field(default_factory=dict)
+    fields: dict[str, FieldValue] = field(default_factory=dict)
 
     def sort_key(self) -> tuple[str, str, str, str, str]:
         """A total order that does not depend on arrival order."""
@@ -238,7 +222,10 @@ class Event(BaseModel):
 # Contract 3: the diagnosis
 
 
-class AttemptRef(BaseModel):
+@dataclass(slots=True, kw_only=True, eq=False, repr=False)
+class AttemptRef(_Model):
+    """The attempt a diagnosis is about."""
+
     workload_id: str
     attempt: int
     scheduler: str | None
@@ -247,30 +234,33 @@ class AttemptRef(BaseModel):
     nodes: list[str]
 
 
-# One vocabulary of component kinds, for the engine's diagnoses and the benchmark's truth alike:
-# a GPU (id: its PCI address, or gpuN), an HCA port (mlx5_N/P, or the netdev of a one-port NIC), a NIC
-# as a device (mlx5_N, or its PCI address), a filesystem (NFS server, Lustre target, or mount path).
-COMPONENT_KINDS = ("gpu", "port", "nic", "filesystem")
+@dataclass(slots=True, kw_only=True, eq=False, repr=False)
+class Component(_Model):
+    """A part of a node named as a cause: a GPU, an HCA port, a NIC, a filesystem."""
 
-
-class Component(BaseModel):
     node: str
     kind: str
     id: str
 
 
-class RootCause(BaseModel):
+@dataclass(slots=True, kw_only=True, eq=False, repr=False)
+class RootCause(_Model):
+    """A cause: where in the taxonomy, which rule, on which nodes and components, and what to do."""
+
     domain: str
     subdomain: str
     rule: str
     summary: str
     nodes: list[str]
-    components: list[Component] = Field(default_factory=list)
+    components: list[Component] = field(default_factory=list)
     first_seen: str | None
     action: Action
 
 
-class Symptom(BaseModel):
+@dataclass(slots=True, kw_only=True, eq=False, repr=False)
+class Symptom(_Model):
+    """Events of one kind that a cause explains."""
+
     kind: str
     rule: str
     count: int
@@ -280,7 +270,10 @@ class Symptom(BaseModel):
     example: str
 
 
-class Evidence(BaseModel):
+@dataclass(slots=True, kw_only=True, eq=False, repr=False)
+class Evidence(_Model):
+    """One line a diagnosis rests on, and its role."""
+
     time: str | None
     node: str | None
     source: str
@@ -291,30 +284,39 @@ class Evidence(BaseModel):
     # A line without its own stamp: `time` is the stamp before it in its stream (a lower bound) and
     # `time_max` the stamp after it, when there is one; the line happened in between.
     # Both absent from the JSON for a stamped line: contract 3's evidence keys are unchanged there.
-    inherited: bool = Field(default=False, exclude_if=lambda v: not v)
-    time_max: str | None = Field(default=None, exclude_if=lambda v: v is None)
+    inherited: bool = field(default=False, metadata={"exclude_if": omit_false})
+    time_max: str | None = field(default=None, metadata={"exclude_if": omit_none})
 
 
+@dataclass(slots=True, kw_only=True, eq=False, repr=False)
+class Quality(_Model):
+    """How far the diagnosis can be trusted, and why."""
 
-class Quality(BaseModel):
     level: QualityLevel
     reasons: list[str]
 
 
-class Coverage(BaseModel):
+@dataclass(slots=True, kw_only=True, eq=False, repr=False)
+class Coverage(_Model):
+    """What one source gave the analysis: its status and how many observations."""
+
     connector: str
     source: str
-    status: Literal["ok", "partial", "failed", "skipped", "missing"]
+    status: CoverageStatus
     observations: int
     reason: str | None = None
 
 
-class EngineInfo(BaseModel):
+@dataclass(slots=True, kw_only=True, eq=False, repr=False)
+class EngineInfo(_Model):
+    """The engine and ruleset that made the diagnosis."""
+
     version: str
     ruleset: str
 
 
-class FirstFailure(BaseModel):
+@dataclass(slots=True, kw_only=True, eq=False, repr=False)
+class FirstFailure(_Model):
     """When no cause is attributed: the first process seen to fail, where, how, and what to check next."""
 
     rank: int | None
@@ -326,23 +328,29 @@ class FirstFailure(BaseModel):
     text: str
     next_step: str
     action: Action
-class NextStep(BaseModel):
+
+
+@dataclass(slots=True, kw_only=True, eq=False, repr=False)
+class NextStep(_Model):
     """What to do next: the action, and for an unattributed diagnosis what to look at (engine/next_step.py)."""
 
     action: Action
-    look_at: list[str] = Field(default_factory=list)
+    look_at: list[str] = field(default_factory=list)
 
 
-class Diagnosis(BaseModel):
+@dataclass(slots=True, kw_only=True, eq=False, repr=False)
+class Diagnosis(_Model):
     """The verdict on one attempt. Field order is the order of contract 3 and of the JSON output."""
 
-    schema_: str = Field(default=SCHEMA_ID, alias="schema")
+    _by_alias: ClassVar[bool] = True
+
+    schema_: str = field(default=SCHEMA_ID, metadata={"alias": "schema"})
     id: str
     attempt: AttemptRef
     terminal_state: str | None
     outcome: Outcome
     root_cause: RootCause | None
-    candidates: list[RootCause] = Field(default_factory=list)
+    candidates: list[RootCause] = field(default_factory=list)
     affected_nodes: list[str]
     symptoms: list[Symptom]
     evidence: list[Evidence]
@@ -351,10 +359,21 @@ class Diagnosis(BaseModel):
     coverage: list[Coverage]
     engine: EngineInfo
     # Unattributed only: localises the failure without a cause. Absent (not null) otherwise.
-    first_failure: FirstFailure | None = Field(default=None, exclude_if=lambda v: v is None)
-
-    model_config = ConfigDict(populate_by_name=True, serialize_by_alias=True)
+    first_failure: FirstFailure | None = field(default=None, metadata={"exclude_if": omit_none})
 
     def to_json(self) -> str:
-        """The canonical, byte-stable JSON rendering."""
-        return self.model_dump_json(by_alias=True, indent=2) + "\n"
+        """The canonical, byte-stable JSON rendering (what pydantic's model_dump_json(indent=2) wrote:
+        UTF-8 as is, control characters escaped)."""
+        return json.dumps(self.model_dump(mode="json", by_alias=True), indent=2, ensure_ascii=False) + "\n"
+
+
+_CLASSES: dict[str, type[Plain]] = {cls.__name__: cls for cls in (
+    Workload, Window, AttemptContext, Event, AttemptRef, Component, RootCause, Symptom, Evidence, Quality,
+    Coverage, EngineInfo, FirstFailure, NextStep, Diagnosis)}
+
+__all__ = [
+    "COMPONENT_KINDS", "SCHEMA_ID", "TAXONOMY", "TERMINAL_OK", "Action", "AttemptContext", "AttemptRef", "Component",
+    "Coverage", "CoverageStatus", "Diagnosis", "EngineInfo", "Event", "Evidence", "FieldValue", "FirstFailure",
+    "NextStep", "Outcome", "Quality", "QualityLevel", "Role", "RootCause", "SourceKind", "Symptom", "Window",
+    "Workload", "count_ranks", "isoformat", "json_time", "parse_rank_ranges", "plain_context", "utc",
+]

@@ -7,7 +7,7 @@ connectors never see the engine: what the rules read reaches them as `RuleQuerie
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -70,6 +70,41 @@ class FileTextSource(TextSource):
 
     def __repr__(self) -> str:
         return f"FileTextSource(name={self.name!r}, node={self.node!r})"
+
+
+def text_lines(src: TextSource) -> Iterator[str]:
+    """A source's text split at every "\\n" (`split_lines`); a file's read in its pieces, never whole."""
+    return split_lines(src.chunks() if isinstance(src, FileTextSource) else (src.text,))
+
+
+SPLIT_BYTES = 1 << 20
+
+
+def split_lines(pieces: Iterable[str | bytes], errors: str = "replace") -> Iterator[str]:
+    """The text of `pieces` laid end to end, split at every "\\n": what `text.split("\\n")` gives,
+    the empty string after a final newline included. Bytes are decoded as UTF-8 with `errors`, about
+    SPLIT_BYTES at a time, cut after a newline (pieces cut so, as a file's are, decode as the whole
+    text would), so that a large piece is never held again decoded and split whole."""
+    tail: str | None = None
+    for part in (part for piece in pieces for part in _parts(piece)):
+        lines = (part.decode("utf-8", errors) if isinstance(part, bytes) else part).split("\n")
+        if tail is not None:
+            lines[0] = tail + lines[0]
+        tail = lines.pop()
+        yield from lines
+    yield tail or ""
+
+
+def _parts(piece: str | bytes) -> Iterator[str | bytes]:
+    """A piece of bytes in parts of about SPLIT_BYTES, each cut after a newline."""
+    if isinstance(piece, str) or len(piece) <= SPLIT_BYTES:
+        yield piece
+        return
+    start = 0
+    while start < len(piece):
+        end = piece.find(b"\n", start + SPLIT_BYTES) + 1 or len(piece)
+        yield piece[start:end]
+        start = end
 
 
 @dataclass(slots=True)

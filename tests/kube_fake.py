@@ -2,7 +2,9 @@
 
 It answers the GETs the Kubernetes connector makes the way the API server does: an object by name
 (core and /apis groups), a namespaced list filtered by `labelSelector` (k=v,…) and `fieldSelector`
-(involvedObject.kind/name), nodes, and pod logs (`container`, `previous`, `timestamps`). A kind it
+(involvedObject.kind/name), nodes, and pod logs (`container`, `previous`, `timestamps`; a log given
+as bytes is served as they are, one given as a function as the stream of pieces it returns, sent
+as chunked transfer the way the API server streams a log). A kind it
 does not hold answers a plain `404 page not found`, like a CRD that is not installed; a missing object
 answers a `Status` 404; a wrong bearer token a `Status` 401. `fail` queues status codes per path
 for retry tests.
@@ -12,12 +14,13 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+Log = str | bytes | Callable[[], Iterator[bytes]]
 PLURALS = {"pods": "Pod", "events": "Event", "nodes": "Node", "jobs": "Job", "jobsets": "JobSet",
            "pytorchjobs": "PyTorchJob", "workloads": "Workload"}
 _PATH = re.compile(r"^/(?:api/v1|apis/[^/]+/[^/]+)(?:/namespaces/(?P<ns>[^/]+))?/(?P<plural>[a-z]+)(?:/(?P<name>[^/]+))?"
@@ -30,7 +33,7 @@ def _status(code: int, reason: str, message: str) -> httpx.Response:
 
 
 class FakeKube:
-    def __init__(self, objects: Iterable[dict[str, Any]], logs: dict[tuple[str, str | None, bool], str] | None = None,
+    def __init__(self, objects: Iterable[dict[str, Any]], logs: dict[tuple[str, str | None, bool], Log] | None = None,
                  *, token: str | None = "fake-token", fail: dict[str, list[int]] | None = None) -> None:
         self.objects = [o for o in objects if isinstance(o, dict) and o.get("kind")]
         self.logs = logs or {}
@@ -78,7 +81,10 @@ class FakeKube:
     def _log(self, ns: str | None, pod: str, container: str | None, previous: bool) -> httpx.Response:
         for key in ((pod, container, previous), (pod, None, previous)):
             if key in self.logs:
-                return httpx.Response(200, text=self.logs[key])
+                log = self.logs[key]
+                if callable(log):
+                    return httpx.Response(200, headers={"Content-Type": "text/plain"}, content=log())
+                return httpx.Response(200, text=log) if isinstance(log, str) else httpx.Response(200, content=log)
         if previous:
             return _status(400, "BadRequest", f'previous terminated container "{container}" in pod "{pod}" not found')
         return _status(404, "NotFound", f'pods "{pod}" not found')

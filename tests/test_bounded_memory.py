@@ -17,6 +17,7 @@ import struct
 import subprocess
 import sys
 import tarfile
+import tempfile
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -121,7 +122,7 @@ def test_an_archive_spooled_to_a_temporary_file_gives_the_diagnosis_of_its_direc
         name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(archive, "SPOOL_MEMORY", 1024)  # every example past it: its files read from disk
     monkeypatch.setattr(logstream, "CHUNK_BYTES", 4096)
-    monkeypatch.setattr(archive.tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     engine = default_engine()
     root = tmp_path / name
     shutil.copytree(EXAMPLES / name, root)

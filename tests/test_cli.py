@@ -430,3 +430,22 @@ def test_a_user_rule_that_ties_a_builtin_is_explained_and_warned_about(tmp_path:
     higher = tmp_path / "higher.yaml"
     higher.write_text(TIED_RULE.replace("PRECEDENCE", "61"))
     assert run_cli("rules", "test", "--rules", str(higher), "--rule", "my-nvlink").returncode == 0
+
+
+_IMPORTS_OF_ANALYZE = """
+import sys
+from hypocenter.cli import main
+code = main(["analyze", sys.argv[1], "--format", "json"])
+print(sorted(m for m in sys.modules if m.split(".")[0] in ("pydantic", "pydantic_core")), code, file=sys.stderr)
+"""
+
+
+def test_analyze_imports_no_pydantic(tmp_path: Path) -> None:
+    """`analyze` validates attempt.yaml and prints a diagnosis without pydantic (its import costs more
+    than reading a small bundle); once the rule catalog is cached, no pydantic module is loaded at all.
+    (Every example's attempt.yaml takes that path: tests/test_model_schema.py.)"""
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    first, again = (subprocess.run([sys.executable, "-c", _IMPORTS_OF_ANALYZE, str(EXAMPLE)], capture_output=True,
+                                   text=True, timeout=180, env=env, check=False) for _ in range(2))
+    assert again.stdout == first.stdout and json.loads(again.stdout)["schema"] == "hypocenter.diagnosis/v1"
+    assert again.stderr.splitlines()[-1] == "[] 0", again.stderr

@@ -42,7 +42,7 @@ from google.rpc import code_pb2, status_pb2
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from starlette.concurrency import run_in_threadpool
 
-from hypocenter import __version__, strict_yaml
+from hypocenter import __version__, model_schema, strict_yaml
 from hypocenter.api import artifacts, auth, paging, problems, ui
 from hypocenter.api.fleet_http import add_fleet_routes
 from hypocenter.api.tls import PeerNames
@@ -364,7 +364,7 @@ def attempt_routes(service: Attribution) -> APIRouter:
 
     @router.post("/v1/attempts/{workload:path}/{attempt}/analyze", tags=["attempts"],
               summary="Analyse the attempt now and return its diagnosis",
-              responses={200: {"model": Diagnosis}, 404: {"model": Problem}, 422: {"model": Problem}})
+              responses={200: {"model": model_schema.Diagnosis}, 404: {"model": Problem}, 422: {"model": Problem}})
     async def analyze(workload: str, attempt: int, http_request: Request) -> Response:
         try:
             diagnosis, provisional = await run_in_threadpool(service.analyze, workload, attempt, _caller(http_request))
@@ -405,7 +405,7 @@ def attempt_routes(service: Attribution) -> APIRouter:
                           "same connector as `hypocenter analyze --slurm/--kueue/--k8s-job`, keeps that scope and "
                           "the records and pod logs it brought, and analyses now (with the pull connectors, if "
                           "configured). For a Slurm epilog: `curl -X POST -d '{\"slurm\": \"'$SLURM_JOB_ID'\"}'`.",
-              responses={200: {"model": Diagnosis}, 400: {"model": Problem}, 404: {"model": Problem},
+              responses={200: {"model": model_schema.Diagnosis}, 400: {"model": Problem}, 404: {"model": Problem},
                          503: {"model": Problem}})
     async def analyze_scope(request: ScopeRequest, http_request: Request) -> Response:
         kind, job = request.which()
@@ -474,7 +474,7 @@ def diagnosis_routes(service: Attribution) -> APIRouter:
         return JSONResponse(body.model_dump(mode="json"), headers={"ETag": etag, "Cache-Control": "no-cache"})
 
     @router.get("/v1/diagnoses/{diagnosis_id}", tags=["diagnoses"],
-             responses={200: {"model": Diagnosis}, 404: {"model": Problem}})
+             responses={200: {"model": model_schema.Diagnosis}, 404: {"model": Problem}})
     async def get_diagnosis(diagnosis_id: str) -> Response:
         row = await run_in_threadpool(service.diagnosis, diagnosis_id)
         if row is None:
@@ -499,7 +499,7 @@ def diagnosis_routes(service: Attribution) -> APIRouter:
             for r in revisions])
 
     @router.get("/v1/diagnoses/{diagnosis_id}/revisions/{revision}", tags=["diagnoses"],
-             responses={200: {"model": Diagnosis}, 404: {"model": Problem}})
+             responses={200: {"model": model_schema.Diagnosis}, 404: {"model": Problem}})
     async def get_revision(diagnosis_id: str, revision: int) -> Response:
         revisions = await run_in_threadpool(service.store.diagnosis_revisions, diagnosis_id)
         found = [r for r in revisions if r.revision == revision]
@@ -518,7 +518,7 @@ def bundle_routes(service: Attribution) -> APIRouter:
     limit = service.settings.max_message_bytes
 
     @router.post("/v1/bundles", tags=["attempts"], summary="Upload an attempt bundle (tar.gz) and analyse it",
-              responses={200: {"model": Diagnosis}, 400: {"model": Problem}, 413: {"model": Problem}})
+              responses={200: {"model": model_schema.Diagnosis}, 400: {"model": Problem}, 413: {"model": Problem}})
     async def upload_bundle(request: Request) -> Response:
         try:
             raw = await _read_body(request, limit)

@@ -19,7 +19,8 @@ The client is the official OpenTelemetry Python SDK exporters (OTLP/gRPC, or OTL
 Every log record carries `log.file.path` (the bundle-relative path, so evidence refs match
 `hypocenter analyze`) and `log.file.record_number` (its line), and a time parsed from the line the
 way a collector's timestamp operator would (lines without one take the previous line's time).
-Resending the same bundle is idempotent on the server.
+Resending the same bundle is idempotent on the server. Each file is read as it is sent (line-aligned
+pieces, BATCH records a request), so a replay's memory does not grow with the bundle's size.
 """
 
 from __future__ import annotations
@@ -30,15 +31,17 @@ import os
 import re
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
 from hypocenter.cli.console import EXIT_OK, EXIT_PROBLEMS
-from hypocenter.collector import flight_recorder
-from hypocenter.collector.bundle import JOB_DIR, documents, load_context, read_text
+from hypocenter.collector import flight_recorder, logstream
+from hypocenter.collector.bundle import JOB_DIR, documents, load_context
 from hypocenter.collector.metrics import MetricFormatError, parse_metrics
 from hypocenter.config import read_secret_file
 from hypocenter.errors import HypocenterError, InputError, TransientError
@@ -46,6 +49,7 @@ from hypocenter.lineformat import TimeContext, parse_line, time_context
 from hypocenter.model import AttemptContext
 from hypocenter.names import NODE_LABELS
 from hypocenter.server.attempts import NodeMatcher
+from hypocenter.sources import split_lines
 
 NODE_FILES = re.compile(r"^(kern|dmesg|journal|messages|syslog|nvidia-smi|dcgmi|perfquery|ibstat|ibdiagnet|mlx|ipmi|sel)",
                         re.IGNORECASE)
@@ -61,10 +65,14 @@ class LogLine:
 
 @dataclass(slots=True)
 class Stream:
-    """One resource's worth of records (one file, or one metrics file's node)."""
+    """One resource's worth of records (one file, or one metrics file's node). `lines` is a list from
+    `plan`; in `replay` it is read as it is sent (a file's lines, a batch at a time)."""
 
     resource: dict[str, Any]
-    lines: list[LogLine]
+    lines: Iterable[LogLine]
+
+
+MetricGroup = tuple[dict[str, Any], list[Any]]
 
 
 @dataclass(slots=True)
@@ -98,79 +106,130 @@ def workload_attributes(ctx: AttemptContext) -> dict[str, Any]:
     return attrs
 
 
-def _lines(text: str, rel: str, tctx: TimeContext, fallback_ns: int) -> list[LogLine]:
-    """One record per line, timed like a collector's timestamp parser (previous time if none)."""
-    parts = text.split("\n")
-    if parts and parts[-1] == "":
-        parts.pop()
-    times: list[int | None] = []
-    for line in parts:
-        stamp = parse_line(line[:4096], tctx).time if line.strip() else None
-        times.append(_ns(stamp) if stamp is not None else None)
-    first = next((t for t in times if t is not None), fallback_ns)
-    out: list[LogLine] = []
-    last = first
-    for i, (line, ns) in enumerate(zip(parts, times, strict=True), start=1):
+PENDING_LINES = 4096
+"""Lines without a time held while looking for a file's first one; past them, the file is read ahead."""
+
+
+def _records(read: Callable[[], Iterator[str]], rel: str, tctx: TimeContext, fallback_ns: int) -> Iterator[LogLine]:
+    """One record per line of `read()`, timed like a collector's timestamp parser: a line without a
+    time takes the previous line's, and the lines before the first time take that first time (the
+    window's end when the file has none). Read as a stream: the lines before the first time are
+    held (up to PENDING_LINES; past them, the file is read ahead for it), nothing else is."""
+    def stamp(line: str) -> int | None:
+        when = parse_line(line[:4096], tctx).time if line.strip() else None
+        return _ns(when) if when is not None else None
+
+    def record(i: int, line: str, ns: int) -> LogLine:
+        return LogLine(body=line, time_ns=ns, attributes={"log.file.path": rel, "log.file.record_number": i})
+
+    last: int | None = None
+    pending: list[str] = []
+    for i, line in enumerate(read(), start=1):
+        ns = stamp(line)
+        if last is None:
+            if ns is None and len(pending) < PENDING_LINES:
+                pending.append(line)
+                continue
+            last = ns if ns is not None else next((t for t in map(stamp, read()) if t is not None), fallback_ns)
+            yield from (record(j, held, last) for j, held in enumerate(pending, start=1))
+            pending = []
         last = ns if ns is not None else last
-        out.append(LogLine(body=line, time_ns=last, attributes={"log.file.path": rel, "log.file.record_number": i}))
-    return out
+        yield record(i, line, last)
+    yield from (record(j, held, fallback_ns) for j, held in enumerate(pending, start=1))  # no line has a time
 
 
-def _texts(root: Path, top: Path) -> Iterator[tuple[Path, str, str]]:
-    """(path, bundle-relative path, text) of each readable file below `top`, in path order."""
+def _file_pieces(path: Path, rel: str) -> Iterable[str | bytes]:
+    """The text of one file of a bundle, a piece at a time: a log's as `analyze` reads it (gzip undone,
+    NUL bytes dropped, undecodable bytes replaced), a Flight Recorder dump's rendered lines (never its
+    bytes); nothing for a file that is not usable text."""
+    dump = flight_recorder.read_source(path, rel, None)
+    if dump is not None:
+        return (str(dump[0].text),) if dump[0] is not None else ()
+    facts = logstream.scan_log(path)
+    return logstream.log_pieces(path, facts.status == "ok") if facts.usable else ()
+
+
+def _file_lines(path: Path, rel: str) -> Iterator[str]:
+    """The lines of `_file_pieces`; the empty string after a final newline is no line."""
+    held: str | None = None
+    for line in split_lines(_file_pieces(path, rel), "surrogateescape"):
+        if held is not None:
+            yield held
+        held = line
+    if held:
+        yield held
+
+
+def _files(root: Path, top: Path) -> list[tuple[Path, str]]:
+    """(path, bundle-relative path) of each file below `top`, in path order."""
     if not top.is_dir():
-        return
-    for path in sorted(p for p in top.rglob("*") if p.is_file() and not p.name.startswith(".")):
-        rel = path.relative_to(root).as_posix()
-        dump = flight_recorder.read_source(path, rel, None)
-        if dump is not None:  # a Flight Recorder dump goes out as its rendered lines (never as bytes)
-            if dump[0] is not None:
-                yield path, rel, str(dump[0].text)
-            continue
-        text, _, _ = read_text(path)
-        if text is not None:
-            yield path, rel, text
+        return []
+    return [(path, path.relative_to(root).as_posix())
+            for path in sorted(p for p in top.rglob("*") if p.is_file() and not p.name.startswith("."))]
 
 
-def plan(root: Path) -> tuple[AttemptContext, list[Stream], list[Stream], list[tuple[dict[str, Any], list[Any]]]]:
-    """(context, node streams, workload streams, metric groups) of a bundle, in send order."""
+def _whole(path: Path, rel: str) -> str:
+    """A small file's whole text (an events document, a metrics file)."""
+    return "".join(p.decode("utf-8", "surrogateescape") if isinstance(p, bytes) else p for p in _file_pieces(path, rel))
+
+
+def _lazy_plan(root: Path) -> tuple[AttemptContext, list[Stream], list[Stream], Iterator[MetricGroup]]:
+    """`plan`, with every file read only when its stream (or metric group) is reached."""
     ctx = load_context(root)
     tctx = time_context(ctx)
     wattrs = workload_attributes(ctx)
     end_ns = _ns(ctx.window.end)
+
+    def lines(path: Path, rel: str) -> Iterator[LogLine]:
+        return _records(partial(_file_lines, path, rel), rel, tctx, end_ns)
+
     node_streams: list[Stream] = []
     app_streams: list[Stream] = []
     logs = root / "logs"
     if logs.is_dir():
         for node_dir in sorted(p for p in logs.iterdir() if p.is_dir() and not p.name.startswith(".")):
             node = None if node_dir.name == JOB_DIR else node_dir.name
-            for path, rel, text in _texts(root, node_dir):
-                lines = _lines(text, rel, tctx, end_ns)
+            for path, rel in _files(root, node_dir):
                 if node is not None and NODE_FILES.match(path.name):
-                    node_streams.append(Stream(resource={"host.name": node, "service.name": "node-agent"}, lines=lines))
+                    node_streams.append(Stream(resource={"host.name": node, "service.name": "node-agent"},
+                                               lines=lines(path, rel)))
                 else:
                     res = dict(wattrs)
                     if node is not None:
                         res["host.name"] = node
-                    app_streams.append(Stream(resource=res, lines=lines))
+                    app_streams.append(Stream(resource=res, lines=lines(path, rel)))
     traces = root / "traces"
-    for path, rel, text in _texts(root, traces):
+    for path, rel in _files(root, traces):
         res = dict(wattrs)
         parts = path.relative_to(traces).parts
         if len(parts) > 1:
             res["host.name"] = parts[0]
-        app_streams.append(Stream(resource=res, lines=_lines(text, rel, tctx, end_ns)))
-    for _, rel, text in _texts(root, root / "events"):
-        try:
-            docs = documents(text)
-        except ValueError:
-            continue
-        lines = [LogLine(body=doc, time_ns=end_ns, attributes={"log.file.path": rel, "log.file.record_number": i})
-                 for i, doc in enumerate(docs, start=1)]
-        app_streams.append(Stream(resource=dict(wattrs), lines=lines))
-    metric_groups: list[tuple[dict[str, Any], list[Any]]] = []
+        app_streams.append(Stream(resource=res, lines=lines(path, rel)))
+    for path, rel in _files(root, root / "events"):
+        app_streams.append(Stream(resource=dict(wattrs), lines=_documents(path, rel, end_ns)))
+    return ctx, node_streams, app_streams, _metric_groups(root, ctx, wattrs)
+
+
+def _documents(path: Path, rel: str, end_ns: int) -> Iterator[LogLine]:
+    """Each scheduler / Kubernetes document of an events file as one record (none when it is not one)."""
+    text = _whole(path, rel)
+    if not text:
+        return
+    try:
+        docs = documents(text)
+    except ValueError:
+        return
+    for i, doc in enumerate(docs, start=1):
+        yield LogLine(body=doc, time_ns=end_ns, attributes={"log.file.path": rel, "log.file.record_number": i})
+
+
+def _metric_groups(root: Path, ctx: AttemptContext, wattrs: dict[str, Any]) -> Iterator[MetricGroup]:
+    """Each metrics file's series by node (one file read at a time)."""
     matcher = NodeMatcher(ctx.nodes)
-    for _, rel, text in _texts(root, root / "metrics"):
+    for path, rel in _files(root, root / "metrics"):
+        text = _whole(path, rel)
+        if not text:
+            continue
         try:
             series = parse_metrics(text, default_time=ctx.window.end)
         except (MetricFormatError, ValueError):
@@ -182,8 +241,18 @@ def plan(root: Path) -> tuple[AttemptContext, list[Stream], list[Stream], list[t
         for node, group in sorted(by_node.items(), key=lambda kv: kv[0] or ""):
             res = {"host.name": node, "service.name": "node-agent"} if node else dict(wattrs)
             res["hypocenter.source"] = rel
-            metric_groups.append((res, group))
-    return ctx, node_streams, app_streams, metric_groups
+            yield res, group
+
+
+def plan(root: Path) -> tuple[AttemptContext, list[Stream], list[Stream], list[MetricGroup]]:
+    """(context, node streams, workload streams, metric groups) of a bundle, in send order, every
+    file read (`replay` reads each as it sends it)."""
+    ctx, node_streams, app_streams, metric_groups = _lazy_plan(Path(root))
+
+    def read(streams: list[Stream]) -> list[Stream]:
+        return [Stream(s.resource, lines) for s in streams if (lines := list(s.lines))]
+
+    return ctx, read(node_streams), read(app_streams), list(metric_groups)
 
 
 def state_record(ctx: AttemptContext) -> Stream:
@@ -255,7 +324,7 @@ class Sender:
         resource = Resource(stream.resource)
         scope = InstrumentationScope("hypocenter.cli.replay")
         now = time.time_ns()
-        for chunk in _chunks(stream.lines, BATCH):
+        for chunk in _chunks(stream.lines, BATCH):  # one file's lines, a batch at a time
             batch = [ReadableLogRecord(LogRecord(timestamp=line.time_ns, observed_timestamp=now, body=line.body,
                                                  attributes=line.attributes), resource, scope) for line in chunk]
             if self.logs.export(batch) != LogRecordExportResult.SUCCESS:
@@ -297,9 +366,10 @@ class Sender:
         self.metrics.shutdown()
 
 
-def _chunks(items: Sequence[LogLine], n: int) -> Iterator[Sequence[LogLine]]:
-    for i in range(0, len(items), n):
-        yield items[i:i + n]
+def _chunks(items: Iterable[LogLine], n: int) -> Iterator[list[LogLine]]:
+    it = iter(items)
+    while chunk := list(islice(it, n)):
+        yield chunk
 
 
 def replay(bundle: Path, endpoint: str, *, http: bool = False, send_state: bool = True,
@@ -307,7 +377,7 @@ def replay(bundle: Path, endpoint: str, *, http: bool = False, send_state: bool 
            ) -> tuple[AttemptContext, ReplayReport]:
     """Send the bundle; raises InputError for an unusable bundle, TransientError when the server refuses.
     `token`: a bearer token with the ingest role; `ca_file`: the CA to verify a TLS server with."""
-    ctx, node_streams, app_streams, metric_groups = plan(Path(bundle))
+    ctx, node_streams, app_streams, metric_groups = _lazy_plan(Path(bundle))
     sender = Sender(endpoint, http, timeout, token=token, ca_file=ca_file)
     report = ReplayReport()
     try:

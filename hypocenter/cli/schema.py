@@ -8,7 +8,8 @@ import sys
 from typing import Any
 
 from hypocenter.cli.console import EXIT_OK
-from hypocenter.model import SCHEMA_ID, Diagnosis
+from hypocenter.model import SCHEMA_ID
+from hypocenter.model_schema import Diagnosis
 
 
 def _cmd_schema(args: argparse.Namespace) -> int:

@@ -3,9 +3,9 @@
 `tarfile.extractall(filter="data")` has had bypasses (CVE-2025-4517 and relatives, fixed only in
 3.11.13 / 3.12.11 / 3.13.4) that let a crafted archive write anywhere the server may. So no name
 of an upload ever reaches the filesystem: the archive is decompressed as a stream, its members are
-read one at a time under the bounds below, their bytes laid end to end in one `_Spool` (memory up
+read one at a time under the bounds below, their bytes laid end to end in one `Spool` (memory up
 to SPOOL_MEMORY, then one anonymous temporary file: no name, unlinked from the start, gone with the
-process), and the bundle reader (collector/bundle.py) reads them through `ArchivePath`, a path
+process; collector/spool.py), and the bundle reader (collector/bundle.py) reads them through `ArchivePath`, a path
 whose every file operation answers from that spool, a piece at a time. However large the archive,
 its files are never in memory whole.
 
@@ -30,7 +30,6 @@ import lzma
 import os
 import stat
 import tarfile
-import tempfile
 import weakref
 import zlib
 from collections.abc import Generator
@@ -40,6 +39,7 @@ from typing import Any
 
 from hypocenter import limits
 from hypocenter.collector.bundle import Bundle, load_bundle
+from hypocenter.collector.spool import Spool
 from hypocenter.errors import BundleError, InputError
 from hypocenter.limits import LimitExceeded, Limits
 from hypocenter.model import Coverage
@@ -49,60 +49,10 @@ SPOOL_MEMORY = 16 << 20
 """Bytes of an archive's files kept in memory; past them, the spool moves to a temporary file."""
 
 
-class _Spool:
-    """The bytes of an archive's regular files, one after another, read back by offset: in memory
-    until they pass SPOOL_MEMORY, then in one anonymous temporary file (`tempfile.TemporaryFile`:
-    unlinked, or never named where O_TMPFILE exists). Positional reads (`os.pread`) let any number
-    of readers, forked workers too, share it."""
-
-    def __init__(self) -> None:
-        self._memory = bytearray()
-        self._file: Any = None
-        self.size = 0
-
-    def append(self, data: bytes) -> None:
-        """RuntimeError (the server's fault, not the upload's: HTTP 500) when the temporary file
-        cannot be made or written."""
-        try:
-            if self._file is None and self.size + len(data) > SPOOL_MEMORY:
-                # closed by `close`, when the last path into the archive goes (read_archive's finalizer)
-                self._file = tempfile.TemporaryFile(prefix="hypocenter-upload-")  # noqa: SIM115
-                self._file.write(self._memory)
-                self._memory = bytearray()
-            if self._file is None:
-                self._memory += data
-            else:
-                self._file.write(data)
-        except OSError as exc:
-            raise RuntimeError(f"an uploaded archive's files cannot be spooled to a temporary file in "
-                               f"{tempfile.gettempdir()} (TMPDIR): {exc}") from exc
-        self.size += len(data)
-
-    def seal(self) -> None:
-        """Every byte written: reads may start."""
-        if self._file is not None:
-            self._file.flush()
-
-    def read_at(self, offset: int, n: int) -> bytes:
-        if self._file is None:
-            return bytes(memoryview(self._memory)[offset:offset + n])
-        out = os.pread(self._file.fileno(), n, offset)
-        while len(out) < n:  # a short read is allowed of pread; the bytes are all there
-            more = os.pread(self._file.fileno(), n - len(out), offset + len(out))
-            if not more:
-                break
-            out += more
-        return out
-
-    def close(self) -> None:
-        if self._file is not None:
-            self._file.close()
-
-
 class _MemberReader(io.RawIOBase):
     """One file of an archive, opened: reads answered from the spool."""
 
-    def __init__(self, spool: _Spool, offset: int, size: int) -> None:
+    def __init__(self, spool: Spool, offset: int, size: int) -> None:
         self._spool = spool
         self._start = offset
         self._size = size
@@ -146,7 +96,8 @@ class ArchiveTree:
     what was skipped."""
 
     files: dict[str, tuple[int, int]] = field(default_factory=dict)
-    spool: _Spool = field(default_factory=_Spool)
+    spool: Spool = field(default_factory=lambda: Spool(SPOOL_MEMORY, what="an uploaded archive's files",
+                                                         prefix="hypocenter-upload-"))
     dirs: set[str] = field(default_factory=lambda: {""})
     skipped: dict[str, str] = field(default_factory=dict)  # path → why it was not read
     inflate_budget: int = 0  # bytes gzip files inside may still decompress to (bundle_max_bytes left)

@@ -21,9 +21,9 @@ import os
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
-from pydantic import ValidationError
 
 from hypocenter import strict_yaml
 from hypocenter.collector import flight_recorder
@@ -48,7 +48,7 @@ from hypocenter.collector.metrics import MetricFormatError, parse_metrics
 from hypocenter.collector.scheduler_records import parse_scontrol, render
 from hypocenter.errors import BundleError, InputError
 from hypocenter.lineformat import TimeContext, time_context, zone
-from hypocenter.model import AttemptContext, Coverage
+from hypocenter.model import AttemptContext, Coverage, plain_context
 from hypocenter.sources import (
     AttemptInput,
     FileTextSource,
@@ -57,6 +57,9 @@ from hypocenter.sources import (
     RecordSource,
     TextSource,
 )
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
 
 JOB_DIR = "_job"
 
@@ -108,10 +111,14 @@ def load_context(root: Path) -> AttemptContext:
     if not isinstance(doc, dict):
         raise BundleError(f"{path}: expected a mapping with workload, window, nodes, …, "
                           f"not a {type(doc).__name__}")
-    try:
-        ctx = AttemptContext.model_validate(doc)
-    except ValidationError as exc:
-        raise BundleError(_validation_message(exc, path, doc)) from None
+    ctx = plain_context(doc)  # the common, well-formed document: no pydantic on analyze's path
+    if ctx is None:
+        from pydantic import ValidationError
+
+        try:
+            ctx = AttemptContext.model_validate(doc)
+        except ValidationError as exc:
+            raise BundleError(_validation_message(exc, path, doc)) from None
     try:
         zone(ctx.timezone)
     except ValueError as exc:
@@ -153,7 +160,7 @@ def _validation_message(exc: ValidationError, path: Path, doc: object) -> str:
 
 
 def _known_fields(loc: tuple[int | str, ...]) -> list[str]:
-    from hypocenter.model import Window, Workload
+    from hypocenter.model_schema import AttemptContext, Window, Workload
 
     if loc and loc[0] == "workload":
         return list(Workload.model_fields)

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from hypocenter.engine.forked import spread
-from hypocenter.engine.matching import Match, Pattern, compile_pattern
+from hypocenter.engine.matching import LazyPattern, Match, Pattern
 from hypocenter.engine.prefilter import PatternScanner, TokenScanner, joined
 from hypocenter.engine.rules import ExtractSpec, MetricSpec, Rule, Ruleset
 from hypocenter.lineformat import MAX_LINE, LineHeader, TimeContext, parse_iso, parse_line
@@ -80,7 +80,7 @@ class Extractor:
             if rule.extract is not None:
                 spec = rule.extract
                 table = ruleset.tables.get(spec.lookup) if spec.lookup else None
-                comp = _Compiled(rule, spec, compile_pattern(spec.pattern), frozenset(spec.source), frozenset(spec.ints), table)
+                comp = _Compiled(rule, spec, LazyPattern(spec.pattern), frozenset(spec.source), frozenset(spec.ints), table)
                 for tok in spec.tokens:
                     self._by_token[tok].append(comp)
             if rule.metric is not None:

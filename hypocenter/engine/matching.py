@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import importlib
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -95,6 +95,21 @@ def compile_pattern(pattern: str) -> Pattern:
     if compiled is not None:
         return _RE2(pattern, compiled)
     return _Bounded(re.compile(pattern))
+
+
+class LazyPattern:
+    """`compile_pattern(pattern)`, compiled at its first search: a run meets few of a catalog's
+    patterns, and compiling all of them costs more than a small bundle's analysis."""
+
+    __slots__ = ("pattern", "search")
+
+    def __init__(self, pattern: str) -> None:
+        self.pattern = pattern
+        self.search: Callable[[str], Match | None] = self._compile_then_search
+
+    def _compile_then_search(self, text: str) -> Match | None:
+        self.search = compile_pattern(self.pattern).search
+        return self.search(text)
 
 
 def pattern_problem(pattern: str) -> str | None:

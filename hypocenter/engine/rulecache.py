@@ -7,7 +7,7 @@ few hundred milliseconds per process, more than scanning 100 MB of logs. The val
 kept as a pickle under `$XDG_CACHE_HOME/hypocenter/` (default `~/.cache/hypocenter/`), named by a
 SHA-256 of everything it was built from: every rule and data file's path and bytes, the source of
 the modules that give those files their meaning (the schema, pattern checks, analyzers, model), and
-the Python and pydantic versions. A changed byte in any of them names another file, so a cached
+the Python version and the installed pydantic and RE2 (by their files). A changed byte in any of them names another file, so a cached
 catalog is never stale; a rule error is never cached (it is raised by the loader every time).
 
 The cache is an optimisation only: a directory that cannot be created or written, a file that cannot
@@ -24,16 +24,17 @@ import stat
 import sys
 import tempfile
 from collections.abc import Iterable
+from importlib.util import find_spec
 from pathlib import Path
 
-import pydantic
-
-from hypocenter.engine import analyzers, matching, registry, rules
 from hypocenter.engine.rules import Ruleset, builtin_catalog, load_ruleset, rule_files
 
-_FORMAT = b"hypocenter-ruleset-cache/1"
-# The modules whose code decides what a rule file loads into (validation, defaults, analyzer names).
-_MEANING = (rules, matching, analyzers, registry)
+_FORMAT = b"hypocenter-ruleset-cache/2"  # /2: plain rule classes (no pydantic in the pickle)
+# The modules whose code decides what a rule file loads into (validation, defaults, analyzer names),
+# read as files: importing the schemas would import pydantic.
+_MEANING = tuple(f"hypocenter.{name}" for name in (
+    "engine.rules", "engine.rule_schema", "engine.matching", "engine.analyzers", "engine.registry",
+    "model", "model_schema", "modelbase", "names", "sources"))
 
 
 def cache_dir() -> Path | None:
@@ -42,16 +43,32 @@ def cache_dir() -> Path | None:
     return Path(base) / "hypocenter" if base else None
 
 
-def _key(extra: Iterable[Path], builtin: bool) -> str:
-    from hypocenter import model, names, sources
+def _installed(package: str) -> str:
+    """Which copy of an installed package this is, without importing it (pydantic costs more start-up
+    than a cache hit saves): its files' sizes and modification times."""
+    spec = find_spec(package)
+    where = [*(spec.submodule_search_locations or [])] if spec is not None else []
+    if spec is not None and spec.origin:
+        where.append(spec.origin)
+    stamps = []
+    for top in where:
+        for path in sorted(Path(top).iterdir()) if os.path.isdir(top) else [Path(top)]:
+            st = path.stat()
+            stamps.append(f"{path.name}:{st.st_size}:{st.st_mtime_ns}")
+    return ",".join(stamps)
 
+
+def _key(extra: Iterable[Path], builtin: bool) -> str:
     digest = hashlib.sha256(_FORMAT)
     import re2  # type: ignore[import-untyped]
 
     re2_lib = os.stat(re2.__file__)  # which patterns RE2 accepts decides what loads
-    digest.update(f"\0{sys.version}\0{pydantic.VERSION}\0{re2_lib.st_size}:{re2_lib.st_mtime_ns}\0{builtin}\0".encode())
-    for module in (*_MEANING, model, names, sources):
-        digest.update(Path(module.__file__ or "").read_bytes() + b"\0")
+    digest.update(f"\0{sys.version}\0{re2_lib.st_size}:{re2_lib.st_mtime_ns}\0{builtin}\0".encode())
+    for package in ("pydantic", "pydantic_core"):  # validation and coercion of every rule
+        digest.update(f"{package}={_installed(package)}\0".encode())
+    for module in _MEANING:
+        spec = find_spec(module)
+        digest.update(Path(spec.origin if spec is not None and spec.origin else module).read_bytes() + b"\0")
     tops = ([builtin_catalog()] if builtin else []) + [Path(p).resolve() for p in extra]
     for top in tops:
         digest.update(str(top).encode() + b"\0")

@@ -8,139 +8,103 @@ A rule file (`rules/**/*.yaml`) holds `rules:`, a list of rules. A rule may
   precedence, what it explains, action and a summary template,
 - name an `analyzer:` written in Python (engine/analyzers.py) for what YAML cannot say,
 
-and ships its `cases:` next to it. Everything is validated at load time with `extra="forbid"`;
-an error names `file:line` and suggests the closest known field.
+and ships its `cases:` next to it. Everything is validated at load time with `extra="forbid"`
+(engine/rule_schema.py, pydantic); an error names `file:line` and suggests the closest known field.
+The loaded rules are the plain classes below, so a cached catalog needs no pydantic.
 """
 
 from __future__ import annotations
 
 import hashlib
-import re
 from collections.abc import Iterable
-from difflib import get_close_matches
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Annotated, Any, Literal
-
-from pydantic import (
-    AfterValidator,
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
-    Field,
-    ValidationError,
-    field_validator,
-    model_validator,
-)
+from typing import TYPE_CHECKING, Any, Literal
 
 from hypocenter import strict_yaml
-from hypocenter.engine.matching import pattern_problem
 from hypocenter.errors import InputError, RuleError
-from hypocenter.model import TAXONOMY, Action, FieldValue, Role, SourceKind
+from hypocenter.modelbase import Action, FieldValue, Plain, Role, SourceKind, plain_from
 from hypocenter.names import NODE_LABELS
 from hypocenter.sources import RuleQueries
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
 
 Status = Literal["experimental", "test", "stable"]
 _LINE_SOURCES: tuple[SourceKind, ...] = ("kernel", "app", "scheduler")
 
 
-def _as_list(v: Any) -> Any:
-    """YAML convenience: `kind: xid` means `kind: [xid]`."""
-    return [v] if isinstance(v, str) else v
-
-
-def _regex(v: str) -> str:
-    problem = pattern_problem(v)  # linear-time matching: see engine/matching.py
-    if problem is not None:
-        raise ValueError(problem)
-    return v
-
-
-Regex = Annotated[str, AfterValidator(_regex)]
-_ID = re.compile(r"^[a-z0-9][a-z0-9-]*[a-z0-9]$")
-
-
-class _Spec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)  # built on first validation: a cached catalog never needs it
-
-
-class ExtractSpec(_Spec):
+@dataclass(slots=True, kw_only=True, frozen=True, eq=False, repr=False)
+class ExtractSpec(Plain):
     """Turn log lines into events. `tokens` are literals at least one of which must occur in
     every line the pattern can match: they build the prefilter."""
 
-    source: list[SourceKind] = Field(default_factory=lambda: list(_LINE_SOURCES))
-    tokens: list[str] = Field(min_length=1)
-    pattern: Regex
+    source: list[SourceKind] = field(default_factory=lambda: list(_LINE_SOURCES))
+    tokens: list[str]
+    pattern: str
     event: str
-    lines_before: int = Field(default=0, ge=0, le=20)
-    lines_after: int = Field(default=0, ge=0, le=20)
-    ints: list[str] = Field(default_factory=list)
-    set: dict[str, FieldValue] = Field(default_factory=dict)
+    lines_before: int = 0
+    lines_after: int = 0
+    ints: list[str] = field(default_factory=list)
+    set: dict[str, FieldValue] = field(default_factory=dict)
     lookup: str | None = None
     lookup_key: str = "code"
 
-    @field_validator("source", mode="before")
-    @classmethod
-    def _any_source(cls, v: Any) -> Any:
-        return list(_LINE_SOURCES) if v == "any" else _as_list(v)
 
-    @field_validator("tokens")
-    @classmethod
-    def _nonblank(cls, v: list[str]) -> list[str]:
-        for t in v:
-            if len(t.strip()) < 2:
-                raise ValueError(f"token {t!r} is too short to be a useful prefilter literal")
-        return v
-
-
-
-class MetricSpec(_Spec):
+@dataclass(slots=True, kw_only=True, frozen=True, eq=False, repr=False)
+class MetricSpec(Plain):
     """Turn metric series into events: one event per series, at the first sample that meets the condition."""
 
-    metrics: list[str] = Field(min_length=1)
+    metrics: list[str]
     condition: Literal["increase", "above", "below", "bits_any", "equals_any", "changed_to_nonzero"]
     threshold: float = 0.0
     bits: int = 0
-    values: list[float] = Field(default_factory=list)
-    node_labels: list[str] = Field(default_factory=lambda: list(NODE_LABELS))
-    fields_from_labels: dict[str, str] = Field(default_factory=dict)
+    values: list[float] = field(default_factory=list)
+    node_labels: list[str] = field(default_factory=lambda: list(NODE_LABELS))
+    fields_from_labels: dict[str, str] = field(default_factory=dict)
     value_field: str = "value"
     event: str
-    set: dict[str, FieldValue] = Field(default_factory=dict)
+    set: dict[str, FieldValue] = field(default_factory=dict)
     lookup: str | None = None
 
 
-class When(_Spec):
+@dataclass(slots=True, kw_only=True, frozen=True, eq=False, repr=False)
+class When(Plain):
     """Which events an attribution applies to: kind(s), exact field values, a regex on the text."""
 
-    kind: Annotated[list[str], BeforeValidator(_as_list)]
-    fields: dict[str, FieldValue | list[FieldValue]] = Field(default_factory=dict)
-    unless: dict[str, FieldValue | list[FieldValue]] = Field(default_factory=dict)
-    has: list[str] = Field(default_factory=list)
-    text: Regex | None = None
-    source: Annotated[list[SourceKind] | None, BeforeValidator(_as_list)] = None
+    kind: list[str]
+    fields: dict[str, FieldValue | list[FieldValue]] = field(default_factory=dict)
+    unless: dict[str, FieldValue | list[FieldValue]] = field(default_factory=dict)
+    has: list[str] = field(default_factory=list)
+    text: str | None = None
+    source: list[SourceKind] | None = None
 
 
-class RecoverySpec(_Spec):
+@dataclass(slots=True, kw_only=True, frozen=True, eq=False, repr=False)
+class RecoverySpec(Plain):
     """A later event on the same node that shows the condition cleared (a reconnect, a port ACTIVE
     again). It counts only when the job is seen progressing after it (verdict.py)."""
 
-    kind: Annotated[list[str], BeforeValidator(_as_list)]
-    text: Regex
-    within_s: int = Field(default=300, ge=1)
+    kind: list[str]
+    text: str
+    within_s: int = 300
     # Fields that must be equal in the event and its recovery (a port coming back clears that port only).
-    same: list[str] = Field(default_factory=list)
+    same: list[str] = field(default_factory=list)
 
 
-class AttributeSpec(_Spec):
+@dataclass(slots=True, kw_only=True, frozen=True, eq=False, repr=False)
+class AttributeSpec(Plain):
+    """How a rule classifies the events it applies to: role, taxonomy, locus, precedence, action."""
+
     when: When
     role: Role
     symptom: str | None = None
     domain: str | None = None
     subdomain: str | None = None
     locus: Literal["node", "gpu", "port", "nic", "filesystem", "job"] = "node"
-    precedence: int = Field(default=50, ge=0, le=100)
-    explains: list[str] = Field(default_factory=list)
-    explains_on_node: list[str] = Field(default_factory=list)
+    precedence: int = 50
+    explains: list[str] = field(default_factory=list)
+    explains_on_node: list[str] = field(default_factory=list)
     action: Action = "INVESTIGATE"
     summary: str = "{title} on {nodes}"
     # stop: the job cannot outlive this cause (progress after it clears it); slow: a straggler the
@@ -148,80 +112,54 @@ class AttributeSpec(_Spec):
     effect: Literal["stop", "slow"] = "stop"
     # How long the cause may precede its first evidence: a scheduler notices a lost node only after
     # its heartbeat timeout (Slurm SlurmdTimeout, Kubernetes node-monitor grace).
-    lag_s: int = Field(default=0, ge=0, le=3600)
+    lag_s: int = 0
     # Not a cause if the same node logs a matching recovery this soon after (a Lustre reconnect, a link
     # ACTIVE again) and the job then went on progressing.
     unless_recovered: RecoverySpec | None = None
 
-    @model_validator(mode="after")
-    def _classified(self) -> AttributeSpec:
-        if self.role == "root_cause":
-            if self.domain not in TAXONOMY:
-                raise ValueError(f"domain {self.domain!r} is not one of {', '.join(TAXONOMY)}")
-            if self.subdomain not in TAXONOMY[self.domain]:
-                raise ValueError(
-                    f"subdomain {self.subdomain!r} is not in domain {self.domain} "
-                    f"({', '.join(TAXONOMY[self.domain])})")
-        for pat in [*self.explains, *self.explains_on_node]:
-            dom = pat.split("/", 1)[0]
-            if dom != "*" and dom not in TAXONOMY:
-                raise ValueError(f"explains: {pat!r} does not name a domain ({', '.join(TAXONOMY)})")
-        return self
 
-
-class CaseSpec(_Spec):
+@dataclass(slots=True, kw_only=True, frozen=True, eq=False, repr=False)
+class CaseSpec(Plain):
     """A rule's own test: a tiny timeline and what the rule must (not) do with it."""
 
     name: str
     expect: Literal["fire", "no_fire", "known_miss"]
-    logs: dict[str, str] = Field(default_factory=dict)
-    metrics: dict[str, str] = Field(default_factory=dict)
-    events: dict[str, str] = Field(default_factory=dict)
-    attempt: dict[str, Any] = Field(default_factory=dict)
-    fields: dict[str, FieldValue] = Field(default_factory=dict)
-    verdict: dict[str, Any] = Field(default_factory=dict)
+    logs: dict[str, str] = field(default_factory=dict)
+    metrics: dict[str, str] = field(default_factory=dict)
+    events: dict[str, str] = field(default_factory=dict)
+    attempt: dict[str, Any] = field(default_factory=dict)
+    fields: dict[str, FieldValue] = field(default_factory=dict)
+    verdict: dict[str, Any] = field(default_factory=dict)
     note: str | None = None
 
 
-class Rule(_Spec):
+@dataclass(slots=True, kw_only=True, frozen=True, eq=False, repr=False)
+class Rule(Plain):
+    """One validated rule (its checks: rule_schema.Rule)."""
+
     id: str
     title: str
     status: Status
     description: str | None = None
     runbook: str | None = None
-    references: list[str] = Field(default_factory=list)
+    references: list[str] = field(default_factory=list)
     emitter: str | None = None  # the program(s) and versions whose source the patterns were checked against
     extract: ExtractSpec | None = None
     metric: MetricSpec | None = None
     attribute: AttributeSpec | None = None
     analyzer: str | None = None
-    cases: list[CaseSpec] = Field(default_factory=list)
+    cases: list[CaseSpec] = field(default_factory=list)
 
-    path: str = Field(default="", exclude=True)
-    line: int = Field(default=0, exclude=True)
-
-    @field_validator("id")
-    @classmethod
-    def _slug(cls, v: str) -> str:
-        if not _ID.match(v):
-            raise ValueError(f"rule id {v!r} must be lowercase letters, digits and dashes")
-        return v
-
-    @model_validator(mode="after")
-    def _does_something(self) -> Rule:
-        if not (self.extract or self.metric or self.attribute or self.analyzer):
-            raise ValueError("a rule needs at least one of extract, metric, attribute, analyzer")
-        if self.analyzer and not self.attribute:
-            raise ValueError("an analyzer rule needs an attribute block (its domain, subdomain, action …)")
-        return self
+    path: str = field(default="", metadata={"exclude": True})
+    line: int = field(default=0, metadata={"exclude": True})
 
     @property
     def where(self) -> str:
         return f"{self.path}:{self.line}"
 
 
-class RuleFile(_Spec):
-    rules: list[dict[str, Any]]
+_CLASSES: dict[str, type[Plain]] = {cls.__name__: cls for cls in (
+    ExtractSpec, MetricSpec, When, RecoverySpec, AttributeSpec, CaseSpec, Rule)}
 
 
 Table = dict[str, dict[str, FieldValue]]
@@ -260,13 +198,15 @@ class Ruleset:
                            node_labels=tuple(dict.fromkeys(labels)))
 
 
-def _suggest(name: str, model: type[BaseModel]) -> str:
-    known = [f for f in model.model_fields if f not in ("path", "line")]
+def _suggest(name: str, model: type[Plain]) -> str:
+    known = [f.name for f in fields(model) if f.name not in ("path", "line")]  # type: ignore[arg-type]
+    from difflib import get_close_matches  # only for a rule file with a mistake
+
     hint = get_close_matches(name, known, n=1, cutoff=0.6)
     return f" (did you mean {hint[0]!r}?)" if hint else f" (known fields: {', '.join(known)})"
 
 
-_MODEL_AT: dict[tuple[str, ...], type[BaseModel]] = {
+_MODEL_AT: dict[tuple[str, ...], type[Plain]] = {
     (): Rule, ("extract",): ExtractSpec, ("metric",): MetricSpec, ("attribute",): AttributeSpec,
     ("attribute", "when"): When,
 }
@@ -321,13 +261,17 @@ def load_rule_file(path: Path, display: str | None = None) -> list[Rule]:
     if extra:
         raise RuleError(f"unknown top-level key {extra[0]!r} (a rule file has only 'rules:')", path=name,
                         line=getattr(doc, "line", 1))
+    from pydantic import ValidationError
+
+    from hypocenter.engine import rule_schema
+
     out: list[Rule] = []
     for item in doc["rules"]:
         if not isinstance(item, dict):
             raise RuleError("each entry of 'rules:' must be a mapping", path=name, line=getattr(doc, "line", 1))
         line = getattr(item, "line", 0)
         try:
-            rule = Rule.model_validate({**item, "path": name, "line": line})
+            rule: Rule = plain_from(rule_schema.Rule.model_validate({**item, "path": name, "line": line}), _CLASSES)
         except ValidationError as exc:
             raise _rule_error(exc, item, name) from None  # type: ignore[arg-type]
         out.append(rule)
@@ -401,6 +345,8 @@ def load_ruleset(extra: Iterable[Path] = (), *, builtin: bool = True) -> Ruleset
     digest.update(f"analyzers:{ANALYZER_VERSION}".encode())
     for rule in rules:
         if rule.analyzer and rule.analyzer not in ANALYZERS:
+            from difflib import get_close_matches
+
             hint = get_close_matches(rule.analyzer, list(ANALYZERS), n=1)
             tip = f" (did you mean {hint[0]!r}?)" if hint else f" (known: {', '.join(sorted(ANALYZERS))})"
             raise RuleError(f"rule {rule.id}: unknown analyzer {rule.analyzer!r}{tip}", path=rule.path, line=rule.line)

@@ -49,7 +49,7 @@ from hypocenter.server.attempts import assemble, summary
 from hypocenter.server.compaction import CompactionReport, compact
 from hypocenter.server.fleet import backfill, fleet_view, with_history
 from hypocenter.server.pulls import KueuePoller, Pulls, SlurmPoller, records_document
-from hypocenter.sources import RecordSource, Source, TextSource
+from hypocenter.sources import RecordSource, Source, TextSource, text_lines
 from hypocenter.store.base import DiagnosisFilter, DiagnosisRow, Entry, Point, RecordBlock, Retention, Store
 
 log = logging.getLogger("hypocenter.server")
@@ -418,17 +418,19 @@ class Attribution:
             entries.append(Entry(workload=wl, attempt=attempt, node=None,
                                  stream=f"{context.workload.scheduler or 'scheduler'}/records", kind="doc", body=body,
                                  time_ns=end_ns, line=None, dedup=dedup("scope", wl, str(attempt), body)))
+        now = time.time()
         for src in sources:
-            if isinstance(src, TextSource):
-                text = src.text.decode("utf-8", "replace") if isinstance(src.text, bytes) else src.text
-                for i, line in enumerate(text.split("\n"), 1):
+            if isinstance(src, TextSource):  # a pod log is read in pieces (a spooled file), stored 50,000 lines at a time
+                for i, line in enumerate(text_lines(src), 1):
                     if line or i == 1:
                         entries.append(Entry(workload=wl, attempt=attempt, node=src.node, stream=src.name, kind="text",
                                              body=line, time_ns=end_ns, line=i,
                                              dedup=dedup("scope", wl, str(attempt), src.name, str(i), line)))
-        now = time.time()
-        for i in range(0, len(entries), 50_000):
-            self.store.ingest(entries[i:i + 50_000], [], now)
+                    if len(entries) == 50_000:
+                        self.store.ingest(entries, [], now)
+                        entries = []
+        if entries:
+            self.store.ingest(entries, [], now)
         self.store.set_context(wl, attempt, scope, now, provenance(source, client))
         self._wake_loop()
         return True

@@ -70,6 +70,17 @@ class KubeAPI:
     def get_text(self, path: str, params: Mapping[str, str] | None = None, *, what: str) -> str:
         return with_retries(lambda: self._once(path, params, what), self.policy, what=what, sleep=self.sleep)
 
+    def stream_text(self, path: str, params: Mapping[str, str] | None = None, *, what: str,
+                    write: Callable[[str], None], restart: Callable[[], None]) -> None:
+        """`get_text`'s answer handed to `write` a piece at a time as it arrives (decoded the way
+        `get_text` decodes it: the pieces joined are its text), never held whole. `restart` is called
+        before each try: a retry after a body broke off part way sends the text again from its start."""
+        def once() -> None:
+            restart()
+            self._once(path, params, what, write)
+
+        with_retries(once, self.policy, what=what, sleep=self.sleep)
+
     def _renew(self) -> bool:
         """Find the credentials again (a 401: the token may have rotated); True if the token changed."""
         renew = self.creds.renew
@@ -85,18 +96,25 @@ class KubeAPI:
         self._client.headers.update(renewed.headers)
         return True
 
-    def _once(self, path: str, params: Mapping[str, str] | None, what: str, renew: bool = True) -> str:
+    def _once(self, path: str, params: Mapping[str, str] | None, what: str,
+              write: Callable[[str], None] | None = None, renew: bool = True) -> str:
+        """The body's text (or "" once every piece of it went to `write`); ConnectorError when it fails."""
         if self._client is None:
             raise RuntimeError("KubeAPI used outside `with api:`")
         try:
-            resp = self._client.get(path, params=params)
+            with self._client.stream("GET", path, params=params) as resp:
+                if resp.status_code < 300 and write is not None:
+                    for text in resp.iter_text():
+                        write(text)
+                    return ""
+                resp.read()
         except httpx.TimeoutException:
             raise ConnectorError(f"{what}: no answer from {self.creds.server} within {self.policy.timeout_s:g} s",
                                  kind="transient") from None
         except httpx.TransportError as exc:
             raise ConnectorError(f"{what}: {self.creds.server}: {type(exc).__name__}: {exc}", kind="transient") from None
         if resp.status_code == 401 and renew and self._renew():
-            return self._once(path, params, what, renew=False)  # with the new token, once
+            return self._once(path, params, what, write, renew=False)  # with the new token, once
         if resp.status_code < 300:
             return resp.text
         message = _status_message(resp)

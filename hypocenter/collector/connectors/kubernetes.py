@@ -14,7 +14,10 @@ What it reads (GET only), through the API server:
     the pods' nodes         conditions (Ready, pressure) as `k8s node … condition` records
     pod logs                every container, `timestamps=true`, and the previous container when it
                             restarted or was OOMKilled, as TextSources `logs/<node>/<pod>.log`
-                            (`<pod>.<container>.log` for extra containers, `….previous.log`)
+                            (`<pod>.<container>.log` for extra containers, `….previous.log`),
+                            streamed in: the scope's logs lie end to end in one spool (memory up
+                            to LOG_MEMORY, then an anonymous temporary file) that the engine reads
+                            in line-aligned pieces, so no log is ever in memory whole
 
 The attempt number — what "the Nth try" means differs per kind, so each is stated plainly:
     Kueue Workload   status.requeueState.count, minus one while the workload is evicted and not
@@ -48,13 +51,15 @@ from typing import Any, Literal
 
 import httpx
 
+from hypocenter.collector import logstream
 from hypocenter.collector.connectors.base import Collected, ConnectorError, RetryPolicy, Scope
 from hypocenter.collector.connectors.kube_api import DEFAULT_POLICY, KubeAPI
 from hypocenter.collector.connectors.kube_credentials import credentials
 from hypocenter.collector.scheduler_records import render
+from hypocenter.collector.spool import Spool
 from hypocenter.lineformat import TimeContext, parse_iso
 from hypocenter.model import AttemptContext, Coverage, Window, Workload
-from hypocenter.sources import RecordSource, Source, TextSource
+from hypocenter.sources import FileTextSource, RecordSource, Source, TextSource
 
 Kind = Literal["JobSet", "PyTorchJob", "Job"]
 
@@ -161,6 +166,47 @@ def _terminated(pod: dict[str, Any]) -> Iterator[tuple[str, str, dict[str, Any]]
             term = _field(_field(cs, which), "terminated")
             if term:
                 yield str(cs.get("name", "?")), which, term
+
+
+LOG_MEMORY = 16 << 20
+"""Bytes of a scope's pod logs kept in memory; past them, the logs go to one anonymous temporary file."""
+
+
+class _SpooledLog:
+    """One pod log as it streams in: its text appended to the scope's spool as UTF-8 (what a string
+    TextSource of the same text is to the engine), its lines counted on the way. The engine reads it
+    back in line-aligned pieces (`source`), never whole."""
+
+    def __init__(self, spool: Spool) -> None:
+        self.spool = spool
+        self.start = spool.size
+        self.newlines = 0
+        self.last = ""
+
+    def restart(self) -> None:
+        """Forget what a failed try appended."""
+        self.spool.truncate(self.start)
+        self.newlines = 0
+        self.last = ""
+
+    def write(self, text: str) -> None:
+        if text:
+            self.spool.append(text.encode("utf-8", "surrogateescape"))
+            self.newlines += text.count("\n")
+            self.last = text[-1]
+
+    @property
+    def size(self) -> int:
+        return self.spool.size - self.start
+
+    @property
+    def lines(self) -> int:
+        return self.newlines + (0 if self.last in ("\n", "") else 1)
+
+    def source(self, name: str, node: str | None) -> FileTextSource:
+        spool, start, size = self.spool, self.start, self.size
+        return FileTextSource(name, lambda: spool.read_at(start, size), node, nbytes=size,
+                              chunks=lambda: spool.pieces(start, size, logstream.CHUNK_BYTES))
 
 
 _Records = Callable[[Any, str, Sequence[str]], None]
@@ -356,6 +402,7 @@ class KubernetesConnector:
 
     def _logs(self, pods: list[dict[str, Any]], coverage: list[Coverage]) -> list[TextSource]:
         out: list[TextSource] = []
+        spool = Spool(LOG_MEMORY, what="pod logs", prefix="hypocenter-podlogs-")  # every log of the scope
         for pod in pods:
             pod_name = str(_meta(pod).get("name"))
             node = _node_of(pod) or "_job"
@@ -372,19 +419,22 @@ class KubernetesConnector:
                     params = {"container": container, "timestamps": "true"}
                     if prev:
                         params["previous"] = "true"
+                    log = _SpooledLog(spool)
                     try:
-                        text = self.api.get_text(f"/api/v1/namespaces/{self.namespace}/pods/{pod_name}/log", params,
-                                                 what=f"log of {pod_name}/{container}" + (" (previous)" if prev else ""))
+                        self.api.stream_text(f"/api/v1/namespaces/{self.namespace}/pods/{pod_name}/log", params,
+                                             what=f"log of {pod_name}/{container}" + (" (previous)" if prev else ""),
+                                             write=log.write, restart=log.restart)
                     except ConnectorError as exc:
+                        log.restart()
                         coverage.append(Coverage(connector=self.name, source=name,
                                                  status="missing" if exc.kind == "not_found" else "failed",
                                                  observations=0, reason=str(exc)))
                         continue
-                    lines = text.count("\n") + (0 if text.endswith("\n") or not text else 1)
-                    if text:
-                        out.append(TextSource(name=name, text=text, node=None if node == "_job" else node))
-                    coverage.append(Coverage(connector=self.name, source=name, status="ok" if text else "missing",
-                                             observations=lines, reason=None if text else "empty log"))
+                    if log.size:
+                        out.append(log.source(name, None if node == "_job" else node))
+                    coverage.append(Coverage(connector=self.name, source=name, status="ok" if log.size else "missing",
+                                             observations=log.lines, reason=None if log.size else "empty log"))
+        spool.seal()
         return out
 
     def _context(self, found: _Found, workload: dict[str, Any] | None, pods: list[dict[str, Any]],

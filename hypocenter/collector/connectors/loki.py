@@ -37,6 +37,11 @@ What it asks (LogQL `GET /loki/api/v1/query_range`, direction=forward):
 * Context: rules that read lines around a match (`lines_before/after`) get them with Grafana's
   "show context" pair of queries on the exact stream (backward before, forward after).
 
+Memory: only the lines Loki matched are held (candidates and their context, never a stream's other
+lines), each page at most `max_entries` of them (Loki's max_entries_limit_per_query bounds one
+answer), and a stream's text is made as its entries are let go; so a pull grows with the evidence
+Loki finds (up to `max_pages` pages per piece), not with the bytes of the logs.
+
 What it returns: one TextSource per stream (`loki/<node>/<file name or job>`, `_job` for job-level
 streams), lines in time order. A line without a wall-clock stamp of its own is prefixed with its
 Loki entry time, `[2026-11-02T10:15:03.123456789Z] `; the bracket keeps lineformat from reading
@@ -143,6 +148,11 @@ class _Streams:
 
     def count(self, key: StreamKey, ts: int) -> int:
         return sum(n for (t, _), n in self._counts[key].items() if t == ts)
+
+    def take(self, key: StreamKey) -> list[tuple[int, str]]:
+        """A stream's entries, forgotten here (its text is made from them, one stream at a time)."""
+        self._counts.pop(key, None)
+        return self.entries.pop(key)
 
 
 def logql_string(text: str) -> str:
@@ -482,7 +492,7 @@ class LokiConnector:
         for name, key, node in named:
             if clashes[name] > 1:  # same file name in two streams: keep both, told apart by their labels
                 name += "~" + hashlib.sha1(repr(key).encode()).hexdigest()[:8]
-            entries = sorted(streams.entries[key], key=lambda e: e[0])
+            entries = sorted(streams.take(key), key=lambda e: e[0])
             text = "".join(dated(line.rstrip("\r\n"), ts, tctx) + "\n" for ts, line in entries)
             sources.append(TextSource(name=name, text=text, node=node))
             lines[node or JOB] += len(entries)

@@ -24,6 +24,11 @@ What it asks (`POST /api/v1/query_range`, form-encoded so long selectors meet no
   Piece k evaluates start + (k*max_points + j)*step, j < max_points: consecutive pieces neither
   overlap nor leave a gap, so no sample is read twice.
 
+Memory: each answer is read whole (a JSON document; Prometheus' own `--query.max-samples`, 50
+million by default, bounds one), and every sample is held until the engine reads it: a pull grows
+with series x instants (the rules' metrics on the attempt's nodes, at most max_points x max_pieces
+instants each), never with log bytes.
+
 What it returns: one MetricSource per metric name (`prometheus/<name>`), each series with its
 name and labels (the node label included), samples in time order. Coverage per node
 (`prometheus/<node>`): ok with the sample count, missing when no rule metric has a series for the
