@@ -56,3 +56,11 @@ def test_a_failure_in_the_caller_leaves_no_worker_behind() -> None:
         spread(work, [1] * 100, 3)
     with pytest.raises(ChildProcessError):  # every worker was waited for
         os.waitpid(-1, os.WNOHANG)
+
+
+def test_when_no_process_can_be_forked_the_caller_computes_everything(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refused() -> int:
+        raise BlockingIOError(11, "Resource temporarily unavailable")  # fork's EAGAIN: a process limit reached
+
+    monkeypatch.setattr(os, "fork", refused)
+    assert spread(lambda i: i * 2, [1] * 50, 4) == [i * 2 for i in range(50)]

@@ -67,8 +67,16 @@ def spread(work: Callable[[int], T], sizes: Sequence[int], workers: int) -> list
             gc.freeze()
         try:
             for _ in range(workers - 1):
-                answer_r, answer_w = os.pipe()
-                pid = fork()
+                try:
+                    answer_r, answer_w = os.pipe()
+                except OSError:
+                    break  # (no file descriptor left) the processes there are take every batch
+                try:
+                    pid = fork()
+                except OSError:  # (no process left) likewise
+                    os.close(answer_r)
+                    os.close(answer_w)
+                    break
                 if pid == 0:  # the worker: its batches, pickled into the pipe, then gone
                     status = 1
                     try:
