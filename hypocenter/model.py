@@ -74,6 +74,13 @@ class Workload(_Model):
     scheduler: str | None = None
     cluster: str | None = None
 
+    # The __post_init__ checks of these three classes are their pydantic twins' validators (model_schema.py),
+    # without the type coercions: a connector or the server that builds a scope directly gets the same
+    # normalised, checked scope that a validated document gives.
+    def __post_init__(self) -> None:
+        if isinstance(self.id, int):
+            object.__setattr__(self, "id", str(self.id))
+
 
 @dataclass(slots=True, kw_only=True, frozen=True, eq=False, repr=False)
 class Window(_Model):
@@ -81,6 +88,12 @@ class Window(_Model):
 
     start: datetime
     end: datetime
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "start", utc(self.start))
+        object.__setattr__(self, "end", utc(self.end))
+        if self.end < self.start:
+            raise ValueError("window.end is before window.start")
 
 
 @dataclass(slots=True, kw_only=True, frozen=True, eq=False, repr=False)
@@ -95,6 +108,20 @@ class AttemptContext(_Model):
     nodes: list[str] = field(default_factory=list)
     ranks: dict[str, str | int | list[int]] = field(default_factory=dict)
     timezone: str = "UTC"
+
+    def __post_init__(self) -> None:
+        if isinstance(self.state, str):
+            object.__setattr__(self, "state", self.state.strip().upper())
+        # An allocation names a node once; a repeat (a hand-written list, a merged hostlist) is the same node.
+        nodes = list(dict.fromkeys(self.nodes))
+        limits.check_count("nodes of the attempt", len(nodes), "max_nodes_per_attempt")
+        object.__setattr__(self, "nodes", nodes)
+        total = 0
+        for node, spec in self.ranks.items():
+            if nodes and node not in nodes:
+                raise ValueError(f"ranks: node {node!r} is not in nodes")
+            total += count_ranks(spec)
+        limits.check_count("ranks of the attempt's rank map", total, "max_ranks_per_attempt")
 
     def rank_nodes(self) -> dict[int, str]:
         """Global rank → node, from the optional rank map."""

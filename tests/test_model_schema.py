@@ -210,3 +210,24 @@ def test_the_cached_catalog_holds_no_pydantic_object() -> None:
     data = pickle.dumps(ruleset)
     assert b"pydantic" not in data
     assert [r.model_dump() for r in pickle.loads(data).rules] == [r.model_dump() for r in ruleset.rules]
+
+
+def test_a_scope_built_directly_is_normalised_and_checked_as_a_validated_document_is() -> None:
+    """Connectors (Slurm, Kubernetes) and the server build the scope without a document: the same
+    normalisation (state upper case, nodes once each, times in UTC, a numeric id as text) and the same
+    checks (window order, ranks on the attempt's nodes) as pydantic's validators gave them."""
+    naive = datetime(2026, 11, 2, 10, 0)
+    direct = AttemptContext(
+        workload=model.Workload(id=81234, attempt=1),  # type: ignore[arg-type]  # what a YAML number gives
+        window=model.Window(start=naive, end=naive + timedelta(hours=1)),
+        state=" failed\n", nodes=["gpu01", "gpu02", "gpu01"], ranks={"gpu02": "0-7"})
+    validated = AttemptContext.model_validate({
+        "workload": {"id": 81234, "attempt": 1}, "window": {"start": naive, "end": naive + timedelta(hours=1)},
+        "state": " failed\n", "nodes": ["gpu01", "gpu02", "gpu01"], "ranks": {"gpu02": "0-7"}})
+    assert direct == validated
+    assert (direct.state, direct.nodes, direct.workload.id) == ("FAILED", ["gpu01", "gpu02"], "81234")
+    assert direct.window.start.tzinfo is not None and direct.completed is False
+    with pytest.raises(ValueError, match=r"window\.end is before window\.start"):
+        model.Window(start=naive, end=naive - timedelta(seconds=1))
+    with pytest.raises(ValueError, match="ranks: node 'gpu09' is not in nodes"):
+        AttemptContext(workload=model.Workload(id="1"), window=direct.window, nodes=["gpu01"], ranks={"gpu09": 0})

@@ -32,8 +32,6 @@ from datetime import datetime, timedelta, timezone
 from itertools import groupby
 from typing import Any, Final, cast
 
-from pydantic import ValidationError
-
 from hypocenter.collector.hostlist import expand_hostlist  # moved there; re-exported for callers
 from hypocenter.collector.scheduler_records import render
 from hypocenter.engine.fleet import marks_of
@@ -126,8 +124,8 @@ def context_for(row: AttemptRow, now: datetime) -> tuple[AttemptContext, list[st
     }
     try:
         return AttemptContext(**fields), notes
-    except ValidationError as exc:
-        notes.append(f"hypocenter.attempt.ranks ignored: {exc.errors()[0]['msg']}")
+    except ValueError as exc:  # the scope's own check (model.AttemptContext): a rank map on other nodes
+        notes.append(f"hypocenter.attempt.ranks ignored: {exc}")
         fields["ranks"] = {}
         return AttemptContext(**fields), notes
 
