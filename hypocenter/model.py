@@ -151,9 +151,9 @@ def _text(v: object) -> bool:
 
 def _stamp(v: object) -> datetime | None:
     if type(v) is datetime:
-        return utc(v)
+        return v
     if type(v) is str and _STAMP.fullmatch(v):
-        return utc(datetime.fromisoformat(v))
+        return datetime.fromisoformat(v)
     return None
 
 
@@ -177,7 +177,7 @@ def _plain_context(doc: Mapping[str, Any]) -> AttemptContext | None:
     if not all(_text(w.get(k)) for k in ("name", "scheduler", "cluster")):
         return None
     start, end = _stamp(win["start"]), _stamp(win["end"])
-    if start is None or end is None or end < start:
+    if start is None or end is None:
         return None
     state, exit_code, zone = doc.get("state"), doc.get("exit_code"), doc.get("timezone", "UTC")
     if not (_text(state) and _text(doc.get("reason")) and type(zone) is str
@@ -195,18 +195,13 @@ def _plain_context(doc: Mapping[str, Any]) -> AttemptContext | None:
         if type(node) is not str:
             return None
         plain_ranks[node] = spec
-    context = AttemptContext(
+    # The classes' own checks (window order, state, nodes once each, ranks on them, the limits) raise
+    # here, and `plain_context` leaves the document to pydantic.
+    return AttemptContext(
         workload=Workload(id=str(ident), attempt=attempt, name=w.get("name"), scheduler=w.get("scheduler"),
                           cluster=w.get("cluster")),
-        window=Window(start=start, end=end), state=state.strip().upper() if state is not None else None,
-        exit_code=exit_code, reason=doc.get("reason"), nodes=list(dict.fromkeys(nodes)), ranks=plain_ranks,
-        timezone=zone)
-    limits.check_count("nodes of the attempt", len(context.nodes), "max_nodes_per_attempt")
-    if any(context.nodes and node not in context.nodes for node in plain_ranks):
-        return None
-    limits.check_count("ranks of the attempt's rank map", sum(count_ranks(s) for s in plain_ranks.values()),
-                       "max_ranks_per_attempt")
-    return context
+        window=Window(start=start, end=end), state=state, exit_code=exit_code, reason=doc.get("reason"),
+        nodes=nodes, ranks=plain_ranks, timezone=zone)
 
 
 # ---------------------------------------------------------------------------------------------
