@@ -444,7 +444,7 @@ def gzip_logs(root: Path) -> int:
     """Every log file of a bundle gzip'd in place, by one forked process per core; its bytes on disk."""
     import multiprocessing
 
-    from hypocenter.collector.logstream import cores
+    from hypocenter.engine.forked import cores
 
     files = sorted(p for p in (root / "logs").rglob("*") if p.is_file())
     with multiprocessing.get_context("fork").Pool(cores()) as pool:

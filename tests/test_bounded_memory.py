@@ -26,11 +26,14 @@ import pytest
 from engine_support import assert_pieces_read_as_whole
 from server_support import REPO, clean_env
 
+from hypocenter import engine
 from hypocenter.collector import archive, logstream
 from hypocenter.collector.archive import load_archive_bundle
 from hypocenter.collector.bundle import load_bundle
 from hypocenter.engine import default_engine
+from hypocenter.engine.forked import cores
 from hypocenter.limits import LimitExceeded, Limits
+from hypocenter.sources import FileTextSource
 
 EXAMPLES = REPO / "examples"
 NVLINK = EXAMPLES / "nvlink-xid149"
@@ -240,18 +243,19 @@ def test_a_large_uploaded_archive_is_analysed_in_bounded_memory(
     assert diagnosis.strip() == want.strip().replace("kern.log.gz:", "kern.log:")
 
 
-def test_gzip_logs_count_by_their_text_when_deciding_to_scan_in_workers(tmp_path: Path) -> None:
+def test_gzip_logs_count_by_their_text_when_deciding_to_extract_in_workers(tmp_path: Path) -> None:
     """Two gzip files of 40 MiB of text each (a few hundred KB on disk) are worth forked workers, as the
-    same text plain would be, and the workers' facts are the ones a scan in this process finds (a FIFO
-    among them: skipped)."""
+    same text plain would be (a FIFO among them is sized without being opened: skipped)."""
+    root = tmp_path / "bundle"
+    shutil.copytree(EXAMPLES / "nvlink-xid149", root)
     chatter = _CHATTER.replace(b"node02", b"node01")
-    paths = []
     for i in range(2):
-        path = tmp_path / f"kern.log.{i + 1}.gz"
+        path = root / "logs" / "node01" / f"kern.log.{i + 1}.gz"
         path.write_bytes(b"".join(_gzip_of([(chatter, (40 << 20) // len(chatter))])))
-        paths.append(path)
-    assert sum(p.stat().st_size for p in paths) < logstream.PARALLEL_BYTES // 10
-    os.mkfifo(tmp_path / "pipe.log.gz")  # sized without being opened (opening a FIFO waits for a writer)
-    paths.append(tmp_path / "pipe.log.gz")
-    forked = logstream.scan_logs(paths, 2)
-    assert forked == {p: logstream.scan_log(p) for p in paths}
+    os.mkfifo(root / "logs" / "node01" / "pipe.log.gz")  # opening a FIFO would wait for a writer
+    on_disk = sum(p.stat().st_size for p in (root / "logs").rglob("*.gz") if p.is_file())
+    assert on_disk < engine.PARALLEL_BYTES // 10
+    bundle = load_bundle(root, read_once=True)
+    assert sum(s.nbytes or 0 for s in bundle.sources if isinstance(s, FileTextSource)) >= engine.PARALLEL_BYTES
+    assert engine.auto_workers(bundle.sources) == cores()
+    assert any(c.source.endswith("pipe.log.gz") and c.status == "skipped" for c in bundle.coverage)

@@ -112,10 +112,9 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
     if args.bundle and all(getattr(args, name, None) in (None, []) for name in _PULL_FLAGS):
         # Only a bundle: the pull machinery (its settings and connectors) is not even imported.
         from hypocenter.collector.bundle import load_bundle
-        from hypocenter.collector.logstream import cores
 
         engine = default_engine([Path(p) for p in args.rules], builtin=not args.no_builtin_rules)
-        diagnosis = engine.analyze(load_bundle(Path(args.bundle), workers=cores(), read_once=True), workers=None)
+        diagnosis = engine.analyze(load_bundle(Path(args.bundle), read_once=True), workers=None)
     else:
         from hypocenter.collector import pull
 

@@ -42,7 +42,6 @@ from hypocenter.collector.logstream import (
     log_pieces,
     read_log,
     scan_log,
-    scan_logs,
 )
 from hypocenter.collector.metrics import MetricFormatError, parse_metrics
 from hypocenter.collector.scheduler_records import parse_scontrol, render
@@ -220,16 +219,16 @@ def _not_a_directory(root: Path, name: str, connector: str, bundle: Bundle) -> b
     return True
 
 
-def load_bundle(root: Path, *, workers: int = 1, read_once: bool = False) -> Bundle:
-    """A bundle directory read (its log files scanned by `workers` forked processes when big enough).
+def load_bundle(root: Path, *, read_once: bool = False) -> Bundle:
+    """A bundle directory read (its log files scanned at load, in pieces).
     `read_once`: its log files are read once, by the engine, not also at load (`Bundle`)."""
     root = root if isinstance(root, Path) else Path(root)  # an ArchivePath stays one
     bundle = Bundle(root=root, context=load_context(root))
-    read_data(bundle, workers=workers, read_once=read_once)
+    read_data(bundle, read_once=read_once)
     return bundle
 
 
-def read_data(bundle: Bundle, *, workers: int = 1, read_once: bool = False) -> None:
+def read_data(bundle: Bundle, *, read_once: bool = False) -> None:
     """Read logs/, metrics/ and events/ under `bundle.root` for `bundle.context` into its sources and
     coverage (the local-files connector, connectors/files.py, reads a directory the same way).
     `read_once`: log files (but an uploaded archive's) are left to the engine's read (`Bundle`)."""
@@ -258,7 +257,7 @@ def read_data(bundle: Bundle, *, workers: int = 1, read_once: bool = False) -> N
         if on_disk:
             _read_logs_once(logs, names, bundle, unread)
         else:
-            _scan_logs(root, node_dirs, bundle, workers)
+            _scan_logs(root, node_dirs, bundle)
         seen_nodes.update(_display(name) for name in names if name != JOB_DIR)
     for node in context.nodes:
         if node not in seen_nodes:
@@ -271,19 +270,17 @@ def read_data(bundle: Bundle, *, workers: int = 1, read_once: bool = False) -> N
     bundle._unread.extend(unread)  # their entries join `coverage` when it is next looked at
 
 
-def _scan_logs(root: Path, node_dirs: list[Path], bundle: Bundle, workers: int) -> None:
-    """logs/<node>/ files scanned at load (by `workers` forked processes when big enough) and read
-    again, in pieces, when the engine gets to them."""
-    files = {d: _files(d) for d in node_dirs}
-    scanned = scan_logs([p for d in node_dirs for p in files[d]], workers)
+def _scan_logs(root: Path, node_dirs: list[Path], bundle: Bundle) -> None:
+    """logs/<node>/ files scanned at load and read again, in pieces, when the engine gets to them
+    (an uploaded archive's, or any bundle's without `read_once`)."""
     for node_dir in node_dirs:
         node = None if node_dir.name == JOB_DIR else _display(node_dir.name)
         tally = NodeCoverage(_display(node_dir.relative_to(root).as_posix()))
-        for path in files[node_dir]:
+        for path in _files(node_dir):
             rel = _display(path.relative_to(root).as_posix())
             if _dump(bundle, tally, flight_recorder.read_source(path, rel, node)):
                 continue
-            facts = scanned.get(path) or scan_log(path)  # in pieces: never a whole file in memory
+            facts = scan_log(path)  # in pieces: never a whole file in memory
             tally.files.append((rel, path, facts))
             if not facts.usable:
                 continue

@@ -15,7 +15,6 @@ decompress. `read_log` (whole) stays for the small files read whole anyway (metr
 from __future__ import annotations
 
 import codecs
-import contextlib
 import errno
 import gzip
 import io
@@ -356,41 +355,6 @@ def scan_log(path: Path) -> LogFacts:
                     streamed=True)
 
 
-PARALLEL_BYTES = 64 << 20  # below this much, forking workers costs more than it saves
-
-
-def cores() -> int:
-    """The cores this process may run on, at most 4: how many workers `analyze` forks."""
-    try:
-        n = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        n = os.cpu_count() or 1
-    return max(1, min(n, 4))
-
-
-def scan_logs(paths: list[Path], workers: int) -> dict[Path, LogFacts]:
-    """`scan_log` of many files of a bundle on disk by `workers` forked processes, when they hold at
-    least PARALLEL_BYTES in all; {} otherwise (the caller scans them itself). The facts do not depend
-    on who scans."""
-    if workers < 2 or len(paths) < 2 or any(getattr(p, "inflate_limit", None) is not None for p in paths):
-        return {}
-    size = 0
-    for p in paths:
-        with contextlib.suppress(OSError):  # the scan says what is wrong with it
-            size += text_bytes(p)
-    if size < PARALLEL_BYTES:
-        return {}
-    import multiprocessing
-
-    try:
-        context = multiprocessing.get_context("fork")
-        with context.Pool(workers) as pool:
-            return dict(zip(paths, pool.map(scan_log, paths, chunksize=max(1, len(paths) // (workers * 16))),
-                            strict=True))
-    except (ValueError, OSError):
-        return {}
-
-
 def text_bytes(path: Path) -> int:
     """About how much text a file holds: its size, or for a gzip file what its trailer says its (last)
     member decompresses to, when that is more."""
@@ -599,4 +563,4 @@ class _Learn:
                         self.size, streamed=True)
 
 
-__all__ = ["CHUNK_BYTES", "LogFacts", "cores", "log_pieces", "read_log", "read_once", "refused", "scan_log", "scan_logs"]
+__all__ = ["CHUNK_BYTES", "LogFacts", "log_pieces", "read_log", "read_once", "refused", "scan_log"]

@@ -8,13 +8,13 @@ collector: callers load a bundle (`hypocenter.collector.bundle.load_bundle`) or 
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from functools import lru_cache
 from itertools import chain
 from pathlib import Path
 
 from hypocenter.engine.extract import Extractor
+from hypocenter.engine.forked import cores
 from hypocenter.engine.rules import Ruleset
 from hypocenter.engine.verdict import Verdict
 from hypocenter.lineformat import time_context
@@ -52,13 +52,7 @@ def auto_workers(sources: Sequence[Source]) -> int:
     """How many processes to extract these sources with: one per available core (at most 4) when
     there are files of at least PARALLEL_BYTES in all, else 1."""
     size = sum(s.nbytes or 0 for s in sources if isinstance(s, FileTextSource))
-    if size < PARALLEL_BYTES:
-        return 1
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        cores = os.cpu_count() or 1
-    return max(1, min(cores, 4))
+    return 1 if size < PARALLEL_BYTES else cores()
 
 
 def _attempt_record(ctx: AttemptContext) -> RecordSource:

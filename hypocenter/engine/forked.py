@@ -30,6 +30,15 @@ BATCHES_PER_WORKER = 8  # enough for a busy process to take fewer; few enough th
 _TICKET = 4  # bytes of a batch number in the pipe (reads of at most PIPE_BUF bytes are atomic)
 
 
+def cores() -> int:
+    """The cores this process may run on, at most 4: how many processes `analyze` spreads work over."""
+    try:
+        n = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        n = os.cpu_count() or 1
+    return max(1, min(n, 4))
+
+
 def batches(sizes: Sequence[int], workers: int) -> list[range]:
     """The items 0..len(sizes)-1 in consecutive runs of about equal total size, about
     BATCHES_PER_WORKER per worker."""
