@@ -422,15 +422,16 @@ _LABEL_AND_RANK = re.compile(rb"(?m)^(\d{1,6}): \[rank(\d+)\]:")
 _LABEL = re.compile(rb"(?m)^(\d{1,6}): ")
 _LABEL_AFTER_NEWLINE = re.compile(rb"\n\d{1,6}: ")  # a literal first: Python's `re` then skips ahead fast
 _ANCHOR_TOKENS = (b"rtc_cmos", b"srun: error:")  # boot anchors and srun's task errors: kept as evidence
+_LABEL_AND_LOCAL = re.compile(rb"(?m)^ *\d{1,6}: \[[A-Za-z_][\w-]*?\d+\]:")  # srun -l torchrun --tee: one task per node
+_SRUN_TASK_NODE = re.compile(rb"srun: error: ([\w.-]+): task (\d+):")
 
 
 def _occurrences(data: bytes, token: bytes) -> Iterator[int]:
+    """Where `token` starts in `data`, every occurrence (as `bytes.find` finds them)."""
     at = data.find(token)
     while at >= 0:
         yield at
         at = data.find(token, at + 1)
-_LABEL_AND_LOCAL = re.compile(rb"(?m)^ *\d{1,6}: \[[A-Za-z_][\w-]*?\d+\]:")  # srun -l torchrun --tee: one task per node
-_SRUN_TASK_NODE = re.compile(rb"srun: error: ([\w.-]+): task (\d+):")
 
 
 def _srun_labels(pieces: Iterable[bytes], nodes: list[str], n_ranks: int) -> dict[int, str] | None:
