@@ -33,8 +33,8 @@ from hypocenter.collector.bundle_logs import (
     dir_entries,
     entry_is_dir,
     node_files,
-    read_at_extraction,
     read_whole_size,
+    streamed_size,
 )
 from hypocenter.collector.logstream import (
     _display,
@@ -311,9 +311,9 @@ def _read_logs_once(logs: Path, names: list[str], bundle: Bundle, unread: list[N
             path = logs / name / sub
             if _dump(bundle, tally, flight_recorder.read_source(path, rel, node)):
                 continue
-            sized = read_at_extraction(path)
-            if sized is not None:
-                source = EngineRead(rel, path, node, *sized)
+            size = streamed_size(path)
+            if size is not None:
+                source = EngineRead(rel, path, node, size, False)
                 bundle.sources.append(source)
                 tally.files.append((rel, path, source))
                 continue

@@ -150,19 +150,15 @@ def read_whole_size(entry: os.DirEntry[str]) -> int | None:
     return st.st_size
 
 
-def read_at_extraction(path: Path) -> tuple[int, bool] | None:
-    """(about how much text it holds, one plain piece) for a log file whose one read can be the
-    engine's: a regular, non-empty file of a bundle on disk (an uploaded archive's files are scanned
-    at load, their gzip files bounded as they inflate)."""
-    if getattr(path, "inflate_limit", None) is not None:
-        return None
+def streamed_size(path: Path) -> int | None:
+    """About how much text a log file the engine reads in pieces holds (a big or gzip'd file of a
+    bundle on disk: `read_whole_size` said no): its size, or a gzip file's inflated size. None for a
+    file that is not regular, empty or gone."""
     try:
         st = path.stat()
         if not stat.S_ISREG(st.st_mode) or not st.st_size:
             return None
-        if st.st_size <= logstream.CHUNK_BYTES and path.suffix.lower() != ".gz":
-            return st.st_size, True
-        return logstream.text_bytes(path), False
+        return logstream.text_bytes(path)
     except OSError:
         return None
 
