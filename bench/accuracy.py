@@ -119,16 +119,25 @@ def _label_from_diagnosis(d: dict[str, Any]) -> Label:
 
 def _components(items: Iterable[dict[str, Any]]) -> list[tuple[str, str]]:
     """(node, id) pairs; a truth component's aliases (its other names) are joined to its id with `|`."""
-    return sorted({(str(c.get("node", "")), "|".join([str(c.get("id", "")).lower(),
-                                                      *(str(a).lower() for a in c.get("aliases") or [])]))
-                   for c in items if c})
+    return sorted(
+        {
+            (
+                str(c.get("node", "")),
+                "|".join([str(c.get("id", "")).lower(), *(str(a).lower() for a in c.get("aliases") or [])]),
+            )
+            for c in items
+            if c
+        }
+    )
 
 
 def _component_hits(truth: list[tuple[str, str]], pred: list[tuple[str, str]]) -> int:
     """Truth components found: same node, and the predicted id is the truth's id or one of its aliases
     (for a filesystem named by its mount path, a directory inside it)."""
+
     def hit(names: list[str], pid: str) -> bool:
         return pid in names or any(m.startswith("/") and pid.startswith(m.rstrip("/") + "/") for m in names)
+
     return sum(1 for node, names in truth if any(n == node and hit(names.split("|"), pid) for n, pid in pred))
 
 
@@ -156,14 +165,23 @@ def find_bundles(corpus: Path) -> list[Path]:
     """Bundle directories under `corpus` (any directory with a truth.yaml or expected.yaml), sorted by path."""
     if _truth_file(corpus) is not None:
         return [corpus]
-    return sorted(p for p in corpus.iterdir() if p.is_dir() and _truth_file(p) is not None) if corpus.is_dir() else []
+    return (
+        sorted(p for p in corpus.iterdir() if p.is_dir() and _truth_file(p) is not None)
+        if corpus.is_dir()
+        else []
+    )
 
 
 def load_truth(bundle: Path) -> tuple[str, Label, list[tuple[str, str]]]:
     path = _truth_file(bundle)
     assert path is not None
     data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    label = Label(str(data["outcome"]), data.get("domain"), data.get("subdomain"), tuple(sorted(data.get("nodes") or [])))
+    label = Label(
+        str(data["outcome"]),
+        data.get("domain"),
+        data.get("subdomain"),
+        tuple(sorted(data.get("nodes") or [])),
+    )
     return str(data.get("mode", bundle.name)), label, _components(data.get("components") or [])
 
 
@@ -204,8 +222,13 @@ def _prf(pairs: Sequence[tuple[str, str | None]]) -> dict[str, dict[str, Any]]:
     hit: Counter[str] = Counter(t for t, p in pairs if t == p)
     out = {}
     for cls in sorted(set(truth_n) | set(pred_n)):
-        out[cls] = {"truth": truth_n[cls], "predicted": pred_n[cls], "correct": hit[cls],
-                    "precision": _ratio(hit[cls], pred_n[cls]), "recall": _ratio(hit[cls], truth_n[cls])}
+        out[cls] = {
+            "truth": truth_n[cls],
+            "predicted": pred_n[cls],
+            "correct": hit[cls],
+            "precision": _ratio(hit[cls], pred_n[cls]),
+            "recall": _ratio(hit[cls], truth_n[cls]),
+        }
     return out
 
 
@@ -234,7 +257,9 @@ def score(results: Sequence[Result], wall: float, *, worst: int = 20) -> dict[st
         return sum(1 for r in rs if r.pred is not None and r.pred.outcome == "attributed")
 
     abstained = sum(1 for r in results if r.pred is not None and r.pred.outcome == "unattributed")
-    over_abstained = sum(1 for r in attributed_truth if r.pred is not None and r.pred.outcome == "unattributed")
+    over_abstained = sum(
+        1 for r in attributed_truth if r.pred is not None and r.pred.outcome == "unattributed"
+    )
     by_mode: dict[str, list[Result]] = defaultdict(list)
     for r in results:
         by_mode[r.mode].append(r)
@@ -244,9 +269,13 @@ def score(results: Sequence[Result], wall: float, *, worst: int = 20) -> dict[st
         mp, mr, *_ = _nodes_pr(rs)
         wrong = Counter(r.pred.key if r.pred else "(error)" for r in rs if not r.label_ok)
         per_mode[mode] = {
-            "n": len(rs), "truth": rs[0].truth.key, "exact": _ratio(sum(x.exact for x in rs), len(rs)),
-            "label_recall": _ratio(sum(x.label_ok for x in rs), len(rs)), "label_precision": per_label[rs[0].truth.key]["precision"],
-            "node_precision": mp, "node_recall": mr,
+            "n": len(rs),
+            "truth": rs[0].truth.key,
+            "exact": _ratio(sum(x.exact for x in rs), len(rs)),
+            "label_recall": _ratio(sum(x.label_ok for x in rs), len(rs)),
+            "label_precision": per_label[rs[0].truth.key]["precision"],
+            "node_precision": mp,
+            "node_recall": mr,
             "top_wrong": wrong.most_common(1)[0][0] if wrong else None,
         }
     confusion: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
@@ -275,11 +304,22 @@ def score(results: Sequence[Result], wall: float, *, worst: int = 20) -> dict[st
         "per_label": per_label,
         "per_mode": per_mode,
         "confusion": {t: dict(sorted(row.items())) for t, row in sorted(confusion.items())},
-        "worst": [{"bundle": r.bundle, "mode": r.mode, "truth": r.truth.text(), "predicted": r.pred.text() if r.pred else None,
-                   "error": r.error} for r in failing[:worst]],
-        "throughput": {"wall_seconds": round(wall, 3), "scenarios_per_second": _ratio(n, wall) if wall > 0 else None,
-                       "mean_seconds": round(sum(latencies) / n, 4) if n else None,
-                       "p95_seconds": round(latencies[min(n - 1, int(n * 0.95))], 4) if n else None},
+        "worst": [
+            {
+                "bundle": r.bundle,
+                "mode": r.mode,
+                "truth": r.truth.text(),
+                "predicted": r.pred.text() if r.pred else None,
+                "error": r.error,
+            }
+            for r in failing[:worst]
+        ],
+        "throughput": {
+            "wall_seconds": round(wall, 3),
+            "scenarios_per_second": _ratio(n, wall) if wall > 0 else None,
+            "mean_seconds": round(sum(latencies) / n, 4) if n else None,
+            "p95_seconds": round(latencies[min(n - 1, int(n * 0.95))], 4) if n else None,
+        },
     }
 
 
@@ -294,24 +334,38 @@ def _fmt(x: float | None) -> str:
 def format_report(s: dict[str, Any]) -> str:
     out: list[str] = []
     tp = s["throughput"]
-    out.append(f"scenarios {s['scenarios']}  exact match {_fmt(s['exact_match'])}  label accuracy {_fmt(s['label_accuracy'])}  "
-               f"engine errors {s['errors']}")
-    out.append(f"culprit nodes: precision {_fmt(s['node_precision'])}  recall {_fmt(s['node_recall'])}  "
-               f"({s['node_counts']['correct']} correct / {s['node_counts']['predicted']} predicted / {s['node_counts']['truth']} true)")
-    out.append(f"false-confident {_fmt(s['false_confident_rate'])} (unattributed truth {_fmt(s['false_confident_rate_unattributed'])}, "
-               f"ambiguous truth {_fmt(s['false_confident_rate_ambiguous'])})  abstention {_fmt(s['abstention_rate'])}  "
-               f"over-abstention {_fmt(s['over_abstention_rate'])}  component recall {_fmt(s['component_recall'])}")
-    out.append(f"throughput {_fmt(tp['scenarios_per_second'])} scenarios/s  (wall {tp['wall_seconds']}s, mean {tp['mean_seconds']}s, "
-               f"p95 {tp['p95_seconds']}s per bundle)")
+    out.append(
+        f"scenarios {s['scenarios']}  exact match {_fmt(s['exact_match'])}  label accuracy {_fmt(s['label_accuracy'])}  "
+        f"engine errors {s['errors']}"
+    )
+    out.append(
+        f"culprit nodes: precision {_fmt(s['node_precision'])}  recall {_fmt(s['node_recall'])}  "
+        f"({s['node_counts']['correct']} correct / {s['node_counts']['predicted']} predicted / {s['node_counts']['truth']} true)"
+    )
+    out.append(
+        f"false-confident {_fmt(s['false_confident_rate'])} (unattributed truth {_fmt(s['false_confident_rate_unattributed'])}, "
+        f"ambiguous truth {_fmt(s['false_confident_rate_ambiguous'])})  abstention {_fmt(s['abstention_rate'])}  "
+        f"over-abstention {_fmt(s['over_abstention_rate'])}  component recall {_fmt(s['component_recall'])}"
+    )
+    out.append(
+        f"throughput {_fmt(tp['scenarios_per_second'])} scenarios/s  (wall {tp['wall_seconds']}s, mean {tp['mean_seconds']}s, "
+        f"p95 {tp['p95_seconds']}s per bundle)"
+    )
     out.append("")
     out.append(f"{'domain':24s} {'n':>5s} {'pred':>5s} {'prec':>6s} {'recall':>6s}")
     for cls, v in s["per_domain"].items():
-        out.append(f"{cls:24s} {v['truth']:5d} {v['predicted']:5d} {_fmt(v['precision']):>6s} {_fmt(v['recall']):>6s}")
+        out.append(
+            f"{cls:24s} {v['truth']:5d} {v['predicted']:5d} {_fmt(v['precision']):>6s} {_fmt(v['recall']):>6s}"
+        )
     out.append("")
-    out.append(f"{'mode':40s} {'n':>4s} {'exact':>6s} {'labelP':>6s} {'labelR':>6s} {'nodeP':>6s} {'nodeR':>6s}  most common wrong label")
+    out.append(
+        f"{'mode':40s} {'n':>4s} {'exact':>6s} {'labelP':>6s} {'labelR':>6s} {'nodeP':>6s} {'nodeR':>6s}  most common wrong label"
+    )
     for mode, v in s["per_mode"].items():
-        out.append(f"{mode:40s} {v['n']:4d} {_fmt(v['exact']):>6s} {_fmt(v['label_precision']):>6s} {_fmt(v['label_recall']):>6s} "
-                   f"{_fmt(v['node_precision']):>6s} {_fmt(v['node_recall']):>6s}  {v['top_wrong'] or ''}")
+        out.append(
+            f"{mode:40s} {v['n']:4d} {_fmt(v['exact']):>6s} {_fmt(v['label_precision']):>6s} {_fmt(v['label_recall']):>6s} "
+            f"{_fmt(v['node_precision']):>6s} {_fmt(v['node_recall']):>6s}  {v['top_wrong'] or ''}"
+        )
     out.append("")
     cols = sorted({c for row in s["confusion"].values() for c in row})
     idx = {c: i for i, c in enumerate(cols)}
@@ -340,11 +394,28 @@ class Thresholds:
     def missed(self, s: dict[str, Any]) -> list[str]:
         checks = [
             ("exact match", s["exact_match"], self.min_exact, "--min-exact", True),
-            ("culprit-node precision", s["node_precision"], self.min_node_precision, "--min-node-precision", True),
+            (
+                "culprit-node precision",
+                s["node_precision"],
+                self.min_node_precision,
+                "--min-node-precision",
+                True,
+            ),
             ("culprit-node recall", s["node_recall"], self.min_node_recall, "--min-node-recall", True),
-            ("false-confident rate", s["false_confident_rate"], self.max_false_confident, "--max-false-confident", False),
-            ("false-confident rate on unattributed truth", s["false_confident_rate_unattributed"],
-             self.max_false_confident_unattributed, "--max-false-confident-unattributed", False),
+            (
+                "false-confident rate",
+                s["false_confident_rate"],
+                self.max_false_confident,
+                "--max-false-confident",
+                False,
+            ),
+            (
+                "false-confident rate on unattributed truth",
+                s["false_confident_rate_unattributed"],
+                self.max_false_confident_unattributed,
+                "--max-false-confident-unattributed",
+                False,
+            ),
         ]
         out = []
         for name, value, limit, flag, at_least in checks:
@@ -355,18 +426,29 @@ class Thresholds:
         return out
 
 
-def evaluate(corpus: Path, jobs: int | None = None, *, worst: int = 20) -> tuple[dict[str, Any], list[Result]]:
+def evaluate(
+    corpus: Path, jobs: int | None = None, *, worst: int = 20
+) -> tuple[dict[str, Any], list[Result]]:
     """Run and score; the library entry point tests use."""
     results, wall = run(corpus, jobs)
     return score(results, wall, worst=worst), results
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.accuracy", description="Score hypocenter on a corpus of bundles with truth.yaml.")
-    parser.add_argument("corpus", type=Path, help="corpus directory written by bench.generate (or one bundle)")
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.accuracy",
+        description="Score hypocenter on a corpus of bundles with truth.yaml.",
+    )
+    parser.add_argument(
+        "corpus", type=Path, help="corpus directory written by bench.generate (or one bundle)"
+    )
     parser.add_argument("--json", type=Path, help="write the summary and per-bundle results as JSON")
-    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes (default: CPU count)")
-    parser.add_argument("--worst", type=int, default=20, help="how many failing bundles to list (default %(default)s)")
+    parser.add_argument(
+        "--jobs", type=int, default=os.cpu_count() or 1, help="worker processes (default: CPU count)"
+    )
+    parser.add_argument(
+        "--worst", type=int, default=20, help="how many failing bundles to list (default %(default)s)"
+    )
     parser.add_argument("--min-exact", type=float)
     parser.add_argument("--min-node-precision", type=float)
     parser.add_argument("--min-node-recall", type=float)
@@ -380,13 +462,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     summary, results = evaluate(args.corpus, args.jobs, worst=args.worst)
     print(format_report(summary))
     if args.json:
-        doc = {"summary": summary, "results": [
-            {"bundle": r.bundle, "mode": r.mode, "exact": r.exact, "truth": asdict(r.truth), "predicted": asdict(r.pred) if r.pred else None,
-             "error": r.error, "seconds": round(r.seconds, 4)} for r in results]}
+        doc = {
+            "summary": summary,
+            "results": [
+                {
+                    "bundle": r.bundle,
+                    "mode": r.mode,
+                    "exact": r.exact,
+                    "truth": asdict(r.truth),
+                    "predicted": asdict(r.pred) if r.pred else None,
+                    "error": r.error,
+                    "seconds": round(r.seconds, 4),
+                }
+                for r in results
+            ],
+        }
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    missed = Thresholds(args.min_exact, args.min_node_precision, args.min_node_recall, args.max_false_confident,
-                        args.max_false_confident_unattributed).missed(summary)
+    missed = Thresholds(
+        args.min_exact,
+        args.min_node_precision,
+        args.min_node_recall,
+        args.max_false_confident,
+        args.max_false_confident_unattributed,
+    ).missed(summary)
     for line in missed:
         print(line)
     return 1 if missed else 0

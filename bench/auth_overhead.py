@@ -41,16 +41,26 @@ def _certificate(directory: Path) -> tuple[Path, Path]:
     now = datetime.datetime.now(datetime.timezone.utc)
     import ipaddress
 
-    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + datetime.timedelta(days=1))
-            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-                           critical=False)
-            .sign(key, hashes.SHA256()))
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False
+        )
+        .sign(key, hashes.SHA256())
+    )
     cert_file, key_file = directory / "server.crt", directory / "server.key"
     cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))
+    key_file.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
     return cert_file, key_file
 
 
@@ -63,9 +73,19 @@ def _records(n: int, request: int) -> list[Any]:
     resource = Resource({"host.name": "n1"})
     scope = InstrumentationScope("bench")
     t0 = 1_793_000_000_000_000_000 + request * n * 1000
-    return [ReadableLogRecord(LogRecord(timestamp=t0 + i * 1000, observed_timestamp=t0, body=f"line {request} {i}",
-                                        attributes={"log.file.path": "/var/log/bench.log"}), resource, scope)
-            for i in range(n)]
+    return [
+        ReadableLogRecord(
+            LogRecord(
+                timestamp=t0 + i * 1000,
+                observed_timestamp=t0,
+                body=f"line {request} {i}",
+                attributes={"log.file.path": "/var/log/bench.log"},
+            ),
+            resource,
+            scope,
+        )
+        for i in range(n)
+    ]
 
 
 def _exporter(transport: str, address: str, token: str | None, ca: Path | None) -> Any:
@@ -81,8 +101,13 @@ def _exporter(transport: str, address: str, token: str | None, ca: Path | None) 
 
     session = requests.Session()
     session.trust_env = False  # $REQUESTS_CA_BUNDLE would override certificate_file
-    return HttpLogs(endpoint=f"{'https' if ca else 'http'}://{address}/v1/logs", headers=headers, timeout=30,
-                    certificate_file=str(ca) if ca else None, session=session)
+    return HttpLogs(
+        endpoint=f"{'https' if ca else 'http'}://{address}/v1/logs",
+        headers=headers,
+        timeout=30,
+        certificate_file=str(ca) if ca else None,
+        session=session,
+    )
 
 
 def run(requests_n: int, records: int, rounds: int) -> dict[tuple[str, str], float]:
@@ -99,22 +124,41 @@ def run(requests_n: int, records: int, rounds: int) -> dict[tuple[str, str], flo
         configs: list[tuple[str, dict[str, Any], str | None, Path | None]] = [
             ("plaintext, no auth", {}, None, None),
             ("plaintext + token", {"auth_tokens_file": str(directory / "tokens.yaml")}, TOKEN, None),
-            ("TLS + token", {"auth_tokens_file": str(directory / "tokens.yaml"), "tls_cert_file": str(cert),
-                             "tls_key_file": str(key)}, TOKEN, cert),
+            (
+                "TLS + token",
+                {
+                    "auth_tokens_file": str(directory / "tokens.yaml"),
+                    "tls_cert_file": str(cert),
+                    "tls_key_file": str(key),
+                },
+                TOKEN,
+                cert,
+            ),
         ]
         for _ in range(rounds):
             for label, extra, token, ca in configs:
-                settings = Settings(grpc_listen="127.0.0.1:0", http_listen="127.0.0.1:0", metrics_listen="",
-                                    store=":memory:", settle_s=3600, idle_timeout_s=86400, log_level="error",
-                                    **extra)
+                settings = Settings(
+                    grpc_listen="127.0.0.1:0",
+                    http_listen="127.0.0.1:0",
+                    metrics_listen="",
+                    store=":memory:",
+                    settle_s=3600,
+                    idle_timeout_s=86400,
+                    log_level="error",
+                    **extra,
+                )
                 server, thread = serve_in_thread(settings)
                 try:
                     for transport, address in (("grpc", server.grpc_address), ("http", server.http_address)):
-                        batches = [_records(records, sent + i) for i in range(requests_n)]  # never deduplicated
+                        batches = [
+                            _records(records, sent + i) for i in range(requests_n)
+                        ]  # never deduplicated
                         sent += requests_n
                         exporter = _exporter(transport, address, token, ca)
                         try:
-                            assert exporter.export(_records(1, -1)) == LogRecordExportResult.SUCCESS  # connect
+                            assert (
+                                exporter.export(_records(1, -1)) == LogRecordExportResult.SUCCESS
+                            )  # connect
                             started = time.perf_counter()
                             for batch in batches:
                                 if exporter.export(batch) != LogRecordExportResult.SUCCESS:
@@ -149,9 +193,13 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3)
     args = p.parse_args()
     best = run(args.requests, args.records, args.rounds)
-    print(f"{args.requests} OTLP log exports of {args.records} records each, one client, best of {args.rounds} "
-          "interleaved rounds, this machine:")
-    for (label, transport), per_s in sorted(best.items(), key=lambda kv: kv[0][1]):  # stable: configs in order
+    print(
+        f"{args.requests} OTLP log exports of {args.records} records each, one client, best of {args.rounds} "
+        "interleaved rounds, this machine:"
+    )
+    for (label, transport), per_s in sorted(
+        best.items(), key=lambda kv: kv[0][1]
+    ):  # stable: configs in order
         reference = best[("plaintext, no auth", transport)]
         print(f"  {transport:4}  {label:20}  {per_s:8.1f} exports/s  ({per_s / reference:.0%} of plaintext)")
     for n in (3, 100):

@@ -68,9 +68,25 @@ def main(argv: list[str] | None = None) -> int:
     print(f"request: {len(body) / 2**20:.1f} MiB gzip -> {len(raw) / 2**20:.1f} MiB protobuf")
     with tempfile.TemporaryDirectory() as tmp:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "hypocenter.cli", "serve", "--grpc-listen", "127.0.0.1:0", "--http-listen",
-             "127.0.0.1:0", "--metrics-listen", "", "--store", f"{tmp}/h.db"],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env={**os.environ})
+            [
+                sys.executable,
+                "-m",
+                "hypocenter.cli",
+                "serve",
+                "--grpc-listen",
+                "127.0.0.1:0",
+                "--http-listen",
+                "127.0.0.1:0",
+                "--metrics-listen",
+                "",
+                "--store",
+                f"{tmp}/h.db",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            env={**os.environ},
+        )
         try:
             assert proc.stdout is not None
             addr = json.loads(proc.stdout.readline())
@@ -81,8 +97,12 @@ def main(argv: list[str] | None = None) -> int:
 
             def post(kind: str, content: bytes, media: str) -> None:
                 try:
-                    r = httpx.post(f"http://{addr['http']}/v1/logs", content=content, timeout=300, headers={
-                        "Content-Type": media, "Content-Encoding": "gzip"})
+                    r = httpx.post(
+                        f"http://{addr['http']}/v1/logs",
+                        content=content,
+                        timeout=300,
+                        headers={"Content-Type": media, "Content-Encoding": "gzip"},
+                    )
                     answers.append(f"{kind} {r.status_code}")
                 except httpx.TimeoutException:
                     answers.append(f"{kind}: no answer within 300 s")
@@ -90,15 +110,21 @@ def main(argv: list[str] | None = None) -> int:
             def via_http(_: int) -> None:
                 post("http", body, "application/x-protobuf")
 
-            json_body = gzip.compress(b'{"resourceLogs":[{"resource":{"attributes":[{"key":"host.name","value":'
-                                      b'{"stringValue":"n1"}}]},"scopeLogs":[{"logRecords":['
-                                      + b",".join([b"{}"] * (len(raw) // 3)) + b"]}]}]}", 6)
+            json_body = gzip.compress(
+                b'{"resourceLogs":[{"resource":{"attributes":[{"key":"host.name","value":'
+                b'{"stringValue":"n1"}}]},"scopeLogs":[{"logRecords":['
+                + b",".join([b"{}"] * (len(raw) // 3))
+                + b"]}]}]}",
+                6,
+            )
 
             def via_json(_: int) -> None:
                 post("json", json_body, "application/json")
 
             def via_grpc(_: int) -> None:
-                with grpc.insecure_channel(addr["grpc"], options=[("grpc.max_send_message_length", 128 << 20)]) as ch:
+                with grpc.insecure_channel(
+                    addr["grpc"], options=[("grpc.max_send_message_length", 128 << 20)]
+                ) as ch:
                     call = ch.unary_unary(LOGS)
                     try:
                         call(raw, timeout=300, compression=grpc.Compression.Gzip)
@@ -115,9 +141,11 @@ def main(argv: list[str] | None = None) -> int:
                     alive = httpx.get(f"http://{addr['http']}/healthz", timeout=30).status_code == 200
                 except httpx.HTTPError:
                     alive = False
-                print(f"{name} x{args.parallel}: answers {sorted(set(answers))}, server peak "
-                      f"{_peak_kib(proc.pid) / 1024:.0f} MiB resident (at rest {rest / 1024:.0f} MiB), "
-                      f"{'up' if alive else 'DOWN'}")
+                print(
+                    f"{name} x{args.parallel}: answers {sorted(set(answers))}, server peak "
+                    f"{_peak_kib(proc.pid) / 1024:.0f} MiB resident (at rest {rest / 1024:.0f} MiB), "
+                    f"{'up' if alive else 'DOWN'}"
+                )
                 answers.clear()
         finally:
             proc.terminate()

@@ -35,16 +35,26 @@ T0 = 1_793_000_000_000_000_000
 
 
 def _entries(lines: list[str], first: int) -> list[Entry]:
-    return [Entry(workload=None, attempt=0, node="n1", stream="n1/var/log/nccl.log", kind="text", body=line,
-                  time_ns=T0 + (first + i) * 1_000_000, line=first + i + 1,
-                  dedup=hashlib.blake2b(f"{first + i}\x1f{line}".encode(), digest_size=16).hexdigest())
-            for i, line in enumerate(lines)]
+    return [
+        Entry(
+            workload=None,
+            attempt=0,
+            node="n1",
+            stream="n1/var/log/nccl.log",
+            kind="text",
+            body=line,
+            time_ns=T0 + (first + i) * 1_000_000,
+            line=first + i + 1,
+            dedup=hashlib.blake2b(f"{first + i}\x1f{line}".encode(), digest_size=16).hexdigest(),
+        )
+        for i, line in enumerate(lines)
+    ]
 
 
 def _ingest(store: SQLiteStore, lines: list[str], first: int, now: float) -> float:
     t = time.perf_counter()
     for i in range(0, len(lines), BATCH):
-        store.ingest(_entries(lines[i:i + BATCH], first + i), [], now)
+        store.ingest(_entries(lines[i : i + BATCH], first + i), [], now)
     return time.perf_counter() - t
 
 
@@ -58,7 +68,7 @@ def main() -> int:
         log = Path(tmp) / "node.log"
         write_log(log, max(1, (args.lines + args.more) * 110 // 1_000_000 + 1), seed=5)
         lines = log.read_text().split("\n")[: args.lines + args.more]
-        first, more = lines[: args.lines], lines[args.lines:]
+        first, more = lines[: args.lines], lines[args.lines :]
         raw = sum(len(x) + 1 for x in first)
         store = SQLiteStore(Path(tmp) / "store.db", synchronous="NORMAL")
         t_ingest = _ingest(store, first, 0, now=1000.0)
@@ -76,22 +86,31 @@ def main() -> int:
         store.close()
         db = sqlite3.connect(Path(tmp) / "store.db", isolation_level=None)
         rows = db.execute("SELECT COUNT(*) FROM log_entries").fetchone()[0]
-        kept = db.execute("SELECT COUNT(*), COALESCE(SUM(LENGTH(body)), 0) FROM log_entries WHERE compacted = 1"
-                          ).fetchone()
+        kept = db.execute(
+            "SELECT COUNT(*), COALESCE(SUM(LENGTH(body)), 0) FROM log_entries WHERE compacted = 1"
+        ).fetchone()
         db.execute("VACUUM")
         db.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # WAL mode: the file shrinks at the checkpoint
         db.close()
         size_after = sum(p.stat().st_size for p in Path(tmp).glob("store.db*"))
         print(f"stream: {len(first):,} lines, {raw / 1e6:.1f} MB of text, then {len(more):,} more")
         print(f"ingest (reference)        {t_ingest:7.2f} s  {len(first) / t_ingest:10,.0f} lines/s")
-        print(f"first compaction pass     {t_first:7.2f} s  {len(first) / t_first:10,.0f} lines/s  "
-              f"{report.blanked:,} blanked, {report.bytes_freed / 1e6:.1f} MB of text")
-        print(f"merge pass                {t_merge:7.2f} s  {merge.merged:,} blanked rows merged into gap rows")
+        print(
+            f"first compaction pass     {t_first:7.2f} s  {len(first) / t_first:10,.0f} lines/s  "
+            f"{report.blanked:,} blanked, {report.bytes_freed / 1e6:.1f} MB of text"
+        )
+        print(
+            f"merge pass                {t_merge:7.2f} s  {merge.merged:,} blanked rows merged into gap rows"
+        )
         print(f"ingest of {len(more):,} more       {t_more_ingest:7.2f} s")
-        print(f"second pass (both steps)  {t_second:7.2f} s  {second.blanked:,} blanked, {second.merged:,} merged")
+        print(
+            f"second pass (both steps)  {t_second:7.2f} s  {second.blanked:,} blanked, {second.merged:,} merged"
+        )
         print(f"rows left: {rows:,} for {len(first) + len(more):,} lines")
         print(f"kept with text: {kept[0]:,} lines, {kept[1] / 1e3:.1f} KB")
-        print(f"store file: {size_before / 1e6:.1f} MB before, {size_after / 1e6:.2f} MB after compaction + VACUUM")
+        print(
+            f"store file: {size_before / 1e6:.1f} MB before, {size_after / 1e6:.2f} MB after compaction + VACUUM"
+        )
     return 0
 
 

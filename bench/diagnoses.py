@@ -21,19 +21,41 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def bundles() -> list[Path]:
-    return sorted(p.parent for top in ("examples", "bench/heldout") for p in (REPO / top).glob("*/attempt.yaml"))
+    return sorted(
+        p.parent for top in ("examples", "bench/heldout") for p in (REPO / top).glob("*/attempt.yaml")
+    )
 
 
 def outputs(cache: Path) -> dict[str, bytes]:
     """`<bundle>.json` and `<bundle>.txt` (with the exit code) of every shipped bundle."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("HYPOCENTER_")}
-    env.update(XDG_CACHE_HOME=str(cache), PYTHONPATH=os.pathsep.join(filter(None, (str(REPO), env.get("PYTHONPATH")))))
+    env.update(
+        XDG_CACHE_HOME=str(cache),
+        PYTHONPATH=os.pathsep.join(filter(None, (str(REPO), env.get("PYTHONPATH")))),
+    )
     out: dict[str, bytes] = {}
     for bundle in bundles():
         for fmt in ("json", "text"):
-            r = subprocess.run([sys.executable, "-m", "hypocenter.cli", "analyze", str(bundle), "--format", fmt,
-                                "--color", "never"], capture_output=True, env=env, cwd=REPO, check=False)
-            out[f"{bundle.name}.{fmt[:4].replace('text', 'txt')}"] = r.stdout + f"\nexit {r.returncode}\n".encode()
+            r = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "hypocenter.cli",
+                    "analyze",
+                    str(bundle),
+                    "--format",
+                    fmt,
+                    "--color",
+                    "never",
+                ],
+                capture_output=True,
+                env=env,
+                cwd=REPO,
+                check=False,
+            )
+            out[f"{bundle.name}.{fmt[:4].replace('text', 'txt')}"] = (
+                r.stdout + f"\nexit {r.returncode}\n".encode()
+            )
     return out
 
 

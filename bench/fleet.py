@@ -54,11 +54,18 @@ NOISE_EXCLUDE = set(LEMON_MODES) | {"ib-leaf-switch-fault"}
 
 
 def fleet_topology() -> Topology:
-    return Topology(Link(f"fleet-n{i:03d}", "mlx5_0/1", f"leaf-{i // 8:02d}", str(i % 8 + 1)) for i in range(FLEET_NODES))
+    return Topology(
+        Link(f"fleet-n{i:03d}", "mlx5_0/1", f"leaf-{i // 8:02d}", str(i % 8 + 1)) for i in range(FLEET_NODES)
+    )
 
 
-def _place(diagnosis: dict[str, Any], truth: dict[str, Any], node_map: dict[str, str], gpu: str | None,
-           port: str | None) -> dict[str, Any]:
+def _place(
+    diagnosis: dict[str, Any],
+    truth: dict[str, Any],
+    node_map: dict[str, str],
+    gpu: str | None,
+    port: str | None,
+) -> dict[str, Any]:
     """The diagnosis with every bundle node renamed onto the fleet; the true culprit's GPU (or every
     GPU named on it, for an application fault) becomes `gpu` and its port `port`."""
     text = json.dumps(diagnosis)
@@ -92,15 +99,21 @@ def _diagnose(mode: str, seed: int, tmp: Path) -> tuple[dict[str, Any], dict[str
     return json.loads(d.to_json()), yaml.safe_load(files["truth.yaml"]), files
 
 
-def make_fleet(workloads: int, seed: int, out: Path | None = None) -> tuple[list[FleetMark], set[tuple[str, str]], int]:
+def make_fleet(
+    workloads: int, seed: int, out: Path | None = None
+) -> tuple[list[FleetMark], set[tuple[str, str]], int]:
     """Marks of a generated fleet, the planted truth as (kind, name) suspects, and the analyses run."""
     rng = Random(f"fleet:{seed}")
     pool = [f"fleet-n{i:03d}" for i in range(FLEET_NODES)]
     lemon_node, bad_node = pool[3], pool[77]
     lemon_gpu, bad_gpu = "0000:3b:00", "0000:9b:00"
-    switch_hosts = pool[8 * 20:8 * 20 + 8]  # leaf-20
-    planted = {("gpu", f"{lemon_node}/{lemon_gpu}"), ("gpu", f"{bad_node}/{bad_gpu}"), ("node", bad_node),
-               ("switch", "leaf-20")}
+    switch_hosts = pool[8 * 20 : 8 * 20 + 8]  # leaf-20
+    planted = {
+        ("gpu", f"{lemon_node}/{lemon_gpu}"),
+        ("gpu", f"{bad_node}/{bad_gpu}"),
+        ("node", bad_node),
+        ("switch", "leaf-20"),
+    }
     reserved = {lemon_node, bad_node, *switch_hosts}
     free = [n for n in pool if n not in reserved]
     noise_modes = sorted(m for m in MODES if m not in NOISE_EXCLUDE)
@@ -135,7 +148,9 @@ def make_fleet(workloads: int, seed: int, out: Path | None = None) -> tuple[list
                 placed["attempt"]["attempt"] = attempt
                 when = at + attempt * 900
                 if placed.get("root_cause"):
-                    placed["root_cause"]["first_seen"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(when))
+                    placed["root_cause"]["first_seen"] = time.strftime(
+                        "%Y-%m-%dT%H:%M:%SZ", time.gmtime(when)
+                    )
                 marks.extend(marks_of(placed))
             if out is not None:
                 write_bundle(out / "bundles" / f"{i:04d}-{role}-{mode}", files)
@@ -147,8 +162,11 @@ def make_fleet(workloads: int, seed: int, out: Path | None = None) -> tuple[list
 def _attempt_ranking(marks: Sequence[FleetMark], topology: Topology) -> list[tuple[str, str]]:
     """The reference: rank by attempts behind each suspect (what /metrics' recent_* counters show)."""
     ranked = suspects(marks, NOW, half_life_s=1e12, topology=topology)
-    return [(s.kind, s.name) for s in sorted(ranked, key=lambda s: (-s.attempts, s.kind, s.name))
-            if s.attempts >= 2 and not (s.kind in ("switch", "switch_port", "cable") and len(s.hosts) < 2)]
+    return [
+        (s.kind, s.name)
+        for s in sorted(ranked, key=lambda s: (-s.attempts, s.kind, s.name))
+        if s.attempts >= 2 and not (s.kind in ("switch", "switch_port", "cable") and len(s.hosts) < 2)
+    ]
 
 
 def precision(ranked: Sequence[tuple[str, str]], truth: set[tuple[str, str]], k: int) -> float:
@@ -165,16 +183,25 @@ def run(workloads: int, seed: int, k: int, out: Path | None = None) -> dict[str,
     t2 = time.perf_counter()
     ours = [(s.kind, s.name) for s in ranked]
     reference = _attempt_ranking(marks, topology)
-    return {"workloads": analysed, "marks": len(marks), "planted": sorted(f"{a} {b}" for a, b in planted), "k": k,
-            "precision_at_k": precision(ours, planted, k),
-            "reference_precision_at_k": precision(reference, planted, k),
-            "top": [f"{a} {b}" for a, b in ours[:k]], "reference_top": [f"{a} {b}" for a, b in reference[:k]],
-            "kinds": dict(Counter(kind for kind, _ in ours)), "generate_and_analyse_s": round(t1 - t0, 2),
-            "rank_s": round(t2 - t1, 4)}
+    return {
+        "workloads": analysed,
+        "marks": len(marks),
+        "planted": sorted(f"{a} {b}" for a, b in planted),
+        "k": k,
+        "precision_at_k": precision(ours, planted, k),
+        "reference_precision_at_k": precision(reference, planted, k),
+        "top": [f"{a} {b}" for a, b in ours[:k]],
+        "reference_top": [f"{a} {b}" for a, b in reference[:k]],
+        "kinds": dict(Counter(kind for kind, _ in ours)),
+        "generate_and_analyse_s": round(t1 - t0, 2),
+        "rank_s": round(t2 - t1, 4),
+    }
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.fleet", description=__doc__.split("\n\n")[0] if __doc__ else None)
+    p = argparse.ArgumentParser(
+        prog="python -m bench.fleet", description=__doc__.split("\n\n")[0] if __doc__ else None
+    )
     p.add_argument("--workloads", type=int, default=60, help="workloads in the fleet (default %(default)s)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--k", type=int, default=4, help="top-k findings scored (default: the 4 planted suspects)")
@@ -182,10 +209,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--json", type=Path, help="write the report as JSON")
     args = p.parse_args(argv)
     report = run(args.workloads, args.seed, args.k, args.out)
-    print(f"fleet: {report['workloads']} workloads, {report['marks']} marks, planted: {', '.join(report['planted'])}")
-    print(f"  fleet memory   precision@{report['k']} = {report['precision_at_k']:.2f}   top: {', '.join(report['top'])}")
-    print(f"  attempt counts precision@{report['k']} = {report['reference_precision_at_k']:.2f}   top: "
-          f"{', '.join(report['reference_top'])}")
+    print(
+        f"fleet: {report['workloads']} workloads, {report['marks']} marks, planted: {', '.join(report['planted'])}"
+    )
+    print(
+        f"  fleet memory   precision@{report['k']} = {report['precision_at_k']:.2f}   top: {', '.join(report['top'])}"
+    )
+    print(
+        f"  attempt counts precision@{report['k']} = {report['reference_precision_at_k']:.2f}   top: "
+        f"{', '.join(report['reference_top'])}"
+    )
     print(f"  generate+analyse {report['generate_and_analyse_s']} s, rank {report['rank_s']} s")
     if args.json:
         args.json.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")

@@ -63,15 +63,19 @@ def seeds(target: str) -> list[bytes]:
         rec = rl.scope_logs.add().log_records.add()
         rec.time_unix_nano = 1_793_000_000_000_000_000
         rec.body.string_value = "NVRM: Xid (PCI:0000:3b:00): 149, pid=1, name=python"
-        json_doc = (b'{"resourceLogs":[{"resource":{"attributes":[{"key":"host.name","value":{"stringValue":"n1"}}]},'
-                    b'"scopeLogs":[{"logRecords":[{"timeUnixNano":"1","body":{"stringValue":"x"}}]}]}]}')
+        json_doc = (
+            b'{"resourceLogs":[{"resource":{"attributes":[{"key":"host.name","value":{"stringValue":"n1"}}]},'
+            b'"scopeLogs":[{"logRecords":[{"timeUnixNano":"1","body":{"stringValue":"x"}}]}]}]}'
+        )
         return [b"P" + req.SerializeToString(), b"J" + json_doc]
     if target == "bundle":
         return [_tar(EXAMPLE)]
     if target == "rules":
         return [(REPO / "rules" / "storage" / "filesystem.yaml").read_bytes()[:4000]]
     if target == "lineformat":
-        return [line.encode() for line in (EXAMPLE / "logs" / "node02" / "kern.log").read_text().splitlines()[:20]]
+        return [
+            line.encode() for line in (EXAMPLE / "logs" / "node02" / "kern.log").read_text().splitlines()[:20]
+        ]
     if target == "events":
         return [p.read_bytes() for p in sorted((EXAMPLE / "events").iterdir())][:3] or [b"{}"]
     if target == "metrics":
@@ -99,6 +103,7 @@ def target_function(target: str) -> Callable[[bytes], None]:
                     decoded = sum(len(sl.log_records) for rl in msg.resource_logs for sl in rl.scope_logs)
                     counted = otlp_wire.count_log_records(body, 1 << 30)
                     assert counted == decoded, (counted, decoded)
+
         return fuzz_otlp
     if target == "bundle":
         from hypocenter.collector.archive import load_archive_bundle
@@ -109,6 +114,7 @@ def target_function(target: str) -> Callable[[bytes], None]:
         def fuzz_bundle(data: bytes) -> None:
             with contextlib.suppress(InputError):
                 load_archive_bundle(data, small)
+
         return fuzz_bundle
     if target == "rules":
         from hypocenter.engine import Engine
@@ -120,35 +126,47 @@ def target_function(target: str) -> Callable[[bytes], None]:
             scratch.write_bytes(data)
             with contextlib.suppress(InputError):
                 Engine(load_ruleset([scratch], builtin=False))
+
         return fuzz_rules
     if target == "lineformat":
         from hypocenter.lineformat import TimeContext, parse_iso, parse_line
 
-        ctx = TimeContext(tz=timezone.utc, start=datetime(2026, 11, 2, 10, tzinfo=timezone.utc),
-                          end=datetime(2026, 11, 2, 11, tzinfo=timezone.utc))
+        ctx = TimeContext(
+            tz=timezone.utc,
+            start=datetime(2026, 11, 2, 10, tzinfo=timezone.utc),
+            end=datetime(2026, 11, 2, 11, tzinfo=timezone.utc),
+        )
 
         def fuzz_lines(data: bytes) -> None:
             text = data.decode("utf-8", "replace")
             parse_line(text, ctx)
             parse_iso(text, ctx)
+
         return fuzz_lines
     if target == "events":
         from hypocenter.collector.bundle import event_records
         from hypocenter.lineformat import TimeContext
 
-        ctx = TimeContext(tz=timezone.utc, start=datetime(2026, 11, 2, 10, tzinfo=timezone.utc),
-                          end=datetime(2026, 11, 2, 11, tzinfo=timezone.utc))
+        ctx = TimeContext(
+            tz=timezone.utc,
+            start=datetime(2026, 11, 2, 10, tzinfo=timezone.utc),
+            end=datetime(2026, 11, 2, 11, tzinfo=timezone.utc),
+        )
 
         def fuzz_events(data: bytes) -> None:
             with contextlib.suppress(ValueError):
                 event_records(data.decode("utf-8", "replace"), "events/fuzz", ctx)
+
         return fuzz_events
     if target == "metrics":
         from hypocenter.collector.metrics import MetricFormatError, parse_metrics
 
         def fuzz_metrics(data: bytes) -> None:
             with contextlib.suppress(MetricFormatError, ValueError):
-                parse_metrics(data.decode("utf-8", "replace"), default_time=datetime(2026, 11, 2, tzinfo=timezone.utc))
+                parse_metrics(
+                    data.decode("utf-8", "replace"), default_time=datetime(2026, 11, 2, tzinfo=timezone.utc)
+                )
+
         return fuzz_metrics
     raise ValueError(f"unknown target {target!r} (known: {', '.join(TARGETS)})")
 
@@ -164,8 +182,16 @@ def _worker(target: str, seconds: int, runs: int | None) -> None:
         (corpus / f"seed{i}").write_bytes(seed)
     out = REGRESSIONS / target
     out.mkdir(parents=True, exist_ok=True)
-    args = [sys.argv[0], str(corpus), f"-max_total_time={seconds}", "-timeout=10", "-rss_limit_mb=2048",
-            "-max_len=262144", f"-artifact_prefix={out}/", "-print_final_stats=1"]
+    args = [
+        sys.argv[0],
+        str(corpus),
+        f"-max_total_time={seconds}",
+        "-timeout=10",
+        "-rss_limit_mb=2048",
+        "-max_len=262144",
+        f"-artifact_prefix={out}/",
+        "-print_final_stats=1",
+    ]
     if runs is not None:
         args.append(f"-runs={runs}")
     atheris.Setup(args, fn)

@@ -47,7 +47,9 @@ def choose_modes(count: int, seed: int, prior: str, modes: Sequence[Mode] | None
     if prior == "uniform":
         # The late modes take the last places, in turn too: the first places are the corpus as it was.
         n_late = round(count * len(late) / len(pool))
-        return _in_turn(base, count - n_late, rng) + _in_turn(late, n_late, Random(f"late-modes:{seed}:{prior}"))
+        return _in_turn(base, count - n_late, rng) + _in_turn(
+            late, n_late, Random(f"late-modes:{seed}:{prior}")
+        )
     if prior == "real":
         picks = rng.choices(base, weights=[m.weight for m in base], k=count)
         share = sum(m.weight for m in late) / sum(m.weight for m in pool) if late else 0.0
@@ -67,15 +69,27 @@ def _in_turn(modes: list[Mode], count: int, rng: Random) -> list[Mode]:
 def _late(picks: list[Mode], late: list[Mode], share: float, rng: Random) -> list[Mode]:
     if not late:
         return picks
-    return [rng.choices(late, weights=[x.weight for x in late])[0] if rng.random() < share else m for m in picks]
+    return [
+        rng.choices(late, weights=[x.weight for x in late])[0] if rng.random() < share else m for m in picks
+    ]
 
 
-def build(mode: Mode, seed: int, nodes_max: int = DEFAULT_NODES_MAX, *, nodes: int | None = None) -> dict[str, str | bytes]:
+def build(
+    mode: Mode, seed: int, nodes_max: int = DEFAULT_NODES_MAX, *, nodes: int | None = None
+) -> dict[str, str | bytes]:
     """All files of one bundle, by relative path; `nodes` pins the job size (tests of large jobs)."""
     rng = Random(seed)
     cap = min(nodes_max, mode.max_nodes) if nodes is None else nodes
-    world = draw_world(rng, seed, nodes_max=cap, schedulers=mode.schedulers, platforms=mode.platforms, min_torch=mode.min_torch,
-                       min_nodes=nodes or 2, max_nodes=nodes or 4096)
+    world = draw_world(
+        rng,
+        seed,
+        nodes_max=cap,
+        schedulers=mode.schedulers,
+        platforms=mode.platforms,
+        min_torch=mode.min_torch,
+        min_nodes=nodes or 2,
+        max_nodes=nodes or 4096,
+    )
     sc = Scenario(mode.id, mode.outcome, mode.domain, mode.subdomain, world, seed)
     mode.build(sc)
     noise.background(sc)
@@ -91,7 +105,14 @@ def write_bundle(directory: Path, files: dict[str, str | bytes]) -> None:
         path.write_bytes(content if isinstance(content, bytes) else content.encode("utf-8"))
 
 
-def generate(out: Path, count: int, seed: int, prior: str = "uniform", nodes_max: int = DEFAULT_NODES_MAX, jobs: int = 1) -> list[Path]:
+def generate(
+    out: Path,
+    count: int,
+    seed: int,
+    prior: str = "uniform",
+    nodes_max: int = DEFAULT_NODES_MAX,
+    jobs: int = 1,
+) -> list[Path]:
     """Write `count` bundles under `out`; returns their directories in order."""
     if count < 0:
         raise ValueError("count must be >= 0")
@@ -101,7 +122,9 @@ def generate(out: Path, count: int, seed: int, prior: str = "uniform", nodes_max
     modes = choose_modes(count, seed, prior)
     width = max(4, len(str(max(count - 1, 0))))
     dirs = [out / f"{i:0{width}d}-{m.id}" for i, m in enumerate(modes)]
-    work = [(d, m.id, scenario_seed(seed, i), nodes_max) for i, (d, m) in enumerate(zip(dirs, modes, strict=True))]
+    work = [
+        (d, m.id, scenario_seed(seed, i), nodes_max) for i, (d, m) in enumerate(zip(dirs, modes, strict=True))
+    ]
     if jobs > 1 and count > 8:
         with ProcessPoolExecutor(max_workers=jobs) as pool:
             list(pool.map(_write_one, work, chunksize=4))
@@ -117,13 +140,24 @@ def _write_one(job: tuple[Path, str, int, int]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.generate", description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.generate", description=__doc__.split("\n\n")[0] if __doc__ else None
+    )
     parser.add_argument("--out", type=Path, help="corpus directory (created)")
     parser.add_argument("--count", type=int, help="number of bundles")
     parser.add_argument("--seed", type=int, help="corpus seed")
-    parser.add_argument("--prior", choices=PRIORS, default="real", help="mode mix: real-world frequencies or every mode equally")
-    parser.add_argument("--nodes-max", type=int, default=DEFAULT_NODES_MAX, help="largest job, in nodes (default %(default)s)")
-    parser.add_argument("--jobs", type=int, default=1, help="worker processes (output is identical for any value)")
+    parser.add_argument(
+        "--prior",
+        choices=PRIORS,
+        default="real",
+        help="mode mix: real-world frequencies or every mode equally",
+    )
+    parser.add_argument(
+        "--nodes-max", type=int, default=DEFAULT_NODES_MAX, help="largest job, in nodes (default %(default)s)"
+    )
+    parser.add_argument(
+        "--jobs", type=int, default=1, help="worker processes (output is identical for any value)"
+    )
     parser.add_argument("--list-modes", action="store_true", help="print the failure modes and exit")
     args = parser.parse_args(argv)
     if args.list_modes:
@@ -136,11 +170,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.count < 0 or args.nodes_max < 2:
         parser.error("--count must be >= 0 and --nodes-max >= 2")
     t0 = time.perf_counter()
-    dirs = generate(args.out, args.count, args.seed, args.prior, args.nodes_max, jobs=max(1, args.jobs or os.cpu_count() or 1))
+    dirs = generate(
+        args.out,
+        args.count,
+        args.seed,
+        args.prior,
+        args.nodes_max,
+        jobs=max(1, args.jobs or os.cpu_count() or 1),
+    )
     dt = time.perf_counter() - t0
     modes = {d.name.split("-", 1)[1] for d in dirs}
-    print(f"wrote {len(dirs)} bundles ({len(modes)} modes, prior={args.prior}, seed={args.seed}) to {args.out} "
-          f"in {dt:.1f}s ({len(dirs) / dt if dt > 0 else 0:.0f} bundles/s)")
+    print(
+        f"wrote {len(dirs)} bundles ({len(modes)} modes, prior={args.prior}, seed={args.seed}) to {args.out} "
+        f"in {dt:.1f}s ({len(dirs) / dt if dt > 0 else 0:.0f} bundles/s)"
+    )
     return 0
 
 

@@ -35,10 +35,18 @@ def dcgm_labels(world: World, node: Node, gpu: GPU, name: str) -> dict[str, str]
 
 
 def ib_labels(node: Node, hca: HCA, name: str) -> dict[str, str]:
-    return {"__name__": name, "device": hca.name, "port": str(hca.port), "instance": f"{node.name}:9100", "job": "node"}
+    return {
+        "__name__": name,
+        "device": hca.name,
+        "port": str(hca.port),
+        "instance": f"{node.name}:9100",
+        "job": "node",
+    }
 
 
-def sample(start: float, end: float, step: float, value: Callable[[float], float | None], fmt: str = "{:g}") -> list[tuple[float, str]]:
+def sample(
+    start: float, end: float, step: float, value: Callable[[float], float | None], fmt: str = "{:g}"
+) -> list[tuple[float, str]]:
     """Samples of `value(t)` every `step` seconds; a None value means the scrape failed (gap)."""
     out: list[tuple[float, str]] = []
     t = start - (start % step)
@@ -50,12 +58,16 @@ def sample(start: float, end: float, step: float, value: Callable[[float], float
     return out
 
 
-def step_values(start: float, end: float, step: float, at: float, before: float, after: float, fmt: str = "{:g}") -> list[tuple[float, str]]:
+def step_values(
+    start: float, end: float, step: float, at: float, before: float, after: float, fmt: str = "{:g}"
+) -> list[tuple[float, str]]:
     """A series that is `before` until `at` and `after` from then on (counters that jump, gauges that switch)."""
     return sample(start, end, step, lambda t: after if t >= at else before, fmt)
 
 
-def constant(start: float, end: float, step: float, value: float, fmt: str = "{:g}") -> list[tuple[float, str]]:
+def constant(
+    start: float, end: float, step: float, value: float, fmt: str = "{:g}"
+) -> list[tuple[float, str]]:
     return sample(start, end, step, lambda t: value, fmt)
 
 
@@ -65,12 +77,22 @@ def counter(start: float, end: float, step: float, base: float, per_second: floa
 
 
 def query_range(series: Sequence[Series]) -> str:
-    result = [{"metric": dict(sorted(labels.items())), "values": [[t if t % 1 else int(t), v] for t, v in values]}
-              for labels, values in series if values]
-    return json.dumps({"status": "success", "data": {"resultType": "matrix", "result": result}}, separators=(",", ":")) + "\n"
+    result = [
+        {"metric": dict(sorted(labels.items())), "values": [[t if t % 1 else int(t), v] for t, v in values]}
+        for labels, values in series
+        if values
+    ]
+    return (
+        json.dumps(
+            {"status": "success", "data": {"resultType": "matrix", "result": result}}, separators=(",", ":")
+        )
+        + "\n"
+    )
 
 
-def openmetrics(families: Sequence[tuple[str, str, str, Sequence[tuple[dict[str, str], str, float | None]]]]) -> str:
+def openmetrics(
+    families: Sequence[tuple[str, str, str, Sequence[tuple[dict[str, str], str, float | None]]]],
+) -> str:
     """OpenMetrics text: (name, type, help, [(labels, value, timestamp)]) per family, ending in `# EOF`."""
     lines: list[str] = []
     for name, mtype, helptext, samples in families:

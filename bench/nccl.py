@@ -52,28 +52,83 @@ def init_lines(world: World, node: Node, rank: int, rng: Random, comm: str) -> l
     oob = f"{oob_interface(node)}:{node.ib_ip}<0>"
     out: list[str] = []
     if rank == 0:
-        out.append(info(world, node, pid, local, f"NCCL version {world.stack.nccl_text}+cuda{world.stack.cuda}"))
+        out.append(
+            info(world, node, pid, local, f"NCCL version {world.stack.nccl_text}+cuda{world.stack.cuda}")
+        )
     out.append(info(world, node, pid, local, f"Bootstrap : Using {oob}"))
     if v >= (2, 12, 0):
-        out.append(info(world, node, pid, local, f"cudaDriverVersion {int(float(world.stack.cuda) * 1000 + 40)}"))
+        out.append(
+            info(world, node, pid, local, f"cudaDriverVersion {int(float(world.stack.cuda) * 1000 + 40)}")
+        )
     if v < (2, 19, 0):
-        out.append(info(world, node, pid, local, "NET/Plugin : No plugin found (libnccl-net.so), using internal implementation"))
+        out.append(
+            info(
+                world,
+                node,
+                pid,
+                local,
+                "NET/Plugin : No plugin found (libnccl-net.so), using internal implementation",
+            )
+        )
     else:
-        out.append(info(world, node, pid, local, "NET/Plugin: Could not find: libnccl-net.so. Using internal network plugin."))
-    devs = " ".join(f"[{i}]{h.name}:{h.port}/{'RoCE' if h.netdev.startswith('enp') else 'IB'}" for i, h in enumerate(node.hcas))
+        out.append(
+            info(
+                world,
+                node,
+                pid,
+                local,
+                "NET/Plugin: Could not find: libnccl-net.so. Using internal network plugin.",
+            )
+        )
+    devs = " ".join(
+        f"[{i}]{h.name}:{h.port}/{'RoCE' if h.netdev.startswith('enp') else 'IB'}"
+        for i, h in enumerate(node.hcas)
+    )
     out.append(info(world, node, pid, local, f"NET/IB : Using {devs} ; OOB {oob}"))
     out.append(info(world, node, pid, local, "Using network IB"))
     bus = node.gpus[local].nccl_busid
     if v >= (2, 13, 0):
-        out.append(info(world, node, pid, local, f"comm {comm} rank {rank} nranks {world.world_size} cudaDev {local} "
-                        f"nvmlDev {local} busId {bus} commId 0x{world.hexid(16, 'commid')} - Init START"))
-    out.append(info(world, node, pid, local, f"Setting affinity for GPU {local} to "
-                    f"{rng.choice(('ffffffff,00000000', 'ff,ffff0000,00000000', '0fffff'))}"))
+        out.append(
+            info(
+                world,
+                node,
+                pid,
+                local,
+                f"comm {comm} rank {rank} nranks {world.world_size} cudaDev {local} "
+                f"nvmlDev {local} busId {bus} commId 0x{world.hexid(16, 'commid')} - Init START",
+            )
+        )
+    out.append(
+        info(
+            world,
+            node,
+            pid,
+            local,
+            f"Setting affinity for GPU {local} to "
+            f"{rng.choice(('ffffffff,00000000', 'ff,ffff0000,00000000', '0fffff'))}",
+        )
+    )
     if v >= (2, 13, 0):
-        out.append(info(world, node, pid, local, f"ncclCommInitRank comm {comm} rank {rank} nranks {world.world_size} cudaDev {local} "
-                        f"nvmlDev {local} busId {bus} commId 0x{world.hexid(16, 'commid')} - Init COMPLETE"))
+        out.append(
+            info(
+                world,
+                node,
+                pid,
+                local,
+                f"ncclCommInitRank comm {comm} rank {rank} nranks {world.world_size} cudaDev {local} "
+                f"nvmlDev {local} busId {bus} commId 0x{world.hexid(16, 'commid')} - Init COMPLETE",
+            )
+        )
     else:
-        out.append(info(world, node, pid, local, f"comm {comm} rank {rank} nranks {world.world_size} cudaDev {local} busId {bus} - Init COMPLETE"))
+        out.append(
+            info(
+                world,
+                node,
+                pid,
+                local,
+                f"comm {comm} rank {rank} nranks {world.world_size} cudaDev {local} busId {bus} - Init COMPLETE",
+            )
+        )
     return out
 
 
@@ -82,10 +137,12 @@ def _gid(hca: HCA) -> str:
     if hca.netdev.startswith("enp"):
         return f"::ffff:{hca.ip}"
     g = hca.guid
-    return "fe80::" + ":".join(f"{int(g[i:i + 4], 16):x}" for i in range(0, 16, 4))
+    return "fe80::" + ":".join(f"{int(g[i : i + 4], 16):x}" for i in range(0, 16, 4))
 
 
-def ib_completion(world: World, node: Node, rank: int, peer: Node, *, status: int, direction: str, rng: Random) -> str:
+def ib_completion(
+    world: World, node: Node, rank: int, peer: Node, *, status: int, direction: str, rng: Random
+) -> str:
     """A `NET/IB : Got completion …` WARN in the format of the job's NCCL version.
 
     `from peer` is the peer's bootstrap (OOB) address; the GIDs name the HCAs of the rail."""
@@ -102,7 +159,9 @@ def ib_completion(world: World, node: Node, rank: int, peer: Node, *, status: in
     local_gid = _gid(hca)
     remote_gid = _gid(remote)
     if v < (2, 10, 0):
-        msg = f"NET/IB : Got completion with error {status}, opcode {opcode}, len {length}, vendor err {vendor}"
+        msg = (
+            f"NET/IB : Got completion with error {status}, opcode {opcode}, len {length}, vendor err {vendor}"
+        )
     elif v < (2, 20, 0):
         msg = f"NET/IB : Got completion from peer {peer_ip}<{port}> with error {status}, opcode {opcode}, len {length}, vendor err {vendor}"
         if v >= (2, 14, 0):
@@ -110,13 +169,19 @@ def ib_completion(world: World, node: Node, rank: int, peer: Node, *, status: in
         if v >= (2, 18, 0):
             msg += f" localGid {local_gid} remoteGid {remote_gid}"
     elif v < (2, 28, 0):
-        msg = (f"NET/IB : Got completion from peer {peer_ip}<{port}> with status={status} opcode={opcode} len={length} "
-               f"vendor err {vendor} ({direction}) localGid {local_gid} remoteGids{remote_gid}")
+        msg = (
+            f"NET/IB : Got completion from peer {peer_ip}<{port}> with status={status} opcode={opcode} len={length} "
+            f"vendor err {vendor} ({direction}) localGid {local_gid} remoteGids{remote_gid}"
+        )
     else:
-        sname = {12: "IBV_WC_RETRY_EXC_ERR", 5: "IBV_WC_WR_FLUSH_ERR", 4: "IBV_WC_LOC_PROT_ERR"}.get(status, "IBV_WC_GENERAL_ERR")
+        sname = {12: "IBV_WC_RETRY_EXC_ERR", 5: "IBV_WC_WR_FLUSH_ERR", 4: "IBV_WC_LOC_PROT_ERR"}.get(
+            status, "IBV_WC_GENERAL_ERR"
+        )
         oname = "IBV_WC_SEND" if direction == "Send" else "IBV_WC_RECV"
-        msg = (f"NET/IB: Got completion from peer {peer_ip}<{port}> with status={sname}({status}) opcode={oname}({opcode}) "
-               f"vendor_err={vendor} ({direction}) localGid {local_gid} remoteGids {remote_gid} hca {hca.name}")
+        msg = (
+            f"NET/IB: Got completion from peer {peer_ip}<{port}> with status={sname}({status}) opcode={oname}({opcode}) "
+            f"vendor_err={vendor} ({direction}) localGid {local_gid} remoteGids {remote_gid} hca {hca.name}"
+        )
     return warn(world, node, pid, local, _ib_file(world), msg, tid=pid + 1200 + local)
 
 
@@ -130,16 +195,45 @@ def ib_hint(world: World, node: Node, rank: int, status: int) -> str | None:
     }.get(status)
     if text is None:
         return None
-    return warn(world, node, world.rank_pid(rank), world.local_of(rank), _ib_file(world), text, tid=world.rank_pid(rank) + 1200 + world.local_of(rank))
+    return warn(
+        world,
+        node,
+        world.rank_pid(rank),
+        world.local_of(rank),
+        _ib_file(world),
+        text,
+        tid=world.rank_pid(rank) + 1200 + world.local_of(rank),
+    )
 
 
 def breadcrumbs(world: World, node: Node, rank: int, code: int) -> list[str]:
     pid, local = world.rank_pid(rank), world.local_of(rank)
     tid = pid + 1200 + local
     return [
-        info(world, node, pid, local, f"transport/net.cc:{1302 if world.stack.nccl < (2, 20, 0) else 1381} -> {code}", tid=tid),
-        info(world, node, pid, local, f"proxy.cc:{698 if world.stack.nccl < (2, 20, 0) else 904} -> {code}", tid=tid),
-        info(world, node, pid, local, f"proxy.cc:{878 if world.stack.nccl < (2, 20, 0) else 1071} -> {code} [Progress Thread]", tid=tid),
+        info(
+            world,
+            node,
+            pid,
+            local,
+            f"transport/net.cc:{1302 if world.stack.nccl < (2, 20, 0) else 1381} -> {code}",
+            tid=tid,
+        ),
+        info(
+            world,
+            node,
+            pid,
+            local,
+            f"proxy.cc:{698 if world.stack.nccl < (2, 20, 0) else 904} -> {code}",
+            tid=tid,
+        ),
+        info(
+            world,
+            node,
+            pid,
+            local,
+            f"proxy.cc:{878 if world.stack.nccl < (2, 20, 0) else 1071} -> {code} [Progress Thread]",
+            tid=tid,
+        ),
     ]
 
 
@@ -148,50 +242,120 @@ def socket_closed(world: World, node: Node, rank: int, peer: Node, rng: Random) 
     port = rng.randint(32768, 60999)
     v = world.stack.nccl
     if v < (2, 12, 0):
-        return warn(world, node, pid, local, "misc/socket.cc:503", f"Net : Call to recv from {peer.ib_ip}<{port}> failed : Connection reset by peer")
+        return warn(
+            world,
+            node,
+            pid,
+            local,
+            "misc/socket.cc:503",
+            f"Net : Call to recv from {peer.ib_ip}<{port}> failed : Connection reset by peer",
+        )
     if v < (2, 19, 0):
-        return warn(world, node, pid, local, "misc/socket.cc:538", f"Net : Connection closed by remote peer {world.hostname(peer)}<{port}>")
-    return warn(world, node, pid, local, "misc/socket.cc:" + str(rng.choice((47, 49, 50))), f"socketProgress: Connection closed by remote peer {world.hostname(peer)}<{port}>")
+        return warn(
+            world,
+            node,
+            pid,
+            local,
+            "misc/socket.cc:538",
+            f"Net : Connection closed by remote peer {world.hostname(peer)}<{port}>",
+        )
+    return warn(
+        world,
+        node,
+        pid,
+        local,
+        "misc/socket.cc:" + str(rng.choice((47, 49, 50))),
+        f"socketProgress: Connection closed by remote peer {world.hostname(peer)}<{port}>",
+    )
 
 
 def proxy_failed(world: World, node: Node, rank: int, peer_rank: int) -> str:
     pid, local = world.rank_pid(rank), world.local_of(rank)
-    return warn(world, node, pid, local, "proxy.cc:1119" if world.stack.nccl < (2, 20, 0) else "proxy.cc:1496",
-                f"[Proxy Service {rank}] Failed to execute operation Connect from rank {peer_rank}, retcode 6")
+    return warn(
+        world,
+        node,
+        pid,
+        local,
+        "proxy.cc:1119" if world.stack.nccl < (2, 20, 0) else "proxy.cc:1496",
+        f"[Proxy Service {rank}] Failed to execute operation Connect from rank {peer_rank}, retcode 6",
+    )
 
 
 def service_thread_closed(world: World, node: Node, rank: int, local_rank_peer: int) -> str:
-    return info(world, node, world.rank_pid(rank), world.local_of(rank), f"[Service thread] Connection closed by localRank {local_rank_peer}")
+    return info(
+        world,
+        node,
+        world.rank_pid(rank),
+        world.local_of(rank),
+        f"[Service thread] Connection closed by localRank {local_rank_peer}",
+    )
 
 
 # ibv_event_type_str() names and enum ibv_event_type values (rdma-core verbs.h) of the port events.
 _PORT_EVENTS = {"port error": 10, "port active": 9}
 
 
-def async_event(world: World, node: Node, rank: int, hca: HCA, *, fatal: bool, what: str = "port error") -> str:
+def async_event(
+    world: World, node: Node, rank: int, hca: HCA, *, fatal: bool, what: str = "port error"
+) -> str:
     pid, local = world.rank_pid(rank), world.local_of(rank)
     where = "misc/ibvwrap.cc:266" if world.stack.nccl < (2, 20, 0) else "transport/net_ib.cc:112"
     if fatal:
-        return warn(world, node, pid, local, where, f"NET/IB : {hca.name}:{hca.port} async fatal event: local catastrophic error")
+        return warn(
+            world,
+            node,
+            pid,
+            local,
+            where,
+            f"NET/IB : {hca.name}:{hca.port} async fatal event: local catastrophic error",
+        )
     # net_ib.cc wording by NCCL version (read in NVIDIA/nccl's tags): ≤ 2.19 names no device,
     # 2.20–2.28.3 "<dev>:<port> Got async event : …", 2.28.7+ "Got non-fatal async event: …(10)".
     if world.stack.nccl < (2, 20, 0):
         return warn(world, node, pid, local, where, f"NET/IB : Got async event : {what}")
     if world.stack.nccl < (2, 28, 7):
-        return warn(world, node, pid, local, where, f"NET/IB : {hca.name}:{hca.port} Got async event : {what}")
-    return warn(world, node, pid, local, where, f"NET/IB : {hca.name}:{hca.port} Got non-fatal async event: {what}({_PORT_EVENTS[what]})")
+        return warn(
+            world, node, pid, local, where, f"NET/IB : {hca.name}:{hca.port} Got async event : {what}"
+        )
+    return warn(
+        world,
+        node,
+        pid,
+        local,
+        where,
+        f"NET/IB : {hca.name}:{hca.port} Got non-fatal async event: {what}({_PORT_EVENTS[what]})",
+    )
 
 
 def bootstrap_no_interface(world: World, node: Node, rank: int) -> str:
     pid, local = world.rank_pid(rank), world.local_of(rank)
     # A missing NCCL_SOCKET_IFNAME interface fails in bootstrap, or (IB disabled) in the socket transport.
     if int(hashlib.sha256(f"{world.seed}|ifname".encode()).hexdigest()[:8], 16) % 3 == 0:
-        return warn(world, node, pid, local, "transport/net_socket.cc:" + ("46" if world.stack.nccl < (2, 19, 0) else "61"),
-                    "NET/Socket : no interface found")
-    return warn(world, node, pid, local, "bootstrap.cc:" + ("42" if world.stack.nccl < (2, 19, 0) else "97"), "Bootstrap : no socket interface found")
+        return warn(
+            world,
+            node,
+            pid,
+            local,
+            "transport/net_socket.cc:" + ("46" if world.stack.nccl < (2, 19, 0) else "61"),
+            "NET/Socket : no interface found",
+        )
+    return warn(
+        world,
+        node,
+        pid,
+        local,
+        "bootstrap.cc:" + ("42" if world.stack.nccl < (2, 19, 0) else "97"),
+        "Bootstrap : no socket interface found",
+    )
 
 
 def duplicate_gpu(world: World, node: Node, rank: int, other: int, busid: str) -> str:
     pid, local = world.rank_pid(rank), world.local_of(rank)
-    return warn(world, node, pid, local, "init.cc:" + ("593" if world.stack.nccl < (2, 18, 0) else "871"),
-                f"Duplicate GPU detected : rank {rank} and rank {other} both on CUDA device {busid}")
+    return warn(
+        world,
+        node,
+        pid,
+        local,
+        "init.cc:" + ("593" if world.stack.nccl < (2, 18, 0) else "871"),
+        f"Duplicate GPU detected : rank {rank} and rank {other} both on CUDA device {busid}",
+    )

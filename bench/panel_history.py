@@ -133,11 +133,34 @@ class Server:
         self.grpc = self.http = self.metrics = ""
 
     def start(self, timeout: float = 60.0) -> Server:
-        cmd = [sys.executable, "-m", "hypocenter.cli", "serve", "--grpc-listen", "127.0.0.1:0",
-               "--http-listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
-               "--store", str(self.workdir / "hypocenter.db"), "--settle-s", "0.3", "--tick-s", "0.05",
-               "--log-level", "warning", "--loki-url", self.sink_url, "--loki-encoding", "json",
-               "--grafana-url", self.sink_url, "--export-retry-max-s", "1"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "hypocenter.cli",
+            "serve",
+            "--grpc-listen",
+            "127.0.0.1:0",
+            "--http-listen",
+            "127.0.0.1:0",
+            "--metrics-listen",
+            "127.0.0.1:0",
+            "--store",
+            str(self.workdir / "hypocenter.db"),
+            "--settle-s",
+            "0.3",
+            "--tick-s",
+            "0.05",
+            "--log-level",
+            "warning",
+            "--loki-url",
+            self.sink_url,
+            "--loki-encoding",
+            "json",
+            "--grafana-url",
+            self.sink_url,
+            "--export-retry-max-s",
+            "1",
+        ]
         with (self.workdir / "hypocenter.log").open("ab") as log:
             env = {k: v for k, v in os.environ.items() if not k.startswith("HYPOCENTER_")}
             self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, env=env)
@@ -149,8 +172,10 @@ class Server:
         reader.join(timeout)
         if not line or not line[0]:
             self.stop()
-            raise RuntimeError("hypocenter serve did not start: "
-                               + (self.workdir / "hypocenter.log").read_text(errors="replace")[-2000:])
+            raise RuntimeError(
+                "hypocenter serve did not start: "
+                + (self.workdir / "hypocenter.log").read_text(errors="replace")[-2000:]
+            )
         addrs = json.loads(line[0])
         self.grpc, self.http, self.metrics = addrs["grpc"], addrs["http"], addrs["metrics"]
         return self
@@ -213,8 +238,14 @@ class Plan:
             if rng.random() < 0.55 + 0.45 * math.sin(2 * math.pi * t / span_s):
                 arrivals.append(t)
         # Inside the last quarter, so that a 6 h view of a 24 h day (the service dashboard's) shows them.
-        return cls(span_s, scrape_s, sorted(arrivals), (0.82 * span_s, 0.82 * span_s + span_s / 24),
-                   [0.78 * span_s, 0.79 * span_s, 0.93 * span_s], [0.86 * span_s, 0.95 * span_s])
+        return cls(
+            span_s,
+            scrape_s,
+            sorted(arrivals),
+            (0.82 * span_s, 0.82 * span_s + span_s / 24),
+            [0.78 * span_s, 0.79 * span_s, 0.93 * span_s],
+            [0.86 * span_s, 0.95 * span_s],
+        )
 
 
 @dataclass
@@ -241,15 +272,19 @@ def send_junk(server: Server, kind: str) -> None:
     """What a misconfigured client sends: a body that is not protobuf, or a record with no node or workload."""
     url = f"http://{server.http}/v1/logs"
     if kind == "malformed":
-        httpx.post(url, content=b"\x0a\xffnot protobuf", headers={"Content-Type": "application/x-protobuf"}, timeout=30)
+        httpx.post(
+            url,
+            content=b"\x0a\xffnot protobuf",
+            headers={"Content-Type": "application/x-protobuf"},
+            timeout=30,
+        )
         return
     record = {"timeUnixNano": str(time.time_ns()), "body": {"stringValue": "hello from nowhere"}}
     doc = {"resourceLogs": [{"resource": {"attributes": []}, "scopeLogs": [{"logRecords": [record] * 3}]}]}
     httpx.post(url, json=doc, timeout=30)
 
 
-def run_day(server: Server, sink: ExportSink, bundles: list[Path], plan: Plan,
-            progress: Any = None) -> Day:
+def run_day(server: Server, sink: ExportSink, bundles: list[Path], plan: Plan, progress: Any = None) -> Day:
     """Feed and scrape tick by tick; see the module docstring."""
     day = Day(plan, instance=server.metrics)
     pending = list(zip(plan.arrivals, bundles, strict=True))
@@ -287,7 +322,9 @@ def openmetrics(snapshots: Iterable[tuple[float, str]], *, start: float, instanc
 
     `start` is the absolute time (Unix s) of simulated offset 0. Exemplars are left out (backfill
     drops them anyway); `job` and `instance` are added, and `up 1` for each scrape."""
-    families: dict[str, tuple[str, str, str]] = {"up": ("gauge", "1 if the scrape of the target succeeded", "")}
+    families: dict[str, tuple[str, str, str]] = {
+        "up": ("gauge", "1 if the scrape of the target succeeded", "")
+    }
     series: dict[str, dict[tuple[tuple[str, str], ...], list[str]]] = {"up": {}}
     target = {"job": JOB, "instance": instance}
     for offset, text in snapshots:
@@ -341,7 +378,9 @@ def loki_in_sim_time(sink: ExportSink, fed: list[Fed], start: float) -> list[Lok
         first_seen = (f.diagnosis.get("root_cause") or {}).get("first_seen")
         began = _iso_s(first_seen) + shift if first_seen else stored
         ts = min(stored, max(began, stored - BACKDATE_S))
-        out.append(LokiRecord(rec.labels, int(ts * 1e9) + (rec.ts_ns - firsts[ident]), rec.line, rec.metadata))
+        out.append(
+            LokiRecord(rec.labels, int(ts * 1e9) + (rec.ts_ns - firsts[ident]), rec.line, rec.metadata)
+        )
     return sorted(out, key=lambda r: r.ts_ns)
 
 

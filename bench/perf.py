@@ -66,25 +66,35 @@ def _chatter(rnd: random.Random, node: str) -> str:
     r = rnd.random()
     m, s = rnd.randrange(50), rnd.randrange(60)
     if r < 0.5:
-        return (f"{node}:{rnd.randint(1000, 99999)}:{rnd.randint(1000, 99999)} [{rnd.randint(0, 7)}] NCCL INFO "
-                f"Channel {rnd.randint(0, 31):02d}/0 : {rnd.randint(0, 511)}[{rnd.randint(0, 7)}] -> "
-                f"{rnd.randint(0, 511)}[{rnd.randint(0, 7)}] [send] via NET/IB/{rnd.randint(0, 7)}/GDRDMA")
+        return (
+            f"{node}:{rnd.randint(1000, 99999)}:{rnd.randint(1000, 99999)} [{rnd.randint(0, 7)}] NCCL INFO "
+            f"Channel {rnd.randint(0, 31):02d}/0 : {rnd.randint(0, 511)}[{rnd.randint(0, 7)}] -> "
+            f"{rnd.randint(0, 511)}[{rnd.randint(0, 7)}] [send] via NET/IB/{rnd.randint(0, 7)}/GDRDMA"
+        )
     if r < 0.8:
-        return (f"Nov  2 10:{m:02d}:{s:02d} {node} kernel: [{rnd.randint(1, 999999)}.{rnd.randint(0, 999999):06d}] "
-                f"audit: type=1400 apparmor=\"STATUS\" operation=\"profile_replace\" profile=\"unconfined\" "
-                f"name=\"docker-default\" pid={rnd.randint(1, 99999)}")
-    return (f"[2026-11-02 10:{m:02d}:{s:02d}] step {rnd.randint(1, 99999)} ppl {rnd.random() * 40:.3f} "
-            f"lr 3.0e-4 tokens/s {rnd.randint(100000, 999999)} grad_norm {rnd.random():.4f}")
+        return (
+            f"Nov  2 10:{m:02d}:{s:02d} {node} kernel: [{rnd.randint(1, 999999)}.{rnd.randint(0, 999999):06d}] "
+            f'audit: type=1400 apparmor="STATUS" operation="profile_replace" profile="unconfined" '
+            f'name="docker-default" pid={rnd.randint(1, 99999)}'
+        )
+    return (
+        f"[2026-11-02 10:{m:02d}:{s:02d}] step {rnd.randint(1, 99999)} ppl {rnd.random() * 40:.3f} "
+        f"lr 3.0e-4 tokens/s {rnd.randint(100000, 999999)} grad_norm {rnd.random():.4f}"
+    )
 
 
 def _candidate(rnd: random.Random, node: str) -> str:
     """A line the prefilter must pass to the parser that is not a fault: an application Xid, an NCCL WARN."""
     m, s = rnd.randrange(50), rnd.randrange(60)
     if rnd.random() < 0.5:
-        return (f"Nov  2 10:{m:02d}:{s:02d} {node} kernel: [291779.330000] NVRM: Xid (PCI:0000:3b:00): 45, "
-                f"pid={rnd.randint(1000, 99999)}, name=python3, Ch 00000001")
-    return (f"{node}:1234:5678 [3] transport/net_ib.cc:1696 NCCL WARN NET/IB : Got completion from peer "
-            f"10.10.0.3<43012> with status=12 opcode=0 len=0 vendor err 129 (Recv)")
+        return (
+            f"Nov  2 10:{m:02d}:{s:02d} {node} kernel: [291779.330000] NVRM: Xid (PCI:0000:3b:00): 45, "
+            f"pid={rnd.randint(1000, 99999)}, name=python3, Ch 00000001"
+        )
+    return (
+        f"{node}:1234:5678 [3] transport/net_ib.cc:1696 NCCL WARN NET/IB : Got completion from peer "
+        f"10.10.0.3<43012> with status=12 opcode=0 len=0 vendor err 129 (Recv)"
+    )
 
 
 NODE_MARK = "NODEMARK"
@@ -94,19 +104,27 @@ def template(lines: int, seed: int) -> list[str]:
     """`lines` lines of one node (named NODE_MARK): one candidate in CANDIDATE_EVERY, at the middle of
     each run of that many lines, none of the rest passes the rule tokens' prefilter."""
     rnd = random.Random(seed)
-    return [_candidate(rnd, NODE_MARK) if i % CANDIDATE_EVERY == CANDIDATE_EVERY // 2 else _chatter(rnd, NODE_MARK)
-            for i in range(lines)]
+    return [
+        _candidate(rnd, NODE_MARK)
+        if i % CANDIDATE_EVERY == CANDIDATE_EVERY // 2
+        else _chatter(rnd, NODE_MARK)
+        for i in range(lines)
+    ]
 
 
 def node_name(i: int) -> str:
     return f"gpu{i:04d}"
 
 
-FAULT = ("Nov  2 10:51:03 {node} kernel: [294950.412118] NVRM: Xid (PCI:0000:3b:00): 149, NETIR_LINK_EVT Fatal XC0 "
-         "i0 Link 13 (0x025001c6 0x00000000 0x00000000 0x00000000 0x00000000 0x00000000)")
-VICTIM = ("[rank{rank}]:[E1102 10:51:{s:02d}.000000 ProcessGroupNCCL.cpp:1895] [PG ID 0 PG GUID 0(default_pg) "
-          "Rank {rank}] Process group watchdog thread terminated with exception: NCCL error: remote process "
-          "exited or there was a network error, NCCL version 2.26.2")
+FAULT = (
+    "Nov  2 10:51:03 {node} kernel: [294950.412118] NVRM: Xid (PCI:0000:3b:00): 149, NETIR_LINK_EVT Fatal XC0 "
+    "i0 Link 13 (0x025001c6 0x00000000 0x00000000 0x00000000 0x00000000 0x00000000)"
+)
+VICTIM = (
+    "[rank{rank}]:[E1102 10:51:{s:02d}.000000 ProcessGroupNCCL.cpp:1895] [PG ID 0 PG GUID 0(default_pg) "
+    "Rank {rank}] Process group watchdog thread terminated with exception: NCCL error: remote process "
+    "exited or there was a network error, NCCL version 2.26.2"
+)
 
 
 # ------------------------------------------------------------------------------------------ processes
@@ -134,7 +152,9 @@ sys.stderr.write(f"{time.perf_counter() - t} {r.ru_maxrss} {rc}")
 
 def run_measured(cmd: list[str], env: dict[str, str] | None = None) -> Run:
     """Wall time and peak RSS (largest process: the command or one of its workers) of one command."""
-    proc = subprocess.run([sys.executable, "-c", _LAUNCHER, *cmd], capture_output=True, env=env, cwd=REPO, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-c", _LAUNCHER, *cmd], capture_output=True, env=env, cwd=REPO, check=False
+    )
     seconds, rss_kb, rc = proc.stderr.decode().split()[-3:]
     return Run(float(seconds), int(rss_kb) / 1024, int(rc), proc.stdout)
 
@@ -158,17 +178,41 @@ def warm_up(tmp: Path) -> float:
     that first, cold run."""
     global _PYCACHE
     _PYCACHE = tmp / "pycache"
-    return run_measured([sys.executable, "-m", "hypocenter.cli", "analyze", str(REPO / "examples" / "nvlink-xid149"),
-                         "--format", "json"], _env()).seconds
+    return run_measured(
+        [
+            sys.executable,
+            "-m",
+            "hypocenter.cli",
+            "analyze",
+            str(REPO / "examples" / "nvlink-xid149"),
+            "--format",
+            "json",
+        ],
+        _env(),
+    ).seconds
 
 
 class Server:
     """`hypocenter serve` in a subprocess on loopback port 0, SQLite store in `store`."""
 
     def __init__(self, store: Path, *extra: str) -> None:
-        cmd = [sys.executable, "-m", "hypocenter.cli", "serve", "--grpc-listen", "127.0.0.1:0", "--http-listen",
-               "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--store", str(store), "--log-level", "warning",
-               *extra]
+        cmd = [
+            sys.executable,
+            "-m",
+            "hypocenter.cli",
+            "serve",
+            "--grpc-listen",
+            "127.0.0.1:0",
+            "--http-listen",
+            "127.0.0.1:0",
+            "--metrics-listen",
+            "127.0.0.1:0",
+            "--store",
+            str(store),
+            "--log-level",
+            "warning",
+            *extra,
+        ]
         self.log = store.with_suffix(".log")
         with self.log.open("ab") as err:
             self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, env=_env(), cwd=REPO)
@@ -203,8 +247,13 @@ def _kv(key: str, value: str | int) -> KeyValue:
     return kv
 
 
-def request(resource_attrs: dict[str, str], lines: list[str], first_record: int, time_ns: list[int] | None = None,
-            record_attrs: dict[str, str] | None = None) -> bytes:
+def request(
+    resource_attrs: dict[str, str],
+    lines: list[str],
+    first_record: int,
+    time_ns: list[int] | None = None,
+    record_attrs: dict[str, str] | None = None,
+) -> bytes:
     """One serialized ExportLogsServiceRequest: one resource, one scope, a record per line (as the
     filelog receiver sends them: `log.file.record_number` on each record)."""
     rl = ResourceLogs()
@@ -213,8 +262,10 @@ def request(resource_attrs: dict[str, str], lines: list[str], first_record: int,
     sl.scope.name = "filelog"
     recs = []
     for i, line in enumerate(lines):
-        rec = LogRecord(time_unix_nano=time_ns[i] if time_ns else (T0 + first_record + i) * 1_000_000_000 // 1000,
-                        observed_time_unix_nano=(T0 + 3600) * 1_000_000_000)
+        rec = LogRecord(
+            time_unix_nano=time_ns[i] if time_ns else (T0 + first_record + i) * 1_000_000_000 // 1000,
+            observed_time_unix_nano=(T0 + 3600) * 1_000_000_000,
+        )
         rec.body.string_value = line
         rec.attributes.append(_kv("log.file.record_number", first_record + i))
         if record_attrs:
@@ -261,6 +312,7 @@ def grpc_sender(addr: str) -> tuple[Sender, Callable[[], None]]:
                 if exc.code() != grpc.StatusCode.UNAVAILABLE:  # backpressure: the server asks for a retry
                     raise
                 time.sleep(0.05)
+
     return send, channel.close
 
 
@@ -275,10 +327,13 @@ def http_sender(addr: str) -> tuple[Sender, Callable[[], None]]:
                 continue
             r.raise_for_status()
             return
+
     return send, client.close
 
 
-def send_all(requests: list[bytes], threads: int, make: Callable[[], tuple[Sender, Callable[[], None]]]) -> float:
+def send_all(
+    requests: list[bytes], threads: int, make: Callable[[], tuple[Sender, Callable[[], None]]]
+) -> float:
     """Seconds from the first request out to the last acknowledgement, `threads` clients in parallel."""
     work: queue.Queue[bytes] = queue.Queue()
     for raw in requests:
@@ -324,7 +379,7 @@ def store_bytes(path: Path) -> int:
 
 @dataclass
 class Figures:
-    rows: list[tuple[str, str, str, str]] = field(default_factory=list)   # what, figure, reference, ratio
+    rows: list[tuple[str, str, str, str]] = field(default_factory=list)  # what, figure, reference, ratio
     summary: dict[str, Any] = field(default_factory=dict)
 
     def add(self, what: str, figure: str, reference: str, ratio: str) -> None:
@@ -332,8 +387,9 @@ class Figures:
         print(f"  {what:<44} {figure:>22}   {reference:>30}   {ratio}", flush=True)
 
 
-def _ingest_requests(prefix: str, nodes: int, per_request: int, requests_per_node: int
-                     ) -> tuple[list[bytes], int, int, int]:
+def _ingest_requests(
+    prefix: str, nodes: int, per_request: int, requests_per_node: int
+) -> tuple[list[bytes], int, int, int]:
     """(requests, lines, bytes of text, candidate lines) of `nodes` node-scoped syslog streams."""
     base = template(per_request * requests_per_node, seed=1)
     requests: list[bytes] = []
@@ -345,8 +401,10 @@ def _ingest_requests(prefix: str, nodes: int, per_request: int, requests_per_nod
         line_bytes += sum(len(x) + 1 for x in body)
         lines += len(body)
         for r in range(requests_per_node):
-            chunk = body[r * per_request:(r + 1) * per_request]
-            requests.append(request({"host.name": node, "log.file.path": "/var/log/syslog"}, chunk, r * per_request + 1))
+            chunk = body[r * per_request : (r + 1) * per_request]
+            requests.append(
+                request({"host.name": node, "log.file.path": "/var/log/syslog"}, chunk, r * per_request + 1)
+            )
     return requests, lines, line_bytes, candidates
 
 
@@ -363,38 +421,67 @@ def ingest_part(fig: Figures, tmp: Path, quick: bool) -> None:
     server: Server | None = None
     sizes = {"lines": 0, "bytes": 0, "healthy": 0}
     for i, (protocol, threads) in enumerate(configs):
-        requests, lines, line_bytes, candidates = _ingest_requests(f"c{i}-", nodes, per_request, requests_per_node)
+        requests, lines, line_bytes, candidates = _ingest_requests(
+            f"c{i}-", nodes, per_request, requests_per_node
+        )
         ref = decode_rate(requests, lines)  # beside each configuration: a shared machine's load drifts
         if i == 0:
-            fig.summary["ingest"] = {"records": lines, "records_per_request": per_request, "candidates": candidates,
-                                     "decode_records_per_s": round(ref), "runs": []}
-            print(f"(a) OTLP ingest: {lines:,} node-scoped records in {len(requests)} requests of {per_request:,}, "
-                  f"{candidates} candidates; reference: protobuf decode + iterate, {ref:,.0f} records/s", flush=True)
+            fig.summary["ingest"] = {
+                "records": lines,
+                "records_per_request": per_request,
+                "candidates": candidates,
+                "decode_records_per_s": round(ref),
+                "runs": [],
+            }
+            print(
+                f"(a) OTLP ingest: {lines:,} node-scoped records in {len(requests)} requests of {per_request:,}, "
+                f"{candidates} candidates; reference: protobuf decode + iterate, {ref:,.0f} records/s",
+                flush=True,
+            )
         db = tmp / ("ingest.db" if quick else f"ingest-{protocol}-{threads}.db")
         if server is None:
             server = Server(db, "--settle-s", "3600", "--idle-timeout-s", "36000")
         try:
-            make = partial(grpc_sender, server.grpc) if protocol == "grpc" else partial(http_sender, server.http)
+            make = (
+                partial(grpc_sender, server.grpc) if protocol == "grpc" else partial(http_sender, server.http)
+            )
             seconds = send_all(requests, threads, make)
         finally:
             if not quick or i == len(configs) - 1:
                 server.stop()
                 server = None
         rate = lines / seconds
-        fig.summary["ingest"]["runs"].append({"protocol": protocol, "threads": threads, "records_per_s": round(rate),
-                                              "decode_records_per_s": round(ref), "ratio_to_decode": round(rate / ref, 4)})
-        fig.add(f"ingest OTLP/{protocol}, {threads} client thread(s)", f"{rate:,.0f} rec/s", f"decode {ref:,.0f} rec/s",
-                f"{rate / ref:.1%} of decode (target >= 50%)")
+        fig.summary["ingest"]["runs"].append(
+            {
+                "protocol": protocol,
+                "threads": threads,
+                "records_per_s": round(rate),
+                "decode_records_per_s": round(ref),
+                "ratio_to_decode": round(rate / ref, 4),
+            }
+        )
+        fig.add(
+            f"ingest OTLP/{protocol}, {threads} client thread(s)",
+            f"{rate:,.0f} rec/s",
+            f"decode {ref:,.0f} rec/s",
+            f"{rate / ref:.1%} of decode (target >= 50%)",
+        )
         sizes["lines"] += lines
         sizes["bytes"] += line_bytes
         sizes["healthy"] += lines - candidates
         if server is None and (quick or i == 0):  # its store is closed: what did these lines cost?
             grown = store_bytes(db) - store_bytes(empty)
-            fig.summary["store"] = {"bytes_per_healthy_line": round(grown / sizes["healthy"], 2),
-                                    "line_bytes": round(sizes["bytes"] / sizes["lines"], 1), "lines": sizes["lines"]}
-            fig.add("(d) store bytes per healthy line ingested", f"{grown / sizes['healthy']:,.1f} B/line",
-                    f"the line itself {sizes['bytes'] / sizes['lines']:.0f} B",
-                    f"{grown / sizes['bytes']:.2%} of the text (target < 5 B)")
+            fig.summary["store"] = {
+                "bytes_per_healthy_line": round(grown / sizes["healthy"], 2),
+                "line_bytes": round(sizes["bytes"] / sizes["lines"], 1),
+                "lines": sizes["lines"],
+            }
+            fig.add(
+                "(d) store bytes per healthy line ingested",
+                f"{grown / sizes['healthy']:,.1f} B/line",
+                f"the line itself {sizes['bytes'] / sizes['lines']:.0f} B",
+                f"{grown / sizes['bytes']:.2%} of the text (target < 5 B)",
+            )
 
 
 def write_bundle(root: Path, nodes: int, megabytes: float, seed: int = 2) -> tuple[int, int]:
@@ -402,9 +489,14 @@ def write_bundle(root: Path, nodes: int, megabytes: float, seed: int = 2) -> tup
     on the second node and NCCL watchdog errors in the job's output. Returns (bytes, lines)."""
     (root / "logs" / "_job").mkdir(parents=True)
     names = [node_name(i) for i in range(nodes)]
-    ctx = {"workload": {"id": WORKLOAD, "attempt": 0, "scheduler": "slurm", "cluster": "perf"},
-           "window": {"start": WINDOW[0], "end": WINDOW[1]}, "state": "FAILED", "exit_code": 1,
-           "nodes": names, "timezone": "UTC"}
+    ctx = {
+        "workload": {"id": WORKLOAD, "attempt": 0, "scheduler": "slurm", "cluster": "perf"},
+        "window": {"start": WINDOW[0], "end": WINDOW[1]},
+        "state": "FAILED",
+        "exit_code": 1,
+        "nodes": names,
+        "timezone": "UTC",
+    }
     (root / "attempt.yaml").write_text(json.dumps(ctx), encoding="utf-8")
     per_node = int(megabytes * 1e6 / nodes)
     base = template(max(200, min(40_000, per_node // 110 + 1)), seed)
@@ -454,11 +546,17 @@ def gzip_logs(root: Path) -> int:
 
 def analyze_part(fig: Figures, tmp: Path, quick: bool, tokens: Path) -> None:
     rg = shutil.which("rg")
-    sizes = [(8, 2.0), (64, 4.0)] if quick else [(8, 50.0), (64, 250.0), (1024, 250.0), (1024, 1100.0), (8, 2000.0)]
+    sizes = (
+        [(8, 2.0), (64, 4.0)]
+        if quick
+        else [(8, 50.0), (64, 250.0), (1024, 250.0), (1024, 1100.0), (8, 2000.0)]
+    )
     print("(b) hypocenter analyze vs rg -c -F -f <rule tokens> on the same files", flush=True)
     # The floor under any Python command: the interpreter starting with this environment's site
     # packages and doing nothing (what bounds the ratio where rg itself takes a tenth of a second).
-    floor = min((run_measured([sys.executable, "-c", "pass"], _env()) for _ in range(3)), key=lambda r: r.seconds)
+    floor = min(
+        (run_measured([sys.executable, "-c", "pass"], _env()) for _ in range(3)), key=lambda r: r.seconds
+    )
     fig.summary["interpreter_start_s"] = round(floor.seconds, 3)
     print(f"  (the interpreter alone, `python -c pass`: {floor.seconds:.2f} s)", flush=True)
     fig.summary["analyze"] = []
@@ -484,11 +582,17 @@ def analyze_part(fig: Figures, tmp: Path, quick: bool, tokens: Path) -> None:
                 for _ in range(2 if ref.seconds < 1.0 else 0):
                     hyp = min(hyp, run_measured(cmd, _env()), key=lambda r: r.seconds)
                     ref = min(ref, run_measured(rg_cmd), key=lambda r: r.seconds)
-                entry.update(rg_seconds=round(ref.seconds, 3), rg_max_rss_mb=round(ref.max_rss_mb, 1),
-                             ratio_to_rg=round(hyp.seconds / ref.seconds, 2))
-                fig.add(what, f"{hyp.seconds:.2f} s {hyp.max_rss_mb:,.0f} MB RSS",
-                        f"rg{' -z' if gzipped else ''} {ref.seconds:.2f} s {ref.max_rss_mb:,.0f} MB RSS",
-                        f"{hyp.seconds / ref.seconds:.1f}x rg (target <= 3x); {outcome}")
+                entry.update(
+                    rg_seconds=round(ref.seconds, 3),
+                    rg_max_rss_mb=round(ref.max_rss_mb, 1),
+                    ratio_to_rg=round(hyp.seconds / ref.seconds, 2),
+                )
+                fig.add(
+                    what,
+                    f"{hyp.seconds:.2f} s {hyp.max_rss_mb:,.0f} MB RSS",
+                    f"rg{' -z' if gzipped else ''} {ref.seconds:.2f} s {ref.max_rss_mb:,.0f} MB RSS",
+                    f"{hyp.seconds / ref.seconds:.1f}x rg (target <= 3x); {outcome}",
+                )
             entry.update(seconds=round(hyp.seconds, 3), max_rss_mb=round(hyp.max_rss_mb, 1))
             fig.summary["analyze"].append(entry)
             if last or (nodes, mb) != sizes[-1]:
@@ -509,9 +613,14 @@ def _outcome(stdout: bytes) -> str:
 def _attempt_streams(nodes: int, per_node: int) -> Iterator[tuple[dict[str, str], list[str], list[int]]]:
     """(resource, lines, times) of each stream of the 1,024-node attempt, in the order collectors send."""
     names = [node_name(i) for i in range(nodes)]
-    wl = {"hypocenter.workload.id": WORKLOAD, "hypocenter.workload.attempt": "0", "hypocenter.workload.scheduler": "slurm",
-          "hypocenter.attempt.window.start": WINDOW[0], "hypocenter.attempt.nodes": ",".join(names),
-          "hypocenter.attempt.timezone": "UTC"}
+    wl = {
+        "hypocenter.workload.id": WORKLOAD,
+        "hypocenter.workload.attempt": "0",
+        "hypocenter.workload.scheduler": "slurm",
+        "hypocenter.attempt.window.start": WINDOW[0],
+        "hypocenter.attempt.nodes": ",".join(names),
+        "hypocenter.attempt.timezone": "UTC",
+    }
     base = template(per_node, seed=3)
     times = [(T0 + 60 * 50 * i // per_node) * 1_000_000_000 for i in range(per_node)]
     for i, node in enumerate(names):
@@ -519,8 +628,11 @@ def _attempt_streams(nodes: int, per_node: int) -> Iterator[tuple[dict[str, str]
         if i == 1:
             kern.append(FAULT.format(node=node))
         yield {"host.name": node, "log.file.path": f"logs/{node}/kern.log"}, kern, times[: len(kern)]
-        yield ({**wl, "host.name": node, "log.file.path": f"logs/{node}/rank.log"},
-               [x.replace(NODE_MARK, node) for x in base[per_node // 2:]], times[per_node // 2:])
+        yield (
+            {**wl, "host.name": node, "log.file.path": f"logs/{node}/rank.log"},
+            [x.replace(NODE_MARK, node) for x in base[per_node // 2 :]],
+            times[per_node // 2 :],
+        )
     job = [VICTIM.format(rank=r, s=5 + r % 50) for r in range(0, min(nodes, 64) * 8, 8)]
     yield {**wl, "log.file.path": "logs/_job/slurm.out"}, job, [(T0 + 3065) * 1_000_000_000] * len(job)
 
@@ -532,11 +644,21 @@ def trigger_part(fig: Figures, tmp: Path, quick: bool) -> None:
     where.mkdir()
     requests = [request(res, lines, 1, times) for res, lines, times in _attempt_streams(nodes, per_node)]
     records = sum(len(x) for _, x, _ in _attempt_streams(nodes, per_node))
-    state = request({"hypocenter.workload.id": WORKLOAD, "hypocenter.workload.attempt": "0",
-                     "log.file.path": "hypocenter/attempt-state"},
-                    ["attempt ended: FAILED"], 1, [(T0 + 3720) * 1_000_000_000],
-                    {"hypocenter.attempt.state": "FAILED", "hypocenter.attempt.window.end": WINDOW[1],
-                     "hypocenter.attempt.exit_code": "1"})
+    state = request(
+        {
+            "hypocenter.workload.id": WORKLOAD,
+            "hypocenter.workload.attempt": "0",
+            "log.file.path": "hypocenter/attempt-state",
+        },
+        ["attempt ended: FAILED"],
+        1,
+        [(T0 + 3720) * 1_000_000_000],
+        {
+            "hypocenter.attempt.state": "FAILED",
+            "hypocenter.attempt.window.end": WINDOW[1],
+            "hypocenter.attempt.exit_code": "1",
+        },
+    )
     server = Server(where / "store.db", "--settle-s", "0", "--tick-s", "0.02", "--idle-timeout-s", "36000")
     try:
         t_ingest = send_all(requests, 4, partial(grpc_sender, server.grpc))
@@ -563,31 +685,61 @@ def trigger_part(fig: Figures, tmp: Path, quick: bool) -> None:
     bundle = where / "bundle"
     (bundle / "logs").mkdir(parents=True)
     names = [node_name(i) for i in range(nodes)]
-    (bundle / "attempt.yaml").write_text(json.dumps({
-        "workload": {"id": WORKLOAD, "attempt": 0, "scheduler": "slurm"}, "window": {"start": WINDOW[0], "end": WINDOW[1]},
-        "state": "FAILED", "exit_code": 1, "nodes": names, "timezone": "UTC"}), encoding="utf-8")
+    (bundle / "attempt.yaml").write_text(
+        json.dumps(
+            {
+                "workload": {"id": WORKLOAD, "attempt": 0, "scheduler": "slurm"},
+                "window": {"start": WINDOW[0], "end": WINDOW[1]},
+                "state": "FAILED",
+                "exit_code": 1,
+                "nodes": names,
+                "timezone": "UTC",
+            }
+        ),
+        encoding="utf-8",
+    )
     for res, lines, _ in _attempt_streams(nodes, per_node):
         path = bundle / res["log.file.path"]
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    ref = run_measured([sys.executable, "-m", "hypocenter.cli", "analyze", str(bundle), "--format", "json"], _env())
+    ref = run_measured(
+        [sys.executable, "-m", "hypocenter.cli", "analyze", str(bundle), "--format", "json"], _env()
+    )
     got = "no diagnosis" if doc is None else _outcome(json.dumps(doc).encode())
-    fig.summary["trigger"] = {"nodes": nodes, "records": records, "ingest_s": round(t_ingest, 3),
-                              "state_ack_s": round(acked - t, 4), "diagnosis_after_ack_s": round(latency, 3),
-                              "analyze_bundle_s": round(ref.seconds, 3), "outcome": got,
-                              "analyze_outcome": _outcome(ref.stdout)}
-    print(f"(c) terminal state to stored diagnosis: {nodes} nodes, {records:,} records ingested in {t_ingest:.1f} s",
-          flush=True)
-    fig.add(f"(c) diagnosis after the state record, {nodes} nodes", f"{latency:.2f} s",
-            f"analyze of the bundle {ref.seconds:.2f} s", f"target < 1 s; {got} (analyze: {_outcome(ref.stdout)})")
+    fig.summary["trigger"] = {
+        "nodes": nodes,
+        "records": records,
+        "ingest_s": round(t_ingest, 3),
+        "state_ack_s": round(acked - t, 4),
+        "diagnosis_after_ack_s": round(latency, 3),
+        "analyze_bundle_s": round(ref.seconds, 3),
+        "outcome": got,
+        "analyze_outcome": _outcome(ref.stdout),
+    }
+    print(
+        f"(c) terminal state to stored diagnosis: {nodes} nodes, {records:,} records ingested in {t_ingest:.1f} s",
+        flush=True,
+    )
+    fig.add(
+        f"(c) diagnosis after the state record, {nodes} nodes",
+        f"{latency:.2f} s",
+        f"analyze of the bundle {ref.seconds:.2f} s",
+        f"target < 1 s; {got} (analyze: {_outcome(ref.stdout)})",
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="smoke-test sizes (seconds): every figure, no meaning")
+    ap.add_argument(
+        "--quick", action="store_true", help="smoke-test sizes (seconds): every figure, no meaning"
+    )
     ap.add_argument("--json", type=Path, help="also write the JSON summary to this file")
-    ap.add_argument("--only", choices=("ingest", "analyze", "trigger"), action="append",
-                    help="run only these parts (repeatable; default all)")
+    ap.add_argument(
+        "--only",
+        choices=("ingest", "analyze", "trigger"),
+        action="append",
+        help="run only these parts (repeatable; default all)",
+    )
     args = ap.parse_args(argv)
     parts = set(args.only or ("ingest", "analyze", "trigger"))
     fig = Figures()

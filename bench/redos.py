@@ -30,7 +30,9 @@ def _time(search: object, text: str) -> float:
 
 def main() -> int:
     rules = {r.id: r for r in default_engine().ruleset.rules}
-    print(f"{'rule':<24} {'re 16 KiB benign':>16} {'re 16 KiB hostile':>18} {'RE2 1 MiB benign':>17} {'RE2 1 MiB hostile':>18}")
+    print(
+        f"{'rule':<24} {'re 16 KiB benign':>16} {'re 16 KiB hostile':>18} {'RE2 1 MiB benign':>17} {'RE2 1 MiB hostile':>18}"
+    )
     for rule_id, (before, filler, after) in HOSTILE.items():
         spec = rules[rule_id].extract
         assert spec is not None

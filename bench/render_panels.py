@@ -93,22 +93,51 @@ class Page:
 
 
 PAGES = (
-    Page("hypocenter-fleet", "fleet-overview.png", (
-        Pick("Failed attempts diagnosed", "stat"), Pick("Unattributed share", "stat"),
-        Pick("Hardware and network causes", "stat"), Pick("Attempts awaiting a verdict", "stat"),
-        Pick("Diagnoses over time, by domain", "timeseries"), Pick("Unattributed share", "timeseries"),
-        Pick("Top culprit nodes", "bargauge"), Pick("Top culprit GPUs", "bargauge"),
-        Pick("Top culprit fabric ports", "bargauge"), Pick("Recent diagnoses", "table"))),
+    Page(
+        "hypocenter-fleet",
+        "fleet-overview.png",
+        (
+            Pick("Failed attempts diagnosed", "stat"),
+            Pick("Unattributed share", "stat"),
+            Pick("Hardware and network causes", "stat"),
+            Pick("Attempts awaiting a verdict", "stat"),
+            Pick("Diagnoses over time, by domain", "timeseries"),
+            Pick("Unattributed share", "timeseries"),
+            Pick("Top culprit nodes", "bargauge"),
+            Pick("Top culprit GPUs", "bargauge"),
+            Pick("Top culprit fabric ports", "bargauge"),
+            Pick("Recent diagnoses", "table"),
+        ),
+    ),
     # Reached from the fleet table's link, which carries the fleet's time range.
-    Page("hypocenter-attempt", "attempt-drill-down.png", (
-        Pick("Verdict", "logs"), Pick("Culprit and affected nodes", "table"), Pick("Evidence", "logs"),
-        Pick("Diagnoses in this cluster", "timeseries", w=24)), range_from="now-24h"),
-    Page("hypocenter-self", "service-health.png", (
-        Pick("Instances up", "stat"), Pick("Store", "stat"), Pick("Attempts awaiting a verdict", "stat"),
-        Pick("Diagnoses waiting to export", "stat"), Pick("Ingest: records/s", "timeseries"),
-        Pick("Ingest: bytes/s", "timeseries"), Pick("Refused requests/s and rejected records/s", "timeseries"),
-        Pick("Analysis time", "timeseries"), Pick("Exports/s", "timeseries"),
-        Pick("Oldest diagnosis waiting to export", "timeseries"), Pick("Build", "table"))),
+    Page(
+        "hypocenter-attempt",
+        "attempt-drill-down.png",
+        (
+            Pick("Verdict", "logs"),
+            Pick("Culprit and affected nodes", "table"),
+            Pick("Evidence", "logs"),
+            Pick("Diagnoses in this cluster", "timeseries", w=24),
+        ),
+        range_from="now-24h",
+    ),
+    Page(
+        "hypocenter-self",
+        "service-health.png",
+        (
+            Pick("Instances up", "stat"),
+            Pick("Store", "stat"),
+            Pick("Attempts awaiting a verdict", "stat"),
+            Pick("Diagnoses waiting to export", "stat"),
+            Pick("Ingest: records/s", "timeseries"),
+            Pick("Ingest: bytes/s", "timeseries"),
+            Pick("Refused requests/s and rejected records/s", "timeseries"),
+            Pick("Analysis time", "timeseries"),
+            Pick("Exports/s", "timeseries"),
+            Pick("Oldest diagnosis waiting to export", "timeseries"),
+            Pick("Build", "table"),
+        ),
+    ),
 )
 
 
@@ -127,11 +156,33 @@ def find_panel(dashboard: dict[str, Any], pick: Pick) -> dict[str, Any]:
 
 # ----------------------------------------------------------------------------------------- Grafana's arithmetic
 
-_ROUND = [(15, 10), (35, 20), (75, 50), (150, 100), (350, 200), (750, 500), (1500, 1000), (3500, 2000),
-          (7500, 5000), (12500, 10000), (17500, 15000), (25000, 20000), (45000, 30000), (90000, 60000),
-          (210000, 120000), (450000, 300000), (1050000, 600000), (1500000, 900000), (2700000, 1200000),
-          (5400000, 1800000), (9000000, 3600000), (16200000, 7200000), (32400000, 10800000),
-          (86400000, 21600000), (604800000, 86400000)]
+_ROUND = [
+    (15, 10),
+    (35, 20),
+    (75, 50),
+    (150, 100),
+    (350, 200),
+    (750, 500),
+    (1500, 1000),
+    (3500, 2000),
+    (7500, 5000),
+    (12500, 10000),
+    (17500, 15000),
+    (25000, 20000),
+    (45000, 30000),
+    (90000, 60000),
+    (210000, 120000),
+    (450000, 300000),
+    (1050000, 600000),
+    (1500000, 900000),
+    (2700000, 1200000),
+    (5400000, 1800000),
+    (9000000, 3600000),
+    (16200000, 7200000),
+    (32400000, 10800000),
+    (86400000, 21600000),
+    (604800000, 86400000),
+]
 
 
 def round_interval_ms(ms: float) -> int:
@@ -189,9 +240,14 @@ class Prometheus:
     def __init__(self, workdir: Path, target: str) -> None:
         self.workdir = workdir
         self.config = workdir / "prometheus.yml"
-        self.config.write_text(yaml.safe_dump({
-            "global": {"scrape_interval": "5s"},
-            "scrape_configs": [{"job_name": JOB, "static_configs": [{"targets": [target]}]}]}))
+        self.config.write_text(
+            yaml.safe_dump(
+                {
+                    "global": {"scrape_interval": "5s"},
+                    "scrape_configs": [{"job_name": JOB, "static_configs": [{"targets": [target]}]}],
+                }
+            )
+        )
         self.proc: subprocess.Popen[bytes] | None = None
         self.url = ""
 
@@ -203,9 +259,18 @@ class Prometheus:
         self.url = f"http://127.0.0.1:{port}"
         with (self.workdir / "prometheus.log").open("ab") as log:
             self.proc = subprocess.Popen(
-                [binary, f"--config.file={self.config}", f"--storage.tsdb.path={self.workdir / 'tsdb'}",
-                 f"--web.listen-address=127.0.0.1:{port}", "--storage.tsdb.retention.time=15d", "--log.level=warn"],
-                stdout=log, stderr=log, cwd=self.workdir)
+                [
+                    binary,
+                    f"--config.file={self.config}",
+                    f"--storage.tsdb.path={self.workdir / 'tsdb'}",
+                    f"--web.listen-address=127.0.0.1:{port}",
+                    "--storage.tsdb.retention.time=15d",
+                    "--log.level=warn",
+                ],
+                stdout=log,
+                stderr=log,
+                cwd=self.workdir,
+            )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and self.proc.poll() is None:
             try:
@@ -215,13 +280,17 @@ class Prometheus:
                 pass
             time.sleep(0.1)
         self.stop()
-        raise RuntimeError("prometheus did not start: " + (self.workdir / "prometheus.log").read_text()[-2000:])
+        raise RuntimeError(
+            "prometheus did not start: " + (self.workdir / "prometheus.log").read_text()[-2000:]
+        )
 
     def api(self, path: str, params: dict[str, str]) -> list[dict[str, Any]]:
         r = httpx.post(f"{self.url}/api/v1/{path}", data=params, timeout=60.0)
         body = r.json()
         if r.status_code != 200 or body.get("status") != "success":
-            raise RuntimeError(f"prometheus {path} {params.get('query')!r}: {body.get('error', r.text[:300])}")
+            raise RuntimeError(
+                f"prometheus {path} {params.get('query')!r}: {body.get('error', r.text[:300])}"
+            )
         result: list[dict[str, Any]] = body["data"]["result"]
         return result
 
@@ -276,8 +345,9 @@ def _time_range(dashboard: dict[str, Any], page: Page, now: float) -> tuple[floa
     return now - int(m.group(1)) * {"h": 3600, "d": 86400}[m.group(2)], now
 
 
-def prometheus_panel(prom: Prometheus, panel: dict[str, Any], values: dict[str, str], t0: float, t1: float,
-                     out: dict[str, Any]) -> Rendered:
+def prometheus_panel(
+    prom: Prometheus, panel: dict[str, Any], values: dict[str, str], t0: float, t1: float, out: dict[str, Any]
+) -> Rendered:
     width, _ = _panel_px(panel["gridPos"])
     legend_opts = (panel.get("options") or {}).get("legend") or {}
     plot_width = width - (300 if legend_opts.get("placement") == "right" else 0)
@@ -286,8 +356,12 @@ def prometheus_panel(prom: Prometheus, panel: dict[str, Any], values: dict[str, 
     if m := re.fullmatch(r"(\d+)([smhd])", str(panel.get("interval", ""))):
         min_interval_s = int(m.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
     interval, rate_interval = intervals(t1 - t0, plot_width, SCRAPE_S, min_interval_s)
-    scoped = {**values, "__interval": _duration(interval), "__rate_interval": _duration(rate_interval),
-              "__range": _duration(int(t1 - t0))}
+    scoped = {
+        **values,
+        "__interval": _duration(interval),
+        "__rate_interval": _duration(rate_interval),
+        "__range": _duration(int(t1 - t0)),
+    }
     queries: list[str] = []
     series: list[dict[str, Any]] = []
     start, end = math.floor(t0 / interval) * interval, math.floor(t1 / interval) * interval
@@ -297,22 +371,38 @@ def prometheus_panel(prom: Prometheus, panel: dict[str, Any], values: dict[str, 
         queries.append(expr)
         if target.get("instant"):
             for row in prom.api("query", {"query": expr, "time": f"{t1:.3f}"}):
-                series.append({"name": legend(target.get("legendFormat", ""), row["metric"], expr),
-                               "labels": row["metric"], "value": float(row["value"][1])})
+                series.append(
+                    {
+                        "name": legend(target.get("legendFormat", ""), row["metric"], expr),
+                        "labels": row["metric"],
+                        "value": float(row["value"][1]),
+                    }
+                )
         else:
-            for row in prom.api("query_range", {"query": expr, "start": str(start), "end": str(end),
-                                                "step": str(interval)}):
+            for row in prom.api(
+                "query_range", {"query": expr, "start": str(start), "end": str(end), "step": str(interval)}
+            ):
                 by_t = {float(t): float(v) for t, v in row["values"]}
                 ys = [by_t.get(x) for x in xs]
-                series.append({"name": legend(target.get("legendFormat", ""), row["metric"], expr),
-                               "labels": row["metric"], "y": [None if y is None or math.isnan(y) else y for y in ys]})
+                series.append(
+                    {
+                        "name": legend(target.get("legendFormat", ""), row["metric"], expr),
+                        "labels": row["metric"],
+                        "y": [None if y is None or math.isnan(y) else y for y in ys],
+                    }
+                )
     out["series"] = series
     out["x"] = xs
     out["interval"] = f"$__interval={_duration(interval)}, $__rate_interval={_duration(rate_interval)}"
     if panel.get("type") == "table":
-        excluded = set(((panel.get("transformations") or [{}])[0].get("options") or {}).get("excludeByName", {}))
+        excluded = set(
+            ((panel.get("transformations") or [{}])[0].get("options") or {}).get("excludeByName", {})
+        )
         columns = sorted({k for s in series for k in s["labels"]} - excluded - {"__name__"})
-        out["table"] = {"columns": columns, "rows": [[s["labels"].get(c, "") for c in columns] for s in series]}
+        out["table"] = {
+            "columns": columns,
+            "rows": [[s["labels"].get(c, "") for c in columns] for s in series],
+        }
     points = sum(len([y for y in s.get("y", [s.get("value")]) if y is not None]) for s in series)
     return Rendered("", panel["title"], panel["type"], "prometheus", queries, len(series), points)
 
@@ -340,8 +430,14 @@ def _utc(ts_ns: int) -> str:
     return datetime.fromtimestamp(ts_ns / 1e9, timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
 
 
-def loki_panel(records: list[LokiRecord], panel: dict[str, Any], values: dict[str, str], t0: float, t1: float,
-               out: dict[str, Any]) -> Rendered:
+def loki_panel(
+    records: list[LokiRecord],
+    panel: dict[str, Any],
+    values: dict[str, str],
+    t0: float,
+    t1: float,
+    out: dict[str, Any],
+) -> Rendered:
     target = panel["targets"][0]
     expr = substitute(target["expr"], values)
     matchers = logql_matchers(expr)
@@ -357,7 +453,9 @@ def loki_panel(records: list[LokiRecord], panel: dict[str, Any], values: dict[st
             table.append([_cell(fields.get(c)) for c in columns])
         out["table"] = {"columns": columns, "rows": table}
     else:
-        out["logs"] = [{"time": _utc(r.ts_ns), "line": r.line, "role": r.metadata.get("role", "")} for r in rows]
+        out["logs"] = [
+            {"time": _utc(r.ts_ns), "line": r.line, "role": r.metadata.get("role", "")} for r in rows
+        ]
     return Rendered("", panel["title"], panel["type"], "loki-sink", [expr], len(rows), len(rows))
 
 
@@ -367,7 +465,9 @@ def _cell(value: Any) -> str:
     return "" if value is None else str(value)
 
 
-def loki_annotations(dashboard: dict[str, Any], records: list[LokiRecord], values: dict[str, str]) -> list[dict[str, Any]]:
+def loki_annotations(
+    dashboard: dict[str, Any], records: list[LokiRecord], values: dict[str, str]
+) -> list[dict[str, Any]]:
     """The dashboard's Loki annotation query ("Root cause (Loki)"), titled with its titleFormat."""
     out = []
     for ann in dashboard.get("annotations", {}).get("list", []):
@@ -381,12 +481,23 @@ def loki_annotations(dashboard: dict[str, Any], records: list[LokiRecord], value
     return out
 
 
-def page_data(page: Page, prom: Prometheus, records: list[LokiRecord], values: dict[str, str], now: float) -> PageData:
+def page_data(
+    page: Page, prom: Prometheus, records: list[LokiRecord], values: dict[str, str], now: float
+) -> PageData:
     dashboard = load_dashboard(page.uid)
     t0, t1 = _time_range(dashboard, page, now)
-    data = PageData(page, {"title": dashboard["title"], "uid": page.uid, "from": t0, "to": t1, "width": PAGE_WIDTH,
-                           "variables": {v["name"]: values.get(v["name"], "") for v in dashboard["templating"]["list"]},
-                           "panels": []})
+    data = PageData(
+        page,
+        {
+            "title": dashboard["title"],
+            "uid": page.uid,
+            "from": t0,
+            "to": t1,
+            "width": PAGE_WIDTH,
+            "variables": {v["name"]: values.get(v["name"], "") for v in dashboard["templating"]["list"]},
+            "panels": [],
+        },
+    )
     anns = loki_annotations(dashboard, records, values)
     for pick in page.picks:
         panel = find_panel(dashboard, pick)
@@ -396,9 +507,18 @@ def page_data(page: Page, prom: Prometheus, records: list[LokiRecord], values: d
         panel["gridPos"] = grid
         width, height = _panel_px(grid)
         defaults = (panel.get("fieldConfig") or {}).get("defaults") or {}
-        out: dict[str, Any] = {"type": panel["type"], "title": panel["title"], "grid": grid, "width": width,
-                               "height": height, "unit": defaults.get("unit", ""), "custom": defaults.get("custom", {}),
-                               "options": panel.get("options", {}), "from": t0, "to": t1}
+        out: dict[str, Any] = {
+            "type": panel["type"],
+            "title": panel["title"],
+            "grid": grid,
+            "width": width,
+            "height": height,
+            "unit": defaults.get("unit", ""),
+            "custom": defaults.get("custom", {}),
+            "options": panel.get("options", {}),
+            "from": t0,
+            "to": t1,
+        }
         if (panel.get("datasource") or {}).get("type") == "loki":
             rendered = loki_panel(records, panel, values, t0, t1, out)
         else:
@@ -432,17 +552,25 @@ def screenshot(spec: dict[str, Any], workdir: Path, png: Path) -> tuple[int, int
     layout(spec)
     html = workdir / f"{spec['uid']}.html"
     page = (PANELS_DIR / "panels.html").read_text()
-    for name, path in (("UPLOT_CSS", UPLOT / "uPlot.min.css"), ("UPLOT_JS", UPLOT / "uPlot.iife.min.js"),
-                       ("PANELS_JS", PANELS_DIR / "panels.js"), ("PANELS_CSS", PANELS_DIR / "panels.css")):
+    for name, path in (
+        ("UPLOT_CSS", UPLOT / "uPlot.min.css"),
+        ("UPLOT_JS", UPLOT / "uPlot.iife.min.js"),
+        ("PANELS_JS", PANELS_DIR / "panels.js"),
+        ("PANELS_CSS", PANELS_DIR / "panels.css"),
+    ):
         page = page.replace(name, path.as_uri())
     html.write_text(page.replace("/*SPEC*/null", json.dumps(spec)))
     size = (PAGE_WIDTH, page_height(spec))
     node = shutil.which("node")
     if node is None:
         raise RuntimeError("node is not installed")
-    proc = subprocess.Popen([node, str(PANELS_DIR / "screenshot.mjs"), str(html), str(png), *map(str, size)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-                            env={**os.environ, "CHROMIUM": CHROMIUM})
+    proc = subprocess.Popen(
+        [node, str(PANELS_DIR / "screenshot.mjs"), str(html), str(png), *map(str, size)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+        env={**os.environ, "CHROMIUM": CHROMIUM},
+    )
     try:
         _, err = proc.communicate(timeout=120)
     except subprocess.TimeoutExpired:
@@ -460,8 +588,23 @@ def shrink(png: Path) -> None:
     pngquant = shutil.which("pngquant")
     if pngquant is None:
         return
-    r = subprocess.run([pngquant, "--quality", "80-100", "--speed", "1", "--strip", "--force", "--output", str(png),
-                        str(png)], capture_output=True, timeout=120, check=False)
+    r = subprocess.run(
+        [
+            pngquant,
+            "--quality",
+            "80-100",
+            "--speed",
+            "1",
+            "--strip",
+            "--force",
+            "--output",
+            str(png),
+            str(png),
+        ],
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
     if r.returncode not in (0, 99):  # 99: the quality floor was not met; the original stays
         raise RuntimeError(f"pngquant failed: {r.stderr.decode(errors='replace')[-500:]}")
 
@@ -475,7 +618,9 @@ class Report:
     rendered: list[Rendered]
     attempts: int
     timings: dict[str, float]
-    sizes: dict[str, tuple[int, int]] = field(default_factory=dict)  # PNG name → (width, height) asked of Chromium
+    sizes: dict[str, tuple[int, int]] = field(
+        default_factory=dict
+    )  # PNG name → (width, height) asked of Chromium
 
 
 def _drill_target(day: Day) -> dict[str, Any]:
@@ -483,21 +628,36 @@ def _drill_target(day: Day) -> dict[str, Any]:
     the cluster's time panel has history around its annotation; else the latest diagnosis."""
     busy: dict[str, int] = {}
     for f in day.fed:
-        busy[f.diagnosis["attempt"]["cluster"] or ""] = busy.get(f.diagnosis["attempt"]["cluster"] or "", 0) + 1
-    gpu = [f.diagnosis for f in day.fed if f.diagnosis["outcome"] == "attributed"
-           and any(c["kind"] == "gpu" for c in f.diagnosis["root_cause"]["components"])]
+        busy[f.diagnosis["attempt"]["cluster"] or ""] = (
+            busy.get(f.diagnosis["attempt"]["cluster"] or "", 0) + 1
+        )
+    gpu = [
+        f.diagnosis
+        for f in day.fed
+        if f.diagnosis["outcome"] == "attributed"
+        and any(c["kind"] == "gpu" for c in f.diagnosis["root_cause"]["components"])
+    ]
     if not gpu:
         return day.fed[-1].diagnosis
     return max(reversed(gpu), key=lambda d: busy[d["attempt"]["cluster"] or ""])
 
 
-def render(out: Path, *, count: int = 240, seed: int = 11, hours: float = 24.0, workdir: Path | None = None,
-           log: Callable[[str], None] = print) -> Report:
+def render(
+    out: Path,
+    *,
+    count: int = 240,
+    seed: int = 11,
+    hours: float = 24.0,
+    workdir: Path | None = None,
+    log: Callable[[str], None] = print,
+) -> Report:
     """Run the whole pipeline; PNGs land in `out`."""
     if not Path(CHROMIUM).is_file():
         raise RuntimeError(f"{CHROMIUM} is missing (apt-get install -y chromium)")
     if not (UPLOT / "uPlot.iife.min.js").is_file() or not PLAYWRIGHT.is_dir():
-        raise RuntimeError(f"uPlot or playwright-core is missing: npm ci --prefix {PANELS_DIR.relative_to(REPO)}")
+        raise RuntimeError(
+            f"uPlot or playwright-core is missing: npm ci --prefix {PANELS_DIR.relative_to(REPO)}"
+        )
     promtool = shutil.which("promtool")
     if promtool is None:
         raise RuntimeError("promtool is not installed (Debian package `prometheus`)")
@@ -514,7 +674,9 @@ def render(out: Path, *, count: int = 240, seed: int = 11, hours: float = 24.0, 
         bundles = generate(work / "corpus", count, seed, "real", 16)
         server = Server(work, sink.url).start()
         plan = Plan.draw(count, seed, hours * 3600, SCRAPE_S)
-        log(f"feeding {count} attempts over a simulated {hours:g} h, scraping /metrics every {SCRAPE_S:g} s of it")
+        log(
+            f"feeding {count} attempts over a simulated {hours:g} h, scraping /metrics every {SCRAPE_S:g} s of it"
+        )
         day = run_day(server, sink, bundles, plan, progress=log)
         time.sleep(1.0)  # let the outbox deliver the last diagnoses
         timings["feed_and_scrape_s"] = time.monotonic() - t
@@ -524,8 +686,13 @@ def render(out: Path, *, count: int = 240, seed: int = 11, hours: float = 24.0, 
         start = end - plan.span_s
         history = work / "history.om"
         history.write_text(openmetrics(day.snapshots, start=start, instance=day.instance))
-        r = subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", str(history), str(work / "tsdb")],
-                           capture_output=True, text=True, timeout=600, check=False)
+        r = subprocess.run(
+            [promtool, "tsdb", "create-blocks-from", "openmetrics", str(history), str(work / "tsdb")],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
         if r.returncode != 0:
             raise RuntimeError(f"promtool backfill failed: {r.stderr[-2000:]}")
         prom = Prometheus(work, server.metrics).start()
@@ -536,21 +703,36 @@ def render(out: Path, *, count: int = 240, seed: int = 11, hours: float = 24.0, 
         records = loki_in_sim_time(sink, day.fed, start)
         now = time.time()
         target = _drill_target(day)
-        everything = {"datasource": "prometheus", "loki": "loki", "cluster": ".*", "node": "", "job": JOB,
-                      "instance": ".*"}
-        drill = {**everything, "cluster": target["attempt"]["cluster"] or "",
-                 "workload": target["attempt"]["workload_id"], "attempt": str(target["attempt"]["attempt"]),
-                 "diagnosis": target["id"], "node": ".*"}
+        everything = {
+            "datasource": "prometheus",
+            "loki": "loki",
+            "cluster": ".*",
+            "node": "",
+            "job": JOB,
+            "instance": ".*",
+        }
+        drill = {
+            **everything,
+            "cluster": target["attempt"]["cluster"] or "",
+            "workload": target["attempt"]["workload_id"],
+            "attempt": str(target["attempt"]["attempt"]),
+            "diagnosis": target["id"],
+            "node": ".*",
+        }
         pngs: list[Path] = []
         rendered: list[Rendered] = []
         sizes: dict[str, tuple[int, int]] = {}
         for page in PAGES:
-            data = page_data(page, prom, records, drill if page.uid == "hypocenter-attempt" else everything, now)
+            data = page_data(
+                page, prom, records, drill if page.uid == "hypocenter-attempt" else everything, now
+            )
             png = out / page.png
             sizes[png.name] = screenshot(data.spec, work, png)
             pngs.append(png)
             rendered += data.rendered
-            (work / f"{page.uid}.report.json").write_text(json.dumps([r.__dict__ for r in data.rendered], indent=1))
+            (work / f"{page.uid}.report.json").write_text(
+                json.dumps([r.__dict__ for r in data.rendered], indent=1)
+            )
         timings["render_s"] = time.monotonic() - t
         return Report(pngs, rendered, len(day.fed), timings, sizes)
     finally:
@@ -564,21 +746,37 @@ def render(out: Path, *, count: int = 240, seed: int = 11, hours: float = 24.0, 
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.render_panels", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, default=REPO / "docs" / "img", help="where the PNGs go (default docs/img)")
-    parser.add_argument("--count", type=int, default=240, help="attempts fed over the simulated span (default 240)")
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.render_panels", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument(
+        "--out", type=Path, default=REPO / "docs" / "img", help="where the PNGs go (default docs/img)"
+    )
+    parser.add_argument(
+        "--count", type=int, default=240, help="attempts fed over the simulated span (default 240)"
+    )
     parser.add_argument("--seed", type=int, default=11, help="corpus and timeline seed (default 11)")
     parser.add_argument("--hours", type=float, default=24.0, help="simulated span, hours (default 24)")
-    parser.add_argument("--workdir", type=Path, help="keep the corpus, TSDB, pages and logs here (default: a temp dir)")
+    parser.add_argument(
+        "--workdir", type=Path, help="keep the corpus, TSDB, pages and logs here (default: a temp dir)"
+    )
     args = parser.parse_args(argv)
     try:
-        report = render(args.out, count=args.count, seed=args.seed, hours=args.hours, workdir=args.workdir,
-                        log=lambda s: print(s, file=sys.stderr))
+        report = render(
+            args.out,
+            count=args.count,
+            seed=args.seed,
+            hours=args.hours,
+            workdir=args.workdir,
+            log=lambda s: print(s, file=sys.stderr),
+        )
     except RuntimeError as exc:
         print(f"render_panels: {exc}", file=sys.stderr)
         return 1
     for r in report.rendered:
-        print(f"{r.dashboard:20} {r.kind:10} {r.title:45} {r.source:10} {r.series:3} series {r.points:6} points")
+        print(
+            f"{r.dashboard:20} {r.kind:10} {r.title:45} {r.source:10} {r.series:3} series {r.points:6} points"
+        )
     for png in report.pngs:
         print(f"wrote {png} ({png.stat().st_size // 1024} KB)")
     print("timings: " + ", ".join(f"{k} {v:.1f}" for k, v in report.timings.items()))

@@ -34,13 +34,38 @@ from hypocenter.model import COMPONENT_KINDS
 OUTCOMES = ("attributed", "ambiguous", "unattributed", "not_failed")
 DOMAINS = ("hardware", "network", "storage", "software", "resource", "external", "ambiguous")
 SUBDOMAINS = (
-    "gpu", "gpu_memory", "gpu_firmware", "nvlink", "host", "fabric", "nic", "filesystem", "user_code", "configuration",
-    "hang", "gpu_oom", "host_oom", "time_limit", "preemption", "cancellation", "maintenance", "ambiguous",
+    "gpu",
+    "gpu_memory",
+    "gpu_firmware",
+    "nvlink",
+    "host",
+    "fabric",
+    "nic",
+    "filesystem",
+    "user_code",
+    "configuration",
+    "hang",
+    "gpu_oom",
+    "host_oom",
+    "time_limit",
+    "preemption",
+    "cancellation",
+    "maintenance",
+    "ambiguous",
 )
 _KERNEL_FILE = {
-    "kernlog": "kern.log", "kernlog_uptime": "kern.log", "syslog": "syslog", "syslog_uptime": "messages",
-    "rsyslog_iso": "syslog", "rfc5424": "syslog.log", "dmesg_T": "dmesg-T.txt", "dmesg_raw": "dmesg",
-    "dmesg_iso": "dmesg.log", "journal_iso": "journal.txt", "journal_precise": "journalctl.log", "journal_json": "journal.json",
+    "kernlog": "kern.log",
+    "kernlog_uptime": "kern.log",
+    "syslog": "syslog",
+    "syslog_uptime": "messages",
+    "rsyslog_iso": "syslog",
+    "rfc5424": "syslog.log",
+    "dmesg_T": "dmesg-T.txt",
+    "dmesg_raw": "dmesg",
+    "dmesg_iso": "dmesg.log",
+    "journal_iso": "journal.txt",
+    "journal_precise": "journalctl.log",
+    "journal_json": "journal.json",
 }
 
 
@@ -76,10 +101,15 @@ class Truth:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "mode": self.mode, "seed": self.seed, "outcome": self.outcome, "domain": self.domain, "subdomain": self.subdomain,
+            "mode": self.mode,
+            "seed": self.seed,
+            "outcome": self.outcome,
+            "domain": self.domain,
+            "subdomain": self.subdomain,
             "nodes": sorted(set(self.nodes)),
             "components": sorted(self.components, key=lambda c: (c["node"], c["kind"], c["id"])),
-            "root_event": self.root_event, "collateral": list(dict.fromkeys(self.collateral)),
+            "root_event": self.root_event,
+            "collateral": list(dict.fromkeys(self.collateral)),
             "distractors": list(dict.fromkeys(self.distractors)),
         }
 
@@ -94,7 +124,9 @@ class Exit:
 class Scenario:
     """The bundle under construction for one failure mode, plus its ground truth."""
 
-    def __init__(self, mode: str, outcome: str, domain: str | None, subdomain: str | None, world: World, seed: int) -> None:
+    def __init__(
+        self, mode: str, outcome: str, domain: str | None, subdomain: str | None, world: World, seed: int
+    ) -> None:
         self.w = world
         self.rng: Random = world.rng
         self.clock = Clock(world.tz)
@@ -112,7 +144,9 @@ class Scenario:
         self.kill_on_bad_exit = self.rng.random() < 0.55
         self.plan: Plan = make_plan(world, self.rng, world.start + self.rng.uniform(40, 240))
         self.ran_until: float = self.plan.t_begin
-        self.op = self.rng.choice(("ALLREDUCE", "ALLREDUCE", "_ALLGATHER_BASE", "_REDUCE_SCATTER_BASE", "BROADCAST", "ALLGATHER"))
+        self.op = self.rng.choice(
+            ("ALLREDUCE", "ALLREDUCE", "_ALLGATHER_BASE", "_REDUCE_SCATTER_BASE", "BROADCAST", "ALLGATHER")
+        )
         self.numel = self.rng.choice((1, 112, 9801523, 131334144, 262668288, 33554432))
         self.compact = world.world_size > 256
         self.oom_tasks: set[int] = set()
@@ -149,9 +183,13 @@ class Scenario:
         """Where the output of processes on `node` (ranks, torchrun agent) lands."""
         w = self.w
         if w.output == "pods":
-            return self.bundle.stream(f"logs/{node.name}/{node.pod}.log", "app", node=node, pod_style=w.pod_log_style)
+            return self.bundle.stream(
+                f"logs/{node.name}/{node.pod}.log", "app", node=node, pod_style=w.pod_log_style
+            )
         if w.output == "per_node":
-            return self.bundle.stream(f"logs/{node.name}/{w.job_name}-{w.job_id}-{node.name}.out", "app", node=node)
+            return self.bundle.stream(
+                f"logs/{node.name}/{w.job_name}-{w.job_id}-{node.name}.out", "app", node=node
+            )
         return self.job_stream(err)
 
     def rank_stream(self, rank: int, err: bool = True) -> Stream:
@@ -172,8 +210,18 @@ class Scenario:
             kw.pop("writer", None)
         return self.bundle.add(stream, t, text, **kw)
 
-    def kernel(self, node: Node, t: float, lines: str | Sequence[str], *, key: bool = False, level: str = "err",
-               ident: str = "kernel", pid: int | None = None, gap: float = 0.000013) -> float:
+    def kernel(
+        self,
+        node: Node,
+        t: float,
+        lines: str | Sequence[str],
+        *,
+        key: bool = False,
+        level: str = "err",
+        ident: str = "kernel",
+        pid: int | None = None,
+        gap: float = 0.000013,
+    ) -> float:
         if isinstance(lines, str):
             lines = [lines]
         lost = self.lost_nodes.get(node.name)
@@ -184,12 +232,29 @@ class Scenario:
             self.bundle.add(s, t + i * gap, line, ident=ident, pid=pid, level=level, key=key)
         return t + len(lines) * gap
 
-    def daemon(self, node: Node, t: float, ident: str, text: str, *, pid: int | None = None, level: str = "info", key: bool = False) -> None:
+    def daemon(
+        self,
+        node: Node,
+        t: float,
+        ident: str,
+        text: str,
+        *,
+        pid: int | None = None,
+        level: str = "info",
+        key: bool = False,
+    ) -> None:
         lost = self.lost_nodes.get(node.name)
         if lost is not None and t > lost:
             return
-        self.bundle.add(self.kstream(node), t, text, ident=ident,
-                        pid=pid if pid is not None else 1000 + zlib.crc32(ident.encode()) % 7 * 311, level=level, key=key)
+        self.bundle.add(
+            self.kstream(node),
+            t,
+            text,
+            ident=ident,
+            pid=pid if pid is not None else 1000 + zlib.crc32(ident.encode()) % 7 * 311,
+            level=level,
+            key=key,
+        )
 
     def out(self, rank: int, t: float, text: Text, *, err: bool = True, key: bool = False) -> None:
         self.node_out(self.w.node_of(rank), t, text, err=err, key=key)
@@ -214,11 +279,16 @@ class Scenario:
     # ---------------------------------------------------------------------------------------------
     # Truth
 
-    def culprit(self, nodes: Iterable[Node | str],
-                components: Iterable[tuple[Node, str, str] | tuple[Node, str, str, list[str]]] = ()) -> None:
+    def culprit(
+        self,
+        nodes: Iterable[Node | str],
+        components: Iterable[tuple[Node, str, str] | tuple[Node, str, str, list[str]]] = (),
+    ) -> None:
         """The culprit nodes and components. Component kinds are the engine's (COMPONENT_KINDS); a
         component's other names (a NIC's PCI address and netdev) go in `aliases`: any of them is a hit."""
-        self.truth.nodes = sorted({n if isinstance(n, str) else n.name for n in nodes} | set(self.truth.nodes))
+        self.truth.nodes = sorted(
+            {n if isinstance(n, str) else n.name for n in nodes} | set(self.truth.nodes)
+        )
         for node, kind, cid, *more in components:
             assert kind in COMPONENT_KINDS, f"component kind {kind!r} is not one of {COMPONENT_KINDS}"
             comp: dict[str, Any] = {"node": node.name, "kind": kind, "id": cid}
@@ -239,7 +309,9 @@ class Scenario:
         if self.truth.root_event is None:
             self.truth.root_event = {"node": node.name if node else "", "file": path, "text": text}
 
-    def root_kernel(self, node: Node, t: float, lines: str | Sequence[str], *, root_line: int = 0, level: str = "err") -> float:
+    def root_kernel(
+        self, node: Node, t: float, lines: str | Sequence[str], *, root_line: int = 0, level: str = "err"
+    ) -> float:
         lst = [lines] if isinstance(lines, str) else list(lines)
         end = self.kernel(node, t, lst, key=True, level=level)
         self.root_event(node, self.kstream(node).path, lst[root_line])
@@ -259,9 +331,14 @@ class Scenario:
         w, rng = self.w, self.rng
         t0 = w.start
         if w.scheduler == "slurm":
-            echo = [f"Starting job {w.job_id} ({w.job_name}) on {w.hostlist()} at {self.local(t0 + 1):%a %b %d %H:%M:%S %Z %Y}",
-                    f"MASTER_ADDR={w.master.name} MASTER_PORT={w.master_port} WORLD_SIZE={w.world_size}"]
-            env = [f"NCCL_IB_TIMEOUT={rng.choice((20, 22, 23))}", f"NCCL_SOCKET_IFNAME={self.env.get('NCCL_SOCKET_IFNAME', nccl.oob_interface(w.master))}"]
+            echo = [
+                f"Starting job {w.job_id} ({w.job_name}) on {w.hostlist()} at {self.local(t0 + 1):%a %b %d %H:%M:%S %Z %Y}",
+                f"MASTER_ADDR={w.master.name} MASTER_PORT={w.master_port} WORLD_SIZE={w.world_size}",
+            ]
+            env = [
+                f"NCCL_IB_TIMEOUT={rng.choice((20, 22, 23))}",
+                f"NCCL_SOCKET_IFNAME={self.env.get('NCCL_SOCKET_IFNAME', nccl.oob_interface(w.master))}",
+            ]
             if w.nccl_debug:
                 env.append(f"NCCL_DEBUG={w.nccl_debug}")
             if rng.random() < 0.6 or self.env:
@@ -281,7 +358,11 @@ class Scenario:
             r = rng.randrange(w.world_size)
             self.out(r, t_init - rng.uniform(2, 8), benign_c10d_warning(w, r, rng))
         if w.nccl_debug == "INFO":
-            ranks = list(range(w.world_size)) if w.world_size <= 64 else sorted({0, *rng.sample(range(w.world_size), 32)})
+            ranks = (
+                list(range(w.world_size))
+                if w.world_size <= 64
+                else sorted({0, *rng.sample(range(w.world_size), 32)})
+            )
             comm = f"0x{w.hexid(12, 'comm')}"
             for r in ranks:
                 node = w.node_of(r)
@@ -294,25 +375,36 @@ class Scenario:
             r = rng.randrange(w.world_size)
             from bench.training import BENIGN_WARNINGS
 
-            self.out(r, self.plan.t_begin - 3, f"{pytorch.script_path(w)}:{rng.randint(40, 400)}: {rng.choice(BENIGN_WARNINGS)}")
+            self.out(
+                r,
+                self.plan.t_begin - 3,
+                f"{pytorch.script_path(w)}:{rng.randint(40, 400)}: {rng.choice(BENIGN_WARNINGS)}",
+            )
 
     def _torchrun_start(self, node: Node) -> LineFn:
         w = self.w
 
         def render(d: datetime) -> str:
             if w.stack.torch >= (2, 3):
-                return (f"W{d:%m%d} {d:%H:%M:%S}.{d.microsecond:06d} {node.agent_pid} torch/distributed/run.py:793] \n"
-                        f"W{d:%m%d} {d:%H:%M:%S}.{d.microsecond:06d} {node.agent_pid} torch/distributed/run.py:793] *****************************************\n"
-                        f"W{d:%m%d} {d:%H:%M:%S}.{d.microsecond:06d} {node.agent_pid} torch/distributed/run.py:793] Setting OMP_NUM_THREADS environment variable "
-                        "for each process to be 1 in default, to avoid your system being overloaded, please further tune the variable for optimal performance "
-                        "in your application as needed. \n"
-                        f"W{d:%m%d} {d:%H:%M:%S}.{d.microsecond:06d} {node.agent_pid} torch/distributed/run.py:793] *****************************************")
-            return ("*****************************************\nSetting OMP_NUM_THREADS environment variable for each process to be 1 in default, "
-                    "to avoid your system being overloaded, please further tune the variable for optimal performance in your application as needed. \n"
-                    "*****************************************")
+                return (
+                    f"W{d:%m%d} {d:%H:%M:%S}.{d.microsecond:06d} {node.agent_pid} torch/distributed/run.py:793] \n"
+                    f"W{d:%m%d} {d:%H:%M:%S}.{d.microsecond:06d} {node.agent_pid} torch/distributed/run.py:793] *****************************************\n"
+                    f"W{d:%m%d} {d:%H:%M:%S}.{d.microsecond:06d} {node.agent_pid} torch/distributed/run.py:793] Setting OMP_NUM_THREADS environment variable "
+                    "for each process to be 1 in default, to avoid your system being overloaded, please further tune the variable for optimal performance "
+                    "in your application as needed. \n"
+                    f"W{d:%m%d} {d:%H:%M:%S}.{d.microsecond:06d} {node.agent_pid} torch/distributed/run.py:793] *****************************************"
+                )
+            return (
+                "*****************************************\nSetting OMP_NUM_THREADS environment variable for each process to be 1 in default, "
+                "to avoid your system being overloaded, please further tune the variable for optimal performance in your application as needed. \n"
+                "*****************************************"
+            )
+
         return render
 
-    def train(self, until: float, *, slow: float = 1.0, from_t: float | None = None, key_last: bool = False) -> int:
+    def train(
+        self, until: float, *, slow: float = 1.0, from_t: float | None = None, key_last: bool = False
+    ) -> int:
         """Rank 0's progress lines from the last reported point up to `until`; returns the last iteration.
 
         `key_last` marks the final progress line as evidence (progress right up to the end)."""
@@ -329,7 +421,9 @@ class Scenario:
             if tt > until:
                 break
             s = self.rank_stream(0, err=False)
-            last_entry = self._add(s, tt, progress_line(w, plan, it, rng, slow), writer=w.node_of(0), level="info")
+            last_entry = self._add(
+                s, tt, progress_line(w, plan, it, rng, slow), writer=w.node_of(0), level="info"
+            )
             secs = rng.uniform(15, 90)
             if it % plan.ckpt_every == 0 and it > 0 and tt + secs < until:
                 a, b = checkpoint_lines(w, it, rng, secs)
@@ -356,16 +450,34 @@ class Scenario:
         if rank not in self.exits:
             self.exits[rank] = Exit(t, code, traceback)
 
-    def crash(self, rank: int, t: float, exc_frames: Sequence[pytorch.Frame], exc: Sequence[str], *, key: bool = True, code: int = 1) -> str:
+    def crash(
+        self,
+        rank: int,
+        t: float,
+        exc_frames: Sequence[pytorch.Frame],
+        exc: Sequence[str],
+        *,
+        key: bool = True,
+        code: int = 1,
+    ) -> str:
         """A Python exception on one rank; returns the exception's last line (for the truth)."""
         text = pytorch.py_exception(self.w, rank, exc_frames, exc)
         self.out(rank, t, text, key=key)
         self.exit(rank, t + self.rng.uniform(0.05, 0.6), code, pytorch.traceback_lines(exc_frames, exc))
         return exc[0]
 
-    def timeouts(self, t_stall: float, *, waiting: Iterable[int] | None = None, lagging: dict[int, int] | None = None,
-                 wedged: Iterable[int] = (), seq: int | None = None, op: str | None = None, ops: dict[int, str] | None = None,
-                 key_ranks: Iterable[int] = ()) -> float:
+    def timeouts(
+        self,
+        t_stall: float,
+        *,
+        waiting: Iterable[int] | None = None,
+        lagging: dict[int, int] | None = None,
+        wedged: Iterable[int] = (),
+        seq: int | None = None,
+        op: str | None = None,
+        ops: dict[int, str] | None = None,
+        key_ranks: Iterable[int] = (),
+    ) -> float:
         """Watchdog timeouts on every rank that enqueued the stuck collective; returns the first one's time."""
         w, rng = self.w, self.rng
         seq = seq if seq is not None else self.plan.seq_at(t_stall)
@@ -395,8 +507,18 @@ class Scenario:
             tr = base + rng.uniform(0.001, 2.5) if r != first_rank else t_first
             ran = w.timeout_ms + int((tr - base) * 1000) + rng.randint(3, 60)
             enq = seq + rng.choice((0, 0, 0, 1, 2))
-            fn = pytorch.watchdog_timeout(w, r, seq, (ops or {}).get(r, op), self.numel, ran, enq, seq - 1, rng,
-                                          first_to_dump=r == first_rank)
+            fn = pytorch.watchdog_timeout(
+                w,
+                r,
+                seq,
+                (ops or {}).get(r, op),
+                self.numel,
+                ran,
+                enq,
+                seq - 1,
+                rng,
+                first_to_dump=r == first_rank,
+            )
             if self.compact:
                 fn = _first_lines(fn, 2)
             self.out(r, tr, fn, key=r in keys)
@@ -405,14 +527,27 @@ class Scenario:
             for r, enq in lagging.items():
                 if r in self.exits:
                     continue
-                self.out(r, t_first + rng.uniform(0.3, 3), pytorch.dump_signal_received(w, r, first_rank, enq, enq), key=True)
+                self.out(
+                    r,
+                    t_first + rng.uniform(0.3, 3),
+                    pytorch.dump_signal_received(w, r, first_rank, enq, enq),
+                    key=True,
+                )
         n = len([r for r in pool if r not in lagging and r not in wedged_set])
         if n:
             self.collateral(f"NCCL watchdog timeouts on {n} ranks (SeqNum={seq}, OpType={op})")
         return t_first
 
-    def ib_errors(self, t: float, target: Node, reporters: Iterable[int], *, status: int = 12, spread: float = 25.0,
-                  target_hca: HCA | None = None) -> int:
+    def ib_errors(
+        self,
+        t: float,
+        target: Node,
+        reporters: Iterable[int],
+        *,
+        status: int = 12,
+        spread: float = 25.0,
+        target_hca: HCA | None = None,
+    ) -> int:
         """Peers whose QPs to `target` time out: `NET/IB : Got completion from peer <target ip> … status=12`.
 
         Rail-optimised fabrics connect HCA i only to HCA i of other nodes, so a reporter names the
@@ -423,13 +558,18 @@ class Scenario:
         pool = self.alive(reporters)
         if target_hca is not None:
             rail = target.hcas.index(target_hca)
-            pool = [r for r in pool if w.local_of(r) % len(target.hcas) == rail] or \
-                [w.rank(w.node_of(r), rail % w.gpus_per_node) for r in pool[:2]]
+            pool = [r for r in pool if w.local_of(r) % len(target.hcas) == rail] or [
+                w.rank(w.node_of(r), rail % w.gpus_per_node) for r in pool[:2]
+            ]
         count = 0
         for r in self.alive(sorted(set(pool))):
             node = w.node_of(r)
             tr = t + rng.uniform(0, spread)
-            lines = [nccl.ib_completion(w, node, r, target, status=status, direction=rng.choice(("Send", "Recv")), rng=rng)]
+            lines = [
+                nccl.ib_completion(
+                    w, node, r, target, status=status, direction=rng.choice(("Send", "Recv")), rng=rng
+                )
+            ]
             hint = nccl.ib_hint(w, node, r, status)
             if hint:
                 lines.append(hint)
@@ -438,7 +578,9 @@ class Scenario:
             self.out(r, tr, "\n".join(lines))
             count += 1
         if count:
-            self.collateral(f"NET/IB completion errors status={status} on {count} ranks toward {target.name} ({target.ib_ip})")
+            self.collateral(
+                f"NET/IB completion errors status={status} on {count} ranks toward {target.name} ({target.ib_ip})"
+            )
         return count
 
     def socket_errors(self, t: float, dead: Node, reporters: Iterable[int]) -> int:
@@ -457,7 +599,9 @@ class Scenario:
             else:
                 lines = [nccl.socket_closed(w, node, r, dead, rng)]
                 if rng.random() < 0.3:
-                    lines.append(nccl.proxy_failed(w, node, r, w.rank(dead, dead_local[0] if dead_local else 0)))
+                    lines.append(
+                        nccl.proxy_failed(w, node, r, w.rank(dead, dead_local[0] if dead_local else 0))
+                    )
             if w.nccl_debug == "INFO":
                 lines += nccl.breadcrumbs(w, node, r, 6)[:1]
             self.out(r, t + rng.uniform(0.2, 4.0), "\n".join(lines))
@@ -466,7 +610,9 @@ class Scenario:
             self.collateral(f"NCCL 'Connection closed by remote peer' on {count} ranks")
         return count
 
-    def remote_errors(self, t: float, ranks: Iterable[int], last_error: str | None, *, code: int = 6, spread: float = 8.0) -> int:
+    def remote_errors(
+        self, t: float, ranks: Iterable[int], last_error: str | None, *, code: int = 6, spread: float = 8.0
+    ) -> int:
         """DistBackendError raised in Python on peers whose communicator failed (exit 1)."""
         w, rng = self.w, self.rng
         n = 0
@@ -489,7 +635,9 @@ class Scenario:
             return []
         k = len(others) if count is None else min(len(others), count)
         i = node.index
-        near = sorted(others, key=lambda n: min((n.index - i) % len(w.nodes), (i - n.index) % len(w.nodes)))[:k]
+        near = sorted(others, key=lambda n: min((n.index - i) % len(w.nodes), (i - n.index) % len(w.nodes)))[
+            :k
+        ]
         ranks: list[int] = []
         for n in near:
             ranks += self.rng.sample(list(w.ranks_of(n)), k=self.rng.randint(1, min(4, w.gpus_per_node)))
@@ -507,8 +655,13 @@ class Scenario:
         peers = self.peers_of(dead_node, 3)
         self.socket_errors(t, dead_node, peers)
         if w.stack.torch >= (2, 0):
-            self.remote_errors(t + 1, peers, f"socketProgress: Connection closed by remote peer {w.hostname(dead_node)}<{rng.randint(32768, 60999)}>"
-                               if w.stack.nccl >= (2, 19, 0) else None)
+            self.remote_errors(
+                t + 1,
+                peers,
+                f"socketProgress: Connection closed by remote peer {w.hostname(dead_node)}<{rng.randint(32768, 60999)}>"
+                if w.stack.nccl >= (2, 19, 0)
+                else None,
+            )
         return self.timeouts(t, seq=self.plan.seq_at(t)) if rng.random() < 0.5 else t + rng.uniform(5, 30)
 
     # ---------------------------------------------------------------------------------------------
@@ -551,15 +704,31 @@ class Scenario:
         if survivors:
             self.node_out(node, t_detect, pytorch.agent_sigterm(w, node.agent_pid, survivors))
         e0 = self.exits[r0]
-        self.node_out(node, t_detect + rng.uniform(1, 4), pytorch.agent_failed(w, node.agent_pid, w.local_of(r0), e0.code, w.rank_pid(r0)))
-        failures = [(r, w.local_of(r), self.exits[r].code, w.rank_pid(r), self.exits[r].t,
-                     self.exits[r].traceback if self.rng.random() < 0.5 else None) for tt, r in own if tt <= t_detect + 0.5]
+        self.node_out(
+            node,
+            t_detect + rng.uniform(1, 4),
+            pytorch.agent_failed(w, node.agent_pid, w.local_of(r0), e0.code, w.rank_pid(r0)),
+        )
+        failures = [
+            (
+                r,
+                w.local_of(r),
+                self.exits[r].code,
+                w.rank_pid(r),
+                self.exits[r].t,
+                self.exits[r].traceback if self.rng.random() < 0.5 else None,
+            )
+            for tt, r in own
+            if tt <= t_detect + 0.5
+        ]
         host = w.hostname(node)
 
         def local_time(tt: float) -> datetime:
             return self.clock.local(tt, node)
 
-        self.node_out(node, t_detect + rng.uniform(4, 6), pytorch.child_failed_error(w, host, failures, local_time))
+        self.node_out(
+            node, t_detect + rng.uniform(4, 6), pytorch.child_failed_error(w, host, failures, local_time)
+        )
 
     def agent_signalled(self, node: Node, t: float) -> None:
         """torchrun on `node` receives SIGTERM from the scheduler (printed once per agent)."""
@@ -569,7 +738,13 @@ class Scenario:
 
     def _srun_teardown(self, t_end: float) -> float:
         w, rng = self.w, self.rng
-        sig = {1: "Exited with exit code 1", -6: "Aborted (core dumped)", -9: "Killed", -15: "Terminated", -11: "Segmentation fault"}
+        sig = {
+            1: "Exited with exit code 1",
+            -6: "Aborted (core dumped)",
+            -9: "Killed",
+            -15: "Terminated",
+            -11: "Segmentation fault",
+        }
         if w.launcher == "srun_tasks":
             groups: dict[tuple[str, int], list[int]] = {}
             first_t: dict[tuple[str, int], float] = {}
@@ -581,8 +756,16 @@ class Scenario:
                 groups.setdefault(k, []).append(r)
                 first_t[k] = min(first_t.get(k, e.t), e.t)
             for (name, code), ranks in sorted(groups.items(), key=lambda kv: first_t[kv[0]]):
-                what = self.oom_word if code == -9 and set(ranks) & self.oom_tasks else sig.get(code, f"Exited with exit code {code}")
-                self.srun(first_t[(name, code)] + rng.uniform(0.2, 1.0), slurm.task_exit(name, ranks, what), key=code not in (-15, -6))
+                what = (
+                    self.oom_word
+                    if code == -9 and set(ranks) & self.oom_tasks
+                    else sig.get(code, f"Exited with exit code {code}")
+                )
+                self.srun(
+                    first_t[(name, code)] + rng.uniform(0.2, 1.0),
+                    slurm.task_exit(name, ranks, what),
+                    key=code not in (-15, -6),
+                )
         else:
             for node in w.nodes:
                 if node.name in self.lost_nodes:
@@ -593,41 +776,112 @@ class Scenario:
                 own = [e for e in local if e.code != -15]
                 tt = min(e.t for e in (own or local)) + rng.uniform(5, 9)
                 oom = bool(set(w.ranks_of(node)) & self.oom_tasks)
-                self.srun(tt, slurm.task_exit(node.name, [node.index], self.oom_word if oom else sig[1 if own else -15]))
+                self.srun(
+                    tt,
+                    slurm.task_exit(
+                        node.name, [node.index], self.oom_word if oom else sig[1 if own else -15]
+                    ),
+                )
         return t_end
 
-    def finish_slurm(self, *, state: str, reason: str, exit_code: int, signal: int = 0, banner: str | None = "",
-                     banner_node: Node | None = None, limit_min: int | None = None, kill_user: str | None = None,
-                     attempt_exit: int | None = -1) -> None:
+    def finish_slurm(
+        self,
+        *,
+        state: str,
+        reason: str,
+        exit_code: int,
+        signal: int = 0,
+        banner: str | None = "",
+        banner_node: Node | None = None,
+        limit_min: int | None = None,
+        kill_user: str | None = None,
+        attempt_exit: int | None = -1,
+    ) -> None:
         """Scheduler banners in job output, sacct JSON, and the attempt's terminal state."""
         w, rng = self.w, self.rng
         end = self.end
         node = banner_node or w.master
         if banner != "":
-            self.srun(end - rng.uniform(0.5, 3), slurm.banner(w, f"STEP {w.job_id}.0", node.name, self.local(end - 2, node), banner), key=True)
+            self.srun(
+                end - rng.uniform(0.5, 3),
+                slurm.banner(w, f"STEP {w.job_id}.0", node.name, self.local(end - 2, node), banner),
+                key=True,
+            )
             if banner in ("TIME LIMIT", "PREEMPTION", None) or rng.random() < 0.5:
-                self.srun(end - rng.uniform(0.1, 0.5), slurm.banner(w, f"JOB {w.job_id}", node.name, self.local(end - 1, node), banner), key=True)
+                self.srun(
+                    end - rng.uniform(0.1, 0.5),
+                    slurm.banner(w, f"JOB {w.job_id}", node.name, self.local(end - 1, node), banner),
+                    key=True,
+                )
         lim = limit_min if limit_min is not None else int((end - w.start) / 60) + rng.choice((60, 240, 1440))
-        steps = [slurm.step(w, f"{w.job_id}.batch", "batch", "CANCELLED" if state in ("TIMEOUT", "CANCELLED", "PREEMPTED") else state,
-                            exit_code if state not in ("TIMEOUT", "CANCELLED", "PREEMPTED") else 0, signal or (15 if state != "FAILED" else 0),
-                            w.start, end, [w.master.name]),
-                 slurm.step(w, f"{w.job_id}.0", "python" if w.launcher == "srun_tasks" else "torchrun",
-                            "CANCELLED" if state in ("TIMEOUT", "PREEMPTED", "CANCELLED") else state, exit_code, signal, w.start + 5, end)]
+        steps = [
+            slurm.step(
+                w,
+                f"{w.job_id}.batch",
+                "batch",
+                "CANCELLED" if state in ("TIMEOUT", "CANCELLED", "PREEMPTED") else state,
+                exit_code if state not in ("TIMEOUT", "CANCELLED", "PREEMPTED") else 0,
+                signal or (15 if state != "FAILED" else 0),
+                w.start,
+                end,
+                [w.master.name],
+            ),
+            slurm.step(
+                w,
+                f"{w.job_id}.0",
+                "python" if w.launcher == "srun_tasks" else "torchrun",
+                "CANCELLED" if state in ("TIMEOUT", "PREEMPTED", "CANCELLED") else state,
+                exit_code,
+                signal,
+                w.start + 5,
+                end,
+            ),
+        ]
         if rng.random() < 0.25:
-            text = slurm.scontrol_job_json(w, state=state, reason=reason, exit_code=exit_code, signal=signal, start=w.start, end=end,
-                                           limit_min=lim)
-            self.bundle.put(rng.choice(("events/scontrol-job.json", f"events/scontrol-show-job-{w.job_id}.json")), text)
+            text = slurm.scontrol_job_json(
+                w,
+                state=state,
+                reason=reason,
+                exit_code=exit_code,
+                signal=signal,
+                start=w.start,
+                end=end,
+                limit_min=lim,
+            )
+            self.bundle.put(
+                rng.choice(("events/scontrol-job.json", f"events/scontrol-show-job-{w.job_id}.json")), text
+            )
         else:
-            text = slurm.sacct_json(w, state=state, reason=reason, exit_code=exit_code, signal=signal, start=w.start, end=end,
-                                    limit_min=lim, steps=steps, kill_user=kill_user)
-            self.bundle.put(rng.choice(("events/sacct.json", "events/sacct-job.json", f"events/sacct-{w.job_id}.json")), text)
+            text = slurm.sacct_json(
+                w,
+                state=state,
+                reason=reason,
+                exit_code=exit_code,
+                signal=signal,
+                start=w.start,
+                end=end,
+                limit_min=lim,
+                steps=steps,
+                kill_user=kill_user,
+            )
+            self.bundle.put(
+                rng.choice(("events/sacct.json", "events/sacct-job.json", f"events/sacct-{w.job_id}.json")),
+                text,
+            )
         self.state = state
         self.exit_code = exit_code if attempt_exit == -1 else attempt_exit
         self.reason = None if reason in ("None", "") else reason
 
-    def finish_k8s(self, *, state: str, reason: str | None, pod_exit: Mapping[str, tuple[str, int, str | None]] | None = None,
-                   conditions: list[dict[str, Any]] | None = None, events: list[dict[str, Any]] | None = None,
-                   job_condition: tuple[str, str, str] | None = None) -> str:
+    def finish_k8s(
+        self,
+        *,
+        state: str,
+        reason: str | None,
+        pod_exit: Mapping[str, tuple[str, int, str | None]] | None = None,
+        conditions: list[dict[str, Any]] | None = None,
+        events: list[dict[str, Any]] | None = None,
+        job_condition: tuple[str, str, str] | None = None,
+    ) -> str:
         """pods.json, events.json and the job object; `pod_exit` maps node → (reason, exit code, message).
 
         Returns the path of the pod list."""
@@ -650,21 +904,62 @@ class Scenario:
             phase = "Succeeded" if code == 0 else "Failed"
             conds = [c for c in (conditions or []) if c.get("_node", node.name) == node.name]
             conds = [{k: v for k, v in c.items() if k != "_node"} for c in conds]
-            pods.append(kube.pod(w, node, start=w.start + rng.uniform(0, 5), end=t_end, phase=phase, reason=reason_txt,
-                                 exit_code=code, message=msg, restarts=0, conditions=conds))
+            pods.append(
+                kube.pod(
+                    w,
+                    node,
+                    start=w.start + rng.uniform(0, 5),
+                    end=t_end,
+                    phase=phase,
+                    reason=reason_txt,
+                    exit_code=code,
+                    message=msg,
+                    restarts=0,
+                    conditions=conds,
+                )
+            )
         pods_path = rng.choice(("events/pods.json", "events/kubectl-get-pods.json"))
         self.bundle.put(pods_path, kube.as_list(pods))
         evs = list(events or [])
         for node in w.nodes:
-            evs.append(kube.event(w, kind="Pod", name=node.pod, reason="Started", message=f"Started container {'pytorch' if w.k8s_kind == 'PyTorchJob' else 'trainer'}",
-                                  t=w.start + rng.uniform(0, 4), host=node.name))
+            evs.append(
+                kube.event(
+                    w,
+                    kind="Pod",
+                    name=node.pod,
+                    reason="Started",
+                    message=f"Started container {'pytorch' if w.k8s_kind == 'PyTorchJob' else 'trainer'}",
+                    t=w.start + rng.uniform(0, 4),
+                    host=node.name,
+                )
+            )
         if job_condition is not None:
             ctype, creason, cmsg = job_condition
-            evs.append(kube.event(w, kind=w.k8s_kind, name=w.job_id, reason=creason, message=cmsg, t=end, etype="Warning" if ctype == "Failed" else "Normal",
-                                  component="pytorchjob-controller" if w.k8s_kind == "PyTorchJob" else "jobset-controller"))
-            self.bundle.put(f"events/{w.k8s_kind.lower()}.json",
-                            kube.job_status(w, [kube.condition("Created", "True", "Created", f"{w.k8s_kind} {w.job_id} is created.", w.start - 30),
-                                                kube.condition(ctype, "True", creason, cmsg, end)], restarts=w.attempt))
+            evs.append(
+                kube.event(
+                    w,
+                    kind=w.k8s_kind,
+                    name=w.job_id,
+                    reason=creason,
+                    message=cmsg,
+                    t=end,
+                    etype="Warning" if ctype == "Failed" else "Normal",
+                    component="pytorchjob-controller" if w.k8s_kind == "PyTorchJob" else "jobset-controller",
+                )
+            )
+            self.bundle.put(
+                f"events/{w.k8s_kind.lower()}.json",
+                kube.job_status(
+                    w,
+                    [
+                        kube.condition(
+                            "Created", "True", "Created", f"{w.k8s_kind} {w.job_id} is created.", w.start - 30
+                        ),
+                        kube.condition(ctype, "True", creason, cmsg, end),
+                    ],
+                    restarts=w.attempt,
+                ),
+            )
         evs.sort(key=lambda e: (e["lastTimestamp"], e["metadata"]["name"]))
         self.bundle.put(rng.choice(("events/events.json", "events/kubectl-events.json")), kube.as_list(evs))
         self.state = state
@@ -678,7 +973,13 @@ class Scenario:
     def attempt_yaml(self) -> dict[str, Any]:
         w = self.w
         d: dict[str, Any] = {
-            "workload": {"id": w.job_id, "attempt": w.attempt, "name": w.job_name, "scheduler": w.scheduler, "cluster": w.cluster},
+            "workload": {
+                "id": w.job_id,
+                "attempt": w.attempt,
+                "name": w.job_name,
+                "scheduler": w.scheduler,
+                "cluster": w.cluster,
+            },
             "window": {"start": _iso(w.start), "end": _iso(self.end)},
             "state": self.state,
             "nodes": [n.name for n in w.nodes],
@@ -707,9 +1008,11 @@ def _iso(t: float) -> str:
 
 def _first_lines(fn: LineFn, n: int) -> LineFn:
     """Large jobs: keep the first lines of a multi-line message (their full dumps would be gigabytes)."""
+
     def render(d: datetime) -> str:
         text = fn(d)
         lines = text.split("\n")
         keep = lines[:n] + [ln for ln in lines[n:] if "what():" in ln][:1]
         return "\n".join(keep)
+
     return render

@@ -66,76 +66,177 @@ def _state(world: World, state: str, reason: str) -> dict[str, Any]:
     return {"current": state, "reason": reason}
 
 
-def sacct_json(world: World, *, state: str, reason: str, exit_code: int, signal: int, start: float, end: float,
-               limit_min: int, steps: list[dict[str, Any]], kill_user: str | None = None) -> str:
+def sacct_json(
+    world: World,
+    *,
+    state: str,
+    reason: str,
+    exit_code: int,
+    signal: int,
+    start: float,
+    end: float,
+    limit_min: int,
+    steps: list[dict[str, Any]],
+    kill_user: str | None = None,
+) -> str:
     """`sacct -j <id> --json` for the job and its steps."""
     status = "SUCCESS" if exit_code == 0 and signal == 0 else ("SIGNALED" if signal else "ERROR")
     job: dict[str, Any] = {
         "account": world.rng.choice(("llm", "research", "prod-train", "default")),
         "cluster": world.cluster,
-        "derived_exit_code": {"status": [status] if world.stack.slurm >= (23, 2) else status,
-                              "return_code": _number(world, exit_code), "signal": {"id": _number(world, signal), "name": ""}},
-        "exit_code": {"status": [status] if world.stack.slurm >= (23, 2) else status, "return_code": _number(world, exit_code),
-                      "signal": {"id": _number(world, signal), "name": {0: "", 9: "SIGKILL", 15: "SIGTERM", 6: "SIGABRT"}.get(signal, "")}},
+        "derived_exit_code": {
+            "status": [status] if world.stack.slurm >= (23, 2) else status,
+            "return_code": _number(world, exit_code),
+            "signal": {"id": _number(world, signal), "name": ""},
+        },
+        "exit_code": {
+            "status": [status] if world.stack.slurm >= (23, 2) else status,
+            "return_code": _number(world, exit_code),
+            "signal": {
+                "id": _number(world, signal),
+                "name": {0: "", 9: "SIGKILL", 15: "SIGTERM", 6: "SIGABRT"}.get(signal, ""),
+            },
+        },
         "job_id": int(world.job_id),
         "name": world.job_name,
         "nodes": world.hostlist(),
         "partition": world.rng.choice(("gpu", "batch", "hpc", "a3", "pretrain")),
         "state": _state(world, state, reason),
         "steps": steps,
-        "time": {"elapsed": int(end - start), "end": int(end), "limit": _number(world, limit_min), "start": int(start),
-                 "submission": int(start) - world.rng.randint(30, 7200)},
+        "time": {
+            "elapsed": int(end - start),
+            "end": int(end),
+            "limit": _number(world, limit_min),
+            "start": int(start),
+            "submission": int(start) - world.rng.randint(30, 7200),
+        },
         "user": world.user,
         "allocation_nodes": len(world.nodes),
-        "tres": {"allocated": [{"type": "gres", "name": "gpu", "count": world.world_size},
-                               {"type": "node", "name": "", "count": len(world.nodes)}]},
+        "tres": {
+            "allocated": [
+                {"type": "gres", "name": "gpu", "count": world.world_size},
+                {"type": "node", "name": "", "count": len(world.nodes)},
+            ]
+        },
     }
     if kill_user is not None:
         job["kill_request_user"] = kill_user
-    doc = {"meta": {"plugin": {"type": "openapi/slurmdbd", "name": "Slurm OpenAPI slurmdbd"},
-                    "Slurm": {"version": {"major": str(world.stack.slurm[0]), "minor": f"{world.stack.slurm[1]:02d}", "micro": "1"},
-                              "release": f"{world.stack.slurm[0]}.{world.stack.slurm[1]:02d}.1"}},
-           "jobs": [job], "warnings": [], "errors": []}
+    doc = {
+        "meta": {
+            "plugin": {"type": "openapi/slurmdbd", "name": "Slurm OpenAPI slurmdbd"},
+            "Slurm": {
+                "version": {
+                    "major": str(world.stack.slurm[0]),
+                    "minor": f"{world.stack.slurm[1]:02d}",
+                    "micro": "1",
+                },
+                "release": f"{world.stack.slurm[0]}.{world.stack.slurm[1]:02d}.1",
+            },
+        },
+        "jobs": [job],
+        "warnings": [],
+        "errors": [],
+    }
     return json.dumps(doc, indent=2, sort_keys=True) + "\n"
 
 
-def scontrol_job_json(world: World, *, state: str, reason: str, exit_code: int, signal: int, start: float, end: float,
-                      limit_min: int) -> str:
+def scontrol_job_json(
+    world: World,
+    *,
+    state: str,
+    reason: str,
+    exit_code: int,
+    signal: int,
+    start: float,
+    end: float,
+    limit_min: int,
+) -> str:
     """`scontrol show job <id> --json` of the finished job (kept by slurmctld for MinJobAge)."""
     job: dict[str, Any] = {
-        "job_id": int(world.job_id), "name": world.job_name, "user_name": world.user, "account": "research",
-        "job_state": [state] if world.stack.slurm >= (23, 2) else state, "state_reason": reason,
-        "exit_code": {"status": ["SUCCESS" if exit_code == 0 and signal == 0 else "ERROR"], "return_code": _number(world, exit_code),
-                      "signal": {"id": _number(world, signal), "name": ""}},
-        "nodes": world.hostlist(), "node_count": _number(world, len(world.nodes)), "batch_host": world.master.name,
-        "start_time": _number(world, int(start)), "end_time": _number(world, int(end)), "time_limit": _number(world, limit_min),
-        "partition": "gpu", "cluster": world.cluster,
+        "job_id": int(world.job_id),
+        "name": world.job_name,
+        "user_name": world.user,
+        "account": "research",
+        "job_state": [state] if world.stack.slurm >= (23, 2) else state,
+        "state_reason": reason,
+        "exit_code": {
+            "status": ["SUCCESS" if exit_code == 0 and signal == 0 else "ERROR"],
+            "return_code": _number(world, exit_code),
+            "signal": {"id": _number(world, signal), "name": ""},
+        },
+        "nodes": world.hostlist(),
+        "node_count": _number(world, len(world.nodes)),
+        "batch_host": world.master.name,
+        "start_time": _number(world, int(start)),
+        "end_time": _number(world, int(end)),
+        "time_limit": _number(world, limit_min),
+        "partition": "gpu",
+        "cluster": world.cluster,
     }
-    return json.dumps({"meta": {"plugin": {"type": "openapi/slurmctld"}}, "jobs": [job], "errors": [], "warnings": []},
-                      indent=2, sort_keys=True) + "\n"
+    return (
+        json.dumps(
+            {"meta": {"plugin": {"type": "openapi/slurmctld"}}, "jobs": [job], "errors": [], "warnings": []},
+            indent=2,
+            sort_keys=True,
+        )
+        + "\n"
+    )
 
 
-def step(world: World, step_id: str, name: str, state: str, exit_code: int, signal: int, start: float, end: float,
-         nodes: list[str] | None = None) -> dict[str, Any]:
+def step(
+    world: World,
+    step_id: str,
+    name: str,
+    state: str,
+    exit_code: int,
+    signal: int,
+    start: float,
+    end: float,
+    nodes: list[str] | None = None,
+) -> dict[str, Any]:
     names = nodes if nodes is not None else [n.name for n in world.nodes]
     status = "SUCCESS" if exit_code == 0 and signal == 0 else ("SIGNALED" if signal else "ERROR")
     return {
-        "step": {"id": step_id if world.stack.slurm < (23, 2) else {"job_id": int(world.job_id), "step_id": step_id.split(".")[-1]},
-                 "name": name},
+        "step": {
+            "id": step_id
+            if world.stack.slurm < (23, 2)
+            else {"job_id": int(world.job_id), "step_id": step_id.split(".")[-1]},
+            "name": name,
+        },
         "state": [state] if world.stack.slurm >= (23, 2) else state,
-        "exit_code": {"status": [status] if world.stack.slurm >= (23, 2) else status, "return_code": _number(world, exit_code),
-                      "signal": {"id": _number(world, signal), "name": ""}},
+        "exit_code": {
+            "status": [status] if world.stack.slurm >= (23, 2) else status,
+            "return_code": _number(world, exit_code),
+            "signal": {"id": _number(world, signal), "name": ""},
+        },
         "nodes": {"count": len(names), "range": world.hostlist(names)},
         "time": {"elapsed": int(end - start), "end": int(end), "start": int(start)},
     }
 
 
 def scontrol_nodes(world: World, nodes: list[dict[str, Any]]) -> str:
-    return json.dumps({"meta": {"plugin": {"type": "openapi/slurmctld"}}, "nodes": nodes, "errors": [], "warnings": []},
-                      indent=2, sort_keys=True) + "\n"
+    return (
+        json.dumps(
+            {"meta": {"plugin": {"type": "openapi/slurmctld"}}, "nodes": nodes, "errors": [], "warnings": []},
+            indent=2,
+            sort_keys=True,
+        )
+        + "\n"
+    )
 
 
-def node_record(world: World, name: str, state: list[str], reason: str, reason_user: str, reason_time: float) -> dict[str, Any]:
-    return {"name": name, "hostname": name, "state": state, "reason": reason, "reason_set_by_user": reason_user,
-            "reason_changed_at": _number(world, int(reason_time)), "gres": f"gpu:{world.platform}:{world.gpus_per_node}",
-            "partitions": ["gpu"], "cpus": 224, "real_memory": 2063000}
+def node_record(
+    world: World, name: str, state: list[str], reason: str, reason_user: str, reason_time: float
+) -> dict[str, Any]:
+    return {
+        "name": name,
+        "hostname": name,
+        "state": state,
+        "reason": reason,
+        "reason_set_by_user": reason_user,
+        "reason_changed_at": _number(world, int(reason_time)),
+        "gres": f"gpu:{world.platform}:{world.gpus_per_node}",
+        "partitions": ["gpu"],
+        "cpus": 224,
+        "real_memory": 2063000,
+    }

@@ -45,12 +45,34 @@ BODY = "n1:1:2 [0] NCCL INFO Channel 07/0 : 3[0] -> 4[0] [send] via NET/IB/0 aft
 
 
 def _log_rows(tag: str, n: int) -> list[tuple[Any, ...]]:
-    return [(1, "node01", "logs/node01/train.log", "text", i, 1_793_000_000_000_000_000 + i, BODY, 1000.0,
-             f"{tag}|{i}") for i in range(n)]
+    return [
+        (
+            1,
+            "node01",
+            "logs/node01/train.log",
+            "text",
+            i,
+            1_793_000_000_000_000_000 + i,
+            BODY,
+            1000.0,
+            f"{tag}|{i}",
+        )
+        for i in range(n)
+    ]
 
 
 def _point(tag: str, i: int) -> tuple[Any, ...]:
-    return (1, None, "metrics/dcgm.json", "DCGM_FI_DEV_XID_ERRORS", '{"gpu":"0"}', i, 1.0, 1000.0, f"{tag}|{i}")
+    return (
+        1,
+        None,
+        "metrics/dcgm.json",
+        "DCGM_FI_DEV_XID_ERRORS",
+        '{"gpu":"0"}',
+        i,
+        1.0,
+        1000.0,
+        f"{tag}|{i}",
+    )
 
 
 Runner = Callable[[str, str], None]  # (workload, unique tag)
@@ -59,7 +81,9 @@ SQLITE_PRAGMAS = ("PRAGMA synchronous=OFF", "PRAGMA foreign_keys=ON")
 
 # The statements as store/sqlite.py writes them (portable text, `?` placeholders)
 INGEST = f"INSERT INTO log_entries ({LOG_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"
-POINT = f"INSERT INTO metric_points ({POINT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"
+POINT = (
+    f"INSERT INTO metric_points ({POINT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"
+)
 READ = "SELECT * FROM attempts WHERE workload=? AND attempt=?"
 
 
@@ -71,13 +95,16 @@ def _runner(db: Any, begin: Callable[[], Any], statements: tuple[str, str, str] 
         with begin():
             if what == "ingest":
                 for b in range(STATEMENTS[what]):
-                    db.executemany(statements[0] if statements else sql(INGEST), _log_rows(f"{tag}.{b}", BATCH))
+                    db.executemany(
+                        statements[0] if statements else sql(INGEST), _log_rows(f"{tag}.{b}", BATCH)
+                    )
             elif what == "insert":
                 for i in range(STATEMENTS[what]):
                     db.execute(statements[1] if statements else sql(POINT), _point(tag, i))
             else:
                 for _ in range(STATEMENTS[what]):
                     db.execute(statements[2] if statements else sql(READ), ("81234", 0)).fetchone()
+
     return run
 
 
@@ -99,30 +126,44 @@ def _sqlalchemy(url: str, dialect: str, **engine_args: Any) -> tuple[Runner, Cal
     meta = sa.MetaData()
     logs = sa.Table("log_entries", meta, *(sa.Column(c) for c in LOG_COLUMNS.split(", ")))
     points = sa.Table("metric_points", meta, *(sa.Column(c) for c in POINT_COLUMNS.split(", ")))
-    attempts = sa.Table("attempts", meta, sa.Column("id"), sa.Column("workload"), sa.Column("attempt"),
-                        sa.Column("scope"), sa.Column("activity"))
+    attempts = sa.Table(
+        "attempts",
+        meta,
+        sa.Column("id"),
+        sa.Column("workload"),
+        sa.Column("attempt"),
+        sa.Column("scope"),
+        sa.Column("activity"),
+    )
     ingest = insert(logs).on_conflict_do_nothing()
     point = insert(points).on_conflict_do_nothing()
-    read = sa.select(attempts).where(attempts.c.workload == sa.bindparam("w"), attempts.c.attempt == sa.bindparam("a"))
+    read = sa.select(attempts).where(
+        attempts.c.workload == sa.bindparam("w"), attempts.c.attempt == sa.bindparam("a")
+    )
     engine = sa.create_engine(url, **engine_args)
     if dialect == "sqlite":
+
         @event.listens_for(engine, "connect")
         def pragmas(dbapi_conn: Any, _: Any) -> None:  # as the store's own connection has them
             for pragma in SQLITE_PRAGMAS:
                 dbapi_conn.execute(pragma)
+
     log_keys, point_keys = LOG_COLUMNS.split(", "), POINT_COLUMNS.split(", ")
 
     def run(what: str, tag: str) -> None:
         with engine.begin() as conn:
             if what == "ingest":
                 for b in range(STATEMENTS[what]):
-                    conn.execute(ingest, [dict(zip(log_keys, r, strict=True)) for r in _log_rows(f"{tag}.{b}", BATCH)])
+                    conn.execute(
+                        ingest, [dict(zip(log_keys, r, strict=True)) for r in _log_rows(f"{tag}.{b}", BATCH)]
+                    )
             elif what == "insert":
                 for i in range(STATEMENTS[what]):
                     conn.execute(point, dict(zip(point_keys, _point(tag, i), strict=True)))
             else:
                 for _ in range(STATEMENTS[what]):
                     conn.execute(read, {"w": "81234", "a": 0}).fetchone()
+
     return run, engine.dispose
 
 
@@ -132,12 +173,14 @@ def _measure(means: dict[str, Runner], rounds: int) -> dict[tuple[str, str], flo
     names = list(means)
     for r in range(rounds + 1):  # round 0 warms caches (compiled statements, prepared queries) and is dropped
         for what in STATEMENTS:
-            for name in names[r % len(names):] + names[:r % len(names)]:
+            for name in names[r % len(names) :] + names[: r % len(names)]:
                 tag = f"{name}.{what}.{r}.{uuid.uuid4().hex[:6]}"
                 t = time.perf_counter()
                 means[name](what, tag)
                 if r:
-                    times.setdefault((what, name), []).append((time.perf_counter() - t) * 1e6 / STATEMENTS[what])
+                    times.setdefault((what, name), []).append(
+                        (time.perf_counter() - t) * 1e6 / STATEMENTS[what]
+                    )
     return {k: min(v) for k, v in times.items()}
 
 
@@ -154,22 +197,30 @@ def _sqlite_means(directory: Path) -> tuple[dict[str, Runner], Callable[[], None
         plain.execute(pragma)
     store = SQLiteStore(paths["layer"], synchronous="OFF")
     # plain: the SQLite text the store ran before this layer (INSERT OR IGNORE), as the reference
-    old = (INGEST.replace("INSERT", "INSERT OR IGNORE", 1).removesuffix(" ON CONFLICT DO NOTHING"),
-           POINT.replace("INSERT", "INSERT OR IGNORE", 1).removesuffix(" ON CONFLICT DO NOTHING"), READ)
-    means: dict[str, Runner] = {"plain": _runner(plain, lambda: _immediate(plain), old),
-                                "layer": _runner(store._db, store._tx, None)}
+    old = (
+        INGEST.replace("INSERT", "INSERT OR IGNORE", 1).removesuffix(" ON CONFLICT DO NOTHING"),
+        POINT.replace("INSERT", "INSERT OR IGNORE", 1).removesuffix(" ON CONFLICT DO NOTHING"),
+        READ,
+    )
+    means: dict[str, Runner] = {
+        "plain": _runner(plain, lambda: _immediate(plain), old),
+        "layer": _runner(store._db, store._tx, None),
+    }
     closers: list[Callable[[], None]] = [plain.close, store.close]
     try:
         import sqlalchemy as sa
 
-        _add_sqlalchemy(means, closers, f"sqlite:///{paths['SQLAlchemy']}", "sqlite", poolclass=sa.pool.StaticPool)
+        _add_sqlalchemy(
+            means, closers, f"sqlite:///{paths['SQLAlchemy']}", "sqlite", poolclass=sa.pool.StaticPool
+        )
     except ImportError:
         pass
     return means, lambda: _close_all(closers)
 
 
-def _add_sqlalchemy(means: dict[str, Runner], closers: list[Callable[[], None]], url: str, dialect: str,
-                    **engine_args: Any) -> None:
+def _add_sqlalchemy(
+    means: dict[str, Runner], closers: list[Callable[[], None]], url: str, dialect: str, **engine_args: Any
+) -> None:
     """SQLAlchemy Core as a third mean, when it is installed (ImportError otherwise)."""
     runner, dispose = _sqlalchemy(url, dialect, **engine_args)
     means["SQLAlchemy"] = runner
@@ -187,36 +238,52 @@ def _postgres_means(url: str) -> tuple[dict[str, Runner], Callable[[], None]]:
 
     from hypocenter.store.postgres import PostgresStore, _Connection, _row_factory
 
-    schemas = {name: f"bench_{name.lower()}_{uuid.uuid4().hex[:8]}" for name in ("plain", "layer", "SQLAlchemy")}
-    scoped = {name: f"{url}{'&' if '?' in url else '?'}options=-csearch_path%3D{schema}"
-              for name, schema in schemas.items()}
+    schemas = {
+        name: f"bench_{name.lower()}_{uuid.uuid4().hex[:8]}" for name in ("plain", "layer", "SQLAlchemy")
+    }
+    scoped = {
+        name: f"{url}{'&' if '?' in url else '?'}options=-csearch_path%3D{schema}"
+        for name, schema in schemas.items()
+    }
     with psycopg.connect(url, autocommit=True) as admin:
         for schema in schemas.values():
             admin.execute(f"CREATE SCHEMA {schema}")
     stores = {name: PostgresStore(u) for name, u in scoped.items()}
     for store in stores.values():
         store.ingest([Entry("81234", 0, "node01", "s", "text", "x", 1, 1, "seed")], [], 1000.0)
-    plain = psycopg.connect(scoped["plain"], autocommit=True, row_factory=_row_factory)  # rows as the store reads them
+    plain = psycopg.connect(
+        scoped["plain"], autocommit=True, row_factory=_row_factory
+    )  # rows as the store reads them
     conn = stores["layer"]._connect()
-    means: dict[str, Runner] = {"plain": _runner(plain.cursor(), plain.transaction, (
-                                    sql(INGEST).postgres, sql(POINT).postgres, sql(READ).postgres)),
-                                "layer": _runner(_Connection(conn), conn.transaction, None)}
+    means: dict[str, Runner] = {
+        "plain": _runner(
+            plain.cursor(), plain.transaction, (sql(INGEST).postgres, sql(POINT).postgres, sql(READ).postgres)
+        ),
+        "layer": _runner(_Connection(conn), conn.transaction, None),
+    }
     closers: list[Callable[[], None]] = [plain.close, *(s.close for s in stores.values())]
     with suppress(ImportError):
-        _add_sqlalchemy(means, closers, scoped["SQLAlchemy"].replace("postgresql://", "postgresql+psycopg://", 1),
-                        "postgresql")
+        _add_sqlalchemy(
+            means,
+            closers,
+            scoped["SQLAlchemy"].replace("postgresql://", "postgresql+psycopg://", 1),
+            "postgresql",
+        )
 
     def close() -> None:
         _close_all(closers)
         with psycopg.connect(url, autocommit=True) as admin:
             for schema in schemas.values():
                 admin.execute(f"DROP SCHEMA {schema} CASCADE")
+
     return means, close
 
 
 def _render_cost() -> tuple[float, float]:
-    text = ("INSERT INTO log_entries (attempt_id, node, stream, kind, line, time_ns, body, received, dedup)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING")
+    text = (
+        "INSERT INTO log_entries (attempt_id, node, stream, kind, line, time_ns, body, received, dedup)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"
+    )
     n = 20_000
     t = time.perf_counter()
     for _ in range(n):
@@ -246,21 +313,34 @@ def main(argv: list[str] | None = None) -> int:
             results["PostgreSQL"] = _measure(means, args.rounds)
         finally:
             close()
-    labels = {"ingest": f"ingest executemany ({BATCH} rows)", "insert": "one-row insert", "read": "one-row read"}
+    labels = {
+        "ingest": f"ingest executemany ({BATCH} rows)",
+        "insert": "one-row insert",
+        "read": "one-row read",
+    }
     print(f"µs per statement, best of {args.rounds} rounds (overhead over plain in brackets)")
     for dialect, got in results.items():
         names = sorted({n for _, n in got}, key=["plain", "layer", "SQLAlchemy"].index)
         print(f"\n{dialect:<34}" + "".join(f"{n:>22}" for n in names))
         for what, label in labels.items():
             base = got[(what, "plain")]
-            cells = [f"{got[(what, n)]:8.1f}" + ("" if n == "plain" else f" ({got[(what, n)] - base:+.1f}, "
-                                                 f"{(got[(what, n)] / base - 1) * 100:+.0f}%)") for n in names]
+            cells = [
+                f"{got[(what, n)]:8.1f}"
+                + (
+                    ""
+                    if n == "plain"
+                    else f" ({got[(what, n)] - base:+.1f}, {(got[(what, n)] / base - 1) * 100:+.0f}%)"
+                )
+                for n in names
+            ]
             print(f"{label:<34}" + "".join(f"{c:>22}" for c in cells))
     if "PostgreSQL" not in results:
         print("\nPostgreSQL: not measured (give --postgres URL or set HYPOCENTER_TEST_POSTGRES_URL)")
     render, cached = _render_cost()
-    print(f"\nstore/sql.py: rendering a statement for both dialects {render:.2f} µs (once per text);"
-          f" the cached lookup at each call {cached:.2f} µs")
+    print(
+        f"\nstore/sql.py: rendering a statement for both dialects {render:.2f} µs (once per text);"
+        f" the cached lookup at each call {cached:.2f} µs"
+    )
     return 0
 
 

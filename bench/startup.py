@@ -54,8 +54,14 @@ def _env(tree: Path, scratch: Path) -> dict[str, str]:
 
 
 def _steps(tree: Path, env: dict[str, str], example: Path) -> dict[str, object]:
-    proc = subprocess.run([sys.executable, "-c", STEPS, str(example)], capture_output=True, text=True, env=env,
-                          cwd=tempfile.gettempdir(), check=True)
+    proc = subprocess.run(
+        [sys.executable, "-c", STEPS, str(example)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tempfile.gettempdir(),
+        check=True,
+    )
     doc: dict[str, object] = json.loads(proc.stdout.splitlines()[-1])
     return doc
 
@@ -93,9 +99,19 @@ def point(trees: dict[str, Path], scratch: Path, tries: int = 5) -> None:
     root = scratch / "bundle-8-50"
     nbytes, nlines = write_bundle(root, 8, 50.0)
     env0 = _env(trees[next(iter(trees))], scratch / next(iter(trees)))
-    toks = subprocess.run([sys.executable, "-c", "from hypocenter.engine import default_engine; "
-                           "print('\\n'.join(default_engine().extractor.tokens))"], capture_output=True, text=True,
-                          env=env0, cwd=tempfile.gettempdir(), check=True).stdout
+    toks = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from hypocenter.engine import default_engine; "
+            "print('\\n'.join(default_engine().extractor.tokens))",
+        ],
+        capture_output=True,
+        text=True,
+        env=env0,
+        cwd=tempfile.gettempdir(),
+        check=True,
+    ).stdout
     tokens = scratch / "tokens.txt"
     tokens.write_text(toks, encoding="utf-8")
     rg_cmd = [rg, "-c", "-F", "-f", str(tokens), str(root / "logs")]
@@ -106,8 +122,9 @@ def point(trees: dict[str, Path], scratch: Path, tries: int = 5) -> None:
             env = _env(tree, scratch / name)
             # -P: no working directory on sys.path (run_measured runs in this repository), as the
             # installed `hypocenter` script runs: the tree on PYTHONPATH is the one measured.
-            run = run_measured([sys.executable, "-P", "-m", "hypocenter.cli", "analyze", str(root), "--format", "json"],
-                               env)
+            run = run_measured(
+                [sys.executable, "-P", "-m", "hypocenter.cli", "analyze", str(root), "--format", "json"], env
+            )
             assert run.returncode == 0, run
             fastest[name] = min(fastest.get(name, run.seconds), run.seconds)
             outputs[name] = run.stdout
@@ -116,13 +133,17 @@ def point(trees: dict[str, Path], scratch: Path, tries: int = 5) -> None:
     print(f"analyze 8 nodes, {nbytes / 1e6:.0f} MB, {nlines / 1e6:.2f} M lines; fastest of {tries} wall, s:")
     print(f"  rg -c -F -f <{len(toks.split())} rule tokens>  {fastest['rg']:.3f}")
     for name in trees:
-        print(f"  analyze ({name:6s})                {fastest[name]:.3f}   {fastest[name] / fastest['rg']:.1f}x rg")
+        print(
+            f"  analyze ({name:6s})                {fastest[name]:.3f}   {fastest[name] / fastest['rg']:.1f}x rg"
+        )
     print("  same diagnosis from both trees:", len(set(outputs.values())) == 1)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--before", type=Path, required=True, help="the tree to compare against (e.g. a main checkout)")
+    ap.add_argument(
+        "--before", type=Path, required=True, help="the tree to compare against (e.g. a main checkout)"
+    )
     ap.add_argument("--after", type=Path, default=REPO, help="the tree measured (default: this one)")
     ap.add_argument("--runs", type=int, default=10)
     ap.add_argument("--point", action="store_true", help="also the 8-node, 50 MB analyze point against rg")

@@ -48,17 +48,23 @@ def write_log(path: Path, megabytes: int, seed: int) -> int:
             if r < 0.00005:
                 line = rnd.choice(_CANDIDATES).format(m=m, s=s)
             elif r < 0.5:
-                line = (f"n{rnd.randint(1, 64):02d}:{rnd.randint(1000, 99999)}:{rnd.randint(1000, 99999)} "
-                        f"[{rnd.randint(0, 7)}] NCCL INFO Channel {rnd.randint(0, 31):02d}/0 : {rnd.randint(0, 511)}"
-                        f"[{rnd.randint(0, 7)}] -> {rnd.randint(0, 511)}[{rnd.randint(0, 7)}] [send] via NET/IB/"
-                        f"{rnd.randint(0, 7)}/GDRDMA")
+                line = (
+                    f"n{rnd.randint(1, 64):02d}:{rnd.randint(1000, 99999)}:{rnd.randint(1000, 99999)} "
+                    f"[{rnd.randint(0, 7)}] NCCL INFO Channel {rnd.randint(0, 31):02d}/0 : {rnd.randint(0, 511)}"
+                    f"[{rnd.randint(0, 7)}] -> {rnd.randint(0, 511)}[{rnd.randint(0, 7)}] [send] via NET/IB/"
+                    f"{rnd.randint(0, 7)}/GDRDMA"
+                )
             elif r < 0.8:
-                line = (f"Nov  2 10:{m:02d}:{s:02d} n1 kernel: [{rnd.randint(1, 999999)}.{rnd.randint(0, 999999):06d}] "
-                        f"audit: type=1400 apparmor=\"STATUS\" operation=\"profile_replace\" "
-                        f"profile=\"unconfined\" name=\"docker-default\" pid={rnd.randint(1, 99999)}")
+                line = (
+                    f"Nov  2 10:{m:02d}:{s:02d} n1 kernel: [{rnd.randint(1, 999999)}.{rnd.randint(0, 999999):06d}] "
+                    f'audit: type=1400 apparmor="STATUS" operation="profile_replace" '
+                    f'profile="unconfined" name="docker-default" pid={rnd.randint(1, 99999)}'
+                )
             else:
-                line = (f"[2026-11-02 10:{m:02d}:{s:02d}] some benign application message {i} with payload "
-                        f"{rnd.random():.6f}")
+                line = (
+                    f"[2026-11-02 10:{m:02d}:{s:02d}] some benign application message {i} with payload "
+                    f"{rnd.random():.6f}"
+                )
             f.write(line + "\n")
             size += len(line) + 1
             i += 1
@@ -75,8 +81,13 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=1)
     args = ap.parse_args()
     engine = default_engine()
-    ctx = AttemptContext.model_validate({"workload": {"id": "bench"}, "nodes": ["n1"], "window": {
-        "start": "2026-11-02T00:00:00Z", "end": "2026-11-03T00:00:00Z"}})
+    ctx = AttemptContext.model_validate(
+        {
+            "workload": {"id": "bench"},
+            "nodes": ["n1"],
+            "window": {"start": "2026-11-02T00:00:00Z", "end": "2026-11-03T00:00:00Z"},
+        }
+    )
     with tempfile.TemporaryDirectory() as tmp:
         log = Path(tmp) / "node.log"
         nbytes = write_log(log, args.mb, args.seed)
@@ -88,20 +99,28 @@ def main() -> int:
 
         t = time.perf_counter()
         hits = engine.extractor.scan(data)
-        print(f"hypocenter prefilter only     {_rate(nbytes, time.perf_counter() - t)}  {len(hits)} token hits")
+        print(
+            f"hypocenter prefilter only     {_rate(nbytes, time.perf_counter() - t)}  {len(hits)} token hits"
+        )
 
         t = time.perf_counter()
-        result = engine.extractor.extract([TextSource("logs/n1/node.log", data, "n1")], ctx, time_context(ctx))
-        print(f"hypocenter extraction         {_rate(nbytes, time.perf_counter() - t)}  "
-              f"{result.candidates} candidate lines, {len(result.events)} events")
+        result = engine.extractor.extract(
+            [TextSource("logs/n1/node.log", data, "n1")], ctx, time_context(ctx)
+        )
+        print(
+            f"hypocenter extraction         {_rate(nbytes, time.perf_counter() - t)}  "
+            f"{result.candidates} candidate lines, {len(result.events)} events"
+        )
 
         # The server's compaction pass over the same stream: which lines keep their text.
         text = data.decode("utf-8", "surrogateescape").split("\n")
         t = time.perf_counter()
         keep = engine.extractor.evidence_lines(list(enumerate(text, 1)), time_context(ctx))
         kept = sum(len(text[i]) + 1 for i in keep)
-        print(f"hypocenter compaction pass    {_rate(nbytes, time.perf_counter() - t)}  "
-              f"{len(keep)} lines ({kept / 1e3:.1f} KB) keep their text")
+        print(
+            f"hypocenter compaction pass    {_rate(nbytes, time.perf_counter() - t)}  "
+            f"{len(keep)} lines ({kept / 1e3:.1f} KB) keep their text"
+        )
 
         for tool in ("grep", "rg"):
             exe = shutil.which(tool)
@@ -109,9 +128,13 @@ def main() -> int:
                 print(f"{tool:<29} not installed")
                 continue
             t = time.perf_counter()
-            out = subprocess.run([exe, "-c", "-F", "-f", str(tokens), str(log)], capture_output=True, text=True, check=False)
-            print(f"{tool + ' -c -F -f tokens':<29} {_rate(nbytes, time.perf_counter() - t)}  "
-                  f"{out.stdout.strip() or '0'} matching lines")
+            out = subprocess.run(
+                [exe, "-c", "-F", "-f", str(tokens), str(log)], capture_output=True, text=True, check=False
+            )
+            print(
+                f"{tool + ' -c -F -f tokens':<29} {_rate(nbytes, time.perf_counter() - t)}  "
+                f"{out.stdout.strip() or '0'} matching lines"
+            )
     return 0
 
 

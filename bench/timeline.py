@@ -203,7 +203,9 @@ class Bundle:
     platform: str = "h100"
     streams: dict[str, Stream] = field(default_factory=dict)
     static: dict[str, str] = field(default_factory=dict)
-    binary: dict[str, bytes] = field(default_factory=dict)  # files that are not text (Flight Recorder pickles)
+    binary: dict[str, bytes] = field(
+        default_factory=dict
+    )  # files that are not text (Flight Recorder pickles)
     _seq: int = 0
 
     def stream(
@@ -255,14 +257,19 @@ class Bundle:
                     if line is None:
                         continue
                 else:
-                    line = _pod_prefix(stream.pod_style, d, "stderr" if e.level in ("err", "warning") else "stdout") + part
+                    line = (
+                        _pod_prefix(
+                            stream.pod_style, d, "stderr" if e.level in ("err", "warning") else "stdout"
+                        )
+                        + part
+                    )
                 lines.append(line)
             if e.key:
                 key_end = len(lines)
         body = "\n".join(lines) + ("\n" if lines else "")
         if stream.truncate_at is not None and lines:
             head = "\n".join(lines[:key_end]) + ("\n" if key_end else "")
-            tail = body[len(head):]
+            tail = body[len(head) :]
             keep = int(len(tail) * stream.truncate_at)
             body = head + tail[:keep]
         return body

@@ -76,28 +76,40 @@ def progress_line(world: World, plan: Plan, it: int, rng: Random, slow: float = 
 
     def render(d: datetime) -> str:
         if fw == "megatron":
-            return (f" [{d:%Y-%m-%d %H:%M:%S}] iteration {it:>8}/{plan.total_iters:>8} | consumed samples: {it * plan.global_batch:>12} | "
-                    f"elapsed time per iteration (ms): {ms:.1f} | throughput per GPU (TFLOP/s/GPU): {tflops:.1f} | learning rate: {lr:.6E} | "
-                    f"global batch size: {plan.global_batch:>5} | lm loss: {loss:.6E} | loss scale: 1.0 | grad norm: {gn:.3f} | "
-                    "number of skipped iterations:   0 | number of nan iterations:   0 |")
+            return (
+                f" [{d:%Y-%m-%d %H:%M:%S}] iteration {it:>8}/{plan.total_iters:>8} | consumed samples: {it * plan.global_batch:>12} | "
+                f"elapsed time per iteration (ms): {ms:.1f} | throughput per GPU (TFLOP/s/GPU): {tflops:.1f} | learning rate: {lr:.6E} | "
+                f"global batch size: {plan.global_batch:>5} | lm loss: {loss:.6E} | loss scale: 1.0 | grad norm: {gn:.3f} | "
+                "number of skipped iterations:   0 | number of nan iterations:   0 |"
+            )
         if fw == "torchtitan":
-            return (f"[titan] {d:%Y-%m-%d %H:%M:%S},{d.microsecond // 1000:03d} - root - INFO - step: {it:>5}  loss: {loss:7.4f}  "
-                    f"memory: {rng.uniform(50, 70):5.2f}GiB({rng.uniform(60, 88):.2f}%)  tps: {int(8192 / plan.iter_s / slow):,}  "
-                    f"tflops: {tflops:.2f}  mfu: {tflops / 9.89:.2f}%")
+            return (
+                f"[titan] {d:%Y-%m-%d %H:%M:%S},{d.microsecond // 1000:03d} - root - INFO - step: {it:>5}  loss: {loss:7.4f}  "
+                f"memory: {rng.uniform(50, 70):5.2f}GiB({rng.uniform(60, 88):.2f}%)  tps: {int(8192 / plan.iter_s / slow):,}  "
+                f"tflops: {tflops:.2f}  mfu: {tflops / 9.89:.2f}%"
+            )
         if fw == "hf":
-            return (f"{d:%m/%d/%Y %H:%M:%S} - INFO - __main__ - step {it}: {{'loss': {loss:.4f}, 'grad_norm': {gn:.4f}, "
-                    f"'learning_rate': {lr:.3e}, 'epoch': {it / 12000:.2f}}}")
+            return (
+                f"{d:%m/%d/%Y %H:%M:%S} - INFO - __main__ - step {it}: {{'loss': {loss:.4f}, 'grad_norm': {gn:.4f}, "
+                f"'learning_rate': {lr:.3e}, 'epoch': {it / 12000:.2f}}}"
+            )
         if fw == "lightning":
-            return (f"[{d:%Y-%m-%d %H:%M:%S},{d.microsecond // 1000:03d}][train][INFO] - Epoch {it // 5000}: global_step={it} "
-                    f"train/loss={loss:.4f} lr={lr:.2e} step_time={ms / 1000:.3f}s")
-        return (f"{d:%Y-%m-%d %H:%M:%S},{d.microsecond // 1000:03d} INFO train.py:{212 + ws % 7} -- step {it} loss {loss:.4f} "
-                f"lr {lr:.2e} throughput {plan.global_batch / (ms / 1000):.1f} samples/s")
+            return (
+                f"[{d:%Y-%m-%d %H:%M:%S},{d.microsecond // 1000:03d}][train][INFO] - Epoch {it // 5000}: global_step={it} "
+                f"train/loss={loss:.4f} lr={lr:.2e} step_time={ms / 1000:.3f}s"
+            )
+        return (
+            f"{d:%Y-%m-%d %H:%M:%S},{d.microsecond // 1000:03d} INFO train.py:{212 + ws % 7} -- step {it} loss {loss:.4f} "
+            f"lr {lr:.2e} throughput {plan.global_batch / (ms / 1000):.1f} samples/s"
+        )
 
     return render
 
 
 def checkpoint_lines(world: World, it: int, rng: Random, seconds: float) -> tuple[LineFn, LineFn]:
-    path = rng.choice(("/checkpoints", "/lustre/ckpt", "/mnt/nfs/ckpt", "/scratch/ckpts")) + f"/{world.job_name}"
+    path = (
+        rng.choice(("/checkpoints", "/lustre/ckpt", "/mnt/nfs/ckpt", "/scratch/ckpts")) + f"/{world.job_name}"
+    )
 
     def start(d: datetime) -> str:
         if world.framework == "megatron":
@@ -120,26 +132,50 @@ def startup_lines(world: World, rng: Random) -> list[Callable[[datetime], str]]:
         return lambda d: text
 
     if world.framework == "megatron":
-        lines += [fixed(f"using world size: {world.world_size}, data-parallel size: {max(1, world.world_size // 8)}, context-parallel size: 1, tensor-model-parallel size: {8 if world.gpus_per_node == 8 else 4}, "
-                        f"pipeline-model-parallel size: {1}"),
-                  fixed("> initializing torch distributed ..."),
-                  fixed(f"> initialized tensor model parallel with size {8 if world.gpus_per_node == 8 else 4}"),
-                  fixed("> compiling dataset index builder ..."),
-                  lambda d: f"[after dataloaders are built] datetime: {d:%Y-%m-%d %H:%M:%S} ",
-                  fixed("training ...")]
+        lines += [
+            fixed(
+                f"using world size: {world.world_size}, data-parallel size: {max(1, world.world_size // 8)}, context-parallel size: 1, tensor-model-parallel size: {8 if world.gpus_per_node == 8 else 4}, "
+                f"pipeline-model-parallel size: {1}"
+            ),
+            fixed("> initializing torch distributed ..."),
+            fixed(f"> initialized tensor model parallel with size {8 if world.gpus_per_node == 8 else 4}"),
+            fixed("> compiling dataset index builder ..."),
+            lambda d: f"[after dataloaders are built] datetime: {d:%Y-%m-%d %H:%M:%S} ",
+            fixed("training ..."),
+        ]
     elif world.framework == "hf":
-        lines += [lambda d: f"{d:%m/%d/%Y %H:%M:%S} - WARNING - __main__ - Process rank: 0, device: cuda:0, n_gpu: 1, distributed training: True",
-                  lambda d: f"{d:%m/%d/%Y %H:%M:%S} - INFO - __main__ - ***** Running training *****"]
+        lines += [
+            lambda d: (
+                f"{d:%m/%d/%Y %H:%M:%S} - WARNING - __main__ - Process rank: 0, device: cuda:0, n_gpu: 1, distributed training: True"
+            ),
+            lambda d: f"{d:%m/%d/%Y %H:%M:%S} - INFO - __main__ - ***** Running training *****",
+        ]
     elif world.framework == "torchtitan":
-        lines += [lambda d: f"[titan] {d:%Y-%m-%d %H:%M:%S},{d.microsecond // 1000:03d} - root - INFO - Starting job: {world.job_name}",
-                  lambda d: f"[titan] {d:%Y-%m-%d %H:%M:%S},{d.microsecond // 1000:03d} - root - INFO - Training starts at step 1."]
+        lines += [
+            lambda d: (
+                f"[titan] {d:%Y-%m-%d %H:%M:%S},{d.microsecond // 1000:03d} - root - INFO - Starting job: {world.job_name}"
+            ),
+            lambda d: (
+                f"[titan] {d:%Y-%m-%d %H:%M:%S},{d.microsecond // 1000:03d} - root - INFO - Training starts at step 1."
+            ),
+        ]
     elif world.framework == "lightning":
-        lines += [fixed(f"Initializing distributed: GLOBAL_RANK: 0, MEMBER: 1/{world.world_size}"),
-                  fixed("----------------------------------------------------------------------------------------------------"),
-                  fixed(f"distributed_backend=nccl\nAll distributed processes registered. Starting with {world.world_size} processes"),
-                  fixed("LOCAL_RANK: 0 - CUDA_VISIBLE_DEVICES: [0,1,2,3,4,5,6,7]")]
+        lines += [
+            fixed(f"Initializing distributed: GLOBAL_RANK: 0, MEMBER: 1/{world.world_size}"),
+            fixed(
+                "----------------------------------------------------------------------------------------------------"
+            ),
+            fixed(
+                f"distributed_backend=nccl\nAll distributed processes registered. Starting with {world.world_size} processes"
+            ),
+            fixed("LOCAL_RANK: 0 - CUDA_VISIBLE_DEVICES: [0,1,2,3,4,5,6,7]"),
+        ]
     else:
-        lines += [lambda d: f"{d:%Y-%m-%d %H:%M:%S},{d.microsecond // 1000:03d} INFO train.py:64 -- world_size={world.world_size} backend=nccl"]
+        lines += [
+            lambda d: (
+                f"{d:%Y-%m-%d %H:%M:%S},{d.microsecond // 1000:03d} INFO train.py:64 -- world_size={world.world_size} backend=nccl"
+            )
+        ]
     return lines
 
 
@@ -162,11 +198,15 @@ def benign_c10d_warning(world: World, rank: int, rng: Random) -> LineFn:
 
     def render(d: datetime) -> str:
         if kind < 0.5:
-            line = (f"{glog(world, d, 'W', 'socket.cpp:' + ('697' if world.stack.torch >= (2, 2) else '426'))} [c10d] The client socket has failed to connect to "
-                    f"[{master}]:{world.master_port} (errno: 111 - Connection refused).")
+            line = (
+                f"{glog(world, d, 'W', 'socket.cpp:' + ('697' if world.stack.torch >= (2, 2) else '426'))} [c10d] The client socket has failed to connect to "
+                f"[{master}]:{world.master_port} (errno: 111 - Connection refused)."
+            )
         else:
-            line = (f"{glog(world, d, 'W', 'ProcessGroupNCCL.cpp:' + ('4561' if world.stack.torch >= (2, 4) else '2291'))} [PG 0 Rank {rank}] "
-                    "Warning: TORCH_NCCL_AVOID_RECORD_STREAMS is the default now, this environment variable is thus deprecated.")
+            line = (
+                f"{glog(world, d, 'W', 'ProcessGroupNCCL.cpp:' + ('4561' if world.stack.torch >= (2, 4) else '2291'))} [PG 0 Rank {rank}] "
+                "Warning: TORCH_NCCL_AVOID_RECORD_STREAMS is the default now, this environment variable is thus deprecated."
+            )
         return prefixed(world, rank, [line], c10d=True)
 
     return render

@@ -64,27 +64,43 @@ def fill_store(path: Path, count: int) -> list[str]:
             doc = copy.deepcopy(bases[i % len(bases)])
             cluster = CLUSTERS[i % len(CLUSTERS)]
             # 400 nodes per cluster; a few of them fail far more often (the fleet view's repeat culprits)
-            rename = {n: f"{cluster}-n{(i * 7 + k * 13 if i % 5 else (i % 3) + k) % 400:03d}"
-                      for k, n in enumerate(doc["attempt"]["nodes"])}
+            rename = {
+                n: f"{cluster}-n{(i * 7 + k * 13 if i % 5 else (i % 3) + k) % 400:03d}"
+                for k, n in enumerate(doc["attempt"]["nodes"])
+            }
             start = START + timedelta(minutes=i * 60 * 24 * 60 // max(count, 1))
             end = start + timedelta(minutes=30 + i % 90)
             doc["id"] = f"dx-bench{i:06d}"
-            doc["attempt"].update(workload_id=f"{700000 + i}", cluster=cluster, nodes=list(rename.values()),
-                                  window={"start": _iso(start), "end": _iso(end)})
+            doc["attempt"].update(
+                workload_id=f"{700000 + i}",
+                cluster=cluster,
+                nodes=list(rename.values()),
+                window={"start": _iso(start), "end": _iso(end)},
+            )
             for cause in [doc["root_cause"], *doc["candidates"]] if doc["root_cause"] else doc["candidates"]:
                 cause["nodes"] = [rename.get(n, n) for n in cause["nodes"]]
                 for comp in cause["components"]:
                     comp["node"] = rename.get(comp["node"], comp["node"])
             doc["affected_nodes"] = [rename.get(n, n) for n in doc["affected_nodes"]]
-            ctx = AttemptContext.model_validate({
-                "workload": {"id": doc["attempt"]["workload_id"], "attempt": 0, "cluster": cluster,
-                             "scheduler": doc["attempt"].get("scheduler") or "slurm"},
-                "window": doc["attempt"]["window"], "nodes": doc["attempt"]["nodes"], "state": doc["terminal_state"]})
+            ctx = AttemptContext.model_validate(
+                {
+                    "workload": {
+                        "id": doc["attempt"]["workload_id"],
+                        "attempt": 0,
+                        "cluster": cluster,
+                        "scheduler": doc["attempt"].get("scheduler") or "slurm",
+                    },
+                    "window": doc["attempt"]["window"],
+                    "nodes": doc["attempt"]["nodes"],
+                    "state": doc["terminal_state"],
+                }
+            )
             store.set_context(ctx.workload.id, 0, ctx.model_dump(mode="json"), now)
             row = store.attempt(ctx.workload.id, 0)
             assert row is not None
-            store.put_diagnosis(row.id, json.dumps(doc, indent=2, sort_keys=False), summary(doc, ctx),
-                                i % 97 == 0, now + 1e9)
+            store.put_diagnosis(
+                row.id, json.dumps(doc, indent=2, sort_keys=False), summary(doc, ctx), i % 97 == 0, now + 1e9
+            )
             ids.append(doc["id"])
     finally:
         store.close()
@@ -95,8 +111,23 @@ def start_server(store: Path, log: Path, *extra: str) -> tuple[subprocess.Popen[
     """A real `hypocenter serve` on loopback; returns the process and its HTTP base URL."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("HYPOCENTER_")}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH", "")]))
-    cmd = [sys.executable, "-m", "hypocenter.cli", "serve", "--grpc-listen", "127.0.0.1:0", "--http-listen",
-           "127.0.0.1:0", "--metrics-listen", "", "--store", str(store), "--log-level", "warning", *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "hypocenter.cli",
+        "serve",
+        "--grpc-listen",
+        "127.0.0.1:0",
+        "--http-listen",
+        "127.0.0.1:0",
+        "--metrics-listen",
+        "",
+        "--store",
+        str(store),
+        "--log-level",
+        "warning",
+        *extra,
+    ]
     with log.open("ab") as err:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, env=env, cwd=REPO)
     line: list[bytes] = []
@@ -110,8 +141,9 @@ def start_server(store: Path, log: Path, *extra: str) -> tuple[subprocess.Popen[
     return proc, f"http://{json.loads(line[0])['http']}"
 
 
-def _time(client: httpx.Client, url: str, n: int, headers: dict[str, str] | None = None,
-          expect: int = 200) -> tuple[float, float, int]:
+def _time(
+    client: httpx.Client, url: str, n: int, headers: dict[str, str] | None = None, expect: int = 200
+) -> tuple[float, float, int]:
     samples: list[float] = []
     size = 0
     for _ in range(n):
@@ -122,7 +154,11 @@ def _time(client: httpx.Client, url: str, n: int, headers: dict[str, str] | None
             raise RuntimeError(f"GET {url}: {r.status_code} {r.text[:200]}")
         size = len(r.content)
     samples.sort()
-    return statistics.median(samples) * 1e3, samples[min(len(samples) - 1, int(len(samples) * 0.95))] * 1e3, size
+    return (
+        statistics.median(samples) * 1e3,
+        samples[min(len(samples) - 1, int(len(samples) * 0.95))] * 1e3,
+        size,
+    )
 
 
 def main() -> int:
@@ -134,7 +170,9 @@ def main() -> int:
         db = Path(tmp) / "store.db"
         t = time.perf_counter()
         ids = fill_store(db, args.diagnoses)
-        print(f"filled {len(ids)} diagnoses in {time.perf_counter() - t:.1f} s ({db.stat().st_size / 1e6:.0f} MB store)")
+        print(
+            f"filled {len(ids)} diagnoses in {time.perf_counter() - t:.1f} s ({db.stat().st_size / 1e6:.0f} MB store)"
+        )
         proc, base = start_server(db, Path(tmp) / "server.log")
         try:
             with httpx.Client(base_url=base, timeout=60.0) as client:
@@ -142,7 +180,9 @@ def main() -> int:
                 node = client.get("/v1/fleet/culprits").json()["nodes"]
                 cursor = first["next_cursor"]
                 for _ in range(19):  # page 21
-                    cursor = client.get("/v1/diagnoses", params={"limit": 50, "cursor": cursor}).json()["next_cursor"]
+                    cursor = client.get("/v1/diagnoses", params={"limit": 50, "cursor": cursor}).json()[
+                        "next_cursor"
+                    ]
                 etag = client.get("/v1/diagnoses?limit=50").headers["etag"]
                 mid = ids[len(ids) // 2]
                 rows: list[tuple[str, str, dict[str, str] | None, int]] = [
@@ -150,19 +190,30 @@ def main() -> int:
                     ("list, first page of 50", "/v1/diagnoses?limit=50", None, 200),
                     ("list, outcome=ambiguous", "/v1/diagnoses?limit=50&outcome=ambiguous", None, 200),
                     ("list, domain=network", "/v1/diagnoses?limit=50&domain=network", None, 200),
-                    ("list, node=<top culprit>", f"/v1/diagnoses?limit=50&node={node[0]['node'] if node else 'x'}", None, 200),
+                    (
+                        "list, node=<top culprit>",
+                        f"/v1/diagnoses?limit=50&node={node[0]['node'] if node else 'x'}",
+                        None,
+                        200,
+                    ),
                     ("list, cluster=selene", "/v1/diagnoses?limit=50&cluster=selene", None, 200),
                     ("list, search=7012", "/v1/diagnoses?limit=50&search=7012", None, 200),
-                    ("list, one week", "/v1/diagnoses?limit=50&since=2026-10-01T00:00:00Z&until=2026-10-08T00:00:00Z",
-                     None, 200),
+                    (
+                        "list, one week",
+                        "/v1/diagnoses?limit=50&since=2026-10-01T00:00:00Z&until=2026-10-08T00:00:00Z",
+                        None,
+                        200,
+                    ),
                     ("list, page 21 by cursor", f"/v1/diagnoses?limit=50&cursor={cursor}", None, 200),
                     ("list poll, unchanged (304)", "/v1/diagnoses?limit=50", {"If-None-Match": etag}, 304),
                     ("detail GET /v1/diagnoses/{id}", f"/v1/diagnoses/{mid}", None, 200),
                     ("fleet GET /v1/fleet/culprits", "/v1/fleet/culprits", None, 200),
                     ("page GET /ui/", "/ui/", None, 200),
                 ]
-                print(f"{'request':34} {'median ms':>10} {'p95 ms':>8} {'bytes':>9}   ({args.requests} requests each, "
-                      f"{len(ids)} diagnoses)")
+                print(
+                    f"{'request':34} {'median ms':>10} {'p95 ms':>8} {'bytes':>9}   ({args.requests} requests each, "
+                    f"{len(ids)} diagnoses)"
+                )
                 for label, url, headers, expect in rows:
                     med, p95, size = _time(client, url, args.requests, headers, expect)
                     print(f"{label:34} {med:10.1f} {p95:8.1f} {size:9d}")

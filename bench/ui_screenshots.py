@@ -42,8 +42,12 @@ def bundle_tar(example: Path) -> bytes:
 
 def upload(base: str, example: Path) -> dict[str, Any]:
     """POST an example bundle; returns its diagnosis."""
-    r = httpx.post(f"{base}/v1/bundles", content=bundle_tar(example), timeout=120.0,
-                   headers={"Content-Type": "application/gzip"})
+    r = httpx.post(
+        f"{base}/v1/bundles",
+        content=bundle_tar(example),
+        timeout=120.0,
+        headers={"Content-Type": "application/gzip"},
+    )
     r.raise_for_status()
     doc: dict[str, Any] = r.json()
     return doc

@@ -20,8 +20,18 @@ Platform = Literal["a100", "h100", "h200", "b200", "gb200"]
 Launcher = Literal["srun_tasks", "srun_torchrun", "torchrun_pod"]
 OutputLayout = Literal["merged", "split", "per_node", "pods"]
 KernelFormat = Literal[
-    "kernlog", "kernlog_uptime", "syslog", "syslog_uptime", "rsyslog_iso", "rfc5424",
-    "dmesg_T", "dmesg_raw", "dmesg_iso", "journal_iso", "journal_precise", "journal_json",
+    "kernlog",
+    "kernlog_uptime",
+    "syslog",
+    "syslog_uptime",
+    "rsyslog_iso",
+    "rfc5424",
+    "dmesg_T",
+    "dmesg_raw",
+    "dmesg_iso",
+    "journal_iso",
+    "journal_precise",
+    "journal_json",
 ]
 PodLogStyle = Literal["plain", "cri", "timestamps"]
 Framework = Literal["megatron", "torchtitan", "hf", "lightning", "ddp"]
@@ -42,17 +52,47 @@ _MODEL_NAME: dict[str, str] = {
     "gb200": "NVIDIA GB200",
 }
 _TORCH_NCCL: dict[tuple[int, int], tuple[int, int, int]] = {
-    (1, 9): (2, 7, 8), (1, 10): (2, 10, 3), (1, 12): (2, 10, 3), (1, 13): (2, 14, 3),
-    (2, 0): (2, 14, 3), (2, 1): (2, 18, 1), (2, 2): (2, 19, 3), (2, 3): (2, 20, 5),
-    (2, 4): (2, 20, 5), (2, 5): (2, 21, 5), (2, 6): (2, 21, 5), (2, 7): (2, 26, 2),
-    (2, 8): (2, 27, 3), (2, 9): (2, 27, 5),
+    (1, 9): (2, 7, 8),
+    (1, 10): (2, 10, 3),
+    (1, 12): (2, 10, 3),
+    (1, 13): (2, 14, 3),
+    (2, 0): (2, 14, 3),
+    (2, 1): (2, 18, 1),
+    (2, 2): (2, 19, 3),
+    (2, 3): (2, 20, 5),
+    (2, 4): (2, 20, 5),
+    (2, 5): (2, 21, 5),
+    (2, 6): (2, 21, 5),
+    (2, 7): (2, 26, 2),
+    (2, 8): (2, 27, 3),
+    (2, 9): (2, 27, 5),
 }
 _TORCH_PATCH: dict[tuple[int, int], int] = {
-    (1, 9): 1, (1, 10): 2, (1, 12): 1, (1, 13): 1, (2, 0): 1, (2, 1): 2, (2, 2): 2, (2, 3): 1,
-    (2, 4): 1, (2, 5): 1, (2, 6): 0, (2, 7): 1, (2, 8): 0, (2, 9): 1,
+    (1, 9): 1,
+    (1, 10): 2,
+    (1, 12): 1,
+    (1, 13): 1,
+    (2, 0): 1,
+    (2, 1): 2,
+    (2, 2): 2,
+    (2, 3): 1,
+    (2, 4): 1,
+    (2, 5): 1,
+    (2, 6): 0,
+    (2, 7): 1,
+    (2, 8): 0,
+    (2, 9): 1,
 }
 _NEWER_NCCL: tuple[tuple[int, int, int], ...] = (
-    (2, 19, 3), (2, 21, 5), (2, 23, 4), (2, 25, 1), (2, 26, 5), (2, 27, 7), (2, 28, 3), (2, 28, 9), (2, 29, 2),
+    (2, 19, 3),
+    (2, 21, 5),
+    (2, 23, 4),
+    (2, 25, 1),
+    (2, 26, 5),
+    (2, 27, 7),
+    (2, 28, 3),
+    (2, 28, 9),
+    (2, 29, 2),
 )
 _DRIVERS: dict[str, tuple[str, ...]] = {
     "a100": ("470.182.03", "525.147.05", "535.161.08", "550.90.07", "560.35.03", "570.124.06"),
@@ -61,18 +101,56 @@ _DRIVERS: dict[str, tuple[str, ...]] = {
     "b200": ("570.133.20", "575.57.08", "580.65.06", "590.44.01"),
     "gb200": ("570.148.08", "575.57.08", "580.82.07", "590.44.01"),
 }
-_SLURM_VERSIONS: tuple[tuple[int, int], ...] = ((22, 5), (23, 2), (23, 11), (24, 5), (24, 11), (25, 5), (25, 11))
+_SLURM_VERSIONS: tuple[tuple[int, int], ...] = (
+    (22, 5),
+    (23, 2),
+    (23, 11),
+    (24, 5),
+    (24, 11),
+    (25, 5),
+    (25, 11),
+)
 _TIMEZONES: tuple[str, ...] = (
-    "UTC", "UTC", "UTC", "UTC", "UTC", "America/Chicago", "America/Los_Angeles", "Europe/Paris",
-    "Asia/Seoul", "America/New_York",
+    "UTC",
+    "UTC",
+    "UTC",
+    "UTC",
+    "UTC",
+    "America/Chicago",
+    "America/Los_Angeles",
+    "Europe/Paris",
+    "Asia/Seoul",
+    "America/New_York",
 )
 _CLUSTERS: tuple[str, ...] = (
-    "eos", "helios", "orion", "kepler", "atlas", "selene-2", "polaris-ai", "nimbus", "gb-pod2", "titan-x",
+    "eos",
+    "helios",
+    "orion",
+    "kepler",
+    "atlas",
+    "selene-2",
+    "polaris-ai",
+    "nimbus",
+    "gb-pod2",
+    "titan-x",
 )
 _JOB_NAMES: tuple[str, ...] = (
-    "llama-pretrain", "llama3-70b-sft", "gpt-moe-8x22b", "mixtral-ft", "vit-huge-jft", "dit-xl-512",
-    "bert-large-mlm", "t5-xxl", "code-13b-pt", "rlhf-ppo-70b", "mamba-7b", "whisper-large-ft",
-    "nemotron-340b", "deepseek-v3-repro", "olmo-32b", "qwen-72b-dpo",
+    "llama-pretrain",
+    "llama3-70b-sft",
+    "gpt-moe-8x22b",
+    "mixtral-ft",
+    "vit-huge-jft",
+    "dit-xl-512",
+    "bert-large-mlm",
+    "t5-xxl",
+    "code-13b-pt",
+    "rlhf-ppo-70b",
+    "mamba-7b",
+    "whisper-large-ft",
+    "nemotron-340b",
+    "deepseek-v3-repro",
+    "olmo-32b",
+    "qwen-72b-dpo",
 )
 
 
@@ -396,7 +474,17 @@ def draw_world(
             nccl_v = rng.choice(newer)
     if torch_v == (1, 9) and rng.random() < 0.5:
         nccl_v = (2, 8, 4)
-    cuda = "11.3" if torch_v < (1, 13) else "11.7" if torch_v < (2, 1) else "12.1" if torch_v < (2, 3) else "12.4" if torch_v < (2, 7) else "12.8"
+    cuda = (
+        "11.3"
+        if torch_v < (1, 13)
+        else "11.7"
+        if torch_v < (2, 1)
+        else "12.1"
+        if torch_v < (2, 3)
+        else "12.4"
+        if torch_v < (2, 7)
+        else "12.8"
+    )
     torch_text = f"{torch_v[0]}.{torch_v[1]}.{_TORCH_PATCH[torch_v]}+cu{cuda.replace('.', '')}"
     driver = rng.choice(_DRIVERS[platform])
     stack = Stack(
@@ -406,8 +494,17 @@ def draw_world(
         driver=driver,
         cuda=cuda,
         slurm=rng.choice(_SLURM_VERSIONS),
-        kernel=rng.choice(("5.15.0-119-generic", "5.15.0-1063-nvidia", "6.8.0-52-generic", "5.14.0-427.el9.x86_64",
-                           "4.18.0-513.24.1.el8_9.x86_64", "6.5.0-1024-oem", "6.8.0-1017-aws")),
+        kernel=rng.choice(
+            (
+                "5.15.0-119-generic",
+                "5.15.0-1063-nvidia",
+                "6.8.0-52-generic",
+                "5.14.0-427.el9.x86_64",
+                "4.18.0-513.24.1.el8_9.x86_64",
+                "6.5.0-1024-oem",
+                "6.8.0-1017-aws",
+            )
+        ),
         python=rng.choice(("3.10", "3.10", "3.11", "3.12")),
         dcgm_exporter_lower_hostname=rng.random() < 0.25,
     )
@@ -421,15 +518,29 @@ def draw_world(
     start = float(int(start))
 
     formats: tuple[KernelFormat, ...] = (
-        "kernlog", "kernlog_uptime", "syslog", "syslog_uptime", "rsyslog_iso", "rfc5424", "dmesg_T",
-        "dmesg_raw", "dmesg_iso", "journal_iso", "journal_precise", "journal_json",
+        "kernlog",
+        "kernlog_uptime",
+        "syslog",
+        "syslog_uptime",
+        "rsyslog_iso",
+        "rfc5424",
+        "dmesg_T",
+        "dmesg_raw",
+        "dmesg_iso",
+        "journal_iso",
+        "journal_precise",
+        "journal_json",
     )
     main_fmt: KernelFormat = rng.choice(formats)
     mixed = rng.random() < 0.15
     subnet = f"10.{rng.choice((10, 12, 20, 33, 100, 224))}"
     hca_count = 8 if platform != "gb200" else 4
     hca_buses = (0x0C, 0x1A, 0x2B, 0x3C, 0x5C, 0x8D, 0xA4, 0xBE, 0xCC, 0xE1)
-    buses = _GPU_BUSES["h100_hgx" if platform == "h100" and rng.random() < 0.5 else ("h200" if platform == "h200" else platform if platform in _GPU_BUSES else "b200")]
+    buses = _GPU_BUSES[
+        "h100_hgx"
+        if platform == "h100" and rng.random() < 0.5
+        else ("h200" if platform == "h200" else platform if platform in _GPU_BUSES else "b200")
+    ]
     nodes: list[Node] = []
     skew_nodes = set(rng.sample(range(n_nodes), k=min(n_nodes, rng.choice((0, 1, 1, 2, 3)))))
     netdev_style = rng.choice(("ibp", "ib", "roce"))
@@ -450,7 +561,11 @@ def draw_world(
                 nd = f"ib{h_i}"
             else:
                 nd = f"enp{bus}s0np0"
-            ip = f"{subnet}.{h_i * 16 + i // 250}.{i % 250 + 2}" if n_nodes > 250 else f"{subnet}.{h_i}.{i + 2}"
+            ip = (
+                f"{subnet}.{h_i * 16 + i // 250}.{i % 250 + 2}"
+                if n_nodes > 250
+                else f"{subnet}.{h_i}.{i + 2}"
+            )
             guid = hashlib.sha256(f"{seed}|{name}|hca{h_i}".encode()).hexdigest()[:16]
             hcas.append(HCA(f"mlx5_{h_i}", 1, f"0000:{bus:02x}:00.0", nd, ip, guid))
         skew = 0.0
@@ -459,7 +574,11 @@ def draw_world(
         elif rng.random() < 0.3:
             skew = rng.uniform(-0.4, 0.4)
         fmt = rng.choice(formats) if mixed else main_fmt
-        mgmt = name[3:].replace("-", ".") if name.startswith("ip-") else f"172.{16 + i // 250}.{rng.randint(0, 9)}.{i % 250 + 2}"
+        mgmt = (
+            name[3:].replace("-", ".")
+            if name.startswith("ip-")
+            else f"172.{16 + i // 250}.{rng.randint(0, 9)}.{i % 250 + 2}"
+        )
         node = Node(
             name=name,
             index=i,
@@ -523,12 +642,18 @@ def draw_world(
         namespace=rng.choice(("training", "ml-research", "default", "team-llm", "kubeflow")),
         k8s_kind=k8s_kind,
         kueue=scheduler == "kubernetes" and rng.random() < 0.6,
-        python_site=rng.choice(("/usr/local/lib/python{py}/dist-packages", "/opt/conda/lib/python{py}/site-packages")),
-        script=rng.choice(("/workspace/train.py", "pretrain_gpt.py", "/opt/src/train_llm.py", "train.py", "-m trainer.main")),
+        python_site=rng.choice(
+            ("/usr/local/lib/python{py}/dist-packages", "/opt/conda/lib/python{py}/site-packages")
+        ),
+        script=rng.choice(
+            ("/workspace/train.py", "pretrain_gpt.py", "/opt/src/train_llm.py", "train.py", "-m trainer.main")
+        ),
         ib_subnet=subnet,
     )
     world.python_site = world.python_site.format(py=stack.python)
-    world.torchrun_tee = world.uses_torchrun and int(hashlib.sha256(f"{seed}|tee".encode()).hexdigest()[:8], 16) % 4 == 0
+    world.torchrun_tee = (
+        world.uses_torchrun and int(hashlib.sha256(f"{seed}|tee".encode()).hexdigest()[:8], 16) % 4 == 0
+    )
     if world.stack.torch < (2, 2) and world.framework == "torchtitan":
         world.framework = "megatron"
     return world

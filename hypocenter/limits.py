@@ -127,4 +127,14 @@ def inflate(data: bytes, *, wbits: int, limit: int, setting: str, what: str) -> 
             return b"".join(out)
 
 
-__all__ = ["DEFAULT", "LimitExceeded", "Limits", "active", "check_count", "configure", "decode_slot", "inflate", "inflated_past"]
+__all__ = [
+    "DEFAULT",
+    "LimitExceeded",
+    "Limits",
+    "active",
+    "check_count",
+    "configure",
+    "decode_slot",
+    "inflate",
+    "inflated_past",
+]

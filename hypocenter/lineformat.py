@@ -26,21 +26,28 @@ from hypocenter.model import AttemptContext
 # bundle reader says so in coverage).
 MAX_LINE = 64 * 1024
 
-_MONTHS = {m: i for i, m in enumerate(
-    ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"), start=1)}
+_MONTHS = {
+    m: i
+    for i, m in enumerate(
+        ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"), start=1
+    )
+}
 
 _CRI = re.compile(
-    r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})) (?:stdout|stderr) [FP] ?")
-_RFC5424 = re.compile(
-    r"^<\d{1,3}>1 (\S+) (\S+) (\S+) \S+ \S+ (?:-|(?:\[[^\]]*\])+) ?")
+    r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})) (?:stdout|stderr) [FP] ?"
+)
+_RFC5424 = re.compile(r"^<\d{1,3}>1 (\S+) (\S+) (\S+) \S+ \S+ (?:-|(?:\[[^\]]*\])+) ?")
 _RFC3164 = re.compile(
     r"^(?:<\d{1,3}>)?([A-Z][a-z]{2}) {1,2}(\d{1,2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))? "
-    r"([A-Za-z0-9][\w.-]*) ([A-Za-z_][\w.@/-]*)(?:\[\d+\])?: ?")
+    r"([A-Za-z0-9][\w.-]*) ([A-Za-z_][\w.@/-]*)(?:\[\d+\])?: ?"
+)
 _SHORT_ISO = re.compile(
     r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})) ([A-Za-z0-9][\w.-]*) "
-    r"([A-Za-z_][\w.@/-]*)(?:\[\d+\])?: ?")
+    r"([A-Za-z_][\w.@/-]*)(?:\[\d+\])?: ?"
+)
 _DMESG_T = re.compile(
-    r"^\[(?:[A-Z][a-z]{2}) ([A-Z][a-z]{2}) {1,2}(\d{1,2}) (\d{2}):(\d{2}):(\d{2}) (\d{4})\] ?")
+    r"^\[(?:[A-Z][a-z]{2}) ([A-Z][a-z]{2}) {1,2}(\d{1,2}) (\d{2}):(\d{2}):(\d{2}) (\d{4})\] ?"
+)
 _UPTIME = re.compile(r"^\[\s*(\d+\.\d+)\] ?")
 _RANK = re.compile(r"^\[rank(\d+)\]:\s?")
 _NCCL = re.compile(r"^([A-Za-z0-9][\w.-]*):(\d+):(\d+) \[(\d+)\] ")
@@ -57,9 +64,12 @@ _HOST_PID = re.compile(r"^\[([A-Za-z][\w.-]*):\d+\] (?=\*\*\*|\[)")
 # of the attempt's nodes (TimeContext.hosts): "RuntimeError: …" and "srun: error: …" look the same.
 _PDSH = re.compile(r"^([A-Za-z][\w.-]{0,62}): ")
 _GLOG = re.compile(r"^\[?([IWEF])(\d{3,4}) (\d{2}):(\d{2}):(\d{2})\.(\d{1,9})\b")
-_US_DATE = re.compile(r"^\[?(\d{2})/(\d{2})/(\d{4})[ ,]+(\d{2}):(\d{2}):(\d{2})(?:[.,](\d{1,9}))?\]?")  # HF Trainer
+_US_DATE = re.compile(
+    r"^\[?(\d{2})/(\d{2})/(\d{4})[ ,]+(\d{2}):(\d{2}):(\d{2})(?:[.,](\d{1,9}))?\]?"
+)  # HF Trainer
 _ISO = re.compile(
-    r"^\[?(\d{4})-(\d{2})-(\d{2})[ T_](\d{2}):(\d{2}):(\d{2})(?:[.,](\d{1,9}))?(Z|[+-]\d{2}:?\d{2})?\]?")
+    r"^\[?(\d{4})-(\d{2})-(\d{2})[ T_](\d{2}):(\d{2}):(\d{2})(?:[.,](\d{1,9}))?(Z|[+-]\d{2}:?\d{2})?\]?"
+)
 
 _APP_TAG = re.compile(r"^\[[A-Za-z][\w.-]{0,30}\] (?=\[?\d{4}-\d{2}-\d{2}[ T])")  # "[titan] 2026-…"
 _KERNEL_TAGS = frozenset({"kernel", "kern"})
@@ -106,7 +116,9 @@ def zone(name: str) -> tzinfo:
     try:
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError):
-        raise ValueError(f"unknown timezone {name!r} (use an IANA name such as 'Europe/Paris', or '+02:00')") from None
+        raise ValueError(
+            f"unknown timezone {name!r} (use an IANA name such as 'Europe/Paris', or '+02:00')"
+        ) from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,7 +128,9 @@ class TimeContext:
     tz: tzinfo
     start: datetime
     end: datetime
-    hosts: frozenset[str] = frozenset()  # the attempt's node names, lower case (short and full): pdsh prefixes
+    hosts: frozenset[str] = (
+        frozenset()
+    )  # the attempt's node names, lower case (short and full): pdsh prefixes
 
     def complete(self, month: int, day: int, hh: int, mm: int, ss: int, us: int) -> datetime | None:
         """A year-less local stamp → aware UTC instant; the year is the one nearest the window."""
@@ -216,37 +230,37 @@ def _peel(text: str, h: LineHeader, ctx: TimeContext) -> str | None:
         if m:
             h.host = h.host or m.group(1)
             h.device = int(m.group(4))
-            return text[m.end():]
+            return text[m.end() :]
         if ctx.hosts and c.isalpha():
             m = _PDSH.match(text)
             if m and (m.group(1).lower() in ctx.hosts or m.group(1).split(".", 1)[0].lower() in ctx.hosts):
                 h.host = h.host or m.group(1)
-                return text[m.end():]
+                return text[m.end() :]
     if c.isdigit():
         m = _SRUN_LABEL.match(text)  # srun --label: "<task>: message"
         if m:
             h.task = int(m.group(1))
-            return text[m.end():]
+            return text[m.end() :]
         m = _CRI.match(text)
         if m:
             h.time = h.time or _parse_iso(m.group(1), ctx)
-            return text[m.end():]
+            return text[m.end() :]
         m = _SHORT_ISO.match(text)
         if m and h.time is None:
             h.time = _parse_iso(m.group(1), ctx)
             h.host = h.host or m.group(2)
             h.tag = m.group(3)
-            return text[m.end():]
+            return text[m.end() :]
         m = _ISO.match(text)
         if m and h.time is None:
             h.time = _iso_from_match(m, ctx)
-            return text[m.end():].lstrip(" -|:")
+            return text[m.end() :].lstrip(" -|:")
         m = _US_DATE.match(text)
         if m and h.time is None:
             a, b, y, hh, mi, ss, frac = m.groups()
             month, day = (int(a), int(b)) if int(a) <= 12 else (int(b), int(a))
             h.time = ctx.localize(datetime(int(y), month, day, int(hh), int(mi), int(ss), _micros(frac)))
-            return text[m.end():].lstrip(" -|:")
+            return text[m.end() :].lstrip(" -|:")
         return None
     if c == "{":
         return _peel_json(text, h, ctx)
@@ -256,16 +270,22 @@ def _peel(text: str, h: LineHeader, ctx: TimeContext) -> str | None:
             h.time = h.time or _parse_iso(m.group(1), ctx)
             h.host = h.host or (m.group(2) if m.group(2) != "-" else None)
             h.tag = m.group(3)
-            return text[m.end():]
+            return text[m.end() :]
     if c == "<" or c.isupper():
         m = _RFC3164.match(text)
         if m and m.group(1) in _MONTHS:
             if h.time is None:
-                h.time = ctx.complete(_MONTHS[m.group(1)], int(m.group(2)), int(m.group(3)),
-                                      int(m.group(4)), int(m.group(5)), _micros(m.group(6)))
+                h.time = ctx.complete(
+                    _MONTHS[m.group(1)],
+                    int(m.group(2)),
+                    int(m.group(3)),
+                    int(m.group(4)),
+                    int(m.group(5)),
+                    _micros(m.group(6)),
+                )
             h.host = h.host or m.group(7)
             h.tag = m.group(8)
-            return text[m.end():]
+            return text[m.end() :]
         m = _GLOG.match(text)
         if m:
             return _glog(m, text, h, ctx)
@@ -273,52 +293,58 @@ def _peel(text: str, h: LineHeader, ctx: TimeContext) -> str | None:
     if c == "[":
         m = _APP_TAG.match(text)
         if m:
-            return text[m.end():]
+            return text[m.end() :]
         m = _RANK.match(text)
         if m:
             h.rank = int(m.group(1))  # PyTorch's own prefix wins over an srun task label
-            return text[m.end():]
+            return text[m.end() :]
         m = _OMPI_TAG.match(text)
         if m:
             h.rank = h.rank if h.rank is not None else int(m.group(1))
-            return text[m.end():]
+            return text[m.end() :]
         m = _HOST_RANK.match(text)
         if m:
             h.host = h.host or m.group(1)
             h.rank = h.rank if h.rank is not None else int(m.group(2))
-            return text[m.end():]
+            return text[m.end() :]
         m = _HOST_PID.match(text)
         if m:
             h.host = h.host or m.group(1)
-            return text[m.end():]
+            return text[m.end() :]
         m = _DEFAULT_RANK.match(text)  # torchrun --tee: a *local* rank; the extractor maps it with the node
         if m and not text.startswith(("[rank", "[Rank")):
             h.local_rank = int(m.group(1))
-            return text[m.end():]
+            return text[m.end() :]
         m = _UPTIME.match(text)
         if m:
             h.uptime = float(m.group(1))
             if h.tag is None:
                 h.tag = "kernel"
-            return text[m.end():]
+            return text[m.end() :]
         m = _DMESG_T.match(text)
         if m and m.group(1) in _MONTHS:
             try:
-                local = datetime(int(m.group(6)), _MONTHS[m.group(1)], int(m.group(2)),
-                                 int(m.group(3)), int(m.group(4)), int(m.group(5)))
+                local = datetime(
+                    int(m.group(6)),
+                    _MONTHS[m.group(1)],
+                    int(m.group(2)),
+                    int(m.group(3)),
+                    int(m.group(4)),
+                    int(m.group(5)),
+                )
                 h.time = h.time or ctx.localize(local)
             except ValueError:
                 return None
             if h.tag is None:
                 h.tag = "kernel"
-            return text[m.end():]
+            return text[m.end() :]
         m = _GLOG.match(text)
         if m:
             return _glog(m, text, h, ctx)
         m = _ISO.match(text)
         if m and h.time is None:
             h.time = _iso_from_match(m, ctx)
-            return text[m.end():].lstrip(" -|:")
+            return text[m.end() :].lstrip(" -|:")
     return None
 
 
@@ -326,10 +352,11 @@ def _glog(m: re.Match[str], text: str, h: LineHeader, ctx: TimeContext) -> str:
     md = m.group(2)
     month, day = int(md[:-2]), int(md[-2:])
     if h.time is None and 1 <= month <= 12 and 1 <= day <= 31:  # an outer stamp (CRI) wins
-        h.time = ctx.complete(month, day, int(m.group(3)), int(m.group(4)), int(m.group(5)),
-                              _micros(m.group(6)))
+        h.time = ctx.complete(
+            month, day, int(m.group(3)), int(m.group(4)), int(m.group(5)), _micros(m.group(6))
+        )
     end = text.find("]", m.end())
-    return text[end + 1:].lstrip() if end != -1 and text.startswith("[") else text[m.end():].lstrip()
+    return text[end + 1 :].lstrip() if end != -1 and text.startswith("[") else text[m.end() :].lstrip()
 
 
 def _peel_json(text: str, h: LineHeader, ctx: TimeContext) -> str | None:

@@ -142,7 +142,9 @@ class AttemptContext(_Model):
 # to AttemptContext.model_validate, so messages and coercions stay pydantic's alone.
 _STAMP = re.compile(r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:\.\d{1,6})?(?:Z|[+-]\d\d:\d\d)?")
 _WORKLOAD_KEYS = frozenset({"id", "attempt", "name", "scheduler", "cluster"})
-_CONTEXT_KEYS = frozenset({"workload", "window", "state", "exit_code", "reason", "nodes", "ranks", "timezone"})
+_CONTEXT_KEYS = frozenset(
+    {"workload", "window", "state", "exit_code", "reason", "nodes", "ranks", "timezone"}
+)
 
 
 def _text(v: object) -> bool:
@@ -168,8 +170,13 @@ def plain_context(doc: Mapping[str, Any]) -> AttemptContext | None:
 
 def _plain_context(doc: Mapping[str, Any]) -> AttemptContext | None:
     w, win = doc.get("workload"), doc.get("window")
-    if not (doc.keys() <= _CONTEXT_KEYS and isinstance(w, dict) and isinstance(win, dict)
-            and w.keys() <= _WORKLOAD_KEYS and win.keys() == {"start", "end"}):
+    if not (
+        doc.keys() <= _CONTEXT_KEYS
+        and isinstance(w, dict)
+        and isinstance(win, dict)
+        and w.keys() <= _WORKLOAD_KEYS
+        and win.keys() == {"start", "end"}
+    ):
         return None
     ident, attempt = w.get("id"), w.get("attempt", 0)
     if not (type(ident) is str or type(ident) is int) or type(attempt) is not int:
@@ -180,8 +187,12 @@ def _plain_context(doc: Mapping[str, Any]) -> AttemptContext | None:
     if start is None or end is None:
         return None
     state, exit_code, zone = doc.get("state"), doc.get("exit_code"), doc.get("timezone", "UTC")
-    if not (_text(state) and _text(doc.get("reason")) and type(zone) is str
-            and (exit_code is None or type(exit_code) is int)):
+    if not (
+        _text(state)
+        and _text(doc.get("reason"))
+        and type(zone) is str
+        and (exit_code is None or type(exit_code) is int)
+    ):
         return None
     nodes, ranks = doc.get("nodes", []), doc.get("ranks", {})
     if not (type(nodes) is list and all(type(n) is str for n in nodes) and isinstance(ranks, dict)):
@@ -198,10 +209,21 @@ def _plain_context(doc: Mapping[str, Any]) -> AttemptContext | None:
     # The classes' own checks (window order, state, nodes once each, ranks on them, the limits) raise
     # here, and `plain_context` leaves the document to pydantic.
     return AttemptContext(
-        workload=Workload(id=str(ident), attempt=attempt, name=w.get("name"), scheduler=w.get("scheduler"),
-                          cluster=w.get("cluster")),
-        window=Window(start=start, end=end), state=state, exit_code=exit_code, reason=doc.get("reason"),
-        nodes=nodes, ranks=plain_ranks, timezone=zone)
+        workload=Workload(
+            id=str(ident),
+            attempt=attempt,
+            name=w.get("name"),
+            scheduler=w.get("scheduler"),
+            cluster=w.get("cluster"),
+        ),
+        window=Window(start=start, end=end),
+        state=state,
+        exit_code=exit_code,
+        reason=doc.get("reason"),
+        nodes=nodes,
+        ranks=plain_ranks,
+        timezone=zone,
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -389,13 +411,58 @@ class Diagnosis(_Model):
         return json.dumps(self.model_dump(mode="json", by_alias=True), indent=2, ensure_ascii=False) + "\n"
 
 
-_CLASSES: dict[str, type[Plain]] = {cls.__name__: cls for cls in (
-    Workload, Window, AttemptContext, Event, AttemptRef, Component, RootCause, Symptom, Evidence, Quality,
-    Coverage, EngineInfo, FirstFailure, NextStep, Diagnosis)}
+_CLASSES: dict[str, type[Plain]] = {
+    cls.__name__: cls
+    for cls in (
+        Workload,
+        Window,
+        AttemptContext,
+        Event,
+        AttemptRef,
+        Component,
+        RootCause,
+        Symptom,
+        Evidence,
+        Quality,
+        Coverage,
+        EngineInfo,
+        FirstFailure,
+        NextStep,
+        Diagnosis,
+    )
+}
 
 __all__ = [
-    "COMPONENT_KINDS", "SCHEMA_ID", "TAXONOMY", "TERMINAL_OK", "Action", "AttemptContext", "AttemptRef", "Component",
-    "Coverage", "CoverageStatus", "Diagnosis", "EngineInfo", "Event", "Evidence", "FieldValue", "FirstFailure",
-    "NextStep", "Outcome", "Quality", "QualityLevel", "Role", "RootCause", "SourceKind", "Symptom", "Window",
-    "Workload", "count_ranks", "isoformat", "json_time", "parse_rank_ranges", "plain_context", "utc",
+    "COMPONENT_KINDS",
+    "SCHEMA_ID",
+    "TAXONOMY",
+    "TERMINAL_OK",
+    "Action",
+    "AttemptContext",
+    "AttemptRef",
+    "Component",
+    "Coverage",
+    "CoverageStatus",
+    "Diagnosis",
+    "EngineInfo",
+    "Event",
+    "Evidence",
+    "FieldValue",
+    "FirstFailure",
+    "NextStep",
+    "Outcome",
+    "Quality",
+    "QualityLevel",
+    "Role",
+    "RootCause",
+    "SourceKind",
+    "Symptom",
+    "Window",
+    "Workload",
+    "count_ranks",
+    "isoformat",
+    "json_time",
+    "parse_rank_ranges",
+    "plain_context",
+    "utc",
 ]

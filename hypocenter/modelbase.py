@@ -108,7 +108,9 @@ def count_ranks(spec: str | int | list[int]) -> int:
 def parse_rank_ranges(spec: str | int | list[int]) -> list[int]:
     """Expand a rank spec such as ``"0-7"``, ``"0-3,8-11"``, ``5`` or ``[0, 1]`` into a sorted list.
     A spec naming more than max_ranks_per_attempt ranks raises LimitExceeded before anything is expanded."""
-    limits.check_count(f"rank map entry {str(spec)[:80]!r} names ranks", count_ranks(spec), "max_ranks_per_attempt")
+    limits.check_count(
+        f"rank map entry {str(spec)[:80]!r} names ranks", count_ranks(spec), "max_ranks_per_attempt"
+    )
     if isinstance(spec, int):
         return [spec]
     if isinstance(spec, list):
@@ -159,7 +161,9 @@ class Plain:
     _by_alias: ClassVar[bool] = False
 
     def _values(self) -> tuple[Any, ...]:
-        return tuple([getattr(self, name) for name in self.__slots__])  # a dataclass's slots: its fields, in order
+        return tuple(
+            [getattr(self, name) for name in self.__slots__]
+        )  # a dataclass's slots: its fields, in order
 
     def __eq__(self, other: object) -> bool:
         if other.__class__ is not self.__class__:
@@ -217,7 +221,24 @@ def omit_none(v: object) -> bool:
 
 
 __all__ = [
-    "COMPONENT_KINDS", "SCHEMA_ID", "TAXONOMY", "TERMINAL_OK", "Action", "CoverageStatus", "FieldValue", "Outcome",
-    "Plain", "QualityLevel", "Role", "SourceKind", "count_ranks", "isoformat", "json_time", "omit_false",
-    "omit_none", "parse_rank_ranges", "plain_from", "utc",
+    "COMPONENT_KINDS",
+    "SCHEMA_ID",
+    "TAXONOMY",
+    "TERMINAL_OK",
+    "Action",
+    "CoverageStatus",
+    "FieldValue",
+    "Outcome",
+    "Plain",
+    "QualityLevel",
+    "Role",
+    "SourceKind",
+    "count_ranks",
+    "isoformat",
+    "json_time",
+    "omit_false",
+    "omit_none",
+    "parse_rank_ranges",
+    "plain_from",
+    "utc",
 ]

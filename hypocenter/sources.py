@@ -40,9 +40,17 @@ class FileTextSource(TextSource):
 
     __slots__ = ("_chunks", "_read", "facts", "nbytes", "newlines")
 
-    def __init__(self, name: str, read: Callable[[], bytes], node: str | None = None,
-                 source: SourceKind | None = None, *, newlines: int | None = None,
-                 chunks: Callable[[], Iterable[bytes]] | None = None, nbytes: int | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        read: Callable[[], bytes],
+        node: str | None = None,
+        source: SourceKind | None = None,
+        *,
+        newlines: int | None = None,
+        chunks: Callable[[], Iterable[bytes]] | None = None,
+        nbytes: int | None = None,
+    ) -> None:
         self.name = name
         self.node = node
         self.source = source

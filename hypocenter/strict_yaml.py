@@ -40,8 +40,12 @@ class _NoAliases(yaml.SafeLoader):
         if self.check_event(yaml.AliasEvent):
             event = self.peek_event()  # type: ignore[no-untyped-call]
             raise yaml.composer.ComposerError(
-                None, None, f"YAML aliases (*{event.anchor}) are not accepted: write the value out "
-                "(aliases can expand a small file into billions of values)", event.start_mark)
+                None,
+                None,
+                f"YAML aliases (*{event.anchor}) are not accepted: write the value out "
+                "(aliases can expand a small file into billions of values)",
+                event.start_mark,
+            )
         return super().compose_node(parent, index)
 
 
@@ -106,9 +110,7 @@ def _construct_mapping(loader: _Loader, node: yaml.MappingNode, deep: bool = Fal
                 None, None, "a mapping key must be a scalar", key_node.start_mark
             )
         if key in out:
-            raise yaml.constructor.ConstructorError(
-                None, None, f"duplicate key {key!r}", key_node.start_mark
-            )
+            raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
         out[key] = loader.construct_object(value_node, deep=deep)
         out.key_lines[key] = key_node.start_mark.line + 1
     return out

@@ -21,20 +21,45 @@ from typing import Any
 import httpx
 
 Log = str | bytes | Callable[[], Iterator[bytes]]
-PLURALS = {"pods": "Pod", "events": "Event", "nodes": "Node", "jobs": "Job", "jobsets": "JobSet",
-           "pytorchjobs": "PyTorchJob", "workloads": "Workload"}
-_PATH = re.compile(r"^/(?:api/v1|apis/[^/]+/[^/]+)(?:/namespaces/(?P<ns>[^/]+))?/(?P<plural>[a-z]+)(?:/(?P<name>[^/]+))?"
-                   r"(?P<log>/log)?$")
+PLURALS = {
+    "pods": "Pod",
+    "events": "Event",
+    "nodes": "Node",
+    "jobs": "Job",
+    "jobsets": "JobSet",
+    "pytorchjobs": "PyTorchJob",
+    "workloads": "Workload",
+}
+_PATH = re.compile(
+    r"^/(?:api/v1|apis/[^/]+/[^/]+)(?:/namespaces/(?P<ns>[^/]+))?/(?P<plural>[a-z]+)(?:/(?P<name>[^/]+))?"
+    r"(?P<log>/log)?$"
+)
 
 
 def _status(code: int, reason: str, message: str) -> httpx.Response:
-    return httpx.Response(code, json={"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-                                      "message": message, "reason": reason, "code": code})
+    return httpx.Response(
+        code,
+        json={
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": message,
+            "reason": reason,
+            "code": code,
+        },
+    )
 
 
 class FakeKube:
-    def __init__(self, objects: Iterable[dict[str, Any]], logs: dict[tuple[str, str | None, bool], Log] | None = None,
-                 *, token: str | None = "fake-token", fail: dict[str, list[int]] | None = None) -> None:
+    def __init__(
+        self,
+        objects: Iterable[dict[str, Any]],
+        logs: dict[tuple[str, str | None, bool], Log] | None = None,
+        *,
+        token: str | None = "fake-token",
+        fail: dict[str, list[int]] | None = None,
+    ) -> None:
         self.objects = [o for o in objects if isinstance(o, dict) and o.get("kind")]
         self.logs = logs or {}
         self.token = token
@@ -62,8 +87,11 @@ class FakeKube:
         params = request.url.params
         if m.group("log"):
             return self._log(ns, name or "", params.get("container"), params.get("previous") == "true")
-        matches = [o for o in self.objects if o["kind"] == kind
-                   and (ns is None or o.get("metadata", {}).get("namespace") in (ns, None))]
+        matches = [
+            o
+            for o in self.objects
+            if o["kind"] == kind and (ns is None or o.get("metadata", {}).get("namespace") in (ns, None))
+        ]
         if name is not None:
             for o in matches:
                 if o["metadata"]["name"] == name:
@@ -84,9 +112,15 @@ class FakeKube:
                 log = self.logs[key]
                 if callable(log):
                     return httpx.Response(200, headers={"Content-Type": "text/plain"}, content=log())
-                return httpx.Response(200, text=log) if isinstance(log, str) else httpx.Response(200, content=log)
+                return (
+                    httpx.Response(200, text=log)
+                    if isinstance(log, str)
+                    else httpx.Response(200, content=log)
+                )
         if previous:
-            return _status(400, "BadRequest", f'previous terminated container "{container}" in pod "{pod}" not found')
+            return _status(
+                400, "BadRequest", f'previous terminated container "{container}" in pod "{pod}" not found'
+            )
         return _status(404, "NotFound", f'pods "{pod}" not found')
 
 

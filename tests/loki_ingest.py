@@ -44,15 +44,57 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-DISCOVER_SERVICE_NAME = ("service", "app", "application", "app_name", "name", "app_kubernetes_io_name", "container",
-                         "container_name", "k8s_container_name", "component", "workload", "job", "k8s_job_name")
-LOG_LEVEL_FIELDS = ("level", "LEVEL", "Level", "log.level", "severity", "SEVERITY", "Severity", "SeverityText", "lvl",
-                    "LVL", "Lvl", "severity_text", "Severity_Text", "SEVERITY_TEXT")
-OTLP_INDEX_LABELS = ("service.name", "service.namespace", "service.instance.id", "deployment.environment",
-                     "deployment.environment.name", "cloud.region", "cloud.availability_zone", "k8s.cluster.name",
-                     "k8s.namespace.name", "k8s.pod.name", "k8s.container.name", "container.name",
-                     "k8s.replicaset.name", "k8s.deployment.name", "k8s.statefulset.name", "k8s.daemonset.name",
-                     "k8s.cronjob.name", "k8s.job.name")
+DISCOVER_SERVICE_NAME = (
+    "service",
+    "app",
+    "application",
+    "app_name",
+    "name",
+    "app_kubernetes_io_name",
+    "container",
+    "container_name",
+    "k8s_container_name",
+    "component",
+    "workload",
+    "job",
+    "k8s_job_name",
+)
+LOG_LEVEL_FIELDS = (
+    "level",
+    "LEVEL",
+    "Level",
+    "log.level",
+    "severity",
+    "SEVERITY",
+    "Severity",
+    "SeverityText",
+    "lvl",
+    "LVL",
+    "Lvl",
+    "severity_text",
+    "Severity_Text",
+    "SEVERITY_TEXT",
+)
+OTLP_INDEX_LABELS = (
+    "service.name",
+    "service.namespace",
+    "service.instance.id",
+    "deployment.environment",
+    "deployment.environment.name",
+    "cloud.region",
+    "cloud.availability_zone",
+    "k8s.cluster.name",
+    "k8s.namespace.name",
+    "k8s.pod.name",
+    "k8s.container.name",
+    "container.name",
+    "k8s.replicaset.name",
+    "k8s.deployment.name",
+    "k8s.statefulset.name",
+    "k8s.daemonset.name",
+    "k8s.cronjob.name",
+    "k8s.job.name",
+)
 MAX_RETURNED_ERRORS = 10  # ingester max_returned_stream_errors
 TENANT = "fake"  # Loki's tenant when auth_enabled is false
 
@@ -77,7 +119,9 @@ class IngestLimits:
 
 def go_labels(labels: Mapping[str, str]) -> str:
     """Prometheus labels.Labels.String(): sorted, `{a="b", c="d"}`, values Go-quoted."""
-    return "{" + ", ".join(f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in sorted(labels.items())) + "}"
+    return (
+        "{" + ", ".join(f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in sorted(labels.items())) + "}"
+    )
 
 
 def rfc3339(ns: int) -> str:
@@ -99,16 +143,40 @@ def grouped(errors: Sequence[str]) -> str:
     counts: dict[str, int] = {}
     for e in errors:
         counts[e] = counts.get(e, 0) + 1
-    return "; ".join((f"{n} errors like: " if len(counts) > 1 or n > 1 else "") + e for e, n in sorted(counts.items()))
+    return "; ".join(
+        (f"{n} errors like: " if len(counts) > 1 or n > 1 else "") + e for e, n in sorted(counts.items())
+    )
 
 
 # ------------------------------------------------------------------------------------------ detected_level
 
-_LEVELS = {"trace": "trace", "trc": "trace", "debug": "debug", "dbg": "debug", "info": "info", "inf": "info",
-           "information": "info", "warn": "warn", "wrn": "warn", "warning": "warn", "error": "error", "err": "error",
-           "critical": "critical", "fatal": "fatal"}
-_LEVEL_WORDS = (("trace", "trace"), ("debug", "debug"), ("fatal", "fatal"), ("critical", "critical"),
-                ("error", "error"), ("err", "error"), ("warning", "warn"), ("warn", "warn"), ("info", "info"))
+_LEVELS = {
+    "trace": "trace",
+    "trc": "trace",
+    "debug": "debug",
+    "dbg": "debug",
+    "info": "info",
+    "inf": "info",
+    "information": "info",
+    "warn": "warn",
+    "wrn": "warn",
+    "warning": "warn",
+    "error": "error",
+    "err": "error",
+    "critical": "critical",
+    "fatal": "fatal",
+}
+_LEVEL_WORDS = (
+    ("trace", "trace"),
+    ("debug", "debug"),
+    ("fatal", "fatal"),
+    ("critical", "critical"),
+    ("error", "error"),
+    ("err", "error"),
+    ("warning", "warn"),
+    ("warn", "warn"),
+    ("info", "info"),
+)
 _LEFT = set(" \t\n[({\"'=|")
 _RIGHT = set(" \t\n[]{}():,!\"'=|")
 
@@ -121,7 +189,9 @@ def _bounded(text: str, word: str) -> int:
     """field_detection.go `indexOfBoundedLevel`."""
     offset = 0
     while (pos := text.find(word, offset)) >= 0:
-        if (pos == 0 or text[pos - 1] in _LEFT) and (pos + len(word) >= len(text) or text[pos + len(word)] in _RIGHT):
+        if (pos == 0 or text[pos - 1] in _LEFT) and (
+            pos + len(word) >= len(text) or text[pos + len(word)] in _RIGHT
+        ):
             return pos
         offset = pos + 1
     return -1
@@ -147,6 +217,7 @@ def level_from_line(line: str) -> str:
                 if isinstance(v, dict) and (hit := find(v, depth + 1)) is not None:
                     return hit
             return None
+
         value = find(doc, 0)
     elif "=" in line:
         for m in re.finditer(r'(\S+?)=("(?:[^"\\]|\\.)*"|\S*)', line):
@@ -179,7 +250,15 @@ def detected_level(labels: Mapping[str, str], metadata: Mapping[str, str], line:
             n = int(metadata["severity_number"])
         except ValueError:
             return "info"
-        bands = ((0, "unknown"), (4, "trace"), (8, "debug"), (12, "info"), (16, "warn"), (20, "error"), (24, "fatal"))
+        bands = (
+            (0, "unknown"),
+            (4, "trace"),
+            (8, "debug"),
+            (12, "info"),
+            (16, "warn"),
+            (20, "error"),
+            (24, "fatal"),
+        )
         return next((name for top, name in bands if n <= top), "unknown")
     return level_from_line(line)
 
@@ -215,8 +294,9 @@ class Ingest:
     def with_service_name(self, labels: Mapping[str, str]) -> dict[str, str]:
         out = dict(labels)
         if "service_name" not in out and self.limits.discover_service_name:
-            out["service_name"] = next((out[n] for n in self.limits.discover_service_name if out.get(n)),
-                                       "unknown_service")
+            out["service_name"] = next(
+                (out[n] for n in self.limits.discover_service_name if out.get(n)), "unknown_service"
+            )
         return out
 
     def push(self, entries: Sequence[Entry], *, check_time: bool = True) -> tuple[int, str]:
@@ -234,24 +314,36 @@ class Ingest:
             labels = self.with_service_name(pushed_labels)
             names = len(labels) - ("service_name" in labels)
             if names > lim.max_label_names_per_series:
-                distributor.append(f"entry for stream '{go_labels(labels)}' has {names} label names; "
-                                   f"limit {lim.max_label_names_per_series}")
+                distributor.append(
+                    f"entry for stream '{go_labels(labels)}' has {names} label names; "
+                    f"limit {lim.max_label_names_per_series}"
+                )
                 continue
             keep: list[Entry] = []
             for e in items:
-                if check_time and lim.reject_old_samples and e.ts_ns < now_ns - int(lim.reject_old_samples_max_age_s * 1e9):
+                if (
+                    check_time
+                    and lim.reject_old_samples
+                    and e.ts_ns < now_ns - int(lim.reject_old_samples_max_age_s * 1e9)
+                ):
                     oldest = now_ns - int(lim.reject_old_samples_max_age_s * 1e9)
-                    distributor.append(f"entry for stream '{go_labels(labels)}' has timestamp too old: "
-                                       f"{rfc3339(e.ts_ns)}, oldest acceptable timestamp is: {rfc3339(oldest)}")
+                    distributor.append(
+                        f"entry for stream '{go_labels(labels)}' has timestamp too old: "
+                        f"{rfc3339(e.ts_ns)}, oldest acceptable timestamp is: {rfc3339(oldest)}"
+                    )
                     continue
                 if check_time and e.ts_ns > now_ns + int(lim.creation_grace_period_s * 1e9):
-                    distributor.append(f"entry for stream '{go_labels(labels)}' has timestamp too new: {rfc3339(e.ts_ns)}")
+                    distributor.append(
+                        f"entry for stream '{go_labels(labels)}' has timestamp too new: {rfc3339(e.ts_ns)}"
+                    )
                     continue
                 meta = dict(e.metadata)
                 if meta and not lim.allow_structured_metadata:
-                    distributor.append(f"stream '{go_labels(labels)}' includes structured metadata, but this feature "
-                                       "is disallowed. Please see `limits_config.allow_structured_metadata` or contact "
-                                       "your Loki administrator to enable it")
+                    distributor.append(
+                        f"stream '{go_labels(labels)}' includes structured metadata, but this feature "
+                        "is disallowed. Please see `limits_config.allow_structured_metadata` or contact "
+                        "your Loki administrator to enable it"
+                    )
                     continue
                 if lim.discover_log_levels and lim.allow_structured_metadata:
                     meta["detected_level"] = detected_level(labels, meta, e.line)
@@ -278,8 +370,13 @@ class Ingest:
                 continue  # stream.go validateEntries: the same as the last line
             cutoff = s.highest - window
             if s.highest and e.ts_ns < cutoff:
-                failed.append((e.ts_ns, f"entry too far behind, entry timestamp is: {rfc3339(e.ts_ns)}, "
-                                        f"oldest acceptable timestamp is: {rfc3339(cutoff)}"))
+                failed.append(
+                    (
+                        e.ts_ns,
+                        f"entry too far behind, entry timestamp is: {rfc3339(e.ts_ns)}, "
+                        f"oldest acceptable timestamp is: {rfc3339(cutoff)}",
+                    )
+                )
                 continue
             s.last = ident
             s.highest = max(s.highest, e.ts_ns)
@@ -289,8 +386,10 @@ class Ingest:
             self.entries.append(e)
         if not failed:
             return None
-        lines = "".join(f"entry with timestamp {go_time(ts)} ignored, reason: '{why}',\n"
-                        for ts, why in failed[:MAX_RETURNED_ERRORS])
+        lines = "".join(
+            f"entry with timestamp {go_time(ts)} ignored, reason: '{why}',\n"
+            for ts, why in failed[:MAX_RETURNED_ERRORS]
+        )
         return f"{lines}user '{TENANT}', total ignored: {len(failed)} out of {total} for stream: {go_labels(labels)}"
 
 
@@ -326,8 +425,10 @@ def _value(v: Any) -> str:
         return str(getattr(v, kind))
     if kind == "bytes_value":
         import base64
+
         return base64.b64encode(v.bytes_value).decode()
     from google.protobuf.json_format import MessageToDict
+
     return json.dumps(MessageToDict(v), separators=(",", ":"))
 
 
@@ -350,8 +451,9 @@ def otlp_entries(request: Any, limits: IngestLimits) -> list[Entry]:
                 has_service = True
             (labels if action == "index_label" else resource_meta)[_label_name(kv.key)] = _value(kv.value)
         if not has_service and limits.discover_service_name:
-            labels["service_name"] = next((labels[n] for n in limits.discover_service_name if labels.get(n)),
-                                          "unknown_service")
+            labels["service_name"] = next(
+                (labels[n] for n in limits.discover_service_name if labels.get(n)), "unknown_service"
+            )
         for sl in rl.scope_logs:
             scope_meta = {_label_name(kv.key): _value(kv.value) for kv in sl.scope.attributes}
             if sl.scope.name:
@@ -359,8 +461,11 @@ def otlp_entries(request: Any, limits: IngestLimits) -> list[Entry]:
             if sl.scope.version:
                 scope_meta["scope_version"] = sl.scope.version
             for rec in sl.log_records:
-                meta = {**resource_meta, **scope_meta,
-                        **{_label_name(kv.key): _value(kv.value) for kv in rec.attributes}}
+                meta = {
+                    **resource_meta,
+                    **scope_meta,
+                    **{_label_name(kv.key): _value(kv.value) for kv in rec.attributes},
+                }
                 ts = rec.time_unix_nano or rec.observed_time_unix_nano
                 if rec.time_unix_nano and rec.observed_time_unix_nano:
                     meta["observed_timestamp"] = str(rec.observed_time_unix_nano)
@@ -379,4 +484,5 @@ def otlp_entries(request: Any, limits: IngestLimits) -> list[Entry]:
 def otlp_error(message: str) -> bytes:
     """push.go `OTLPError`: a google.rpc.Status with code 0 and the message, protobuf-encoded."""
     from google.rpc import status_pb2
+
     return bytes(status_pb2.Status(code=0, message=message).SerializeToString())

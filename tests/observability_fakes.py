@@ -116,7 +116,7 @@ def fields(buf: bytes, schema: dict[int, tuple[str, int]]) -> list[tuple[str, in
             length, i = _varint(buf, i)
             if i + length > len(buf):
                 raise WireError(f"field {name} is truncated")
-            out.append((name, buf[i:i + length]))
+            out.append((name, buf[i : i + length]))
             i += length
     return out
 
@@ -202,7 +202,7 @@ def decode_json_push(body: bytes) -> list[PushedEntry]:
             raise WireError("stream labels must be an object of strings")
         for value in stream["values"]:
             if not 2 <= len(value) <= 3 or not isinstance(value[0], str) or not isinstance(value[1], str):
-                raise WireError(f"a value must be [\"<ns>\", \"<line>\", {{metadata}}?], not {value!r}")
+                raise WireError(f'a value must be ["<ns>", "<line>", {{metadata}}?], not {value!r}')
             meta = value[2] if len(value) == 3 else {}
             if not isinstance(meta, dict) or not all(isinstance(v, str) for v in meta.values()):
                 raise WireError("structured metadata must be an object of strings")
@@ -275,8 +275,13 @@ class _FakeServer:
             def log_message(self, format: str, *args: Any) -> None:
                 pass
 
-            def reply(self, status: int, body: bytes = b"", ctype: str = "text/plain; charset=utf-8",
-                      headers: dict[str, str] | None = None) -> None:
+            def reply(
+                self,
+                status: int,
+                body: bytes = b"",
+                ctype: str = "text/plain; charset=utf-8",
+                headers: dict[str, str] | None = None,
+            ) -> None:
                 self.send_response(status)
                 for k, v in (headers or {}).items():
                     self.send_header(k, v)
@@ -296,11 +301,19 @@ class _FakeServer:
                 self.serve("GET")
 
             def serve(self, method: str) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0)) if method == "POST" else b""
+                body = (
+                    self.rfile.read(int(self.headers.get("Content-Length") or 0)) if method == "POST" else b""
+                )
                 b = server.behaviour
                 with b.lock:
-                    b.requests.append({"method": method, "path": self.path, "headers": dict(self.headers),
-                                       "size": len(body)})
+                    b.requests.append(
+                        {
+                            "method": method,
+                            "path": self.path,
+                            "headers": dict(self.headers),
+                            "size": len(body),
+                        }
+                    )
                 if b.stall_s:
                     time.sleep(b.stall_s)
                 failure = b.next_failure()
@@ -329,10 +342,18 @@ class FakeLoki(_FakeServer):
     `limits` are Loki's push limits (IngestLimits, Loki's defaults); `clock` is the server's now
     (a test replaying old logs sets it to when they were written, as a real push would have been)."""
 
-    def __init__(self, *, max_entries_limit_per_query: int = 5000, max_query_length_s: float = 721 * 3600.0,
-                 ties: str = "labels", seed: int = 0, required_headers: dict[str, str] | None = None,
-                 limits: IngestLimits | None = None, clock: Callable[[], float] = time.time,
-                 query_lookback_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        *,
+        max_entries_limit_per_query: int = 5000,
+        max_query_length_s: float = 721 * 3600.0,
+        ties: str = "labels",
+        seed: int = 0,
+        required_headers: dict[str, str] | None = None,
+        limits: IngestLimits | None = None,
+        clock: Callable[[], float] = time.time,
+        query_lookback_s: float = 30.0,
+    ) -> None:
         super().__init__()
         self.ingest = Ingest(limits or IngestLimits(), clock)
         self.tenants: list[str | None] = []
@@ -362,7 +383,9 @@ class FakeLoki(_FakeServer):
         url = urllib.parse.urlsplit(path)
         return self._query(url.path, urllib.parse.parse_qsl(url.query, keep_blank_values=True), headers)
 
-    def _query(self, path: str, params: list[tuple[str, str]], headers: dict[str, str]) -> tuple[int, bytes, str]:
+    def _query(
+        self, path: str, params: list[tuple[str, str]], headers: dict[str, str]
+    ) -> tuple[int, bytes, str]:
         for name, value in self.required_headers.items():
             if headers.get(name) != value:
                 return 401, b"no org id\n" if name == "X-Scope-OrgID" else b"Unauthorized\n", "text/plain"
@@ -384,15 +407,19 @@ class FakeLoki(_FakeServer):
         end = _loki_time(params["end"]) if params.get("end") else now
         start = _loki_time(params["start"]) if params.get("start") else end - 3600 * 10**9
         if end < start:
-            raise LogQLError("invalid start and end time: end timestamp must not be before or equal to start time")
+            raise LogQLError(
+                "invalid start and end time: end timestamp must not be before or equal to start time"
+            )
         # The length Loki checks is end - start plus its 30 s look-back (logql/engine.go
         # max_look_back_period), as a real Loki 3.x answers a piece of exactly max_query_length;
         # the text is queryrange/limits.go's (util/validation ErrQueryTooLong): the length as a Go
         # time.Duration, the limit as a Prometheus model.Duration.
         length = end - start + self.query_lookback_ns
         if self.max_query_length_ns and length > self.max_query_length_ns:
-            raise LogQLError(f"the query time range exceeds the limit (query length: {_duration(length)}, "
-                             f"limit: {model_duration(self.max_query_length_ns)})")
+            raise LogQLError(
+                f"the query time range exceeds the limit (query length: {_duration(length)}, "
+                f"limit: {model_duration(self.max_query_length_ns)})"
+            )
         return start, end
 
     def _select(self, query: LogQuery, start: int, end: int) -> list[tuple[int, int, PushedEntry]]:
@@ -424,8 +451,10 @@ class FakeLoki(_FakeServer):
         if limit <= 0:
             raise LogQLError("limit must be a positive value")
         if limit > self.max_entries_limit_per_query:
-            raise LogQLError(f"max entries limit per query exceeded, limit > max_entries_limit_per_query "
-                             f"({limit} > {self.max_entries_limit_per_query})")
+            raise LogQLError(
+                f"max entries limit per query exceeded, limit > max_entries_limit_per_query "
+                f"({limit} > {self.max_entries_limit_per_query})"
+            )
         direction = params.get("direction", "backward").lower()
         if direction not in ("forward", "backward"):
             raise LogQLError(f"invalid direction {params['direction']!r}")
@@ -442,12 +471,16 @@ class FakeLoki(_FakeServer):
             labels = e.labels if categorize else {**e.metadata, **e.labels, **parsed}
             value: list[Any] = [str(ts), e.line]
             if categorize and (e.metadata or parsed):
-                value.append({k: v for k, v in (("structuredMetadata", dict(e.metadata)), ("parsed", parsed)) if v})
+                value.append(
+                    {k: v for k, v in (("structuredMetadata", dict(e.metadata)), ("parsed", parsed)) if v}
+                )
             streams.setdefault(tuple(sorted(labels.items())), []).append(value)
         result = [{"stream": dict(k), "values": v} for k, v in streams.items()]
-        data: dict[str, Any] = {"resultType": "streams", "result": result,
-                                "stats": {"summary": {"totalEntriesReturned": len(chosen),
-                                                      "totalLinesProcessed": len(selected)}}}
+        data: dict[str, Any] = {
+            "resultType": "streams",
+            "result": result,
+            "stats": {"summary": {"totalEntriesReturned": len(chosen), "totalLinesProcessed": len(selected)}},
+        }
         if categorize:
             data["encodingFlags"] = ["categorize-labels"]
         return {"status": "success", "data": data}
@@ -473,13 +506,18 @@ class FakeLoki(_FakeServer):
         label, inner, seconds = m.group(1), parse_logql(m.group(2)), int(m.group(3))
         at = _loki_time(params["time"]) if params.get("time") else time.time_ns()
         if self.max_query_length_ns and seconds * 10**9 > self.max_query_length_ns:
-            raise LogQLError(f"the query time range exceeds the limit (query length: {_duration(seconds * 10**9)}, "
-                             f"limit: {model_duration(self.max_query_length_ns)})")
+            raise LogQLError(
+                f"the query time range exceeds the limit (query length: {_duration(seconds * 10**9)}, "
+                f"limit: {model_duration(self.max_query_length_ns)})"
+            )
         counts: dict[str, int] = {}
         for _, _, e in self._select(inner, at - seconds * 10**9, at):
             value = {**e.metadata, **e.labels}.get(label, "")
             counts[value] = counts.get(value, 0) + 1
-        result = [{"metric": {label: v} if v else {}, "value": [at / 1e9, str(n)]} for v, n in sorted(counts.items())]
+        result = [
+            {"metric": {label: v} if v else {}, "value": [at / 1e9, str(n)]}
+            for v, n in sorted(counts.items())
+        ]
         return {"status": "success", "data": {"resultType": "vector", "result": result}}
 
     def handle(self, path: str, headers: dict[str, str], body: bytes) -> tuple[int, bytes, str]:
@@ -544,7 +582,17 @@ class LogQLError(ValueError):
 _COUNT_BY = re.compile(r"^sum by \((\w+)\) \(count_over_time\((.*) \[(\d+)s\]\)\)$", re.S)
 _RE2_UNSUPPORTED = re.compile(r"\(\?[=!]|\(\?<[=!]|\\[1-9]|\(\?P=|[*+?}][+]")
 _IDENT = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
-_GO_ESCAPES = {"a": "\a", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v", "\\": "\\", '"': '"'}
+_GO_ESCAPES = {
+    "a": "\a",
+    "b": "\b",
+    "f": "\f",
+    "n": "\n",
+    "r": "\r",
+    "t": "\t",
+    "v": "\v",
+    "\\": "\\",
+    '"': '"',
+}
 
 
 def _loki_time(text: str) -> int:
@@ -575,8 +623,15 @@ def model_duration(ns: int) -> str:
     if ms == 0:
         return "0s"
     out = ""
-    for unit, mult, exact in (("y", 31_536_000_000, True), ("w", 604_800_000, True), ("d", 86_400_000, False),
-                              ("h", 3_600_000, False), ("m", 60_000, False), ("s", 1000, False), ("ms", 1, False)):
+    for unit, mult, exact in (
+        ("y", 31_536_000_000, True),
+        ("w", 604_800_000, True),
+        ("d", 86_400_000, False),
+        ("h", 3_600_000, False),
+        ("m", 60_000, False),
+        ("s", 1000, False),
+        ("ms", 1, False),
+    ):
         if exact and ms % mult:
             continue
         if (v := ms // mult) > 0:
@@ -591,7 +646,7 @@ def _re2(pattern: str, anchored: bool) -> re.Pattern[str]:
     # RE2 takes flags anywhere; Python only at the start: hoist a leading `(?i)` out of the anchoring group.
     m = re.match(r"\(\?([imsU]+)\)", pattern)
     flags = f"(?{m.group(1).replace('U', '')})" if m and m.group(1).replace("U", "") else ""
-    body = pattern[m.end():] if m else pattern
+    body = pattern[m.end() :] if m else pattern
     try:
         return re.compile(flags + (f"(?:{body})\\Z" if anchored else body))
     except re.error as exc:
@@ -609,7 +664,9 @@ class LogQuery:
 
     def evaluate(self, e: PushedEntry) -> dict[str, str] | None:
         """None when the entry is filtered out; else the labels its parser stages extracted."""
-        if not all(_test(op, e.labels.get(name, ""), value, rx, full=True) for name, op, value, rx in self.matchers):
+        if not all(
+            _test(op, e.labels.get(name, ""), value, rx, full=True) for name, op, value, rx in self.matchers
+        ):
             return None
         parsed: dict[str, str] = {}
         for kind, op, name_or_value, rx in self.stages:
@@ -650,6 +707,7 @@ def json_stage(e: PushedEntry, spec: list[list[str]], parsed: dict[str, str]) ->
 
     out: dict[str, str] = {}
     if not spec:
+
         def walk(node: dict[str, Any], prefix: str) -> None:
             for k, v in node.items():
                 key = prefix + re.sub(r"[^a-zA-Z0-9_]", "_", k)
@@ -657,6 +715,7 @@ def json_stage(e: PushedEntry, spec: list[list[str]], parsed: dict[str, str]) ->
                     walk(v, key + "_")
                 else:
                     out[name(key)] = _json_text(v)
+
         walk(doc, "")
         return out
     for identifier, path in spec:
@@ -698,7 +757,7 @@ class _Lexer:
     def expect(self, *options: str) -> str:
         found = self.peek(*options)
         if found is None:
-            rest = self.text[self.pos:self.pos + 10] or "end of input"
+            rest = self.text[self.pos : self.pos + 10] or "end of input"
             raise self.error(f"unexpected {rest!r}, expecting {' or '.join(options)}")
         self.pos += len(found)
         return found
@@ -707,7 +766,7 @@ class _Lexer:
         self.skip()
         m = _IDENT.match(self.text, self.pos)
         if not m:
-            raise self.error(f"unexpected {self.text[self.pos:self.pos + 10]!r}, expecting IDENTIFIER")
+            raise self.error(f"unexpected {self.text[self.pos : self.pos + 10]!r}, expecting IDENTIFIER")
         self.pos = m.end()
         return m.group(0)
 
@@ -718,11 +777,11 @@ class _Lexer:
             end = self.text.find("`", self.pos + 1)
             if end < 0:
                 raise self.error("literal not terminated")
-            value = self.text[self.pos + 1:end]
+            value = self.text[self.pos + 1 : end]
             self.pos = end + 1
             return value
         if not self.text.startswith('"', self.pos):
-            raise self.error(f"unexpected {self.text[self.pos:self.pos + 10]!r}, expecting STRING")
+            raise self.error(f"unexpected {self.text[self.pos : self.pos + 10]!r}, expecting STRING")
         i = self.pos + 1
         out: list[str] = []
         while i < len(self.text):
@@ -733,12 +792,14 @@ class _Lexer:
             if c == "\n":
                 break
             if c == "\\":
-                nxt = self.text[i + 1:i + 2]
+                nxt = self.text[i + 1 : i + 2]
                 if nxt in _GO_ESCAPES:
                     out.append(_GO_ESCAPES[nxt])
                     i += 2
                     continue
-                m = re.match(r"x([0-9a-fA-F]{2})|u([0-9a-fA-F]{4})|U([0-9a-fA-F]{8})|([0-7]{3})", self.text[i + 1:])
+                m = re.match(
+                    r"x([0-9a-fA-F]{2})|u([0-9a-fA-F]{4})|U([0-9a-fA-F]{8})|([0-7]{3})", self.text[i + 1 :]
+                )
                 if not m:
                     self.pos = i
                     raise self.error(f"invalid char escape \\{nxt}")
@@ -757,7 +818,7 @@ def _json_keyword(lx: _Lexer) -> bool:
     m = _IDENT.match(lx.text, lx.pos)
     if not m or m.group(0) != "json":
         return False
-    rest = lx.text[m.end():].lstrip()
+    rest = lx.text[m.end() :].lstrip()
     if rest[:1] == "=" or rest[:2] in ("!=", "=~", "!~"):
         return False
     lx.pos = m.end()
@@ -778,9 +839,11 @@ def parse_logql(text: str) -> LogQuery:
         matchers.append((name, op, value, _re2(value, anchored=True) if "~" in op else None))
     lx.expect("}")
     if all(_test(op, "", value, rx, full=True) for _, op, value, rx in matchers):  # `{}` too
-        raise LogQLError("parse error : queries require at least one regexp or equality matcher that does not "
-                         "have an empty-compatible value. For instance, app=~\".*\" does not meet this requirement, "
-                         "but app=~\".+\" will")
+        raise LogQLError(
+            "parse error : queries require at least one regexp or equality matcher that does not "
+            'have an empty-compatible value. For instance, app=~".*" does not meet this requirement, '
+            'but app=~".+" will'
+        )
     stages: list[tuple[str, str, str, re.Pattern[str] | None]] = []
     while True:
         op = lx.peek("|=", "|~", "!=", "!~", "|")
@@ -804,13 +867,15 @@ def parse_logql(text: str) -> LogQuery:
             name = lx.ident()
             lop = lx.expect("=~", "!~", "!=", "=")
             value = lx.string()
-            stages.append(("label", lop, f"{name}\0{value}", _re2(value, anchored=True) if "~" in lop else None))
+            stages.append(
+                ("label", lop, f"{name}\0{value}", _re2(value, anchored=True) if "~" in lop else None)
+            )
         else:
             value = lx.string()
             stages.append(("line", op, value, _re2(value, anchored=False) if "~" in op else None))
     lx.skip()
     if lx.pos != len(text):
-        raise lx.error(f"unexpected {text[lx.pos:lx.pos + 10]!r}")
+        raise lx.error(f"unexpected {text[lx.pos : lx.pos + 10]!r}")
     return LogQuery(matchers, stages)
 
 
@@ -837,7 +902,9 @@ class FakeGrafana(_FakeServer):
         for key in ("time", "timeEnd"):
             if key in doc and not isinstance(doc[key], int):
                 return answer(400, "bad request data")
-        if not isinstance(doc.get("tags", []), list) or not all(isinstance(t, str) for t in doc.get("tags", [])):
+        if not isinstance(doc.get("tags", []), list) or not all(
+            isinstance(t, str) for t in doc.get("tags", [])
+        ):
             return answer(400, "bad request data")
         self.annotations.append(doc)
         return answer(200, "Annotation added", id=len(self.annotations))

@@ -14,7 +14,9 @@ from collections.abc import Iterator
 import pytest
 
 PG_URL = os.environ.get("HYPOCENTER_TEST_POSTGRES_URL", "")
-NO_PG = "HYPOCENTER_TEST_POSTGRES_URL is not set (CI sets it: .ci/run starts PostgreSQL from Debian's package)"
+NO_PG = (
+    "HYPOCENTER_TEST_POSTGRES_URL is not set (CI sets it: .ci/run starts PostgreSQL from Debian's package)"
+)
 
 
 def schema_url(schema: str) -> str:

@@ -24,16 +24,22 @@ from hypocenter.sources import Series
 PROMTOOL = shutil.which("promtool")
 PROMETHEUS = shutil.which("prometheus")
 
-needs_promtool = pytest.mark.skipif(PROMTOOL is None, reason="promtool is not installed (Debian package "
-                                    "`prometheus`; .ci/run installs it)")
-needs_prometheus = pytest.mark.skipif(PROMETHEUS is None, reason="prometheus is not installed (Debian package "
-                                      "`prometheus`; .ci/run installs it)")
+needs_promtool = pytest.mark.skipif(
+    PROMTOOL is None, reason="promtool is not installed (Debian package `prometheus`; .ci/run installs it)"
+)
+needs_prometheus = pytest.mark.skipif(
+    PROMETHEUS is None,
+    reason="prometheus is not installed (Debian package `prometheus`; .ci/run installs it)",
+)
 
 
-def promtool(*args: str, stdin: str | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+def promtool(
+    *args: str, stdin: str | None = None, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
     assert PROMTOOL is not None
-    return subprocess.run([PROMTOOL, *args], input=stdin, capture_output=True, text=True, timeout=120, cwd=cwd,
-                          check=False)
+    return subprocess.run(
+        [PROMTOOL, *args], input=stdin, capture_output=True, text=True, timeout=120, cwd=cwd, check=False
+    )
 
 
 def free_port() -> int:
@@ -46,14 +52,23 @@ def free_port() -> int:
 class PrometheusProcess:
     """`prometheus` scraping `targets` every second (none: it only serves its TSDB), on 127.0.0.1:<ephemeral>."""
 
-    def __init__(self, workdir: Path, targets: list[str], *, job: str = "hypocenter",
-                 rule_files: list[Path] | None = None, extra_args: list[str] | None = None) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        targets: list[str],
+        *,
+        job: str = "hypocenter",
+        rule_files: list[Path] | None = None,
+        extra_args: list[str] | None = None,
+    ) -> None:
         self.workdir = workdir
         self.config = workdir / "prometheus.yml"
         self.extra_args = list(extra_args or [])
         doc: dict[str, Any] = {
             "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-            "scrape_configs": [{"job_name": job, "static_configs": [{"targets": targets}]}] if targets else [],
+            "scrape_configs": [{"job_name": job, "static_configs": [{"targets": targets}]}]
+            if targets
+            else [],
         }
         if rule_files:
             doc["rule_files"] = [str(p) for p in rule_files]
@@ -71,10 +86,19 @@ class PrometheusProcess:
         for _ in range(3):  # the port may be taken between choosing and binding it
             self.port = free_port()
             self.proc = subprocess.Popen(
-                [PROMETHEUS, f"--config.file={self.config}", f"--storage.tsdb.path={self.workdir / 'tsdb'}",
-                 f"--web.listen-address=127.0.0.1:{self.port}", "--enable-feature=exemplar-storage",
-                 "--log.level=warn", *self.extra_args],
-                stdout=log, stderr=log, cwd=self.workdir)
+                [
+                    PROMETHEUS,
+                    f"--config.file={self.config}",
+                    f"--storage.tsdb.path={self.workdir / 'tsdb'}",
+                    f"--web.listen-address=127.0.0.1:{self.port}",
+                    "--enable-feature=exemplar-storage",
+                    "--log.level=warn",
+                    *self.extra_args,
+                ],
+                stdout=log,
+                stderr=log,
+                cwd=self.workdir,
+            )
             deadline = time.monotonic() + timeout
             while time.monotonic() < deadline and self.proc.poll() is None:
                 try:
@@ -86,7 +110,9 @@ class PrometheusProcess:
                 time.sleep(0.1)
             self.stop()
         log.close()
-        raise RuntimeError(f"prometheus did not start: {(self.workdir / 'prometheus.log').read_text()[-2000:]}")
+        raise RuntimeError(
+            f"prometheus did not start: {(self.workdir / 'prometheus.log').read_text()[-2000:]}"
+        )
 
     def query(self, expr: str) -> list[dict[str, Any]]:
         r = httpx.get(f"{self.url}/api/v1/query", params={"query": expr}, timeout=10.0)
@@ -113,6 +139,7 @@ class PrometheusProcess:
 def openmetrics(series: Iterable[Series]) -> str:
     """Series as OpenMetrics text for `promtool tsdb create-blocks-from openmetrics`: one family's
     samples together, each series in time order, seconds since the epoch, `# EOF` at the end."""
+
     def esc(v: str) -> str:
         return v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
@@ -122,8 +149,12 @@ def openmetrics(series: Iterable[Series]) -> str:
         lines = families.setdefault(s.name, [])
         for when, value in sorted(s.samples):
             lines.append(f"{s.name}{{{labels}}} {value!r} {when.timestamp():.3f}")
-    return "".join(f"# TYPE {name} gauge\n" + "\n".join(lines) + "\n" for name, lines in sorted(families.items())) \
+    return (
+        "".join(
+            f"# TYPE {name} gauge\n" + "\n".join(lines) + "\n" for name, lines in sorted(families.items())
+        )
         + "# EOF\n"
+    )
 
 
 def backfilled_prometheus(workdir: Path, series: Iterable[Series]) -> PrometheusProcess:

@@ -24,7 +24,6 @@ def clean_env() -> dict[str, str]:
     return env
 
 
-
 def terminate(proc: subprocess.Popen[Any]) -> None:
     """SIGTERM a test's subprocess, give it 15 s to exit cleanly, then SIGKILL it."""
     if proc.poll() is None:
@@ -35,11 +34,13 @@ def terminate(proc: subprocess.Popen[Any]) -> None:
             proc.kill()
             proc.wait(10)
 
+
 class ServerProcess:
     """`hypocenter serve` on 127.0.0.1 port 0; `grpc` / `http` are the bound addresses."""
 
-    def __init__(self, store: Path | str, *extra: str, log: Path | None = None,
-                 env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, store: Path | str, *extra: str, log: Path | None = None, env: dict[str, str] | None = None
+    ) -> None:
         """`store` is a SQLite file, or a store URL (then `log` is required)."""
         self.store = store
         self.extra = extra
@@ -53,9 +54,27 @@ class ServerProcess:
         self.metrics = ""
 
     def start(self, timeout: float = 30.0) -> ServerProcess:
-        cmd = [sys.executable, "-m", "hypocenter.cli", "serve", "--grpc-listen", "127.0.0.1:0",
-               "--http-listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--store", str(self.store), "--settle-s", "0.3",
-               "--tick-s", "0.05", "--log-level", "warning", *self.extra]
+        cmd = [
+            sys.executable,
+            "-m",
+            "hypocenter.cli",
+            "serve",
+            "--grpc-listen",
+            "127.0.0.1:0",
+            "--http-listen",
+            "127.0.0.1:0",
+            "--metrics-listen",
+            "127.0.0.1:0",
+            "--store",
+            str(self.store),
+            "--settle-s",
+            "0.3",
+            "--tick-s",
+            "0.05",
+            "--log-level",
+            "warning",
+            *self.extra,
+        ]
         log = self.log_path.open("ab")
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, env=self.env, cwd=REPO)
         log.close()
@@ -101,15 +120,41 @@ class ServerProcess:
         return self.proc is not None and self.proc.poll() is None
 
 
-def replay(bundle: Path, endpoint: str, *flags: str, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "hypocenter.cli", "replay", str(bundle), "--endpoint", endpoint,
-                           "--timeout", "10", *flags], capture_output=True, text=True, timeout=timeout,
-                          env=clean_env(), cwd=REPO, check=False)
+def replay(
+    bundle: Path, endpoint: str, *flags: str, timeout: float = 120.0
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "hypocenter.cli",
+            "replay",
+            str(bundle),
+            "--endpoint",
+            endpoint,
+            "--timeout",
+            "10",
+            *flags,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=clean_env(),
+        cwd=REPO,
+        check=False,
+    )
 
 
 def analyze(bundle: Path) -> dict[str, Any]:
-    r = subprocess.run([sys.executable, "-m", "hypocenter.cli", "analyze", str(bundle), "--format", "json"],
-                       capture_output=True, text=True, timeout=120, env=clean_env(), cwd=REPO, check=True)
+    r = subprocess.run(
+        [sys.executable, "-m", "hypocenter.cli", "analyze", str(bundle), "--format", "json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=clean_env(),
+        cwd=REPO,
+        check=True,
+    )
     doc: dict[str, Any] = json.loads(r.stdout)
     return doc
 
@@ -131,15 +176,23 @@ def wait_for_diagnosis(client: httpx.Client, workload: str, timeout: float = 30.
 
 def essence(d: dict[str, Any]) -> dict[str, Any]:
     """What must match between `analyze` and the server: everything but coverage, quality wording and ids."""
+
     def cause(rc: dict[str, Any] | None) -> Any:
         if rc is None:
             return None
-        return {k: rc[k] for k in ("domain", "subdomain", "rule", "nodes", "components", "first_seen", "action")}
+        return {
+            k: rc[k] for k in ("domain", "subdomain", "rule", "nodes", "components", "first_seen", "action")
+        }
 
     return {
-        "outcome": d["outcome"], "terminal_state": d["terminal_state"], "root_cause": cause(d["root_cause"]),
-        "candidates": [cause(c) for c in d["candidates"]], "affected_nodes": d["affected_nodes"],
+        "outcome": d["outcome"],
+        "terminal_state": d["terminal_state"],
+        "root_cause": cause(d["root_cause"]),
+        "candidates": [cause(c) for c in d["candidates"]],
+        "affected_nodes": d["affected_nodes"],
         "symptoms": sorted((s["kind"], s["count"], tuple(s["nodes"])) for s in d["symptoms"]),
-        "evidence": sorted((e["ref"], e["role"], e["rule"], e["node"] or "", e["time"] or "") for e in d["evidence"]),
+        "evidence": sorted(
+            (e["ref"], e["role"], e["rule"], e["node"] or "", e["time"] or "") for e in d["evidence"]
+        ),
         "attempt": d["attempt"],
     }

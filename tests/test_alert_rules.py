@@ -57,7 +57,9 @@ def test_promtool_test_rules(test_file: Path) -> None:
 
 
 def test_alerts_follow_the_conventions_and_have_runbooks() -> None:
-    headings = {line[3:].strip().lower() for line in RUNBOOKS.read_text().splitlines() if line.startswith("## ")}
+    headings = {
+        line[3:].strip().lower() for line in RUNBOOKS.read_text().splitlines() if line.startswith("## ")
+    }
     alerts = [r for r in _rules() if "alert" in r]
     assert len(alerts) >= 10
     for a in alerts:
@@ -68,8 +70,9 @@ def test_alerts_follow_the_conventions_and_have_runbooks() -> None:
         assert ann["summary"] and "{{" not in ann["summary"], f"{name}: summary must be static"
         assert ann["description"].strip(), f"{name}: no description"
         path, _, anchor = ann["runbook_url"].partition("#")
-        assert (REPO / path).resolve() == RUNBOOKS.resolve(), \
+        assert (REPO / path).resolve() == RUNBOOKS.resolve(), (
             f"{name}: runbook_url {ann['runbook_url']} is not a file of this repository (docs/runbooks.md)"
+        )
         assert anchor == name.lower() and anchor in headings, f"{name}: no runbook section"
     for r in _rules():
         if "record" in r:

@@ -18,8 +18,13 @@ from hypocenter.store.sqlite import SQLiteStore
 
 T0 = 1_793_613_600  # 2026-11-02T10:00:00Z
 BOOT = T0 - 100_000  # n1 booted 100,000 s before the window: kernel uptime = wall time - BOOT
-SCOPE = {"window_start": "2026-11-02T10:00:00Z", "window_end": "2026-11-02T11:02:00Z", "nodes": "n1,n2",
-         "state": "FAILED", "scheduler": "slurm"}
+SCOPE = {
+    "window_start": "2026-11-02T10:00:00Z",
+    "window_end": "2026-11-02T11:02:00Z",
+    "nodes": "n1,n2",
+    "state": "FAILED",
+    "scheduler": "slurm",
+}
 
 
 def _kern(n: int, offset: int) -> list[str]:
@@ -29,32 +34,64 @@ def _kern(n: int, offset: int) -> list[str]:
     for i in range(n):
         t = offset + i
         if i % 3:
-            out.append(f"n1:4242:4242 [{i % 8}] NCCL INFO Channel {i % 32:02d}/0 : 1[0] -> 2[0] [send] via NET/IB/0")
+            out.append(
+                f"n1:4242:4242 [{i % 8}] NCCL INFO Channel {i % 32:02d}/0 : 1[0] -> 2[0] [send] via NET/IB/0"
+            )
         else:
-            out.append(f"Nov  2 {10 + t // 3600:02d}:{t // 60 % 60:02d}:{t % 60:02d} n1 kernel: [{t + T0 - BOOT}.000000] "
-                       f"audit: type=1400 apparmor=\"STATUS\" pid={i}")
+            out.append(
+                f"Nov  2 {10 + t // 3600:02d}:{t // 60 % 60:02d}:{t % 60:02d} n1 kernel: [{t + T0 - BOOT}.000000] "
+                f'audit: type=1400 apparmor="STATUS" pid={i}'
+            )
     return out
 
 
 def _rank(n: int) -> list[str]:
     """A rank's log: stamped progress, unstamped lines, a watchdog failure at 10:51 and torchrun's
     failure report, whose `exitcode` line opens a batch and reads the five lines before it."""
-    out = [f"[2026-11-02 10:{i // 60 % 60:02d}:{i % 60:02d}] step {i} ppl 12.5" if i % 2 else f"  tokens {i}"
-           for i in range(n)]
+    out = [
+        f"[2026-11-02 10:{i // 60 % 60:02d}:{i % 60:02d}] step {i} ppl 12.5" if i % 2 else f"  tokens {i}"
+        for i in range(n)
+    ]
     out[1500] = VICTIM.format(rank=0, s=7)
-    out[2095:2101] = ["Root Cause (first observed failure):", "[0]:", "  time      : 2026-11-02_10:35:00",
-                      "  host      : n1", "  rank      : 0 (local_rank: 0)", "  exitcode  : 1 (pid: 4242)"]
+    out[2095:2101] = [
+        "Root Cause (first observed failure):",
+        "[0]:",
+        "  time      : 2026-11-02_10:35:00",
+        "  host      : n1",
+        "  rank      : 0 (local_rank: 0)",
+        "  exitcode  : 1 (pid: 4242)",
+    ]
     return out
 
 
-def _send(store: SQLiteStore, arrival: Arrival, workload: str | None, stream: str, lines: list[str], start_s: int,
-          now: float, node: str = "n1") -> None:
+def _send(
+    store: SQLiteStore,
+    arrival: Arrival,
+    workload: str | None,
+    stream: str,
+    lines: list[str],
+    start_s: int,
+    now: float,
+    node: str = "n1",
+) -> None:
     """The stream as a collector sends it: record-numbered lines in batches, reduced on arrival."""
-    entries = [Entry(workload=workload, attempt=0, node=node, stream=stream, kind="text", body=b,
-                     time_ns=(T0 + start_s + i) * 10**9, line=i + 1, dedup=f"{node}|{stream}|{start_s}|{i}",
-                     scope=SCOPE if workload else {}) for i, b in enumerate(lines)]
+    entries = [
+        Entry(
+            workload=workload,
+            attempt=0,
+            node=node,
+            stream=stream,
+            kind="text",
+            body=b,
+            time_ns=(T0 + start_s + i) * 10**9,
+            line=i + 1,
+            dedup=f"{node}|{stream}|{start_s}|{i}",
+            scope=SCOPE if workload else {},
+        )
+        for i, b in enumerate(lines)
+    ]
     for i in range(0, len(entries), 700):
-        reduced = arrival.split(store, entries[i:i + 700], now)
+        reduced = arrival.split(store, entries[i : i + 700], now)
         store.ingest(reduced.rest, [], now, (), reduced.writes)
 
 
@@ -80,22 +117,40 @@ def test_the_stored_attempt_is_its_logs_and_diagnoses_as_they_do(tmp_path: Path)
     assert row is not None
     inp = assemble(store, row, lookback_s=3600, slack_s=600, now=datetime.fromtimestamp(now, timezone.utc))
 
-    written = {"logs/n1/kern.log": kern_new, "logs/n1/kern.log.1": kern_old, "logs/n1/dmesg": dmesg,
-               "logs/n1/rank.log": rank, "logs/n1/extra.log": short, "logs/n1/extra.log.1": fqdn}
+    written = {
+        "logs/n1/kern.log": kern_new,
+        "logs/n1/kern.log.1": kern_old,
+        "logs/n1/dmesg": dmesg,
+        "logs/n1/rank.log": rank,
+        "logs/n1/extra.log": short,
+        "logs/n1/extra.log.1": fqdn,
+    }
     texts = {s.name: s for s in inp.sources if isinstance(s, TextSource)}
     assert sorted(texts) == sorted(written)
     observed = {c.source: c.observations for c in inp.coverage}
     blanked = 0
     for name, lines in written.items():
         rebuilt = str(texts[name].text).split("\n")
-        assert rebuilt[-1] == "" and len(rebuilt) - 1 == len(lines) == observed[name], name  # every line number
-        assert all(got in ("", want) for got, want in zip(rebuilt, lines, strict=False)), name  # a kept line is itself
+        assert rebuilt[-1] == "" and len(rebuilt) - 1 == len(lines) == observed[name], (
+            name
+        )  # every line number
+        assert all(got in ("", want) for got, want in zip(rebuilt, lines, strict=False)), (
+            name
+        )  # a kept line is itself
         blanked += sum(1 for got, want in zip(rebuilt, lines, strict=False) if got != want)
     assert blanked > 0.9 * sum(map(len, written.values())) - 100  # the store kept evidence, not lines
 
-    whole = AttemptInput(context=inp.context, coverage=inp.coverage, notes=inp.notes, sources=[
-        TextSource(s.name, "\n".join(written[s.name]) + "\n", node=s.node) if isinstance(s, TextSource) else s
-        for s in inp.sources])
+    whole = AttemptInput(
+        context=inp.context,
+        coverage=inp.coverage,
+        notes=inp.notes,
+        sources=[
+            TextSource(s.name, "\n".join(written[s.name]) + "\n", node=s.node)
+            if isinstance(s, TextSource)
+            else s
+            for s in inp.sources
+        ],
+    )
     got, want = engine.analyze(inp), engine.analyze(whole)
     assert got.to_json() == want.to_json()
     placed = [e for e in got.evidence if e.ref.startswith("logs/n1/dmesg:")]

@@ -26,8 +26,11 @@ from hypocenter.config import Settings
 from hypocenter.errors import InputError
 from hypocenter.server.assembly import Server, serve_in_thread
 
-TOKENS = {"ingest": "ingest-token-0123456789abcdef", "read": "read-token-0123456789abcdef",
-          "admin": "admin-token-0123456789abcdef"}
+TOKENS = {
+    "ingest": "ingest-token-0123456789abcdef",
+    "read": "read-token-0123456789abcdef",
+    "admin": "admin-token-0123456789abcdef",
+}
 BAD = "not-a-known-token-0123456789"
 
 
@@ -44,8 +47,16 @@ def bearer(role: str | None) -> dict[str, str]:
 
 
 def settings(tmp: Path, **extra: Any) -> Settings:
-    return Settings(grpc_listen="127.0.0.1:0", http_listen="127.0.0.1:0", metrics_listen="127.0.0.1:0",
-                    store=str(tmp / "store.db"), settle_s=0.2, tick_s=0.05, log_level="warning", **extra)
+    return Settings(
+        grpc_listen="127.0.0.1:0",
+        http_listen="127.0.0.1:0",
+        metrics_listen="127.0.0.1:0",
+        store=str(tmp / "store.db"),
+        settle_s=0.2,
+        tick_s=0.05,
+        log_level="warning",
+        **extra,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -59,26 +70,43 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 # ----------------------------------------------------------------------------------------- REST
 
-ATTEMPT_YAML = ("workload: {id: auth-job, attempt: 0, cluster: eos}\n"
-                "window: {start: '2026-11-02T10:00:00Z', end: '2026-11-02T11:00:00Z'}\nnodes: [n1]\n")
+ATTEMPT_YAML = (
+    "workload: {id: auth-job, attempt: 0, cluster: eos}\n"
+    "window: {start: '2026-11-02T10:00:00Z', end: '2026-11-02T11:00:00Z'}\nnodes: [n1]\n"
+)
 
 CASES = [  # (method, path, role, status)
-    ("GET", "/v1/diagnoses", None, 401), ("GET", "/v1/diagnoses", "bad", 401), ("GET", "/v1/diagnoses", "ingest", 403),
-    ("GET", "/v1/diagnoses", "read", 200), ("GET", "/v1/diagnoses", "admin", 200),
-    ("PUT", "/v1/attempts/auth-job/0", "read", 403), ("PUT", "/v1/attempts/auth-job/0", "ingest", 403),
+    ("GET", "/v1/diagnoses", None, 401),
+    ("GET", "/v1/diagnoses", "bad", 401),
+    ("GET", "/v1/diagnoses", "ingest", 403),
+    ("GET", "/v1/diagnoses", "read", 200),
+    ("GET", "/v1/diagnoses", "admin", 200),
+    ("PUT", "/v1/attempts/auth-job/0", "read", 403),
+    ("PUT", "/v1/attempts/auth-job/0", "ingest", 403),
     ("PUT", "/v1/attempts/auth-job/0", "admin", 200),
-    ("POST", "/v1/attempts/auth-job/0/analyze", "read", 403), ("POST", "/v1/attempts/auth-job/0/analyze", "admin", 200),
-    ("POST", "/v1/bundles", "read", 403), ("POST", "/v1/scopes", "read", 403), ("POST", "/v1/scopes", None, 401),
-    ("POST", "/v1/logs", "read", 403), ("POST", "/v1/logs", None, 401),
-    ("GET", "/healthz", None, 200), ("GET", "/readyz", None, 200), ("GET", "/openapi.json", None, 200),
+    ("POST", "/v1/attempts/auth-job/0/analyze", "read", 403),
+    ("POST", "/v1/attempts/auth-job/0/analyze", "admin", 200),
+    ("POST", "/v1/bundles", "read", 403),
+    ("POST", "/v1/scopes", "read", 403),
+    ("POST", "/v1/scopes", None, 401),
+    ("POST", "/v1/logs", "read", 403),
+    ("POST", "/v1/logs", None, 401),
+    ("GET", "/healthz", None, 200),
+    ("GET", "/readyz", None, 200),
+    ("GET", "/openapi.json", None, 200),
 ]
 
 
 @pytest.mark.parametrize(("method", "path", "role", "status"), CASES)
 def test_rest_refuses_by_role(server: Server, method: str, path: str, role: str | None, status: int) -> None:
     body = ATTEMPT_YAML.encode() if method == "PUT" else b"{}"
-    r = httpx.request(method, f"http://{server.http_address}{path}", content=body, timeout=30,
-                      headers={**bearer(role), "Content-Type": "application/json"})
+    r = httpx.request(
+        method,
+        f"http://{server.http_address}{path}",
+        content=body,
+        timeout=30,
+        headers={**bearer(role), "Content-Type": "application/json"},
+    )
     assert r.status_code == status, r.text
     if status not in (401, 403):
         return
@@ -111,8 +139,10 @@ def test_refused_before_the_body_is_read(server: Server) -> None:
 
     host, _, port = server.http_address.rpartition(":")
     with socket.create_connection((host, int(port)), timeout=10) as s:
-        s.sendall(b"POST /v1/scopes HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                  b"Content-Length: 1000000000\r\n\r\n{")
+        s.sendall(
+            b"POST /v1/scopes HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 1000000000\r\n\r\n{"
+        )
         assert s.recv(4096).startswith(b"HTTP/1.1 401")
 
 
@@ -136,11 +166,15 @@ def test_a_new_route_is_covered_by_default(tmp_path: Path) -> None:
             return {"ok": "yes"}
 
         async def calls() -> list[httpx.Response]:
-            async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://test") as client:
-                return [await client.get("/v1/something-new"),
-                        await client.get("/v1/something-new", headers=bearer("read")),
-                        await client.post("/v1/something-new", headers=bearer("read")),
-                        await client.post("/v1/something-new", headers=bearer("admin"))]
+            async with httpx.AsyncClient(
+                transport=httpx.ASGITransport(app), base_url="http://test"
+            ) as client:
+                return [
+                    await client.get("/v1/something-new"),
+                    await client.get("/v1/something-new", headers=bearer("read")),
+                    await client.post("/v1/something-new", headers=bearer("read")),
+                    await client.post("/v1/something-new", headers=bearer("admin")),
+                ]
 
         anonymous, reader, read_post, admin_post = asyncio.run(calls())
         assert anonymous.status_code == 401
@@ -154,21 +188,36 @@ def test_a_new_route_is_covered_by_default(tmp_path: Path) -> None:
 
 # ----------------------------------------------------------------------------------------- OTLP, official SDK exporters
 
+
 def _otel_logs(workload: str, n: int) -> list[Any]:
     from opentelemetry._logs import LogRecord
     from opentelemetry.sdk._logs import ReadableLogRecord
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
-    resource = Resource({"host.name": "n1", "hypocenter.workload.id": workload, "hypocenter.workload.attempt": 0})
+    resource = Resource(
+        {"host.name": "n1", "hypocenter.workload.id": workload, "hypocenter.workload.attempt": 0}
+    )
     now = time.time_ns()
-    return [ReadableLogRecord(LogRecord(timestamp=now + i, observed_timestamp=now, body=f"line {i}",
-                                        attributes={"log.file.path": "/var/log/app.log"}),
-                              resource, InstrumentationScope("test")) for i in range(n)]
+    return [
+        ReadableLogRecord(
+            LogRecord(
+                timestamp=now + i,
+                observed_timestamp=now,
+                body=f"line {i}",
+                attributes={"log.file.path": "/var/log/app.log"},
+            ),
+            resource,
+            InstrumentationScope("test"),
+        )
+        for i in range(n)
+    ]
 
 
 def _stored(server: Server, workload: str) -> int:
-    r = httpx.get(f"http://{server.http_address}/v1/attempts/{workload}/0", headers=bearer("read"), timeout=30)
+    r = httpx.get(
+        f"http://{server.http_address}/v1/attempts/{workload}/0", headers=bearer("read"), timeout=30
+    )
     return int(r.json()["log_records"]) if r.status_code == 200 else 0
 
 
@@ -180,8 +229,10 @@ def test_official_otlp_exporters_send_the_token(server: Server, transport: str) 
         headers = {"authorization": bearer(role)["Authorization"]} if role else None
         if transport == "grpc":
             from opentelemetry.exporter.otlp.proto.grpc._log_exporter import OTLPLogExporter as GrpcLogs
+
             return GrpcLogs(endpoint=server.grpc_address, insecure=True, headers=headers, timeout=10)
         from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter as HttpLogs
+
         return HttpLogs(endpoint=f"http://{server.http_address}/v1/logs", headers=headers, timeout=10)
 
     workload = f"otel-{transport}"
@@ -213,8 +264,11 @@ def _code(call: Any, request: Any, role: str | None) -> grpc.StatusCode:
 
 
 def _export(channel: grpc.Channel, role: str | None) -> grpc.StatusCode:
-    return _code(logs_service_pb2_grpc.LogsServiceStub(channel).Export, logs_service_pb2.ExportLogsServiceRequest(),
-                 role)
+    return _code(
+        logs_service_pb2_grpc.LogsServiceStub(channel).Export,
+        logs_service_pb2.ExportLogsServiceRequest(),
+        role,
+    )
 
 
 def _list(channel: grpc.Channel, role: str | None) -> grpc.StatusCode:
@@ -222,19 +276,33 @@ def _list(channel: grpc.Channel, role: str | None) -> grpc.StatusCode:
 
 
 def _analyze(channel: grpc.Channel, role: str | None) -> grpc.StatusCode:
-    return _code(pb_grpc.AttributionStub(channel).Analyze, pb.AnalyzeRequest(workload="nobody", attempt=0), role)
+    return _code(
+        pb_grpc.AttributionStub(channel).Analyze, pb.AnalyzeRequest(workload="nobody", attempt=0), role
+    )
 
 
 def test_grpc_status_codes_per_role(server: Server) -> None:
     S = grpc.StatusCode
     with grpc.insecure_channel(server.grpc_address) as ch:
         assert [_export(ch, r) for r in (None, "bad", "read", "ingest", "admin")] == [
-            S.UNAUTHENTICATED, S.UNAUTHENTICATED, S.PERMISSION_DENIED, S.OK, S.OK]
+            S.UNAUTHENTICATED,
+            S.UNAUTHENTICATED,
+            S.PERMISSION_DENIED,
+            S.OK,
+            S.OK,
+        ]
         assert [_list(ch, r) for r in (None, "ingest", "read", "admin")] == [
-            S.UNAUTHENTICATED, S.PERMISSION_DENIED, S.OK, S.OK]
+            S.UNAUTHENTICATED,
+            S.PERMISSION_DENIED,
+            S.OK,
+            S.OK,
+        ]
         # admin passes the guard and reaches the handler, which knows no such attempt
-        assert [_analyze(ch, r) for r in (None, "read", "admin")] == [S.UNAUTHENTICATED, S.PERMISSION_DENIED,
-                                                                      S.NOT_FOUND]
+        assert [_analyze(ch, r) for r in (None, "read", "admin")] == [
+            S.UNAUTHENTICATED,
+            S.PERMISSION_DENIED,
+            S.NOT_FOUND,
+        ]
         health = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=10)
         assert health.status == health_pb2.HealthCheckResponse.SERVING  # probes stay open
 
@@ -255,7 +323,9 @@ def test_watch_streams_are_limited_per_client(server: Server) -> None:
             next(refused)
         assert exc.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
         assert "per client" in exc.value.details()
-        another = stub.WatchDiagnoses(pb.WatchDiagnosesRequest(), metadata=other)  # another client still gets one
+        another = stub.WatchDiagnoses(
+            pb.WatchDiagnosesRequest(), metadata=other
+        )  # another client still gets one
         assert dict(another.initial_metadata())["hypocenter-watch"] == "subscribed"
         open_.append(another)
     finally:
@@ -266,24 +336,36 @@ def test_watch_streams_are_limited_per_client(server: Server) -> None:
 
 # ----------------------------------------------------------------------------------------- tokens
 
+
 def test_tokens_come_from_the_environment_and_compare_exactly(tmp_path: Path) -> None:
-    a = auth.Authenticator.from_settings(settings(tmp_path), environ={
-        "HYPOCENTER_AUTH_TOKEN_READ": "env-read-token-0123456789, second-read-token-0123456789"})
+    a = auth.Authenticator.from_settings(
+        settings(tmp_path),
+        environ={"HYPOCENTER_AUTH_TOKEN_READ": "env-read-token-0123456789, second-read-token-0123456789"},
+    )
     assert a.enabled
     assert a.authenticate("Bearer second-read-token-0123456789").role == "read"
     assert a.authenticate("bearer env-read-token-0123456789").name.startswith("token:read:")
-    for wrong in ("Bearer env-read-token-012345678", "Bearer env-read-token-0123456789x", "Basic abc",
-                  "env-read-token-0123456789"):
+    for wrong in (
+        "Bearer env-read-token-012345678",
+        "Bearer env-read-token-0123456789x",
+        "Basic abc",
+        "env-read-token-0123456789",
+    ):
         with pytest.raises(auth.Unauthenticated):
             a.authenticate(wrong)
-    assert "0123456789" not in a.authenticate("Bearer env-read-token-0123456789").name  # never the token itself
+    assert (
+        "0123456789" not in a.authenticate("Bearer env-read-token-0123456789").name
+    )  # never the token itself
 
 
-@pytest.mark.parametrize(("text", "message"), [
-    ("viewer: [abcdefabcdefabcdef]\n", "unknown role 'viewer'"),
-    ("read: [short]\n", "shorter than 16"),
-    ("read: {a: b}\n", "expected a list of tokens"),
-])
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("viewer: [abcdefabcdefabcdef]\n", "unknown role 'viewer'"),
+        ("read: [short]\n", "shorter than 16"),
+        ("read: {a: b}\n", "expected a list of tokens"),
+    ],
+)
 def test_a_bad_tokens_file_is_one_clear_line(tmp_path: Path, text: str, message: str) -> None:
     path = tmp_path / "tokens.yaml"
     path.write_text(text)
@@ -293,11 +375,29 @@ def test_a_bad_tokens_file_is_one_clear_line(tmp_path: Path, text: str, message:
 
 # ----------------------------------------------------------------------------------------- exposure
 
+
 def _serve(tmp: Path, *flags: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "hypocenter.cli", "serve", "--store", str(tmp / "s.db"),
-                           "--metrics-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", *flags],
-                          capture_output=True, text=True, timeout=60, env={**clean_env(), **(env or {})}, cwd=REPO,
-                          check=False)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "hypocenter.cli",
+            "serve",
+            "--store",
+            str(tmp / "s.db"),
+            "--metrics-listen",
+            "127.0.0.1:0",
+            "--http-listen",
+            "127.0.0.1:0",
+            *flags,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**clean_env(), **(env or {})},
+        cwd=REPO,
+        check=False,
+    )
 
 
 def test_off_loopback_without_auth_refuses_to_start(tmp_path: Path) -> None:
@@ -323,7 +423,9 @@ def test_off_loopback_starts_with_tokens_or_the_flag(tmp_path: Path, how: str) -
         r = httpx.get(f"{srv.base}/v1/diagnoses", headers=bearer("admin"), timeout=30)
         assert r.status_code == 200
         with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
-            assert _list(ch, None) == (grpc.StatusCode.OK if how == "allow" else grpc.StatusCode.UNAUTHENTICATED)
+            assert _list(ch, None) == (
+                grpc.StatusCode.OK if how == "allow" else grpc.StatusCode.UNAUTHENTICATED
+            )
     finally:
         srv.stop()
     log = srv.log_path.read_text()
@@ -332,16 +434,29 @@ def test_off_loopback_starts_with_tokens_or_the_flag(tmp_path: Path, how: str) -
 
 # ----------------------------------------------------------------------------------------- the repository's clients
 
+
 @pytest.mark.parametrize(("role", "answer"), [(None, "401"), ("read", "403"), ("admin", None)])
-def test_the_slurm_epilog_sends_a_token_from_a_file(server: Server, tmp_path: Path, role: str | None,
-                                                    answer: str | None) -> None:
-    env = {**clean_env(), "HYPOCENTER_URL": f"http://{server.http_address}", "SLURM_JOB_ID": "999999991",
-           "HYPOCENTER_TIMEOUT": "30", "PATH": "/usr/bin:/bin"}  # no Slurm commands: the server cannot scope it
+def test_the_slurm_epilog_sends_a_token_from_a_file(
+    server: Server, tmp_path: Path, role: str | None, answer: str | None
+) -> None:
+    env = {
+        **clean_env(),
+        "HYPOCENTER_URL": f"http://{server.http_address}",
+        "SLURM_JOB_ID": "999999991",
+        "HYPOCENTER_TIMEOUT": "30",
+        "PATH": "/usr/bin:/bin",
+    }  # no Slurm commands: the server cannot scope it
     if role is not None:
         (tmp_path / "token").write_text(TOKENS[role] + "\n")
         env["HYPOCENTER_TOKEN_FILE"] = str(tmp_path / "token")
-    r = subprocess.run(["sh", str(REPO / "deploy" / "slurm" / "hypocenter-epilog.sh")], capture_output=True, text=True,
-                       timeout=60, env=env, check=False)
+    r = subprocess.run(
+        ["sh", str(REPO / "deploy" / "slurm" / "hypocenter-epilog.sh")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        check=False,
+    )
     assert r.returncode == 0
     if answer is not None:
         assert f"answered {answer}" in r.stderr
@@ -351,13 +466,32 @@ def test_the_slurm_epilog_sends_a_token_from_a_file(server: Server, tmp_path: Pa
 
 def test_replay_sends_a_token_from_a_file_or_the_environment(server: Server, tmp_path: Path) -> None:
     bundle = REPO / "examples" / "nvlink-xid149"
-    cmd = [sys.executable, "-m", "hypocenter.cli", "replay", str(bundle), "--http", "--endpoint", server.http_address,
-           "--timeout", "10"]
-    refused = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=clean_env(), cwd=REPO, check=False)
+    cmd = [
+        sys.executable,
+        "-m",
+        "hypocenter.cli",
+        "replay",
+        str(bundle),
+        "--http",
+        "--endpoint",
+        server.http_address,
+        "--timeout",
+        "10",
+    ]
+    refused = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=120, env=clean_env(), cwd=REPO, check=False
+    )
     assert refused.returncode == 1 and "did not accept" in refused.stderr
     (tmp_path / "token").write_text(TOKENS["admin"])
-    ok = subprocess.run([*cmd, "--token-file", str(tmp_path / "token")], capture_output=True, text=True, timeout=120,
-                        env=clean_env(), cwd=REPO, check=False)
+    ok = subprocess.run(
+        [*cmd, "--token-file", str(tmp_path / "token")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=clean_env(),
+        cwd=REPO,
+        check=False,
+    )
     assert ok.returncode == 0, ok.stderr
     assert json.loads(ok.stdout)["outcome"] == "attributed"
     env = {**clean_env(), "HYPOCENTER_TOKEN": TOKENS["ingest"]}  # ingest may send, not trigger the analysis

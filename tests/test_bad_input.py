@@ -33,8 +33,14 @@ needs_fifo = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs os.mkfi
 
 def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """`hypocenter ARGS…` as a user runs it, in a fresh interpreter."""
-    return subprocess.run([sys.executable, "-m", "hypocenter.cli", *args], capture_output=True, text=True,
-                          timeout=TIMEOUT, env={**os.environ, **(env or {})}, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "hypocenter.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        env={**os.environ, **(env or {})},
+        check=False,
+    )
 
 
 def assert_one_line_error(code: int, out: str, err: str) -> str:
@@ -51,8 +57,14 @@ def assert_one_line_error(code: int, out: str, err: str) -> str:
 def root_cause_of(diagnosis: dict[str, Any]) -> tuple[Any, ...]:
     rc = diagnosis["root_cause"]
     assert rc is not None
-    return (diagnosis["outcome"], rc["domain"], rc["subdomain"], sorted(rc["nodes"]),
-            sorted((c["node"], c["kind"], c["id"]) for c in rc["components"]), rc["action"])
+    return (
+        diagnosis["outcome"],
+        rc["domain"],
+        rc["subdomain"],
+        sorted(rc["nodes"]),
+        sorted((c["node"], c["kind"], c["id"]) for c in rc["components"]),
+        rc["action"],
+    )
 
 
 @pytest.fixture(scope="module")
@@ -142,55 +154,120 @@ def _edit(old: str, new: str) -> str:
 
 
 BAD_ATTEMPTS: list[tuple[str, str | bytes, str]] = [
-    ("invalid YAML", _edit("state: FAILED", "state: FAILED: now"),
-     r"attempt\.yaml:8: invalid YAML: mapping values are not allowed here"),
-    ("duplicate key", _edit('  attempt: 0\n', '  attempt: 0\n  attempt: 1\n'),
-     r"attempt\.yaml:4: invalid YAML: duplicate key 'attempt'"),
-    ("misspelt top-level field", _edit("workload:", "worklaod:"),
-     r"attempt\.yaml:1: unknown field 'worklaod' \(did you mean 'workload'\?\)"),
-    ("misspelt nested field", _edit("  start:", "  strat:"),
-     r"attempt\.yaml:6: unknown field 'window\.strat' \(did you mean 'start'\?\)"),
-    ("misspelt field in a flow mapping",
-     _edit('window:\n  start: "2026-11-02T10:00:00Z"\n  end: "2026-11-02T11:02:00Z"\n',
-           'window: {strat: "2026-11-02T10:00:00Z", end: "2026-11-02T11:02:00Z"}\n\n\n'),
-     r"attempt\.yaml:5: unknown field 'window\.strat' \(did you mean 'start'\?\)"),
-    ("missing required field", _edit('  start: "2026-11-02T10:00:00Z"\n', ""),
-     r"attempt\.yaml:5: window\.start: required field is missing"),
-    ("missing workload", _edit('workload:\n  id: "81234"\n  attempt: 0\n  scheduler: slurm\n', ""),
-     r"attempt\.yaml:1: workload: required field is missing"),
-    ("end before start", _edit('end: "2026-11-02T11:02:00Z"', 'end: "2026-11-02T09:00:00Z"'),
-     r"attempt\.yaml:5: window: window\.end is before window\.start"),
-    ("unparseable time", _edit('start: "2026-11-02T10:00:00Z"', "start: yesterday"),
-     r"attempt\.yaml:6: window\.start: Input should be a valid datetime"),
-    ("unknown timezone", _edit("timezone: UTC", "timezone: Mars/Olympus"),
-     r"attempt\.yaml:14: timezone: unknown timezone 'Mars/Olympus' \(use an IANA name"),
-    ("offset out of range", _edit("timezone: UTC", 'timezone: "+25:00"'),
-     r"attempt\.yaml:14: timezone: invalid timezone '\+25:00': a UTC offset must lie between"),
-    ("wrong type", _edit("exit_code: 1", "exit_code: one"),
-     r"attempt\.yaml:9: exit_code: Input should be a valid integer"),
-    ("nodes not a list", _edit("nodes: [node01, node02, node03, node04]", "nodes: node01"),
-     r"attempt\.yaml:10: nodes: Input should be a valid list"),
-    ("bad rank range", _edit('node02: "8-15"', 'node02: "15-8"'),
-     r"attempt\.yaml:11: invalid rank range '15-8': end is before start"),
-    ("ranks on an unknown node", _edit('node02: "8-15"', 'node09: "8-15"'),
-     r"attempt\.yaml:11: ranks: node 'node09' is not in nodes"),
-    ("non-UTF-8", _edit('  id: "81234"\n', '  id: "81234"\n  name: caf\udce9\n').encode("utf-8", "surrogateescape"),
-     r"attempt\.yaml:3: file is not UTF-8 text"),
+    (
+        "invalid YAML",
+        _edit("state: FAILED", "state: FAILED: now"),
+        r"attempt\.yaml:8: invalid YAML: mapping values are not allowed here",
+    ),
+    (
+        "duplicate key",
+        _edit("  attempt: 0\n", "  attempt: 0\n  attempt: 1\n"),
+        r"attempt\.yaml:4: invalid YAML: duplicate key 'attempt'",
+    ),
+    (
+        "misspelt top-level field",
+        _edit("workload:", "worklaod:"),
+        r"attempt\.yaml:1: unknown field 'worklaod' \(did you mean 'workload'\?\)",
+    ),
+    (
+        "misspelt nested field",
+        _edit("  start:", "  strat:"),
+        r"attempt\.yaml:6: unknown field 'window\.strat' \(did you mean 'start'\?\)",
+    ),
+    (
+        "misspelt field in a flow mapping",
+        _edit(
+            'window:\n  start: "2026-11-02T10:00:00Z"\n  end: "2026-11-02T11:02:00Z"\n',
+            'window: {strat: "2026-11-02T10:00:00Z", end: "2026-11-02T11:02:00Z"}\n\n\n',
+        ),
+        r"attempt\.yaml:5: unknown field 'window\.strat' \(did you mean 'start'\?\)",
+    ),
+    (
+        "missing required field",
+        _edit('  start: "2026-11-02T10:00:00Z"\n', ""),
+        r"attempt\.yaml:5: window\.start: required field is missing",
+    ),
+    (
+        "missing workload",
+        _edit('workload:\n  id: "81234"\n  attempt: 0\n  scheduler: slurm\n', ""),
+        r"attempt\.yaml:1: workload: required field is missing",
+    ),
+    (
+        "end before start",
+        _edit('end: "2026-11-02T11:02:00Z"', 'end: "2026-11-02T09:00:00Z"'),
+        r"attempt\.yaml:5: window: window\.end is before window\.start",
+    ),
+    (
+        "unparseable time",
+        _edit('start: "2026-11-02T10:00:00Z"', "start: yesterday"),
+        r"attempt\.yaml:6: window\.start: Input should be a valid datetime",
+    ),
+    (
+        "unknown timezone",
+        _edit("timezone: UTC", "timezone: Mars/Olympus"),
+        r"attempt\.yaml:14: timezone: unknown timezone 'Mars/Olympus' \(use an IANA name",
+    ),
+    (
+        "offset out of range",
+        _edit("timezone: UTC", 'timezone: "+25:00"'),
+        r"attempt\.yaml:14: timezone: invalid timezone '\+25:00': a UTC offset must lie between",
+    ),
+    (
+        "wrong type",
+        _edit("exit_code: 1", "exit_code: one"),
+        r"attempt\.yaml:9: exit_code: Input should be a valid integer",
+    ),
+    (
+        "nodes not a list",
+        _edit("nodes: [node01, node02, node03, node04]", "nodes: node01"),
+        r"attempt\.yaml:10: nodes: Input should be a valid list",
+    ),
+    (
+        "bad rank range",
+        _edit('node02: "8-15"', 'node02: "15-8"'),
+        r"attempt\.yaml:11: invalid rank range '15-8': end is before start",
+    ),
+    (
+        "ranks on an unknown node",
+        _edit('node02: "8-15"', 'node09: "8-15"'),
+        r"attempt\.yaml:11: ranks: node 'node09' is not in nodes",
+    ),
+    (
+        "non-UTF-8",
+        _edit('  id: "81234"\n', '  id: "81234"\n  name: caf\udce9\n').encode("utf-8", "surrogateescape"),
+        r"attempt\.yaml:3: file is not UTF-8 text",
+    ),
     ("empty file", "", r"attempt\.yaml: empty file \(expected a mapping"),
     ("comments only", "# nothing yet\n", r"attempt\.yaml: empty file"),
-    ("a list, not a mapping", "- node01\n- node02\n", r"attempt\.yaml: expected a mapping with .*, not a list"),
-    ("unsafe tag", "workload: !!python/object/apply:os.system [id]\n",
-     r"attempt\.yaml:1: invalid YAML: could not determine a constructor"),
-    ("two documents", BASE + "---\nstate: COMPLETED\n",
-     r"attempt\.yaml:15: invalid YAML: expected a single document in the stream, but found another"),
-    ("nested too deeply", BASE + "extra: " + "[" * 5000 + "]" * 5000 + "\n",
-     r"attempt\.yaml: invalid YAML: nested too deeply"),
+    (
+        "a list, not a mapping",
+        "- node01\n- node02\n",
+        r"attempt\.yaml: expected a mapping with .*, not a list",
+    ),
+    (
+        "unsafe tag",
+        "workload: !!python/object/apply:os.system [id]\n",
+        r"attempt\.yaml:1: invalid YAML: could not determine a constructor",
+    ),
+    (
+        "two documents",
+        BASE + "---\nstate: COMPLETED\n",
+        r"attempt\.yaml:15: invalid YAML: expected a single document in the stream, but found another",
+    ),
+    (
+        "nested too deeply",
+        BASE + "extra: " + "[" * 5000 + "]" * 5000 + "\n",
+        r"attempt\.yaml: invalid YAML: nested too deeply",
+    ),
 ]
 
 
-@pytest.mark.parametrize(("text", "message"), [(t, m) for _, t, m in BAD_ATTEMPTS],
-                         ids=[name for name, _, _ in BAD_ATTEMPTS])
-def test_bad_attempt_yaml(bundle: Path, capsys: pytest.CaptureFixture[str], text: str | bytes, message: str) -> None:
+@pytest.mark.parametrize(
+    ("text", "message"), [(t, m) for _, t, m in BAD_ATTEMPTS], ids=[name for name, _, _ in BAD_ATTEMPTS]
+)
+def test_bad_attempt_yaml(
+    bundle: Path, capsys: pytest.CaptureFixture[str], text: str | bytes, message: str
+) -> None:
     path = bundle / "attempt.yaml"
     if isinstance(text, bytes):
         path.write_bytes(text)
@@ -201,8 +278,9 @@ def test_bad_attempt_yaml(bundle: Path, capsys: pytest.CaptureFixture[str], text
     assert str(path) in line  # the message names the file a person has to open
 
 
-def test_the_base_attempt_yaml_is_valid(bundle: Path, pristine: dict[str, Any],
-                                        capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_base_attempt_yaml_is_valid(
+    bundle: Path, pristine: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
     """The cases above fail because of their one edit, not because BASE is wrong."""
     (bundle / "attempt.yaml").write_text(BASE, encoding="utf-8")
     assert main(["analyze", str(bundle), "--format", "json"]) == 0
@@ -227,11 +305,17 @@ BAD_FILES: dict[str, tuple[str, str]] = {
     "logs/node01/old.log.2.gz": ("failed", r"corrupt gzip file: not gzip data"),
     "logs/node01/cut.log.3.gz": ("failed", r"corrupt gzip file: truncated"),
     "logs/node01/kern.log.4.xz": ("skipped", r"xz-compressed .*decompress it"),
-    "logs/node02/dangling.log": ("failed", r"broken symbolic link \(its target '.*gone\.log' does not exist\)"),
+    "logs/node02/dangling.log": (
+        "failed",
+        r"broken symbolic link \(its target '.*gone\.log' does not exist\)",
+    ),
     "logs/node02/pipe.log": ("skipped", r"not a regular file: a FIFO"),
     "logs/stray.log": ("skipped", r"logs go in logs/<node>/"),
     "metrics/truncated.json": ("failed", r"invalid JSON"),
-    "metrics/garbage.txt": ("failed", r"not a Prometheus API response or metrics text: line 1: .*'garbage text here'"),
+    "metrics/garbage.txt": (
+        "failed",
+        r"not a Prometheus API response or metrics text: line 1: .*'garbage text here'",
+    ),
     "metrics/far-future.prom": ("failed", r"line 1: bad timestamp"),
     "metrics/empty.prom": ("skipped", r"^empty file$"),
     "events/truncated.json": ("failed", r"invalid JSON"),
@@ -247,12 +331,17 @@ def _damage(b: Path) -> None:
     """Add one bad file of every kind to a copy of the example."""
     (b / "logs/node01/core.bin").write_bytes(bytes(range(256)) * 64)
     (b / "logs/node01/latin1.log").write_bytes(
-        b"Nov  2 10:40:00 node01 kernel: caf\xe9 cr\xe8me: a line written in Latin-1\n")
+        b"Nov  2 10:40:00 node01 kernel: caf\xe9 cr\xe8me: a line written in Latin-1\n"
+    )
     (b / "logs/node03/empty.log").write_bytes(b"")
     (b / "logs/node04/one-huge-line.log").write_bytes(b"x" * 10_000_000 + b"\n")
     (b / "logs/node01/old.log.2.gz").write_bytes(b"this file was never compressed\n")
-    (b / "logs/node01/cut.log.3.gz").write_bytes(gzip.compress(b"Nov  2 10:00:00 node01 kernel: hello\n" * 200)[:40])
-    (b / "logs/node01/kern.log.4.xz").write_bytes(lzma.compress((EXAMPLE / "logs/node01/kern.log").read_bytes()))
+    (b / "logs/node01/cut.log.3.gz").write_bytes(
+        gzip.compress(b"Nov  2 10:00:00 node01 kernel: hello\n" * 200)[:40]
+    )
+    (b / "logs/node01/kern.log.4.xz").write_bytes(
+        lzma.compress((EXAMPLE / "logs/node01/kern.log").read_bytes())
+    )
     (b / "logs/node02/dangling.log").symlink_to(b / "logs/node02/gone.log")
     if hasattr(os, "mkfifo"):
         os.mkfifo(b / "logs/node02/pipe.log")
@@ -266,14 +355,32 @@ def _damage(b: Path) -> None:
     (b / "events/deep.json").write_text("[" * 100_000 + "]" * 100_000)
     (b / "events/unknown.json").write_text('{"hello": "world"}\n')
     # Odd but parseable documents: read what can be read, never crash.
-    (b / "events/odd-event.json").write_text(json.dumps(
-        {"kind": "Event", "involvedObject": "node02", "source": "kubelet", "reason": "Odd",
-         "lastTimestamp": "2026-11-02T10:00:00+99:00"}))
-    (b / "events/odd-pod.json").write_text(json.dumps(
-        {"kind": "Pod", "metadata": {"name": "p"}, "spec": {"nodeName": 7},
-         "status": {"containerStatuses": [{"state": "gone"}], "conditions": 5}}))
-    (b / "events/odd-sacct.json").write_text(json.dumps(
-        {"jobs": [{"job_id": 1, "time": {"end": 1e30}, "steps": 5, "state": {"current": ["FAILED"]}}]}))
+    (b / "events/odd-event.json").write_text(
+        json.dumps(
+            {
+                "kind": "Event",
+                "involvedObject": "node02",
+                "source": "kubelet",
+                "reason": "Odd",
+                "lastTimestamp": "2026-11-02T10:00:00+99:00",
+            }
+        )
+    )
+    (b / "events/odd-pod.json").write_text(
+        json.dumps(
+            {
+                "kind": "Pod",
+                "metadata": {"name": "p"},
+                "spec": {"nodeName": 7},
+                "status": {"containerStatuses": [{"state": "gone"}], "conditions": 5},
+            }
+        )
+    )
+    (b / "events/odd-sacct.json").write_text(
+        json.dumps(
+            {"jobs": [{"job_id": 1, "time": {"end": 1e30}, "steps": 5, "state": {"current": ["FAILED"]}}]}
+        )
+    )
 
 
 @pytest.fixture(scope="module")
@@ -296,8 +403,10 @@ def damaged_json(damaged: Path) -> dict[str, Any]:
 
 def test_damaged_bundle_keeps_its_root_cause(damaged_json: dict[str, Any], pristine: dict[str, Any]) -> None:
     assert root_cause_of(damaged_json) == root_cause_of(pristine)
-    assert any(e["role"] == "root_cause" and e["ref"].startswith("logs/node02/kern.log:")
-               for e in damaged_json["evidence"])
+    assert any(
+        e["role"] == "root_cause" and e["ref"].startswith("logs/node02/kern.log:")
+        for e in damaged_json["evidence"]
+    )
 
 
 @pytest.mark.parametrize("source", sorted(BAD_FILES))
@@ -330,7 +439,7 @@ def test_damaged_bundle_text_report_lists_the_bad_files(damaged: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == ""
     assert "ATTRIBUTED" in proc.stdout
-    coverage = proc.stdout[proc.stdout.index("Coverage"):]
+    coverage = proc.stdout[proc.stdout.index("Coverage") :]
     for source in BAD_FILES:
         assert source in coverage
 
@@ -344,7 +453,9 @@ def test_gzip_rotated_kernel_log_is_read(bundle: Path, pristine: dict[str, Any])
     assert proc.returncode == 0, proc.stderr
     d = json.loads(proc.stdout)
     assert root_cause_of(d) == root_cause_of(pristine)
-    assert any(e["role"] == "root_cause" and e["ref"].startswith("logs/node02/kern.log.1.gz:") for e in d["evidence"])
+    assert any(
+        e["role"] == "root_cause" and e["ref"].startswith("logs/node02/kern.log.1.gz:") for e in d["evidence"]
+    )
     assert all(c["status"] == "ok" for c in d["coverage"] if c["source"].startswith("logs/node02"))
 
 
@@ -356,7 +467,9 @@ def test_kernel_log_cut_by_a_crash_is_still_read(bundle: Path, pristine: dict[st
     assert proc.returncode == 0, proc.stderr
     d = json.loads(proc.stdout)
     assert root_cause_of(d) == root_cause_of(pristine)
-    assert any(e["role"] == "root_cause" and e["ref"].startswith("logs/node02/kern.log:") for e in d["evidence"])
+    assert any(
+        e["role"] == "root_cause" and e["ref"].startswith("logs/node02/kern.log:") for e in d["evidence"]
+    )
     entry = next(c for c in d["coverage"] if c["source"] == "logs/node02/kern.log")
     assert entry["status"] == "partial" and "12288 NUL bytes dropped" in (entry["reason"] or "")
 
@@ -375,7 +488,9 @@ def test_undecodable_file_name(bundle: Path) -> None:
     assert text.returncode == 0 and "Traceback" not in text.stderr
 
 
-def test_a_node_directory_without_files_is_missing_not_ok(bundle: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_node_directory_without_files_is_missing_not_ok(
+    bundle: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     shutil.rmtree(bundle / "logs/node04")
     (bundle / "logs/node04").mkdir()
     assert main(["analyze", str(bundle), "--format", "json"]) == 0
@@ -398,16 +513,21 @@ def test_logs_is_a_file(bundle: Path, capsys: pytest.CaptureFixture[str]) -> Non
 
 def test_a_log_line_with_an_impossible_offset(bundle: Path, capsys: pytest.CaptureFixture[str]) -> None:
     with (bundle / "logs/node02/kern.log").open("a") as f:
-        f.write("2026-11-02T10:51:03+99:00 node02 kernel: NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.\n")
+        f.write(
+            "2026-11-02T10:51:03+99:00 node02 kernel: NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.\n"
+        )
     assert main(["analyze", str(bundle)]) == 0, capsys.readouterr().err
 
 
-def test_a_job_banner_with_an_impossible_time(bundle: Path, pristine: dict[str, Any],
-                                              capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_job_banner_with_an_impossible_time(
+    bundle: Path, pristine: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
     """Slurm's end-of-job banner states its own time; an impossible one is ignored, not a crash."""
     with (bundle / "logs/_job/slurm-81234.out").open("a") as f:
-        f.write("slurmstepd: error: *** JOB 81234 ON node01 CANCELLED AT 2026-11-02T11:00:00+99:00 "
-                "DUE TO TIME LIMIT ***\n")
+        f.write(
+            "slurmstepd: error: *** JOB 81234 ON node01 CANCELLED AT 2026-11-02T11:00:00+99:00 "
+            "DUE TO TIME LIMIT ***\n"
+        )
     assert main(["analyze", str(bundle), "--format", "json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert root_cause_of(out) == root_cause_of(pristine)

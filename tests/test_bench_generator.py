@@ -15,7 +15,18 @@ from bench.scenario import DOMAINS, OUTCOMES, SUBDOMAINS
 from bench.scenarios import MODES
 from hypocenter.model import TAXONOMY, AttemptContext
 
-TRUTH_KEYS = {"mode", "seed", "outcome", "domain", "subdomain", "nodes", "components", "root_event", "collateral", "distractors"}
+TRUTH_KEYS = {
+    "mode",
+    "seed",
+    "outcome",
+    "domain",
+    "subdomain",
+    "nodes",
+    "components",
+    "root_event",
+    "collateral",
+    "distractors",
+}
 
 
 def _tree(root: Path) -> dict[str, bytes]:
@@ -111,7 +122,9 @@ def test_bundles_are_valid(uniform_corpus: Path) -> None:
         assert set(truth) == TRUTH_KEYS, bundle.name
         assert truth["outcome"] in OUTCOMES
         assert truth["domain"] in (*DOMAINS, None) and truth["subdomain"] in (*SUBDOMAINS, None)
-        assert truth["nodes"] == sorted(set(truth["nodes"])) and set(truth["nodes"]) <= set(ctx.nodes), bundle.name
+        assert truth["nodes"] == sorted(set(truth["nodes"])) and set(truth["nodes"]) <= set(ctx.nodes), (
+            bundle.name
+        )
         if truth["outcome"] in ("not_failed", "unattributed"):
             assert truth["domain"] is None and truth["subdomain"] is None and truth["nodes"] == []
             assert ctx.completed == (truth["outcome"] == "not_failed")
@@ -129,7 +142,9 @@ def test_bundles_are_valid(uniform_corpus: Path) -> None:
         event = truth["root_event"]
         if truth["outcome"] in ("attributed", "ambiguous"):
             assert event is not None, bundle.name
-        if event is not None:  # the file the root cause is in survives the distractors (missing logs, truncation)
+        if (
+            event is not None
+        ):  # the file the root cause is in survives the distractors (missing logs, truncation)
             path = bundle / event["file"]
             assert path.is_file(), f"{bundle.name}: {event['file']}"
             if event["file"].startswith("logs/"):

@@ -63,18 +63,21 @@ _LINES = b"".join(b"line %d of a rotated log\n" % i for i in range(200))
 _GOOD = gzip.compress(_LINES)
 _GZIP_FILES = {
     "plain.log.gz": _GOOD,
-    "two-members.log.gz": gzip.compress(b"first member\n") + gzip.compress(b"second member\nno final newline"),
+    "two-members.log.gz": gzip.compress(b"first member\n")
+    + gzip.compress(b"second member\nno final newline"),
     "padded.log.gz": _GOOD + b"\x00" * 700 + gzip.compress(b"after NUL padding\n") + b"\x00" * 3,
     "long-padding.log.gz": _GOOD + b"\x00" * 100_000,
     "only-nul.log.gz": b"\x00" * 5000,  # padding follows a member: before any, it is not gzip
     "empty.log.gz": b"",
     "empty-member.log.gz": gzip.compress(b""),
     "no-suffix.log": _GOOD,  # gzip's magic without the suffix: decompressed all the same
-    "nul-and-utf8.log.gz": gzip.compress(b"a\x00b\n" * 50 + "température ✓\n".encode() + b"caf\xc3\n" + b"z" * 70_000),
+    "nul-and-utf8.log.gz": gzip.compress(
+        b"a\x00b\n" * 50 + "température ✓\n".encode() + b"caf\xc3\n" + b"z" * 70_000
+    ),
     "binary.log.gz": gzip.compress(b"\x7fELF" + bytes(range(256)) * 20 + b"\x00"),
     "repeats.log.gz": b"".join(_gzip_of([(b"head\n", 1), (_LINES, 40), (b"tail without newline", 1)])),
     # damaged
-    "truncated.log.gz": _GOOD[:len(_GOOD) // 2],
+    "truncated.log.gz": _GOOD[: len(_GOOD) // 2],
     "cut-trailer.log.gz": _GOOD[:-3],
     "not-gzip.log.gz": _LINES,
     "one-byte.log.gz": b"\x1f",
@@ -85,25 +88,31 @@ _GZIP_FILES = {
 
 
 @pytest.mark.parametrize("chunk", [7, 64, 4096, 1 << 20])
-def test_a_gzip_log_read_in_pieces_says_what_reading_it_whole_says(chunk: int, tmp_path: Path,
-                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_gzip_log_read_in_pieces_says_what_reading_it_whole_says(
+    chunk: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(logstream, "CHUNK_BYTES", chunk)
     for name, raw in _GZIP_FILES.items():
         (tmp_path / name).write_bytes(raw)
         assert_pieces_read_as_whole(tmp_path / name)  # read whole: gzip.decompress of the whole file
     reasons = {name: logstream.scan_log(tmp_path / name).reason for name in _GZIP_FILES}
-    assert reasons["truncated.log.gz"] == reasons["cut-trailer.log.gz"] == (
-        "corrupt gzip file: truncated (the compressed data ends early)")
+    assert (
+        reasons["truncated.log.gz"]
+        == reasons["cut-trailer.log.gz"]
+        == ("corrupt gzip file: truncated (the compressed data ends early)")
+    )
     assert reasons["bad-crc.log.gz"] == "corrupt gzip file: damaged compressed data (CRC check failed)"
     assert reasons["not-gzip.log.gz"] == (
-        "corrupt gzip file: not gzip data (the file ends in .gz but is not gzip-compressed)")
+        "corrupt gzip file: not gzip data (the file ends in .gz but is not gzip-compressed)"
+    )
 
 
 def test_bytes_after_the_gzip_data_are_named_as_such(tmp_path: Path) -> None:
     path = tmp_path / "kern.log.1.gz"
     path.write_bytes(_GOOD + b"garbage appended by a broken copy")
     assert logstream.scan_log(path).reason == (
-        "corrupt gzip file: damaged compressed data (what follows its gzip data is not gzip)")
+        "corrupt gzip file: damaged compressed data (what follows its gzip data is not gzip)"
+    )
 
 
 # ------------------------------------------------------------------------- uploaded archives
@@ -122,7 +131,8 @@ def _tar_gz(bundle: Path, extra: dict[str, bytes] | None = None) -> bytes:
 
 @pytest.mark.parametrize("name", BUNDLES)
 def test_an_archive_spooled_to_a_temporary_file_gives_the_diagnosis_of_its_directory(
-        name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(archive, "SPOOL_MEMORY", 1024)  # every example past it: its files read from disk
     monkeypatch.setattr(logstream, "CHUNK_BYTES", 4096)
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
@@ -144,8 +154,10 @@ def test_gzip_logs_in_an_archive_stop_at_the_same_bounds_with_the_same_message()
     bomb = gzip.compress(b"a" * (64 << 20))
     with pytest.raises(LimitExceeded) as refused:
         load_archive_bundle(_tar_gz(NVLINK, {"logs/node01/kern.log.gz": bomb}), small)
-    assert str(refused.value) == ("gzip file 'kern.log.gz' in the bundle is over 8,388,608 bytes once decompressed "
-                                  "(limit set by bundle_max_bytes)")
+    assert str(refused.value) == (
+        "gzip file 'kern.log.gz' in the bundle is over 8,388,608 bytes once decompressed "
+        "(limit set by bundle_max_bytes)"
+    )
     # each under one member's bound, together over what the archive leaves of the whole bound (here the
     # ratio bound's 16 MiB floor: the archive is small)
     six = gzip.compress(b"b\n" * (3 << 20))
@@ -157,9 +169,15 @@ def test_gzip_logs_in_an_archive_stop_at_the_same_bounds_with_the_same_message()
 
 # ------------------------------------------------------------------- memory: bounded, not the bytes
 
-_CHATTER = b"".join(b"Nov  2 10:%02d:%02d node02 kernel: [%d.000001] audit: type=1400 apparmor=\"ALLOWED\" "
-                    b"operation=\"open\" profile=\"snap\" name=\"/proc/%d/stat\"\n"
-                    % (10 + i % 40, i % 60, 294000 + i, 4000 + i) for i in range(40)) * 200  # 1.1 MB
+_CHATTER = (
+    b"".join(
+        b'Nov  2 10:%02d:%02d node02 kernel: [%d.000001] audit: type=1400 apparmor="ALLOWED" '
+        b'operation="open" profile="snap" name="/proc/%d/stat"\n'
+        % (10 + i % 40, i % 60, 294000 + i, 4000 + i)
+        for i in range(40)
+    )
+    * 200
+)  # 1.1 MB
 _TIMES = (128 << 20) // len(_CHATTER)  # 128 MiB of chatter before the node's own kern.log, 128 after
 _DECOMPRESSED = 2 * _TIMES * len(_CHATTER) + (NVLINK / "logs/node02/kern.log").stat().st_size
 
@@ -184,8 +202,15 @@ print(max(hwm, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss) * 1024, f
 
 def _peak_and_diagnosis(path: Path) -> tuple[int, str]:
     """(peak resident bytes of analysing `path` in a process of its own and its workers, diagnosis)."""
-    r = subprocess.run([sys.executable, "-c", _PEAK, str(path)], capture_output=True, text=True, env=clean_env(),
-                       cwd=REPO, timeout=300, check=False)
+    r = subprocess.run(
+        [sys.executable, "-c", _PEAK, str(path)],
+        capture_output=True,
+        text=True,
+        env=clean_env(),
+        cwd=REPO,
+        timeout=300,
+        check=False,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     return int(r.stderr.strip().splitlines()[-1]), r.stdout
 
@@ -205,7 +230,8 @@ def big_node_log(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[t
 
 
 def test_a_large_gzip_log_is_analysed_in_bounded_memory_with_the_diagnosis_of_the_plain_file(
-        big_node_log: tuple[Path, list[tuple[bytes, int]]], tmp_path: Path) -> None:
+    big_node_log: tuple[Path, list[tuple[bytes, int]]], tmp_path: Path
+) -> None:
     root, parts = big_node_log
     assert (root / "logs/node02/kern.log.gz").stat().st_size < _DECOMPRESSED // 50
     peak, diagnosis = _peak_and_diagnosis(root)
@@ -224,7 +250,8 @@ def test_a_large_gzip_log_is_analysed_in_bounded_memory_with_the_diagnosis_of_th
 
 
 def test_a_large_uploaded_archive_is_analysed_in_bounded_memory(
-        big_node_log: tuple[Path, list[tuple[bytes, int]]], tmp_path: Path) -> None:
+    big_node_log: tuple[Path, list[tuple[bytes, int]]], tmp_path: Path
+) -> None:
     """The same bundle as a tar.gz upload whose node02 kern.log is plain text inside the archive."""
     root, parts = big_node_log
     members = b""
@@ -236,7 +263,9 @@ def test_a_large_uploaded_archive_is_analysed_in_bounded_memory(
     big.size = sum(len(data) * times for data, times in parts)
     upload = tmp_path / "upload.tar.gz"
     with upload.open("wb") as f:
-        f.writelines(_gzip_of([(members + big.tobuf(), 1), *parts, (b"\0" * (-big.size % 512) + b"\0" * 1024, 1)]))
+        f.writelines(
+            _gzip_of([(members + big.tobuf(), 1), *parts, (b"\0" * (-big.size % 512) + b"\0" * 1024, 1)])
+        )
     peak, diagnosis = _peak_and_diagnosis(upload)
     assert peak < _DECOMPRESSED // 2, f"peak RSS {peak:,} bytes for an upload of {_DECOMPRESSED:,} bytes"
     want = default_engine().analyze(load_bundle(root)).to_json()
@@ -256,6 +285,8 @@ def test_gzip_logs_count_by_their_text_when_deciding_to_extract_in_workers(tmp_p
     on_disk = sum(p.stat().st_size for p in (root / "logs").rglob("*.gz") if p.is_file())
     assert on_disk < engine.PARALLEL_BYTES // 10
     bundle = load_bundle(root, read_once=True)
-    assert sum(s.nbytes or 0 for s in bundle.sources if isinstance(s, FileTextSource)) >= engine.PARALLEL_BYTES
+    assert (
+        sum(s.nbytes or 0 for s in bundle.sources if isinstance(s, FileTextSource)) >= engine.PARALLEL_BYTES
+    )
     assert engine.auto_workers(bundle.sources) == cores()
     assert any(c.source.endswith("pipe.log.gz") and c.status == "skipped" for c in bundle.coverage)

@@ -56,16 +56,25 @@ def test_an_uploaded_example_gives_the_same_diagnosis_byte_for_byte(name: str) -
 def test_links_are_listed_never_followed(tmp_path: Path) -> None:
     secret = tmp_path / "secret.log"
     secret.write_text("2026-11-02T10:30:00Z NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.\n")
-    raw = _tar(NVLINK, [
-        _member("nvlink-xid149/logs/node01/leak.log", type=tarfile.SYMTYPE, linkname=str(secret)),
-        _member("nvlink-xid149/logs/node01/hard.log", type=tarfile.LNKTYPE, linkname="nvlink-xid149/attempt.yaml"),
-        _member("nvlink-xid149/logs/node01/tty", type=tarfile.CHRTYPE, devmajor=5, devminor=0),
-        _member("nvlink-xid149/logs/node01/escape", type=tarfile.SYMTYPE, linkname=str(tmp_path)),
-        _member("nvlink-xid149/logs/node01/escape/pwned", b"written through a link\n"),
-    ])
+    raw = _tar(
+        NVLINK,
+        [
+            _member("nvlink-xid149/logs/node01/leak.log", type=tarfile.SYMTYPE, linkname=str(secret)),
+            _member(
+                "nvlink-xid149/logs/node01/hard.log",
+                type=tarfile.LNKTYPE,
+                linkname="nvlink-xid149/attempt.yaml",
+            ),
+            _member("nvlink-xid149/logs/node01/tty", type=tarfile.CHRTYPE, devmajor=5, devminor=0),
+            _member("nvlink-xid149/logs/node01/escape", type=tarfile.SYMTYPE, linkname=str(tmp_path)),
+            _member("nvlink-xid149/logs/node01/escape/pwned", b"written through a link\n"),
+        ],
+    )
     bundle = load_archive_bundle(raw)
     skipped = {c.source: c.reason for c in bundle.coverage if c.status == "skipped"}
-    assert "symbolic link" in str(skipped["logs/node01/leak.log"]) and "hard link" in str(skipped["logs/node01/hard.log"])
+    assert "symbolic link" in str(skipped["logs/node01/leak.log"]) and "hard link" in str(
+        skipped["logs/node01/hard.log"]
+    )
     assert "device" in str(skipped["logs/node01/tty"])
     assert not any("fallen off the bus" in str(getattr(s, "text", "")) for s in bundle.sources)
     assert not (tmp_path / "pwned").exists()
@@ -95,7 +104,9 @@ def test_a_gzip_log_inside_the_bundle_decompresses_within_the_bounds() -> None:
         load_archive_bundle(_tar(NVLINK, [_member("nvlink-xid149/logs/node01/kern.log.gz", bomb)]), SMALL)
     # an archive inside is one (gzip) file like any other, never unpacked as a second bundle
     inner = _tar(NVLINK)
-    bundle = load_archive_bundle(_tar(NVLINK, [_member("nvlink-xid149/logs/node01/inner.tar.gz", inner)]), SMALL)
+    bundle = load_archive_bundle(
+        _tar(NVLINK, [_member("nvlink-xid149/logs/node01/inner.tar.gz", inner)]), SMALL
+    )
     assert [s.name for s in bundle.sources if "inner" in s.name] == ["logs/node01/inner.tar.gz"]
 
 
@@ -121,8 +132,14 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerPro
     tmp = tmp_path_factory.mktemp("uploads")
     scratch = tmp / "tmpdir"
     scratch.mkdir()
-    srv = ServerProcess(tmp / "store.db", "--bundle-max-member-bytes", str(8 << 20), "--bundle-max-bytes",
-                        str(32 << 20), env={"TMPDIR": str(scratch)}).start()
+    srv = ServerProcess(
+        tmp / "store.db",
+        "--bundle-max-member-bytes",
+        str(8 << 20),
+        "--bundle-max-bytes",
+        str(32 << 20),
+        env={"TMPDIR": str(scratch)},
+    ).start()
     yield srv, scratch
     srv.stop()
 
@@ -130,8 +147,12 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerPro
 def test_bombs_over_http_are_413_and_the_server_keeps_working(server: tuple[ServerProcess, Path]) -> None:
     srv, scratch = server
     bombs = {
-        "gzip log": _tar(NVLINK, [_member("nvlink-xid149/logs/node01/kern.log.gz", gzip.compress(b"a" * (64 << 20)))]),
-        "ratio": _tar(NVLINK, [_member(f"nvlink-xid149/logs/node01/zeros{i}.log", b"\0" * (7 << 20)) for i in range(3)]),
+        "gzip log": _tar(
+            NVLINK, [_member("nvlink-xid149/logs/node01/kern.log.gz", gzip.compress(b"a" * (64 << 20)))]
+        ),
+        "ratio": _tar(
+            NVLINK, [_member(f"nvlink-xid149/logs/node01/zeros{i}.log", b"\0" * (7 << 20)) for i in range(3)]
+        ),
         "member": _tar(NVLINK, [_member("nvlink-xid149/logs/node01/big.log", b"\0" * (9 << 20))]),
     }
     with srv.client() as client:

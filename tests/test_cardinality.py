@@ -37,15 +37,26 @@ def test_many_clusters_fold_into_other_and_are_counted() -> None:
         text_again = httpx.get(f"http://{address}/metrics", timeout=30).text
     finally:
         endpoint.stop()
-    for family in ("hypocenter_diagnoses", "hypocenter_recent_diagnoses", "hypocenter_recent_node_root_causes"):
+    for family in (
+        "hypocenter_diagnoses",
+        "hypocenter_recent_diagnoses",
+        "hypocenter_recent_node_root_causes",
+    ):
         seen = {s.labels["cluster"] for s in _samples(text, family) if "cluster" in s.labels}
         assert seen <= {"", "c0", "c1", "c2", "other"}, (family, seen)
         assert "other" in seen
-    totals = {s.labels["cluster"]: s.value for s in _samples(text, "hypocenter_diagnoses")
-              if s.name.endswith("_total") and s.labels["outcome"] == "attributed" and s.labels["subdomain"] == "nvlink"}
+    totals = {
+        s.labels["cluster"]: s.value
+        for s in _samples(text, "hypocenter_diagnoses")
+        if s.name.endswith("_total")
+        and s.labels["outcome"] == "attributed"
+        and s.labels["subdomain"] == "nvlink"
+    }
     assert totals["other"] == 47 and totals["c0"] == 1  # nothing lost: the rest summed under "other"
     folded = [s for s in _samples(text_again, "hypocenter_label_values_folded") if s.name.endswith("_total")]
-    assert [(s.labels, s.value) for s in folded] == [({"label": "cluster"}, 47.0)]  # per diagnosis, not per scrape
+    assert [(s.labels, s.value) for s in folded] == [
+        ({"label": "cluster"}, 47.0)
+    ]  # per diagnosis, not per scrape
 
     row = store.get_diagnosis("dx-49")
     assert row is not None
@@ -58,5 +69,12 @@ def test_many_clusters_fold_into_other_and_are_counted() -> None:
 def test_the_limit_keeps_the_first_values_seen() -> None:
     limit = LabelLimit(2)
     assert [limit.value("cluster", v, count=True) for v in ("a", "b", "c", "a", "d", "", "other")] == [
-        "a", "b", "other", "a", "other", "", "other"]
+        "a",
+        "b",
+        "other",
+        "a",
+        "other",
+        "",
+        "other",
+    ]
     assert limit.folded() == {"cluster": 2}

@@ -26,16 +26,40 @@ BUNDLES = sorted(p for p in EXAMPLES.iterdir() if (p / "attempt.yaml").is_file()
 ANSI = "\x1b["
 
 # Contract 3 (docs/design.md): the top-level keys of a diagnosis, in this order.
-CONTRACT_KEYS = ["schema", "id", "attempt", "terminal_state", "outcome", "root_cause", "candidates",
-                 "affected_nodes", "symptoms", "evidence", "quality", "next_step", "coverage", "engine"]
+CONTRACT_KEYS = [
+    "schema",
+    "id",
+    "attempt",
+    "terminal_state",
+    "outcome",
+    "root_cause",
+    "candidates",
+    "affected_nodes",
+    "symptoms",
+    "evidence",
+    "quality",
+    "next_step",
+    "coverage",
+    "engine",
+]
 
 
-def run_cli(*args: str, env: dict[str, str] | None = None, drop: tuple[str, ...] = ("NO_COLOR",),
-            encoding: str = "utf-8") -> subprocess.CompletedProcess[str]:
+def run_cli(
+    *args: str,
+    env: dict[str, str] | None = None,
+    drop: tuple[str, ...] = ("NO_COLOR",),
+    encoding: str = "utf-8",
+) -> subprocess.CompletedProcess[str]:
     environ = {k: v for k, v in os.environ.items() if k not in drop}
     environ.update(env or {})
-    return subprocess.run([sys.executable, "-m", "hypocenter.cli", *args], capture_output=True,
-                          encoding=encoding, timeout=180, env=environ, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "hypocenter.cli", *args],
+        capture_output=True,
+        encoding=encoding,
+        timeout=180,
+        env=environ,
+        check=False,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -88,9 +112,24 @@ def test_json_is_contract_3(example_json: dict[str, Any]) -> None:
     assert list(example_json) == CONTRACT_KEYS
     assert example_json["schema"] == "hypocenter.diagnosis/v1"
     assert example_json["outcome"] == "attributed"
-    assert list(example_json["attempt"]) == ["workload_id", "attempt", "scheduler", "cluster", "window", "nodes"]
-    assert list(example_json["root_cause"]) == ["domain", "subdomain", "rule", "summary", "nodes", "components",
-                                                "first_seen", "action"]
+    assert list(example_json["attempt"]) == [
+        "workload_id",
+        "attempt",
+        "scheduler",
+        "cluster",
+        "window",
+        "nodes",
+    ]
+    assert list(example_json["root_cause"]) == [
+        "domain",
+        "subdomain",
+        "rule",
+        "summary",
+        "nodes",
+        "components",
+        "first_seen",
+        "action",
+    ]
     assert list(example_json["quality"]) == ["level", "reasons"]
     assert list(example_json["engine"]) == ["version", "ruleset"]
     for cov in example_json["coverage"]:
@@ -128,26 +167,37 @@ def test_schema_is_valid_json_schema(schema: dict[str, Any]) -> None:
     assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
     jsonschema.Draft202012Validator.check_schema(schema)
     assert schema["type"] == "object"
-    assert set(schema["properties"]) == set(CONTRACT_KEYS) | {"first_failure"}  # optional, unattributed only (#20)
-    assert set(schema["required"]) == set(CONTRACT_KEYS) - {"candidates", "next_step"}  # next_step: added compatibly
+    assert set(schema["properties"]) == set(CONTRACT_KEYS) | {
+        "first_failure"
+    }  # optional, unattributed only (#20)
+    assert set(schema["required"]) == set(CONTRACT_KEYS) - {
+        "candidates",
+        "next_step",
+    }  # next_step: added compatibly
     assert schema["properties"]["schema"]["const"] == "hypocenter.diagnosis/v1"
 
 
-def test_example_diagnosis_validates_against_the_schema(schema: dict[str, Any], example_json: dict[str, Any]) -> None:
+def test_example_diagnosis_validates_against_the_schema(
+    schema: dict[str, Any], example_json: dict[str, Any]
+) -> None:
     jsonschema.Draft202012Validator(schema).validate(example_json)
 
 
 @pytest.mark.parametrize("bundle", BUNDLES, ids=[b.name for b in BUNDLES])
-def test_every_example_validates(schema: dict[str, Any], bundle: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_every_example_validates(
+    schema: dict[str, Any], bundle: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["analyze", str(bundle), "--format", "json"]) == 0
     jsonschema.Draft202012Validator(schema).validate(json.loads(capsys.readouterr().out))
 
 
 def test_schema_rejects_what_is_not_a_diagnosis(schema: dict[str, Any], example_json: dict[str, Any]) -> None:
     validator = jsonschema.Draft202012Validator(schema)
-    for broken in ({**example_json, "schema": "hypocenter.diagnosis/v2"},
-                   {**example_json, "outcome": "probably"},
-                   {k: v for k, v in example_json.items() if k != "quality"}):
+    for broken in (
+        {**example_json, "schema": "hypocenter.diagnosis/v2"},
+        {**example_json, "outcome": "probably"},
+        {k: v for k, v in example_json.items() if k != "quality"},
+    ):
         assert not validator.is_valid(broken)
 
 
@@ -179,8 +229,12 @@ def _on_a_terminal(*args: str, env: dict[str, str] | None = None) -> str:
     leader, follower = pty.openpty()
     environ = {k: v for k, v in os.environ.items() if k != "NO_COLOR"}
     try:
-        proc = subprocess.Popen([sys.executable, "-m", "hypocenter.cli", *args], stdout=follower,
-                                stderr=subprocess.DEVNULL, env={**environ, **(env or {})})
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "hypocenter.cli", *args],
+            stdout=follower,
+            stderr=subprocess.DEVNULL,
+            env={**environ, **(env or {})},
+        )
         os.close(follower)
         follower = -1
         chunks = []
@@ -223,7 +277,9 @@ def test_json_is_utf8_whatever_the_locale(example_json: dict[str, Any]) -> None:
     assert json.loads(proc.stdout) == example_json
 
 
-def test_a_closed_pipe_is_not_an_error(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_closed_pipe_is_not_an_error(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     """`hypocenter analyze B | head -1`: the reader went away; stop quietly."""
 
     class ClosedPipe(io.StringIO):
@@ -235,7 +291,9 @@ def test_a_closed_pipe_is_not_an_error(monkeypatch: pytest.MonkeyPatch, capsys: 
     assert capsys.readouterr().err == ""
 
 
-def test_an_internal_error_is_one_line(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_an_internal_error_is_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     from hypocenter.engine import Engine
 
     def boom(self: Engine, *args: object, **kwargs: object) -> None:
@@ -248,7 +306,8 @@ def test_an_internal_error_is_one_line(monkeypatch: pytest.MonkeyPatch, capsys: 
     assert out == ""
     assert err.splitlines() == [
         "hypocenter: internal error: RuntimeError: something broke (this is a bug, please report it; "
-        "HYPOCENTER_DEBUG=1 shows the traceback)"]
+        "HYPOCENTER_DEBUG=1 shows the traceback)"
+    ]
     monkeypatch.setenv("HYPOCENTER_DEBUG", "1")
     with pytest.raises(RuntimeError):
         main(["analyze", str(EXAMPLE)])
@@ -321,7 +380,9 @@ def test_rule_ids_clash_across_two_files(tmp_path: Path) -> None:
 
 
 def test_rule_with_a_regex_that_does_not_compile(tmp_path: Path) -> None:
-    line = _rule_error(tmp_path, RULE.replace("pattern: 'frobnicator exploded'", "pattern: 'frob(nicator exploded'"))
+    line = _rule_error(
+        tmp_path, RULE.replace("pattern: 'frobnicator exploded'", "pattern: 'frob(nicator exploded'")
+    )
     assert "does not compile" in line
     assert "my-rules.yaml:" in line
     lineno = int(line.split("my-rules.yaml:")[1].split(":")[0])
@@ -329,8 +390,9 @@ def test_rule_with_a_regex_that_does_not_compile(tmp_path: Path) -> None:
 
 
 def test_rule_file_with_a_duplicate_key(tmp_path: Path) -> None:
-    line = _rule_error(tmp_path, RULE.replace("    status: experimental\n",
-                                              "    status: experimental\n    status: stable\n"))
+    line = _rule_error(
+        tmp_path, RULE.replace("    status: experimental\n", "    status: experimental\n    status: stable\n")
+    )
     assert "my-rules.yaml:5:" in line and "duplicate key 'status'" in line
 
 
@@ -362,14 +424,18 @@ def test_analyze_with_an_extra_rule_file(tmp_path: Path) -> None:
     with (bundle / "logs/node01/kern.log").open("a", encoding="utf-8") as f:
         f.write("Nov  2 10:20:00 node01 kernel: frobnicator exploded\n")
     path = tmp_path / "my-rules.yaml"
-    path.write_text(RULE + "    attribute:\n      when: {kind: frobnicator_exploded}\n      role: symptom\n"
-                           "      symptom: frobnicator_exploded\n", encoding="utf-8")
+    path.write_text(
+        RULE + "    attribute:\n      when: {kind: frobnicator_exploded}\n      role: symptom\n"
+        "      symptom: frobnicator_exploded\n",
+        encoding="utf-8",
+    )
     proc = run_cli("analyze", str(bundle), "--rules", str(path), "--format", "json")
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     assert doc["root_cause"]["subdomain"] == "nvlink"
     assert [(s["rule"], s["nodes"]) for s in doc["symptoms"] if s["kind"] == "frobnicator_exploded"] == [
-        ("frobnicator-exploded", ["node01"])]
+        ("frobnicator-exploded", ["node01"])
+    ]
 
 
 def test_rules_test_for_an_unknown_rule() -> None:
@@ -419,12 +485,17 @@ def test_a_user_rule_that_ties_a_builtin_is_explained_and_warned_about(tmp_path:
     assert "both have precedence 60" in line and "give my-nvlink a precedence above 60" in line
     check = run_cli("rules", "check", "--rules", str(rules))
     warning = next(x for x in check.stdout.splitlines() if "warning" in x)
-    assert warning.startswith("my-rules.yaml:2: my-nvlink: warning: ties rule cuda-nvlink-error (workload/exceptions.yaml")
+    assert warning.startswith(
+        "my-rules.yaml:2: my-nvlink: warning: ties rule cuda-nvlink-error (workload/exceptions.yaml"
+    )
     assert check.stdout.splitlines()[-1].endswith("0 problem(s), 1 warning(s)")
     lower = tmp_path / "lower.yaml"
     lower.write_text(TIED_RULE.replace("PRECEDENCE", "40"))
-    line = next(x for x in run_cli("rules", "test", "--rules", str(lower), "--rule", "my-nvlink").stdout.splitlines()
-                if x.startswith("FAIL"))
+    line = next(
+        x
+        for x in run_cli("rules", "test", "--rules", str(lower), "--rule", "my-nvlink").stdout.splitlines()
+        if x.startswith("FAIL")
+    )
     assert "went to rule cuda-nvlink-error" in line and "precedence 60 > 40" in line
     assert "warning" not in run_cli("rules", "check", "--rules", str(lower)).stdout
     higher = tmp_path / "higher.yaml"
@@ -445,7 +516,16 @@ def test_analyze_imports_no_pydantic(tmp_path: Path) -> None:
     than reading a small bundle); once the rule catalog is cached, no pydantic module is loaded at all.
     (Every example's attempt.yaml takes that path: tests/test_model_schema.py.)"""
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
-    first, again = (subprocess.run([sys.executable, "-c", _IMPORTS_OF_ANALYZE, str(EXAMPLE)], capture_output=True,
-                                   text=True, timeout=180, env=env, check=False) for _ in range(2))
+    first, again = (
+        subprocess.run(
+            [sys.executable, "-c", _IMPORTS_OF_ANALYZE, str(EXAMPLE)],
+            capture_output=True,
+            text=True,
+            timeout=180,
+            env=env,
+            check=False,
+        )
+        for _ in range(2)
+    )
     assert again.stdout == first.stdout and json.loads(again.stdout)["schema"] == "hypocenter.diagnosis/v1"
     assert again.stderr.splitlines()[-1] == "[] 0", again.stderr

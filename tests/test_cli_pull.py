@@ -46,8 +46,9 @@ def test_the_slurm_versions_are_the_ones_readme_lists() -> None:
 
 @pytest.mark.usefixtures("fake_slurm")
 @pytest.mark.parametrize("version", SLURM_VERSIONS)
-def test_slurm_plus_logs_is_the_bundles_diagnosis(version: str, capsys: pytest.CaptureFixture[str],
-                                                  monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_slurm_plus_logs_is_the_bundles_diagnosis(
+    version: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     """README: the pulled diagnosis equals the bundle's. All of it but coverage (which names other
     sources): the rank map rebuilt from Slurm's task layout puts the job log's [rankN] lines on their nodes."""
     monkeypatch.setenv("HYPOCENTER_FAKE_SLURM", str(ROOT / "tests" / "fixtures" / "slurm" / version))
@@ -72,13 +73,18 @@ def test_config_file_names_the_sources(capsys: pytest.CaptureFixture[str], tmp_p
     assert d["root_cause"]["subdomain"] == "nvlink"  # type: ignore[index]
 
 
-@pytest.mark.parametrize(("text", "message"), [
-    ("slurm: 1\nslurmm: 2\n", "pull.yaml:2: unknown key 'slurmm'"),
-    ("slurm: 1\nslurm: 2\n", "duplicate key 'slurm'"),
-    ("timeout: -1\n", "timeout: Input should be greater than 0"),
-    ("- slurm\n", "expected a mapping"),
-])
-def test_bad_config_is_one_line(text: str, message: str, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("slurm: 1\nslurmm: 2\n", "pull.yaml:2: unknown key 'slurmm'"),
+        ("slurm: 1\nslurm: 2\n", "duplicate key 'slurm'"),
+        ("timeout: -1\n", "timeout: Input should be greater than 0"),
+        ("- slurm\n", "expected a mapping"),
+    ],
+)
+def test_bad_config_is_one_line(
+    text: str, message: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     cfg = tmp_path / "pull.yaml"
     cfg.write_text(text)
     assert main(["analyze", "--config", str(cfg)]) == 2
@@ -86,17 +92,22 @@ def test_bad_config_is_one_line(text: str, message: str, capsys: pytest.CaptureF
     assert message in err and err.count("\n") == 1 and err.startswith("hypocenter: ")
 
 
-@pytest.mark.parametrize(("argv", "message"), [
-    ([], "give exactly one attempt to analyse"),
-    ([str(EXAMPLE), "--slurm", "1"], "(given: BUNDLE, --slurm)"),
-    (["--slurm", "1", "--kueue", "a/b"], "(given: --slurm, --kueue)"),
-    (["--k8s-job", "a/b", "--slurm-rest", "http://x"], "--slurm-rest goes with --slurm"),
-    (["--slurm", "1", "--kubeconfig", "k"], "--kubeconfig and --context go with --kueue or --k8s-job"),
-    (["--slurm", "1", "--timeout", "0"], "--timeout must be a positive number"),
-    (["--slurm", "81234x"], "slurm: '81234x' is not a Slurm job id"),
-    (["--k8s-job", "justaname"], "kubernetes: --k8s-job 'justaname': expected NAMESPACE/NAME"),
-])
-def test_bad_combinations_are_usage_errors(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        ([], "give exactly one attempt to analyse"),
+        ([str(EXAMPLE), "--slurm", "1"], "(given: BUNDLE, --slurm)"),
+        (["--slurm", "1", "--kueue", "a/b"], "(given: --slurm, --kueue)"),
+        (["--k8s-job", "a/b", "--slurm-rest", "http://x"], "--slurm-rest goes with --slurm"),
+        (["--slurm", "1", "--kubeconfig", "k"], "--kubeconfig and --context go with --kueue or --k8s-job"),
+        (["--slurm", "1", "--timeout", "0"], "--timeout must be a positive number"),
+        (["--slurm", "81234x"], "slurm: '81234x' is not a Slurm job id"),
+        (["--k8s-job", "justaname"], "kubernetes: --k8s-job 'justaname': expected NAMESPACE/NAME"),
+    ],
+)
+def test_bad_combinations_are_usage_errors(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     if message.startswith(("slurm:", "kubernetes:")):  # the connector's own refusal: one line
         assert main(["analyze", *argv]) == 2
         err = capsys.readouterr().err
@@ -109,12 +120,15 @@ def test_bad_combinations_are_usage_errors(argv: list[str], message: str, capsys
     assert "usage: hypocenter analyze" in err and message in err and "Traceback" not in err
 
 
-def test_missing_slurm_commands_are_exit_2(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
-                                           tmp_path: Path) -> None:
+def test_missing_slurm_commands_are_exit_2(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
     assert main(["analyze", "--slurm", "81234"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("hypocenter: slurm: Slurm job 81234: sacct not found on PATH: install Slurm's client")
+    assert err.startswith(
+        "hypocenter: slurm: Slurm job 81234: sacct not found on PATH: install Slurm's client"
+    )
     assert err.count("\n") == 1
 
 
@@ -125,8 +139,9 @@ def test_unknown_job_is_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 @pytest.mark.usefixtures("fake_slurm")
-def test_a_failing_data_source_lowers_quality_but_gives_a_verdict(capsys: pytest.CaptureFixture[str],
-                                                                   tmp_path: Path) -> None:
+def test_a_failing_data_source_lowers_quality_but_gives_a_verdict(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     d = _json(capsys, "--slurm", "81234", "--logs", str(tmp_path / "nowhere"), "--timeout", "2")
     failed = [c for c in d["coverage"] if c["status"] == "failed"]  # type: ignore[union-attr]
     assert failed and failed[0]["connector"] == "files"  # type: ignore[index]
@@ -154,16 +169,29 @@ def _loki_coverage(d: dict[str, object]) -> dict[str, str]:
 
 
 @pytest.mark.usefixtures("fake_slurm")
-def test_loki_options_from_flags_and_a_token_file(loki_hostname_labels: FakeLoki, capsys: pytest.CaptureFixture[str],
-                                                  tmp_path: Path) -> None:
+def test_loki_options_from_flags_and_a_token_file(
+    loki_hostname_labels: FakeLoki, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     (tmp_path / "loki-token").write_text("s3cret\n")
     cfg = tmp_path / "pull.yaml"
     cfg.write_text("loki:\n  tenant: team-a\n  token_file: loki-token\n")  # relative to the file
-    d = _json(capsys, "--slurm", "81234", "--config", str(cfg), "--loki", loki_hostname_labels.url,
-              "--loki-node-label", "hostname", "--loki-workload-selector", 'job="slurm", workload="{workload}"')
+    d = _json(
+        capsys,
+        "--slurm",
+        "81234",
+        "--config",
+        str(cfg),
+        "--loki",
+        loki_hostname_labels.url,
+        "--loki-node-label",
+        "hostname",
+        "--loki-workload-selector",
+        'job="slurm", workload="{workload}"',
+    )
     assert d["root_cause"] == _json(capsys, str(EXAMPLE))["root_cause"]
-    assert _loki_coverage(d) == dict.fromkeys(["logs/_job", "logs/node01", "logs/node02", "logs/node03", "logs/node04"],
-                                              "ok")
+    assert _loki_coverage(d) == dict.fromkeys(
+        ["logs/_job", "logs/node01", "logs/node02", "logs/node03", "logs/node04"], "ok"
+    )
     # the flags' defaults: node streams looked for under `host`, and no job-level query at all
     d = _json(capsys, "--slurm", "81234", "--config", str(cfg), "--loki", loki_hostname_labels.url)
     assert set(_loki_coverage(d).values()) == {"missing"} and "logs/_job" not in _loki_coverage(d)
@@ -171,11 +199,16 @@ def test_loki_options_from_flags_and_a_token_file(loki_hostname_labels: FakeLoki
 
 @pytest.mark.usefixtures("fake_slurm")
 def test_loki_options_from_the_config_and_the_token_from_the_environment(
-        loki_hostname_labels: FakeLoki, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
-        tmp_path: Path) -> None:
+    loki_hostname_labels: FakeLoki,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
     cfg = tmp_path / "pull.yaml"
-    cfg.write_text(f"slurm: 81234\nloki:\n  url: {loki_hostname_labels.url}\n  tenant: team-a\n  node_label: hostname\n"
-                   "  workload_selector: '{job=\"slurm\", workload=\"{workload}\"}'\n")
+    cfg.write_text(
+        f"slurm: 81234\nloki:\n  url: {loki_hostname_labels.url}\n  tenant: team-a\n  node_label: hostname\n"
+        '  workload_selector: \'{job="slurm", workload="{workload}"}\'\n'
+    )
     monkeypatch.setenv("LOKI_BEARER_TOKEN", "s3cret")  # logcli's variable, as the file names no token
     d = _json(capsys, "--config", str(cfg))
     assert set(_loki_coverage(d).values()) == {"ok"} and "logs/_job" in _loki_coverage(d)
@@ -187,41 +220,62 @@ def test_loki_options_from_the_config_and_the_token_from_the_environment(
 def test_prometheus_options_and_basic_auth(tmp_path: Path) -> None:
     (tmp_path / "pw").write_text("hunter2\n")
     cfg = tmp_path / "pull.yaml"
-    cfg.write_text("slurm: 1\nprometheus:\n  url: http://prometheus:9090\n  node_labels: [Hostname, node]\n"
-                   "  resolution_s: 30\n  username: ops\n  password_file: pw\n")
-    (_name, make), = pull._data_connectors(pull.load_config(cfg), RetryPolicy(), QUERIES, env={})
+    cfg.write_text(
+        "slurm: 1\nprometheus:\n  url: http://prometheus:9090\n  node_labels: [Hostname, node]\n"
+        "  resolution_s: 30\n  username: ops\n  password_file: pw\n"
+    )
+    ((_name, make),) = pull._data_connectors(pull.load_config(cfg), RetryPolicy(), QUERIES, env={})
     prometheus = make()
     assert (prometheus.node_labels, prometheus.resolution_s) == (["Hostname", "node"], 30)
     assert prometheus.api._headers["Authorization"] == "Basic " + base64.b64encode(b"ops:hunter2").decode()
-    (_name, make), = pull._data_connectors(pull.load_config(cfg), RetryPolicy(), QUERIES,
-                                           env={"PROMETHEUS_BEARER_TOKEN": "t0k"})
+    ((_name, make),) = pull._data_connectors(
+        pull.load_config(cfg), RetryPolicy(), QUERIES, env={"PROMETHEUS_BEARER_TOKEN": "t0k"}
+    )
     assert make().api._headers["Authorization"] == "Bearer t0k"
 
 
-@pytest.mark.parametrize(("tenant", "env", "header"), [
-    (None, {"LOKI_ORG_ID": "team-a"}, "team-a"),  # logcli's variable, when the file names none
-    ("team-b", {}, "team-b"),
-    ("team-b", {"LOKI_ORG_ID": "team-a"}, "team-b"),  # the file beats the ambient variable, as logcli's --org-id
-    (None, {}, None),
-])
-def test_the_loki_tenant_from_the_config_or_the_environment(tenant: str | None, env: dict[str, str],
-                                                            header: str | None, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("tenant", "env", "header"),
+    [
+        (None, {"LOKI_ORG_ID": "team-a"}, "team-a"),  # logcli's variable, when the file names none
+        ("team-b", {}, "team-b"),
+        (
+            "team-b",
+            {"LOKI_ORG_ID": "team-a"},
+            "team-b",
+        ),  # the file beats the ambient variable, as logcli's --org-id
+        (None, {}, None),
+    ],
+)
+def test_the_loki_tenant_from_the_config_or_the_environment(
+    tenant: str | None, env: dict[str, str], header: str | None, tmp_path: Path
+) -> None:
     cfg = tmp_path / "pull.yaml"
     cfg.write_text("slurm: 1\nloki:\n  url: http://loki:3100\n" + (f"  tenant: {tenant}\n" if tenant else ""))
-    (_name, make), = pull._data_connectors(pull.load_config(cfg), RetryPolicy(), QUERIES, env=env)
+    ((_name, make),) = pull._data_connectors(pull.load_config(cfg), RetryPolicy(), QUERIES, env=env)
     assert make().api._headers.get("X-Scope-OrgID") == header
 
 
-@pytest.mark.parametrize(("text", "message"), [
-    ("loki:\n  url: http://l\n  token: abc\n", "loki.token: secrets are not read from the config file: use token_file"),
-    ("prometheus:\n  url: http://p\n  password: x\n", "set $PROMETHEUS_PASSWORD"),
-    ("loki:\n  url: http://l\n  nodelabel: h\n", "unknown key 'loki.nodelabel' (known: url, headers,"),
-    ("loki:\n  url: http://l\n  node_label_kind: metadata\n", "node_label_kind: metadata needs a selector"),
-    ("loki:\n  url: http://l\n  node_label_kind: label\n", "Input should be 'index' or 'metadata'"),
-    ("prometheus:\n  url: http://p\n  resolution_s: 0\n", "resolution_s: Input should be greater than 0"),
-])
-def test_bad_source_options_are_one_line(text: str, message: str, capsys: pytest.CaptureFixture[str],
-                                         tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "loki:\n  url: http://l\n  token: abc\n",
+            "loki.token: secrets are not read from the config file: use token_file",
+        ),
+        ("prometheus:\n  url: http://p\n  password: x\n", "set $PROMETHEUS_PASSWORD"),
+        ("loki:\n  url: http://l\n  nodelabel: h\n", "unknown key 'loki.nodelabel' (known: url, headers,"),
+        (
+            "loki:\n  url: http://l\n  node_label_kind: metadata\n",
+            "node_label_kind: metadata needs a selector",
+        ),
+        ("loki:\n  url: http://l\n  node_label_kind: label\n", "Input should be 'index' or 'metadata'"),
+        ("prometheus:\n  url: http://p\n  resolution_s: 0\n", "resolution_s: Input should be greater than 0"),
+    ],
+)
+def test_bad_source_options_are_one_line(
+    text: str, message: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     cfg = tmp_path / "pull.yaml"
     cfg.write_text("slurm: 1\n" + text)
     assert main(["analyze", "--config", str(cfg)]) == 2
@@ -229,31 +283,53 @@ def test_bad_source_options_are_one_line(text: str, message: str, capsys: pytest
     assert message in err and err.count("\n") == 1 and err.startswith("hypocenter: "), err
 
 
-@pytest.mark.parametrize(("argv", "message"), [
-    (["--slurm", "1", "--loki-node-label", "hostname"], "--loki-node-label goes with --loki URL"),
-    (["--slurm", "1", "--loki-workload-selector", "a=\"b\""], "--loki-workload-selector goes with --loki URL"),
-])
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--slurm", "1", "--loki-node-label", "hostname"], "--loki-node-label goes with --loki URL"),
+        (
+            ["--slurm", "1", "--loki-workload-selector", 'a="b"'],
+            "--loki-workload-selector goes with --loki URL",
+        ),
+    ],
+)
 def test_loki_flags_need_a_loki(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         main(["analyze", *argv])
     assert message in capsys.readouterr().err
 
 
-@pytest.mark.parametrize(("argv", "message"), [
-    (["--slurm", "1", "--loki", "notaurl"], "'notaurl' is not an http:// or https:// URL (--loki,"),
-    (["--slurm", "1", "--prometheus", "ftp://p"], "'ftp://p' is not an http:// or https:// URL (--prometheus,"),
-    (["--slurm", "1", "--slurm-rest", "http://[::1"], "'http://[::1' is not an http:// or https:// URL (--slurm-rest,"),
-])
-def test_a_source_url_that_is_no_http_url_is_a_usage_error(argv: list[str], message: str,
-                                                           capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--slurm", "1", "--loki", "notaurl"], "'notaurl' is not an http:// or https:// URL (--loki,"),
+        (
+            ["--slurm", "1", "--prometheus", "ftp://p"],
+            "'ftp://p' is not an http:// or https:// URL (--prometheus,",
+        ),
+        (
+            ["--slurm", "1", "--slurm-rest", "http://[::1"],
+            "'http://[::1' is not an http:// or https:// URL (--slurm-rest,",
+        ),
+    ],
+)
+def test_a_source_url_that_is_no_http_url_is_a_usage_error(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     with pytest.raises(SystemExit) as exit_:
-        main(["analyze", *argv])  # before any query: each would fail alike, retried as if the server were down
+        main(
+            ["analyze", *argv]
+        )  # before any query: each would fail alike, retried as if the server were down
     assert exit_.value.code == 2 and message in capsys.readouterr().err
 
 
-def test_an_unreadable_secret_file_stops_before_the_pull(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+def test_an_unreadable_secret_file_stops_before_the_pull(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     cfg = tmp_path / "pull.yaml"
     cfg.write_text("slurm: 1\nloki: {url: 'http://l', token_file: missing}\n")
     assert main(["analyze", "--config", str(cfg)]) == 2
     err = capsys.readouterr().err
-    assert f"loki.token_file: cannot read {tmp_path / 'missing'}: No such file" in err and err.count("\n") == 1
+    assert (
+        f"loki.token_file: cannot read {tmp_path / 'missing'}: No such file" in err and err.count("\n") == 1
+    )

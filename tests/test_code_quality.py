@@ -27,8 +27,22 @@ def test_mypy_strict_is_clean() -> None:
 
 def test_imports_point_one_way() -> None:
     """The import-linter contracts in pyproject.toml: layers, collector/engine independence, no cycles."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
-    r = subprocess.run([sys.executable, "-c", "import sys; from importlinter.cli import lint_imports_command; "
-                        "sys.exit(lint_imports_command())", "--no-cache"],
-                       cwd=REPO, capture_output=True, text=True, timeout=600, check=False, env=env)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+    }
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from importlinter.cli import lint_imports_command; sys.exit(lint_imports_command())",
+            "--no-cache",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+        env=env,
+    )
     assert r.returncode == 0, r.stdout + r.stderr

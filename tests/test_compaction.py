@@ -48,8 +48,14 @@ def _compacted(sources: list[Source], tctx_bundle: Path) -> tuple[list[Source], 
         keep = engine.extractor.evidence_lines(list(enumerate(lines, 1)), tctx)
         total += len(lines)
         blanked += len(lines) - len(keep)
-        out.append(TextSource(name=src.name, text="\n".join(x if i in keep else "" for i, x in enumerate(lines)),
-                              node=src.node, source=src.source))
+        out.append(
+            TextSource(
+                name=src.name,
+                text="\n".join(x if i in keep else "" for i, x in enumerate(lines)),
+                node=src.node,
+                source=src.source,
+            )
+        )
     return out, total, blanked
 
 
@@ -87,9 +93,13 @@ def test_a_healthy_node_log_keeps_almost_nothing(tmp_path: Path) -> None:
     lines = path.read_text().split("\n")
     engine = default_engine()
     now = datetime(2026, 11, 2, tzinfo=timezone.utc)
-    ctx = AttemptContext.model_validate({"workload": {"id": "w"}, "window": {"start": now - timedelta(days=1),
-                                                                          "end": now + timedelta(days=1)},
-                                         "nodes": ["n1"]})
+    ctx = AttemptContext.model_validate(
+        {
+            "workload": {"id": "w"},
+            "window": {"start": now - timedelta(days=1), "end": now + timedelta(days=1)},
+            "nodes": ["n1"],
+        }
+    )
     tctx = time_context(ctx)
     keep = engine.extractor.evidence_lines(list(enumerate(lines, 1)), tctx)
     kept = "\n".join(x if i in keep else "" for i, x in enumerate(lines))
@@ -105,8 +115,15 @@ def test_a_healthy_node_log_keeps_almost_nothing(tmp_path: Path) -> None:
 @pytest.fixture(scope="module")
 def compacting(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     # Compaction as eager as it gets: every line is eligible as soon as it is stored.
-    srv = ServerProcess(tmp_path_factory.mktemp("compact") / "store.db", "--compact-after-s", "0",
-                        "--collapse-after-s", "0", "--retention-interval-s", "0.2").start()
+    srv = ServerProcess(
+        tmp_path_factory.mktemp("compact") / "store.db",
+        "--compact-after-s",
+        "0",
+        "--collapse-after-s",
+        "0",
+        "--retention-interval-s",
+        "0.2",
+    ).start()
     yield srv
     srv.stop()
 
@@ -142,12 +159,17 @@ def test_the_store_keeps_only_evidence_text(compacting: ServerProcess, tmp_path:
     assert got["id"] == expected["id"]
     _settle(compacting.store)
     with sqlite3.connect(str(compacting.store)) as db:
-        rows = dict(db.execute("SELECT kind, COUNT(*) FROM log_entries WHERE stream LIKE '%nccl-debug.log'"
-                               " GROUP BY kind"))
-        kept_bytes = db.execute("SELECT SUM(LENGTH(body)) FROM log_entries WHERE stream LIKE '%nccl-debug.log'"
-                                " AND kind = 'text'").fetchone()[0]
-        merged = db.execute("SELECT COALESCE(SUM(CAST(body AS INTEGER)), 0) FROM log_entries WHERE kind = 'gap'"
-                            ).fetchone()[0]
+        rows = dict(
+            db.execute(
+                "SELECT kind, COUNT(*) FROM log_entries WHERE stream LIKE '%nccl-debug.log' GROUP BY kind"
+            )
+        )
+        kept_bytes = db.execute(
+            "SELECT SUM(LENGTH(body)) FROM log_entries WHERE stream LIKE '%nccl-debug.log' AND kind = 'text'"
+        ).fetchone()[0]
+        merged = db.execute(
+            "SELECT COALESCE(SUM(CAST(body AS INTEGER)), 0) FROM log_entries WHERE kind = 'gap'"
+        ).fetchone()[0]
     lines = (bundle / "logs" / node / "nccl-debug.log").read_text().count("\n")
     assert sum(rows.values()) < 0.01 * lines, rows  # the chatter's rows merged into a few gap rows
     assert kept_bytes < 20_000
@@ -166,8 +188,10 @@ def _settle(store: Path | str) -> None:
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         with sqlite3.connect(str(store)) as db:
-            left = db.execute("SELECT COUNT(*) FROM log_entries WHERE kind = 'text' AND (compacted = 0"
-                              " OR compacted = 2 AND line IS NOT NULL)").fetchone()[0]
+            left = db.execute(
+                "SELECT COUNT(*) FROM log_entries WHERE kind = 'text' AND (compacted = 0"
+                " OR compacted = 2 AND line IS NOT NULL)"
+            ).fetchone()[0]
         if not left:
             return
         time.sleep(0.1)
@@ -186,20 +210,39 @@ def _value(metrics: str, name: str, labels: str = "") -> float:
 
 def _post(client: httpx.Client, workload: str, lines: list[str], attrs: dict[str, str] | None = None) -> None:
     start = 1_793_000_000_000_000_000
-    records = [{"timeUnixNano": str(start + i * 1_000_000_000), "body": {"stringValue": line},
-                "attributes": [{"key": "log.file.path", "value": {"stringValue": "/var/log/train.log"}},
-                               {"key": "log.file.record_number", "value": {"intValue": str(i + 1)}},
-                               *({"key": k, "value": {"stringValue": v}} for k, v in (attrs or {}).items())]}
-               for i, line in enumerate(lines)]
-    doc = {"resourceLogs": [{"resource": {"attributes": [
-        {"key": "slurm.job.id", "value": {"stringValue": workload}},
-        {"key": "host.name", "value": {"stringValue": "gpu07"}}]}, "scopeLogs": [{"logRecords": records}]}]}
+    records = [
+        {
+            "timeUnixNano": str(start + i * 1_000_000_000),
+            "body": {"stringValue": line},
+            "attributes": [
+                {"key": "log.file.path", "value": {"stringValue": "/var/log/train.log"}},
+                {"key": "log.file.record_number", "value": {"intValue": str(i + 1)}},
+                *({"key": k, "value": {"stringValue": v}} for k, v in (attrs or {}).items()),
+            ],
+        }
+        for i, line in enumerate(lines)
+    ]
+    doc = {
+        "resourceLogs": [
+            {
+                "resource": {
+                    "attributes": [
+                        {"key": "slurm.job.id", "value": {"stringValue": workload}},
+                        {"key": "host.name", "value": {"stringValue": "gpu07"}},
+                    ]
+                },
+                "scopeLogs": [{"logRecords": records}],
+            }
+        ]
+    }
     r = client.post("/v1/logs", content=json.dumps(doc), headers={"Content-Type": "application/json"})
     assert r.status_code == 200, r.text
 
 
 def _diagnoses(client: httpx.Client, workload: str) -> list[dict[str, object]]:
-    rows: list[dict[str, object]] = client.get("/v1/diagnoses", params={"workload": workload}).json()["diagnoses"]
+    rows: list[dict[str, object]] = client.get("/v1/diagnoses", params={"workload": workload}).json()[
+        "diagnoses"
+    ]
     return rows
 
 
@@ -207,11 +250,17 @@ def test_a_hanging_job_gets_a_provisional_diagnosis_long_before_the_idle_timeout
     srv = ServerProcess(tmp_path / "store.db", "--idle-timeout-s", "600", "--settle-s", "1").start()
     try:
         with srv.client() as client:
-            _post(client, "5501", ["2026-10-26T09:30:00Z [rank3]: step 100 loss 2.1",
-                                   "2026-10-26T09:33:20Z [rank3]:[E1026 09:33:20.000000000 ProcessGroupNCCL.cpp:616] "
-                                   "[Rank 3] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=7, "
-                                   "OpType=ALLREDUCE, NumelIn=1024, NumelOut=1024, Timeout(ms)=600000) ran for "
-                                   "600020 milliseconds before timing out."])
+            _post(
+                client,
+                "5501",
+                [
+                    "2026-10-26T09:30:00Z [rank3]: step 100 loss 2.1",
+                    "2026-10-26T09:33:20Z [rank3]:[E1026 09:33:20.000000000 ProcessGroupNCCL.cpp:616] "
+                    "[Rank 3] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=7, "
+                    "OpType=ALLREDUCE, NumelIn=1024, NumelOut=1024, Timeout(ms)=600000) ran for "
+                    "600020 milliseconds before timing out.",
+                ],
+            )
             _post(client, "5502", ["2026-10-26T09:30:00Z [rank3]: step 100 loss 2.1"])  # healthy, just quiet
             deadline = time.monotonic() + 20
             rows: list[dict[str, object]] = []
@@ -219,7 +268,9 @@ def test_a_hanging_job_gets_a_provisional_diagnosis_long_before_the_idle_timeout
                 rows = _diagnoses(client, "5501")
                 time.sleep(0.1)
             assert rows and rows[0]["provisional"] is True
-            assert _diagnoses(client, "5502") == []  # no timeout seen: waits for its terminal state or the idle timeout
+            assert (
+                _diagnoses(client, "5502") == []
+            )  # no timeout seen: waits for its terminal state or the idle timeout
             metrics = httpx.get(f"http://{srv.metrics}/metrics").text
             assert _value(metrics, "hypocenter_extracted_events_total", '{kind="watchdog_timeout"}') == 1
             _post(client, "5501", ["job ended"], {"hypocenter.attempt.state": "FAILED"})

@@ -81,9 +81,14 @@ STALL_POLICY = RetryPolicy(timeout_s=0.3, attempts=2, backoff_s=0.01, max_backof
 
 
 def attempt() -> AttemptContext:
-    return AttemptContext.model_validate({
-        "workload": {"id": "4242", "attempt": 0}, "state": "FAILED", "nodes": NODES,
-        "window": {"start": START.isoformat(), "end": (START + timedelta(hours=1)).isoformat()}})
+    return AttemptContext.model_validate(
+        {
+            "workload": {"id": "4242", "attempt": 0},
+            "state": "FAILED",
+            "nodes": NODES,
+            "window": {"start": START.isoformat(), "end": (START + timedelta(hours=1)).isoformat()},
+        }
+    )
 
 
 class Harness(Protocol):
@@ -96,10 +101,12 @@ class Harness(Protocol):
     def load(self, records: list[str]) -> Counter[str]:
         """Hold `records` for the attempt's scope (plus noise outside it); the records that a
         complete collection must return, each as often as it must return it."""
+
     def connector(self, policy: RetryPolicy) -> DataConnector: ...
     def records(self, collected: Collected) -> Counter[str]: ...
     def inject(self, fault: Fault, times: int) -> None:
         """The next `times` calls fail so (stall: the backend never answers any call)."""
+
     def requests(self) -> list[str]:
         """A fingerprint of every call the backend received, in order (a retry repeats one)."""
 
@@ -120,7 +127,9 @@ class FaultyTransport(httpx.MockTransport):
             self.seen.append(f"{request.method} {request.url} {body.decode(errors='replace')}")
             fault = self.queue.pop(0) if self.queue else None
         if fault == "transient":
-            return httpx.Response(503, json={"status": "error", "errorType": "unavailable", "error": "injected"})
+            return httpx.Response(
+                503, json={"status": "error", "errorType": "unavailable", "error": "injected"}
+            )
         if fault == "permanent":
             return httpx.Response(400, json={"status": "error", "errorType": "bad_data", "error": "injected"})
         if fault == "auth":
@@ -173,19 +182,40 @@ class LokiHarness:
             node = NODES[n % len(NODES)]
             ts = base + (n // 6) * 7_000_000_000  # spread over the window and its lookback
             ts -= 3_000 * 10**9 if n % 5 == 0 else 0
-            entries.append(PushedEntry({"host": node, "filename": "/var/log/kern.log"}, ts,
-                                       f"NVRM: Xid (PCI:0000:18:00): 79, {r}", {}))
-        entries.append(PushedEntry({"host": "node99", "filename": "/var/log/kern.log"}, base, "NVRM: Xid (x): 79, out", {}))
-        entries.append(PushedEntry({"host": NODES[0], "filename": "/var/log/kern.log"}, base - 10**13,
-                                   "NVRM: Xid (x): 79, long before", {}))
+            entries.append(
+                PushedEntry(
+                    {"host": node, "filename": "/var/log/kern.log"},
+                    ts,
+                    f"NVRM: Xid (PCI:0000:18:00): 79, {r}",
+                    {},
+                )
+            )
+        entries.append(
+            PushedEntry(
+                {"host": "node99", "filename": "/var/log/kern.log"}, base, "NVRM: Xid (x): 79, out", {}
+            )
+        )
+        entries.append(
+            PushedEntry(
+                {"host": NODES[0], "filename": "/var/log/kern.log"},
+                base - 10**13,
+                "NVRM: Xid (x): 79, long before",
+                {},
+            )
+        )
         self.fake.preload(entries)
         return Counter(records)
 
     def connector(self, policy: RetryPolicy) -> DataConnector:
         if self.fake.behaviour.stall_s:
             return LokiConnector(self.fake.url, queries=QUERIES, policy=policy)
-        return LokiConnector(self.fake.url, queries=QUERIES, policy=policy, transport=self.transport,
-                             limits=LokiLimits(max_entries=10, max_query_length_s=1800))
+        return LokiConnector(
+            self.fake.url,
+            queries=QUERIES,
+            policy=policy,
+            transport=self.transport,
+            limits=LokiLimits(max_entries=10, max_query_length_s=1800),
+        )
 
     def records(self, collected: Collected) -> Counter[str]:
         out: Counter[str] = Counter()
@@ -232,13 +262,20 @@ class PrometheusHarness:
         names = sorted(set(records))
         first = START - timedelta(hours=2)
         samples = [(first + timedelta(seconds=30 * k), 0.0) for k in range(6 * 120)]
-        series = [Series(name="DCGM_FI_DEV_XID_ERRORS",
-                         labels={"Hostname": NODES[i % len(NODES)], "gpu": r}, samples=samples)
-                  for i, r in enumerate(names)]
-        series.append(Series(name="DCGM_FI_DEV_XID_ERRORS", labels={"Hostname": "node99", "gpu": "x"},
-                             samples=samples))  # outside the scope
-        series.append(Series(name="DCGM_FI_DEV_GPU_UTIL", labels={"Hostname": NODES[0], "gpu": "y"},
-                             samples=samples))  # no rule reads it
+        series = [
+            Series(
+                name="DCGM_FI_DEV_XID_ERRORS",
+                labels={"Hostname": NODES[i % len(NODES)], "gpu": r},
+                samples=samples,
+            )
+            for i, r in enumerate(names)
+        ]
+        series.append(
+            Series(name="DCGM_FI_DEV_XID_ERRORS", labels={"Hostname": "node99", "gpu": "x"}, samples=samples)
+        )  # outside the scope
+        series.append(
+            Series(name="DCGM_FI_DEV_GPU_UTIL", labels={"Hostname": NODES[0], "gpu": "y"}, samples=samples)
+        )  # no rule reads it
         self.prom = backfilled_prometheus(self.tmp_path / "prometheus", series)
         lo = int(START.timestamp()) - 3600
         hi = int(START.timestamp()) + 3600 + 600
@@ -249,8 +286,15 @@ class PrometheusHarness:
             return PrometheusConnector(self.black_hole.url, queries=QUERIES, policy=policy)
         assert self.prom is not None
         # 50 points a piece: the window takes ten pieces
-        return PrometheusConnector(self.prom.url, queries=QUERIES, policy=policy, transport=self.transport,
-                                   resolution_s=self.STEP, max_points=50, max_pieces=1000)
+        return PrometheusConnector(
+            self.prom.url,
+            queries=QUERIES,
+            policy=policy,
+            transport=self.transport,
+            resolution_s=self.STEP,
+            max_points=50,
+            max_pieces=1000,
+        )
 
     def records(self, collected: Collected) -> Counter[str]:
         out: Counter[str] = Counter()
@@ -383,7 +427,7 @@ def test_persistent_transient_errors_fail_the_coverage_not_the_call(harness: Har
     assert all(f"{POLICY.attempts} tries" in (c.reason or "") for c in got.coverage), got.coverage
     assert not any(_says_what_twice(c.reason or "") for c in got.coverage), got.coverage
     seen = harness.requests()
-    assert seen[:POLICY.attempts] == [seen[0]] * POLICY.attempts
+    assert seen[: POLICY.attempts] == [seen[0]] * POLICY.attempts
 
 
 def _says_what_twice(reason: str) -> bool:
@@ -423,7 +467,9 @@ def test_garbage_answers_never_raise(harness: Harness) -> None:
     harness.load(records(30, False))
     harness.inject("garbage", 10_000)
     got = collect(harness)
-    assert got.coverage and any(c.status in ("failed", "partial", "skipped") for c in got.coverage), got.coverage
+    assert got.coverage and any(c.status in ("failed", "partial", "skipped") for c in got.coverage), (
+        got.coverage
+    )
 
 
 def test_nothing_stays_open_after_a_collect(harness: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -448,11 +494,13 @@ class ScopeHarness(Protocol):
     def load(self, records: list[str]) -> Counter[str]:
         """Hold `records` for one job (plus noise of other jobs and nodes); what a complete scope
         returns, as `kind:name` keys, each as often as it must return it."""
+
     def connector(self, policy: RetryPolicy) -> ScopeConnector: ...
     def records(self, scope: Scope) -> Counter[str]: ...
     def inject(self, fault: Fault, times: int, target: Target, garbage: str = "") -> None:
         """The next `times` calls to `target` fail so (stall: every call to it never answers;
         garbage: answered with `garbage`)."""
+
     def requests(self) -> list[str]:
         """A fingerprint of every call the backend received, in order (a retry repeats one)."""
 
@@ -464,15 +512,46 @@ GARBAGE = [
     '{"jobs": "x", "nodes": "x", "items": "x", "metadata": [], "status": []}',
     '{"jobs": 5, "nodes": 5, "items": 5, "metadata": 5, "status": 5}',
     # the right keys with values of the wrong types, as a half-upgraded server might send
-    json.dumps({"jobs": [7, None, {"job_id": 4242, "state": {"current": 5}, "time": {"start": "x"}, "nodes": 5,
-                                   "exit_code": [1], "restart_cnt": "x", "steps": [5, {"step": 7}]}],
-                "nodes": [{"name": 5}, 3],
-                "items": [{"kind": "Pod", "metadata": "x", "spec": "x",
-                           "status": {"containerStatuses": [{"restartCount": "x", "lastState": "y",
-                                                             "state": {"terminated": {"exitCode": "abc"}}}]}},
-                          {"metadata": {"name": "p"}, "spec": {"nodeName": ["x"], "containers": "x"},
-                           "status": {"startTime": 5, "containerStatuses": "x"}}],
-                "status": {"conditions": "x", "restarts": "x", "requeueState": "x"}}),
+    json.dumps(
+        {
+            "jobs": [
+                7,
+                None,
+                {
+                    "job_id": 4242,
+                    "state": {"current": 5},
+                    "time": {"start": "x"},
+                    "nodes": 5,
+                    "exit_code": [1],
+                    "restart_cnt": "x",
+                    "steps": [5, {"step": 7}],
+                },
+            ],
+            "nodes": [{"name": 5}, 3],
+            "items": [
+                {
+                    "kind": "Pod",
+                    "metadata": "x",
+                    "spec": "x",
+                    "status": {
+                        "containerStatuses": [
+                            {
+                                "restartCount": "x",
+                                "lastState": "y",
+                                "state": {"terminated": {"exitCode": "abc"}},
+                            }
+                        ]
+                    },
+                },
+                {
+                    "metadata": {"name": "p"},
+                    "spec": {"nodeName": ["x"], "containers": "x"},
+                    "status": {"startTime": 5, "containerStatuses": "x"},
+                },
+            ],
+            "status": {"conditions": "x", "restarts": "x", "requeueState": "x"},
+        }
+    ),
 ]
 
 
@@ -503,11 +582,17 @@ def slurm_documents(records: list[str]) -> tuple[dict[str, str], Counter[str]]:
     sacct["jobs"].append(other)
     ctl["jobs"][0].update(job_id=int(JOB_ID), nodes=hostlist)
     template = node_doc["nodes"][0]
-    node_doc["nodes"] = [{**copy.deepcopy(template), "name": f"node{int(r[1:]):04d}", "state": ["IDLE", "DRAIN"],
-                          "reason": r} for r in nodes]
+    node_doc["nodes"] = [
+        {**copy.deepcopy(template), "name": f"node{int(r[1:]):04d}", "state": ["IDLE", "DRAIN"], "reason": r}
+        for r in nodes
+    ]
     node_doc["nodes"].append({**copy.deepcopy(template), "name": "node9999", "reason": "not this job's"})
     want = Counter([f"job:{JOB_ID}", *(f"step:{int(r[1:])}" for r in steps), *(f"node:{r}" for r in nodes)])
-    return {"accounting": json.dumps(sacct), "controller": json.dumps(ctl), "nodes": json.dumps(node_doc)}, want
+    return {
+        "accounting": json.dumps(sacct),
+        "controller": json.dumps(ctl),
+        "nodes": json.dumps(node_doc),
+    }, want
 
 
 def keyed(scope: Scope, patterns: Sequence[tuple[str, str]]) -> Counter[str]:
@@ -528,8 +613,11 @@ def keyed(scope: Scope, patterns: Sequence[tuple[str, str]]) -> Counter[str]:
     return out
 
 
-SLURM_RECORDS = [("job", r"^slurm job (\S+) "), ("step", rf"^slurm step {JOB_ID}\.(\d+) "),
-                 ("node", r"^slurm node \S+ .*reason=(r\d{4})$")]
+SLURM_RECORDS = [
+    ("job", r"^slurm job (\S+) "),
+    ("step", rf"^slurm step {JOB_ID}\.(\d+) "),
+    ("node", r"^slurm node \S+ .*reason=(r\d{4})$"),
+]
 
 
 class FaultQueues:
@@ -586,14 +674,17 @@ class SlurmHarness(ScopeBackend):
 
     name = "slurm"
     faults: Mapping[Target, frozenset[Fault]] = dict.fromkeys(
-        ("scope", "evidence"), frozenset({"transient", "permanent", "auth", "stall", "garbage"}))
+        ("scope", "evidence"), frozenset({"transient", "permanent", "auth", "stall", "garbage"})
+    )
     duplicates = False  # a step id or a node name is one record
     evidence = frozenset({"node"})
     auth_mark = "Access/permission denied"
     # what a Slurm command prints on stderr when it fails so (slurm/src/common/slurm_errno.c)
     MESSAGES: Mapping[Fault, Sequence[str]] = {
-        "transient": ["slurm_load_jobs error: Socket timed out on send/recv operation",
-                      "slurm_load_jobs error: Unable to contact slurm controller (connect failure)"],
+        "transient": [
+            "slurm_load_jobs error: Socket timed out on send/recv operation",
+            "slurm_load_jobs error: Unable to contact slurm controller (connect failure)",
+        ],
         "permanent": ["slurm_load_jobs error: Unexpected message received"],
         "auth": ["slurm_load_jobs error: Access/permission denied"],
     }
@@ -616,7 +707,13 @@ class SlurmHarness(ScopeBackend):
 
     def run(self, argv: Sequence[str], timeout: float) -> str:
         argv = list(argv)
-        which = "nodes" if argv[1:3] == ["show", "node"] else "controller" if argv[0] == "scontrol" else "accounting"
+        which = (
+            "nodes"
+            if argv[1:3] == ["show", "node"]
+            else "controller"
+            if argv[0] == "scontrol"
+            else "accounting"
+        )
         fault = self.faults_.next("evidence" if which == "nodes" else "scope", " ".join(argv))
         if fault == "stall":
             return run_command([str(self.bin / argv[0]), *argv[1:]], timeout)
@@ -632,7 +729,6 @@ class SlurmHarness(ScopeBackend):
 
     def records(self, scope: Scope) -> Counter[str]:
         return keyed(scope, SLURM_RECORDS)
-
 
 
 class SlurmRestHarness(ScopeBackend):
@@ -657,14 +753,27 @@ class SlurmRestHarness(ScopeBackend):
 
     def handle(self, request: httpx.Request) -> httpx.Response:
         path = request.url.path
-        which = {f"/slurmdb/v0.0.41/job/{JOB_ID}": "accounting", f"/slurm/v0.0.41/job/{JOB_ID}": "controller",
-                 "/slurm/v0.0.41/nodes": "nodes"}.get(path)
+        which = {
+            f"/slurmdb/v0.0.41/job/{JOB_ID}": "accounting",
+            f"/slurm/v0.0.41/job/{JOB_ID}": "controller",
+            "/slurm/v0.0.41/nodes": "nodes",
+        }.get(path)
         if which is None:
             return httpx.Response(404, text="Not Found")
         fault = self.faults_.next("evidence" if which == "nodes" else "scope", f"GET {request.url}")
         if fault == "transient":  # slurmrestd relays the controller's error in its error list
-            return httpx.Response(500, json={"errors": [{"error": "Unable to contact slurm controller (connect failure)",
-                                                         "error_number": 1007}], "jobs": []})
+            return httpx.Response(
+                500,
+                json={
+                    "errors": [
+                        {
+                            "error": "Unable to contact slurm controller (connect failure)",
+                            "error_number": 1007,
+                        }
+                    ],
+                    "jobs": [],
+                },
+            )
         if fault == "permanent":
             return httpx.Response(400, text="Unable to parse query")
         if fault == "auth":
@@ -676,12 +785,16 @@ class SlurmRestHarness(ScopeBackend):
     def connector(self, policy: RetryPolicy) -> ScopeConnector:
         if self.black_hole is not None:
             return SlurmConnector(JOB_ID, rest_url=self.black_hole.url, rest_token="jwt", policy=policy)
-        return SlurmConnector(JOB_ID, rest_url="http://slurmrestd:6820", rest_token="jwt", policy=policy,
-                              transport=httpx.MockTransport(self.handle))
+        return SlurmConnector(
+            JOB_ID,
+            rest_url="http://slurmrestd:6820",
+            rest_token="jwt",
+            policy=policy,
+            transport=httpx.MockTransport(self.handle),
+        )
 
     def records(self, scope: Scope) -> Counter[str]:
         return keyed(scope, SLURM_RECORDS)
-
 
 
 # --------------------------------------------------------------------------------------------- Kubernetes
@@ -722,77 +835,183 @@ class KubernetesHarness(ScopeBackend):
     def load(self, records: list[str]) -> Counter[str]:
         end = START + timedelta(hours=1)
         objects: list[dict[str, Any]] = [
-            {"apiVersion": "batch/v1", "kind": "Job",
-             "metadata": {"name": "train", "namespace": "ml", "uid": "job-train", "creationTimestamp": _iso(START)},
-             "status": {"startTime": _iso(START), "conditions": [
-                 {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded", "lastTransitionTime": _iso(end)}]}},
-            {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "Workload",
-             "metadata": {"name": "job-train-5f2a1", "namespace": "ml", "uid": "wl-train",
-                          "ownerReferences": [{"kind": "Job", "name": "train", "uid": "job-train"}]},
-             "status": {"conditions": [{"type": "Admitted", "status": "True", "lastTransitionTime": _iso(START)}]}},
+            {
+                "apiVersion": "batch/v1",
+                "kind": "Job",
+                "metadata": {
+                    "name": "train",
+                    "namespace": "ml",
+                    "uid": "job-train",
+                    "creationTimestamp": _iso(START),
+                },
+                "status": {
+                    "startTime": _iso(START),
+                    "conditions": [
+                        {
+                            "type": "Failed",
+                            "status": "True",
+                            "reason": "BackoffLimitExceeded",
+                            "lastTransitionTime": _iso(end),
+                        }
+                    ],
+                },
+            },
+            {
+                "apiVersion": "kueue.x-k8s.io/v1beta1",
+                "kind": "Workload",
+                "metadata": {
+                    "name": "job-train-5f2a1",
+                    "namespace": "ml",
+                    "uid": "wl-train",
+                    "ownerReferences": [{"kind": "Job", "name": "train", "uid": "job-train"}],
+                },
+                "status": {
+                    "conditions": [{"type": "Admitted", "status": "True", "lastTransitionTime": _iso(START)}]
+                },
+            },
         ]
-        objects += [{"kind": "Node", "metadata": {"name": n}, "status": {"conditions": [
-            {"type": "Ready", "status": "True", "reason": "KubeletReady", "lastTransitionTime": _iso(START)}]}}
-            for n in NODES]
+        objects += [
+            {
+                "kind": "Node",
+                "metadata": {"name": n},
+                "status": {
+                    "conditions": [
+                        {
+                            "type": "Ready",
+                            "status": "True",
+                            "reason": "KubeletReady",
+                            "lastTransitionTime": _iso(START),
+                        }
+                    ]
+                },
+            }
+            for n in NODES
+        ]
         pods = [f"train-p{k:02d}" for k in range(self.PODS)]
         for k, pod in enumerate([*pods, "other-p00"]):
-            objects.append({
-                "apiVersion": "v1", "kind": "Pod",
-                "metadata": {"name": pod, "namespace": "ml", "uid": f"uid-{pod}",
-                             "labels": {"batch.kubernetes.io/job-name": pod.split("-")[0]}},
-                "spec": {"nodeName": NODES[k % len(NODES)], "containers": [{"name": "trainer"}]},
-                "status": {"phase": "Failed", "startTime": _iso(START), "containerStatuses": [
-                    {"name": "trainer", "restartCount": 0,
-                     "state": {"terminated": {"exitCode": 1, "reason": "Error", "finishedAt": _iso(end)}}}]}})
-        logs: dict[tuple[str, str | None, bool], str] = {(pod, None, False): "" for pod in [*pods, "other-p00"]}
-        want: Counter[str] = Counter(["job:train", *(f"pod:{p}" for p in pods), *(f"node:{n}" for n in NODES)])
+            objects.append(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": {
+                        "name": pod,
+                        "namespace": "ml",
+                        "uid": f"uid-{pod}",
+                        "labels": {"batch.kubernetes.io/job-name": pod.split("-")[0]},
+                    },
+                    "spec": {"nodeName": NODES[k % len(NODES)], "containers": [{"name": "trainer"}]},
+                    "status": {
+                        "phase": "Failed",
+                        "startTime": _iso(START),
+                        "containerStatuses": [
+                            {
+                                "name": "trainer",
+                                "restartCount": 0,
+                                "state": {
+                                    "terminated": {"exitCode": 1, "reason": "Error", "finishedAt": _iso(end)}
+                                },
+                            }
+                        ],
+                    },
+                }
+            )
+        logs: dict[tuple[str, str | None, bool], str] = {
+            (pod, None, False): "" for pod in [*pods, "other-p00"]
+        }
+        want: Counter[str] = Counter(
+            ["job:train", *(f"pod:{p}" for p in pods), *(f"node:{n}" for n in NODES)]
+        )
         for i, r in enumerate(records):
             n = int(r[1:])
             pod = pods[(n // 2) % self.PODS]  # every pod has events and log lines
             when = START + timedelta(seconds=7 * n)
             if n % 2 == 0:
-                objects.append({"apiVersion": "v1", "kind": "Event",
-                                "metadata": {"name": f"{pod}.{i:x}", "namespace": "ml", "uid": f"event-{i}"},
-                                "involvedObject": {"kind": "Pod", "name": pod, "namespace": "ml"},
-                                "type": "Warning", "reason": "BackOff", "message": f"injected {r}",
-                                "lastTimestamp": _iso(when)})
+                objects.append(
+                    {
+                        "apiVersion": "v1",
+                        "kind": "Event",
+                        "metadata": {"name": f"{pod}.{i:x}", "namespace": "ml", "uid": f"event-{i}"},
+                        "involvedObject": {"kind": "Pod", "name": pod, "namespace": "ml"},
+                        "type": "Warning",
+                        "reason": "BackOff",
+                        "message": f"injected {r}",
+                        "lastTimestamp": _iso(when),
+                    }
+                )
                 want[f"event:{r}"] += 1
             else:
-                logs[(pod, None, False)] += f"{when.isoformat().replace('+00:00', '.000000000Z')} step failed {r}\n"
+                logs[(pod, None, False)] += (
+                    f"{when.isoformat().replace('+00:00', '.000000000Z')} step failed {r}\n"
+                )
                 want[f"log:{r}"] += 1
-        objects.append({"apiVersion": "v1", "kind": "Event", "metadata": {"name": "other", "namespace": "ml", "uid": "x"},
-                        "involvedObject": {"kind": "Pod", "name": "other-p00"}, "message": "injected r9999"})
+        objects.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Event",
+                "metadata": {"name": "other", "namespace": "ml", "uid": "x"},
+                "involvedObject": {"kind": "Pod", "name": "other-p00"},
+                "message": "injected r9999",
+            }
+        )
         logs[("other-p00", None, False)] = "2026-11-02T10:00:00.000000000Z step failed r9998\n"
         self.fake = FakeKube(objects, logs)
         return want
 
     def handle(self, request: httpx.Request) -> httpx.Response:
         path = request.url.path
-        target: Target | None = "scope" if path == self.JOB_PATH else (
-            "evidence" if path.endswith(("/pods", "/events", "/log")) or path.startswith("/api/v1/nodes/") else None)
+        target: Target | None = (
+            "scope"
+            if path == self.JOB_PATH
+            else (
+                "evidence"
+                if path.endswith(("/pods", "/events", "/log")) or path.startswith("/api/v1/nodes/")
+                else None
+            )
+        )
         fault = self.faults_.next(target or "scope", f"GET {request.url}") if target else None
         if target is None:
             self.faults_.seen.append(f"GET {request.url}")
         if fault in ("transient", "permanent", "auth"):
-            code = {"transient": (429, 503), "permanent": (400, 400), "auth": (401, 403)}[fault][len(self.faults_.seen) % 2]
-            return httpx.Response(code, json={"kind": "Status", "apiVersion": "v1", "status": "Failure",
-                                              "message": f"injected {code}", "code": code})
+            code = {"transient": (429, 503), "permanent": (400, 400), "auth": (401, 403)}[fault][
+                len(self.faults_.seen) % 2
+            ]
+            return httpx.Response(
+                code,
+                json={
+                    "kind": "Status",
+                    "apiVersion": "v1",
+                    "status": "Failure",
+                    "message": f"injected {code}",
+                    "code": code,
+                },
+            )
         if fault == "garbage":
             return httpx.Response(200, text=self.faults_.garbage)
         return self.fake.handle(request)
 
     def connector(self, policy: RetryPolicy) -> ScopeConnector:
-        creds = Credentials(server=self.black_hole.url if self.black_hole else "https://k8s.test",
-                            headers={"Authorization": "Bearer fake-token"}, origin="the test's kubeconfig")
-        api = KubeAPI(creds, policy=policy, transport=None if self.black_hole else httpx.MockTransport(self.handle))
+        creds = Credentials(
+            server=self.black_hole.url if self.black_hole else "https://k8s.test",
+            headers={"Authorization": "Bearer fake-token"},
+            origin="the test's kubeconfig",
+        )
+        api = KubeAPI(
+            creds, policy=policy, transport=None if self.black_hole else httpx.MockTransport(self.handle)
+        )
         self.apis.append(api)
         return KubernetesConnector.for_job("ml/job/train", api=api)
 
     def records(self, scope: Scope) -> Counter[str]:
-        return keyed(scope, [("log", r" step failed (r\d{4})$"), ("event", r"^k8s event .* message=injected (r\d{4})$"),
-                             ("pod", r"^k8s container (\S+)/trainer terminated"), ("node", r"^k8s node (\S+) condition"),
-                             ("job", r"^job (\S+) condition type=Failed")])
-
+        return keyed(
+            scope,
+            [
+                ("log", r" step failed (r\d{4})$"),
+                ("event", r"^k8s event .* message=injected (r\d{4})$"),
+                ("pod", r"^k8s container (\S+)/trainer terminated"),
+                ("node", r"^k8s node (\S+) condition"),
+                ("job", r"^job (\S+) condition type=Failed"),
+            ],
+        )
 
 
 SCOPE_HARNESSES: list[Callable[[], ScopeHarness]] = [SlurmHarness, SlurmRestHarness, KubernetesHarness]
@@ -815,14 +1034,16 @@ def survives(h: ScopeHarness, want: Counter[str], policy: RetryPolicy = POLICY) 
     scope = h.connector(policy).scope()
     got = h.records(scope)
     assert not got - want, f"invented or repeated: {got - want}"
-    assert {k.split(":")[0] for k in want - got} <= h.evidence, f"lost beyond the failing source: {want - got}"
+    assert {k.split(":")[0] for k in want - got} <= h.evidence, (
+        f"lost beyond the failing source: {want - got}"
+    )
     bad = [c for c in scope.collected.coverage if c.status in ("failed", "partial")]
     assert bad and all(c.reason for c in bad), scope.collected.coverage
     return [c.reason or "" for c in bad]
 
 
 def repeated(seen: list[str], times: int) -> bool:
-    return any(seen[i:i + times] == [seen[i]] * times for i in range(len(seen)))
+    return any(seen[i : i + times] == [seen[i]] * times for i in range(len(seen)))
 
 
 def test_scope_every_record_comes_back_exactly_once(scope_harness: ScopeHarness) -> None:
@@ -840,7 +1061,9 @@ def test_scope_nothing_stays_open(scope_harness: ScopeHarness, monkeypatch: pyte
 
 
 @pytest.mark.parametrize("target", TARGETS)
-def test_scope_transient_errors_are_retried_and_nothing_is_lost(scope_harness: ScopeHarness, target: Target) -> None:
+def test_scope_transient_errors_are_retried_and_nothing_is_lost(
+    scope_harness: ScopeHarness, target: Target
+) -> None:
     needs_at(scope_harness, "transient", target)
     want = scope_harness.load(records(60, scope_harness.duplicates))
     scope_harness.inject("transient", POLICY.attempts - 1, target)
@@ -850,8 +1073,9 @@ def test_scope_transient_errors_are_retried_and_nothing_is_lost(scope_harness: S
 
 
 @pytest.mark.parametrize("target", TARGETS)
-def test_scope_persistent_transient_errors_say_how_often_they_were_tried(scope_harness: ScopeHarness,
-                                                                        target: Target) -> None:
+def test_scope_persistent_transient_errors_say_how_often_they_were_tried(
+    scope_harness: ScopeHarness, target: Target
+) -> None:
     needs_at(scope_harness, "transient", target)
     want = scope_harness.load(records(30, False))
     scope_harness.inject("transient", 10_000, target)
@@ -869,8 +1093,9 @@ def test_scope_persistent_transient_errors_say_how_often_they_were_tried(scope_h
 
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("fault", ["permanent", "auth"])
-def test_scope_permanent_and_auth_errors_are_not_retried(scope_harness: ScopeHarness, fault: Fault,
-                                                         target: Target) -> None:
+def test_scope_permanent_and_auth_errors_are_not_retried(
+    scope_harness: ScopeHarness, fault: Fault, target: Target
+) -> None:
     needs_at(scope_harness, fault, target)
     want = scope_harness.load(records(30, False))
     scope_harness.inject(fault, 10_000, target)
@@ -888,7 +1113,9 @@ def test_scope_permanent_and_auth_errors_are_not_retried(scope_harness: ScopeHar
 
 
 @pytest.mark.parametrize("target", TARGETS)
-def test_scope_a_silent_backend_is_a_timeout_within_the_policy(scope_harness: ScopeHarness, target: Target) -> None:
+def test_scope_a_silent_backend_is_a_timeout_within_the_policy(
+    scope_harness: ScopeHarness, target: Target
+) -> None:
     needs_at(scope_harness, "stall", target)
     want = scope_harness.load(records(10, False))
     scope_harness.inject("stall", 1, target)

@@ -16,7 +16,9 @@ from hypocenter.collector.connectors.base import ConnectorError
 def test_every_module_is_registered_or_declared_support() -> None:
     modules = {m.name for m in pkgutil.iter_modules(connectors.__path__)}
     registered = {target.split(":")[0].rsplit(".", 1)[1] for target in CONNECTORS.values()}
-    assert modules - SUPPORT_MODULES == registered & modules, "register the new connector module in CONNECTORS"
+    assert modules - SUPPORT_MODULES == registered & modules, (
+        "register the new connector module in CONNECTORS"
+    )
     assert not SUPPORT_MODULES & registered
 
 
@@ -31,8 +33,10 @@ def test_every_registered_connector_resolves(name: str) -> None:
 
 
 def test_entry_points_add_third_party_connectors(monkeypatch: pytest.MonkeyPatch) -> None:
-    eps = [EntryPoint("lsf", "hypocenter.collector.connectors.slurm:SlurmConnector", "hypocenter.connectors"),
-           EntryPoint("slurm", "elsewhere:Other", "hypocenter.connectors")]
+    eps = [
+        EntryPoint("lsf", "hypocenter.collector.connectors.slurm:SlurmConnector", "hypocenter.connectors"),
+        EntryPoint("slurm", "elsewhere:Other", "hypocenter.connectors"),
+    ]
 
     def fake(group: str) -> list[EntryPoint]:
         return eps if group == "hypocenter.connectors" else []

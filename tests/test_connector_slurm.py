@@ -48,7 +48,11 @@ class Replay:
             name = f"scontrol-job-{argv[3]}.json"
         elif argv[0] == "scontrol" and argv[1:3] == ["show", "node"]:
             files = sorted(self.root.glob("scontrol-node-*.json"))
-            return json.dumps({"nodes": [n for p in files for n in json.loads(p.read_text())["nodes"]]}) if files else None
+            return (
+                json.dumps({"nodes": [n for p in files for n in json.loads(p.read_text())["nodes"]]})
+                if files
+                else None
+            )
         path = self.root / name if name else None
         return path.read_text() if path is not None and path.is_file() else None
 
@@ -67,8 +71,13 @@ def test_each_release_gives_the_example_attempt(version: str) -> None:
     connector, runner = _scope(version, "81234")
     scope = connector.scope()
     ctx = scope.context
-    assert ctx.workload.model_dump() == {"id": "81234", "attempt": 0, "name": "llama-pretrain",
-                                         "scheduler": "slurm", "cluster": "eos"}
+    assert ctx.workload.model_dump() == {
+        "id": "81234",
+        "attempt": 0,
+        "name": "llama-pretrain",
+        "scheduler": "slurm",
+        "cluster": "eos",
+    }
     assert ctx.window.start == datetime(2026, 11, 2, 10, 0, tzinfo=timezone.utc)
     assert ctx.window.end == datetime(2026, 11, 2, 11, 2, tzinfo=timezone.utc)
     assert (ctx.state, ctx.exit_code, ctx.reason) == ("FAILED", 1, "NonZeroExitCode")
@@ -80,9 +89,14 @@ def test_each_release_gives_the_example_attempt(version: str) -> None:
         "slurm step 81234.extern state=COMPLETED exit_code=0:0 nodes=node[01-04]",
         "slurm step 81234.0 state=FAILED exit_code=1:0 nodes=node[01-04]",
     ]
-    assert [t for t in texts if t.startswith("slurm node")] == [f"slurm node node0{i} state=IDLE reason=-" for i in range(1, 5)]
+    assert [t for t in texts if t.startswith("slurm node")] == [
+        f"slurm node node0{i} state=IDLE reason=-" for i in range(1, 5)
+    ]
     assert {(c.source, c.status) for c in scope.collected.coverage} == {
-        ("slurm/sacct-81234.json", "ok"), ("slurm/scontrol-job-81234.json", "ok"), ("slurm/nodes-81234.json", "ok")}
+        ("slurm/sacct-81234.json", "ok"),
+        ("slurm/scontrol-job-81234.json", "ok"),
+        ("slurm/nodes-81234.json", "ok"),
+    }
     assert runner.calls[0] == ["sacct", "--json", "--duplicates", "-j", "81234"]
     assert ["scontrol", "show", "job", "81234", "--json"] in runner.calls
 
@@ -129,12 +143,15 @@ def test_slurm_2205_without_accounting_still_scopes_from_the_controller() -> Non
     assert (scope.context.state, scope.context.exit_code) == ("FAILED", 1)
     sacct = next(c for c in scope.collected.coverage if c.source == "slurm/sacct-3.json")
     assert sacct.status == "failed" and "accounting storage is disabled" in (sacct.reason or "")
-    assert "slurm job 3 state=FAILED reason=NonZeroExitCode exit_code=1:0 nodes=vm" in _texts(scope.collected.sources)
+    assert "slurm job 3 state=FAILED reason=NonZeroExitCode exit_code=1:0 nodes=vm" in _texts(
+        scope.collected.sources
+    )
 
 
 def test_slurm_2205_requeued_job_analyses_the_attempt_that_ran() -> None:
-    scope = SlurmConnector("2", runner=Slurm2205("sacct-requeued.json", "squeue-requeued.json"), policy=FAST,
-                           now=lambda: NOW).scope()
+    scope = SlurmConnector(
+        "2", runner=Slurm2205("sacct-requeued.json", "squeue-requeued.json"), policy=FAST, now=lambda: NOW
+    ).scope()
     ctx = scope.context
     assert ctx.workload.attempt == 0 and ctx.state == "REQUEUED" and ctx.nodes == ["vm"]
     assert any("has not started" in n for n in scope.notes)
@@ -158,9 +175,16 @@ def test_array_task_and_bare_array_id() -> None:
     connector, _ = _scope("23.11", "90001_7")
     ctx = connector.scope().context
     assert ctx.workload.id == "90001_7"
-    assert (ctx.state, ctx.exit_code, ctx.reason, ctx.nodes) == ("OUT_OF_MEMORY", 137, "OutOfMemory", ["gpu-a02"])
+    assert (ctx.state, ctx.exit_code, ctx.reason, ctx.nodes) == (
+        "OUT_OF_MEMORY",
+        137,
+        "OutOfMemory",
+        ["gpu-a02"],
+    )
     connector, _ = _scope("23.11", "90001")
-    with pytest.raises(ConnectorError, match=r"job array \(2 tasks: 90001_5, 90001_7\): name one task") as err:
+    with pytest.raises(
+        ConnectorError, match=r"job array \(2 tasks: 90001_5, 90001_7\): name one task"
+    ) as err:
         connector.scope()
     assert err.value.kind == "permanent"
 
@@ -197,19 +221,28 @@ def test_unknown_job_is_not_found() -> None:
 
 def _answering(docs: dict[str, str]) -> Callable[[Sequence[str], float], str]:
     """A runner whose sacct, scontrol show job and scontrol show node print the given documents."""
+
     def run(argv: Sequence[str], timeout: float) -> str:
         which = "node" if list(argv[1:3]) == ["show", "node"] else argv[0]
         return docs[which]
+
     return run
 
 
-@pytest.mark.parametrize(("sacct", "scontrol", "kind"), [
-    ('{"jobs": "x"}', '{"jobs": "x"}', "permanent"),  # neither answer is a list of jobs: not understood
-    ('{"jobs": 5}', '{"meta": {}}', "permanent"),
-    ('{"jobs": [7]}', '{"jobs": [null]}', "permanent"),
-    ('{"jobs": []}', '{"jobs": []}', "not_found"),  # well-formed, without the job
-    ('{"jobs": "x"}', '{"jobs": [{"job_id": 1, "name": "other"}]}', "not_found"),  # one source says: no such job
-])
+@pytest.mark.parametrize(
+    ("sacct", "scontrol", "kind"),
+    [
+        ('{"jobs": "x"}', '{"jobs": "x"}', "permanent"),  # neither answer is a list of jobs: not understood
+        ('{"jobs": 5}', '{"meta": {}}', "permanent"),
+        ('{"jobs": [7]}', '{"jobs": [null]}', "permanent"),
+        ('{"jobs": []}', '{"jobs": []}', "not_found"),  # well-formed, without the job
+        (
+            '{"jobs": "x"}',
+            '{"jobs": [{"job_id": 1, "name": "other"}]}',
+            "not_found",
+        ),  # one source says: no such job
+    ],
+)
 def test_answers_without_the_job(sacct: str, scontrol: str, kind: str) -> None:
     runner = _answering({"sacct": sacct, "scontrol": scontrol})
     with pytest.raises(ConnectorError) as err:
@@ -221,8 +254,9 @@ def test_answers_without_the_job(sacct: str, scontrol: str, kind: str) -> None:
 
 def test_an_answer_not_understood_beside_the_job_is_a_failed_source() -> None:
     f = FIXTURES / "24.05"
-    runner = _answering({"sacct": (f / "sacct-81234.json").read_text(), "scontrol": '{"jobs": "x"}',
-                         "node": '{"nodes": 5}'})
+    runner = _answering(
+        {"sacct": (f / "sacct-81234.json").read_text(), "scontrol": '{"jobs": "x"}', "node": '{"nodes": 5}'}
+    )
     scope = SlurmConnector("81234", runner=runner, policy=FAST, now=lambda: NOW).scope()
     status = {c.source: (c.status, c.reason) for c in scope.collected.coverage}
     assert status["slurm/sacct-81234.json"][0] == "ok"
@@ -230,11 +264,15 @@ def test_an_answer_not_understood_beside_the_job_is_a_failed_source() -> None:
         assert status[source][0] == "failed" and "answer not understood" in (status[source][1] or ""), status
 
 
-def test_missing_binaries_are_a_clear_permanent_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_missing_binaries_are_a_clear_permanent_error(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(ConnectorError) as err:
         run_command(["sacct", "--json"], 5)
-    assert str(err.value) == "sacct not found on PATH: install Slurm's client commands or use --slurm-rest URL"
+    assert (
+        str(err.value) == "sacct not found on PATH: install Slurm's client commands or use --slurm-rest URL"
+    )
     assert err.value.kind == "permanent"
     with pytest.raises(ConnectorError, match="sacct not found on PATH") as err:
         SlurmConnector("81234", policy=FAST).scope()
@@ -250,13 +288,16 @@ def test_a_timeout_is_transient(tmp_path: Path) -> None:
     assert err.value.kind == "transient"
 
 
-@pytest.mark.parametrize(("message", "kind"), [
-    ("sacct: error: Problem talking to the database: Connection refused", "transient"),
-    ("slurm_load_jobs error: Unable to contact slurm controller (connect failure)", "transient"),
-    ("slurm_load_jobs error: Socket timed out on send/recv operation", "transient"),
-    ("slurm_load_jobs error: Invalid job id specified", "not_found"),
-    ("Slurm accounting storage is disabled", "permanent"),
-])
+@pytest.mark.parametrize(
+    ("message", "kind"),
+    [
+        ("sacct: error: Problem talking to the database: Connection refused", "transient"),
+        ("slurm_load_jobs error: Unable to contact slurm controller (connect failure)", "transient"),
+        ("slurm_load_jobs error: Socket timed out on send/recv operation", "transient"),
+        ("slurm_load_jobs error: Invalid job id specified", "not_found"),
+        ("Slurm accounting storage is disabled", "permanent"),
+    ],
+)
 def test_error_classification(message: str, kind: str) -> None:
     assert classify("x", message).kind == kind
 
@@ -267,7 +308,9 @@ def test_transient_errors_are_retried() -> None:
     runner = Replay(FIXTURES / "24.05", fail={"scontrol": [down, down]})
     scope = SlurmConnector("81234", runner=runner, policy=FAST, sleep=sleeps.append, now=lambda: NOW).scope()
     assert scope.context.state == "FAILED"
-    assert sum(c[:3] == ["scontrol", "show", "job"] for c in runner.calls) == 3  # two refusals, then the answer
+    assert (
+        sum(c[:3] == ["scontrol", "show", "job"] for c in runner.calls) == 3
+    )  # two refusals, then the answer
     assert len(sleeps) == 2
 
 
@@ -297,6 +340,7 @@ def _rest(routes: dict[str, tuple[int, str]], seen: list[httpx.Request]) -> http
         seen.append(request)
         status, body = routes.get(request.url.path, (404, "Not Found"))
         return httpx.Response(status, text=body)
+
     return httpx.MockTransport(handler)
 
 
@@ -308,8 +352,14 @@ def test_slurmrestd_is_the_same_scope() -> None:
         "/slurm/v0.0.41/nodes": (200, (f / "scontrol-node-81234.json").read_text()),
     }
     seen: list[httpx.Request] = []
-    rest = SlurmConnector("81234", rest_url="http://slurm:6820/", rest_token="jwt-abc", policy=FAST,
-                          transport=_rest(routes, seen), now=lambda: NOW).scope()
+    rest = SlurmConnector(
+        "81234",
+        rest_url="http://slurm:6820/",
+        rest_token="jwt-abc",
+        policy=FAST,
+        transport=_rest(routes, seen),
+        now=lambda: NOW,
+    ).scope()
     cli = _scope("24.05", "81234")[0].scope()
     assert rest.context == cli.context
     assert _texts(rest.collected.sources) == _texts(cli.collected.sources)
@@ -318,22 +368,38 @@ def test_slurmrestd_is_the_same_scope() -> None:
 
 def test_slurmrestd_api_version_is_found() -> None:
     f = FIXTURES / "25.05"
-    routes = {"/slurmdb/v0.0.43/job/90004": (200, (f / "sacct-90004.json").read_text()),
-              "/slurm/v0.0.43/job/90004": (200, (f / "scontrol-job-90004.json").read_text()),
-              "/slurm/v0.0.43/nodes": (200, (f / "scontrol-node-90004.json").read_text())}
+    routes = {
+        "/slurmdb/v0.0.43/job/90004": (200, (f / "sacct-90004.json").read_text()),
+        "/slurm/v0.0.43/job/90004": (200, (f / "scontrol-job-90004.json").read_text()),
+        "/slurm/v0.0.43/nodes": (200, (f / "scontrol-node-90004.json").read_text()),
+    }
     seen: list[httpx.Request] = []
-    scope = SlurmConnector("90004", rest_url="http://slurm:6820", rest_token="t", policy=FAST,
-                           transport=_rest(routes, seen), now=lambda: NOW).scope()
+    scope = SlurmConnector(
+        "90004",
+        rest_url="http://slurm:6820",
+        rest_token="t",
+        policy=FAST,
+        transport=_rest(routes, seen),
+        now=lambda: NOW,
+    ).scope()
     assert scope.context.workload.attempt == 1
     tried = [r.url.path for r in seen]
-    assert tried[:3] == ["/slurmdb/v0.0.41/job/90004", "/slurmdb/v0.0.42/job/90004", "/slurmdb/v0.0.43/job/90004"]
+    assert tried[:3] == [
+        "/slurmdb/v0.0.41/job/90004",
+        "/slurmdb/v0.0.42/job/90004",
+        "/slurmdb/v0.0.43/job/90004",
+    ]
     assert "/slurm/v0.0.41/job/90004" not in tried  # the version that answered is kept
 
 
 def test_slurmrestd_refusal_is_an_auth_error() -> None:
-    routes = dict.fromkeys(("/slurmdb/v0.0.41/job/81234", "/slurm/v0.0.41/job/81234"), (401, "Authentication failure"))
+    routes = dict.fromkeys(
+        ("/slurmdb/v0.0.41/job/81234", "/slurm/v0.0.41/job/81234"), (401, "Authentication failure")
+    )
     with pytest.raises(ConnectorError, match="SLURM_JWT") as err:
-        SlurmConnector("81234", rest_url="http://slurm:6820", policy=FAST, transport=_rest(routes, [])).scope()
+        SlurmConnector(
+            "81234", rest_url="http://slurm:6820", policy=FAST, transport=_rest(routes, [])
+        ).scope()
     assert err.value.kind == "auth"
 
 
@@ -349,13 +415,21 @@ def test_slurmrestd_connections_live_for_one_scope(monkeypatch: pytest.MonkeyPat
     """The client is closed when scope() returns or raises; the caller's transport stays open and
     serves the next scope (base.py, "Resources")."""
     f = FIXTURES / "24.05"
-    routes = {"/slurmdb/v0.0.41/job/81234": (200, (f / "sacct-81234.json").read_text()),
-              "/slurm/v0.0.41/job/81234": (200, (f / "scontrol-job-81234.json").read_text()),
-              "/slurm/v0.0.41/nodes": (200, (f / "scontrol-node-81234.json").read_text())}
+    routes = {
+        "/slurmdb/v0.0.41/job/81234": (200, (f / "sacct-81234.json").read_text()),
+        "/slurm/v0.0.41/job/81234": (200, (f / "scontrol-job-81234.json").read_text()),
+        "/slurm/v0.0.41/nodes": (200, (f / "scontrol-node-81234.json").read_text()),
+    }
     transport = CallersTransport(_rest(routes, []).handler)
     opened = record_clients(monkeypatch)
-    connector = SlurmConnector("81234", rest_url="http://slurm:6820", rest_token="t", policy=FAST,
-                               transport=transport, now=lambda: NOW)
+    connector = SlurmConnector(
+        "81234",
+        rest_url="http://slurm:6820",
+        rest_token="t",
+        policy=FAST,
+        transport=transport,
+        now=lambda: NOW,
+    )
     assert connector.scope().context == connector.scope().context
     with pytest.raises(ConnectorError):
         SlurmConnector("5", rest_url="http://slurm:6820", policy=FAST, transport=transport).scope()
@@ -366,9 +440,12 @@ def test_slurmrestd_connections_live_for_one_scope(monkeypatch: pytest.MonkeyPat
 def test_a_host_without_slurm_configuration_gets_a_hint() -> None:
     from hypocenter.collector.connectors.slurm import classify
 
-    err = classify("sacct", "sacct: error: resolve_ctls_from_dns_srv: res_nsearch error: Unknown host\n"
-                            "sacct: error: fetch_config: DNS SRV lookup failed\n"
-                            "sacct: fatal: Could not establish a configuration source")
+    err = classify(
+        "sacct",
+        "sacct: error: resolve_ctls_from_dns_srv: res_nsearch error: Unknown host\n"
+        "sacct: error: fetch_config: DNS SRV lookup failed\n"
+        "sacct: fatal: Could not establish a configuration source",
+    )
     assert err.kind == "permanent" and "SLURM_CONF" in str(err) and "res_nsearch" not in str(err)
 
 
@@ -382,5 +459,8 @@ def test_each_release_gives_the_task_layout_of_the_main_step(version: str) -> No
     # step 81234.0 (torchrun): 4 tasks, one per node; batch and extern are not the job's ranks
     assert scope.tasks == {"node01": [0], "node02": [1], "node03": [2], "node04": [3]}
     assert (scope.context.state, scope.context.exit_code, scope.context.nodes) == (
-        "FAILED", 1, ["node01", "node02", "node03", "node04"])
+        "FAILED",
+        1,
+        ["node01", "node02", "node03", "node04"],
+    )
     assert scope.context.workload.cluster == "eos"

@@ -35,16 +35,45 @@ NODE = shutil.which("node")
 @pytest.fixture(scope="session")
 def dashboard_schema(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     if NPM is None or NODE is None:
-        pytest.skip("node/npm are not installed: cannot generate the dashboard JSON Schema from @grafana/schema")
-    if not (SCHEMA_PKG / "node_modules" / "@grafana" / "schema").is_dir():  # .ci/run installs it; do it here too
-        r = subprocess.run([NPM, "ci", "--no-audit", "--no-fund", "--ignore-scripts"], cwd=SCHEMA_PKG,
-                           capture_output=True, text=True, timeout=300, check=False)
+        pytest.skip(
+            "node/npm are not installed: cannot generate the dashboard JSON Schema from @grafana/schema"
+        )
+    if not (
+        SCHEMA_PKG / "node_modules" / "@grafana" / "schema"
+    ).is_dir():  # .ci/run installs it; do it here too
+        r = subprocess.run(
+            [NPM, "ci", "--no-audit", "--no-fund", "--ignore-scripts"],
+            cwd=SCHEMA_PKG,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
         assert r.returncode == 0, r.stdout + r.stderr
     out = tmp_path_factory.mktemp("schema") / "dashboard.schema.json"
     types = SCHEMA_PKG / "node_modules/@grafana/schema/dist/types/raw/dashboard/x/types.gen.d.ts"
-    r = subprocess.run([NPM, "exec", "--no", "--", "ts-json-schema-generator", "--path", str(types), "--type",
-                        "Dashboard", "--no-type-check", "--additional-properties", "-o", str(out)],
-                       cwd=SCHEMA_PKG, capture_output=True, text=True, timeout=300, check=False)
+    r = subprocess.run(
+        [
+            NPM,
+            "exec",
+            "--no",
+            "--",
+            "ts-json-schema-generator",
+            "--path",
+            str(types),
+            "--type",
+            "Dashboard",
+            "--no-type-check",
+            "--additional-properties",
+            "-o",
+            str(out),
+        ],
+        cwd=SCHEMA_PKG,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     schema: dict[str, Any] = json.loads(out.read_text())
     return schema
@@ -64,7 +93,9 @@ def _targets(d: dict[str, Any]) -> list[dict[str, Any]]:
 def test_files_are_the_generators_output() -> None:
     assert [p.stem for p in FILES] == sorted(DASHBOARDS)
     for path in FILES:
-        assert path.read_text() == render(path.stem), f"{path.name} is stale: python -m hypocenter.exporter.dashboards"
+        assert path.read_text() == render(path.stem), (
+            f"{path.name} is stale: python -m hypocenter.exporter.dashboards"
+        )
 
 
 @pytest.mark.parametrize("path", FILES, ids=lambda p: p.stem)
@@ -97,8 +128,14 @@ def _promql(d: dict[str, Any]) -> list[str]:
 
 def _concrete(expr: str) -> str:
     """Grafana's variables replaced by values promtool can parse."""
-    for var, value in (("$__rate_interval", "5m"), ("$__interval", "1m"), ("$cluster", ".*"), ("$instance", ".*"),
-                       ("$job", "hypocenter"), ("$node", ".*")):
+    for var, value in (
+        ("$__rate_interval", "5m"),
+        ("$__interval", "1m"),
+        ("$cluster", ".*"),
+        ("$instance", ".*"),
+        ("$job", "hypocenter"),
+        ("$node", ".*"),
+    ):
         expr = expr.replace(var, value)
     assert "$" not in expr, expr
     return expr
@@ -106,8 +143,10 @@ def _concrete(expr: str) -> str:
 
 @needs_promtool
 def test_promql_parses(tmp_path: Path) -> None:
-    rules = [{"record": f"dashboard:query:{i}", "expr": _concrete(e)}
-             for i, e in enumerate(e for path in FILES for e in _promql(_load(path)))]
+    rules = [
+        {"record": f"dashboard:query:{i}", "expr": _concrete(e)}
+        for i, e in enumerate(e for path in FILES for e in _promql(_load(path)))
+    ]
     f = tmp_path / "queries.yaml"
     f.write_text(yaml.safe_dump({"groups": [{"name": "dashboards", "rules": rules}]}))
     r = promtool("check", "rules", str(f))
@@ -176,20 +215,37 @@ def test_loki_tables_fill_their_columns_on_lokis_answer(tmp_path: Path) -> None:
             for p in _load(path)["panels"]:
                 if p["type"] != "table" or p["datasource"]["uid"] != "${loki}":
                     continue
-                columns = set(next(t["options"]["indexByName"] for t in p["transformations"]
-                                   if "indexByName" in t.get("options", {}))) - {"Time"}
+                columns = set(
+                    next(
+                        t["options"]["indexByName"]
+                        for t in p["transformations"]
+                        if "indexByName" in t.get("options", {})
+                    )
+                ) - {"Time"}
                 [target] = p["targets"]
                 expr = target["expr"]
-                for var, value in (("$cluster", ".*"), ("$node", ""), ("$workload", ".*"), ("$attempt", ".*"),
-                                   ("$diagnosis", ".*")):
+                for var, value in (
+                    ("$cluster", ".*"),
+                    ("$node", ""),
+                    ("$workload", ".*"),
+                    ("$attempt", ".*"),
+                    ("$diagnosis", ".*"),
+                ):
                     expr = expr.replace(var, value)
-                r = httpx.get(f"{loki.url}/loki/api/v1/query_range", timeout=10,
-                              headers={"X-Loki-Response-Encoding-Flags": "categorize-labels"},
-                              params={"query": expr, "start": str(time.time_ns() - 86400 * 10**9), "limit": "10"})
+                r = httpx.get(
+                    f"{loki.url}/loki/api/v1/query_range",
+                    timeout=10,
+                    headers={"X-Loki-Response-Encoding-Flags": "categorize-labels"},
+                    params={"query": expr, "start": str(time.time_ns() - 86400 * 10**9), "limit": "10"},
+                )
                 assert r.status_code == 200, r.text
                 [stream] = r.json()["data"]["result"]
                 [value] = stream["values"]
-                fields = {**stream["stream"], **value[2].get("structuredMetadata", {}), **value[2].get("parsed", {})}
+                fields = {
+                    **stream["stream"],
+                    **value[2].get("structuredMetadata", {}),
+                    **value[2].get("parsed", {}),
+                }
                 assert not [f for f in fields if f.endswith("_extracted")], (p["title"], expr)
                 assert {c for c in columns if not fields.get(c)} == set(), (p["title"], fields)
                 checked += 1

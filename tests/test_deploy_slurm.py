@@ -17,13 +17,21 @@ from server_support import REPO, ServerProcess
 from hypocenter.config import Settings
 
 PROLOG = REPO / "deploy" / "slurm" / "hypocenter-prolog.sh"
-pytestmark = pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed (.ci/run installs it)")
+pytestmark = pytest.mark.skipif(
+    shutil.which("curl") is None, reason="curl is not installed (.ci/run installs it)"
+)
 
 
 def _prolog(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     # slurmctld gives a prolog no search path of its own: the test gives it this one and nothing else
-    return subprocess.run([str(PROLOG)], env={"PATH": os.environ["PATH"], **env}, capture_output=True, text=True,
-                          timeout=60, check=False)
+    return subprocess.run(
+        [str(PROLOG)],
+        env={"PATH": os.environ["PATH"], **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
 
 
 def test_the_prolog_records_the_attempt_start_and_its_nodes(tmp_path: Path) -> None:
@@ -37,8 +45,16 @@ def test_the_prolog_records_the_attempt_start_and_its_nodes(tmp_path: Path) -> N
     srv = ServerProcess(tmp_path / "store.db", *extra).start()
     try:
         before = datetime.now(timezone.utc).replace(microsecond=0)
-        run = _prolog({"HYPOCENTER_URL": srv.base, "SLURM_JOB_ID": "81234", "SLURM_JOB_NODELIST": "node[01-04]",
-                       "SLURM_CLUSTER_NAME": "eos", "SLURM_JOB_NAME": 'llama "pretrain"\\v2', **env})
+        run = _prolog(
+            {
+                "HYPOCENTER_URL": srv.base,
+                "SLURM_JOB_ID": "81234",
+                "SLURM_JOB_NODELIST": "node[01-04]",
+                "SLURM_CLUSTER_NAME": "eos",
+                "SLURM_JOB_NAME": 'llama "pretrain"\\v2',
+                **env,
+            }
+        )
         assert run.returncode == 0 and run.stderr == "", run.stderr
         after = datetime.now(timezone.utc)
         headers = {"Authorization": "Bearer admin-token-0123456789abcdef"} if extra else {}
@@ -52,14 +68,30 @@ def test_the_prolog_records_the_attempt_start_and_its_nodes(tmp_path: Path) -> N
         assert d["attempt"]["nodes"] == ["node01", "node02", "node03", "node04"]
         assert (d["attempt"]["scheduler"], d["attempt"]["cluster"]) == ("slurm", "eos")
         # a requeued job is the next attempt
-        assert _prolog({"HYPOCENTER_URL": srv.base, "SLURM_JOB_ID": "81234", "SLURM_RESTART_COUNT": "1",
-                        "SLURM_JOB_NODELIST": "node[02-05]", **env}).stderr == ""
+        assert (
+            _prolog(
+                {
+                    "HYPOCENTER_URL": srv.base,
+                    "SLURM_JOB_ID": "81234",
+                    "SLURM_RESTART_COUNT": "1",
+                    "SLURM_JOB_NODELIST": "node[02-05]",
+                    **env,
+                }
+            ).stderr
+            == ""
+        )
         with srv.client() as client:
-            assert client.get("/v1/attempts/81234/1", headers=headers).json()["scope"]["nodes"] == "node[02-05]"
+            assert (
+                client.get("/v1/attempts/81234/1", headers=headers).json()["scope"]["nodes"] == "node[02-05]"
+            )
         # bad input, or no server: one line on stderr, exit 0
-        for bad in ({}, {"SLURM_JOB_ID": "1;rm"}, {"SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": 'n1"]}'},
-                    {"SLURM_JOB_ID": "7", "SLURM_RESTART_COUNT": "x"},
-                    {"SLURM_JOB_ID": "7", "HYPOCENTER_URL": "http://127.0.0.1:9", "HYPOCENTER_TIMEOUT": "2"}):
+        for bad in (
+            {},
+            {"SLURM_JOB_ID": "1;rm"},
+            {"SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": 'n1"]}'},
+            {"SLURM_JOB_ID": "7", "SLURM_RESTART_COUNT": "x"},
+            {"SLURM_JOB_ID": "7", "HYPOCENTER_URL": "http://127.0.0.1:9", "HYPOCENTER_TIMEOUT": "2"},
+        ):
             r = _prolog({"HYPOCENTER_URL": srv.base, **bad})
             assert r.returncode == 0 and r.stderr.startswith("hypocenter-prolog: "), (bad, r.stderr)
     finally:

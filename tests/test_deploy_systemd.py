@@ -15,8 +15,9 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 UNIT = REPO / "deploy" / "systemd" / "hypocenter.service"
 ANALYZE = shutil.which("systemd-analyze")
-pytestmark = pytest.mark.skipif(ANALYZE is None, reason="systemd-analyze is not installed (Debian package systemd; "
-                                                        ".ci/run installs it)")
+pytestmark = pytest.mark.skipif(
+    ANALYZE is None, reason="systemd-analyze is not installed (Debian package systemd; .ci/run installs it)"
+)
 
 
 def _installed(tmp_path: Path, text: str) -> Path:
@@ -29,7 +30,9 @@ def _installed(tmp_path: Path, text: str) -> Path:
 
 def _verify(unit: Path) -> subprocess.CompletedProcess[str]:
     assert ANALYZE is not None
-    return subprocess.run([ANALYZE, "verify", str(unit)], capture_output=True, text=True, timeout=60, check=False)
+    return subprocess.run(
+        [ANALYZE, "verify", str(unit)], capture_output=True, text=True, timeout=60, check=False
+    )
 
 
 def test_the_unit_verifies_cleanly(tmp_path: Path) -> None:
@@ -39,15 +42,25 @@ def test_the_unit_verifies_cleanly(tmp_path: Path) -> None:
     # the check sees a misspelt directive (so a clean run above means something)
     bad = _verify(_installed(tmp_path, text.replace("ProtectHome=yes", "ProtectHomes=yes")))
     assert "ProtectHomes" in bad.stdout + bad.stderr
-    for needed in ("EnvironmentFile=/etc/hypocenter/hypocenter.env", "StateDirectory=hypocenter", "DynamicUser=yes",
-                   "NoNewPrivileges=yes", "ProtectSystem=strict"):
+    for needed in (
+        "EnvironmentFile=/etc/hypocenter/hypocenter.env",
+        "StateDirectory=hypocenter",
+        "DynamicUser=yes",
+        "NoNewPrivileges=yes",
+        "ProtectSystem=strict",
+    ):
         assert needed in text, needed
 
 
 def test_the_unit_is_hardened(tmp_path: Path) -> None:
     assert ANALYZE is not None
-    r = subprocess.run([ANALYZE, "security", "--offline=yes", str(_installed(tmp_path, UNIT.read_text()))],
-                       capture_output=True, text=True, timeout=60, check=False)
+    r = subprocess.run(
+        [ANALYZE, "security", "--offline=yes", str(_installed(tmp_path, UNIT.read_text()))],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     m = re.search(r"Overall exposure level for hypocenter.service: ([0-9.]+)", r.stdout)
     assert m is not None, r.stdout[-1000:] + r.stderr
     assert float(m.group(1)) <= 2.0, r.stdout

@@ -65,7 +65,9 @@ def grafana() -> Iterator[FakeGrafana]:
     fake.stop()
 
 
-def outbox_for(store: SQLiteStore | InMemoryExportQueue, *exporters: Any, activity: Activity | None = None) -> Outbox:
+def outbox_for(
+    store: SQLiteStore | InMemoryExportQueue, *exporters: Any, activity: Activity | None = None
+) -> Outbox:
     store.exporters = tuple(e.name for e in exporters)
     box = Outbox(store, list(exporters), activity or Activity(), backoff=FAST, poll_s=0.05)
     box.start()
@@ -104,7 +106,12 @@ def test_loki_push_decodes_as_loki_documents_it(loki: FakeLoki, doc: dict[str, A
     finally:
         box.close()
     head, *evidence = loki.entries
-    assert head.labels == {"service_name": "hypocenter", "cluster": "eos", "outcome": "attributed", "domain": "hardware"}
+    assert head.labels == {
+        "service_name": "hypocenter",
+        "cluster": "eos",
+        "outcome": "attributed",
+        "domain": "hardware",
+    }
     assert {e.labels == head.labels for e in evidence} == {True}
     assert head.metadata["record"] == "diagnosis" and head.metadata["diagnosis_id"] == doc["id"]
     assert head.metadata["workload_id"] == "81234" and head.metadata["attempt"] == "0"
@@ -141,7 +148,9 @@ def test_transient_failures_are_retried_with_backoff(loki: FakeLoki, doc: dict[s
     assert len(loki.behaviour.requests) == 4
 
 
-def test_permanent_failures_are_counted_and_dropped_one_at_a_time(loki: FakeLoki, doc: dict[str, Any]) -> None:
+def test_permanent_failures_are_counted_and_dropped_one_at_a_time(
+    loki: FakeLoki, doc: dict[str, Any]
+) -> None:
     diagnoses = InMemoryDiagnoses(exporters=("loki",))
     activity = Activity()
     exporter = LokiExporter(loki.url)
@@ -172,7 +181,9 @@ def test_a_diagnosis_delivered_late_is_not_refused_as_out_of_order(doc: dict[str
         store_diagnosis(store, variant(doc, "dx-new", "node02", "gpu0"))
         box.wake()
         until(lambda: store.export_backlog() == {})
-        store_diagnosis(store, variant(doc, "dx-late", "node03", "gpu1"))  # same stream (cluster, outcome, domain)
+        store_diagnosis(
+            store, variant(doc, "dx-late", "node03", "gpu1")
+        )  # same stream (cluster, outcome, domain)
         with store._tx() as db:  # analysed two hours ago, delivered only now
             db.execute("UPDATE diagnoses SET created = created - 7200 WHERE id = 'dx-late'")
         box.wake()
@@ -217,11 +228,15 @@ def test_lokis_final_refusals_are_dropped_by_reason_not_retried(doc: dict[str, A
     assert activity.snapshot().export_dropped == {("loki", "too_old"): 1}
     registry = CollectorRegistry()
     registry.register(HypocenterCollector(activity, store, exporters=["loki"]))
-    assert 'hypocenter_export_dropped_total{exporter="loki",reason="too_old"} 1.0' in generate_latest(registry).decode()
+    assert (
+        'hypocenter_export_dropped_total{exporter="loki",reason="too_old"} 1.0'
+        in generate_latest(registry).decode()
+    )
 
 
-def test_unreachable_loki_keeps_the_rows_and_a_restart_delivers_them(tmp_path: Path, loki: FakeLoki,
-                                                                     doc: dict[str, Any]) -> None:
+def test_unreachable_loki_keeps_the_rows_and_a_restart_delivers_them(
+    tmp_path: Path, loki: FakeLoki, doc: dict[str, Any]
+) -> None:
     db = tmp_path / "store.db"
     store = SQLiteStore(db)
     dead = FakeLoki()
@@ -290,7 +305,9 @@ def test_grafana_annotation_shape_auth_and_failures(grafana: FakeGrafana, doc: d
     rc = doc["root_cause"]
     assert ann["time"] == int(datetime.fromisoformat(rc["first_seen"]).timestamp() * 1000)
     assert ann["timeEnd"] >= ann["time"]
-    assert {"hypocenter", "cluster:eos", "domain:hardware", "node:node02", "workload:81234"} <= set(ann["tags"])
+    assert {"hypocenter", "cluster:eos", "domain:hardware", "node:node02", "workload:81234"} <= set(
+        ann["tags"]
+    )
     assert "hardware/nvlink on node02" in ann["text"] and "RESET_GPU" in ann["text"]
     assert "dashboardUID" not in ann
     assert activity.snapshot().export_failures == {("grafana", "transient"): 1}
@@ -310,8 +327,19 @@ def test_server_never_waits_for_exporters(tmp_path: Path) -> None:
     loki, grafana = FakeLoki().start(), FakeGrafana(token="t").start()
     loki.fail_next([503] * 1000)
     grafana.behaviour.stall_s = 3.0
-    srv = ServerProcess(tmp_path / "s.db", "--loki-url", loki.url, "--grafana-url", grafana.url,
-                        "--grafana-token-file", str(_token_file(tmp_path)), "--export-timeout-s", "0.5", "--export-retry-max-s", "0.3").start()
+    srv = ServerProcess(
+        tmp_path / "s.db",
+        "--loki-url",
+        loki.url,
+        "--grafana-url",
+        grafana.url,
+        "--grafana-token-file",
+        str(_token_file(tmp_path)),
+        "--export-timeout-s",
+        "0.5",
+        "--export-retry-max-s",
+        "0.3",
+    ).start()
     try:
         assert replay(NVLINK, srv.http, "--http").returncode == 0
         with srv.client() as client:  # while Loki refuses and Grafana stalls
@@ -326,9 +354,12 @@ def test_server_never_waits_for_exporters(tmp_path: Path) -> None:
 
         def delivered() -> bool:
             text = httpx.get(f"http://{srv.metrics}/metrics", timeout=10).text
-            return ('hypocenter_exported_diagnoses_total{exporter="loki"} 1.0' in text
-                    and 'hypocenter_exported_diagnoses_total{exporter="grafana"} 1.0' in text
-                    and 'hypocenter_export_pending{exporter="loki"} 0.0' in text)
+            return (
+                'hypocenter_exported_diagnoses_total{exporter="loki"} 1.0' in text
+                and 'hypocenter_exported_diagnoses_total{exporter="grafana"} 1.0' in text
+                and 'hypocenter_export_pending{exporter="loki"} 0.0' in text
+            )
+
         until(delivered, timeout=30)
     finally:
         srv.stop()
@@ -359,16 +390,23 @@ def test_real_loki_takes_the_push(doc: dict[str, Any], encoding: str) -> None:
         headers["X-Scope-OrgID"] = os.environ["LOKI_TENANT"]
 
     def found() -> bool:
-        r = httpx.get(f"{url}/loki/api/v1/query_range", headers=headers, timeout=10,
-                      params={"query": query, "start": str(int((time.time() - 7200) * 1e9)), "limit": 200})
+        r = httpx.get(
+            f"{url}/loki/api/v1/query_range",
+            headers=headers,
+            timeout=10,
+            params={"query": query, "start": str(int((time.time() - 7200) * 1e9)), "limit": 200},
+        )
         r.raise_for_status()
         values = [v for s in r.json()["data"]["result"] for v in s["values"]]
         return len(values) == 1 + len(doc["evidence"])
+
     until(found, timeout=30)
 
 
-@pytest.mark.skipif(not (os.environ.get("GRAFANA_URL") and os.environ.get("GRAFANA_TOKEN")),
-                    reason="set GRAFANA_URL and GRAFANA_TOKEN to annotate a real Grafana")
+@pytest.mark.skipif(
+    not (os.environ.get("GRAFANA_URL") and os.environ.get("GRAFANA_TOKEN")),
+    reason="set GRAFANA_URL and GRAFANA_TOKEN to annotate a real Grafana",
+)
 def test_real_grafana_takes_the_annotation(doc: dict[str, Any]) -> None:
     url, token = os.environ["GRAFANA_URL"].rstrip("/"), os.environ["GRAFANA_TOKEN"]
     ident = f"dx-test-{uuid.uuid4().hex[:12]}"
@@ -378,8 +416,12 @@ def test_real_grafana_takes_the_annotation(doc: dict[str, Any]) -> None:
     assert row is not None
     GrafanaAnnotations(url, token=token).send([row])
     auth = {"Authorization": f"Bearer {token}"}
-    found = httpx.get(f"{url}/api/annotations", headers=auth, timeout=10,
-                      params={"tags": ["hypocenter", f"workload:{ident}"], "limit": 10}).json()
+    found = httpx.get(
+        f"{url}/api/annotations",
+        headers=auth,
+        timeout=10,
+        params={"tags": ["hypocenter", f"workload:{ident}"], "limit": 10},
+    ).json()
     assert [a for a in found if ident in a["text"]]
     for a in found:
         httpx.delete(f"{url}/api/annotations/{a['id']}", headers=auth, timeout=10)

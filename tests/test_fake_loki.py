@@ -34,13 +34,24 @@ def loki() -> Iterator[FakeLoki]:
 
 
 def push(loki: FakeLoki, *streams: tuple[dict[str, str], list[tuple[int, str]]]) -> httpx.Response:
-    body = {"streams": [{"stream": labels, "values": [[str(ts), line] for ts, line in values]}
-                        for labels, values in streams]}
+    body = {
+        "streams": [
+            {"stream": labels, "values": [[str(ts), line] for ts, line in values]}
+            for labels, values in streams
+        ]
+    }
     return httpx.post(f"{loki.url}/loki/api/v1/push", json=body, timeout=10)
 
 
 def query(loki: FakeLoki, expr: str, start: int, end: int, **extra: str) -> httpx.Response:
-    params = {"query": expr, "start": str(start), "end": str(end), "limit": "1000", "direction": "forward", **extra}
+    params = {
+        "query": expr,
+        "start": str(start),
+        "end": str(end),
+        "limit": "1000",
+        "direction": "forward",
+        **extra,
+    }
     return httpx.get(f"{loki.url}/loki/api/v1/query_range", params=params, timeout=10)
 
 
@@ -81,8 +92,12 @@ def test_an_entry_an_hour_behind_its_streams_newest_is_refused_and_the_rest_kept
         "entry with timestamp 2026-11-02 09:59:00 +0000 UTC ignored, reason: 'entry too far behind, entry timestamp "
         "is: 2026-11-02T09:59:00Z, oldest acceptable timestamp is: 2026-11-02T10:00:00Z',\n"
         "user 'fake', total ignored: 1 out of 2 for stream: "
-        '{filename="/var/log/kern.log", host="node01", service_name="unknown_service"}\n')
-    assert sorted(lines(query(loki, '{host="node01"}', T - 2 * 3600 * 10**9, T + 1))) == ["newest", "within the hour"]
+        '{filename="/var/log/kern.log", host="node01", service_name="unknown_service"}\n'
+    )
+    assert sorted(lines(query(loki, '{host="node01"}', T - 2 * 3600 * 10**9, T + 1))) == [
+        "newest",
+        "within the hour",
+    ]
     # Only the request's last stream decides the answer (ingester instance.Push): a refusal in an
     # earlier stream is silent.
     other = {**STREAM, "host": "node02"}
@@ -96,8 +111,10 @@ def test_entries_older_than_reject_old_samples_max_age_are_refused(loki: FakeLok
     old = int(NOW * 1e9) - week - 3600 * 10**9
     answer = push(loki, ({"job": "hypocenter"}, [(old, "backfilled"), (T, "recent")]))
     assert answer.status_code == 400
-    assert answer.text == ("entry for stream '{job=\"hypocenter\", service_name=\"hypocenter\"}' has timestamp too old: "
-                           "2026-10-26T11:00:00Z, oldest acceptable timestamp is: 2026-10-26T12:00:00Z\n")
+    assert answer.text == (
+        'entry for stream \'{job="hypocenter", service_name="hypocenter"}\' has timestamp too old: '
+        "2026-10-26T11:00:00Z, oldest acceptable timestamp is: 2026-10-26T12:00:00Z\n"
+    )
     assert lines(query(loki, '{job="hypocenter"}', T - MIN, T + MIN)) == ["recent"]  # the good one is kept
     twice = push(loki, ({"job": "hypocenter"}, [(old, "a"), (old, "b")]))
     assert twice.status_code == 400 and twice.text.startswith("2 errors like: entry for stream")
@@ -111,22 +128,37 @@ def test_entries_older_than_reject_old_samples_max_age_are_refused(loki: FakeLok
 
 
 def test_loki_adds_service_name_and_detected_level(loki: FakeLoki) -> None:
-    assert push(loki, (STREAM, [(T, "NVRM: Xid (PCI:0000:3b:00): 149, NVLink error")]),
-                ({"job": "slurm", "workload": "81234"}, [(T, "rank 3: all good")]),
-                ({"service_name": "trainer", "app": "x"}, [(T, '{"level":"WARNING","msg":"slow"}')])).status_code == 204
+    assert (
+        push(
+            loki,
+            (STREAM, [(T, "NVRM: Xid (PCI:0000:3b:00): 149, NVLink error")]),
+            ({"job": "slurm", "workload": "81234"}, [(T, "rank 3: all good")]),
+            ({"service_name": "trainer", "app": "x"}, [(T, '{"level":"WARNING","msg":"slow"}')]),
+        ).status_code
+        == 204
+    )
     got = {tuple(sorted(e.labels.items())): e.metadata for e in loki.entries}
     assert got == {
-        (("filename", "/var/log/kern.log"), ("host", "node01"), ("service_name", "unknown_service")):
-            {"detected_level": "error"},
+        (("filename", "/var/log/kern.log"), ("host", "node01"), ("service_name", "unknown_service")): {
+            "detected_level": "error"
+        },
         (("job", "slurm"), ("service_name", "81234"), ("workload", "81234")): {"detected_level": "unknown"},
         (("app", "x"), ("service_name", "trainer")): {"detected_level": "warn"},
     }
     # selecting by what Loki added works; exact label sets include it
     answer = query(loki, '{service_name="unknown_service"}', T, T + 1)
     assert [s["stream"] for s in answer.json()["data"]["result"]] == [
-        {"filename": "/var/log/kern.log", "host": "node01", "service_name": "unknown_service", "detected_level": "error"}]
+        {
+            "filename": "/var/log/kern.log",
+            "host": "node01",
+            "service_name": "unknown_service",
+            "detected_level": "error",
+        }
+    ]
     assert detected_level({}, {"severity_number": "17"}, "x") == "error"
-    plain = FakeLoki(clock=lambda: NOW, limits=IngestLimits(discover_log_levels=False, discover_service_name=())).start()
+    plain = FakeLoki(
+        clock=lambda: NOW, limits=IngestLimits(discover_log_levels=False, discover_service_name=())
+    ).start()
     try:
         assert push(plain, (STREAM, [(T, "an error")])).status_code == 204
         assert plain.entries[0].labels == STREAM and plain.entries[0].metadata == {}
@@ -141,8 +173,12 @@ def test_loki_adds_service_name_and_detected_level(loki: FakeLoki) -> None:
 def otlp_request(workload: str, line: str, ts: int) -> bytes:
     req = ExportLogsServiceRequest()
     rl = req.resource_logs.add()
-    for key, value in (("service.name", "trainer"), ("host.name", "node02"), ("hypocenter.workload.id", workload),
-                       ("k8s.namespace.name", "ml")):
+    for key, value in (
+        ("service.name", "trainer"),
+        ("host.name", "node02"),
+        ("hypocenter.workload.id", workload),
+        ("k8s.namespace.name", "ml"),
+    ):
         kv = rl.resource.attributes.add()
         kv.key, kv.value.string_value = key, value
     rec = rl.scope_logs.add().log_records.add()
@@ -152,40 +188,85 @@ def otlp_request(workload: str, line: str, ts: int) -> bytes:
 
 
 def test_otlp_resource_attributes_are_labels_only_when_promoted(loki: FakeLoki) -> None:
-    r = httpx.post(f"{loki.url}/otlp/v1/logs", content=otlp_request("81234", "boom", T),
-                   headers={"Content-Type": "application/x-protobuf"}, timeout=10)
+    r = httpx.post(
+        f"{loki.url}/otlp/v1/logs",
+        content=otlp_request("81234", "boom", T),
+        headers={"Content-Type": "application/x-protobuf"},
+        timeout=10,
+    )
     assert r.status_code == 204, r.content
     [e] = loki.entries
-    assert e.labels == {"service_name": "trainer", "k8s_namespace_name": "ml"}  # Loki's default promotion list
-    assert e.metadata == {"host_name": "node02", "hypocenter_workload_id": "81234", "severity_number": "17",
-                          "severity_text": "ERROR", "detected_level": "error"}
+    assert e.labels == {
+        "service_name": "trainer",
+        "k8s_namespace_name": "ml",
+    }  # Loki's default promotion list
+    assert e.metadata == {
+        "host_name": "node02",
+        "hypocenter_workload_id": "81234",
+        "severity_number": "17",
+        "severity_text": "ERROR",
+        "detected_level": "error",
+    }
     assert lines(query(loki, '{hypocenter_workload_id="81234"}', T, T + 1)) == []  # not a label
     assert lines(query(loki, '{service_name=~".+"} | hypocenter_workload_id="81234"', T, T + 1)) == ["boom"]
-    promoted = FakeLoki(clock=lambda: NOW, limits=IngestLimits(otlp_config={"resource_attributes": {
-        "attributes_config": [{"action": "index_label", "attributes": ["hypocenter.workload.id", "host.name"]}]}})
+    promoted = FakeLoki(
+        clock=lambda: NOW,
+        limits=IngestLimits(
+            otlp_config={
+                "resource_attributes": {
+                    "attributes_config": [
+                        {"action": "index_label", "attributes": ["hypocenter.workload.id", "host.name"]}
+                    ]
+                }
+            }
+        ),
     ).start()
     try:
-        httpx.post(f"{promoted.url}/otlp/v1/logs", content=otlp_request("81234", "boom", T),
-                   headers={"Content-Type": "application/x-protobuf"}, timeout=10).raise_for_status()
+        httpx.post(
+            f"{promoted.url}/otlp/v1/logs",
+            content=otlp_request("81234", "boom", T),
+            headers={"Content-Type": "application/x-protobuf"},
+            timeout=10,
+        ).raise_for_status()
         assert lines(query(promoted, '{hypocenter_workload_id="81234"}', T, T + 1)) == ["boom"]
         assert promoted.entries[0].labels["host_name"] == "node02"
     finally:
         promoted.stop()
-    old = httpx.post(f"{loki.url}/otlp/v1/logs", content=otlp_request("1", "old", T - 8 * 86400 * 10**9),
-                     headers={"Content-Type": "application/x-protobuf"}, timeout=10)
+    old = httpx.post(
+        f"{loki.url}/otlp/v1/logs",
+        content=otlp_request("1", "old", T - 8 * 86400 * 10**9),
+        headers={"Content-Type": "application/x-protobuf"},
+        timeout=10,
+    )
     assert old.status_code == 400 and b"has timestamp too old" in old.content  # a google.rpc.Status
 
 
 def test_json_names_that_are_labels_or_metadata_get_the_extracted_suffix(loki: FakeLoki) -> None:
-    body = {"streams": [{"stream": {"service_name": "hypocenter", "outcome": "attributed"},
-                         "values": [[str(T), '{"summary":"NVLink on node02","outcome":"attributed","rule":"r"}',
-                                     {"rule": "r"}]]}]}
+    body = {
+        "streams": [
+            {
+                "stream": {"service_name": "hypocenter", "outcome": "attributed"},
+                "values": [
+                    [
+                        str(T),
+                        '{"summary":"NVLink on node02","outcome":"attributed","rule":"r"}',
+                        {"rule": "r"},
+                    ]
+                ],
+            }
+        ]
+    }
     httpx.post(f"{loki.url}/loki/api/v1/push", json=body, timeout=10).raise_for_status()
     answer = query(loki, '{service_name="hypocenter"} | json summary, outcome, rule', T, T + 1)
     [stream] = answer.json()["data"]["result"]
     assert {k: v for k, v in stream["stream"].items() if k != "detected_level"} == {
-        "service_name": "hypocenter", "outcome": "attributed", "rule": "r",
-        "summary": "NVLink on node02", "outcome_extracted": "attributed", "rule_extracted": "r"}
+        "service_name": "hypocenter",
+        "outcome": "attributed",
+        "rule": "r",
+        "summary": "NVLink on node02",
+        "outcome_extracted": "attributed",
+        "rule_extracted": "r",
+    }
     everything = query(loki, '{service_name="hypocenter"} | json | summary=~"NVLink.*"', T, T + 1)
     assert len(lines(everything)) == 1
 
@@ -207,24 +288,36 @@ def test_a_real_loki_answers_as_the_fake_does() -> None:
     selector = f'{{job="hypocenter-test-{run}"}}'
     fake = FakeLoki().start()
     try:
+
         def both(method: str, path: str, **kw: Any) -> list[tuple[int, str]]:
             out = []
             for url, extra in ((LOKI_URL, headers), (fake.url, {})):
                 r = httpx.request(method, url + path, headers=extra, timeout=10, **kw)
-                out.append((r.status_code, r.text.replace(f"user '{tenant}'", "user 'fake'") if tenant else r.text))
+                out.append(
+                    (r.status_code, r.text.replace(f"user '{tenant}'", "user 'fake'") if tenant else r.text)
+                )
             return out
 
         def values(*pairs: tuple[int, str]) -> dict[str, Any]:
-            return {"json": {"streams": [{"stream": labels, "values": [[str(ts), line] for ts, line in pairs]}]}}
+            return {
+                "json": {"streams": [{"stream": labels, "values": [[str(ts), line] for ts, line in pairs]}]}
+            }
 
         real, ours = both("POST", "/loki/api/v1/push", **values((t, "a"), (t, "a"), (t, "b")))
         assert real == ours == (204, "")
         real, ours = both("POST", "/loki/api/v1/push", **values((t - 61 * MIN, "behind"), (t + 1, "c")))
         assert real == ours and real[0] == 400 and "entry too far behind" in real[1]
-        params = {"query": selector, "start": str(t - 2 * 3600 * 10**9), "end": str(t + MIN), "direction": "forward"}
+        params = {
+            "query": selector,
+            "start": str(t - 2 * 3600 * 10**9),
+            "end": str(t + MIN),
+            "direction": "forward",
+        }
         deadline = time.monotonic() + 30
         while True:
-            answers = [(s, json.loads(text)) for s, text in both("GET", "/loki/api/v1/query_range", params=params)]
+            answers = [
+                (s, json.loads(text)) for s, text in both("GET", "/loki/api/v1/query_range", params=params)
+            ]
             got = [sorted(v[1] for st in doc["data"]["result"] for v in st["values"]) for _, doc in answers]
             if got[0] == got[1] or time.monotonic() > deadline:
                 break

@@ -65,14 +65,20 @@ def test_a_failure_in_the_caller_leaves_no_worker_behind(monkeypatch: pytest.Mon
     with pytest.raises(ValueError):
         spread(work, [1] * 100, 3)
     assert len(forked) == 2
-    for pid in forked:  # every worker was waited for (other tests' servers may still be this process's children)
+    for (
+        pid
+    ) in forked:  # every worker was waited for (other tests' servers may still be this process's children)
         with pytest.raises(ChildProcessError):
             os.waitpid(pid, os.WNOHANG)
 
 
-def test_when_no_process_can_be_forked_the_caller_computes_everything(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_when_no_process_can_be_forked_the_caller_computes_everything(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     def refused() -> int:
-        raise BlockingIOError(11, "Resource temporarily unavailable")  # fork's EAGAIN: a process limit reached
+        raise BlockingIOError(
+            11, "Resource temporarily unavailable"
+        )  # fork's EAGAIN: a process limit reached
 
     monkeypatch.setattr(os, "fork", refused)
     assert spread(lambda i: i * 2, [1] * 50, 4) == [i * 2 for i in range(50)]

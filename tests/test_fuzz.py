@@ -23,8 +23,14 @@ SECONDS = 3
 @pytest.mark.parametrize("target", TARGETS)
 def test_fuzzing_finds_no_crash(target: str, tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run([sys.executable, "-m", "bench.fuzz", "--worker", "--target", target, "--seconds",
-                           str(SECONDS)], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.fuzz", "--worker", "--target", target, "--seconds", str(SECONDS)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     runs = [line for line in proc.stderr.splitlines() if line.startswith("Done ")]
     assert runs and int(runs[0].split()[1]) > 10, proc.stderr[-2000:]  # it really ran inputs

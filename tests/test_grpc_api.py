@@ -32,6 +32,7 @@ PROTO = "hypocenter/api/v1/attribution.proto"
 
 # ----------------------------------------------------------------------------------------- stubs
 
+
 def _normalised(text: str) -> str:
     """Generated text without the generator versions (a newer grpcio-tools is not drift)."""
     text = re.sub(r"Protobuf Python Version: \S+", "Protobuf Python Version: X", text)
@@ -49,14 +50,39 @@ def test_committed_stubs_match_the_proto(tmp_path: Path) -> None:
         plugins.append(f"--plugin={name}={path}")
     (tmp_path / Path(PROTO).parent).mkdir(parents=True)
     shutil.copy(REPO / PROTO, tmp_path / PROTO)
-    r = subprocess.run([sys.executable, "-m", "grpc_tools.protoc", "-I", ".", *plugins, "--python_out=.",
-                        "--mypy_out=.", "--grpc_python_out=.", "--mypy_grpc_out=.", PROTO],
-                       cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "grpc_tools.protoc",
+            "-I",
+            ".",
+            *plugins,
+            "--python_out=.",
+            "--mypy_out=.",
+            "--grpc_python_out=.",
+            "--mypy_grpc_out=.",
+            PROTO,
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert r.returncode == 0, r.stderr
     fresh = sorted(p.name for p in (tmp_path / Path(PROTO).parent).glob("attribution_pb2*"))
     committed = sorted(p.name for p in (REPO / Path(PROTO).parent).glob("attribution_pb2*"))
-    assert fresh == committed == ["attribution_pb2.py", "attribution_pb2.pyi", "attribution_pb2_grpc.py",
-                                  "attribution_pb2_grpc.pyi"]
+    assert (
+        fresh
+        == committed
+        == [
+            "attribution_pb2.py",
+            "attribution_pb2.pyi",
+            "attribution_pb2_grpc.py",
+            "attribution_pb2_grpc.pyi",
+        ]
+    )
     for name in fresh:
         want = _normalised((tmp_path / Path(PROTO).parent / name).read_text())
         have = _normalised((REPO / Path(PROTO).parent / name).read_text())
@@ -64,6 +90,7 @@ def test_committed_stubs_match_the_proto(tmp_path: Path) -> None:
 
 
 # ----------------------------------------------------------------------------------------- server
+
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
@@ -114,13 +141,19 @@ def test_health_is_serving(channel: grpc.Channel) -> None:
 
 def test_reflection_lists_the_services(channel: grpc.Channel) -> None:
     stub = reflection_pb2_grpc.ServerReflectionStub(channel)
-    reqs = [reflection_pb2.ServerReflectionRequest(list_services=""),
-            reflection_pb2.ServerReflectionRequest(file_containing_symbol="hypocenter.v1.Attribution")]
+    reqs = [
+        reflection_pb2.ServerReflectionRequest(list_services=""),
+        reflection_pb2.ServerReflectionRequest(file_containing_symbol="hypocenter.v1.Attribution"),
+    ]
     answers = list(stub.ServerReflectionInfo(iter(reqs), timeout=10))
     names = {s.name for s in answers[0].list_services_response.service}
-    assert {"hypocenter.v1.Attribution", "grpc.health.v1.Health", "grpc.reflection.v1alpha.ServerReflection",
-            "opentelemetry.proto.collector.logs.v1.LogsService",
-            "opentelemetry.proto.collector.metrics.v1.MetricsService"} <= names
+    assert {
+        "hypocenter.v1.Attribution",
+        "grpc.health.v1.Health",
+        "grpc.reflection.v1alpha.ServerReflection",
+        "opentelemetry.proto.collector.logs.v1.LogsService",
+        "opentelemetry.proto.collector.metrics.v1.MetricsService",
+    } <= names
     files = answers[1].file_descriptor_response.file_descriptor_proto
     assert files and b"hypocenter.v1" in files[0]
 
@@ -147,20 +180,38 @@ def test_get_and_list_with_filters(server: ServerProcess, channel: grpc.Channel)
     assert "81234" not in listed(since="2030-01-01T00:00:00Z")
     assert "81234" in listed(since="2026-11-02T10:30:00Z", until="2026-11-02T10:40:00Z")
 
-    brief = stub.ListDiagnoses(pb.ListDiagnosesRequest(filter=pb.DiagnosisFilter(workload="81234")), timeout=10)
+    brief = stub.ListDiagnoses(
+        pb.ListDiagnosesRequest(filter=pb.DiagnosisFilter(workload="81234")), timeout=10
+    )
     assert [d.diagnosis_json for d in brief.diagnoses] == [""]  # indexed fields only unless asked
-    full = stub.ListDiagnoses(pb.ListDiagnosesRequest(filter=pb.DiagnosisFilter(workload="81234"),
-                                                      include_json=True), timeout=10).diagnoses[0]
+    full = stub.ListDiagnoses(
+        pb.ListDiagnosesRequest(filter=pb.DiagnosisFilter(workload="81234"), include_json=True), timeout=10
+    ).diagnoses[0]
     got = stub.GetDiagnosis(pb.GetDiagnosisRequest(id=ids["81234"]), timeout=10)
     with server.client() as c:
         rest = c.get(f"/v1/diagnoses/{ids['81234']}")
         rest_list = {d["id"]: d for d in c.get("/v1/diagnoses").json()["diagnoses"]}
-    assert got.diagnosis_json == full.diagnosis_json == rest.content.decode("utf-8")  # byte-identical with REST
-    assert (got.id, got.workload, got.attempt, got.cluster, got.outcome, got.domain, got.subdomain, list(got.nodes),
-            got.provisional) == (ids["81234"], "81234", 0, "eos", "attributed", "hardware", "nvlink", ["node02"], False)
+    assert (
+        got.diagnosis_json == full.diagnosis_json == rest.content.decode("utf-8")
+    )  # byte-identical with REST
+    assert (
+        got.id,
+        got.workload,
+        got.attempt,
+        got.cluster,
+        got.outcome,
+        got.domain,
+        got.subdomain,
+        list(got.nodes),
+        got.provisional,
+    ) == (ids["81234"], "81234", 0, "eos", "attributed", "hardware", "nvlink", ["node02"], False)
     summary = rest_list[got.id]
     assert (summary["outcome"], summary["domain"], summary["nodes"], summary["cluster"]) == (
-        got.outcome, got.domain, list(got.nodes), got.cluster)
+        got.outcome,
+        got.domain,
+        list(got.nodes),
+        got.cluster,
+    )
     noisy = stub.GetDiagnosis(pb.GetDiagnosisRequest(id=ids["70113"]), timeout=10)
     assert not noisy.HasField("domain") and noisy.outcome == "not_failed"
 
@@ -172,8 +223,13 @@ def test_get_and_list_with_filters(server: ServerProcess, channel: grpc.Channel)
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
 
 
-def _watch(stub: pb_grpc.AttributionStub, flt: pb.DiagnosisFilter, want: int,
-           timeout: float = 90.0, final: bool = False) -> tuple[list[pb.Diagnosis], Any, threading.Thread]:
+def _watch(
+    stub: pb_grpc.AttributionStub,
+    flt: pb.DiagnosisFilter,
+    want: int,
+    timeout: float = 90.0,
+    final: bool = False,
+) -> tuple[list[pb.Diagnosis], Any, threading.Thread]:
     """Open a watch, wait until the server has subscribed it, collect `want` messages in a thread
     (with `final`, only diagnoses of ended attempts: a stalled attempt that goes quiet for the settle
     time while a loaded machine replays it gets a provisional one first, which the watch also sends)."""
@@ -214,7 +270,9 @@ def test_watch_receives_the_diagnosis_a_replay_produces(server: ServerProcess, c
     assert msg.workload == workload and msg.outcome == expected["outcome"]
     assert essence(json.loads(msg.diagnosis_json)) == essence(expected)
     # Analyze the replayed attempt again on demand: the same diagnosis, the same bytes as REST
-    again = stub.Analyze(pb.AnalyzeRequest(workload=workload, attempt=expected["attempt"]["attempt"]), timeout=60)
+    again = stub.Analyze(
+        pb.AnalyzeRequest(workload=workload, attempt=expected["attempt"]["attempt"]), timeout=60
+    )
     assert again.id == msg.id == expected["id"] and not again.provisional
     assert essence(json.loads(again.diagnosis_json)) == essence(expected)
     with server.client() as c:
@@ -242,8 +300,10 @@ def test_watch_filters_and_analyze(server: ServerProcess, channel: grpc.Channel)
     with server.client() as c:
         assert c.get(f"/v1/diagnoses/{d.id}").content.decode("utf-8") == d.diagnosis_json
         assert c.post("/v1/attempts/7777/0/analyze").content.decode("utf-8") == d.diagnosis_json
-    for req, code in ((pb.AnalyzeRequest(workload="nope", attempt=0), grpc.StatusCode.NOT_FOUND),
-                      (pb.AnalyzeRequest(), grpc.StatusCode.INVALID_ARGUMENT)):
+    for req, code in (
+        (pb.AnalyzeRequest(workload="nope", attempt=0), grpc.StatusCode.NOT_FOUND),
+        (pb.AnalyzeRequest(), grpc.StatusCode.INVALID_ARGUMENT),
+    ):
         with pytest.raises(grpc.RpcError) as err:
             stub.Analyze(req, timeout=10)
         assert err.value.code() == code

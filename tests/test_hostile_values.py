@@ -24,12 +24,29 @@ def test_a_newline_in_a_workload_id_cannot_forge_a_log_line(tmp_path: Path) -> N
     forged = "7\n2026-12-03 07:00:00,000 INFO hypocenter.server: FORGED admin logged in"
     try:
         with server.client() as client:
-            doc = {"resourceLogs": [{"resource": {"attributes": [
-                {"key": "slurm.job.id", "value": {"stringValue": forged}},
-                {"key": "host.name", "value": {"stringValue": "n1\nFORGED node"}},
-                {"key": "hypocenter.attempt.state", "value": {"stringValue": "FAILED"}}]},
-                "scopeLogs": [{"logRecords": [{"timeUnixNano": "1793000000000000000",
-                                               "body": {"stringValue": "job ended"}}]}]}]}
+            doc = {
+                "resourceLogs": [
+                    {
+                        "resource": {
+                            "attributes": [
+                                {"key": "slurm.job.id", "value": {"stringValue": forged}},
+                                {"key": "host.name", "value": {"stringValue": "n1\nFORGED node"}},
+                                {"key": "hypocenter.attempt.state", "value": {"stringValue": "FAILED"}},
+                            ]
+                        },
+                        "scopeLogs": [
+                            {
+                                "logRecords": [
+                                    {
+                                        "timeUnixNano": "1793000000000000000",
+                                        "body": {"stringValue": "job ended"},
+                                    }
+                                ]
+                            }
+                        ],
+                    }
+                ]
+            }
             r = client.post("/v1/logs", content=json.dumps(doc), headers={"Content-Type": "application/json"})
             assert r.status_code == 200, r.text
             deadline = time.monotonic() + 30
@@ -39,11 +56,15 @@ def test_a_newline_in_a_workload_id_cannot_forge_a_log_line(tmp_path: Path) -> N
         server.stop()
     log = server.log_path.read_text()
     assert "diagnosis" in log and "FORGED admin" in log
-    assert not any(line.lstrip().startswith(("FORGED", "2026-12-03 07:00:00,000")) for line in log.splitlines())
+    assert not any(
+        line.lstrip().startswith(("FORGED", "2026-12-03 07:00:00,000")) for line in log.splitlines()
+    )
 
 
 def test_a_newline_in_a_node_name_stays_inside_the_promql_string() -> None:
-    conn = PrometheusConnector("http://127.0.0.1:9", metrics=["DCGM_FI_DEV_XID_ERRORS"], node_labels=["Hostname"])
+    conn = PrometheusConnector(
+        "http://127.0.0.1:9", metrics=["DCGM_FI_DEV_XID_ERRORS"], node_labels=["Hostname"]
+    )
     (selector,) = conn.selectors(['n1"}\nor vector(1)#'])
     assert "\n" not in selector and selector.count('"') - selector.count('\\"') == 4, selector
 
@@ -63,14 +84,18 @@ def test_store_synchronous_is_applied(tmp_path: Path, mode: str) -> None:
     settings, _ = load_settings({"store": str(tmp_path / "h.db"), "store_synchronous": mode}, environ={})
     server = Server(settings)
     try:
-        level = server.store._db.execute("PRAGMA synchronous").fetchone()[0]  # per connection: only ours can tell
+        level = server.store._db.execute("PRAGMA synchronous").fetchone()[
+            0
+        ]  # per connection: only ours can tell
     finally:
         server.store.close()
     assert level == {"NORMAL": 1, "FULL": 2, "EXTRA": 3}[mode]
 
 
 LAUGHS = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
-    f"{chr(98 + i)}: &{chr(98 + i)} [*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}]\n" for i in range(9))
+    f"{chr(98 + i)}: &{chr(98 + i)} [*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}]\n"
+    for i in range(9)
+)
 
 
 def test_yaml_aliases_are_refused_everywhere() -> None:
@@ -82,15 +107,21 @@ def test_yaml_aliases_are_refused_everywhere() -> None:
 
 def test_a_put_with_a_huge_rank_map_is_422_and_the_server_stays_responsive(tmp_path: Path) -> None:
     server = ServerProcess(tmp_path / "h.db", "--max-nodes-per-attempt", "1000").start()
-    body = ("workload: {id: '9', attempt: 0}\nwindow: {start: '2026-11-02T10:00:00Z', end: '2026-11-02T11:00:00Z'}\n"
-            "nodes: [n1, n2]\nranks: {n1: '0-1000000000000', n2: '0-3'}\n")
+    body = (
+        "workload: {id: '9', attempt: 0}\nwindow: {start: '2026-11-02T10:00:00Z', end: '2026-11-02T11:00:00Z'}\n"
+        "nodes: [n1, n2]\nranks: {n1: '0-1000000000000', n2: '0-3'}\n"
+    )
     hostlist = "nodes: [" + ", ".join(f"n{i}" for i in range(1001)) + "]\n"
     try:
         with server.client() as client:
             r = client.put("/v1/attempts/9/0", content=body)
             assert r.status_code == 422 and "max_ranks_per_attempt" in r.json()["detail"], r.text
-            r = client.put("/v1/attempts/9/0", content=body.replace("nodes: [n1, n2]\n", hostlist)
-                           .replace("ranks: {n1: '0-1000000000000', n2: '0-3'}\n", ""))
+            r = client.put(
+                "/v1/attempts/9/0",
+                content=body.replace("nodes: [n1, n2]\n", hostlist).replace(
+                    "ranks: {n1: '0-1000000000000', n2: '0-3'}\n", ""
+                ),
+            )
             assert r.status_code == 422 and "max_nodes_per_attempt" in r.json()["detail"], r.text
             r = client.put("/v1/attempts/9/0", content=LAUGHS)
             assert r.status_code == 400 and "aliases" in r.json()["detail"], r.text
@@ -121,16 +152,25 @@ def test_records_per_request_are_bounded_on_both_otlp_transports(tmp_path: Path)
     server = ServerProcess(tmp_path / "h.db", "--max-records-per-request", "10").start()
     try:
         with server.client() as client:
-            r = client.post("/v1/logs", content=req.SerializeToString(),
-                            headers={"Content-Type": "application/x-protobuf"})
+            r = client.post(
+                "/v1/logs",
+                content=req.SerializeToString(),
+                headers={"Content-Type": "application/x-protobuf"},
+            )
             assert r.status_code == 413, r.text
             del sl.log_records[-1]
-            r = client.post("/v1/logs", content=req.SerializeToString(),
-                            headers={"Content-Type": "application/x-protobuf"})
+            r = client.post(
+                "/v1/logs",
+                content=req.SerializeToString(),
+                headers={"Content-Type": "application/x-protobuf"},
+            )
             assert r.status_code == 200, r.text
             empties = b",".join([b"{}"] * 700)  # 700 empty records: refused before json.loads builds them
-            r = client.post("/v1/logs", content=b'{"resourceLogs":[{"scopeLogs":[{"logRecords":[' + empties + b"]}]}]}",
-                            headers={"Content-Type": "application/json"})
+            r = client.post(
+                "/v1/logs",
+                content=b'{"resourceLogs":[{"scopeLogs":[{"logRecords":[' + empties + b"]}]}]}",
+                headers={"Content-Type": "application/json"},
+            )
             assert r.status_code == 413 and "OTLP/JSON body holds" in r.text, r.text
         sl.log_records.add().body.string_value = "one too many"
         with grpc.insecure_channel(server.grpc) as channel:

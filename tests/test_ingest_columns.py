@@ -39,8 +39,16 @@ def _line(i: int, seed: str = "") -> str:
     return f"Nov  2 10:00:{i % 60:02d} gpu0007 kernel: [{i}.100000] audit: type=1400 pid={i}{seed}"
 
 
-def _request(resource: dict[str, str], first: int, count: int, *, seed: str = "", record: dict[str, Any] | None = None,
-             odd: int | None = None, no_time: bool = False) -> bytes:
+def _request(
+    resource: dict[str, str],
+    first: int,
+    count: int,
+    *,
+    seed: str = "",
+    record: dict[str, Any] | None = None,
+    odd: int | None = None,
+    no_time: bool = False,
+) -> bytes:
     req = ExportLogsServiceRequest()
     rl = req.resource_logs.add()
     for k, v in resource.items():
@@ -97,12 +105,18 @@ class _Pipeline:
         self.store.close()
         db = sqlite3.connect(self.path)
         out = {
-            "rows": db.execute("SELECT attempt_id, node, stream, kind, line, time_ns, body, dedup FROM log_entries"
-                               " ORDER BY node, stream, line, kind, id").fetchall(),
-            "state": db.execute("SELECT workload, attempt, node, stream, generation, head, ranges, lines, bytes, first_ns,"
-                                " last_ns FROM stream_state ORDER BY 1, 2, 3, 4").fetchall(),
-            "attempts": db.execute("SELECT workload, attempt, scope, first_ns, last_ns, terminal_ns, stalled_ns"
-                                   " FROM attempts ORDER BY 1, 2").fetchall(),
+            "rows": db.execute(
+                "SELECT attempt_id, node, stream, kind, line, time_ns, body, dedup FROM log_entries"
+                " ORDER BY node, stream, line, kind, id"
+            ).fetchall(),
+            "state": db.execute(
+                "SELECT workload, attempt, node, stream, generation, head, ranges, lines, bytes, first_ns,"
+                " last_ns FROM stream_state ORDER BY 1, 2, 3, 4"
+            ).fetchall(),
+            "attempts": db.execute(
+                "SELECT workload, attempt, scope, first_ns, last_ns, terminal_ns, stalled_ns"
+                " FROM attempts ORDER BY 1, 2"
+            ).fetchall(),
             "nodes": db.execute("SELECT * FROM attempt_nodes ORDER BY 1, 2").fetchall(),
             "compacted": self.compacted,
             "extracted": self.events._activity.kinds,  # type: ignore[attr-defined]
@@ -122,26 +136,56 @@ class _Activity:
 
 SCENARIOS: dict[str, list[list[bytes]]] = {
     "consecutive, then a retry of each": [
-        [_request(NODE, 1, 400)], [_request(NODE, 401, 400)], [_request(NODE, 801, 400)],
-        [_request(NODE, 401, 400)], [_request(NODE, 1, 400)]],
+        [_request(NODE, 1, 400)],
+        [_request(NODE, 401, 400)],
+        [_request(NODE, 801, 400)],
+        [_request(NODE, 401, 400)],
+        [_request(NODE, 1, 400)],
+    ],
     "retries overlapping new records": [
-        [_request(NODE, 1, 400)], [_request(NODE, 301, 400)], [_request(NODE, 701, 300)],
-        [_request(NODE, 650, 450)], [_request(NODE, 1, 1100)], [_request(NODE, 1, 1200)]],
+        [_request(NODE, 1, 400)],
+        [_request(NODE, 301, 400)],
+        [_request(NODE, 701, 300)],
+        [_request(NODE, 650, 450)],
+        [_request(NODE, 1, 1100)],
+        [_request(NODE, 1, 1200)],
+    ],
     "out of order and overlapping": [
-        [_request(NODE, 801, 300)], [_request(NODE, 1, 500)], [_request(NODE, 301, 600)], [_request(NODE, 501, 300)]],
+        [_request(NODE, 801, 300)],
+        [_request(NODE, 1, 500)],
+        [_request(NODE, 301, 600)],
+        [_request(NODE, 501, 300)],
+    ],
     "rotated: line 1 again, other text": [
-        [_request(NODE, 1, 300)], [_request(NODE, 301, 300)], [_request(NODE, 1, 200, seed=" (new file)")],
-        [_request(NODE, 201, 200, seed=" (new file)")]],
+        [_request(NODE, 1, 300)],
+        [_request(NODE, 301, 300)],
+        [_request(NODE, 1, 200, seed=" (new file)")],
+        [_request(NODE, 201, 200, seed=" (new file)")],
+    ],
     "two requests of one stream in one batch, in either order": [
-        [_request(NODE, 301, 300), _request(NODE, 1, 300)], [_request(NODE, 601, 300), _request(NODE, 901, 300)],
-        [_request(NODE, 1201, 100), _request(NODE, 1250, 100)]],
+        [_request(NODE, 301, 300), _request(NODE, 1, 300)],
+        [_request(NODE, 601, 300), _request(NODE, 901, 300)],
+        [_request(NODE, 1201, 100), _request(NODE, 1250, 100)],
+    ],
     "job stream named by record attributes, and a node stream in one batch": [
-        [_request(JOB, 1, 250, record={"log.file.name": "out.log", "log.file.path": "logs/job-42/out.log"}),
-         _request(NODE, 1, 250)],
-        [_request(JOB, 251, 250, record={"log.file.name": "out.log", "log.file.path": "logs/job-42/out.log"}),
-         _request(NODE, 251, 250)]],
+        [
+            _request(
+                JOB, 1, 250, record={"log.file.name": "out.log", "log.file.path": "logs/job-42/out.log"}
+            ),
+            _request(NODE, 1, 250),
+        ],
+        [
+            _request(
+                JOB, 251, 250, record={"log.file.name": "out.log", "log.file.path": "logs/job-42/out.log"}
+            ),
+            _request(NODE, 251, 250),
+        ],
+    ],
     "a record outside the shape, records without a time": [
-        [_request(NODE, 1, 300, odd=150)], [_request(NODE, 301, 300, no_time=True)], [_request(NODE, 601, 300)]],
+        [_request(NODE, 1, 300, odd=150)],
+        [_request(NODE, 301, 300, no_time=True)],
+        [_request(NODE, 601, 300)],
+    ],
 }
 
 
@@ -178,7 +222,9 @@ def test_retries_stay_columns(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     entries = RecordBlock.entries
     monkeypatch.setattr(RecordBlock, "entries", lambda self: expanded.append(len(self)) or entries(self))
     p = _Pipeline(tmp_path / "columns.db", True)
-    for i, batch in enumerate(SCENARIOS["consecutive, then a retry of each"] + SCENARIOS["retries overlapping new records"][3:]):
+    for i, batch in enumerate(
+        SCENARIOS["consecutive, then a retry of each"] + SCENARIOS["retries overlapping new records"][3:]
+    ):
         p.batch(batch, now=1_793_000_100.0 + i)
     assert p.blocks == 8 and expanded == []
     rows = p.dump()["state"]
@@ -202,7 +248,9 @@ def _two_resources(body: str = "x", severity: str = "") -> bytes:
     return req.SerializeToString()
 
 
-def test_usual_shape_is_not_decoded_whole_and_malformed_is_refused_alike(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_usual_shape_is_not_decoded_whole_and_malformed_is_refused_alike(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     body = _two_resources()
     whole = otlp.log_entries(otlp.decode_logs(body, "application/x-protobuf")[0], body)
     assert len(whole.blocks) == 4 and not whole.accepted
@@ -215,8 +263,11 @@ def test_usual_shape_is_not_decoded_whole_and_malformed_is_refused_alike(monkeyp
         tagged, warnings = otlp.receive("logs", body, "application/x-protobuf")
     assert (tagged, warnings) == (whole, [])
     assert [(b.node, b.stream) for b in tagged.blocks] == [
-        ("gpu0001", "gpu0001:filelog.log"), ("gpu0001", "gpu0001:none.log"),
-        ("gpu0002", "gpu0002:filelog.log"), ("gpu0002", "gpu0002:none.log")]
+        ("gpu0001", "gpu0001:filelog.log"),
+        ("gpu0001", "gpu0001:none.log"),
+        ("gpu0002", "gpu0002:filelog.log"),
+        ("gpu0002", "gpu0002:none.log"),
+    ]
     # invalid UTF-8 where the whole decode checks it: in a body, a resource attribute, a severity text
     for good, bad in ((b"x 1", b"\xff 1"), (b"gpu0002", b"gpu\xff02"), (b"WARN", b"WAR\xff")):
         raw = _two_resources(severity="WARN").replace(good, bad, 1)
@@ -240,12 +291,26 @@ def test_evidence_marks_are_the_same_with_and_without_hyperscan() -> None:
         pytest.skip("Hyperscan is not installed here")
     when = datetime(2026, 11, 2, tzinfo=timezone.utc)
     tctx = TimeContext(tz=timezone.utc, start=when - timedelta(days=1), end=when)
-    pieces = ["0: [rank0]: step 1", "12: x", "1234567: no", "\n3: inside", "rtc_cmos 00:01: setting system clock",
-              "srun: error: gpu1: task 3: Exited", "rtc_cmosrun: error: x", "Nov  2 10:00:01 gpu1 kernel: [1.0] NVRM: Xid 79",
-              "ünïcödé", "", "5: ", "x\n12: y", "[12.5] uptime only"]
+    pieces = [
+        "0: [rank0]: step 1",
+        "12: x",
+        "1234567: no",
+        "\n3: inside",
+        "rtc_cmos 00:01: setting system clock",
+        "srun: error: gpu1: task 3: Exited",
+        "rtc_cmosrun: error: x",
+        "Nov  2 10:00:01 gpu1 kernel: [1.0] NVRM: Xid 79",
+        "ünïcödé",
+        "",
+        "5: ",
+        "x\n12: y",
+        "[12.5] uptime only",
+    ]
     rnd = random.Random(5)
     for _ in range(100):
-        bodies = ["".join(rnd.choice(pieces) for _ in range(rnd.randint(1, 3))) for _ in range(rnd.randint(1, 200))]
+        bodies = [
+            "".join(rnd.choice(pieces) for _ in range(rnd.randint(1, 3))) for _ in range(rnd.randint(1, 200))
+        ]
         numbers = list(range(1, len(bodies) + 1))
         with_marks = extractor.evidence_columns(numbers, bodies, tctx)
         extractor._marks = None

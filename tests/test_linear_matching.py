@@ -52,8 +52,9 @@ def test_ingest_extraction_of_an_adversarial_line_is_linear() -> None:
     from hypocenter.model import AttemptContext
     from hypocenter.sources import TextSource
 
-    ctx = AttemptContext.model_validate({"workload": {"id": "w"}, "window": {
-        "start": "2026-11-02T10:00:00Z", "end": "2026-11-02T11:00:00Z"}})
+    ctx = AttemptContext.model_validate(
+        {"workload": {"id": "w"}, "window": {"start": "2026-11-02T10:00:00Z", "end": "2026-11-02T11:00:00Z"}}
+    )
     tctx = TimeContext(tz=__import__("datetime").timezone.utc, start=ctx.window.start, end=ctx.window.end)
 
     def run(text: str) -> float:
@@ -82,11 +83,16 @@ def test_rules_check_names_the_offending_pattern_of_a_user_rule(tmp_path: Path) 
         "    title: mine\n"
         "    status: experimental\n"
         "    extract:\n"
-        "      tokens: [\"boom\"]\n"
+        '      tokens: ["boom"]\n'
         "      pattern: '(?<=boom )(\\w+\\s?)*$'\n"
-        "      event: my_event\n")
-    proc = subprocess.run([sys.executable, "-m", "hypocenter.cli", "rules", "check", "--rules", str(rules)],
-                          capture_output=True, text=True, timeout=60)
+        "      event: my_event\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "hypocenter.cli", "rules", "check", "--rules", str(rules)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 2, proc
     assert "mine.yaml:7" in proc.stderr and "nested quantifier" in proc.stderr, proc.stderr
     assert "(\\w+\\s?)*" in proc.stderr, proc.stderr

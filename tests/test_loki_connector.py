@@ -39,9 +39,15 @@ XID = "NVRM: Xid (PCI:0000:18:00): 79, pid=4242, GPU has fallen off the bus."
 
 
 def context(nodes: list[str], start: datetime = T0, minutes: int = 60, **extra: Any) -> AttemptContext:
-    return AttemptContext.model_validate({
-        "workload": {"id": "81234", "attempt": 0}, "state": "FAILED", "nodes": nodes,
-        "window": {"start": start.isoformat(), "end": (start + timedelta(minutes=minutes)).isoformat()}, **extra})
+    return AttemptContext.model_validate(
+        {
+            "workload": {"id": "81234", "attempt": 0},
+            "state": "FAILED",
+            "nodes": nodes,
+            "window": {"start": start.isoformat(), "end": (start + timedelta(minutes=minutes)).isoformat()},
+            **extra,
+        }
+    )
 
 
 def ns(minutes: float) -> int:
@@ -94,10 +100,15 @@ def test_logql_strings_survive_quotes_and_backslashes() -> None:
 def test_only_candidate_lines_of_the_attempts_nodes_come_back(loki: FakeLoki) -> None:
     tokens = default_engine().extractor.tokens
     entries = [kern("node01", ns(1 + i / 100), f"prefix {tok} suffix") for i, tok in enumerate(tokens)]
-    entries += [kern("node01", ns(2), "a boring line"), kern("node09", ns(3), XID),  # not a candidate / not ours
-                kern("NODE02.cluster.local", ns(4), XID)]  # FQDN, other case: still node02
+    entries += [
+        kern("node01", ns(2), "a boring line"),
+        kern("node09", ns(3), XID),  # not a candidate / not ours
+        kern("NODE02.cluster.local", ns(4), XID),
+    ]  # FQDN, other case: still node02
     loki.preload(entries)
-    got = returned(LokiConnector(loki.url, queries=QUERIES, policy=FAST).collect(context(["node01", "node02"])))
+    got = returned(
+        LokiConnector(loki.url, queries=QUERIES, policy=FAST).collect(context(["node01", "node02"]))
+    )
     want = Counter(("node01", f"prefix {tok} suffix") for tok in tokens) + Counter({("node02", XID): 1})
     assert got == want
 
@@ -114,8 +125,9 @@ def test_pages_lose_nothing_and_repeat_nothing_at_tied_timestamps(loki: FakeLoki
         entries.append(kern(node, ts, f"{XID} #{(i // 3) % 3}"))
     loki.preload(entries + entries[::7])  # the repeats are dropped by Loki, not by the connector
     assert len(loki.entries) == 300
-    collected = LokiConnector(loki.url, queries=QUERIES, policy=FAST, limits=LokiLimits(max_entries=limit)).collect(
-        context(["node01", "node02", "node03"]))
+    collected = LokiConnector(
+        loki.url, queries=QUERIES, policy=FAST, limits=LokiLimits(max_entries=limit)
+    ).collect(context(["node01", "node02", "node03"]))
     assert returned(collected) == Counter((e.labels["host"], e.line) for e in entries)
     assert {c.status for c in collected.coverage} == {"ok"}
     assert len(loki.queries) > 300 // limit  # it did page
@@ -123,9 +135,13 @@ def test_pages_lose_nothing_and_repeat_nothing_at_tied_timestamps(loki: FakeLoki
 
 def test_a_page_full_of_one_nanosecond_is_reported_partial(loki: FakeLoki) -> None:
     loki.preload([kern("node01", ns(5), f"{XID} {i}") for i in range(6)] + [kern("node01", ns(6), XID)])
-    collected = LokiConnector(loki.url, queries=QUERIES, policy=FAST, limits=LokiLimits(max_entries=4)).collect(context(["node01"]))
+    collected = LokiConnector(
+        loki.url, queries=QUERIES, policy=FAST, limits=LokiLimits(max_entries=4)
+    ).collect(context(["node01"]))
     [cov] = collected.coverage
-    assert cov.status == "partial" and "more than 4 entries at 2026-11-02T10:05:00.000000000Z" in (cov.reason or "")
+    assert cov.status == "partial" and "more than 4 entries at 2026-11-02T10:05:00.000000000Z" in (
+        cov.reason or ""
+    )
     assert returned(collected)[("node01", XID)] == 1  # the rest of the piece is still read
 
 
@@ -133,10 +149,13 @@ def test_long_windows_are_split_within_max_query_length(loki: FakeLoki) -> None:
     fake = FakeLoki(max_query_length_s=1800).start()  # Loki refuses a longer range with 400
     try:
         fake.preload([kern("node01", ns(m), f"{XID} at {m}") for m in range(-59, 75, 7)])
-        collected = LokiConnector(fake.url, queries=QUERIES, policy=FAST, limits=LokiLimits(max_query_length_s=1800)).collect(
-            context(["node01"]))
+        collected = LokiConnector(
+            fake.url, queries=QUERIES, policy=FAST, limits=LokiLimits(max_query_length_s=1800)
+        ).collect(context(["node01"]))
         # the node window is [start - 1 h lookback, end + 10 min slack]
-        assert returned(collected) == Counter(("node01", f"{XID} at {m}") for m in range(-59, 75, 7) if m <= 70)
+        assert returned(collected) == Counter(
+            ("node01", f"{XID} at {m}") for m in range(-59, 75, 7) if m <= 70
+        )
         spans = {(int(q["start"]), int(q["end"])) for q in fake.queries}
         assert all(b - a + 30 * 10**9 <= 1800 * 10**9 for a, b in spans)  # Loki adds its 30 s look-back
         assert min(a for a, _ in spans) == ns(-60) and max(b for _, b in spans) == ns(70) + 1
@@ -159,7 +178,11 @@ def test_bad_logql_is_permanent_not_retried_and_carries_lokis_message(loki: Fake
     loki.preload([kern("node01", ns(1), XID)])
     connector = LokiConnector(loki.url, queries=QUERIES, policy=FAST, selector='job=~"(unclosed"')
     [cov] = connector.collect(context(["node01"])).coverage
-    assert cov.status == "failed" and "HTTP 400" in (cov.reason or "") and "error parsing regexp" in (cov.reason or "")
+    assert (
+        cov.status == "failed"
+        and "HTTP 400" in (cov.reason or "")
+        and "error parsing regexp" in (cov.reason or "")
+    )
     assert connector.api.calls == 1
 
 
@@ -175,7 +198,9 @@ def test_tenant_and_credentials_are_sent() -> None:
     fake = FakeLoki(required_headers={"X-Scope-OrgID": "team-a", "Authorization": "Bearer s3cret"}).start()
     try:
         fake.preload([kern("node01", ns(1), XID)])
-        ok = LokiConnector(fake.url, queries=QUERIES, policy=FAST, tenant="team-a", token="s3cret").collect(context(["node01"]))
+        ok = LokiConnector(fake.url, queries=QUERIES, policy=FAST, tenant="team-a", token="s3cret").collect(
+            context(["node01"])
+        )
         assert returned(ok) == Counter({("node01", XID): 1})
         refused = LokiConnector(fake.url, queries=QUERIES, policy=FAST, tenant="team-b", token="s3cret")
         [cov] = refused.collect(context(["node01"])).coverage
@@ -185,7 +210,9 @@ def test_tenant_and_credentials_are_sent() -> None:
     basic = FakeLoki(required_headers={"Authorization": "Basic dTpwdw=="}).start()  # u:pw
     try:
         basic.preload([kern("node01", ns(1), XID)])
-        got = LokiConnector(basic.url, queries=QUERIES, policy=FAST, basic_auth=("u", "pw")).collect(context(["node01"]))
+        got = LokiConnector(basic.url, queries=QUERIES, policy=FAST, basic_auth=("u", "pw")).collect(
+            context(["node01"])
+        )
         assert returned(got) == Counter({("node01", XID): 1})
     finally:
         basic.stop()
@@ -206,17 +233,28 @@ def test_lines_without_a_stamp_are_dated_by_loki_and_the_engine_uses_it(loki: Fa
 def test_context_lines_around_a_candidate_are_fetched(loki: FakeLoki) -> None:
     """hung-task reads 14 lines after its match for the stack; they hold no token, so the line
     filter alone would drop them and the filesystem could not be blamed."""
-    stack = ["INFO: task python:77121 blocked for more than 120 seconds.", "      Not tainted 5.15.0-91-generic",
-             "Call Trace:", " <TASK>", " __schedule+0x2cd/0x890", " rpc_wait_bit_killable+0x25/0xb0 [sunrpc]",
-             " nfs_wait_on_request+0x30/0x40 [nfs]"]
-    loki.preload([kern("node01", ns(17 + i / 1000), line) for i, line in enumerate(stack)]
-                 + [kern("node01", ns(16), "an unrelated earlier line")])
+    stack = [
+        "INFO: task python:77121 blocked for more than 120 seconds.",
+        "      Not tainted 5.15.0-91-generic",
+        "Call Trace:",
+        " <TASK>",
+        " __schedule+0x2cd/0x890",
+        " rpc_wait_bit_killable+0x25/0xb0 [sunrpc]",
+        " nfs_wait_on_request+0x30/0x40 [nfs]",
+    ]
+    loki.preload(
+        [kern("node01", ns(17 + i / 1000), line) for i, line in enumerate(stack)]
+        + [kern("node01", ns(16), "an unrelated earlier line")]
+    )
     ctx = context(["node01"])
     collected = LokiConnector(loki.url, queries=QUERIES, policy=FAST).collect(ctx)
     got = returned(collected)
     assert list(got) == [("node01", line) for line in stack] and set(got.values()) == {1}
-    [hung] = [e for e in default_engine().extractor.extract(collected.sources, ctx, time_context(ctx)).events
-              if e.kind == "hung_task"]
+    [hung] = [
+        e
+        for e in default_engine().extractor.extract(collected.sources, ctx, time_context(ctx)).events
+        if e.kind == "hung_task"
+    ]
     assert hung.fields.get("fs") == "rpc_wait_bit_killable"
 
 
@@ -225,11 +263,15 @@ def test_context_fetches_stay_within_max_query_length() -> None:
     a 30 min limit refuses the default hour-long reach)."""
     fake = FakeLoki(max_query_length_s=1800).start()
     try:
-        stack = ["INFO: task python:77121 blocked for more than 120 seconds.", "Call Trace:",
-                 " rpc_wait_bit_killable+0x25/0xb0 [sunrpc]"]
+        stack = [
+            "INFO: task python:77121 blocked for more than 120 seconds.",
+            "Call Trace:",
+            " rpc_wait_bit_killable+0x25/0xb0 [sunrpc]",
+        ]
         fake.preload([kern("node01", ns(17 + i / 1000), line) for i, line in enumerate(stack)])
-        collected = LokiConnector(fake.url, queries=QUERIES, policy=FAST, limits=LokiLimits(max_query_length_s=1800)).collect(
-            context(["node01"], minutes=10))
+        collected = LokiConnector(
+            fake.url, queries=QUERIES, policy=FAST, limits=LokiLimits(max_query_length_s=1800)
+        ).collect(context(["node01"], minutes=10))
         assert list(returned(collected)) == [("node01", line) for line in stack]
         assert [c.status for c in collected.coverage] == ["ok"], collected.coverage
         spans = [int(q["end"]) - int(q["start"]) for q in fake.queries]
@@ -244,19 +286,46 @@ def test_otlp_style_node_in_structured_metadata() -> None:
     fake = FakeLoki().start()
     try:
         labels = {"service_name": "kernel"}
-        fake.preload([PushedEntry(labels, ns(1), XID, {"host_name": "node01", "detected_level": "error"}),
-                      PushedEntry(labels, ns(2), "NETDEV WATCHDOG: eth0 (mlx5_core): transmit queue 3 timed out", {"host_name": "node01", "detected_level": "info"}),
-                      PushedEntry(labels, ns(3), XID, {"host_name": "node02", "detected_level": "error"}),
-                      PushedEntry(labels, ns(4), "quiet", {"host_name": "node03"})])
-        connector = LokiConnector(fake.url, queries=QUERIES, policy=FAST, selector='service_name=~".+"', node_label="host_name",
-                                  node_label_kind="metadata")
+        fake.preload(
+            [
+                PushedEntry(labels, ns(1), XID, {"host_name": "node01", "detected_level": "error"}),
+                PushedEntry(
+                    labels,
+                    ns(2),
+                    "NETDEV WATCHDOG: eth0 (mlx5_core): transmit queue 3 timed out",
+                    {"host_name": "node01", "detected_level": "info"},
+                ),
+                PushedEntry(labels, ns(3), XID, {"host_name": "node02", "detected_level": "error"}),
+                PushedEntry(labels, ns(4), "quiet", {"host_name": "node03"}),
+            ]
+        )
+        connector = LokiConnector(
+            fake.url,
+            queries=QUERIES,
+            policy=FAST,
+            selector='service_name=~".+"',
+            node_label="host_name",
+            node_label_kind="metadata",
+        )
         collected = connector.collect(context(["node01", "node02", "node03", "node04"]))
-        assert [(s.name, s.node) for s in collected.sources] == [("loki/node01/kernel", "node01"),
-                                                                 ("loki/node02/kernel", "node02")]
-        assert returned(collected) == Counter({("node01", XID): 1, ("node01", "NETDEV WATCHDOG: eth0 (mlx5_core): transmit queue 3 timed out"): 1,
-                                               ("node02", XID): 1})
+        assert [(s.name, s.node) for s in collected.sources] == [
+            ("loki/node01/kernel", "node01"),
+            ("loki/node02/kernel", "node02"),
+        ]
+        assert returned(collected) == Counter(
+            {
+                ("node01", XID): 1,
+                ("node01", "NETDEV WATCHDOG: eth0 (mlx5_core): transmit queue 3 timed out"): 1,
+                ("node02", XID): 1,
+            }
+        )
         status = {c.source: c.status for c in collected.coverage}
-        assert status == {"logs/node01": "ok", "logs/node02": "ok", "logs/node03": "ok", "logs/node04": "missing"}
+        assert status == {
+            "logs/node01": "ok",
+            "logs/node02": "ok",
+            "logs/node03": "ok",
+            "logs/node04": "missing",
+        }
     finally:
         fake.stop()
     with pytest.raises(ValueError, match="needs a selector"):
@@ -264,19 +333,36 @@ def test_otlp_style_node_in_structured_metadata() -> None:
 
 
 def test_job_level_streams_and_stream_names(loki: FakeLoki) -> None:
-    loki.preload([
-        PushedEntry({"job": "slurm", "slurm_job_id": "81234", "filename": "/shared/slurm-81234.out"}, ns(30),
-                    "[rank3]: torch.distributed.DistBackendError: NCCL error ... ncclRemoteError", {}),
-        PushedEntry({"job": "slurm", "slurm_job_id": "99999", "filename": "/shared/slurm-99999.out"}, ns(30),
-                    "ncclRemoteError elsewhere", {}),
-        kern("node01", ns(20), XID), kern("node01", ns(21), XID, filename="/var/log/syslog"),
-        PushedEntry({"host": "node01", "unit": "kubelet.service"}, ns(22), "k8s pod train-0 OOMKilled", {}),
-    ])
-    collected = LokiConnector(loki.url, queries=QUERIES, policy=FAST, workload_selector='{job="slurm", slurm_job_id="{workload}"}'
-                              ).collect(context(["node01"]))
+    loki.preload(
+        [
+            PushedEntry(
+                {"job": "slurm", "slurm_job_id": "81234", "filename": "/shared/slurm-81234.out"},
+                ns(30),
+                "[rank3]: torch.distributed.DistBackendError: NCCL error ... ncclRemoteError",
+                {},
+            ),
+            PushedEntry(
+                {"job": "slurm", "slurm_job_id": "99999", "filename": "/shared/slurm-99999.out"},
+                ns(30),
+                "ncclRemoteError elsewhere",
+                {},
+            ),
+            kern("node01", ns(20), XID),
+            kern("node01", ns(21), XID, filename="/var/log/syslog"),
+            PushedEntry(
+                {"host": "node01", "unit": "kubelet.service"}, ns(22), "k8s pod train-0 OOMKilled", {}
+            ),
+        ]
+    )
+    collected = LokiConnector(
+        loki.url, queries=QUERIES, policy=FAST, workload_selector='{job="slurm", slurm_job_id="{workload}"}'
+    ).collect(context(["node01"]))
     assert sorted((s.name, s.node) for s in collected.sources) == [
-        ("loki/_job/slurm-81234.out", None), ("loki/node01/kern.log", "node01"),
-        ("loki/node01/kubelet.service", "node01"), ("loki/node01/syslog", "node01")]
+        ("loki/_job/slurm-81234.out", None),
+        ("loki/node01/kern.log", "node01"),
+        ("loki/node01/kubelet.service", "node01"),
+        ("loki/node01/syslog", "node01"),
+    ]
     assert {c.source: c.status for c in collected.coverage} == {"logs/node01": "ok", "logs/_job": "ok"}
 
 
@@ -307,15 +393,31 @@ def test_against_a_real_loki() -> None:
     streams: dict[str, list[list[str]]] = {}
     for node, ts, line in lines:
         streams.setdefault(node, []).append([str(ts), line])
-    body = {"streams": [{"stream": {"host": n, "job": f"hypocenter-test-{run}", "filename": "/var/log/kern.log"},
-                         "values": v} for n, v in streams.items()]}
+    body = {
+        "streams": [
+            {
+                "stream": {"host": n, "job": f"hypocenter-test-{run}", "filename": "/var/log/kern.log"},
+                "values": v,
+            }
+            for n, v in streams.items()
+        ]
+    }
     headers = {"X-Scope-OrgID": os.environ["LOKI_TENANT"]} if os.environ.get("LOKI_TENANT") else {}
     httpx.post(f"{LOKI_URL}/loki/api/v1/push", json=body, headers=headers, timeout=10).raise_for_status()
-    ctx = AttemptContext.model_validate({"workload": {"id": run, "attempt": 0}, "nodes": list(streams),
-                                         "window": {"start": now.isoformat(),
-                                                    "end": (now + timedelta(minutes=5)).isoformat()}})
-    connector = LokiConnector(LOKI_URL, queries=QUERIES, tenant=os.environ.get("LOKI_TENANT") or None, selector=f'job="hypocenter-test-{run}"',
-                              limits=LokiLimits(max_entries=7))
+    ctx = AttemptContext.model_validate(
+        {
+            "workload": {"id": run, "attempt": 0},
+            "nodes": list(streams),
+            "window": {"start": now.isoformat(), "end": (now + timedelta(minutes=5)).isoformat()},
+        }
+    )
+    connector = LokiConnector(
+        LOKI_URL,
+        queries=QUERIES,
+        tenant=os.environ.get("LOKI_TENANT") or None,
+        selector=f'job="hypocenter-test-{run}"',
+        limits=LokiLimits(max_entries=7),
+    )
     deadline = time.monotonic() + 30
     while True:
         collected = connector.collect(ctx)
@@ -325,7 +427,10 @@ def test_against_a_real_loki() -> None:
         time.sleep(1)
     # Loki drops an entry identical (time and line) to the one before it in a stream; ours differ in time
     assert got == Counter((n, line) for n, _, line in lines if line != "nothing to see")
-    assert {c.source: c.status for c in collected.coverage} == {f"logs/node-{run}-1": "ok", f"logs/node-{run}-2": "ok"}
+    assert {c.source: c.status for c in collected.coverage} == {
+        f"logs/node-{run}-1": "ok",
+        f"logs/node-{run}-2": "ok",
+    }
 
 
 @pytest.mark.skipif(not LOKI_URL, reason="set LOKI_URL to run against a real Loki")
@@ -338,8 +443,12 @@ def test_a_real_lokis_otlp_endpoint_is_pulled_by_structured_metadata() -> None:
     run = uuid.uuid4().hex[:12]
     now = datetime.now(timezone.utc).replace(microsecond=0) - timedelta(minutes=20)
     request = ExportLogsServiceRequest()
-    for i, (attrs, line) in enumerate([({"host.name": f"node-{run}"}, XID),
-                                       ({"hypocenter.workload.id": run}, "torch.OutOfMemoryError: CUDA out of memory.")]):
+    for i, (attrs, line) in enumerate(
+        [
+            ({"host.name": f"node-{run}"}, XID),
+            ({"hypocenter.workload.id": run}, "torch.OutOfMemoryError: CUDA out of memory."),
+        ]
+    ):
         rl = request.resource_logs.add()
         for key, value in {"service.name": f"hypocenter-test-{run}", **attrs}.items():
             kv = rl.resource.attributes.add()
@@ -349,14 +458,25 @@ def test_a_real_lokis_otlp_endpoint_is_pulled_by_structured_metadata() -> None:
     headers = {"Content-Type": "application/x-protobuf"}
     if os.environ.get("LOKI_TENANT"):
         headers["X-Scope-OrgID"] = os.environ["LOKI_TENANT"]
-    httpx.post(f"{LOKI_URL}/otlp/v1/logs", content=request.SerializeToString(), headers=headers,
-               timeout=10).raise_for_status()
-    ctx = AttemptContext.model_validate({"workload": {"id": run, "attempt": 0}, "nodes": [f"node-{run}"],
-                                         "window": {"start": now.isoformat(),
-                                                    "end": (now + timedelta(minutes=5)).isoformat()}})
-    connector = LokiConnector(LOKI_URL, queries=QUERIES, tenant=os.environ.get("LOKI_TENANT") or None,
-                              selector=f'service_name="hypocenter-test-{run}"', node_label="host_name",
-                              node_label_kind="metadata", workload_selector='hypocenter_workload_id="{workload}"')
+    httpx.post(
+        f"{LOKI_URL}/otlp/v1/logs", content=request.SerializeToString(), headers=headers, timeout=10
+    ).raise_for_status()
+    ctx = AttemptContext.model_validate(
+        {
+            "workload": {"id": run, "attempt": 0},
+            "nodes": [f"node-{run}"],
+            "window": {"start": now.isoformat(), "end": (now + timedelta(minutes=5)).isoformat()},
+        }
+    )
+    connector = LokiConnector(
+        LOKI_URL,
+        queries=QUERIES,
+        tenant=os.environ.get("LOKI_TENANT") or None,
+        selector=f'service_name="hypocenter-test-{run}"',
+        node_label="host_name",
+        node_label_kind="metadata",
+        workload_selector='hypocenter_workload_id="{workload}"',
+    )
     deadline = time.monotonic() + 30
     while True:
         got = returned(connector.collect(ctx))

@@ -39,10 +39,20 @@ def diagnosis_summary(doc: dict[str, Any]) -> dict[str, Any]:
     """The summary columns the server derives from a diagnosis document."""
     a, rc = doc["attempt"], doc["root_cause"] or {}
     culprits = sorted({*rc.get("nodes", []), *(n for c in doc["candidates"] for n in c["nodes"])})
-    return {"id": doc["id"], "workload": a["workload_id"], "attempt": a["attempt"], "cluster": a["cluster"],
-            "outcome": doc["outcome"], "domain": rc.get("domain"), "subdomain": rc.get("subdomain"),
-            "terminal_state": doc["terminal_state"], "window_start_ns": 1, "window_end_ns": 2,
-            "culprits": culprits, "affected": doc["affected_nodes"]}
+    return {
+        "id": doc["id"],
+        "workload": a["workload_id"],
+        "attempt": a["attempt"],
+        "cluster": a["cluster"],
+        "outcome": doc["outcome"],
+        "domain": rc.get("domain"),
+        "subdomain": rc.get("subdomain"),
+        "terminal_state": doc["terminal_state"],
+        "window_start_ns": 1,
+        "window_end_ns": 2,
+        "culprits": culprits,
+        "affected": doc["affected_nodes"],
+    }
 
 
 def variant(base: dict[str, Any], ident: str, node: str, gpu: str, cluster: str = "eos") -> dict[str, Any]:
@@ -91,17 +101,29 @@ def test_collector_counts_and_bounds_culprits(nvlink_doc: dict[str, Any]) -> Non
             assert not {"job", "instance"} & set(s.labels), s
     nodes_series = {s.labels["node"]: s.value for s in fam["hypocenter_recent_node_root_causes"].samples}
     assert nodes_series == {"n1": 3, "n2": 2, "other": 3}  # top 2, the rest summed; provisional ones left out
-    comps = {(s.labels["node"], s.labels["component"]): s.value
-             for s in fam["hypocenter_recent_component_root_causes"].samples}
+    comps = {
+        (s.labels["node"], s.labels["component"]): s.value
+        for s in fam["hypocenter_recent_component_root_causes"].samples
+    }
     assert comps == {("n1", "0000:3b:00"): 3, ("n2", "0000:3b:00"): 2, ("other", "other"): 3}
     totals = [s for s in fam["hypocenter_diagnoses"].samples if s.name == "hypocenter_diagnoses_total"]
     # Every verdict of a cluster with diagnoses is there from 0, so increase() sees its first one.
-    assert {(s.labels["outcome"], s.labels["subdomain"]) for s in totals if s.labels["cluster"] == "eos"
-            and s.value == 0} >= {("unattributed", ""), ("attributed", "gpu_memory"), ("ambiguous", "")}
+    assert {
+        (s.labels["outcome"], s.labels["subdomain"])
+        for s in totals
+        if s.labels["cluster"] == "eos" and s.value == 0
+    } >= {("unattributed", ""), ("attributed", "gpu_memory"), ("ambiguous", "")}
     (diag,) = [s for s in totals if s.value > 0]
-    assert diag.labels == {"cluster": "eos", "outcome": "attributed", "domain": "hardware", "subdomain": "nvlink"}
+    assert diag.labels == {
+        "cluster": "eos",
+        "outcome": "attributed",
+        "domain": "hardware",
+        "subdomain": "nvlink",
+    }
     assert diag.value == 8 and diag.exemplar is not None and diag.exemplar.labels == {"diagnosis_id": "dx-07"}
-    assert [s.value for s in fam["hypocenter_provisional_diagnoses"].samples if s.name.endswith("_total")] == [1]
+    assert [
+        s.value for s in fam["hypocenter_provisional_diagnoses"].samples if s.name.endswith("_total")
+    ] == [1]
     lat = fam["hypocenter_analysis_duration_seconds"]
     count = next(s.value for s in lat.samples if s.name.endswith("_count"))
     assert count == 10
@@ -110,7 +132,8 @@ def test_collector_counts_and_bounds_culprits(nvlink_doc: dict[str, Any]) -> Non
     assert [(s.labels["subdomain"], s.value) for s in recent] == [("nvlink", 8)]
     rejected = fam["hypocenter_rejected_records"].samples
     assert [(s.labels, s.value) for s in rejected if s.name.endswith("_total")] == [
-        ({"signal": "logs", "reason": "no_node_or_workload"}, 2)]
+        ({"signal": "logs", "reason": "no_node_or_workload"}, 2)
+    ]
     pending = {s.labels["exporter"]: s.value for s in fam["hypocenter_export_pending"].samples}
     assert pending == {"loki": 0}
     assert next(iter(fam["hypocenter_store_up"].samples)).value == 1
@@ -154,13 +177,22 @@ def test_scrape_has_the_attempt_and_the_ingest(server: ServerProcess) -> None:
     text = httpx.get(f"http://{server.metrics}/metrics", timeout=10).text
     fam = {f.name: f for f in text_families(text)}
     samples = {(s.name, tuple(sorted(s.labels.items()))): s.value for f in fam.values() for s in f.samples}
-    key = ("hypocenter_diagnoses_total",
-           (("cluster", "eos"), ("domain", "hardware"), ("outcome", "attributed"), ("subdomain", "nvlink")))
+    key = (
+        "hypocenter_diagnoses_total",
+        (("cluster", "eos"), ("domain", "hardware"), ("outcome", "attributed"), ("subdomain", "nvlink")),
+    )
     assert samples[key] == 1
     assert samples[("hypocenter_ingest_records_total", (("signal", "logs"), ("source", "otlp_http")))] > 0
     assert samples[("hypocenter_ingest_bytes_total", (("signal", "metrics"), ("source", "otlp_http")))] > 0
-    assert samples[("hypocenter_refused_requests_total",
-                    (("reason", "malformed"), ("signal", "logs"), ("source", "otlp_http")))] == 1
+    assert (
+        samples[
+            (
+                "hypocenter_refused_requests_total",
+                (("reason", "malformed"), ("signal", "logs"), ("source", "otlp_http")),
+            )
+        ]
+        == 1
+    )
     assert samples[("hypocenter_recent_node_root_causes", (("cluster", "eos"), ("node", "node02")))] == 1
     om = httpx.get(f"http://{server.metrics}/metrics", headers=OPENMETRICS, timeout=10).text
     assert om.rstrip().endswith("# EOF") and '# {diagnosis_id="dx-' in om
@@ -186,9 +218,15 @@ def test_real_prometheus_scrapes_hypocenter(server: ServerProcess, tmp_path: Pat
         assert prom.query('{__name__=~"hypocenter_.+", exported_job!=""}') == []
         nodes = prom.query('max without (instance) (hypocenter_recent_node_root_causes{node!="other"}) >= 1')
         assert [s["metric"]["node"] for s in nodes] == ["node02"]
-        ex = httpx.get(f"{prom.url}/api/v1/query_exemplars",
-                       params={"query": "hypocenter_diagnoses_total", "start": time.time() - 600, "end": time.time() + 60},
-                       timeout=10).json()
+        ex = httpx.get(
+            f"{prom.url}/api/v1/query_exemplars",
+            params={
+                "query": "hypocenter_diagnoses_total",
+                "start": time.time() - 600,
+                "end": time.time() + 60,
+            },
+            timeout=10,
+        ).json()
         ids = {e["labels"]["diagnosis_id"] for s in ex["data"] for e in s["exemplars"]}
         assert ids and all(i.startswith("dx-") for i in ids)
     finally:

@@ -24,7 +24,8 @@ from hypocenter.model import AttemptContext, Diagnosis, Event, plain_context
 ROOT = Path(__file__).resolve().parent.parent
 BUNDLES = sorted(p for p in (ROOT / "examples").iterdir() if (p / "attempt.yaml").is_file())
 PAIRS = [(getattr(model, n), getattr(model_schema, n)) for n in model._CLASSES] + [
-    (getattr(rules, n), getattr(rule_schema, n)) for n in rules._CLASSES]
+    (getattr(rules, n), getattr(rule_schema, n)) for n in rules._CLASSES
+]
 REQUIRED = object()
 
 
@@ -46,20 +47,46 @@ def _plain_fields(cls: type) -> list[tuple[str, object, str, str | None, bool, b
     hints = typing.get_type_hints(cls)
     out = []
     for f in dataclasses.fields(cls):
-        default = (f.default if f.default is not dataclasses.MISSING else
-                   f.default_factory() if f.default_factory is not dataclasses.MISSING else REQUIRED)
-        out.append((f.name, default, _type_name(hints[f.name]), f.metadata.get("alias"),
-                    bool(f.metadata.get("exclude")), f.metadata.get("exclude_if") is not None))
+        default = (
+            f.default
+            if f.default is not dataclasses.MISSING
+            else f.default_factory()
+            if f.default_factory is not dataclasses.MISSING
+            else REQUIRED
+        )
+        out.append(
+            (
+                f.name,
+                default,
+                _type_name(hints[f.name]),
+                f.metadata.get("alias"),
+                bool(f.metadata.get("exclude")),
+                f.metadata.get("exclude_if") is not None,
+            )
+        )
     return out
 
 
 def _twin_fields(cls: type[BaseModel]) -> list[tuple[str, object, str, str | None, bool, bool]]:
     out = []
     for name, info in cls.model_fields.items():
-        default = (info.default if info.default is not PydanticUndefined else
-                   info.default_factory() if info.default_factory is not None else REQUIRED)  # type: ignore[call-arg]
-        out.append((name, default, _type_name(info.annotation), info.alias, bool(info.exclude),
-                    info.exclude_if is not None))
+        default = (
+            info.default
+            if info.default is not PydanticUndefined
+            else info.default_factory()
+            if info.default_factory is not None
+            else REQUIRED
+        )  # type: ignore[call-arg]
+        out.append(
+            (
+                name,
+                default,
+                _type_name(info.annotation),
+                info.alias,
+                bool(info.exclude),
+                info.exclude_if is not None,
+            )
+        )
     return out
 
 
@@ -71,13 +98,22 @@ def test_plain_class_and_its_twin_have_the_same_fields(plain: type, twin: type[B
 
 def test_every_twin_has_a_plain_class() -> None:
     for module, plain in ((model_schema, model), (rule_schema, rules)):
-        twins = {n for n, v in vars(module).items() if isinstance(v, type) and issubclass(v, BaseModel)
-                 and v.__module__ == module.__name__ and not n.startswith("_")}
+        twins = {
+            n
+            for n, v in vars(module).items()
+            if isinstance(v, type)
+            and issubclass(v, BaseModel)
+            and v.__module__ == module.__name__
+            and not n.startswith("_")
+        }
         assert twins - {"RuleFile"} == set(plain._CLASSES)  # type: ignore[attr-defined]
 
 
 def _twin_json(diagnosis: Diagnosis) -> str:
-    return model_schema.Diagnosis.model_validate(diagnosis.model_dump()).model_dump_json(by_alias=True, indent=2) + "\n"
+    return (
+        model_schema.Diagnosis.model_validate(diagnosis.model_dump()).model_dump_json(by_alias=True, indent=2)
+        + "\n"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -90,39 +126,69 @@ def test_every_example_renders_as_pydantic_rendered_it(diagnoses: list[Diagnosis
     for diagnosis in diagnoses:
         assert diagnosis.to_json() == _twin_json(diagnosis)
         assert diagnosis.model_dump(mode="json") == model_schema.Diagnosis.model_validate(
-            diagnosis.model_dump()).model_dump(mode="json")
+            diagnosis.model_dump()
+        ).model_dump(mode="json")
 
 
-HOSTILE = "ctl \x00\x01\x08\x0c\x1b\x1f del \x7f quote \" back \\ nl \n tab \t cr \r é ü 中 \u2028\u2029 😀 \ufeff"
+HOSTILE = (
+    'ctl \x00\x01\x08\x0c\x1b\x1f del \x7f quote " back \\ nl \n tab \t cr \r é ü 中 \u2028\u2029 😀 \ufeff'
+)
 
 
 def test_hostile_text_renders_as_pydantic_rendered_it(diagnoses: list[Diagnosis]) -> None:
     with_evidence = next(d for d in diagnoses if d.evidence and d.root_cause)
-    evidence = [e.model_copy(update={"text": HOSTILE + e.text, "inherited": True, "time_max": "2026-01-01T00:00:00Z"})
-                for e in with_evidence.evidence]
+    evidence = [
+        e.model_copy(update={"text": HOSTILE + e.text, "inherited": True, "time_max": "2026-01-01T00:00:00Z"})
+        for e in with_evidence.evidence
+    ]
     unattributed = next(d for d in diagnoses if d.first_failure is not None)
     for diagnosis in (
         with_evidence.model_copy(update={"evidence": evidence, "id": HOSTILE}),
         with_evidence.model_copy(update={"next_step": None, "root_cause": None, "candidates": []}),
-        unattributed.model_copy(update={"first_failure": unattributed.first_failure.model_copy(  # type: ignore[union-attr]
-            update={"text": HOSTILE, "rank": None})}),
+        unattributed.model_copy(
+            update={
+                "first_failure": unattributed.first_failure.model_copy(  # type: ignore[union-attr]
+                    update={"text": HOSTILE, "rank": None}
+                )
+            }
+        ),
     ):
         assert diagnosis.to_json() == _twin_json(diagnosis)
         assert Diagnosis.model_validate(diagnosis.model_dump()) == diagnosis
 
 
-TIMES = [datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc), datetime(2026, 1, 2, 3, 4, 5, 600000, tzinfo=timezone.utc),
-         datetime(2026, 1, 2, 3, 4, 5, 7, tzinfo=timezone(timedelta(hours=5, minutes=30)))]
+TIMES = [
+    datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc),
+    datetime(2026, 1, 2, 3, 4, 5, 600000, tzinfo=timezone.utc),
+    datetime(2026, 1, 2, 3, 4, 5, 7, tzinfo=timezone(timedelta(hours=5, minutes=30))),
+]
 
 
 @pytest.mark.parametrize("when", TIMES)
 def test_times_dump_as_pydantic_dumps_them(when: datetime) -> None:
-    ctx = AttemptContext.model_validate({"workload": {"id": 7}, "window": {"start": when, "end": when + timedelta(1)},
-                                         "nodes": ["b", "a", "b"], "ranks": {"a": [1, 0], "b": "2-3"}})
+    ctx = AttemptContext.model_validate(
+        {
+            "workload": {"id": 7},
+            "window": {"start": when, "end": when + timedelta(1)},
+            "nodes": ["b", "a", "b"],
+            "ranks": {"a": [1, 0], "b": "2-3"},
+        }
+    )
     twin = model_schema.AttemptContext.model_validate(ctx.model_dump())
-    assert ctx.model_dump(mode="json") == twin.model_dump(mode="json") and ctx.model_dump() == twin.model_dump()
-    event = Event(kind="k", rule="r", time=when, node=None, source="app", ref="a:1", text=HOSTILE, time_max=when,
-                  fields={"x": float("nan"), "y": float("inf"), "z": 1.5, "n": None})
+    assert (
+        ctx.model_dump(mode="json") == twin.model_dump(mode="json") and ctx.model_dump() == twin.model_dump()
+    )
+    event = Event(
+        kind="k",
+        rule="r",
+        time=when,
+        node=None,
+        source="app",
+        ref="a:1",
+        text=HOSTILE,
+        time_max=when,
+        fields={"x": float("nan"), "y": float("inf"), "z": 1.5, "n": None},
+    )
     twin_event = model_schema.Event.model_validate(event.model_dump())
     assert event.model_dump(mode="json") == twin_event.model_dump(mode="json")
     assert pickle.loads(pickle.dumps(ctx)) == ctx
@@ -155,6 +221,7 @@ def _set(path: str, value: object) -> Any:
             cur.pop(key, None)
         else:
             cur[key] = value
+
     return change
 
 
@@ -162,28 +229,59 @@ _DROP = object()
 _NOW = datetime(2026, 11, 2, 10, 0, 0)
 # (change, taken without pydantic?) — the ones marked True are the forms real bundles use.
 VARIANTS = [
-    (_set("workload.id", 81234), True), (_set("workload.id", True), False), (_set("workload.id", 1.5), False),
-    (_set("workload.id", None), False), (_set("workload.id", _DROP), False), (_set("workload.attempt", "1"), False),
-    (_set("workload.attempt", True), False), (_set("workload.attempt", 1.0), False), (_set("workload.attempt", 3), True),
-    (_set("workload.name", 5), False), (_set("workload.name", None), True), (_set("workload.extra", 1), False),
-    (_set("state", " failed "), True), (_set("state", 3), False), (_set("state", None), True),
-    (_set("exit_code", "1"), False), (_set("exit_code", True), False), (_set("exit_code", None), True),
-    (_set("exit_code", 1.0), False), (_set("reason", 9), False), (_set("nodes", ["node01", "node01", "node02",
-                                                                                  "node03", "node04"]), True),
-    (_set("nodes", ["node01", 2]), False), (_set("nodes", "node01"), False), (_set("nodes", None), False),
-    (_set("nodes", _DROP), True), (_set("ranks", {"node01": 0, "node02": [1, 2], "node03": "3-4,6"}), True),
-    (_set("ranks", {"node01": [1, "2"]}), False), (_set("ranks", {"node01": 1.0}), False),
-    (_set("ranks", {"elsewhere": "0"}), False), (_set("ranks", {"node01": "3-1"}), False),
-    (_set("ranks", {"node01": "x"}), False), (_set("ranks", None), False), (_set("ranks", _DROP), True),
-    (_set("timezone", None), False), (_set("timezone", 5), False), (_set("timezone", "+02:00"), True),
-    (_set("timezone", _DROP), True), (_set("extra", 1), False), (_set("window", None), False),
-    (_set("window.start", "2026-11-02 10:00:00"), True), (_set("window.start", "2026-11-02T10:00:00.5+05:30"), True),
-    (_set("window.start", "2026-11-02T10:00:00"), True), (_set("window.start", "2026-11-02T10:00:00-01:00"), True),
-    (_set("window.start", "2026-11-02"), False), (_set("window.start", "2026-11-02T10:00:00z"), False),
-    (_set("window.start", "2026-11-02T10:00:00.1234567Z"), False), (_set("window.start", "2026-11-02T25:00:00Z"), False),
-    (_set("window.start", "2026-11-02T10:00:00+0200"), False), (_set("window.start", 1700000000), False),
-    (_set("window.start", _NOW), True), (_set("window.start", _NOW.replace(tzinfo=timezone(timedelta(hours=3)))), True),
-    (_set("window.start", "2026-11-02T12:00:00Z"), False), (_set("window.end", _DROP), False),
+    (_set("workload.id", 81234), True),
+    (_set("workload.id", True), False),
+    (_set("workload.id", 1.5), False),
+    (_set("workload.id", None), False),
+    (_set("workload.id", _DROP), False),
+    (_set("workload.attempt", "1"), False),
+    (_set("workload.attempt", True), False),
+    (_set("workload.attempt", 1.0), False),
+    (_set("workload.attempt", 3), True),
+    (_set("workload.name", 5), False),
+    (_set("workload.name", None), True),
+    (_set("workload.extra", 1), False),
+    (_set("state", " failed "), True),
+    (_set("state", 3), False),
+    (_set("state", None), True),
+    (_set("exit_code", "1"), False),
+    (_set("exit_code", True), False),
+    (_set("exit_code", None), True),
+    (_set("exit_code", 1.0), False),
+    (_set("reason", 9), False),
+    (_set("nodes", ["node01", "node01", "node02", "node03", "node04"]), True),
+    (_set("nodes", ["node01", 2]), False),
+    (_set("nodes", "node01"), False),
+    (_set("nodes", None), False),
+    (_set("nodes", _DROP), True),
+    (_set("ranks", {"node01": 0, "node02": [1, 2], "node03": "3-4,6"}), True),
+    (_set("ranks", {"node01": [1, "2"]}), False),
+    (_set("ranks", {"node01": 1.0}), False),
+    (_set("ranks", {"elsewhere": "0"}), False),
+    (_set("ranks", {"node01": "3-1"}), False),
+    (_set("ranks", {"node01": "x"}), False),
+    (_set("ranks", None), False),
+    (_set("ranks", _DROP), True),
+    (_set("timezone", None), False),
+    (_set("timezone", 5), False),
+    (_set("timezone", "+02:00"), True),
+    (_set("timezone", _DROP), True),
+    (_set("extra", 1), False),
+    (_set("window", None), False),
+    (_set("window.start", "2026-11-02 10:00:00"), True),
+    (_set("window.start", "2026-11-02T10:00:00.5+05:30"), True),
+    (_set("window.start", "2026-11-02T10:00:00"), True),
+    (_set("window.start", "2026-11-02T10:00:00-01:00"), True),
+    (_set("window.start", "2026-11-02"), False),
+    (_set("window.start", "2026-11-02T10:00:00z"), False),
+    (_set("window.start", "2026-11-02T10:00:00.1234567Z"), False),
+    (_set("window.start", "2026-11-02T25:00:00Z"), False),
+    (_set("window.start", "2026-11-02T10:00:00+0200"), False),
+    (_set("window.start", 1700000000), False),
+    (_set("window.start", _NOW), True),
+    (_set("window.start", _NOW.replace(tzinfo=timezone(timedelta(hours=3)))), True),
+    (_set("window.start", "2026-11-02T12:00:00Z"), False),
+    (_set("window.end", _DROP), False),
     (_set("window.extra", 1), False),
 ]
 
@@ -220,14 +318,25 @@ def test_a_scope_built_directly_is_normalised_and_checked_as_a_validated_documen
     direct = AttemptContext(
         workload=model.Workload(id=81234, attempt=1),  # type: ignore[arg-type]  # what a YAML number gives
         window=model.Window(start=naive, end=naive + timedelta(hours=1)),
-        state=" failed\n", nodes=["gpu01", "gpu02", "gpu01"], ranks={"gpu02": "0-7"})
-    validated = AttemptContext.model_validate({
-        "workload": {"id": 81234, "attempt": 1}, "window": {"start": naive, "end": naive + timedelta(hours=1)},
-        "state": " failed\n", "nodes": ["gpu01", "gpu02", "gpu01"], "ranks": {"gpu02": "0-7"}})
+        state=" failed\n",
+        nodes=["gpu01", "gpu02", "gpu01"],
+        ranks={"gpu02": "0-7"},
+    )
+    validated = AttemptContext.model_validate(
+        {
+            "workload": {"id": 81234, "attempt": 1},
+            "window": {"start": naive, "end": naive + timedelta(hours=1)},
+            "state": " failed\n",
+            "nodes": ["gpu01", "gpu02", "gpu01"],
+            "ranks": {"gpu02": "0-7"},
+        }
+    )
     assert direct == validated
     assert (direct.state, direct.nodes, direct.workload.id) == ("FAILED", ["gpu01", "gpu02"], "81234")
     assert direct.window.start.tzinfo is not None and direct.completed is False
     with pytest.raises(ValueError, match=r"window\.end is before window\.start"):
         model.Window(start=naive, end=naive - timedelta(seconds=1))
     with pytest.raises(ValueError, match="ranks: node 'gpu09' is not in nodes"):
-        AttemptContext(workload=model.Workload(id="1"), window=direct.window, nodes=["gpu01"], ranks={"gpu09": 0})
+        AttemptContext(
+            workload=model.Workload(id="1"), window=direct.window, nodes=["gpu01"], ranks={"gpu09": 0}
+        )

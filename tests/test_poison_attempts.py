@@ -36,16 +36,25 @@ def _request(resource: dict[str, str], body: str, time_ns: int = T0) -> bytes:
     return req.SerializeToString()
 
 
-POISON = _request({"host.name": "n1", "slurm.job.id": "666", "hypocenter.attempt.ranks": "n1=0-1000000000000",
-                   "hypocenter.attempt.state": "FAILED", "hypocenter.workload.cluster": "eos"},
-                  "[rank0]: RuntimeError: NCCL communicator was aborted on rank 0. Original reason for failure "
-                  "was: [PG ID 0 PG GUID 0(default_pg) Rank 0] Watchdog caught collective operation timeout")
+POISON = _request(
+    {
+        "host.name": "n1",
+        "slurm.job.id": "666",
+        "hypocenter.attempt.ranks": "n1=0-1000000000000",
+        "hypocenter.attempt.state": "FAILED",
+        "hypocenter.workload.cluster": "eos",
+    },
+    "[rank0]: RuntimeError: NCCL communicator was aborted on rank 0. Original reason for failure "
+    "was: [PG ID 0 PG GUID 0(default_pg) Rank 0] Watchdog caught collective operation timeout",
+)
 
 
 def _healthy(client: httpx.Client, job: str) -> None:
-    body = _request({"host.name": "gpu07", "slurm.job.id": job, "hypocenter.attempt.state": "FAILED"},
-                    "2026-10-26T09:33:20Z [rank3]:[E1026 09:33:20.000] Watchdog caught collective operation "
-                    "timeout: WorkNCCL(SeqNum=7, OpType=ALLREDUCE) ran for 600000 milliseconds")
+    body = _request(
+        {"host.name": "gpu07", "slurm.job.id": job, "hypocenter.attempt.state": "FAILED"},
+        "2026-10-26T09:33:20Z [rank3]:[E1026 09:33:20.000] Watchdog caught collective operation "
+        "timeout: WorkNCCL(SeqNum=7, OpType=ALLREDUCE) ran for 600000 milliseconds",
+    )
     r = client.post("/v1/logs", content=body, headers={"Content-Type": "application/x-protobuf"})
     assert r.status_code == 200, r.text
 
@@ -93,12 +102,16 @@ def test_the_462_byte_record_is_quarantined_and_survives_two_restarts(tmp_path: 
                 job = f"200{restart}"
                 _healthy(client, job)
                 _wait(lambda job=job: _diagnosed(client, job), f"attempt {job}'s diagnosis")  # type: ignore[misc]
-                r = client.post("/v1/attempts/666/0/analyze")  # asked for: tried again, refused with the reason
+                r = client.post(
+                    "/v1/attempts/666/0/analyze"
+                )  # asked for: tried again, refused with the reason
                 assert r.status_code == 422 and "max_ranks_per_attempt" in r.json()["detail"], r.text
                 failed_at = client.get("/v1/attempts/666/0").json()["failed_at"]
         with grpc.insecure_channel(server.grpc) as channel:
             with pytest.raises(grpc.RpcError) as err:
-                pb_grpc.AttributionStub(channel).Analyze(pb.AnalyzeRequest(workload="666", attempt=0), timeout=30)
+                pb_grpc.AttributionStub(channel).Analyze(
+                    pb.AnalyzeRequest(workload="666", attempt=0), timeout=30
+                )
             assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION  # type: ignore[attr-defined]
             assert "max_ranks_per_attempt" in err.value.details()  # type: ignore[attr-defined]
         assert server.alive()
@@ -132,8 +145,24 @@ def test_an_attempt_the_process_died_in_twice_is_quarantined(store: Callable[[],
     """The crash-loop guard, on both stores: one interruption is retried (a SIGKILL during a healthy
     analysis loses nothing), the second in a row quarantines the attempt; a success clears it."""
     s = store()
-    s.ingest([Entry(workload="w", attempt=0, node="n1", stream="s", kind="text", body="x", time_ns=T0, line=1,
-                    dedup="w|1", scope={"state": "FAILED"})], [], time.time() - 100)
+    s.ingest(
+        [
+            Entry(
+                workload="w",
+                attempt=0,
+                node="n1",
+                stream="s",
+                kind="text",
+                body="x",
+                time_ns=T0,
+                line=1,
+                dedup="w|1",
+                scope={"state": "FAILED"},
+            )
+        ],
+        [],
+        time.time() - 100,
+    )
     row = s.attempt("w", 0)
     assert row is not None and row.failure is None
     s.mark_analysing(row.id, time.time())
@@ -145,7 +174,9 @@ def test_an_attempt_the_process_died_in_twice_is_quarantined(store: Callable[[],
     s.close()
     s = store()
     quarantined = s.recover_interrupted(time.time(), 2)
-    assert [r.workload for r in quarantined] == ["w"] and "stopped during the analysis" in str(quarantined[0].failure)
+    assert [r.workload for r in quarantined] == ["w"] and "stopped during the analysis" in str(
+        quarantined[0].failure
+    )
     assert s.attempts_due(time.time(), 0, 0) == []
     assert [r.workload for r in s.failed_attempts(10)] == ["w"] and s.stats()["attempts_failed"] == 1
     s.fail_analysis(row.id, "boom", time.time(), time.time())
@@ -158,8 +189,24 @@ def test_the_service_quarantines_at_start_what_two_processes_died_in(tmp_path: P
 
     settings, _ = load_settings({"store": str(tmp_path / "h.db"), "tick_s": 60}, environ={})
     s = open_store(settings.store)
-    s.ingest([Entry(workload="w", attempt=0, node="n1", stream="s", kind="text", body="x", time_ns=T0, line=1,
-                    dedup="w|1", scope={"state": "FAILED"})], [], time.time() - 100)
+    s.ingest(
+        [
+            Entry(
+                workload="w",
+                attempt=0,
+                node="n1",
+                stream="s",
+                kind="text",
+                body="x",
+                time_ns=T0,
+                line=1,
+                dedup="w|1",
+                scope={"state": "FAILED"},
+            )
+        ],
+        [],
+        time.time() - 100,
+    )
     row = s.attempt("w", 0)
     assert row is not None
     s.mark_analysing(row.id, time.time())  # the first process died in its analysis …

@@ -25,8 +25,11 @@ def test_hyperscan_passes_the_lines_the_automaton_passes(tmp_path: Path) -> None
     write_log(log, 2, seed=11)
     tokens = default_engine().extractor.tokens
     # every token on a line of its own, and twice on one line, between healthy lines
-    data = log.read_bytes() + "".join(f"x {t} y\n{t}{t}\n" for t in tokens).encode() + "\n".join(
-        c.format(m=1, s=2) for c in _CANDIDATES).encode()
+    data = (
+        log.read_bytes()
+        + "".join(f"x {t} y\n{t}{t}\n" for t in tokens).encode()
+        + "\n".join(c.format(m=1, s=2) for c in _CANDIDATES).encode()
+    )
     reference = BytesAhoCorasick([t.encode() for t in tokens]).find_matches_as_indexes(data)
     hits = scanner.scan(data)
     assert hits == sorted(hits, key=lambda h: (h[1], h[0]))

@@ -79,7 +79,9 @@ def test_a_new_verdict_is_a_new_revision_with_provenance(server: Server) -> None
         c.post("/v1/bundles", content=_bundle(), headers=bearer("admin"))
         assert len(c.get(f"/v1/diagnoses/{did}/revisions", headers=bearer("read")).json()["revisions"]) == 3
 
-        listed = c.get("/v1/diagnoses", params={"workload": history["workload"]}, headers=bearer("read")).json()
+        listed = c.get(
+            "/v1/diagnoses", params={"workload": history["workload"]}, headers=bearer("read")
+        ).json()
         assert listed["diagnoses"][0]["revision"] == 3
         assert listed["diagnoses"][0]["provenance"]["source"] == "bundle"
         assert c.get("/v1/diagnoses/nope/revisions", headers=bearer("read")).status_code == 404
@@ -87,26 +89,34 @@ def test_a_new_verdict_is_a_new_revision_with_provenance(server: Server) -> None
 
     # the same history over gRPC
     with grpc.insecure_channel(server.grpc_address) as ch:
-        got = pb_grpc.AttributionStub(ch).ListRevisions(pb.ListRevisionsRequest(id=did, include_json=True), timeout=30,
-                                                        metadata=(("authorization", bearer("read")["Authorization"]),))
+        got = pb_grpc.AttributionStub(ch).ListRevisions(
+            pb.ListRevisionsRequest(id=did, include_json=True),
+            timeout=30,
+            metadata=(("authorization", bearer("read")["Authorization"]),),
+        )
     assert [m.revision for m in got.revisions] == [1, 2, 3]
     assert [json.loads(m.provenance_json)["source"] for m in got.revisions] == ["bundle"] * 3
     assert got.revisions[1].diagnosis_json == forged.text and got.revisions[0].diagnosis_json == first.text
 
 
 def test_a_put_scope_and_an_analysis_request_are_recorded(server: Server) -> None:
-    yaml = ("workload: {id: prov-put, attempt: 0, cluster: eos}\n"
-            "window: {start: '2026-11-02T10:00:00Z', end: '2026-11-02T11:00:00Z'}\nnodes: [n1]\nstate: FAILED\n")
+    yaml = (
+        "workload: {id: prov-put, attempt: 0, cluster: eos}\n"
+        "window: {start: '2026-11-02T10:00:00Z', end: '2026-11-02T11:00:00Z'}\nnodes: [n1]\nstate: FAILED\n"
+    )
     with httpx.Client(base_url=f"http://{server.http_address}", timeout=60) as c:
         assert c.put("/v1/attempts/prov-put/0", content=yaml, headers=bearer("admin")).status_code == 200
         r = c.post("/v1/attempts/prov-put/0/analyze", headers=bearer("admin"))
         assert r.status_code == 200
-        history = c.get(f"/v1/diagnoses/{r.json()['id']}/revisions", headers=bearer("read")).json()["revisions"]
+        history = c.get(f"/v1/diagnoses/{r.json()['id']}/revisions", headers=bearer("read")).json()[
+            "revisions"
+        ]
         p = history[-1]["provenance"]
         assert (p["source"], p["role"], p["trigger"]) == ("put", "admin", "request")
 
 
 # ----------------------------------------------------------------------------------------- migration
+
 
 def test_a_store_from_before_revisions_keeps_its_diagnoses(tmp_path: Path) -> None:
     path = tmp_path / "old.db"
@@ -115,8 +125,10 @@ def test_a_store_from_before_revisions_keeps_its_diagnoses(tmp_path: Path) -> No
     for version, ddl in enumerate(MIGRATIONS[:6], 1):
         db.executescript(ddl)
         db.execute("INSERT INTO schema_migrations VALUES (?, ?)", (version, time.time()))
-    db.execute("INSERT INTO diagnoses (id, workload, attempt, outcome, provisional, created, body)"
-               " VALUES ('dx-old', '81234', 0, 'attributed', 0, 1.0, '{\"id\": \"dx-old\"}')")
+    db.execute(
+        "INSERT INTO diagnoses (id, workload, attempt, outcome, provisional, created, body)"
+        " VALUES ('dx-old', '81234', 0, 'attributed', 0, 1.0, '{\"id\": \"dx-old\"}')"
+    )
     db.commit()
     db.close()
     store = SQLiteStore(path)

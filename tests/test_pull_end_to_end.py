@@ -71,20 +71,33 @@ def timed_streams(bundle: Bundle) -> list[dict[str, Any]]:
             continue
         text = src.text.decode("utf-8", "replace") if isinstance(src.text, bytes) else src.text
         headers = [parse_line(line, tctx) for line in text.split("\n")]
-        boots = [e.time - timedelta(seconds=u) for e in events if e.ref.startswith(f"{src.name}:") and e.time
-                 and not e.approx and (u := parse_line(e.text, tctx).uptime) is not None]
+        boots = [
+            e.time - timedelta(seconds=u)
+            for e in events
+            if e.ref.startswith(f"{src.name}:")
+            and e.time
+            and not e.approx
+            and (u := parse_line(e.text, tctx).uptime) is not None
+        ]
         uptimes = [h.uptime for h in headers if h.uptime is not None]
         boot = boots[0] if boots else bundle.context.window.end - timedelta(seconds=max(uptimes, default=0.0))
-        times: list[datetime | None] = [h.time or (boot + timedelta(seconds=h.uptime) if h.uptime is not None
-                                                   else None) for h in headers]
+        times: list[datetime | None] = [
+            h.time or (boot + timedelta(seconds=h.uptime) if h.uptime is not None else None) for h in headers
+        ]
         following = bundle.context.window.end
         for i in range(len(times) - 1, -1, -1):  # an unstamped line: the next stamp (none: the window end)
             following = times[i] = times[i] or following
         file = src.name.rsplit("/", 1)[-1]
-        labels = ({"host": src.node, "filename": f"/var/log/{file}"} if src.node else
-                  {"job": "slurm", "workload": bundle.context.workload.id, "filename": f"/shared/{file}"})
-        values = [[str(epoch_ns(t)), line] for t, line in zip(times, text.split("\n"), strict=True)
-                  if line.strip() and t is not None]
+        labels = (
+            {"host": src.node, "filename": f"/var/log/{file}"}
+            if src.node
+            else {"job": "slurm", "workload": bundle.context.workload.id, "filename": f"/shared/{file}"}
+        )
+        values = [
+            [str(epoch_ns(t)), line]
+            for t, line in zip(times, text.split("\n"), strict=True)
+            if line.strip() and t is not None
+        ]
         streams.append({"stream": labels, "values": values})
     return streams
 
@@ -100,22 +113,31 @@ def verdict(doc: dict[str, object]) -> tuple[object, ...]:
     assert isinstance(rc, dict)
     candidates = doc.get("candidates") or []
     assert isinstance(candidates, list)
-    return (doc["outcome"], rc.get("domain"), rc.get("subdomain"), tuple(rc.get("nodes") or ()),
-            tuple(sorted((c.get("domain"), c.get("subdomain"), tuple(c.get("nodes") or ())) for c in candidates)))
+    return (
+        doc["outcome"],
+        rc.get("domain"),
+        rc.get("subdomain"),
+        tuple(rc.get("nodes") or ()),
+        tuple(sorted((c.get("domain"), c.get("subdomain"), tuple(c.get("nodes") or ())) for c in candidates)),
+    )
 
 
 @needs_prometheus
 @needs_promtool
 @pytest.mark.parametrize("example", CASES)
 def test_pulled_from_loki_and_prometheus_gives_the_bundle_verdict(
-        example: str, loki: FakeLoki, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    example: str, loki: FakeLoki, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     path = EXAMPLES / example
     expected = cli_diagnosis(path, capsys)
     bundle = load_bundle(path)
     ctx = bundle.context
     push_logs(bundle, loki)
-    parts = [LokiConnector(loki.url, queries=QUERIES, policy=POLICY, workload_selector='{job="slurm", workload="{workload}"}'
-                           ).collect(ctx)]
+    parts = [
+        LokiConnector(
+            loki.url, queries=QUERIES, policy=POLICY, workload_selector='{job="slurm", workload="{workload}"}'
+        ).collect(ctx)
+    ]
     # raw series only: a recorded expression result (no metric name, e.g. a rate()) is no stored data
     series = [s for src in bundle.sources if isinstance(src, MetricSource) for s in src.series if s.name]
     if series:
@@ -139,9 +161,14 @@ def push_otlp(bundle: Bundle, loki: FakeLoki) -> None:
     records: list[tuple[int, dict[str, str], str, str]] = []
     for stream in timed_streams(bundle):
         labels = stream["stream"]
-        resource = ({"host.name": labels["host"]} if "host" in labels else
-                    {"hypocenter.workload.id": bundle.context.workload.id,
-                     "hypocenter.workload.attempt": str(bundle.context.workload.attempt)})
+        resource = (
+            {"host.name": labels["host"]}
+            if "host" in labels
+            else {
+                "hypocenter.workload.id": bundle.context.workload.id,
+                "hypocenter.workload.attempt": str(bundle.context.workload.attempt),
+            }
+        )
         file = labels["filename"].rsplit("/", 1)[1]
         records += [(int(ts), resource, file, line) for ts, line in stream["values"]]
     records.sort(key=lambda r: r[0])
@@ -157,13 +184,18 @@ def push_otlp(bundle: Bundle, loki: FakeLoki) -> None:
         attr.key, attr.value.string_value = "log.file.name", file
     written = records[-1][0] / 1e9 + 60
     loki.ingest.clock = lambda: written
-    answer = httpx.post(f"{loki.url}/otlp/v1/logs", content=request.SerializeToString(),
-                        headers={"Content-Type": "application/x-protobuf"}, timeout=30)
+    answer = httpx.post(
+        f"{loki.url}/otlp/v1/logs",
+        content=request.SerializeToString(),
+        headers={"Content-Type": "application/x-protobuf"},
+        timeout=30,
+    )
     assert answer.status_code == 204, answer.content
 
 
 def test_job_logs_sent_to_lokis_otlp_endpoint_are_found_by_structured_metadata(
-        loki: FakeLoki, capsys: pytest.CaptureFixture[str]) -> None:
+    loki: FakeLoki, capsys: pytest.CaptureFixture[str]
+) -> None:
     """dataloader-hang's culprit is only in the job's stdout. Through Loki's OTLP endpoint with its
     default otlp_config, `hypocenter.workload.id` is structured metadata, not a label: the workload
     selector names no stream, and the pull finds the job's lines by the metadata instead."""
@@ -172,8 +204,15 @@ def test_job_logs_sent_to_lokis_otlp_endpoint_are_found_by_structured_metadata(
     bundle = load_bundle(path)
     push_otlp(bundle, loki)
     assert {tuple(sorted(e.labels)) for e in loki.entries} == {("service_name",)}  # unknown_service only
-    connector = LokiConnector(loki.url, queries=QUERIES, policy=POLICY, selector='service_name=~".+"', node_label="host_name",
-                              node_label_kind="metadata", workload_selector='hypocenter_workload_id="{workload}"')
+    connector = LokiConnector(
+        loki.url,
+        queries=QUERIES,
+        policy=POLICY,
+        selector='service_name=~".+"',
+        node_label="host_name",
+        node_label_kind="metadata",
+        workload_selector='hypocenter_workload_id="{workload}"',
+    )
     pulled = connector.collect(bundle.context)
     scheduler: list[Source] = [s for s in bundle.sources if isinstance(s, RecordSource)]
     merged = merge([pulled, Collected(sources=scheduler)])

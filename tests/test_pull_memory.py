@@ -36,27 +36,38 @@ POD = ("train-worker-2", None, False)  # the pod whose log holds the failing ran
 
 
 def _objects() -> list[dict[str, object]]:
-    return documents(*sorted((EXAMPLE / "events").glob("*.json")), *sorted((FIX / EXAMPLE.name).glob("*.json")))
+    return documents(
+        *sorted((EXAMPLE / "events").glob("*.json")), *sorted((FIX / EXAMPLE.name).glob("*.json"))
+    )
 
 
 def _pull(fake: FakeKube) -> AttemptInput:
-    api = KubeAPI(Credentials(server="https://k8s.test", headers={"Authorization": "Bearer fake-token"}),
-                  policy=FAST, transport=fake.transport, sleep=lambda s: None)
+    api = KubeAPI(
+        Credentials(server="https://k8s.test", headers={"Authorization": "Bearer fake-token"}),
+        policy=FAST,
+        transport=fake.transport,
+        sleep=lambda s: None,
+    )
     scope = KubernetesConnector.for_job("ml-team/train", api=api, now=lambda: NOW).scope()
-    node_logs = [TextSource(name=str(p.relative_to(EXAMPLE)), text=p.read_text(), node=p.parent.name)
-                 for p in sorted((EXAMPLE / "logs").glob("*/journal*"))]
+    node_logs = [
+        TextSource(name=str(p.relative_to(EXAMPLE)), text=p.read_text(), node=p.parent.name)
+        for p in sorted((EXAMPLE / "logs").glob("*/journal*"))
+    ]
     return AttemptInput(scope.context, [*scope.collected.sources, *node_logs], scope.collected.coverage)
 
 
 def _held_whole(inp: AttemptInput) -> AttemptInput:
     """The same pull with each pod log a string, as the connector held it before (httpx's `.text`)."""
-    sources: list[Source] = [TextSource(s.name, s.text.decode("utf-8", "replace"), s.node)
-                             if isinstance(s, FileTextSource) else s for s in inp.sources]
+    sources: list[Source] = [
+        TextSource(s.name, s.text.decode("utf-8", "replace"), s.node) if isinstance(s, FileTextSource) else s
+        for s in inp.sources
+    ]
     return AttemptInput(inp.context, sources, inp.coverage, inp.notes)
 
 
-def test_a_streamed_pod_log_says_what_the_same_text_held_whole_says(monkeypatch: pytest.MonkeyPatch,
-                                                                      tmp_path: Path) -> None:
+def test_a_streamed_pod_log_says_what_the_same_text_held_whole_says(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     """Pieces of 64 bytes and a spool on disk from its first KiB: the diagnosis, coverage and line
     counts are those of the text held whole, undecodable bytes, NUL bytes and a last line without
     its newline included."""
@@ -64,9 +75,12 @@ def test_a_streamed_pod_log_says_what_the_same_text_held_whole_says(monkeypatch:
     monkeypatch.setattr(kubernetes, "LOG_MEMORY", 1024)
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     logs: dict[tuple[str, str | None, bool], object] = dict(example_logs(EXAMPLE))
-    logs[POD] = (b"2026-10-21T13:20:45.110000000Z stderr F caf\xc3 \xff\xfe bytes no decoder takes\n"
-                 b"2026-10-21T13:20:45.110000000Z stderr F a NUL \x00 in a line\n"
-                 + str(logs[POD]).encode() + b"2026-10-21T13:40:00.000000000Z stderr F the end, without a newline")
+    logs[POD] = (
+        b"2026-10-21T13:20:45.110000000Z stderr F caf\xc3 \xff\xfe bytes no decoder takes\n"
+        b"2026-10-21T13:20:45.110000000Z stderr F a NUL \x00 in a line\n"
+        + str(logs[POD]).encode()
+        + b"2026-10-21T13:40:00.000000000Z stderr F the end, without a newline"
+    )
     fake = FakeKube(_objects(), logs)  # type: ignore[arg-type]
     streamed = _pull(fake)
     pod_logs = [s for s in streamed.sources if isinstance(s, FileTextSource)]
@@ -89,12 +103,15 @@ def test_the_server_keeps_a_streamed_pod_log_as_it_kept_it_held_whole(tmp_path: 
     from hypocenter.store import open_store
 
     logs: dict[tuple[str, str | None, bool], object] = dict(example_logs(EXAMPLE))
-    logs[POD] = b"2026-10-21T13:20:45.110000000Z stderr F caf\xc3 \xff\n\n" + str(logs[POD]).encode() + b"no newline"
+    logs[POD] = (
+        b"2026-10-21T13:20:45.110000000Z stderr F caf\xc3 \xff\n\n" + str(logs[POD]).encode() + b"no newline"
+    )
     streamed = _pull(FakeKube(_objects(), logs))  # type: ignore[arg-type]
     got = []
     for inp in (streamed, _held_whole(streamed)):
-        settings, _ = load_settings({"store": str(tmp_path / f"{len(got)}.db"), "settle_s": 3600,
-                                     "idle_timeout_s": 86400}, environ={})
+        settings, _ = load_settings(
+            {"store": str(tmp_path / f"{len(got)}.db"), "settle_s": 3600, "idle_timeout_s": 86400}, environ={}
+        )
         store = open_store(settings.store)
         service = Attribution(settings, store)
         try:
@@ -108,15 +125,17 @@ def test_the_server_keeps_a_streamed_pod_log_as_it_kept_it_held_whole(tmp_path: 
 
 
 def _breaks_off(data: bytes, times: list[int]) -> Iterator[bytes]:
-    yield data[:len(data) // 2]
+    yield data[: len(data) // 2]
     if times:
         times.pop()
         raise httpx.RemoteProtocolError("peer closed connection without sending complete message body")
-    yield data[len(data) // 2:]
+    yield data[len(data) // 2 :]
 
 
 @pytest.mark.parametrize("memory", [16 << 20, 256])
-def test_a_log_whose_stream_breaks_off_is_read_again_from_its_start(memory: int, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_log_whose_stream_breaks_off_is_read_again_from_its_start(
+    memory: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Retried as any transient failure; the part read before the break is not kept twice (in memory,
     or in the temporary file past 256 bytes). A log that breaks off on every try is a failed coverage
     entry, and the other logs are whole."""
@@ -137,7 +156,8 @@ def test_a_log_whose_stream_breaks_off_is_read_again_from_its_start(memory: int,
     failed = cov["logs/h100-n12/train-worker-0.log"]
     assert failed.status == "failed" and failed.reason == (
         "log of train-worker-0/pytorch: https://k8s.test: RemoteProtocolError: peer closed connection without "
-        "sending complete message body (gave up after 3 tries)")
+        "sending complete message body (gave up after 3 tries)"
+    )
     for name in ("logs/h100-n07/train-master-0.log", "logs/h100-n13/train-worker-1.log"):
         pod = name.split("/")[-1].removesuffix(".log")
         assert got[name].text == str(example_logs(EXAMPLE)[(pod, None, False)]).encode()
@@ -168,10 +188,15 @@ print(max(hwm, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss) * 1024, f
 def chatter() -> tuple[bytes, bytes]:
     """1 MiB pieces of a healthy trainer's output (CRI lines, as `timestamps=true` gives them), stamped
     at the log's first and last time: what comes before and after the failure in a long run."""
+
     def lines(stamp: str) -> bytes:
-        one = b"".join(f"{stamp} stdout F train step {i} lr 3.0e-04 tokens/s 41210 samples/s 80.4 "
-                       f"mfu 0.{i % 97:02d}\n".encode() for i in range(100))
+        one = b"".join(
+            f"{stamp} stdout F train step {i} lr 3.0e-04 tokens/s 41210 samples/s 80.4 "
+            f"mfu 0.{i % 97:02d}\n".encode()
+            for i in range(100)
+        )
         return one * ((1 << 20) // len(one))
+
     return lines("2026-10-21T13:20:45.110000000Z"), lines("2026-10-21T13:31:02.500000000Z")
 
 
@@ -181,8 +206,15 @@ def test_a_large_pod_log_is_pulled_and_analysed_in_bounded_memory() -> None:
     before, after = chatter()
     times = 128
     size = times * (len(before) + len(after))
-    r = subprocess.run([sys.executable, "-c", _PULL, str(REPO / "tests"), str(times)], capture_output=True,
-                       text=True, env=clean_env(), cwd=REPO, timeout=300, check=False)
+    r = subprocess.run(
+        [sys.executable, "-c", _PULL, str(REPO / "tests"), str(times)],
+        capture_output=True,
+        text=True,
+        env=clean_env(),
+        cwd=REPO,
+        timeout=300,
+        check=False,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     peak = int(r.stderr.strip().splitlines()[-1])
     assert peak < size // 2, f"peak RSS {peak:,} bytes for a pod log of {size:,} bytes"
@@ -202,8 +234,11 @@ print(code, hwm * 1024, file=sys.stderr)
 """
 
 # auditd's proctitle is the command line hex-encoded: long lines, as JSON application logs have them
-_AUDIT = b"".join(b"Nov  2 10:%02d:%02d node02 kernel: [%d.000001] audit: type=1327 proctitle=%s\n"
-                  % (10 + i % 40, i % 60, 294000 + i, b"2F7573722F62696E2F707974686F6E33" * 250) for i in range(40))
+_AUDIT = b"".join(
+    b"Nov  2 10:%02d:%02d node02 kernel: [%d.000001] audit: type=1327 proctitle=%s\n"
+    % (10 + i % 40, i % 60, 294000 + i, b"2F7573722F62696E2F707974686F6E33" * 250)
+    for i in range(40)
+)
 
 
 def _bundle(root: Path, mib: int, attempt: int) -> tuple[int, int]:
@@ -234,15 +269,23 @@ def test_a_large_bundle_is_replayed_in_memory_that_does_not_grow_with_it(tmp_pat
         for attempt, mib in ((1, 48), (0, 112)):
             root = tmp_path / f"b{attempt}"
             size, before = _bundle(root, mib, attempt)
-            r = subprocess.run([sys.executable, "-c", _REPLAY, str(root), "--endpoint", srv.http, "--http"],
-                               capture_output=True, text=True, env=clean_env(), cwd=REPO, timeout=300, check=False)
+            r = subprocess.run(
+                [sys.executable, "-c", _REPLAY, str(root), "--endpoint", srv.http, "--http"],
+                capture_output=True,
+                text=True,
+                env=clean_env(),
+                cwd=REPO,
+                timeout=300,
+                check=False,
+            )
             code, peak = map(int, r.stderr.strip().splitlines()[-1].split())
             assert code == 0, r.stderr[-2000:]
             peaks.append((size, peak))
     finally:
         srv.stop()
     (small, small_peak), (big, big_peak) = peaks
-    assert big_peak - small_peak < (big - small) // 4, f"peak RSS {small_peak:,} -> {big_peak:,} bytes for " \
-                                                      f"{small:,} -> {big:,} bytes of log"
+    assert big_peak - small_peak < (big - small) // 4, (
+        f"peak RSS {small_peak:,} -> {big_peak:,} bytes for {small:,} -> {big:,} bytes of log"
+    )
     d = json.loads(r.stdout)
     assert f"logs/node02/kern.log:{before + 4}" in [e["ref"] for e in d["evidence"]]

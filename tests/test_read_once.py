@@ -34,7 +34,9 @@ def _tricky(tmp: Path) -> Path:
     shutil.copytree(EXAMPLES / "nvlink-xid149", root)
     for name, raw in _TRICKY.items():
         (root / "logs" / "node02" / name).write_bytes(raw)
-    (root / "logs" / "node03" / "rotated.log.1.gz").write_bytes(gzip.compress(b"Nov  2 09:00:00 node03 kernel: ok\n"))
+    (root / "logs" / "node03" / "rotated.log.1.gz").write_bytes(
+        gzip.compress(b"Nov  2 09:00:00 node03 kernel: ok\n")
+    )
     (root / "logs" / "node04" / "gone.log").symlink_to(root / "nowhere")
     (root / "logs" / "only-empty").mkdir()
     (root / "logs" / "only-empty" / "empty.log").write_bytes(b"")
@@ -61,8 +63,11 @@ def test_a_small_file_is_read_whole_once(tmp_path: Path, monkeypatch: pytest.Mon
     want = load_bundle(root)
     want_json = ENGINE.analyze(want).to_json()
     texts = {p.name: p.read_bytes() for p in (root / "logs").rglob("*") if p.is_file()}
-    clean = {name for name, raw in texts.items()  # the common case; the others are read as at load
-             if raw.isascii() and b"\x00" not in raw and max(map(len, raw.split(b"\n"))) <= MAX_LINE}
+    clean = {
+        name
+        for name, raw in texts.items()  # the common case; the others are read as at load
+        if raw.isascii() and b"\x00" not in raw and max(map(len, raw.split(b"\n"))) <= MAX_LINE
+    }
     assert clean and clean != set(texts)
     whole: dict[str, int] = {}
     real = bundle_logs.read_file
@@ -131,12 +136,16 @@ def test_gzip_and_multi_piece_files_are_read_once(tmp_path: Path, monkeypatch: p
     """Every log of a bundle whose files are gzip'd (one of two members) or span many pieces is
     decompressed or read once by load + analysis + coverage, with the diagnosis and coverage of a
     scan at load, in one process and in forked workers."""
-    monkeypatch.setattr(logstream, "CHUNK_BYTES", 1 << 14)  # (narrower, the engine reads a stream again whole)
+    monkeypatch.setattr(
+        logstream, "CHUNK_BYTES", 1 << 14
+    )  # (narrower, the engine reads a stream again whole)
     root = _stretched("nvlink-xid149", tmp_path)
     job = root / "logs" / "_job" / "slurm-81234.out"
     raw = job.read_bytes()
     # the job log twice: as it is, and in two gzip members (each many pieces); then half the others gzip'd
-    (job.parent / "copy.out.gz").write_bytes(gzip.compress(raw[:len(raw) // 2]) + gzip.compress(raw[len(raw) // 2:]))
+    (job.parent / "copy.out.gz").write_bytes(
+        gzip.compress(raw[: len(raw) // 2]) + gzip.compress(raw[len(raw) // 2 :])
+    )
     for path in [p for p in sorted((root / "logs").rglob("*")) if p.is_file()][2::2]:
         path.with_name(path.name + ".gz").write_bytes(gzip.compress(path.read_bytes()))
         path.unlink()
@@ -148,16 +157,21 @@ def test_gzip_and_multi_piece_files_are_read_once(tmp_path: Path, monkeypatch: p
         reads = _opened(monkeypatch)
         b = load_bundle(root, read_once=True)
         assert ENGINE.analyze(b, workers=workers).to_json() == want_json
-        monkeypatch.setattr(bundle_logs, "scan_log", None)  # coverage needs no scan: the engine's read told it
+        monkeypatch.setattr(
+            bundle_logs, "scan_log", None
+        )  # coverage needs no scan: the engine's read told it
         assert _coverage(b) == _coverage(want)
         monkeypatch.undo()
         monkeypatch.setattr(logstream, "CHUNK_BYTES", 1 << 14)
-        if workers == 1:  # forked workers' reads are not seen here (test_facts_learned_in_worker_processes_come_back)
+        if (
+            workers == 1
+        ):  # forked workers' reads are not seen here (test_facts_learned_in_worker_processes_come_back)
             assert reads == dict.fromkeys(names, 1)
 
 
 def test_a_file_found_unusable_while_extracting_is_reported_as_a_scan_at_load_reports_it(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Damaged gzip data found only at the end of a file, after the engine has extracted pieces of it
     (one with an Xid line), a failing read, a binary file and text whose problems come late: each
     file's coverage entry is the one a scan at load gives, none of a dropped file's events count, the
@@ -166,15 +180,22 @@ def test_a_file_found_unusable_while_extracting_is_reported_as_a_scan_at_load_re
     root = tmp_path / "late"
     shutil.copytree(EXAMPLES / "nvlink-xid149", root)
     node03 = root / "logs" / "node03"
-    text = b"".join(b"Nov  2 10:%02d:00 node03 kernel: [294000.%06d] eth0: link up %d\n" % (i % 50, i, i)
-                    for i in range(4000))
+    text = b"".join(
+        b"Nov  2 10:%02d:00 node03 kernel: [294000.%06d] eth0: link up %d\n" % (i % 50, i, i)
+        for i in range(4000)
+    )
     packed = gzip.compress(_XID + text)
     late = {
         "truncated.log.gz": packed[:-200],
         "bad-crc.log.gz": packed[:-8] + bytes(4) + packed[-4:],
         "trailing-junk.log.gz": packed + b"junk after the member",
         "late-nul.log": text + b"\x00\x00 crash\n" + text,
-        "late-utf8.log": text + b"caf\xc3\n" + "é".encode() * (MAX_LINE + 1) + b"\n" + text[:5000] + b"\xe2\x82",
+        "late-utf8.log": text
+        + b"caf\xc3\n"
+        + "é".encode() * (MAX_LINE + 1)
+        + b"\n"
+        + text[:5000]
+        + b"\xe2\x82",
         "binary.log.gz": gzip.compress(b"\x7fELF" + bytes(range(256)) * 40 + b"\x00" + _XID),
         "blank-head.log": b" \n" * 8192 + _XID + b"\x00",
     }
@@ -183,8 +204,15 @@ def test_a_file_found_unusable_while_extracting_is_reported_as_a_scan_at_load_re
     want = load_bundle(root)
     want_json = ENGINE.analyze(want).to_json()
     entries = {c["source"].rsplit("/", 1)[-1]: c for c in _coverage(want)}
-    assert [entries[n]["status"] for n in late] == ["failed", "failed", "failed", "partial", "partial", "skipped",
-                                                    "skipped"]
+    assert [entries[n]["status"] for n in late] == [
+        "failed",
+        "failed",
+        "failed",
+        "partial",
+        "partial",
+        "skipped",
+        "skipped",
+    ]
     for workers in (1, 2):
         reads = _opened(monkeypatch)
         b = load_bundle(root, read_once=True)
@@ -200,17 +228,21 @@ def _dumps_among_logs(tmp: Path) -> Path:
     root = _fr_bundle(tmp / "dumps", _real_dumps("pickle"))
     json_dump = _real_dumps("json")[3]
     (root / "logs" / "gpu-a04" / json_dump[0]).write_bytes(json_dump[1])
-    (root / "logs" / "gpu-a01" / "fr_dump_7").write_bytes(pickle.dumps({"version": "2.10", "x": os.stat_result}, protocol=2))
+    (root / "logs" / "gpu-a01" / "fr_dump_7").write_bytes(
+        pickle.dumps({"version": "2.10", "x": os.stat_result}, protocol=2)
+    )
     (root / "logs" / "gpu-a01" / "trainer.jsonl").write_text(
-        '{"msg": "profiling_name=nccl:all_reduce slow", "time": "2026-12-03T07:20:00Z"}\n{"msg": "step 10"}\n')
+        '{"msg": "profiling_name=nccl:all_reduce slow", "time": "2026-12-03T07:20:00Z"}\n{"msg": "step 10"}\n'
+    )
     (root / "logs" / "gpu-a02" / "linked_rank_1").symlink_to(root / "logs" / "gpu-a02" / "nccl_trace_rank_1")
     for node in ("gpu-a01", "gpu-a02", "gpu-a03", "gpu-a04"):
         (root / "logs" / node / "kern.log").write_text(f"Dec  3 07:10:00 {node} kernel: eth0: link up\n")
     return root
 
 
-def test_flight_recorder_dumps_among_logs_are_read_once_as_at_load(tmp_path: Path,
-                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_flight_recorder_dumps_among_logs_are_read_once_as_at_load(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A dump among a node's logs is found by the engine's one read of the file (no sniff at load):
     the diagnosis and coverage are those of a bundle read at load, in one process or in workers, with
     coverage looked at before the engine reads anything or after; and load + analysis + coverage open
@@ -219,8 +251,11 @@ def test_flight_recorder_dumps_among_logs_are_read_once_as_at_load(tmp_path: Pat
     want = load_bundle(root)
     want_json = ENGINE.analyze(want).to_json()
     dumps = {c.source.rsplit("/", 1)[-1]: c.status for c in want.coverage if c.connector == "flight_recorder"}
-    assert dumps == {**{f"nccl_trace_rank_{r}": "ok" for r in range(4)}, "nccl_trace_rank_3.json": "ok",
-                     "fr_dump_7": "failed"}
+    assert dumps == {
+        **{f"nccl_trace_rank_{r}": "ok" for r in range(4)},
+        "nccl_trace_rank_3.json": "ok",
+        "fr_dump_7": "failed",
+    }
     early = load_bundle(root, read_once=True)
     assert _coverage(early) == _coverage(want)
     assert ENGINE.analyze(early).to_json() == want_json

@@ -11,4 +11,6 @@ def test_real_posted_logs_no_false_confidence_and_right_answers() -> None:
     wrong = [f"{r.id}: expected {r.expect}, got {r.got}" for r in rows if r.false_confident]
     assert not wrong, wrong  # never a confident wrong cause
     held = summary([r for r in rows if r.held_out])
-    assert held["accuracy"] is not None and held["accuracy"] >= 0.85, [f"{r.id}: {r.got}" for r in rows if not r.right]
+    assert held["accuracy"] is not None and held["accuracy"] >= 0.85, [
+        f"{r.id}: {r.got}" for r in rows if not r.right
+    ]

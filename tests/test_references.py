@@ -12,16 +12,25 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 LINK = re.compile(r"\[[^\]\n]*\]\(([^)\s]+)\)")
-DANGLING = re.compile(r"DESIGN\.md|(?:\.\./|/work/|\b)shared/(?:reference|DESIGN)|\bcontract-\d|\b[Rr]eference §"
-                      r"|failure-signatures\.md|observability-stack\.md|peer-systems\.md")
+DANGLING = re.compile(
+    r"DESIGN\.md|(?:\.\./|/work/|\b)shared/(?:reference|DESIGN)|\bcontract-\d|\b[Rr]eference §"
+    r"|failure-signatures\.md|observability-stack\.md|peer-systems\.md"
+)
 TEXT = (".md", ".py", ".pyi", ".yaml", ".yml", ".proto", ".toml", ".json", ".txt", ".sh", "")
 
 
 def _tracked() -> list[Path]:
     out = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True).stdout
     files = [REPO / p for p in out.decode().split("\0") if p]
-    return [f for f in files if f.suffix in TEXT and f.is_file() and "node_modules" not in f.parts
-            and f.name != "package-lock.json" and f.name != Path(__file__).name]
+    return [
+        f
+        for f in files
+        if f.suffix in TEXT
+        and f.is_file()
+        and "node_modules" not in f.parts
+        and f.name != "package-lock.json"
+        and f.name != Path(__file__).name
+    ]
 
 
 def test_markdown_links_lead_to_files_of_the_repository() -> None:

@@ -57,27 +57,43 @@ def test_every_picked_panel_is_in_its_dashboard() -> None:
 def test_a_renamed_panel_is_reported() -> None:
     dashboard = load_dashboard("hypocenter-fleet")
     with pytest.raises(KeyError, match="Top culprit nodes"):
-        find_panel({**dashboard, "panels": [p for p in dashboard["panels"] if p["title"] != "Top culprit nodes"]},
-                   PAGES[0].picks[6])
+        find_panel(
+            {**dashboard, "panels": [p for p in dashboard["panels"] if p["title"] != "Top culprit nodes"]},
+            PAGES[0].picks[6],
+        )
 
 
 def test_intervals_are_grafanas() -> None:
-    assert round_interval_ms(86_400_000 / 650) == 120_000          # 24 h over 650 px: 2m
-    assert round_interval_ms(21_600_000 / 1000) == 20_000           # 6 h over 1000 px: 20s
+    assert round_interval_ms(86_400_000 / 650) == 120_000  # 24 h over 650 px: 2m
+    assert round_interval_ms(21_600_000 / 1000) == 20_000  # 6 h over 1000 px: 20s
     # $__interval never below the scrape interval; $__rate_interval = max(interval + scrape, 4 × scrape)
     assert intervals(86_400, 650, 60) == (120, 240)
     assert intervals(21_600, 1000, 60) == (60, 240)
-    assert intervals(86_400, 200, 15) == (300, 315)             # 432 s rounds to 5m
-    assert intervals(86_400, 650, 60, 3600) == (3600, 3660)     # a panel's "interval": "1h" raises $__interval only
-    assert substitute('rate(x{c=~"$cluster"}[$__rate_interval]) $__interval ${cluster}',
-                      {"cluster": ".*", "__interval": "1m", "__rate_interval": "4m"}) == 'rate(x{c=~".*"}[4m]) 1m .*'
+    assert intervals(86_400, 200, 15) == (300, 315)  # 432 s rounds to 5m
+    assert intervals(86_400, 650, 60, 3600) == (
+        3600,
+        3660,
+    )  # a panel's "interval": "1h" raises $__interval only
+    assert (
+        substitute(
+            'rate(x{c=~"$cluster"}[$__rate_interval]) $__interval ${cluster}',
+            {"cluster": ".*", "__interval": "1m", "__rate_interval": "4m"},
+        )
+        == 'rate(x{c=~".*"}[4m]) 1m .*'
+    )
 
 
 def test_logql_filters_as_the_panels_use_them() -> None:
-    rec = LokiRecord({"service_name": "hypocenter", "cluster": "eos"}, 1, "{}",
-                     {"record": "diagnosis", "workload_id": "81234", "attempt": "0", "nodes": "node02,node03"})
+    rec = LokiRecord(
+        {"service_name": "hypocenter", "cluster": "eos"},
+        1,
+        "{}",
+        {"record": "diagnosis", "workload_id": "81234", "attempt": "0", "nodes": "node02,node03"},
+    )
     keep = lambda expr: logql_keeps(logql_matchers(expr), rec)  # noqa: E731
-    assert keep('{service_name="hypocenter", cluster=~".*"} | record="diagnosis" | nodes=~".*node02.*" | json summary')
+    assert keep(
+        '{service_name="hypocenter", cluster=~".*"} | record="diagnosis" | nodes=~".*node02.*" | json summary'
+    )
     assert not keep('{service_name="hypocenter", cluster=~"eo"} | record="diagnosis"')
     assert not keep('{service_name="hypocenter"} | record="evidence"')
     assert keep('{service_name="hypocenter"} | workload_id=~"812.*" | attempt=~".+" | record!="evidence"')
@@ -85,14 +101,19 @@ def test_logql_filters_as_the_panels_use_them() -> None:
 
 @needs_promtool
 def test_history_is_openmetrics_that_promtool_backfills(tmp_path: Path) -> None:
-    scrape = ('# TYPE hypocenter_diagnoses counter\n# HELP hypocenter_diagnoses Final diagnoses\n'
-              'hypocenter_diagnoses_total{cluster="eos",outcome="attributed"} %d.0 # {diagnosis_id="dx-1"} 1.0 1.0\n'
-              '# TYPE hypocenter_analysis_duration_seconds histogram\n'
-              'hypocenter_analysis_duration_seconds_bucket{le="0.1"} %d.0\n'
-              'hypocenter_analysis_duration_seconds_bucket{le="+Inf"} %d.0\n'
-              'hypocenter_analysis_duration_seconds_count %d.0\nhypocenter_analysis_duration_seconds_sum 0.5\n# EOF\n')
-    text = openmetrics([(0.0, scrape % (1, 1, 1, 1)), (60.0, scrape % (2, 2, 2, 2))], start=1_700_000_000,
-                       instance="127.0.0.1:9464")
+    scrape = (
+        "# TYPE hypocenter_diagnoses counter\n# HELP hypocenter_diagnoses Final diagnoses\n"
+        'hypocenter_diagnoses_total{cluster="eos",outcome="attributed"} %d.0 # {diagnosis_id="dx-1"} 1.0 1.0\n'
+        "# TYPE hypocenter_analysis_duration_seconds histogram\n"
+        'hypocenter_analysis_duration_seconds_bucket{le="0.1"} %d.0\n'
+        'hypocenter_analysis_duration_seconds_bucket{le="+Inf"} %d.0\n'
+        "hypocenter_analysis_duration_seconds_count %d.0\nhypocenter_analysis_duration_seconds_sum 0.5\n# EOF\n"
+    )
+    text = openmetrics(
+        [(0.0, scrape % (1, 1, 1, 1)), (60.0, scrape % (2, 2, 2, 2))],
+        start=1_700_000_000,
+        instance="127.0.0.1:9464",
+    )
     assert text.endswith("# EOF\n") and "# {" not in text, "exemplars are left out"
     assert 'up{job="hypocenter",instance="127.0.0.1:9464"} 1.0 1700000060.000' in text
     (tmp_path / "h.om").write_text(text)
@@ -130,7 +151,9 @@ def pipeline_missing() -> str | None:
 
 def test_ci_installs_what_the_pipeline_needs() -> None:
     ci = (Path(__file__).resolve().parent.parent / ".ci" / "run").read_text()
-    assert re.search(r"^apt-get install .*\bchromium\b", ci, re.MULTILINE), ".ci/run does not install chromium"
+    assert re.search(r"^apt-get install .*\bchromium\b", ci, re.MULTILINE), (
+        ".ci/run does not install chromium"
+    )
     assert "npm ci --prefix docs/panels" in ci and "export HYPOCENTER_CI=1" in ci
 
 
@@ -139,13 +162,17 @@ def test_pipeline_draws_every_panel_from_data(tmp_path: Path) -> None:
     if missing:
         (pytest.fail if os.environ.get("HYPOCENTER_CI") else pytest.skip)(missing + " (.ci/run installs it)")
     # 3 simulated hours: the hourly bar panels need a whole hour bin with data, whatever the minute now
-    report = render(tmp_path / "img", count=8, seed=3, hours=3.0, workdir=tmp_path / "work", log=lambda _: None)
+    report = render(
+        tmp_path / "img", count=8, seed=3, hours=3.0, workdir=tmp_path / "work", log=lambda _: None
+    )
     assert [p.name for p in report.pngs] == [page.png for page in PAGES]
     for png in report.pngs:
         assert _png_size(png) == report.sizes[png.name]
     picked = {(page.uid, pick.title, pick.kind) for page in PAGES for pick in page.picks}
     assert {(r.dashboard, r.title, r.kind) for r in report.rendered} == picked
-    empty = [f"{r.dashboard}: {r.title} ({r.queries})" for r in report.rendered if r.series == 0 or r.points == 0]
+    empty = [
+        f"{r.dashboard}: {r.title} ({r.queries})" for r in report.rendered if r.series == 0 or r.points == 0
+    ]
     assert not empty, "panels drawn without data: " + "; ".join(empty)
     spec = json.loads((tmp_path / "work" / "hypocenter-fleet.report.json").read_text())
     assert all("$" not in q for r in spec for q in r["queries"]), "every variable substituted"

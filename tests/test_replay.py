@@ -16,9 +16,13 @@ def test_plan_tags_node_logs_node_scoped_and_app_logs_with_the_workload() -> Non
     assert node_streams and all(set(s.resource) == {"host.name", "service.name"} for s in node_streams)
     kern = next(s for s in node_streams if s.lines[0].attributes["log.file.path"] == "logs/node02/kern.log")
     assert kern.resource["host.name"] == "node02"
-    assert [ln.attributes["log.file.record_number"] for ln in kern.lines] == list(range(1, len(kern.lines) + 1))
+    assert [ln.attributes["log.file.record_number"] for ln in kern.lines] == list(
+        range(1, len(kern.lines) + 1)
+    )
     assert all(ln.time_ns > 0 for ln in kern.lines)
-    job = next(s for s in app_streams if s.lines[0].attributes["log.file.path"] == "logs/_job/slurm-81234.out")
+    job = next(
+        s for s in app_streams if s.lines[0].attributes["log.file.path"] == "logs/_job/slurm-81234.out"
+    )
     assert job.resource["hypocenter.workload.id"] == "81234" and "host.name" not in job.resource
     assert job.resource["hypocenter.attempt.window.start"] == "2026-11-02T10:00:00Z"
     events = [s for s in app_streams if str(s.lines[0].attributes["log.file.path"]).startswith("events/")]
@@ -41,7 +45,11 @@ def test_replay_twice_stores_once_and_bad_bundles_fail_cleanly(tmp_path: Path) -
         _, _, app_streams, _ = plan(NVLINK)
         assert info["log_records"] == sum(len(s.lines) for s in app_streams) + 1  # + the state record
         missing = replay(tmp_path / "nope", srv.grpc)
-        assert missing.returncode == 2 and "no such bundle" in missing.stderr and "Traceback" not in missing.stderr
+        assert (
+            missing.returncode == 2
+            and "no such bundle" in missing.stderr
+            and "Traceback" not in missing.stderr
+        )
     finally:
         srv.stop()
     down = replay(NVLINK, srv.grpc, "--timeout", "2")  # the server is gone: a clear failure, not a traceback

@@ -45,15 +45,36 @@ def rotel_forwarding_to(target: str, workdir: Path) -> Iterator[tuple[str, str, 
         grpc_port, http_port = _free_port(), _free_port()
         with log.open("ab") as out:
             proc = subprocess.Popen(
-                [str(AGENT), "start", "--otlp-grpc-endpoint", f"127.0.0.1:{grpc_port}",
-                 "--otlp-http-endpoint", f"127.0.0.1:{http_port}", "--exporter", "otlp",
-                 "--otlp-exporter-endpoint", f"http://{target}", "--otlp-exporter-protocol", "grpc",
-                 "--otlp-receiver-traces-disabled", "--pid-file", str(workdir / "rotel.pid"),
-                 "--log-file", str(workdir / "rotel.log")],
-                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=workdir)
+                [
+                    str(AGENT),
+                    "start",
+                    "--otlp-grpc-endpoint",
+                    f"127.0.0.1:{grpc_port}",
+                    "--otlp-http-endpoint",
+                    f"127.0.0.1:{http_port}",
+                    "--exporter",
+                    "otlp",
+                    "--otlp-exporter-endpoint",
+                    f"http://{target}",
+                    "--otlp-exporter-protocol",
+                    "grpc",
+                    "--otlp-receiver-traces-disabled",
+                    "--pid-file",
+                    str(workdir / "rotel.pid"),
+                    "--log-file",
+                    str(workdir / "rotel.log"),
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                cwd=workdir,
+            )
         deadline = time.monotonic() + 15
-        while time.monotonic() < deadline and proc.poll() is None and not (
-                _listening(grpc_port) and _listening(http_port)):
+        while (
+            time.monotonic() < deadline
+            and proc.poll() is None
+            and not (_listening(grpc_port) and _listening(http_port))
+        ):
             time.sleep(0.05)
         if proc.poll() is None and _listening(grpc_port):
             break
@@ -72,8 +93,11 @@ def rotel_forwarding_to(target: str, workdir: Path) -> Iterator[tuple[str, str, 
             proc.wait(10)
 
 
-@pytest.mark.parametrize(("bundle", "http"), [("nvlink-xid149", False), ("ib-link-flap", True)],
-                         ids=["sdk-grpc-rotel", "sdk-http-rotel"])
+@pytest.mark.parametrize(
+    ("bundle", "http"),
+    [("nvlink-xid149", False), ("ib-link-flap", True)],
+    ids=["sdk-grpc-rotel", "sdk-http-rotel"],
+)
 def test_rotel_forwards_to_the_server(tmp_path: Path, bundle: str, http: bool) -> None:
     path = REPO / "examples" / bundle
     expected = analyze(path)

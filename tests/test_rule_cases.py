@@ -27,9 +27,11 @@ def test_catalog_lints_clean() -> None:
 def test_every_catalog_rule_names_its_emitter_and_the_lint_requires_it(tmp_path: Path) -> None:
     assert [r.id for r in ENGINE.ruleset.rules if not (r.emitter or "").strip()] == []
     mine = tmp_path / "mine.yaml"
-    mine.write_text("rules:\n  - id: my-rule\n    title: mine\n    status: experimental\n    extract:\n"
-                    "      tokens: [\"frobnicator\"]\n      pattern: 'frobnicator (?P<state>down)'\n      event: frob\n"
-                    "    cases:\n      - {name: down, expect: fire, logs: {n1/kern.log: \"frobnicator down\\n\"}}\n")
+    mine.write_text(
+        "rules:\n  - id: my-rule\n    title: mine\n    status: experimental\n    extract:\n"
+        "      tokens: [\"frobnicator\"]\n      pattern: 'frobnicator (?P<state>down)'\n      event: frob\n"
+        '    cases:\n      - {name: down, expect: fire, logs: {n1/kern.log: "frobnicator down\\n"}}\n'
+    )
     problems = lint(load_ruleset([mine], builtin=False))
     assert [(p.rule, p.where) for p in problems if "no emitter" in p.message] == [("my-rule", "mine.yaml:2")]
 
@@ -37,7 +39,10 @@ def test_every_catalog_rule_names_its_emitter_and_the_lint_requires_it(tmp_path:
 def test_catalog_covers_the_taxonomy() -> None:
     from hypocenter.model import TAXONOMY
 
-    seen = {(r.attribute.domain, r.attribute.subdomain) for r in ENGINE.ruleset.rules
-            if r.attribute and r.attribute.role == "root_cause"}
+    seen = {
+        (r.attribute.domain, r.attribute.subdomain)
+        for r in ENGINE.ruleset.rules
+        if r.attribute and r.attribute.role == "root_cause"
+    }
     missing = [f"{d}/{s}" for d, subs in TAXONOMY.items() for s in subs if (d, s) not in seen]
     assert missing == []

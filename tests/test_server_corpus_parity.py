@@ -31,9 +31,18 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    settings, _ = load_settings({"grpc_listen": "127.0.0.1:0", "http_listen": "127.0.0.1:0", "metrics_listen": "127.0.0.1:0",
-                                 "store": str(tmp_path_factory.mktemp("cs") / "s.db"), "settle_s": 3600,
-                                 "idle_timeout_s": 86400, "log_level": "error"}, environ={})
+    settings, _ = load_settings(
+        {
+            "grpc_listen": "127.0.0.1:0",
+            "http_listen": "127.0.0.1:0",
+            "metrics_listen": "127.0.0.1:0",
+            "store": str(tmp_path_factory.mktemp("cs") / "s.db"),
+            "settle_s": 3600,
+            "idle_timeout_s": 86400,
+            "log_level": "error",
+        },
+        environ={},
+    )
     srv, thread = serve_in_thread(settings)
     yield srv
     srv.shutdown()
@@ -46,8 +55,10 @@ def test_every_mode_replays_to_the_same_diagnosis(corpus: list[Path], server: Se
     for i, bundle in enumerate(corpus):
         expected = json.loads(analyze_bundle(bundle, engine).to_json())
         ctx, _ = replay(bundle, server.http_address if i % 2 else server.grpc_address, http=bool(i % 2))
-        r = httpx.post(f"http://{server.http_address}/v1/attempts/{ctx.workload.id}/{ctx.workload.attempt}/analyze",
-                       timeout=60)
+        r = httpx.post(
+            f"http://{server.http_address}/v1/attempts/{ctx.workload.id}/{ctx.workload.attempt}/analyze",
+            timeout=60,
+        )
         assert r.status_code == 200, r.text
         if essence(r.json()) != essence(expected):
             mismatches.append(bundle.name)

@@ -25,7 +25,7 @@ def _requests(bundle: Path, per_request: int = 20) -> list[tuple[bytes, list[tup
     out: list[tuple[bytes, list[tuple[str, int]]]] = []
     for stream in [*node_streams, *app_streams, state_record(ctx)]:
         for i in range(0, len(stream.lines), per_request):
-            chunk = stream.lines[i:i + per_request]
+            chunk = stream.lines[i : i + per_request]
             req = ExportLogsServiceRequest()
             rl = req.resource_logs.add()
             for k, v in stream.resource.items():
@@ -46,7 +46,12 @@ def _requests(bundle: Path, per_request: int = 20) -> list[tuple[bytes, list[tup
                         kv.value.int_value = v
                     else:
                         kv.value.string_value = str(v)
-                keys.append((str(line.attributes["log.file.path"]), int(line.attributes.get("log.file.record_number", 0))))
+                keys.append(
+                    (
+                        str(line.attributes["log.file.path"]),
+                        int(line.attributes.get("log.file.record_number", 0)),
+                    )
+                )
             out.append((req.SerializeToString(), keys))
     return out
 
@@ -56,7 +61,9 @@ def _stored(db: Path) -> list[tuple[str, int]]:
     row stands for (the run of lines extraction on arrival left out, ending at its record number)."""
     out: list[tuple[str, int]] = []
     with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as con:
-        for s, n, kind, body in con.execute("SELECT stream, line, kind, body FROM log_entries WHERE kind != 'state'"):
+        for s, n, kind, body in con.execute(
+            "SELECT stream, line, kind, body FROM log_entries WHERE kind != 'state'"
+        ):
             count = int(body) if kind == "gap" else 1
             out.extend((s, n - i) for i in range(count))
     return out

@@ -50,7 +50,9 @@ JOB = {"hypocenter.workload.id": "otlp-test", "hypocenter.workload.attempt": "0"
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    srv = ServerProcess(tmp_path_factory.mktemp("otlp") / "store.db", "--max-message-bytes", str(1 << 20)).start()
+    srv = ServerProcess(
+        tmp_path_factory.mktemp("otlp") / "store.db", "--max-message-bytes", str(1 << 20)
+    ).start()
     yield srv
     srv.stop()
 
@@ -75,13 +77,29 @@ def test_protobuf_logs_are_accepted(client: httpx.Client) -> None:
 
 
 def test_json_with_hex_trace_id_and_gzip(client: httpx.Client) -> None:
-    doc = {"resourceLogs": [{"resource": {"attributes": [
-        {"key": "host.name", "value": {"stringValue": "node-json"}}]},
-        "scopeLogs": [{"logRecords": [{
-            "timeUnixNano": "1793000000000000000", "body": {"stringValue": "NVRM: Xid (PCI:0000:3b:00): 79"},
-            "traceId": "5b8efff798038103d269b633813fc60c", "spanId": "eee19b7ec3c1b174",
-            "attributes": [{"key": "log.file.path", "value": {"stringValue": "/var/log/kern.log"}}],
-            "someFutureField": 1}]}]}]}
+    doc = {
+        "resourceLogs": [
+            {
+                "resource": {"attributes": [{"key": "host.name", "value": {"stringValue": "node-json"}}]},
+                "scopeLogs": [
+                    {
+                        "logRecords": [
+                            {
+                                "timeUnixNano": "1793000000000000000",
+                                "body": {"stringValue": "NVRM: Xid (PCI:0000:3b:00): 79"},
+                                "traceId": "5b8efff798038103d269b633813fc60c",
+                                "spanId": "eee19b7ec3c1b174",
+                                "attributes": [
+                                    {"key": "log.file.path", "value": {"stringValue": "/var/log/kern.log"}}
+                                ],
+                                "someFutureField": 1,
+                            }
+                        ]
+                    }
+                ],
+            }
+        ]
+    }
     body = gzip.compress(json.dumps(doc).encode())
     r = client.post("/v1/logs", content=body, headers={**JS, "Content-Encoding": "gzip"})
     assert r.status_code == 200, r.text
@@ -100,8 +118,13 @@ def test_records_without_node_or_workload_are_partial_success(client: httpx.Clie
     ps = logs_service_pb2.ExportLogsServiceResponse.FromString(r.content).partial_success
     assert ps.rejected_log_records == 2
     assert "neither a node" in ps.error_message and "host.name" in ps.error_message
-    js = client.post("/v1/logs", content=json.dumps({"resourceLogs": [{"scopeLogs": [{"logRecords": [
-        {"body": {"stringValue": "x"}}]}]}]}), headers=JS)
+    js = client.post(
+        "/v1/logs",
+        content=json.dumps(
+            {"resourceLogs": [{"scopeLogs": [{"logRecords": [{"body": {"stringValue": "x"}}]}]}]}
+        ),
+        headers=JS,
+    )
     assert js.status_code == 200
     assert js.json()["partialSuccess"]["rejectedLogRecords"] == "1"
 
@@ -117,8 +140,11 @@ def test_malformed_json_is_400(client: httpx.Client) -> None:
     r = client.post("/v1/metrics", content=b'{"resourceMetrics": [', headers=JS)
     assert r.status_code == 400
     assert "malformed OTLP/JSON" in r.json()["message"]
-    r = client.post("/v1/logs", content=b'{"resourceLogs": [{"scopeLogs": [{"logRecords": [{"traceId": "zz"}]}]}]}',
-                    headers=JS)
+    r = client.post(
+        "/v1/logs",
+        content=b'{"resourceLogs": [{"scopeLogs": [{"logRecords": [{"traceId": "zz"}]}]}]}',
+        headers=JS,
+    )
     assert r.status_code == 400
 
 
@@ -129,9 +155,16 @@ def test_invalid_utf8(client: httpx.Client) -> None:
     assert r.status_code == 400
     assert "UTF-8" in status_pb2.Status.FromString(r.content).message
     # JSON: undecodable bytes are replaced and the request accepted with a warning
-    doc = json.dumps({"resourceLogs": [{"resource": {"attributes": [
-        {"key": "host.name", "value": {"stringValue": "n1"}}]},
-        "scopeLogs": [{"logRecords": [{"body": {"stringValue": "PLACEHOLDER"}}]}]}]}).encode()
+    doc = json.dumps(
+        {
+            "resourceLogs": [
+                {
+                    "resource": {"attributes": [{"key": "host.name", "value": {"stringValue": "n1"}}]},
+                    "scopeLogs": [{"logRecords": [{"body": {"stringValue": "PLACEHOLDER"}}]}],
+                }
+            ]
+        }
+    ).encode()
     r = client.post("/v1/logs", content=doc.replace(b"PLACEHOLDER", b"caf\xe9"), headers=JS)
     assert r.status_code == 200
     ps = r.json()["partialSuccess"]
@@ -168,8 +201,11 @@ def test_grpc_partial_success_and_errors(server: ServerProcess) -> None:
         stub = logs_service_pb2_grpc.LogsServiceStub(channel)
         resp = stub.Export(_logs((JOB, {}, "a"), ({"x": "y"}, {}, "b")), timeout=10)
         assert resp.partial_success.rejected_log_records == 1
-        raw = channel.unary_unary("/opentelemetry.proto.collector.logs.v1.LogsService/Export",
-                                  request_serializer=lambda b: b, response_deserializer=lambda b: b)
+        raw = channel.unary_unary(
+            "/opentelemetry.proto.collector.logs.v1.LogsService/Export",
+            request_serializer=lambda b: b,
+            response_deserializer=lambda b: b,
+        )
         with pytest.raises(grpc.RpcError) as err:
             raw(b"\xff\xff\xff\x0f garbage", timeout=10)
         assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
@@ -208,22 +244,38 @@ def test_full_queue_answers_unavailable_with_retry_info(tmp_path: Path) -> None:
     from hypocenter.server.assembly import serve_in_thread
     from hypocenter.store.sqlite import SQLiteStore
 
-    settings, _ = load_settings({"grpc_listen": "127.0.0.1:0", "http_listen": "127.0.0.1:0", "metrics_listen": "127.0.0.1:0",
-                                 "ingest_queue_records": 2, "retry_after_s": 2, "log_level": "error"}, environ={})
+    settings, _ = load_settings(
+        {
+            "grpc_listen": "127.0.0.1:0",
+            "http_listen": "127.0.0.1:0",
+            "metrics_listen": "127.0.0.1:0",
+            "ingest_queue_records": 2,
+            "retry_after_s": 2,
+            "log_level": "error",
+        },
+        environ={},
+    )
     store = _SlowStore(SQLiteStore(tmp_path / "s.db"))
     server, thread = serve_in_thread(settings, store)  # type: ignore[arg-type]
     try:
         body = _logs((JOB, {"log.file.record_number": 1}, "first")).SerializeToString()
         first: list[int] = []
-        t = threading.Thread(target=lambda: first.append(
-            httpx.post(f"http://{server.http_address}/v1/logs", content=body, headers=PB, timeout=30).status_code))
+        t = threading.Thread(
+            target=lambda: first.append(
+                httpx.post(
+                    f"http://{server.http_address}/v1/logs", content=body, headers=PB, timeout=30
+                ).status_code
+            )
+        )
         t.start()
         deadline = 100
         while server.service.queue.pending == 0 and deadline:
             threading.Event().wait(0.05)
             deadline -= 1
         more = _logs((JOB, {"log.file.record_number": 2}, "a"), (JOB, {"log.file.record_number": 3}, "b"))
-        r = httpx.post(f"http://{server.http_address}/v1/logs", content=more.SerializeToString(), headers=PB, timeout=10)
+        r = httpx.post(
+            f"http://{server.http_address}/v1/logs", content=more.SerializeToString(), headers=PB, timeout=10
+        )
         assert r.status_code == 503
         assert r.headers["Retry-After"] == "2"
         with grpc.insecure_channel(server.grpc_address) as channel:
@@ -238,7 +290,9 @@ def test_full_queue_answers_unavailable_with_retry_info(tmp_path: Path) -> None:
         store.release.set()
         t.join(20)
         assert first == [200]
-        r = httpx.post(f"http://{server.http_address}/v1/logs", content=more.SerializeToString(), headers=PB, timeout=10)
+        r = httpx.post(
+            f"http://{server.http_address}/v1/logs", content=more.SerializeToString(), headers=PB, timeout=10
+        )
         assert r.status_code == 200
     finally:
         store.release.set()

@@ -11,9 +11,20 @@ from server_support import REPO, ServerProcess, clean_env
 
 
 def _second(tmp_path: Path, *listen: str) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "hypocenter.cli", "serve", "--store", str(tmp_path / "second.db"),
-           "--metrics-listen", "127.0.0.1:0", *listen]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=clean_env(), cwd=REPO, check=False)
+    cmd = [
+        sys.executable,
+        "-m",
+        "hypocenter.cli",
+        "serve",
+        "--store",
+        str(tmp_path / "second.db"),
+        "--metrics-listen",
+        "127.0.0.1:0",
+        *listen,
+    ]
+    return subprocess.run(
+        cmd, capture_output=True, text=True, timeout=60, env=clean_env(), cwd=REPO, check=False
+    )
 
 
 @pytest.mark.parametrize("which", ["grpc", "http"])
@@ -21,8 +32,11 @@ def test_a_taken_port_is_refused_at_start(tmp_path: Path, which: str) -> None:
     first = ServerProcess(tmp_path / "first.db").start()
     try:
         taken = first.grpc if which == "grpc" else first.http
-        listen = (["--grpc-listen", taken, "--http-listen", "127.0.0.1:0"] if which == "grpc"
-                  else ["--grpc-listen", "127.0.0.1:0", "--http-listen", taken])
+        listen = (
+            ["--grpc-listen", taken, "--http-listen", "127.0.0.1:0"]
+            if which == "grpc"
+            else ["--grpc-listen", "127.0.0.1:0", "--http-listen", taken]
+        )
         r = _second(tmp_path, *listen)
         assert r.returncode == 2, r.stderr
         assert r.stdout == ""  # never announced as listening

@@ -42,14 +42,22 @@ def test_probes_and_openapi(client: httpx.Client) -> None:
     ready = client.get("/readyz")
     assert ready.status_code == 200 and ready.json()["status"] == "ready"
     paths = client.get("/openapi.json").json()["paths"]
-    for path in ("/v1/logs", "/v1/metrics", "/v1/diagnoses", "/v1/diagnoses/{diagnosis_id}", "/v1/bundles",
-                 "/v1/attempts/{workload}/{attempt}/analyze"):
+    for path in (
+        "/v1/logs",
+        "/v1/metrics",
+        "/v1/diagnoses",
+        "/v1/diagnoses/{diagnosis_id}",
+        "/v1/bundles",
+        "/v1/attempts/{workload}/{attempt}/analyze",
+    ):
         assert path in paths, path
 
 
 def test_bundle_upload_and_filters(client: httpx.Client) -> None:
     for name in ("nvlink-xid149", "ib-link-flap", "completed-noisy"):
-        r = client.post("/v1/bundles", content=_tar(EXAMPLES / name), headers={"Content-Type": "application/gzip"})
+        r = client.post(
+            "/v1/bundles", content=_tar(EXAMPLES / name), headers={"Content-Type": "application/gzip"}
+        )
         assert r.status_code == 200, r.text
         assert essence(r.json()) == essence(analyze(EXAMPLES / name))
     ids = {d["workload"]: d["id"] for d in client.get("/v1/diagnoses").json()["diagnoses"]}
@@ -83,7 +91,9 @@ def test_bad_bundle_uploads(client: httpx.Client) -> None:
 
 
 def test_an_oversize_attempt_yaml_is_refused_with_413(client: httpx.Client) -> None:
-    r = client.put("/v1/attempts/w/0", content=b"# " + b"x" * (2 << 20), headers={"Content-Type": "application/yaml"})
+    r = client.put(
+        "/v1/attempts/w/0", content=b"# " + b"x" * (2 << 20), headers={"Content-Type": "application/yaml"}
+    )
     assert r.status_code == 413 and r.json()["detail"]
     assert client.get("/healthz").status_code == 200
 
@@ -117,16 +127,36 @@ def test_every_rest_error_is_an_rfc9457_problem(client: httpx.Client) -> None:
     assert invalid["detail"].startswith("query.limit:") and invalid["errors"][0]["loc"] == ["query", "limit"]
 
 
-def _post_lines(client: httpx.Client, resource: dict[str, str], lines: list[str], path: str,
-                 attrs: dict[str, str] | None = None, start_ns: int = 1_793_000_000_000_000_000) -> None:
-    records = [{"timeUnixNano": str(start_ns + i * 1_000_000_000), "body": {"stringValue": line},
-                "attributes": [{"key": "log.file.path", "value": {"stringValue": path}},
-                               {"key": "log.file.record_number", "value": {"intValue": str(i + 1)}},
-                               *({"key": k, "value": {"stringValue": v}} for k, v in (attrs or {}).items())]}
-               for i, line in enumerate(lines)]
-    doc = {"resourceLogs": [{"resource": {"attributes": [{"key": k, "value": {"stringValue": v}}
-                                                         for k, v in resource.items()]},
-                             "scopeLogs": [{"logRecords": records}]}]}
+def _post_lines(
+    client: httpx.Client,
+    resource: dict[str, str],
+    lines: list[str],
+    path: str,
+    attrs: dict[str, str] | None = None,
+    start_ns: int = 1_793_000_000_000_000_000,
+) -> None:
+    records = [
+        {
+            "timeUnixNano": str(start_ns + i * 1_000_000_000),
+            "body": {"stringValue": line},
+            "attributes": [
+                {"key": "log.file.path", "value": {"stringValue": path}},
+                {"key": "log.file.record_number", "value": {"intValue": str(i + 1)}},
+                *({"key": k, "value": {"stringValue": v}} for k, v in (attrs or {}).items()),
+            ],
+        }
+        for i, line in enumerate(lines)
+    ]
+    doc = {
+        "resourceLogs": [
+            {
+                "resource": {
+                    "attributes": [{"key": k, "value": {"stringValue": v}} for k, v in resource.items()]
+                },
+                "scopeLogs": [{"logRecords": records}],
+            }
+        ]
+    }
     r = client.post("/v1/logs", content=json.dumps(doc), headers={"Content-Type": "application/json"})
     assert r.status_code == 200, r.text
     assert "partialSuccess" not in r.json() or not r.json()["partialSuccess"]
@@ -134,9 +164,15 @@ def _post_lines(client: httpx.Client, resource: dict[str, str], lines: list[str]
 
 def test_idle_attempt_gets_a_provisional_diagnosis_then_the_final_one(client: httpx.Client) -> None:
     job = {"slurm.job.id": "991", "host.name": "gpu07"}
-    _post_lines(client, job, ["2026-10-26T09:33:20Z [rank3]:[E1026 09:33:20.000] Watchdog caught collective "
-                              "operation timeout: WorkNCCL(SeqNum=7, OpType=ALLREDUCE) ran for 600000 milliseconds"],
-                "/var/log/train.log")
+    _post_lines(
+        client,
+        job,
+        [
+            "2026-10-26T09:33:20Z [rank3]:[E1026 09:33:20.000] Watchdog caught collective "
+            "operation timeout: WorkNCCL(SeqNum=7, OpType=ALLREDUCE) ran for 600000 milliseconds"
+        ],
+        "/var/log/train.log",
+    )
     deadline = time.monotonic() + 20
     rows: list[dict[str, object]] = []
     while time.monotonic() < deadline and not rows:
@@ -145,8 +181,13 @@ def test_idle_attempt_gets_a_provisional_diagnosis_then_the_final_one(client: ht
     assert rows and rows[0]["provisional"] is True
     first = client.get(str(rows[0]["url"]))
     assert first.headers["X-Hypocenter-Provisional"] == "true"
-    _post_lines(client, {"slurm.job.id": "991"}, ["job ended"], "hypocenter/state",
-                attrs={"hypocenter.attempt.state": "FAILED"})
+    _post_lines(
+        client,
+        {"slurm.job.id": "991"},
+        ["job ended"],
+        "hypocenter/state",
+        attrs={"hypocenter.attempt.state": "FAILED"},
+    )
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         rows = client.get("/v1/diagnoses", params={"workload": "991"}).json()["diagnoses"]

@@ -25,8 +25,11 @@ from hypocenter.collector.connectors.slurm import SlurmConnector
 
 NEEDED = ("munged", "slurmctld", "slurmd", "sbatch", "scontrol", "squeue")
 pytestmark = pytest.mark.skipif(
-    os.geteuid() != 0 or any(shutil.which(t) is None for t in NEEDED) or not Path("/etc/munge/munge.key").is_file(),
-    reason="needs root and Debian's slurm-wlm (munge, slurmctld, slurmd); .ci/run installs them")
+    os.geteuid() != 0
+    or any(shutil.which(t) is None for t in NEEDED)
+    or not Path("/etc/munge/munge.key").is_file(),
+    reason="needs root and Debian's slurm-wlm (munge, slurmctld, slurmd); .ci/run installs them",
+)
 
 
 def _free_port() -> int:
@@ -60,9 +63,19 @@ def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
         (d / sub).mkdir()
     host = socket.gethostname().split(".")[0]
     sock = d / "munge" / "munge.sock"
-    subprocess.run(["munged", "--force", f"--socket={sock}", "--key-file=/etc/munge/munge.key",
-                    f"--pid-file={d / 'munged.pid'}", f"--log-file={d / 'munged.log'}", f"--seed-file={d / 'munge.seed'}"],
-                   check=True, timeout=20)
+    subprocess.run(
+        [
+            "munged",
+            "--force",
+            f"--socket={sock}",
+            "--key-file=/etc/munge/munge.key",
+            f"--pid-file={d / 'munged.pid'}",
+            f"--log-file={d / 'munged.log'}",
+            f"--seed-file={d / 'munge.seed'}",
+        ],
+        check=True,
+        timeout=20,
+    )
     conf = d / "slurm.conf"
     conf.write_text(f"""ClusterName=hyptest
 SlurmctldHost={host}
@@ -70,12 +83,12 @@ SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
 AuthInfo=socket={sock}
-StateSaveLocation={d / 'state'}
-SlurmdSpoolDir={d / 'spool'}
-SlurmctldPidFile={d / 'slurmctld.pid'}
-SlurmdPidFile={d / 'slurmd.pid'}
-SlurmctldLogFile={d / 'slurmctld.log'}
-SlurmdLogFile={d / 'slurmd.log'}
+StateSaveLocation={d / "state"}
+SlurmdSpoolDir={d / "spool"}
+SlurmctldPidFile={d / "slurmctld.pid"}
+SlurmdPidFile={d / "slurmd.pid"}
+SlurmctldLogFile={d / "slurmctld.log"}
+SlurmdLogFile={d / "slurmd.log"}
 SlurmctldPort={_free_port()}
 SlurmdPort={_free_port()}
 ProctrackType=proctrack/linuxproc
@@ -100,15 +113,21 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
         deadline = time.monotonic() + 60
         job = ""
         while not job and time.monotonic() < deadline:  # slurmd registers within a few seconds
-            proc = subprocess.run(["sbatch", "--parsable", "-o", str(d / "out-%j.txt"), str(script)],
-                                  capture_output=True, text=True, env=env, timeout=30)
+            proc = subprocess.run(
+                ["sbatch", "--parsable", "-o", str(d / "out-%j.txt"), str(script)],
+                capture_output=True,
+                text=True,
+                env=env,
+                timeout=30,
+            )
             job = proc.stdout.strip() if proc.returncode == 0 else ""
             if not job:
                 time.sleep(1)
         assert job, "sbatch did not accept the job"
         while time.monotonic() < deadline:
-            out = subprocess.run(["scontrol", "show", "job", job], capture_output=True, text=True, env=env,
-                                 timeout=30).stdout
+            out = subprocess.run(
+                ["scontrol", "show", "job", job], capture_output=True, text=True, env=env, timeout=30
+            ).stdout
             if "JobState=FAILED" in out:
                 break
             time.sleep(0.5)
@@ -129,5 +148,8 @@ def test_a_real_failed_job(slurm: dict[str, str], monkeypatch: pytest.MonkeyPatc
     sacct = next(c for c in scope.collected.coverage if c.source.startswith("slurm/sacct-"))
     assert sacct.status == "failed" and "accounting storage is disabled" in (sacct.reason or "").lower()
     texts = [r.text for s in scope.collected.sources for r in getattr(s, "records", [])]
-    assert f"slurm job {slurm['job']} state=FAILED reason=NonZeroExitCode exit_code=1:0 nodes={slurm['host']}" in texts
+    assert (
+        f"slurm job {slurm['job']} state=FAILED reason=NonZeroExitCode exit_code=1:0 nodes={slurm['host']}"
+        in texts
+    )
     assert any(t.startswith(f"slurm node {slurm['host']} state=") for t in texts)

@@ -24,12 +24,21 @@ EXPORTERS = ("loki", "grafana")
 
 def _summary(d: dict[str, Any], window: tuple[int | None, int | None]) -> dict[str, Any]:
     rc = d["root_cause"] or {}
-    return {"id": d["id"], "workload": d["attempt"]["workload_id"], "attempt": d["attempt"]["attempt"],
-            "cluster": d["attempt"]["cluster"], "outcome": d["outcome"], "domain": rc.get("domain"),
-            "subdomain": rc.get("subdomain"), "terminal_state": "FAILED", "window_start_ns": window[0],
-            "window_end_ns": window[1], "culprits": sorted({*rc.get("nodes", []), *(n for c in d["candidates"]
-                                                                                  for n in c["nodes"])}),
-            "affected": d["attempt"]["nodes"], "marks": marks_of(d)}
+    return {
+        "id": d["id"],
+        "workload": d["attempt"]["workload_id"],
+        "attempt": d["attempt"]["attempt"],
+        "cluster": d["attempt"]["cluster"],
+        "outcome": d["outcome"],
+        "domain": rc.get("domain"),
+        "subdomain": rc.get("subdomain"),
+        "terminal_state": "FAILED",
+        "window_start_ns": window[0],
+        "window_end_ns": window[1],
+        "culprits": sorted({*rc.get("nodes", []), *(n for c in d["candidates"] for n in c["nodes"])}),
+        "affected": d["attempt"]["nodes"],
+        "marks": marks_of(d),
+    }
 
 
 def _sqlite() -> tuple[Any, Any, Put]:
@@ -41,8 +50,10 @@ def _sqlite() -> tuple[Any, Any, Put]:
         store.set_context(a["workload_id"], a["attempt"], {}, NOW)
         row = store.attempt(a["workload_id"], a["attempt"])
         assert row is not None
-        return store.put_diagnosis(row.id, json.dumps(d), _summary(d, window), provisional, time.time(),
-                                   {"source": "test"})
+        return store.put_diagnosis(
+            row.id, json.dumps(d), _summary(d, window), provisional, time.time(), {"source": "test"}
+        )
+
     return store, store, put
 
 
@@ -53,8 +64,10 @@ def _doubles() -> tuple[Any, Any, Put]:
     def put(d: dict[str, Any], window: tuple[int | None, int | None], provisional: bool) -> int:
         a = d["attempt"]
         aid = attempt_ids.setdefault((a["workload_id"], a["attempt"]), len(attempt_ids) + 1)
-        return diagnoses.put_diagnosis(aid, json.dumps(d), _summary(d, window), provisional, time.time(),
-                                       {"source": "test"})
+        return diagnoses.put_diagnosis(
+            aid, json.dumps(d), _summary(d, window), provisional, time.time(), {"source": "test"}
+        )
+
     return diagnoses, diagnoses.exports, put
 
 
@@ -66,10 +79,20 @@ def _claimed(rows: list[PendingExport]) -> list[tuple[str, str, int, str | None]
     return [(r.exporter, r.diagnosis_id, r.attempts, r.diagnosis.id if r.diagnosis else None) for r in rows]
 
 
-FILTERS = [DiagnosisFilter(), DiagnosisFilter(cluster="eos"), DiagnosisFilter(outcome="ambiguous"),
-           DiagnosisFilter(domain="hardware"), DiagnosisFilter(node="n1"), DiagnosisFilter(workload="w2"),
-           DiagnosisFilter(search="W_"), DiagnosisFilter(search="w3"), DiagnosisFilter(since_ns=250),
-           DiagnosisFilter(until_ns=120), DiagnosisFilter(since_ns=0, until_ns=0), DiagnosisFilter(limit=0)]
+FILTERS = [
+    DiagnosisFilter(),
+    DiagnosisFilter(cluster="eos"),
+    DiagnosisFilter(outcome="ambiguous"),
+    DiagnosisFilter(domain="hardware"),
+    DiagnosisFilter(node="n1"),
+    DiagnosisFilter(workload="w2"),
+    DiagnosisFilter(search="W_"),
+    DiagnosisFilter(search="w3"),
+    DiagnosisFilter(since_ns=250),
+    DiagnosisFilter(until_ns=120),
+    DiagnosisFilter(since_ns=0, until_ns=0),
+    DiagnosisFilter(limit=0),
+]
 
 
 def _transcript(make: Callable[[], tuple[Any, Any, Put]]) -> list[Any]:
@@ -79,10 +102,10 @@ def _transcript(make: Callable[[], tuple[Any, Any, Put]]) -> list[Any]:
     w1 = diagnosis("w1", nodes=("n1",), components=(("n1", "gpu", "GPU-aa"),))
     history = [
         (w1, (100, 200), False),
-        (w1, (100, 200), False),                                        # the very same again: nothing changes
+        (w1, (100, 200), False),  # the very same again: nothing changes
         (diagnosis("w2", nodes=("n2",), cluster="other"), (150, 300), False),
         (diagnosis("w3", outcome="ambiguous", nodes=("n1", "n3")), (None, None), False),
-        (diagnosis("W_4", nodes=("n4",)), (50, 200), True),             # provisional: not in facts nor fleet marks
+        (diagnosis("W_4", nodes=("n4",)), (50, 200), True),  # provisional: not in facts nor fleet marks
         (diagnosis("w5", nodes=("n5",), xids=(("n5", "0000:3b:00", 31),)), (10, None), False),
     ]
     versions = []
@@ -116,7 +139,9 @@ def _transcript(make: Callable[[], tuple[Any, Any, Put]]) -> list[Any]:
     out.append(("backlog", {k: n for k, (n, _) in queue.export_backlog().items()}))
     first = queue.claim_exports("loki", now, 2, 60.0)
     out.append(("claim", _claimed(first)))
-    out.append(("the rest (the two claimed are leased)", _claimed(queue.claim_exports("loki", now, 10, 60.0))))
+    out.append(
+        ("the rest (the two claimed are leased)", _claimed(queue.claim_exports("loki", now, 10, 60.0)))
+    )
     queue.retry_exports([first[0].id], now, "503 " + "x" * 600)
     queue.finish_exports([first[1].id])
     again = queue.claim_exports("loki", now, 10, 60.0)

@@ -53,13 +53,38 @@ def _keeps_working(store: SQLiteStore) -> None:
     (pending,) = store.claim_exports("loki", time.time(), 10, 60.0)
     assert pending.diagnosis_id == "dx-81234"
     # new rows take ids after the old ones (PostgreSQL: the identity sequences came along)
-    new = [Entry("81234", 0, "node01", "logs/node01/train.log", "text", f"later {i}", T0 + (10 + i) * 10**9, 11 + i,
-                 f"81234|node01|{11 + i}") for i in range(3)]
+    new = [
+        Entry(
+            "81234",
+            0,
+            "node01",
+            "logs/node01/train.log",
+            "text",
+            f"later {i}",
+            T0 + (10 + i) * 10**9,
+            11 + i,
+            f"81234|node01|{11 + i}",
+        )
+        for i in range(3)
+    ]
     assert store.ingest(new, [], time.time()) == 3 and store.ingest(new, [], time.time()) == 0
     assert [r.line for r in store.attempt_logs(row.id)] == [1, 2, 3, 4, 5, 6, 11, 12, 13]
-    assert store.put_diagnosis(row.id, '{"id": "dx-81234", "v": 2}', {
-        "id": "dx-81234", "workload": "81234", "attempt": 0, "outcome": "attributed", "culprits": ["node01"]},
-        provisional=False, analyzed_from=time.time() + 1) == 2
+    assert (
+        store.put_diagnosis(
+            row.id,
+            '{"id": "dx-81234", "v": 2}',
+            {
+                "id": "dx-81234",
+                "workload": "81234",
+                "attempt": 0,
+                "outcome": "attributed",
+                "culprits": ["node01"],
+            },
+            provisional=False,
+            analyzed_from=time.time() + 1,
+        )
+        == 2
+    )
     assert [r.revision for r in store.diagnosis_revisions("dx-81234")] == [1, 2]
     assert [d.id for d in store.list_diagnoses(DiagnosisFilter())] == ["dx-81234"]
 
@@ -89,13 +114,19 @@ def _pg_schema(conn: Any, schema: str) -> dict[str, list[tuple[Any, ...]]]:
         return [tuple(str(v).replace(schema, "S") for v in r) for r in conn.execute(query, (schema,))]
 
     return {
-        "columns": rows("SELECT table_name, column_name, data_type, collation_name, is_nullable, column_default,"
-                        " is_identity, identity_generation FROM information_schema.columns WHERE table_schema = %s"
-                        " ORDER BY table_name, column_name"),
-        "indexes": rows("SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = %s ORDER BY indexname"),
-        "constraints": rows("SELECT c.conrelid::regclass::text, c.conname, pg_get_constraintdef(c.oid)"
-                            " FROM pg_constraint c JOIN pg_namespace n ON n.oid = c.connamespace"
-                            " WHERE n.nspname = %s ORDER BY 1, 2"),
+        "columns": rows(
+            "SELECT table_name, column_name, data_type, collation_name, is_nullable, column_default,"
+            " is_identity, identity_generation FROM information_schema.columns WHERE table_schema = %s"
+            " ORDER BY table_name, column_name"
+        ),
+        "indexes": rows(
+            "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = %s ORDER BY indexname"
+        ),
+        "constraints": rows(
+            "SELECT c.conrelid::regclass::text, c.conname, pg_get_constraintdef(c.oid)"
+            " FROM pg_constraint c JOIN pg_namespace n ON n.oid = c.connamespace"
+            " WHERE n.nspname = %s ORDER BY 1, 2"
+        ),
     }
 
 
@@ -129,9 +160,12 @@ def test_nullable_columns_sort_alike_on_both_stores(pg_schema: str, tmp_path: Pa
     sqlite, pg = open_store(str(tmp_path / "s.db")), open_store(pg_schema)
     try:
         # one time for all: retention's (time, line) order then rests on the NULL lines
-        logs = [Entry(w, 0, node, stream, "text", f"{stream} {i}", T0, line, f"{w}|{node}|{stream}|{i}")
-                for w, node in (("b", "n2"), (None, "n1"), ("a", None), (None, None), ("a", "n1"))
-                for stream in ("s2", "s1") for i, line in enumerate((3, None, 1, None))]
+        logs = [
+            Entry(w, 0, node, stream, "text", f"{stream} {i}", T0, line, f"{w}|{node}|{stream}|{i}")
+            for w, node in (("b", "n2"), (None, "n1"), ("a", None), (None, None), ("a", "n1"))
+            for stream in ("s2", "s1")
+            for i, line in enumerate((3, None, 1, None))
+        ]
         order: dict[str, list[Any]] = {}
         for name, store in (("sqlite", sqlite), ("postgresql", pg)):
             store.ingest(logs, [], now=1000.0)
@@ -155,10 +189,18 @@ def test_nullable_columns_sort_alike_on_both_stores(pg_schema: str, tmp_path: Pa
 
 
 def test_constructs_render_per_dialect() -> None:
-    s = sql("SELECT id, ", json_text("body", "root_cause", "components"), " FROM diagnoses WHERE id = ? AND x LIKE '%'")
-    assert s == "SELECT id, json_extract(body, '$.root_cause.components') FROM diagnoses WHERE id = ? AND x LIKE '%'"
-    assert s.postgres == ("SELECT id, (body::jsonb #>> '{root_cause,components}') FROM diagnoses"
-                          " WHERE id = %s AND x LIKE '%%'")
+    s = sql(
+        "SELECT id, ",
+        json_text("body", "root_cause", "components"),
+        " FROM diagnoses WHERE id = ? AND x LIKE '%'",
+    )
+    assert (
+        s
+        == "SELECT id, json_extract(body, '$.root_cause.components') FROM diagnoses WHERE id = ? AND x LIKE '%'"
+    )
+    assert s.postgres == (
+        "SELECT id, (body::jsonb #>> '{root_cause,components}') FROM diagnoses WHERE id = %s AND x LIKE '%%'"
+    )
     assert sql("SELECT 1 WHERE a = ?") is sql("SELECT 1 WHERE a = ?")  # rendered once
     with pytest.raises(ValueError, match="quoted literal"):
         sql("SELECT 1 WHERE a = 'why?'")
@@ -175,9 +217,13 @@ def test_every_shared_statement_goes_through_the_layer() -> None:
     for fn in ast.walk(tree):
         if isinstance(fn, ast.FunctionDef) and fn.name not in own:
             for call in ast.walk(fn):
-                if (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.args
-                        and call.func.attr in ("execute", "executemany", "_rows")
-                        and isinstance(call.args[0], (ast.Constant, ast.JoinedStr, ast.BinOp))):
+                if (
+                    isinstance(call, ast.Call)
+                    and isinstance(call.func, ast.Attribute)
+                    and call.args
+                    and call.func.attr in ("execute", "executemany", "_rows")
+                    and isinstance(call.args[0], (ast.Constant, ast.JoinedStr, ast.BinOp))
+                ):
                     plain.append(f"{fn.name}:{call.lineno}")
     assert plain == []
 
@@ -186,7 +232,9 @@ def test_migrations_name_column_types_for_both_dialects() -> None:
     """A bare INTEGER would be a 32-bit column in PostgreSQL, a bare TEXT one sorted by locale."""
     for version, migration in enumerate(MIGRATIONS, 1):
         code = re.sub(r"--[^\n]*|'[^']*'", "", migration.template)
-        bare = re.findall(r"(?<![$\w])(INTEGER|REAL|TEXT|BIGINT|DOUBLE PRECISION|VARCHAR)\b", code, re.IGNORECASE)
+        bare = re.findall(
+            r"(?<![$\w])(INTEGER|REAL|TEXT|BIGINT|DOUBLE PRECISION|VARCHAR)\b", code, re.IGNORECASE
+        )
         assert bare == [], f"migration {version}: write $ID, $INTEGER, $REAL or $TEXT"
     assert [len(m.sqlite) for m in MIGRATIONS] == [len(m.postgres) for m in MIGRATIONS]
 
@@ -200,6 +248,10 @@ def test_postgresql_pages_the_diagnosis_list_from_its_index(pg_schema: str) -> N
     with psycopg.connect(PG_URL, autocommit=True) as conn:
         conn.execute(f'SET search_path TO "{pg_schema.rsplit("%3D", 1)[1]}"')
         conn.execute("SET enable_sort = off")  # a plan that must sort says so even on an empty table
-        plan = "\n".join(r[0] for r in conn.execute(
-            "EXPLAIN SELECT * FROM diagnoses ORDER BY window_end_ns DESC NULLS LAST, id LIMIT 50"))
+        plan = "\n".join(
+            r[0]
+            for r in conn.execute(
+                "EXPLAIN SELECT * FROM diagnoses ORDER BY window_end_ns DESC NULLS LAST, id LIMIT 50"
+            )
+        )
     assert "diagnoses_list" in plan and "Sort" not in plan, plan

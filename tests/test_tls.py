@@ -44,13 +44,18 @@ def _host_port(address: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def _export_grpc(address: str, ca_pem: bytes, role: str, client: tuple[bytes, bytes] | None = None,
-                 timeout: float = 10) -> Any:
+def _export_grpc(
+    address: str, ca_pem: bytes, role: str, client: tuple[bytes, bytes] | None = None, timeout: float = 10
+) -> Any:
     from opentelemetry.exporter.otlp.proto.grpc._log_exporter import OTLPLogExporter
 
     creds = grpc.ssl_channel_credentials(ca_pem, *(client or (None, None)))
-    e = OTLPLogExporter(endpoint=address, credentials=creds, headers={"authorization": bearer(role)["Authorization"]}
-                        if role else None, timeout=timeout)
+    e = OTLPLogExporter(
+        endpoint=address,
+        credentials=creds,
+        headers={"authorization": bearer(role)["Authorization"]} if role else None,
+        timeout=timeout,
+    )
     try:
         return e.export(_otel_logs("tls-grpc", 2))
     finally:
@@ -60,8 +65,12 @@ def _export_grpc(address: str, ca_pem: bytes, role: str, client: tuple[bytes, by
 def _export_http(address: str, ca_file: Path, role: str) -> Any:
     from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
 
-    e = OTLPLogExporter(endpoint=f"https://{address}/v1/logs", certificate_file=str(ca_file),
-                        headers={"authorization": bearer(role)["Authorization"]}, timeout=10)
+    e = OTLPLogExporter(
+        endpoint=f"https://{address}/v1/logs",
+        certificate_file=str(ca_file),
+        headers={"authorization": bearer(role)["Authorization"]},
+        timeout=10,
+    )
     try:
         return e.export(_otel_logs("tls-http", 2))
     finally:
@@ -75,15 +84,22 @@ def test_every_listener_serves_tls_and_reloads_a_rotated_certificate(pki: dict[s
     srv, thread = _start(tmp, tls_cert_file=str(pki["cert"]), tls_key_file=str(pki["key"]), metrics_auth=True)
     try:
         ca: CA = pki["ca"]
-        listeners = [_host_port(srv.grpc_address), _host_port(srv.http_address),
-                     _host_port(srv.outputs.metrics_address)]
+        listeners = [
+            _host_port(srv.grpc_address),
+            _host_port(srv.http_address),
+            _host_port(srv.outputs.metrics_address),
+        ]
         first = {served_serial(h, p, ca.pem) for h, p in listeners}
         assert len(first) == 1
         assert _export_grpc(srv.grpc_address, ca.pem, "ingest") == R.SUCCESS
         assert _export_grpc(srv.grpc_address, ca.pem, "read") == R.FAILURE  # TLS does not replace the token
         assert _export_http(srv.http_address, pki["ca_file"], "ingest") == R.SUCCESS
-        r = httpx.get(f"https://{srv.http_address}/v1/diagnoses", headers=bearer("read"),
-                      verify=ssl.create_default_context(cafile=str(pki["ca_file"])), timeout=30)
+        r = httpx.get(
+            f"https://{srv.http_address}/v1/diagnoses",
+            headers=bearer("read"),
+            verify=ssl.create_default_context(cafile=str(pki["ca_file"])),
+            timeout=30,
+        )
         assert r.status_code == 200
         with pytest.raises(httpx.HTTPError):  # plaintext is not answered
             httpx.get(f"http://{srv.http_address}/healthz", timeout=5)
@@ -100,8 +116,12 @@ def test_every_listener_serves_tls_and_reloads_a_rotated_certificate(pki: dict[s
         assert _export_grpc(srv.grpc_address, ca2.pem, "ingest") == R.SUCCESS  # OTel gRPC exporter, new cert
         (tmp / "ca2.crt").write_bytes(ca2.pem)
         assert _export_http(srv.http_address, tmp / "ca2.crt", "ingest") == R.SUCCESS
-        metrics = httpx.get(f"https://{srv.outputs.metrics_address}/metrics", headers=bearer("read"),
-                            verify=ssl.create_default_context(cafile=str(tmp / "ca2.crt")), timeout=30)
+        metrics = httpx.get(
+            f"https://{srv.outputs.metrics_address}/metrics",
+            headers=bearer("read"),
+            verify=ssl.create_default_context(cafile=str(tmp / "ca2.crt")),
+            timeout=30,
+        )
         assert metrics.status_code == 200 and "hypocenter_build_info" in metrics.text
 
         # A half-written pair (key of another certificate) is not served: the rotated one stays.
@@ -122,12 +142,19 @@ def test_client_certificates_authenticate_with_their_cn_role(pki: dict[str, Any]
     collector = clients.issue("collector-eos", server=False)
     reader = clients.issue("dashboards", server=False)
     stranger = CA("someone else").issue("collector-eos", server=False)
-    srv, thread = _start(tmp, tls_cert_file=str(pki["cert"]), tls_key_file=str(pki["key"]),
-                         tls_client_ca_file=str(tmp / "clients.crt"), tls_client_roles="dashboards=read")
+    srv, thread = _start(
+        tmp,
+        tls_cert_file=str(pki["cert"]),
+        tls_key_file=str(pki["key"]),
+        tls_client_ca_file=str(tmp / "clients.crt"),
+        tls_client_roles="dashboards=read",
+    )
     ca: CA = pki["ca"]
     try:
         # gRPC: the certificate alone authenticates (CN not mapped: the default role, ingest)
-        assert _export_grpc(srv.grpc_address, ca.pem, "", (collector.key_pem, collector.cert_pem)) == R.SUCCESS
+        assert (
+            _export_grpc(srv.grpc_address, ca.pem, "", (collector.key_pem, collector.cert_pem)) == R.SUCCESS
+        )
         creds = grpc.ssl_channel_credentials(ca.pem, collector.key_pem, collector.cert_pem)
         with grpc.secure_channel(srv.grpc_address, creds) as ch:
             with pytest.raises(grpc.RpcError) as exc:
@@ -137,8 +164,10 @@ def test_client_certificates_authenticate_with_their_cn_role(pki: dict[str, Any]
         with grpc.secure_channel(srv.grpc_address, creds) as ch:
             pb_grpc.AttributionStub(ch).ListDiagnoses(pb.ListDiagnosesRequest(), timeout=10)
         # a certificate from another CA does not get through the handshake
-        assert _export_grpc(srv.grpc_address, ca.pem, "ingest", (stranger.key_pem, stranger.cert_pem),
-                            timeout=2) == R.FAILURE  # (the exporter retries UNAVAILABLE until its timeout)
+        assert (
+            _export_grpc(srv.grpc_address, ca.pem, "ingest", (stranger.key_pem, stranger.cert_pem), timeout=2)
+            == R.FAILURE
+        )  # (the exporter retries UNAVAILABLE until its timeout)
 
         # HTTP: the certificate is optional (token clients still connect), and maps the same way
         def get(cert: Any, role: str | None) -> int:
@@ -146,7 +175,9 @@ def test_client_certificates_authenticate_with_their_cn_role(pki: dict[str, Any]
             if cert is not None:
                 c, k = cert.write(tmp, "client")
                 ctx.load_cert_chain(c, k)
-            r = httpx.get(f"https://{srv.http_address}/v1/diagnoses", headers=bearer(role), verify=ctx, timeout=30)
+            r = httpx.get(
+                f"https://{srv.http_address}/v1/diagnoses", headers=bearer(role), verify=ctx, timeout=30
+            )
             return r.status_code
 
         assert get(reader, None) == 200
@@ -176,8 +207,11 @@ def plain_server(tmp_path: Path) -> Iterator[Server]:
 
 @pytest.mark.parametrize("stall", ["nothing", "half a header", "half a body"])
 def test_a_stalling_http_client_is_disconnected(plain_server: Server, stall: str) -> None:
-    sent = {"nothing": b"", "half a header": b"GET /v1/diagnoses HTTP/1.1\r\nHost: x\r\n",
-            "half a body": b"PUT /v1/attempts/x/0 HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nworkload:"}[stall]
+    sent = {
+        "nothing": b"",
+        "half a header": b"GET /v1/diagnoses HTTP/1.1\r\nHost: x\r\n",
+        "half a body": b"PUT /v1/attempts/x/0 HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nworkload:",
+    }[stall]
     with socket.create_connection(_host_port(plain_server.http_address), timeout=10) as s:
         s.sendall(sent)
         started = time.monotonic()
@@ -206,15 +240,21 @@ def test_the_documented_openssl_commands_make_a_certificate_the_server_serves(tm
     doc = (Path(__file__).resolve().parent.parent / "docs" / "security.md").read_text()
     block = next(b for b in re.findall(r"```bash\n(.*?)```", doc, re.DOTALL) if "openssl x509 -req" in b)
     script = block.replace("/etc/hypocenter/tls", str(tmp_path))
-    r = subprocess.run(["bash", "-euo", "pipefail", "-c", script], capture_output=True, text=True, timeout=60,
-                       check=False)
+    r = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", script], capture_output=True, text=True, timeout=60, check=False
+    )
     assert r.returncode == 0, r.stderr
-    srv, thread = serve_in_thread(settings(tmp_path, tls_cert_file=str(tmp_path / "server.crt"),
-                                           tls_key_file=str(tmp_path / "server.key")))
+    srv, thread = serve_in_thread(
+        settings(
+            tmp_path, tls_cert_file=str(tmp_path / "server.crt"), tls_key_file=str(tmp_path / "server.key")
+        )
+    )
     try:
         ctx = ssl.create_default_context(cafile=str(tmp_path / "ca.crt"))
         assert httpx.get(f"https://{srv.http_address}/healthz", verify=ctx, timeout=30).status_code == 200
-        with grpc.secure_channel(srv.grpc_address, grpc.ssl_channel_credentials((tmp_path / "ca.crt").read_bytes())) as ch:
+        with grpc.secure_channel(
+            srv.grpc_address, grpc.ssl_channel_credentials((tmp_path / "ca.crt").read_bytes())
+        ) as ch:
             pb_grpc.AttributionStub(ch).ListDiagnoses(pb.ListDiagnosesRequest(), timeout=10)
     finally:
         srv.shutdown()
@@ -252,9 +292,13 @@ def test_prometheus_scrapes_protected_metrics_with_the_documented_config(pki: di
         doc = (Path(__file__).resolve().parent.parent / "docs" / "security.md").read_text()
         block = next(b for b in re.findall(r"```yaml\n(.*?)```", doc, re.DOTALL) if "scrape_configs" in b)
         (tmp / "read.token").write_text(TOKENS["read"] + "\n")
-        text = (block.replace("/etc/prometheus/hypocenter-read.token", str(tmp / "read.token"))
-                .replace("/etc/prometheus/hypocenter-ca.crt", str(pki["ca_file"]))
-                .replace("hypocenter.example.org:9464", srv.outputs.metrics_address.replace("127.0.0.1", "localhost")))
+        text = (
+            block.replace("/etc/prometheus/hypocenter-read.token", str(tmp / "read.token"))
+            .replace("/etc/prometheus/hypocenter-ca.crt", str(pki["ca_file"]))
+            .replace(
+                "hypocenter.example.org:9464", srv.outputs.metrics_address.replace("127.0.0.1", "localhost")
+            )
+        )
         config = yaml.safe_load(text)
         config["global"] = {"scrape_interval": "1s"}
         prom = PrometheusProcess(tmp, [])

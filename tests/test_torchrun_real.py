@@ -23,21 +23,34 @@ FIXTURES = Path(__file__).parent / "fixtures" / "torchrun"
 def _diagnose(tmp_path: Path, mode: str) -> Diagnosis:
     (tmp_path / "logs" / "_job").mkdir(parents=True)
     shutil.copy(FIXTURES / mode / "out.log", tmp_path / "logs" / "_job" / "out.log")
-    (tmp_path / "attempt.yaml").write_text(yaml.safe_dump({
-        "workload": {"id": mode, "attempt": 0, "scheduler": "none"},
-        "window": {"start": "2026-12-03T07:00:00Z", "end": "2026-12-03T08:00:00Z"},
-        "state": "FAILED", "exit_code": 1, "nodes": ["localhost"], "ranks": {"localhost": "0-3"}, "timezone": "UTC"}))
+    (tmp_path / "attempt.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "workload": {"id": mode, "attempt": 0, "scheduler": "none"},
+                "window": {"start": "2026-12-03T07:00:00Z", "end": "2026-12-03T08:00:00Z"},
+                "state": "FAILED",
+                "exit_code": 1,
+                "nodes": ["localhost"],
+                "ranks": {"localhost": "0-3"},
+                "timezone": "UTC",
+            }
+        )
+    )
     return analyze_bundle(tmp_path)
 
 
 def test_fixtures_record_their_torch_version() -> None:
     for run in FIXTURES.glob("*/run.yaml"):
         meta = yaml.safe_load(run.read_text())
-        assert meta["torch"].startswith("2.13.0") and meta["culprit_rank"] == (0 if "rank0" in run.parent.name else 2)
+        assert meta["torch"].startswith("2.13.0") and meta["culprit_rank"] == (
+            0 if "rank0" in run.parent.name else 2
+        )
 
 
-@pytest.mark.parametrize(("mode", "signal"), [("sigkill", "SIGKILL"), ("sigkill-tee", "SIGKILL"),
-                                              ("sigsegv", "SIGSEGV"), ("sigabrt", "SIGABRT")])
+@pytest.mark.parametrize(
+    ("mode", "signal"),
+    [("sigkill", "SIGKILL"), ("sigkill-tee", "SIGKILL"), ("sigsegv", "SIGSEGV"), ("sigabrt", "SIGABRT")],
+)
 def test_killed_rank_is_named_first_not_a_sigtermed_one(tmp_path: Path, mode: str, signal: str) -> None:
     d = _diagnose(tmp_path, mode)
     assert d.outcome == "unattributed"
@@ -79,7 +92,9 @@ def test_dataloader_worker_killed_suggests_host_oom(tmp_path: Path) -> None:
 @pytest.mark.parametrize("mode", ["rank0-checkpoint", "rank0-checkpoint-tee"])
 def test_rank_working_alone_past_the_timeout_is_a_candidate_with_its_lines(tmp_path: Path, mode: str) -> None:
     d = _diagnose(tmp_path, mode)
-    assert d.outcome == "unattributed"  # no error line says the timeout was too short: offered, not attributed
+    assert (
+        d.outcome == "unattributed"
+    )  # no error line says the timeout was too short: offered, not attributed
     [cand] = d.candidates
     assert (cand.domain, cand.subdomain, cand.rule) == ("software", "configuration", "solo-work")
     assert "rank 0 on localhost was still saving checkpoint" in cand.summary and "falls short" in cand.summary

@@ -34,13 +34,23 @@ GRAFANA = "http://grafana.example:3000"
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     tmp = tmp_path_factory.mktemp("ui")
-    srv = ServerProcess(tmp / "store.db", "--ui-grafana-url", GRAFANA + "/", "--ui-loki-datasource-uid", "loki-uid",
-                        "--ui-loki-node-label", "hostname").start()
+    srv = ServerProcess(
+        tmp / "store.db",
+        "--ui-grafana-url",
+        GRAFANA + "/",
+        "--ui-loki-datasource-uid",
+        "loki-uid",
+        "--ui-loki-node-label",
+        "hostname",
+    ).start()
     try:
         with srv.client() as client:
             for name in FIRST:
-                r = client.post("/v1/bundles", content=bundle_tar(BY_NAME[name]),
-                                headers={"Content-Type": "application/gzip"})
+                r = client.post(
+                    "/v1/bundles",
+                    content=bundle_tar(BY_NAME[name]),
+                    headers={"Content-Type": "application/gzip"},
+                )
                 assert r.status_code == 200, r.text
         yield srv
     finally:
@@ -53,6 +63,7 @@ def _ids(client: httpx.Client, **params: Any) -> list[str]:
 
 # ----------------------------------------------------------------------------------------------- REST
 
+
 def test_list_pages_by_cursor_and_searches(server: ServerProcess) -> None:
     with server.client() as client:
         whole = client.get("/v1/diagnoses").json()
@@ -62,7 +73,9 @@ def test_list_pages_by_cursor_and_searches(server: ServerProcess) -> None:
         seen: list[str] = []
         cursor = None
         while True:
-            page = client.get("/v1/diagnoses", params={"limit": 1, **({"cursor": cursor} if cursor else {})}).json()
+            page = client.get(
+                "/v1/diagnoses", params={"limit": 1, **({"cursor": cursor} if cursor else {})}
+            ).json()
             seen += [d["id"] for d in page["diagnoses"]]
             assert page["total"] == whole["total"]
             cursor = page["next_cursor"]
@@ -70,8 +83,9 @@ def test_list_pages_by_cursor_and_searches(server: ServerProcess) -> None:
                 break
         assert seen == [d["id"] for d in whole["diagnoses"]]
         # search: any part of the workload id, any case; `workload` keeps its exact meaning
-        assert [d["workload"] for d in client.get("/v1/diagnoses", params={"search": "123"}).json()["diagnoses"]] \
-            == ["81234"]
+        assert [
+            d["workload"] for d in client.get("/v1/diagnoses", params={"search": "123"}).json()["diagnoses"]
+        ] == ["81234"]
         assert _ids(client, workload="8123") == [] and len(_ids(client, workload="81234")) == 1
         bad = client.get("/v1/diagnoses", params={"cursor": "not-a-cursor"})
         assert bad.status_code == 400 and "cursor" in bad.json()["detail"]
@@ -85,8 +99,11 @@ def test_list_etag_answers_304_until_a_diagnosis_arrives(server: ServerProcess) 
         etag = first.headers["etag"]
         again = client.get("/v1/diagnoses", params={"limit": 5}, headers={"If-None-Match": etag})
         assert again.status_code == 304 and again.content == b""
-        r = client.post("/v1/bundles", content=bundle_tar(BY_NAME["ib-link-flap"]),
-                        headers={"Content-Type": "application/gzip"})
+        r = client.post(
+            "/v1/bundles",
+            content=bundle_tar(BY_NAME["ib-link-flap"]),
+            headers={"Content-Type": "application/gzip"},
+        )
         assert r.status_code == 200
         changed = client.get("/v1/diagnoses", params={"limit": 5}, headers={"If-None-Match": etag})
         assert changed.status_code == 200 and changed.headers["etag"] != etag
@@ -97,9 +114,15 @@ def test_fleet_counts_what_metrics_counts(server: ServerProcess) -> None:
     with server.client() as client:
         fleet = client.get("/v1/fleet/culprits").json()
     metrics = httpx.get(f"http://{server.metrics}/metrics", timeout=30).text
-    from_metrics = {(m["cluster"], m["node"]): float(v) for m, v in (
-        (dict(re.findall(r'(\w+)="([^"]*)"', labels)), value) for labels, value in
-        re.findall(r"^hypocenter_recent_node_root_causes\{([^}]*)\} (\S+)$", metrics, re.M))}
+    from_metrics = {
+        (m["cluster"], m["node"]): float(v)
+        for m, v in (
+            (dict(re.findall(r'(\w+)="([^"]*)"', labels)), value)
+            for labels, value in re.findall(
+                r"^hypocenter_recent_node_root_causes\{([^}]*)\} (\S+)$", metrics, re.M
+            )
+        )
+    }
     assert from_metrics, "no hypocenter_recent_node_root_causes series"
     assert {(n["cluster"] or "", n["node"]): float(n["diagnoses"]) for n in fleet["nodes"]} == from_metrics
     gpus = {(c["node"], c["kind"], c["component"]) for c in fleet["components"]}
@@ -130,10 +153,14 @@ def test_ui_is_served_offline_from_the_package(server: ServerProcess) -> None:
 
 # ----------------------------------------------------------------------------------------------- browser
 
+
 @pytest.fixture(scope="module")
 def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = Path(os.environ["UI_SCREENSHOTS_DIR"]) if os.environ.get("UI_SCREENSHOTS_DIR") \
+    out = (
+        Path(os.environ["UI_SCREENSHOTS_DIR"])
+        if os.environ.get("UI_SCREENSHOTS_DIR")
         else tmp_path_factory.mktemp("ui-screenshots")
+    )
     out.mkdir(parents=True, exist_ok=True)
     print(f"\nweb UI screenshots: {out}")
     return out
@@ -178,7 +205,9 @@ def _check_page(page: Any) -> None:
     assert width[0] <= width[1], f"horizontal scrolling at 1366x768: {width}"
 
 
-def test_list_filters_detail_and_live_update_in_chromium(server: ServerProcess, browser: Any, shots: Path) -> None:
+def test_list_filters_detail_and_live_update_in_chromium(
+    server: ServerProcess, browser: Any, shots: Path
+) -> None:
     page = browser.new_page(viewport=VIEWPORT)
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
@@ -189,7 +218,9 @@ def test_list_filters_detail_and_live_update_in_chromium(server: ServerProcess, 
         listed = client.get("/v1/diagnoses", params={"limit": 50}).json()
     assert rows.count() == listed["total"] >= 3
     # newest first, as the REST list orders them
-    assert [rows.nth(i).get_attribute("data-id") for i in range(rows.count())] == [d["id"] for d in listed["diagnoses"]]
+    assert [rows.nth(i).get_attribute("data-id") for i in range(rows.count())] == [
+        d["id"] for d in listed["diagnoses"]
+    ]
     assert f"of {listed['total']} diagnoses" in page.locator("#list-count").inner_text()
     _check_page(page)
     page.screenshot(path=str(shots / "list.png"))
@@ -202,13 +233,17 @@ def test_list_filters_detail_and_live_update_in_chromium(server: ServerProcess, 
     assert page.locator("#list-count").inner_text().startswith(f"1–2 of {listed['total']}")
     page.click("button:has-text('Older')")
     second = [d["id"] for d in listed["diagnoses"][2:4]]
-    page.wait_for_function(f"() => document.querySelector('#list-count').innerText.startsWith('3–{2 + len(second)} ')")
+    page.wait_for_function(
+        f"() => document.querySelector('#list-count').innerText.startsWith('3–{2 + len(second)} ')"
+    )
     assert [rows.nth(i).get_attribute("data-id") for i in range(rows.count())] == second
     page.click("button:has-text('Newer')")
     page.wait_for_function("() => document.querySelector('#list-count').innerText.startsWith('1–2')")
     assert page.locator("button:has-text('Newer')").is_disabled()
     page.goto(f"{server.base}/ui/")
-    page.wait_for_function(f"() => document.querySelectorAll('tbody tr[data-id]').length === {listed['total']}")
+    page.wait_for_function(
+        f"() => document.querySelectorAll('tbody tr[data-id]').length === {listed['total']}"
+    )
 
     # filters: outcome, then a culprit node, then a workload search; each narrows the server's list
     page.select_option("select[name=outcome]", "ambiguous")
@@ -217,8 +252,10 @@ def test_list_filters_detail_and_live_update_in_chromium(server: ServerProcess, 
     assert "outcome=ambiguous" in page.url
     page.click("button:has-text('Reset')")
     page.fill("input[name=node]", "node03")
-    page.wait_for_function("() => [...document.querySelectorAll('tbody tr[data-id]')].every(r => r.innerText.includes('node03'))"
-                           " && document.querySelectorAll('tbody tr[data-id]').length === 1")
+    page.wait_for_function(
+        "() => [...document.querySelectorAll('tbody tr[data-id]')].every(r => r.innerText.includes('node03'))"
+        " && document.querySelectorAll('tbody tr[data-id]').length === 1"
+    )
     assert "host_oom" in rows.first.inner_text()
     page.click("button:has-text('Reset')")
     page.fill("input[name=search]", "8123")
@@ -241,7 +278,15 @@ def test_list_filters_detail_and_live_update_in_chromium(server: ServerProcess, 
 
     # the verdict
     verdict = page.locator("section.verdict").inner_text()
-    for expected in ("attributed", "hardware / nvlink", "RESET GPU", "node02", "0000:3b:00", "xid-nvlink-fatal", "high"):
+    for expected in (
+        "attributed",
+        "hardware / nvlink",
+        "RESET GPU",
+        "node02",
+        "0000:3b:00",
+        "xid-nvlink-fatal",
+        "high",
+    ):
         assert expected in verdict, expected
     # the timeline: a lane per node with evidence, the root cause on node02's lane, the first cause marked
     lanes = page.locator("svg.timeline-svg text.lane-label").all_text_contents()
@@ -287,7 +332,9 @@ def test_list_filters_detail_and_live_update_in_chromium(server: ServerProcess, 
     before = rows.count()
     r = replay(BY_NAME["gpu-xid79-aer"], server.grpc)
     assert r.returncode == 0, r.stderr
-    page.wait_for_function(f"() => document.querySelectorAll('tbody tr[data-id]').length > {before}", timeout=30_000)
+    page.wait_for_function(
+        f"() => document.querySelectorAll('tbody tr[data-id]').length > {before}", timeout=30_000
+    )
     fresh = page.locator("tbody tr.fresh")
     assert fresh.count() >= 1 and fresh.first.locator(".badge.new").count() == 1
     workload = str(yaml.safe_load((BY_NAME["gpu-xid79-aer"] / "attempt.yaml").read_text())["workload"]["id"])
@@ -357,8 +404,15 @@ def test_with_tokens_the_page_asks_for_one(tmp_path: Path, browser: Any) -> None
     tokens.write_text("read: [reader-token-1234567890abcdef]\nadmin: [admin-token-1234567890abcdef]\n")
     srv = ServerProcess(tmp_path / "store.db", "--auth-tokens-file", str(tokens)).start()
     try:
-        r = httpx.post(f"{srv.base}/v1/bundles", content=bundle_tar(BY_NAME["nvlink-xid149"]), timeout=120,
-                       headers={"Content-Type": "application/gzip", "Authorization": "Bearer admin-token-1234567890abcdef"})
+        r = httpx.post(
+            f"{srv.base}/v1/bundles",
+            content=bundle_tar(BY_NAME["nvlink-xid149"]),
+            timeout=120,
+            headers={
+                "Content-Type": "application/gzip",
+                "Authorization": "Bearer admin-token-1234567890abcdef",
+            },
+        )
         assert r.status_code == 200, r.text
         assert httpx.get(f"{srv.base}/v1/diagnoses").status_code == 401
         page = browser.new_page(viewport=VIEWPORT)

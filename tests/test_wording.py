@@ -15,8 +15,12 @@ from engine_support import analyze_bundle
 
 from hypocenter.lineformat import TimeContext, parse_line
 
-CTX = TimeContext(tz=UTC, start=datetime(2026, 11, 2, 9, 0, tzinfo=UTC), end=datetime(2026, 11, 2, 14, 0, tzinfo=UTC),
-                  hosts=frozenset({"worker-1"}))
+CTX = TimeContext(
+    tz=UTC,
+    start=datetime(2026, 11, 2, 9, 0, tzinfo=UTC),
+    end=datetime(2026, 11, 2, 14, 0, tzinfo=UTC),
+    hosts=frozenset({"worker-1"}),
+)
 
 
 def test_launcher_prefixes_name_rank_or_host() -> None:
@@ -37,18 +41,41 @@ def test_unstamped_line_shows_the_stamps_around_it(tmp_path: Path) -> None:
     (tmp_path / "logs" / "gpu-a01" / "rank0.log").write_text(
         "2026-11-02T10:00:00Z job started\n"
         "gpu-a01:1201:1201 [0] NCCL WARN Bootstrap : no socket interface found\n"
-        "2026-11-02T13:00:00Z shutting down\n")
-    (tmp_path / "attempt.yaml").write_text(yaml.safe_dump({
-        "workload": {"id": "b", "attempt": 0, "scheduler": "none"},
-        "window": {"start": "2026-11-02T09:00:00Z", "end": "2026-11-02T14:00:00Z"},
-        "state": "FAILED", "nodes": ["gpu-a01"], "timezone": "UTC"}))
+        "2026-11-02T13:00:00Z shutting down\n"
+    )
+    (tmp_path / "attempt.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "workload": {"id": "b", "attempt": 0, "scheduler": "none"},
+                "window": {"start": "2026-11-02T09:00:00Z", "end": "2026-11-02T14:00:00Z"},
+                "state": "FAILED",
+                "nodes": ["gpu-a01"],
+                "timezone": "UTC",
+            }
+        )
+    )
     d = analyze_bundle(tmp_path)
     cause = next(e for e in d.evidence if e.role == "root_cause")
-    assert cause.inherited and (cause.time, cause.time_max) == ("2026-11-02T10:00:00Z", "2026-11-02T13:00:00Z")
+    assert cause.inherited and (cause.time, cause.time_max) == (
+        "2026-11-02T10:00:00Z",
+        "2026-11-02T13:00:00Z",
+    )
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    out = subprocess.run([sys.executable, "-m", "hypocenter.cli", "analyze", str(tmp_path), "--color", "never"],
-                         capture_output=True, text=True, env=env, check=False).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "hypocenter.cli", "analyze", str(tmp_path), "--color", "never"],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    ).stdout
     assert "2026-11-02T10:00:00Z .. 2026-11-02T13:00:00Z" in out
-    doc = json.loads(subprocess.run([sys.executable, "-m", "hypocenter.cli", "analyze", str(tmp_path), "--format", "json"],
-                                    capture_output=True, text=True, env=env, check=False).stdout)
+    doc = json.loads(
+        subprocess.run(
+            [sys.executable, "-m", "hypocenter.cli", "analyze", str(tmp_path), "--format", "json"],
+            capture_output=True,
+            text=True,
+            env=env,
+            check=False,
+        ).stdout
+    )
     assert "first_failure" not in doc  # only an unattributed diagnosis carries one

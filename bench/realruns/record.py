@@ -36,16 +36,37 @@ def record(out: Path, modes: list[str]) -> None:
 
     for mode in modes:
         worker_mode = mode.removesuffix("-tee")
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4",
-               *MODES[mode], str(HERE / "worker.py"), worker_mode]
-        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=300, check=False,
-                              env={"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"})
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            "4",
+            *MODES[mode],
+            str(HERE / "worker.py"),
+            worker_mode,
+        ]
+        proc = subprocess.run(
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            timeout=300,
+            check=False,
+            env={"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"},
+        )
         target = out / mode
         target.mkdir(parents=True, exist_ok=True)
         (target / "out.log").write_bytes(proc.stdout)
-        meta = {"torch": str(torch.__version__), "python": sys.version.split()[0], "exit_code": proc.returncode,
-                "command": "torchrun --standalone --nproc-per-node 4 " + " ".join(MODES[mode])
-                + f" bench/realruns/worker.py {worker_mode}", "culprit_rank": CULPRIT.get(worker_mode, 2)}
+        meta = {
+            "torch": str(torch.__version__),
+            "python": sys.version.split()[0],
+            "exit_code": proc.returncode,
+            "command": "torchrun --standalone --nproc-per-node 4 "
+            + " ".join(MODES[mode])
+            + f" bench/realruns/worker.py {worker_mode}",
+            "culprit_rank": CULPRIT.get(worker_mode, 2),
+        }
         (target / "run.yaml").write_text(yaml.safe_dump(meta, sort_keys=True), encoding="utf-8")
         lines = proc.stdout.count(b"\n")
         print(f"{mode}: exit {proc.returncode}, {lines} lines")
@@ -54,7 +75,9 @@ def record(out: Path, modes: list[str]) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path("tests/fixtures/torchrun"))
-    ap.add_argument("modes", nargs="*", default=list(MODES), help=f"modes to record (default all: {', '.join(MODES)})")
+    ap.add_argument(
+        "modes", nargs="*", default=list(MODES), help=f"modes to record (default all: {', '.join(MODES)})"
+    )
     args = ap.parse_args(argv)
     record(args.out, args.modes)
     return 0

@@ -42,9 +42,14 @@ def _bundle(case: dict[str, Any], root: Path) -> Path:
         path = b / "logs" / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")
-    attempt = {"workload": {"id": case["id"], "attempt": 0, "scheduler": "none"},
-               "window": {"start": "2000-01-01T00:00:00Z", "end": "2030-01-01T00:00:00Z"},
-               "state": "FAILED", "exit_code": 1, "timezone": "UTC", **case.get("attempt", {})}
+    attempt = {
+        "workload": {"id": case["id"], "attempt": 0, "scheduler": "none"},
+        "window": {"start": "2000-01-01T00:00:00Z", "end": "2030-01-01T00:00:00Z"},
+        "state": "FAILED",
+        "exit_code": 1,
+        "timezone": "UTC",
+        **case.get("attempt", {}),
+    }
     (b / "attempt.yaml").write_text(yaml.safe_dump(attempt), encoding="utf-8")
     return b
 
@@ -66,16 +71,26 @@ def score_case(case: dict[str, Any], root: Path) -> Scored:
         right = d.outcome == "attributed" and rc is not None and f"{rc.domain}/{rc.subdomain}" == cls
         expect = f"attributed {cls}"
     confident = d.outcome in ("attributed", "ambiguous")
-    return Scored(case["id"], bool(case.get("held_out")), expect, got, right,
-                  confident and not right and want["outcome"] != "ambiguous", d.outcome == "unattributed")
+    return Scored(
+        case["id"],
+        bool(case.get("held_out")),
+        expect,
+        got,
+        right,
+        confident and not right and want["outcome"] != "ambiguous",
+        d.outcome == "unattributed",
+    )
 
 
 def summary(rows: list[Scored]) -> dict[str, Any]:
     n = len(rows)
-    return {"cases": n, "right": sum(r.right for r in rows),
-            "accuracy": round(sum(r.right for r in rows) / n, 3) if n else None,
-            "false_confident": round(sum(r.false_confident for r in rows) / n, 3) if n else None,
-            "abstention": round(sum(r.abstained for r in rows) / n, 3) if n else None}
+    return {
+        "cases": n,
+        "right": sum(r.right for r in rows),
+        "accuracy": round(sum(r.right for r in rows) / n, 3) if n else None,
+        "false_confident": round(sum(r.false_confident for r in rows) / n, 3) if n else None,
+        "abstention": round(sum(r.abstained for r in rows) / n, 3) if n else None,
+    }
 
 
 def run(path: Path = CASES) -> list[Scored]:
@@ -96,10 +111,15 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     for r in rows:
         mark = "ok  " if r.right else ("FALSE" if r.false_confident else "miss")
-        print(f"{mark} {r.id:<40} expect {r.expect:<45} got {r.got}" + ("" if r.held_out else "  (in rule cases)"))
+        print(
+            f"{mark} {r.id:<40} expect {r.expect:<45} got {r.got}"
+            + ("" if r.held_out else "  (in rule cases)")
+        )
     for name, f in figures.items():
-        print(f"{name:<9} {f['cases']} cases  accuracy {f['accuracy']}  false-confident {f['false_confident']}  "
-              f"abstention {f['abstention']}")
+        print(
+            f"{name:<9} {f['cases']} cases  accuracy {f['accuracy']}  false-confident {f['false_confident']}  "
+            f"abstention {f['abstention']}"
+        )
     return 0
 
 

@@ -22,7 +22,20 @@ from bench.scenarios import (
     storage,
 )
 
-_FAMILIES = (gpu, gpu_memory, gpu_firmware, nvlink, host, network, storage, software, resource, external, special, hangs)
+_FAMILIES = (
+    gpu,
+    gpu_memory,
+    gpu_firmware,
+    nvlink,
+    host,
+    network,
+    storage,
+    software,
+    resource,
+    external,
+    special,
+    hangs,
+)
 
 MODES: dict[str, Mode] = {m.id: m for family in _FAMILIES for m in family.MODES}
 

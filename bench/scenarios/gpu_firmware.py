@@ -21,7 +21,11 @@ def s12_gsp119(sc: Scenario) -> None:
     sc.root_kernel(node, t, lines)
     for k in range(rng.randint(1, 4)):
         who = rng.choice(("nvidia-smi", "nv-hostengine", "dcgm-exporter", "gpud", "python"))
-        sc.kernel(node, t + 30 * (k + 1) * rng.uniform(1, 4), nvidia.xid119(gpu, w, rng, rng.randint(1000, 900000), who)[:1])
+        sc.kernel(
+            node,
+            t + 30 * (k + 1) * rng.uniform(1, 4),
+            nvidia.xid119(gpu, w, rng, rng.randint(1000, 900000), who)[:1],
+        )
     if w.stack.driver_major >= 565 and rng.random() < 0.5:
         sc.kernel(node, t + rng.uniform(5, 60), nvidia.xid154(gpu, 1))
     sc.culprit([node], [(node, "gpu", gpu.pci)])
@@ -30,8 +34,14 @@ def s12_gsp119(sc: Scenario) -> None:
     t_detect = gpu_death(sc, node, gpu, t, cuda_msg="unspecified launch failure", crash_p=0.15)
     finish_failed(sc, t_detect)
     if rng.random() < 0.5:
-        sc.bundle.put(f"logs/{node.name}/dcgmi-health.json",
-                      json.dumps({"body": {"Overall Health": {"value": "Healthy"}}, "header": ["Health Monitor Report"]}, indent=4) + "\n")
+        sc.bundle.put(
+            f"logs/{node.name}/dcgmi-health.json",
+            json.dumps(
+                {"body": {"Overall Health": {"value": "Healthy"}}, "header": ["Health Monitor Report"]},
+                indent=4,
+            )
+            + "\n",
+        )
         sc.distractor(f"dcgmi health reports Healthy on {node.name} (false negative)")
     if rng.random() < 0.4:
         xid_gauge(sc, node, gpu, 119, t)
@@ -60,8 +70,22 @@ def gsp_other(sc: Scenario) -> None:
 
 
 MODES = (
-    Mode("s12-gsp-xid119-rpc-timeout", "attributed", "hardware", "gpu_firmware", 6.0, s12_gsp119,
-         "GSP RPC timeout (Xid 119) wedges one GPU; monitoring processes also time out; DCGM still Healthy"),
-    Mode("gsp-xid120-xid62", "attributed", "hardware", "gpu_firmware", 3.0, gsp_other,
-         "GSP task exception (Xid 120) or PMU halt (Xid 62)"),
+    Mode(
+        "s12-gsp-xid119-rpc-timeout",
+        "attributed",
+        "hardware",
+        "gpu_firmware",
+        6.0,
+        s12_gsp119,
+        "GSP RPC timeout (Xid 119) wedges one GPU; monitoring processes also time out; DCGM still Healthy",
+    ),
+    Mode(
+        "gsp-xid120-xid62",
+        "attributed",
+        "hardware",
+        "gpu_firmware",
+        3.0,
+        gsp_other,
+        "GSP task exception (Xid 120) or PMU halt (Xid 62)",
+    ),
 )

@@ -17,10 +17,18 @@ def _remap_metrics(sc: Scenario, node: Node, gpu: GPU, t: float) -> None:
     hist_gpu = rng.choice([g for g in node.gpus if g is not gpu])
     for g in node.gpus:
         base = 1.0 if g is hist_gpu and rng.random() < 0.5 else 0.0
-        series.append((metrics.dcgm_labels(w, node, g, "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS"),
-                       metrics.step_values(w.start, sc.end, step, t, base, base + (1.0 if g is gpu else 0.0))))
-        series.append((metrics.dcgm_labels(w, node, g, "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS"),
-                       metrics.constant(w.start, sc.end, step, 2.0 if g is hist_gpu else 0.0)))
+        series.append(
+            (
+                metrics.dcgm_labels(w, node, g, "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS"),
+                metrics.step_values(w.start, sc.end, step, t, base, base + (1.0 if g is gpu else 0.0)),
+            )
+        )
+        series.append(
+            (
+                metrics.dcgm_labels(w, node, g, "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS"),
+                metrics.constant(w.start, sc.end, step, 2.0 if g is hist_gpu else 0.0),
+            )
+        )
     sc.bundle.put(f"metrics/row_remap_{node.name}.json", metrics.query_range(series))
     sc.distractor(f"non-zero correctable remapped rows on {node.name} GPU {hist_gpu.index} (old history)")
 
@@ -64,7 +72,10 @@ def _ecc_run(sc: Scenario, lines_for: str) -> None:
         code = 94
     elif lines_for == "xid95":
         lines.append(nvidia.xid95(gpu, rng, pid))
-        lines += [nvidia.xid45(g, node.rank_pids[g.index], name, rng, 95) for g in rng.sample(node.gpus, k=rng.randint(1, 3))]
+        lines += [
+            nvidia.xid45(g, node.rank_pids[g.index], name, rng, 95)
+            for g in rng.sample(node.gpus, k=rng.randint(1, 3))
+        ]
         if new_driver:
             lines.append(nvidia.xid154(gpu, 1))
         code = 95
@@ -84,17 +95,27 @@ def _ecc_run(sc: Scenario, lines_for: str) -> None:
     if lines_for in ("s02", "xid64") and rng.random() < 0.6:
         _remap_metrics(sc, node, gpu, t)
     if lines_for in ("s02", "xid64") and rng.random() < 0.3:
-        msg = (f"GPU {gpu.index} had memory errors and row remappings are pending" if lines_for == "s02"
-               else f"GPU {gpu.index} had uncorrectable memory errors and row remapping failed.")
-        sc.bundle.put(f"logs/{node.name}/dcgmi-health.txt", "\n".join([
-            "+---------------------------+----------------------------------------------------------+",
-            "| Health Monitor Report                                                                |",
-            "+===========================+==========================================================+",
-            "| Overall Health            | Failure                                                  |",
-            f"| GPU List                  | {gpu.index}                                                        |",
-            "| -> Memory system          | Failure                                                  |",
-            f"|                           | {msg} |",
-            "+---------------------------+----------------------------------------------------------+"]) + "\n")
+        msg = (
+            f"GPU {gpu.index} had memory errors and row remappings are pending"
+            if lines_for == "s02"
+            else f"GPU {gpu.index} had uncorrectable memory errors and row remapping failed."
+        )
+        sc.bundle.put(
+            f"logs/{node.name}/dcgmi-health.txt",
+            "\n".join(
+                [
+                    "+---------------------------+----------------------------------------------------------+",
+                    "| Health Monitor Report                                                                |",
+                    "+===========================+==========================================================+",
+                    "| Overall Health            | Failure                                                  |",
+                    f"| GPU List                  | {gpu.index}                                                        |",
+                    "| -> Memory system          | Failure                                                  |",
+                    f"|                           | {msg} |",
+                    "+---------------------------+----------------------------------------------------------+",
+                ]
+            )
+            + "\n",
+        )
 
 
 def s02_hbm(sc: Scenario) -> None:
@@ -144,16 +165,58 @@ def hbm_hang(sc: Scenario) -> None:
 
 
 MODES = (
-    Mode("s02-hbm-dbe-xid48-rowremap", "attributed", "hardware", "gpu_memory", 5.0, s02_hbm,
-         "HBM double-bit error: Xid 48 → 94 → 63 (row remap pending) → 154; rank dies with the ECC CUDA error"),
-    Mode("xid64-row-remap-failure", "attributed", "hardware", "gpu_memory", 2.0, xid64,
-         "row remapping failure (Xid 64, usually after Xid 48)"),
-    Mode("xid94-contained-ecc", "attributed", "hardware", "gpu_memory", 3.0, xid94,
-         "contained uncorrectable memory error (Xid 94)"),
-    Mode("xid95-uncontained-ecc", "attributed", "hardware", "gpu_memory", 2.0, xid95,
-         "uncontained memory error (Xid 95) with Xid 45 on co-located processes"),
-    Mode("xid140-unrecovered-ecc", "attributed", "hardware", "gpu_memory", 1.0, xid140,
-         "ECC error that escaped row remapping (Xid 140)"),
-    Mode("c05-hbm-fault-looks-like-hang", "attributed", "hardware", "gpu_memory", 2.0, hbm_hang,
-         "repeated Xid 48/94 on one GPU while the job only hangs (no exception anywhere)"),
+    Mode(
+        "s02-hbm-dbe-xid48-rowremap",
+        "attributed",
+        "hardware",
+        "gpu_memory",
+        5.0,
+        s02_hbm,
+        "HBM double-bit error: Xid 48 → 94 → 63 (row remap pending) → 154; rank dies with the ECC CUDA error",
+    ),
+    Mode(
+        "xid64-row-remap-failure",
+        "attributed",
+        "hardware",
+        "gpu_memory",
+        2.0,
+        xid64,
+        "row remapping failure (Xid 64, usually after Xid 48)",
+    ),
+    Mode(
+        "xid94-contained-ecc",
+        "attributed",
+        "hardware",
+        "gpu_memory",
+        3.0,
+        xid94,
+        "contained uncorrectable memory error (Xid 94)",
+    ),
+    Mode(
+        "xid95-uncontained-ecc",
+        "attributed",
+        "hardware",
+        "gpu_memory",
+        2.0,
+        xid95,
+        "uncontained memory error (Xid 95) with Xid 45 on co-located processes",
+    ),
+    Mode(
+        "xid140-unrecovered-ecc",
+        "attributed",
+        "hardware",
+        "gpu_memory",
+        1.0,
+        xid140,
+        "ECC error that escaped row remapping (Xid 140)",
+    ),
+    Mode(
+        "c05-hbm-fault-looks-like-hang",
+        "attributed",
+        "hardware",
+        "gpu_memory",
+        2.0,
+        hbm_hang,
+        "repeated Xid 48/94 on one GPU while the job only hangs (no exception anywhere)",
+    ),
 )

@@ -13,7 +13,9 @@ from bench import kube, nvidia, pytorch
 from bench.scenario import Mode, Scenario
 from bench.scenarios.common import pick_gpu
 
-LATE = frozenset({"fr-laggard-time-limit", "fr-desync-time-limit", "fr-stalled-gpu-hang", "ras-dead-process-time-limit"})
+LATE = frozenset(
+    {"fr-laggard-time-limit", "fr-desync-time-limit", "fr-stalled-gpu-hang", "ras-dead-process-time-limit"}
+)
 MAX_NODES = 48
 
 
@@ -25,14 +27,23 @@ def _version(sc: Scenario) -> str:
 
 def _frames(sc: Scenario, op: str) -> list[dict[str, object]]:
     site = sc.w.python_site
-    return [{"name": op, "filename": f"{site}/torch/distributed/distributed_c10d.py", "line": 2501},
-            {"name": "wrapper", "filename": f"{site}/torch/distributed/c10d_logger.py", "line": 83},
-            {"name": "train_step", "filename": pytorch.script_path(sc.w), "line": sc.rng.randint(80, 400)},
-            {"name": "main", "filename": pytorch.script_path(sc.w), "line": sc.rng.randint(401, 900)}]
+    return [
+        {"name": op, "filename": f"{site}/torch/distributed/distributed_c10d.py", "line": 2501},
+        {"name": "wrapper", "filename": f"{site}/torch/distributed/c10d_logger.py", "line": 83},
+        {"name": "train_step", "filename": pytorch.script_path(sc.w), "line": sc.rng.randint(80, 400)},
+        {"name": "main", "filename": pytorch.script_path(sc.w), "line": sc.rng.randint(401, 900)},
+    ]
 
 
-def write_dumps(sc: Scenario, t_stall: float, stuck: int, behind: dict[int, int], *, odd: dict[int, str] | None = None,
-                missing: set[int] | None = None) -> dict[int, str]:
+def write_dumps(
+    sc: Scenario,
+    t_stall: float,
+    stuck: int,
+    behind: dict[int, int],
+    *,
+    odd: dict[int, str] | None = None,
+    missing: set[int] | None = None,
+) -> dict[int, str]:
     """Every rank's Flight Recorder dump: collectives up to `stuck` (started, never completed) on the
     waiting ranks, up to their own last one on the ranks `behind`; `odd` ranks record another
     operation at `stuck`; `missing` ranks leave no dump. Returns each written dump's path by rank."""
@@ -56,8 +67,14 @@ def write_dumps(sc: Scenario, t_stall: float, stuck: int, behind: dict[int, int]
             op = (odd or {}).get(r, name) if s == stuck else name
             state = "completed" if s < stuck else "started"
             ops.append(fr.Op(s, f"nccl:{op}", sc.numel, state, int((t_stall - (stuck - s) * step) * 1e9)))
-        doc = fr.dump_doc(version, ops, world, frames=_frames(sc, name), timeout_ms=w.timeout_ms,
-                          status=(last, last, min(last, stuck - 1)))
+        doc = fr.dump_doc(
+            version,
+            ops,
+            world,
+            frames=_frames(sc, name),
+            timeout_ms=w.timeout_ms,
+            status=(last, last, min(last, stuck - 1)),
+        )
         file = f"nccl_trace_rank_{r}" + (".json" if fmt == "json" else "")
         where = "traces" if flat else f"logs/{w.node_of(r).name}"
         paths[r] = f"{where}/{file}"
@@ -74,17 +91,38 @@ def _time_limit_end(sc: Scenario, t: float) -> None:
     sc.end = limit + rng.uniform(5, 60)
     sc.forbid.update({"truncated"})
     if w.scheduler == "slurm":
-        sc.srun(limit + 0.3, f"srun: Job step aborted: Waiting up to {rng.choice((32, 62))} seconds for job step to finish.")
+        sc.srun(
+            limit + 0.3,
+            f"srun: Job step aborted: Waiting up to {rng.choice((32, 62))} seconds for job step to finish.",
+        )
         sc.teardown(limit)
-        sc.finish_slurm(state="TIMEOUT", reason="TimeLimit", exit_code=0, banner="TIME LIMIT",
-                        limit_min=int((limit - w.start) // 60), attempt_exit=None)
+        sc.finish_slurm(
+            state="TIMEOUT",
+            reason="TimeLimit",
+            exit_code=0,
+            banner="TIME LIMIT",
+            limit_min=int((limit - w.start) // 60),
+            attempt_exit=None,
+        )
     else:
         sc.teardown(limit)
-        sc.finish_k8s(state="FAILED", reason="DeadlineExceeded",
-                      events=[kube.event(w, kind=w.k8s_kind, name=w.job_id, reason="DeadlineExceeded",
-                                         message="Job was active longer than specified deadline", t=limit, etype="Warning",
-                                         component="job-controller")],
-                      job_condition=("Failed", "DeadlineExceeded", "Job was active longer than specified deadline"))
+        sc.finish_k8s(
+            state="FAILED",
+            reason="DeadlineExceeded",
+            events=[
+                kube.event(
+                    w,
+                    kind=w.k8s_kind,
+                    name=w.job_id,
+                    reason="DeadlineExceeded",
+                    message="Job was active longer than specified deadline",
+                    t=limit,
+                    etype="Warning",
+                    component="job-controller",
+                )
+            ],
+            job_condition=("Failed", "DeadlineExceeded", "Job was active longer than specified deadline"),
+        )
 
 
 def fr_laggard(sc: Scenario) -> None:
@@ -158,26 +196,66 @@ def ras_dead_process(sc: Scenario) -> None:
     gpu = rank % w.gpus_per_node
     nccl = ".".join(map(str, w.stack.nccl))
     behind = [] if rng.random() < 0.7 else [(rank, stuck - 1, gpu, node.name, w.rank_pid(rank))]
-    report = fr.ras_report(nccl, [(w.rank_pid(rank), node.name, gpu)], behind, w.world_size, len(w.nodes), w.world_size - 1)
-    where = "traces/ncclras.txt" if w.output != "pods" and rng.random() < 0.5 else f"logs/_job/ncclras-{w.job_id}.txt"
+    report = fr.ras_report(
+        nccl, [(w.rank_pid(rank), node.name, gpu)], behind, w.world_size, len(w.nodes), w.world_size - 1
+    )
+    where = (
+        "traces/ncclras.txt"
+        if w.output != "pods" and rng.random() < 0.5
+        else f"logs/_job/ncclras-{w.job_id}.txt"
+    )
     sc.bundle.put(where, report)
     sc.root_event(node, where, f"Process {w.rank_pid(rank)} on node {node.name}")
     sc.culprit([node])
-    sc.collateral(f"rank {rank}'s process is gone: no dump ({len(paths)} others wait in collective {stuck}), ncclras says DEAD")
+    sc.collateral(
+        f"rank {rank}'s process is gone: no dump ({len(paths)} others wait in collective {stuck}), ncclras says DEAD"
+    )
     _time_limit_end(sc, t)
 
 
 MODES = (
-    Mode("fr-laggard-time-limit", "attributed", "software", "hang", 1.0, fr_laggard,
-         "silent hang until the time limit; only the Flight Recorder dumps name the rank that never issued the collective",
-         min_torch=(2, 3), max_nodes=MAX_NODES),
-    Mode("fr-desync-time-limit", "attributed", "software", "user_code", 0.5, fr_desync,
-         "silent hang until the time limit; the dumps show one rank recorded another collective at the same sequence id",
-         min_torch=(2, 3), max_nodes=MAX_NODES),
-    Mode("fr-stalled-gpu-hang", "attributed", "hardware", "gpu", 0.5, fr_stalled_gpu_hang,
-         "a GPU hangs inside a collective (Xid 46/109): the dumps show it started everywhere, the kernel log names the GPU",
-         min_torch=(2, 3), max_nodes=MAX_NODES),
-    Mode("ras-dead-process-time-limit", "attributed", "software", "hang", 0.3, ras_dead_process,
-         "a rank's process vanishes silently; ncclras reports it dead and its Flight Recorder dump is the one missing",
-         min_torch=(2, 3), max_nodes=MAX_NODES),
+    Mode(
+        "fr-laggard-time-limit",
+        "attributed",
+        "software",
+        "hang",
+        1.0,
+        fr_laggard,
+        "silent hang until the time limit; only the Flight Recorder dumps name the rank that never issued the collective",
+        min_torch=(2, 3),
+        max_nodes=MAX_NODES,
+    ),
+    Mode(
+        "fr-desync-time-limit",
+        "attributed",
+        "software",
+        "user_code",
+        0.5,
+        fr_desync,
+        "silent hang until the time limit; the dumps show one rank recorded another collective at the same sequence id",
+        min_torch=(2, 3),
+        max_nodes=MAX_NODES,
+    ),
+    Mode(
+        "fr-stalled-gpu-hang",
+        "attributed",
+        "hardware",
+        "gpu",
+        0.5,
+        fr_stalled_gpu_hang,
+        "a GPU hangs inside a collective (Xid 46/109): the dumps show it started everywhere, the kernel log names the GPU",
+        min_torch=(2, 3),
+        max_nodes=MAX_NODES,
+    ),
+    Mode(
+        "ras-dead-process-time-limit",
+        "attributed",
+        "software",
+        "hang",
+        0.3,
+        ras_dead_process,
+        "a rank's process vanishes silently; ncclras reports it dead and its Flight Recorder dump is the one missing",
+        min_torch=(2, 3),
+        max_nodes=MAX_NODES,
+    ),
 )

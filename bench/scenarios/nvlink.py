@@ -10,8 +10,16 @@ _NVLINK_CUDA = "uncorrectable NVLink error detected during the execution"
 
 # (Xid, unit, error status) combinations the catalog marks fatal (NVIDIA Xid Catalog, Xid 144-150)
 _FATAL5 = (
-    (144, "SAW_MVB", 0x2), (144, "SAW_MVB", 0x10), (145, "RLW_REMAP", 0x40), (145, "RLW_REMAP", 0x80), (145, "RLW_SRC_TRACK", 0x1),
-    (145, "RLW_TAGSTATE", 0x2), (145, "RLW_RSPCOL", 0x2), (146, "TLW_RX", 0x4), (146, "TLW_TX_PIPE0", 0x4), (150, "MSE_WATCHDOG", 0x1),
+    (144, "SAW_MVB", 0x2),
+    (144, "SAW_MVB", 0x10),
+    (145, "RLW_REMAP", 0x40),
+    (145, "RLW_REMAP", 0x80),
+    (145, "RLW_SRC_TRACK", 0x1),
+    (145, "RLW_TAGSTATE", 0x2),
+    (145, "RLW_RSPCOL", 0x2),
+    (146, "TLW_RX", 0x4),
+    (146, "TLW_TX_PIPE0", 0x4),
+    (150, "MSE_WATCHDOG", 0x1),
 )
 
 
@@ -69,12 +77,36 @@ def xid74(sc: Scenario) -> None:
 
 
 MODES = (
-    Mode("s03-nvlink5-xid149", "attributed", "hardware", "nvlink", 3.0, s03_xid149,
-         "NVLink5 NETIR link fault (Xid 149) with Xid 45 'caused by previous Xid 149' and the NVLink CUDA error",
-         platforms=("b200", "gb200"), min_torch=(2, 5)),
-    Mode("nvlink5-xid144-150-fatal", "attributed", "hardware", "nvlink", 2.0, nvlink5_other,
-         "fatal NVLink5 unit errors: Xid 144 SAW_MVB, 145 RLW_*, 146 TLW_*, 150 MSE_WATCHDOG",
-         platforms=("b200", "gb200"), min_torch=(2, 5)),
-    Mode("xid74-nvlink-hopper", "attributed", "hardware", "nvlink", 3.0, xid74,
-         "NVLink fatal error on Ampere/Hopper (Xid 74, seven registers)", platforms=("a100", "h100", "h200")),
+    Mode(
+        "s03-nvlink5-xid149",
+        "attributed",
+        "hardware",
+        "nvlink",
+        3.0,
+        s03_xid149,
+        "NVLink5 NETIR link fault (Xid 149) with Xid 45 'caused by previous Xid 149' and the NVLink CUDA error",
+        platforms=("b200", "gb200"),
+        min_torch=(2, 5),
+    ),
+    Mode(
+        "nvlink5-xid144-150-fatal",
+        "attributed",
+        "hardware",
+        "nvlink",
+        2.0,
+        nvlink5_other,
+        "fatal NVLink5 unit errors: Xid 144 SAW_MVB, 145 RLW_*, 146 TLW_*, 150 MSE_WATCHDOG",
+        platforms=("b200", "gb200"),
+        min_torch=(2, 5),
+    ),
+    Mode(
+        "xid74-nvlink-hopper",
+        "attributed",
+        "hardware",
+        "nvlink",
+        3.0,
+        xid74,
+        "NVLink fatal error on Ampere/Hopper (Xid 74, seven registers)",
+        platforms=("a100", "h100", "h200"),
+    ),
 )

@@ -21,7 +21,21 @@ def gpu_oom(sc: Scenario) -> None:
     else:
         nodes = rng.sample(w.nodes, k=min(len(w.nodes), rng.randint(2, 3)))
         ranks = [w.rank(n, rng.randrange(w.gpus_per_node)) for n in nodes]
-    frames = [*pytorch.train_frames(w, rng), (f"/workspace/model/{rng.choice(('attention.py', 'mlp.py', 'moe.py'))}", rng.randint(60, 400), "forward", rng.choice(("attn = torch.softmax(scores, dim=-1)", "h = self.act(self.up(x)) * self.gate(x)", "logits = self.lm_head(h).float()")))]
+    frames = [
+        *pytorch.train_frames(w, rng),
+        (
+            f"/workspace/model/{rng.choice(('attention.py', 'mlp.py', 'moe.py'))}",
+            rng.randint(60, 400),
+            "forward",
+            rng.choice(
+                (
+                    "attn = torch.softmax(scores, dim=-1)",
+                    "h = self.act(self.up(x)) * self.gate(x)",
+                    "logits = self.lm_head(h).float()",
+                )
+            ),
+        ),
+    ]
     first = ranks[0]
     for r in ranks:
         tr = t if r == first else t + rng.uniform(0.05, 2.0)
@@ -71,16 +85,55 @@ def host_oom(sc: Scenario) -> None:
         sc.lost_nodes.pop(node.name, None)
         t_detect = sc.after_crash(t, [rank])
         sc.teardown(t_detect)
-        ev = [kube.event(w, kind="Node", name=node.name, reason="OOMKilling", message=lines[-1], t=t + 1, etype="Warning",
-                         component="kernel-monitor", host=node.name, namespace="default")]
-        cond = ("Failed", "PyTorchJobFailed", f"PyTorchJob {w.job_id} is failed because 1 Worker replica(s) failed.") if w.k8s_kind == "PyTorchJob" \
+        ev = [
+            kube.event(
+                w,
+                kind="Node",
+                name=node.name,
+                reason="OOMKilling",
+                message=lines[-1],
+                t=t + 1,
+                etype="Warning",
+                component="kernel-monitor",
+                host=node.name,
+                namespace="default",
+            )
+        ]
+        cond = (
+            (
+                "Failed",
+                "PyTorchJobFailed",
+                f"PyTorchJob {w.job_id} is failed because 1 Worker replica(s) failed.",
+            )
+            if w.k8s_kind == "PyTorchJob"
             else ("Failed", "FailedJobs", "jobset failed due to one or more job failures")
-        sc.finish_k8s(state="FAILED", reason=None, pod_exit={node.name: ("OOMKilled", 137, None)}, events=ev, job_condition=cond)
+        )
+        sc.finish_k8s(
+            state="FAILED",
+            reason=None,
+            pod_exit={node.name: ("OOMKilled", 137, None)},
+            events=ev,
+            job_condition=cond,
+        )
         return
     if worker:
         site = w.python_site
-        frames = [*pytorch.train_frames(w, rng), (f"{site}/torch/utils/data/dataloader.py", 1133, "_try_get_data", "raise RuntimeError(f'DataLoader worker (pid(s) {pids_str}) exited unexpectedly') from e")]
-        sc.crash(rank, t + rng.uniform(0.5, 5), frames, [f"RuntimeError: DataLoader worker (pid(s) {victim_pid}) exited unexpectedly"], key=False)
+        frames = [
+            *pytorch.train_frames(w, rng),
+            (
+                f"{site}/torch/utils/data/dataloader.py",
+                1133,
+                "_try_get_data",
+                "raise RuntimeError(f'DataLoader worker (pid(s) {pids_str}) exited unexpectedly') from e",
+            ),
+        ]
+        sc.crash(
+            rank,
+            t + rng.uniform(0.5, 5),
+            frames,
+            [f"RuntimeError: DataLoader worker (pid(s) {victim_pid}) exited unexpectedly"],
+            key=False,
+        )
     else:
         sc.exit(rank, t + rng.uniform(0.01, 0.3), -9)
     sc.oom_tasks.add(rank)
@@ -89,7 +142,13 @@ def host_oom(sc: Scenario) -> None:
     sc.srun(t + rng.uniform(1, 4), slurm.oom_detected(w, f"{w.job_id}.0", 1), key=True)
     t_detect = sc.after_crash(t, [rank])
     sc.teardown(t_detect)
-    sc.finish_slurm(state="OUT_OF_MEMORY", reason="OutOfMemory", exit_code=0, signal=125 if rng.random() < 0.5 else 9, attempt_exit=None)
+    sc.finish_slurm(
+        state="OUT_OF_MEMORY",
+        reason="OutOfMemory",
+        exit_code=0,
+        signal=125 if rng.random() < 0.5 else 9,
+        attempt_exit=None,
+    )
 
 
 def time_limit(sc: Scenario) -> None:
@@ -100,31 +159,84 @@ def time_limit(sc: Scenario) -> None:
     sc.train(end - rng.uniform(0.5, 3), key_last=True)
     # Tasks that do not exit on SIGTERM are SIGKILLed after KillWait: srun then says `task N: Killed`,
     # the same words as after an OOM kill; the TIME LIMIT banner and the TIMEOUT state decide.
-    stubborn = set(w.ranks_of(rng.choice(w.nodes))) if w.launcher == "srun_tasks" and rng.random() < 0.35 else set()
+    stubborn = (
+        set(w.ranks_of(rng.choice(w.nodes))) if w.launcher == "srun_tasks" and rng.random() < 0.35 else set()
+    )
     for r in range(w.world_size):
-        sc.exit(r, end + (rng.uniform(30, 34) if r in stubborn else rng.uniform(0.2, 4)), -9 if r in stubborn else -15)
+        sc.exit(
+            r,
+            end + (rng.uniform(30, 34) if r in stubborn else rng.uniform(0.2, 4)),
+            -9 if r in stubborn else -15,
+        )
     sc.end = end + rng.uniform(1, 40)
     sc.forbid.add("truncated")
     if w.scheduler == "slurm":
-        sc.srun(end + 0.3, f"srun: Job step aborted: Waiting up to {rng.choice((32, 62, 92))} seconds for job step to finish.")
+        sc.srun(
+            end + 0.3,
+            f"srun: Job step aborted: Waiting up to {rng.choice((32, 62, 92))} seconds for job step to finish.",
+        )
         sc.teardown(end)
-        sc.finish_slurm(state="TIMEOUT", reason="TimeLimit", exit_code=0, banner="TIME LIMIT", limit_min=limit_s // 60, attempt_exit=None)
+        sc.finish_slurm(
+            state="TIMEOUT",
+            reason="TimeLimit",
+            exit_code=0,
+            banner="TIME LIMIT",
+            limit_min=limit_s // 60,
+            attempt_exit=None,
+        )
         sc.root_event(None, sc.job_stream().path, "DUE TO TIME LIMIT")
         sc.collateral("all tasks terminated by the time limit")
         return
     sc.teardown(end)
-    sc.root_event(None, "events/" + w.k8s_kind.lower() + ".json", "Job was active longer than specified deadline")
-    sc.finish_k8s(state="FAILED", reason="DeadlineExceeded",
-                  events=[kube.event(w, kind=w.k8s_kind, name=w.job_id, reason="DeadlineExceeded", message="Job was active longer than specified deadline",
-                                     t=end, etype="Warning", component="job-controller")],
-                  job_condition=("Failed", "DeadlineExceeded", "Job was active longer than specified deadline"))
+    sc.root_event(
+        None, "events/" + w.k8s_kind.lower() + ".json", "Job was active longer than specified deadline"
+    )
+    sc.finish_k8s(
+        state="FAILED",
+        reason="DeadlineExceeded",
+        events=[
+            kube.event(
+                w,
+                kind=w.k8s_kind,
+                name=w.job_id,
+                reason="DeadlineExceeded",
+                message="Job was active longer than specified deadline",
+                t=end,
+                etype="Warning",
+                component="job-controller",
+            )
+        ],
+        job_condition=("Failed", "DeadlineExceeded", "Job was active longer than specified deadline"),
+    )
     sc.collateral("pods terminated at activeDeadlineSeconds")
 
 
 MODES = (
-    Mode("gpu-oom", "attributed", "resource", "gpu_oom", 1.5, gpu_oom, "torch.OutOfMemoryError (CUDA OOM) on one or a few ranks"),
-    Mode("s09-host-oom-killer", "attributed", "resource", "host_oom", 1.0, host_oom,
-         "the host/cgroup OOM killer kills a rank or its DataLoader worker (Slurm OUT_OF_MEMORY, Kubernetes OOMKilled)"),
-    Mode("time-limit-genuine", "attributed", "resource", "time_limit", 1.0, time_limit,
-         "the job makes progress until its wall-time limit and is killed by the scheduler"),
+    Mode(
+        "gpu-oom",
+        "attributed",
+        "resource",
+        "gpu_oom",
+        1.5,
+        gpu_oom,
+        "torch.OutOfMemoryError (CUDA OOM) on one or a few ranks",
+    ),
+    Mode(
+        "s09-host-oom-killer",
+        "attributed",
+        "resource",
+        "host_oom",
+        1.0,
+        host_oom,
+        "the host/cgroup OOM killer kills a rank or its DataLoader worker (Slurm OUT_OF_MEMORY, Kubernetes OOMKilled)",
+    ),
+    Mode(
+        "time-limit-genuine",
+        "attributed",
+        "resource",
+        "time_limit",
+        1.0,
+        time_limit,
+        "the job makes progress until its wall-time limit and is killed by the scheduler",
+    ),
 )

@@ -16,9 +16,21 @@ from bench.world import Node
 _DATA_ERRORS = (
     ("KeyError", "'input_ids'", 'ids = sample["input_ids"]'),
     ("IndexError", "list index out of range", "doc = self.documents[self.index[idx]]"),
-    ("json.decoder.JSONDecodeError", "Expecting value: line 1 column 1 (char 0)", "record = json.loads(line)"),
-    ("UnicodeDecodeError", "'utf-8' codec can't decode byte 0x8b in position 1: invalid start byte", "text = raw.decode('utf-8')"),
-    ("FileNotFoundError", "[Errno 2] No such file or directory: '/data/shards/shard-{n:05d}.arrow'", "table = pa.ipc.open_file(path).read_all()"),
+    (
+        "json.decoder.JSONDecodeError",
+        "Expecting value: line 1 column 1 (char 0)",
+        "record = json.loads(line)",
+    ),
+    (
+        "UnicodeDecodeError",
+        "'utf-8' codec can't decode byte 0x8b in position 1: invalid start byte",
+        "text = raw.decode('utf-8')",
+    ),
+    (
+        "FileNotFoundError",
+        "[Errno 2] No such file or directory: '/data/shards/shard-{n:05d}.arrow'",
+        "table = pa.ipc.open_file(path).read_all()",
+    ),
     ("ValueError", "cannot reshape array of size 0 into shape (2048,)", "tokens = arr.reshape(self.seq_len)"),
 )
 _MODEL_ERRORS = (
@@ -31,7 +43,7 @@ _MODEL_ERRORS = (
 _EVERYWHERE = (
     "TypeError: forward() got an unexpected keyword argument 'position_ids'",
     "ModuleNotFoundError: No module named 'flash_attn'",
-    "RuntimeError: Error(s) in loading state_dict for GPTModel:\n\tMissing key(s) in state_dict: \"decoder.layers.0.self_attention.linear_qkv.weight\".",
+    'RuntimeError: Error(s) in loading state_dict for GPTModel:\n\tMissing key(s) in state_dict: "decoder.layers.0.self_attention.linear_qkv.weight".',
     "ValueError: Attempting to unscale FP16 gradients.",
     "AttributeError: 'DistributedDataParallel' object has no attribute 'generate'",
     "ValueError: Expected input batch_size (512) to match target batch_size (256).",
@@ -45,17 +57,29 @@ def _user_exception(sc: Scenario) -> tuple[list[pytorch.Frame], list[str]]:
         msg = msg.format(n=rng.randint(0, 4000))
         site = w.python_site
         worker = rng.randint(0, 7)
-        exc = [f"{cls}: Caught {cls.split('.')[-1]} in DataLoader worker process {worker}.", "Original Traceback (most recent call last):",
-               f'  File "{site}/torch/utils/data/_utils/worker.py", line 308, in _worker_loop',
-               "    data = fetcher.fetch(index)",
-               f'  File "{site}/torch/utils/data/_utils/fetch.py", line 51, in fetch',
-               "    data = [self.dataset[idx] for idx in possibly_batched_index]",
-               f'  File "/workspace/data/{rng.choice(("dataset.py", "indexed_dataset.py", "loader.py"))}", line {rng.randint(40, 300)}, in __getitem__',
-               f"    {code}", f"{cls}: {msg}"]
+        exc = [
+            f"{cls}: Caught {cls.split('.')[-1]} in DataLoader worker process {worker}.",
+            "Original Traceback (most recent call last):",
+            f'  File "{site}/torch/utils/data/_utils/worker.py", line 308, in _worker_loop',
+            "    data = fetcher.fetch(index)",
+            f'  File "{site}/torch/utils/data/_utils/fetch.py", line 51, in fetch',
+            "    data = [self.dataset[idx] for idx in possibly_batched_index]",
+            f'  File "/workspace/data/{rng.choice(("dataset.py", "indexed_dataset.py", "loader.py"))}", line {rng.randint(40, 300)}, in __getitem__',
+            f"    {code}",
+            f"{cls}: {msg}",
+        ]
         return pytorch.train_frames(w, rng, depth="data"), exc
     a = rng.choice((4096, 8192, 2048))
     line = rng.choice(_MODEL_ERRORS).format(a=a, b=a + rng.randint(1, 7))
-    frames = [*pytorch.train_frames(w, rng), (f"/workspace/model/{rng.choice(('attention.py', 'transformer.py', 'moe.py'))}", rng.randint(80, 600), "forward", "x = x + self.pos_emb[:, : x.size(1)]")]
+    frames = [
+        *pytorch.train_frames(w, rng),
+        (
+            f"/workspace/model/{rng.choice(('attention.py', 'transformer.py', 'moe.py'))}",
+            rng.randint(80, 600),
+            "forward",
+            "x = x + self.pos_emb[:, : x.size(1)]",
+        ),
+    ]
     return frames, [line]
 
 
@@ -91,10 +115,15 @@ def s08_mismatch(sc: Scenario) -> None:
     seq = sc.plan.seq_at(t)
     sc.timeouts(t, ops=dict.fromkeys(odd, odd_op), seq=seq, key_ranks=odd)
     t_first = t + w.timeout_ms / 1000
-    sc.root_event(node, sc.rank_stream(odd[0]).path,
-                  f"[Rank {odd[0]}] Watchdog caught collective operation timeout: {pytorch.work_desc(w, seq, odd_op, sc.numel, w.timeout_ms)}")
+    sc.root_event(
+        node,
+        sc.rank_stream(odd[0]).path,
+        f"[Rank {odd[0]}] Watchdog caught collective operation timeout: {pytorch.work_desc(w, seq, odd_op, sc.numel, w.timeout_ms)}",
+    )
     sc.culprit([node])
-    sc.collateral(f"ranks {min(odd)}..{max(odd)} issued {odd_op} while the others issued {base} at SeqNum={seq}")
+    sc.collateral(
+        f"ranks {min(odd)}..{max(odd)} issued {odd_op} while the others issued {base} at SeqNum={seq}"
+    )
     finish_failed(sc, t_first)
 
 
@@ -105,7 +134,15 @@ def app_illegal_access(sc: Scenario) -> None:
     sc.train(t - rng.uniform(1, 20))
     everywhere = rng.random() < 0.4
     ranks = list(range(w.world_size)) if everywhere else [rng.randrange(w.world_size)]
-    frames = [*pytorch.train_frames(w, rng), (f"{w.python_site}/{rng.choice(('flash_attn/flash_attn_interface.py', 'apex/normalization/fused_layer_norm.py', 'transformer_engine/pytorch/module/linear.py'))}", rng.randint(80, 900), rng.choice(("forward", "_flash_attn_forward", "apply")), "out = kernel(*args)")]
+    frames = [
+        *pytorch.train_frames(w, rng),
+        (
+            f"{w.python_site}/{rng.choice(('flash_attn/flash_attn_interface.py', 'apex/normalization/fused_layer_norm.py', 'transformer_engine/pytorch/module/linear.py'))}",
+            rng.randint(80, 900),
+            rng.choice(("forward", "_flash_attn_forward", "apply")),
+            "out = kernel(*args)",
+        ),
+    ]
     exc = pytorch.cuda_error(w, "an illegal memory access was encountered")
     first = ranks[0] if not everywhere else rng.choice(ranks)
     xid_kind = rng.choice((31, 31, 13))
@@ -115,7 +152,14 @@ def app_illegal_access(sc: Scenario) -> None:
         gpu = node.gpus[w.local_of(r)]
         tr = t + (0 if r == first else rng.uniform(0.01, 3.0))
         if xid_kind == 31:
-            sc.kernel(node, tr - 0.002, nvidia.xid31(gpu, rng, node.rank_pids[gpu.index], "python", newer=w.stack.driver_major >= 525), key=True)
+            sc.kernel(
+                node,
+                tr - 0.002,
+                nvidia.xid31(
+                    gpu, rng, node.rank_pids[gpu.index], "python", newer=w.stack.driver_major >= 525
+                ),
+                key=True,
+            )
         else:
             sc.kernel(node, tr - 0.004, nvidia.xid13(gpu, rng), key=True, gap=0.00005)
             if rng.random() < 0.5:
@@ -148,10 +192,20 @@ def identical_everywhere(sc: Scenario) -> None:
     finish_failed(sc, t + 3)
 
 
-def _init_failure(sc: Scenario, affected: list[Node], exc_for: dict[int, list[str]], warn_for: dict[int, str], t: float) -> float:
+def _init_failure(
+    sc: Scenario, affected: list[Node], exc_for: dict[int, list[str]], warn_for: dict[int, str], t: float
+) -> float:
     """Ranks on `affected` nodes fail while creating the communicator; the rest wait in their first collective."""
     w, rng = sc.w, sc.rng
-    frames = [*pytorch.train_frames(w, rng)[:2], (f"{w.python_site}/torch/distributed/distributed_c10d.py", 4104 if w.stack.torch >= (2, 4) else 3696, "barrier", "work = default_pg.barrier(opts=opts)")]
+    frames = [
+        *pytorch.train_frames(w, rng)[:2],
+        (
+            f"{w.python_site}/torch/distributed/distributed_c10d.py",
+            4104 if w.stack.torch >= (2, 4) else 3696,
+            "barrier",
+            "work = default_pg.barrier(opts=opts)",
+        ),
+    ]
     first = None
     for node in affected:
         for r in w.ranks_of(node):
@@ -182,7 +236,11 @@ def socket_ifname(sc: Scenario) -> None:
     t_detect = _init_failure(sc, affected, dict.fromkeys(warn_for, exc), warn_for, t)
     root_node = affected[0]
     if w.nccl_debug:
-        sc.root_event(root_node, sc.rank_stream(w.rank(root_node, 0)).path, warn_for[w.rank(root_node, 0)].split("NCCL WARN ", 1)[1])
+        sc.root_event(
+            root_node,
+            sc.rank_stream(w.rank(root_node, 0)).path,
+            warn_for[w.rank(root_node, 0)].split("NCCL WARN ", 1)[1],
+        )
     else:
         sc.root_event(root_node, sc.rank_stream(w.rank(root_node, 0)).path, exc[0])
     sc.culprit(affected)
@@ -218,22 +276,40 @@ def port_in_use(sc: Scenario) -> None:
     port = w.master_port
     t = w.start + rng.uniform(3, 30)
     if w.stack.torch >= (2, 4):
-        msg = (f"torch.distributed.DistNetworkError: The server socket has failed to listen on any local network address. port: {port}, "
-               "useIpv6: 0, code: -98, name: EADDRINUSE, message: address already in use")
+        msg = (
+            f"torch.distributed.DistNetworkError: The server socket has failed to listen on any local network address. port: {port}, "
+            "useIpv6: 0, code: -98, name: EADDRINUSE, message: address already in use"
+        )
     else:
-        msg = (f"torch.distributed.DistNetworkError: The server socket has failed to listen on any local network address. The server socket has "
-               f"failed to bind to [::]:{port} (errno: 98 - Address already in use). The server socket has failed to bind to 0.0.0.0:{port} "
-               "(errno: 98 - Address already in use).")
+        msg = (
+            f"torch.distributed.DistNetworkError: The server socket has failed to listen on any local network address. The server socket has "
+            f"failed to bind to [::]:{port} (errno: 98 - Address already in use). The server socket has failed to bind to 0.0.0.0:{port} "
+            "(errno: 98 - Address already in use)."
+        )
     site = w.python_site
     frames: list[pytorch.Frame] = [
-        (pytorch.script_path(w), rng.randint(30, 90), "<module>", "dist.init_process_group(backend=\"nccl\")"),
+        (pytorch.script_path(w), rng.randint(30, 90), "<module>", 'dist.init_process_group(backend="nccl")'),
         (f"{site}/torch/distributed/c10d_logger.py", 79, "wrapper", "return func(*args, **kwargs)"),
-        (f"{site}/torch/distributed/distributed_c10d.py", 1520, "init_process_group", "store, rank, world_size = next(rendezvous_iterator)"),
-        (f"{site}/torch/distributed/rendezvous.py", 269, "_env_rendezvous_handler", "store = _create_c10d_store(master_addr, master_port, rank, world_size, timeout, use_libuv)"),
+        (
+            f"{site}/torch/distributed/distributed_c10d.py",
+            1520,
+            "init_process_group",
+            "store, rank, world_size = next(rendezvous_iterator)",
+        ),
+        (
+            f"{site}/torch/distributed/rendezvous.py",
+            269,
+            "_env_rendezvous_handler",
+            "store = _create_c10d_store(master_addr, master_port, rank, world_size, timeout, use_libuv)",
+        ),
         (f"{site}/torch/distributed/rendezvous.py", 189, "_create_c10d_store", "return TCPStore("),
     ]
     rank0 = 0
-    text = pytorch.py_exception(w, rank0, frames, [msg]) if not w.uses_torchrun else "\n".join(pytorch.traceback_lines(frames[:1] + frames[3:], [msg]))
+    text = (
+        pytorch.py_exception(w, rank0, frames, [msg])
+        if not w.uses_torchrun
+        else "\n".join(pytorch.traceback_lines(frames[:1] + frames[3:], [msg]))
+    )
     sc.node_out(node, t, text, key=True)
     sc.exit(rank0, t + 0.3, 1, pytorch.traceback_lines(frames, [msg]))
     for r in w.ranks_of(node):
@@ -242,15 +318,25 @@ def port_in_use(sc: Scenario) -> None:
     sc.culprit([node])
     t_to = t + rng.uniform(300, 900)
     for other in w.nodes[1:4]:
-        client = (f"torch.distributed.DistNetworkError: The client socket has timed out after {int(t_to - t)}s while trying to connect to "
-                  f"({w.hostname(node)}, {port}).")
+        client = (
+            f"torch.distributed.DistNetworkError: The client socket has timed out after {int(t_to - t)}s while trying to connect to "
+            f"({w.hostname(node)}, {port})."
+        )
         sc.node_out(other, t_to + rng.uniform(0, 3), "\n".join(pytorch.traceback_lines(frames[:1], [client])))
         for r in w.ranks_of(other):
             sc.exit(r, t_to + rng.uniform(1, 3), 1)
     sc.collateral("other nodes time out connecting to the rendezvous store")
     if w.scheduler == "slurm" and rng.random() < 0.15:
         sc.teardown(t_to)
-        sc.finish_slurm(state="CANCELLED", reason="None", exit_code=0, signal=15, banner=None, kill_user=w.user, attempt_exit=None)
+        sc.finish_slurm(
+            state="CANCELLED",
+            reason="None",
+            exit_code=0,
+            signal=15,
+            banner=None,
+            kill_user=w.user,
+            attempt_exit=None,
+        )
         sc.collateral("the user cancelled the job after the error")
         return
     finish_failed(sc, t)
@@ -265,44 +351,118 @@ def s07_dataloader(sc: Scenario) -> None:
     it = sc.train(t - rng.uniform(1, 30))
     evaluating = rng.random() < 0.5
     if evaluating:
-        sc.out(0, t - 0.5, f"validation loss at iteration {it} | lm loss value: {sc.plan.loss(it, rng):.6E} |" if w.framework == "megatron"
-               else (lambda d: f"{d:%Y-%m-%d %H:%M:%S},{d.microsecond // 1000:03d} INFO train.py:301 -- running evaluation at step {it}"), err=False)
+        sc.out(
+            0,
+            t - 0.5,
+            f"validation loss at iteration {it} | lm loss value: {sc.plan.loss(it, rng):.6E} |"
+            if w.framework == "megatron"
+            else (
+                lambda d: (
+                    f"{d:%Y-%m-%d %H:%M:%S},{d.microsecond // 1000:03d} INFO train.py:301 -- running evaluation at step {it}"
+                )
+            ),
+            err=False,
+        )
     seq = sc.plan.seq_at(t) + 1
     t_first = sc.timeouts(t, lagging={rank: seq - 1}, seq=seq, op="BROADCAST" if evaluating else None)
-    sc.root_event(node, sc.rank_stream(rank).path, f"Last enqueued NCCL work: {seq - 1}, last completed NCCL work: {seq - 1}.")
+    sc.root_event(
+        node,
+        sc.rank_stream(rank).path,
+        f"Last enqueued NCCL work: {seq - 1}, last completed NCCL work: {seq - 1}.",
+    )
     sc.culprit([node])
     if rng.random() < 0.4:
         site = w.python_site.split("/lib/")[-1] if "/lib/" in w.python_site else w.python_site
-        dump = [f"Process {w.rank_pid(rank)}: python {pytorch.script_path(w)}", f"Python v{w.stack.python}.12 ({w.python_site.split('/lib')[0]}/bin/python)", "",
-                f"Thread {w.rank_pid(rank)} (idle): \"MainThread\"",
-                f"    wait (threading.py:{rng.choice((320, 324, 331))})",
-                f"    get (multiprocessing/queues.py:{rng.choice((113, 122))})",
-                f"    _try_get_data ({site}/torch/utils/data/dataloader.py:1133)",
-                f"    _get_data ({site}/torch/utils/data/dataloader.py:1294)",
-                f"    _next_data ({site}/torch/utils/data/dataloader.py:1332)",
-                f"    __next__ ({site}/torch/utils/data/dataloader.py:631)",
-                f"    {'evaluate' if evaluating else 'train_step'} ({pytorch.script_path(w)}:{rng.randint(100, 400)})"]
+        dump = [
+            f"Process {w.rank_pid(rank)}: python {pytorch.script_path(w)}",
+            f"Python v{w.stack.python}.12 ({w.python_site.split('/lib')[0]}/bin/python)",
+            "",
+            f'Thread {w.rank_pid(rank)} (idle): "MainThread"',
+            f"    wait (threading.py:{rng.choice((320, 324, 331))})",
+            f"    get (multiprocessing/queues.py:{rng.choice((113, 122))})",
+            f"    _try_get_data ({site}/torch/utils/data/dataloader.py:1133)",
+            f"    _get_data ({site}/torch/utils/data/dataloader.py:1294)",
+            f"    _next_data ({site}/torch/utils/data/dataloader.py:1332)",
+            f"    __next__ ({site}/torch/utils/data/dataloader.py:631)",
+            f"    {'evaluate' if evaluating else 'train_step'} ({pytorch.script_path(w)}:{rng.randint(100, 400)})",
+        ]
         sc.bundle.put(f"logs/{node.name}/py-spy-rank{rank}.txt", "\n".join(dump) + "\n")
     sc.collateral(f"rank {rank} never enqueued SeqNum={seq} (stuck in DataLoader queue.get)")
     finish_failed(sc, t_first)
 
 
 MODES = (
-    Mode("s06-single-rank-exception", "attributed", "software", "user_code", 3.0, s06_single_rank,
-         "one rank raises a Python exception; its peers log NCCL remote errors and watchdog timeouts"),
-    Mode("s08-collective-mismatch", "attributed", "software", "user_code", 1.0, s08_mismatch,
-         "a rank issues a different collective at the same SeqNum (divergent control flow)"),
-    Mode("app-xid31-13-illegal-memory-access", "attributed", "software", "user_code", 1.5, app_illegal_access,
-         "an application kernel faults: CUDA illegal memory access with Xid 31 or 13/43 on the faulting rank(s)' GPUs"),
-    Mode("identical-exception-all-ranks", "attributed", "software", "user_code", 1.5, identical_everywhere,
-         "every rank raises the same exception (deterministic user bug)"),
-    Mode("wrong-nccl-socket-ifname", "attributed", "software", "configuration", 1.0, socket_ifname,
-         "NCCL_SOCKET_IFNAME names an interface that does not exist: 'Bootstrap : no socket interface found'"),
-    Mode("duplicate-gpu-detected", "attributed", "software", "configuration", 0.5, duplicate_gpu,
-         "two ranks on one node share a CUDA device: 'Duplicate GPU detected'"),
-    Mode("rendezvous-port-in-use", "attributed", "software", "configuration", 0.5, port_in_use,
-         "the rendezvous/TCPStore port is already in use on the master node (errno 98)"),
-    Mode("s07-dataloader-deadlock", "attributed", "software", "hang", 1.0, s07_dataloader,
-         "a DataLoader deadlock on one rank: it never enqueues the collective (lower last enqueued NCCL work)",
-         min_torch=(2, 4)),
+    Mode(
+        "s06-single-rank-exception",
+        "attributed",
+        "software",
+        "user_code",
+        3.0,
+        s06_single_rank,
+        "one rank raises a Python exception; its peers log NCCL remote errors and watchdog timeouts",
+    ),
+    Mode(
+        "s08-collective-mismatch",
+        "attributed",
+        "software",
+        "user_code",
+        1.0,
+        s08_mismatch,
+        "a rank issues a different collective at the same SeqNum (divergent control flow)",
+    ),
+    Mode(
+        "app-xid31-13-illegal-memory-access",
+        "attributed",
+        "software",
+        "user_code",
+        1.5,
+        app_illegal_access,
+        "an application kernel faults: CUDA illegal memory access with Xid 31 or 13/43 on the faulting rank(s)' GPUs",
+    ),
+    Mode(
+        "identical-exception-all-ranks",
+        "attributed",
+        "software",
+        "user_code",
+        1.5,
+        identical_everywhere,
+        "every rank raises the same exception (deterministic user bug)",
+    ),
+    Mode(
+        "wrong-nccl-socket-ifname",
+        "attributed",
+        "software",
+        "configuration",
+        1.0,
+        socket_ifname,
+        "NCCL_SOCKET_IFNAME names an interface that does not exist: 'Bootstrap : no socket interface found'",
+    ),
+    Mode(
+        "duplicate-gpu-detected",
+        "attributed",
+        "software",
+        "configuration",
+        0.5,
+        duplicate_gpu,
+        "two ranks on one node share a CUDA device: 'Duplicate GPU detected'",
+    ),
+    Mode(
+        "rendezvous-port-in-use",
+        "attributed",
+        "software",
+        "configuration",
+        0.5,
+        port_in_use,
+        "the rendezvous/TCPStore port is already in use on the master node (errno 98)",
+    ),
+    Mode(
+        "s07-dataloader-deadlock",
+        "attributed",
+        "software",
+        "hang",
+        1.0,
+        s07_dataloader,
+        "a DataLoader deadlock on one rank: it never enqueues the collective (lower last enqueued NCCL work)",
+        min_torch=(2, 4),
+    ),
 )

@@ -16,12 +16,19 @@ def _pg_not_destroyed(sc: Scenario, rank: int) -> LineFn:
     w = sc.w
 
     def render(d: datetime) -> str:
-        return pytorch.prefixed(w, rank, [
-            f"{pytorch.glog(w, d, 'W', 'ProcessGroupNCCL.cpp:1250')} Warning: WARNING: process group has NOT been destroyed before we destruct "
-            "ProcessGroupNCCL. On normal program exit, the application should call destroy_process_group to ensure that any pending NCCL "
-            "operations have finished in this process. In rare cases this process can exit before this point and block the progress of another "
-            "member of the process group. This constraint has always been present,  but this warning has only been added since PyTorch 2.4 "
-            "(function operator())"], c10d=True)
+        return pytorch.prefixed(
+            w,
+            rank,
+            [
+                f"{pytorch.glog(w, d, 'W', 'ProcessGroupNCCL.cpp:1250')} Warning: WARNING: process group has NOT been destroyed before we destruct "
+                "ProcessGroupNCCL. On normal program exit, the application should call destroy_process_group to ensure that any pending NCCL "
+                "operations have finished in this process. In rare cases this process can exit before this point and block the progress of another "
+                "member of the process group. This constraint has always been present,  but this warning has only been added since PyTorch 2.4 "
+                "(function operator())"
+            ],
+            c10d=True,
+        )
+
     return render
 
 
@@ -30,13 +37,30 @@ def completed(sc: Scenario) -> None:
     sc.begin()
     end = sc.plan.t_begin + rng.uniform(1800, 10 * 3600)
     sc.train(end - rng.uniform(2, 5), key_last=True)
-    sc.out(0, end - 1, "[after training is done] datetime: " if w.framework == "megatron" else "Training completed. Saving final model...", err=False)
+    sc.out(
+        0,
+        end - 1,
+        "[after training is done] datetime: "
+        if w.framework == "megatron"
+        else "Training completed. Saving final model...",
+        err=False,
+    )
     scary = 0
     if w.nccl_debug:
         for r in rng.sample(range(w.world_size), k=min(3, w.world_size)):
             node = w.node_of(r)
-            sc.out(r, w.start + rng.uniform(20, 40), nccl.warn(w, node, w.rank_pid(r), w.local_of(r), "transport/net_ib.cc:112",
-                                                             f"NET/IB : {node.hcas[0].name}:1 Got non-fatal async event: GID table changed(18)"))
+            sc.out(
+                r,
+                w.start + rng.uniform(20, 40),
+                nccl.warn(
+                    w,
+                    node,
+                    w.rank_pid(r),
+                    w.local_of(r),
+                    "transport/net_ib.cc:112",
+                    f"NET/IB : {node.hcas[0].name}:1 Got non-fatal async event: GID table changed(18)",
+                ),
+            )
         scary += 1
     if w.stack.torch >= (2, 4):
         for r in range(0, w.world_size, max(1, w.world_size // 64)):
@@ -52,7 +76,12 @@ def completed(sc: Scenario) -> None:
         sc.kernel(node, t_old, nvidia.xid13(gpu, rng))
         sc.distractor(f"Xid 13 on {node.name} from an earlier job")
     node2 = rng.choice(w.nodes)
-    sc.kernel(node2, rng.uniform(w.start, end), nvidia.aer_corrected(node2.gpu_root_port(node2.gpus[0]), rng, newer_kernel=True), level="warning")
+    sc.kernel(
+        node2,
+        rng.uniform(w.start, end),
+        nvidia.aer_corrected(node2.gpu_root_port(node2.gpus[0]), rng, newer_kernel=True),
+        level="warning",
+    )
     sc.distractor(f"correctable AER on {node2.name}; benign NCCL/c10d warnings ({scary + 1} kinds)")
     for r in range(w.world_size):
         sc.exit(r, end + rng.uniform(0.5, 3), 0)
@@ -63,17 +92,29 @@ def completed(sc: Scenario) -> None:
 
             def done(d: datetime, agent: int = agent) -> str:
                 if w.stack.torch >= (2, 3):
-                    return (f"I{d:%m%d} {d:%H:%M:%S}.{d.microsecond:06d} {agent} torch/distributed/elastic/agent/server/api.py:879] [default] "
-                            "worker group successfully finished. Waiting 300 seconds for other agents to finish.")
+                    return (
+                        f"I{d:%m%d} {d:%H:%M:%S}.{d.microsecond:06d} {agent} torch/distributed/elastic/agent/server/api.py:879] [default] "
+                        "worker group successfully finished. Waiting 300 seconds for other agents to finish."
+                    )
                 return "INFO:torch.distributed.elastic.agent.server.api:Local worker group finished (WorkerState.SUCCEEDED). Waiting 300 seconds for other agents to finish"
+
             sc.node_out(n, end + rng.uniform(3, 5), done)
     sc.forbid.update({"xid45_teardown", "truncated"})
     if w.scheduler == "slurm":
         sc.finish_slurm(state="COMPLETED", reason="None", exit_code=0)
     else:
-        sc.finish_k8s(state="SUCCEEDED", reason=None, pod_exit={n.name: ("Completed", 0, None) for n in w.nodes},
-                      job_condition=("Succeeded", "PyTorchJobSucceeded" if w.k8s_kind == "PyTorchJob" else "AllJobsCompleted",
-                                     f"{w.k8s_kind} {w.job_id} is successfully completed." if w.k8s_kind == "PyTorchJob" else "jobset completed successfully"))
+        sc.finish_k8s(
+            state="SUCCEEDED",
+            reason=None,
+            pod_exit={n.name: ("Completed", 0, None) for n in w.nodes},
+            job_condition=(
+                "Succeeded",
+                "PyTorchJobSucceeded" if w.k8s_kind == "PyTorchJob" else "AllJobsCompleted",
+                f"{w.k8s_kind} {w.job_id} is successfully completed."
+                if w.k8s_kind == "PyTorchJob"
+                else "jobset completed successfully",
+            ),
+        )
 
 
 def _fault(sc: Scenario, kind: str, t: float, exclude: set[str]) -> tuple[str, str]:
@@ -98,7 +139,11 @@ def _fault(sc: Scenario, kind: str, t: float, exclude: set[str]) -> tuple[str, s
         text, domain = lines[0], "hardware"
     elif kind == "link":
         hca = rng.choice(node.hcas)
-        text = nvidia.mlx5_link(hca, "DOWN") if not hca.netdev.startswith("enp") else nvidia.mlx5_eth_link(hca, False)
+        text = (
+            nvidia.mlx5_link(hca, "DOWN")
+            if not hca.netdev.startswith("enp")
+            else nvidia.mlx5_eth_link(hca, False)
+        )
         sc.kernel(node, t, text, key=True, level="warning")
         sc.culprit([node], [sc.hca_component(node, hca, "port")])
         domain = "network"
@@ -143,28 +188,65 @@ def s15_silent_hang(sc: Scenario) -> None:
     sc.end = limit + rng.uniform(5, 60)
     if rng.random() < 0.6:
         node = rng.choice(w.nodes)
-        diag = ["$ dmesg | tail -n 50", "dmesg: read kernel buffer failed: Operation not permitted",
-                "$ nvidia-smi -q -d ECC,PAGE_RETIREMENT,ROW_REMAPPER,PERFORMANCE | grep -E 'Pending|Uncorr|HW Slowdown|Remapping Failure'",
-                *["        Pending Page Blacklist            : No", "            Uncorrectable Error           : 0",
-                  "        Remapping Failure Occurred        : No", "            HW Slowdown                   : Not Active"] * 2]
+        diag = [
+            "$ dmesg | tail -n 50",
+            "dmesg: read kernel buffer failed: Operation not permitted",
+            "$ nvidia-smi -q -d ECC,PAGE_RETIREMENT,ROW_REMAPPER,PERFORMANCE | grep -E 'Pending|Uncorr|HW Slowdown|Remapping Failure'",
+            *[
+                "        Pending Page Blacklist            : No",
+                "            Uncorrectable Error           : 0",
+                "        Remapping Failure Occurred        : No",
+                "            HW Slowdown                   : Not Active",
+            ]
+            * 2,
+        ]
         sc.bundle.put(f"logs/{node.name}/diag-{rng.randint(100, 999)}.txt", "\n".join(diag) + "\n")
         sc.distractor("container diagnostics: dmesg not permitted, nvidia-smi clean")
     sc.forbid.update({"truncated"})
     sc.collateral(f"training output stops at {sc.utc(t)} on every rank; no error anywhere")
     if w.scheduler == "slurm":
-        sc.srun(limit + 0.3, f"srun: Job step aborted: Waiting up to {rng.choice((32, 62))} seconds for job step to finish.")
+        sc.srun(
+            limit + 0.3,
+            f"srun: Job step aborted: Waiting up to {rng.choice((32, 62))} seconds for job step to finish.",
+        )
         sc.teardown(limit)
-        sc.finish_slurm(state="TIMEOUT", reason="TimeLimit", exit_code=0, banner="TIME LIMIT", limit_min=int((limit - w.start) // 60), attempt_exit=None)
+        sc.finish_slurm(
+            state="TIMEOUT",
+            reason="TimeLimit",
+            exit_code=0,
+            banner="TIME LIMIT",
+            limit_min=int((limit - w.start) // 60),
+            attempt_exit=None,
+        )
     else:
         sc.teardown(limit)
-        sc.finish_k8s(state="FAILED", reason="DeadlineExceeded",
-                      events=[kube.event(w, kind=w.k8s_kind, name=w.job_id, reason="DeadlineExceeded",
-                                         message="Job was active longer than specified deadline", t=limit, etype="Warning", component="job-controller")],
-                      job_condition=("Failed", "DeadlineExceeded", "Job was active longer than specified deadline"))
+        sc.finish_k8s(
+            state="FAILED",
+            reason="DeadlineExceeded",
+            events=[
+                kube.event(
+                    w,
+                    kind=w.k8s_kind,
+                    name=w.job_id,
+                    reason="DeadlineExceeded",
+                    message="Job was active longer than specified deadline",
+                    t=limit,
+                    etype="Warning",
+                    component="job-controller",
+                )
+            ],
+            job_condition=("Failed", "DeadlineExceeded", "Job was active longer than specified deadline"),
+        )
     if rng.random() < 0.5:
         step = max(60.0, round((sc.end - w.start) / 100))
-        series = [(metrics.dcgm_labels(w, n, g, "DCGM_FI_DEV_GPU_UTIL"), metrics.sample(w.start, sc.end, step, lambda tt: 100.0 if tt > sc.plan.t_begin else 0.0))
-                  for n in w.nodes[:8] for g in n.gpus[:2]]
+        series = [
+            (
+                metrics.dcgm_labels(w, n, g, "DCGM_FI_DEV_GPU_UTIL"),
+                metrics.sample(w.start, sc.end, step, lambda tt: 100.0 if tt > sc.plan.t_begin else 0.0),
+            )
+            for n in w.nodes[:8]
+            for g in n.gpus[:2]
+        ]
         sc.bundle.put("metrics/dcgm_gpu_util.json", metrics.query_range(series))
 
 
@@ -174,17 +256,47 @@ def unknown_timeouts(sc: Scenario) -> None:
     t = sc.fault_time()
     sc.train(t - rng.uniform(1, 30))
     t_first = sc.timeouts(t)
-    sc.collateral("every rank enqueued the same collective and none completed it; no host, fabric or GPU evidence")
+    sc.collateral(
+        "every rank enqueued the same collective and none completed it; no host, fabric or GPU evidence"
+    )
     finish_failed(sc, t_first)
 
 
 MODES = (
-    Mode("completed-scary-but-harmless", "not_failed", None, None, 1.0, completed,
-         "a job that completed although its logs hold alarming lines (benign NCCL/c10d warnings, old Xids, correctable AER)"),
-    Mode("ambiguous-double-fault", "ambiguous", "ambiguous", "ambiguous", 0.5, double_fault,
-         "two independent hard faults on different nodes within seconds, neither explaining the other"),
-    Mode("s15-silent-hang-no-host-logs", "unattributed", None, None, 1.0, s15_silent_hang,
-         "training stops silently, no kernel logs, no watchdog; the job runs into its time limit"),
-    Mode("unknown-nccl-timeout", "unattributed", None, None, 1.0, unknown_timeouts,
-         "NCCL watchdog timeouts on every rank with no other evidence anywhere"),
+    Mode(
+        "completed-scary-but-harmless",
+        "not_failed",
+        None,
+        None,
+        1.0,
+        completed,
+        "a job that completed although its logs hold alarming lines (benign NCCL/c10d warnings, old Xids, correctable AER)",
+    ),
+    Mode(
+        "ambiguous-double-fault",
+        "ambiguous",
+        "ambiguous",
+        "ambiguous",
+        0.5,
+        double_fault,
+        "two independent hard faults on different nodes within seconds, neither explaining the other",
+    ),
+    Mode(
+        "s15-silent-hang-no-host-logs",
+        "unattributed",
+        None,
+        None,
+        1.0,
+        s15_silent_hang,
+        "training stops silently, no kernel logs, no watchdog; the job runs into its time limit",
+    ),
+    Mode(
+        "unknown-nccl-timeout",
+        "unattributed",
+        None,
+        None,
+        1.0,
+        unknown_timeouts,
+        "NCCL watchdog timeouts on every rank with no other evidence anywhere",
+    ),
 )

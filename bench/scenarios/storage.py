@@ -11,14 +11,24 @@ from bench.training import checkpoint_lines
 
 def _hung_task(sc: Scenario, pid: int, lustre: bool) -> list[str]:
     rng = sc.rng
-    frames = (["cl_sync_io_wait+0x1a5/0x2c0 [obdclass]", "ll_file_io_generic+0x45e/0x6b0 [lustre]", "ll_file_write_iter+0x4f1/0x7a0 [lustre]"]
-              if lustre else
-              ["rpc_wait_bit_killable+0x1e/0xa0 [sunrpc]", "__rpc_execute+0x10b/0x3f0 [sunrpc]", "nfs_wait_on_request+0x30/0x40 [nfs]",
-               "nfs_file_write+0x14c/0x2a0 [nfs]"])
+    frames = (
+        [
+            "cl_sync_io_wait+0x1a5/0x2c0 [obdclass]",
+            "ll_file_io_generic+0x45e/0x6b0 [lustre]",
+            "ll_file_write_iter+0x4f1/0x7a0 [lustre]",
+        ]
+        if lustre
+        else [
+            "rpc_wait_bit_killable+0x1e/0xa0 [sunrpc]",
+            "__rpc_execute+0x10b/0x3f0 [sunrpc]",
+            "nfs_wait_on_request+0x30/0x40 [nfs]",
+            "nfs_file_write+0x14c/0x2a0 [nfs]",
+        ]
+    )
     return [
         f"INFO: task python:{pid} blocked for more than {rng.choice((120, 122, 241))} seconds.",
         f"      Tainted: P           OE     {sc.w.stack.kernel} #1",
-        "\"echo 0 > /proc/sys/kernel/hung_task_timeout_secs\" disables this message.",
+        '"echo 0 > /proc/sys/kernel/hung_task_timeout_secs" disables this message.',
         f"task:python          state:D stack:0     pid:{pid} ppid:{pid - rng.randint(20, 60)} flags:0x00004002",
         "Call Trace:",
         " <TASK>",
@@ -46,12 +56,14 @@ def s05_fs_stall(sc: Scenario) -> None:
         fs = rng.choice(("scratch", "lustre1", "work"))
         ost = f"{fs}-OST{rng.randint(0, 63):04x}"
         nid = f"172.16.{rng.randint(1, 9)}.{rng.randint(2, 60)}@o2ib"
-        lines = [f"Lustre: {ost}-osc-ffff{rng.randint(0x8f00, 0x9fff):x}{rng.randint(0, 0xffffffff):08x}: Connection to {ost} (at {nid}) was lost; "
-                 "in progress operations using this service will wait for recovery to complete",
-                 f"Lustre: {rng.randint(1000, 9999)}:0:(client.c:2328:ptlrpc_expire_one_request()) @@@ Request sent has timed out for slow reply: "
-                 f"[sent {int(t) - 47}/real {int(t) - 47}]  req@ffff{rng.randint(0, 0xffffffff):08x} x{rng.randint(10**15, 10**16)}/t0(0) "
-                 f"o4->{ost}-osc-ffff@{nid}:6/4 lens 488/448 e 1 to 1 dl {int(t)} ref 2 fl Rpc:X/0/ffffffff rc 0/-1"]
-        recover = f"Lustre: {ost}-osc-ffff{rng.randint(0x8f00, 0x9fff):x}{rng.randint(0, 0xffffffff):08x}: Connection restored to {ost} (at {nid})"
+        lines = [
+            f"Lustre: {ost}-osc-ffff{rng.randint(0x8F00, 0x9FFF):x}{rng.randint(0, 0xFFFFFFFF):08x}: Connection to {ost} (at {nid}) was lost; "
+            "in progress operations using this service will wait for recovery to complete",
+            f"Lustre: {rng.randint(1000, 9999)}:0:(client.c:2328:ptlrpc_expire_one_request()) @@@ Request sent has timed out for slow reply: "
+            f"[sent {int(t) - 47}/real {int(t) - 47}]  req@ffff{rng.randint(0, 0xFFFFFFFF):08x} x{rng.randint(10**15, 10**16)}/t0(0) "
+            f"o4->{ost}-osc-ffff@{nid}:6/4 lens 488/448 e 1 to 1 dl {int(t)} ref 2 fl Rpc:X/0/ffffffff rc 0/-1",
+        ]
+        recover = f"Lustre: {ost}-osc-ffff{rng.randint(0x8F00, 0x9FFF):x}{rng.randint(0, 0xFFFFFFFF):08x}: Connection restored to {ost} (at {nid})"
         comp = ("filesystem", ost)
     else:
         server = rng.choice(("fs01", "nfs-ckpt", "vast-vip-3", "10.0.8.20", "filer2"))
@@ -72,18 +84,32 @@ def s05_fs_stall(sc: Scenario) -> None:
         for r in range(w.world_size):
             sc.exit(r, limit + rng.uniform(0.5, 3), -15)
         if w.scheduler == "slurm":
-            sc.srun(limit + 0.3, f"srun: Job step aborted: Waiting up to {rng.choice((32, 62))} seconds for job step to finish.")
+            sc.srun(
+                limit + 0.3,
+                f"srun: Job step aborted: Waiting up to {rng.choice((32, 62))} seconds for job step to finish.",
+            )
         sc.end = limit + rng.uniform(5, 40)
         sc.teardown(limit)
         if w.scheduler == "slurm":
-            sc.finish_slurm(state="TIMEOUT", reason="TimeLimit", exit_code=0, banner="TIME LIMIT", limit_min=int((limit - w.start) // 60),
-                            attempt_exit=None)
+            sc.finish_slurm(
+                state="TIMEOUT",
+                reason="TimeLimit",
+                exit_code=0,
+                banner="TIME LIMIT",
+                limit_min=int((limit - w.start) // 60),
+                attempt_exit=None,
+            )
         else:
-            sc.finish_k8s(state="FAILED", reason="DeadlineExceeded",
-                          job_condition=("Failed", "DeadlineExceeded", "Job was active longer than specified deadline"))
+            sc.finish_k8s(
+                state="FAILED",
+                reason="DeadlineExceeded",
+                job_condition=("Failed", "DeadlineExceeded", "Job was active longer than specified deadline"),
+            )
         sc.collateral("job hung in the next collective until its time limit")
         return
-    t_first = sc.timeouts(t_saved, waiting=[r for r in range(w.world_size) if r not in laggards], lagging=laggards, seq=seq)
+    t_first = sc.timeouts(
+        t_saved, waiting=[r for r in range(w.world_size) if r not in laggards], lagging=laggards, seq=seq
+    )
     sc.kernel(node, t + rng.uniform(700, 1200), recover, level="info")
     finish_failed(sc, t_first)
 
@@ -111,7 +137,29 @@ def s13_ckpt_write(sc: Scenario) -> None:
     if msg.startswith("OSError") and rng.random() < 0.6:
         msg += f": '{ckdir}/{w.job_name}/iter_{it:07d}/mp_rank_00/model_optim_rng.pt'"
     site = w.python_site
-    frames = [*pytorch.train_frames(w, rng), ("/workspace/megatron-lm/megatron/training/checkpointing.py" if w.framework == "megatron" else f"{pytorch.script_path(w)}", rng.randint(300, 500), "save_checkpoint", "torch.save(state_dict, checkpoint_name)"), (f"{site}/torch/serialization.py", 628 if w.stack.torch < (2, 4) else 850, "save", "_save(obj, opened_zipfile, pickle_module, pickle_protocol)"), (f"{site}/torch/serialization.py", 862 if w.stack.torch < (2, 4) else 1114, "_save", "zip_file.write_record(name, storage, num_bytes)")]
+    frames = [
+        *pytorch.train_frames(w, rng),
+        (
+            "/workspace/megatron-lm/megatron/training/checkpointing.py"
+            if w.framework == "megatron"
+            else f"{pytorch.script_path(w)}",
+            rng.randint(300, 500),
+            "save_checkpoint",
+            "torch.save(state_dict, checkpoint_name)",
+        ),
+        (
+            f"{site}/torch/serialization.py",
+            628 if w.stack.torch < (2, 4) else 850,
+            "save",
+            "_save(obj, opened_zipfile, pickle_module, pickle_protocol)",
+        ),
+        (
+            f"{site}/torch/serialization.py",
+            862 if w.stack.torch < (2, 4) else 1114,
+            "_save",
+            "zip_file.write_record(name, storage, num_bytes)",
+        ),
+    ]
     sc.crash(writer, t, frames, [msg])
     sc.root_event(node, sc.rank_stream(writer).path, msg)
     sc.culprit([node], [(node, "filesystem", ckdir)])
@@ -132,17 +180,43 @@ def s13_ckpt_write(sc: Scenario) -> None:
             def avail(tt: float, hit: bool = hit, total: float = total) -> float:
                 if not hit:
                     return total * 0.41
-                return max(0.0, total * 0.02 * (1 - (tt - w.start) / max(1.0, t - w.start))) if tt < t else 0.0
+                return (
+                    max(0.0, total * 0.02 * (1 - (tt - w.start) / max(1.0, t - w.start))) if tt < t else 0.0
+                )
 
-            series.append(({"__name__": "node_filesystem_avail_bytes", "instance": f"{n.name}:9100", "job": "node", "mountpoint": ckdir,
-                            "device": "fs01:/ckpt" if "nfs" in ckdir else "172.16.3.7@o2ib:/scratch", "fstype": "nfs4" if "nfs" in ckdir else "lustre"},
-                           metrics.sample(w.start, sc.end, step, avail, "{:.0f}")))
+            series.append(
+                (
+                    {
+                        "__name__": "node_filesystem_avail_bytes",
+                        "instance": f"{n.name}:9100",
+                        "job": "node",
+                        "mountpoint": ckdir,
+                        "device": "fs01:/ckpt" if "nfs" in ckdir else "172.16.3.7@o2ib:/scratch",
+                        "fstype": "nfs4" if "nfs" in ckdir else "lustre",
+                    },
+                    metrics.sample(w.start, sc.end, step, avail, "{:.0f}"),
+                )
+            )
         sc.bundle.put("metrics/node_filesystem_avail_bytes.json", metrics.query_range(series))
 
 
 MODES = (
-    Mode("s05-fs-stall-checkpoint", "attributed", "storage", "filesystem", 2.5, s05_fs_stall,
-         "NFS/Lustre stall on one node during a checkpoint: hung task, that node's ranks lag (lower last enqueued)"),
-    Mode("s13-checkpoint-enospc", "attributed", "storage", "filesystem", 1.5, s13_ckpt_write,
-         "checkpoint write fails on the writer rank (ENOSPC / EDQUOT / EIO / PytorchStreamWriter)"),
+    Mode(
+        "s05-fs-stall-checkpoint",
+        "attributed",
+        "storage",
+        "filesystem",
+        2.5,
+        s05_fs_stall,
+        "NFS/Lustre stall on one node during a checkpoint: hung task, that node's ranks lag (lower last enqueued)",
+    ),
+    Mode(
+        "s13-checkpoint-enospc",
+        "attributed",
+        "storage",
+        "filesystem",
+        1.5,
+        s13_ckpt_write,
+        "checkpoint write fails on the writer rank (ENOSPC / EDQUOT / EIO / PytorchStreamWriter)",
+    ),
 )

@@ -31,19 +31,25 @@ _NODE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$")
 def stream_name(name: str, node: str | None) -> str:
     """`traces/[<node>/]<name>`; InputError for a name or node that is not a plain file/host name."""
     if not _NAME.match(name):
-        raise InputError(f"name {name[:80]!r}: expected a plain file name (letters, digits, '.', '_', '+', '-'), "
-                         "e.g. nccl_trace_rank_3")
+        raise InputError(
+            f"name {name[:80]!r}: expected a plain file name (letters, digits, '.', '_', '+', '-'), "
+            "e.g. nccl_trace_rank_3"
+        )
     if node is not None and not _NODE.match(node):
         raise InputError(f"node {node[:80]!r}: expected a host name")
     return f"traces/{node}/{name}" if node else f"traces/{name}"
 
 
-def artifact_entries(workload: str, attempt: int, name: str, node: str | None, raw: bytes) -> tuple[list[Entry], str]:
+def artifact_entries(
+    workload: str, attempt: int, name: str, node: str | None, raw: bytes
+) -> tuple[list[Entry], str]:
     """The log records one uploaded artifact becomes, and what it was (`flight_recorder` | `text`)."""
     stream = stream_name(name, node)
     if len(raw) > MAX_ARTIFACT_BYTES:
         raise InputError(f"artifact of {len(raw)} bytes is over the {MAX_ARTIFACT_BYTES >> 20} MiB limit")
-    if flight_recorder.is_dump_bytes(raw[:4096]) or (flight_recorder.is_dump_name(name) and raw.startswith(b"\x80")):
+    if flight_recorder.is_dump_bytes(raw[:4096]) or (
+        flight_recorder.is_dump_name(name) and raw.startswith(b"\x80")
+    ):
         try:
             text = flight_recorder.render_file(raw, name)
         except flight_recorder.DumpError as exc:
@@ -67,8 +73,23 @@ def artifact_entries(workload: str, attempt: int, name: str, node: str | None, r
             continue
         stamp = parse_line(line[:4096], tctx).time if line.strip() else None
         last = int(stamp.timestamp() * 1e9) if stamp is not None else last
-        digest = hashlib.blake2b("\x1f".join(("artifact", workload, str(attempt), stream, str(i), line)).encode(
-            "utf-8", "surrogatepass"), digest_size=16).hexdigest()
-        entries.append(Entry(workload=workload, attempt=attempt, node=node, stream=stream, kind="text", body=line,
-                             time_ns=last, line=i, dedup=digest))
+        digest = hashlib.blake2b(
+            "\x1f".join(("artifact", workload, str(attempt), stream, str(i), line)).encode(
+                "utf-8", "surrogatepass"
+            ),
+            digest_size=16,
+        ).hexdigest()
+        entries.append(
+            Entry(
+                workload=workload,
+                attempt=attempt,
+                node=node,
+                stream=stream,
+                kind="text",
+                body=line,
+                time_ns=last,
+                line=i,
+                dedup=digest,
+            )
+        )
     return entries, kind

@@ -56,8 +56,15 @@ def _timestamp(seconds: float) -> Timestamp:
 
 
 def _message(row: DiagnosisRow, *, include_json: bool = True) -> pb.Diagnosis:
-    msg = pb.Diagnosis(id=row.id, workload=row.workload, attempt=row.attempt, outcome=row.outcome,
-                       nodes=row.nodes, provisional=row.provisional, created=_timestamp(row.created))
+    msg = pb.Diagnosis(
+        id=row.id,
+        workload=row.workload,
+        attempt=row.attempt,
+        outcome=row.outcome,
+        nodes=row.nodes,
+        provisional=row.provisional,
+        created=_timestamp(row.created),
+    )
     for name in ("cluster", "domain", "subdomain"):
         value = getattr(row, name)
         if value is not None:
@@ -77,10 +84,19 @@ def _row_from_body(diagnosis_id: str, body: str, provisional: bool, created: flo
     culprits = set(rc.get("nodes") or [])
     for c in doc.get("candidates") or []:
         culprits.update(c.get("nodes") or [])
-    return DiagnosisRow(id=diagnosis_id, workload=doc["attempt"]["workload_id"], attempt=doc["attempt"]["attempt"],
-                        cluster=doc["attempt"].get("cluster"), outcome=doc["outcome"], domain=rc.get("domain"),
-                        subdomain=rc.get("subdomain"), provisional=provisional, created=created, body=body,
-                        nodes=sorted(culprits))
+    return DiagnosisRow(
+        id=diagnosis_id,
+        workload=doc["attempt"]["workload_id"],
+        attempt=doc["attempt"]["attempt"],
+        cluster=doc["attempt"].get("cluster"),
+        outcome=doc["outcome"],
+        domain=rc.get("domain"),
+        subdomain=rc.get("subdomain"),
+        provisional=provisional,
+        created=created,
+        body=body,
+        nodes=sorted(culprits),
+    )
 
 
 def _from_diagnosis(diagnosis: Diagnosis, body: str, provisional: bool, created: float) -> pb.Diagnosis:
@@ -89,19 +105,23 @@ def _from_diagnosis(diagnosis: Diagnosis, body: str, provisional: bool, created:
 
 
 def _filter(f: pb.DiagnosisFilter) -> DiagnosisFilter:
-    return DiagnosisFilter(cluster=f.cluster if f.HasField("cluster") else None,
-                           outcome=f.outcome if f.HasField("outcome") else None,
-                           domain=f.domain if f.HasField("domain") else None,
-                           node=f.node if f.HasField("node") else None,
-                           workload=f.workload if f.HasField("workload") else None)
+    return DiagnosisFilter(
+        cluster=f.cluster if f.HasField("cluster") else None,
+        outcome=f.outcome if f.HasField("outcome") else None,
+        domain=f.domain if f.HasField("domain") else None,
+        node=f.node if f.HasField("node") else None,
+        workload=f.workload if f.HasField("workload") else None,
+    )
 
 
 def _matches(flt: DiagnosisFilter, row: DiagnosisRow) -> bool:
-    return ((flt.cluster is None or row.cluster == flt.cluster)
-            and (flt.outcome is None or row.outcome == flt.outcome)
-            and (flt.domain is None or row.domain == flt.domain)
-            and (flt.workload is None or row.workload == flt.workload)
-            and (flt.node is None or flt.node in row.nodes))
+    return (
+        (flt.cluster is None or row.cluster == flt.cluster)
+        and (flt.outcome is None or row.outcome == flt.outcome)
+        and (flt.domain is None or row.domain == flt.domain)
+        and (flt.workload is None or row.workload == flt.workload)
+        and (flt.node is None or flt.node in row.nodes)
+    )
 
 
 def _client_key(context: grpc.ServicerContext) -> str:
@@ -127,8 +147,9 @@ class AttributionGrpc(pb_grpc.AttributionServicer):
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "workload is required")
         try:
             caller = auth.current.get()
-            diagnosis, provisional = self.service.analyze(request.workload, request.attempt,
-                                                          caller.provenance() if caller is not None else None)
+            diagnosis, provisional = self.service.analyze(
+                request.workload, request.attempt, caller.provenance() if caller is not None else None
+            )
         except UnknownAttempt as exc:
             context.abort(grpc.StatusCode.NOT_FOUND, str(exc))
         except TransientError as exc:
@@ -149,11 +170,14 @@ class AttributionGrpc(pb_grpc.AttributionServicer):
             context.abort(grpc.StatusCode.NOT_FOUND, f"no diagnosis {request.id!r}")
         return _message(row)
 
-    def ListDiagnoses(self, request: pb.ListDiagnosesRequest,
-                      context: grpc.ServicerContext) -> pb.ListDiagnosesResponse:
+    def ListDiagnoses(
+        self, request: pb.ListDiagnosesRequest, context: grpc.ServicerContext
+    ) -> pb.ListDiagnosesResponse:
         limit = request.limit or 100
         if not 1 <= limit <= 1000:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"limit must be 1..1000 (0 = 100), not {request.limit}")
+            context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT, f"limit must be 1..1000 (0 = 100), not {request.limit}"
+            )
         flt = _filter(request.filter)
         flt.limit = limit
         if request.HasField("since"):
@@ -161,10 +185,13 @@ class AttributionGrpc(pb_grpc.AttributionServicer):
         if request.HasField("until"):
             flt.until_ns = request.until.ToNanoseconds()
         rows = self._read(context, lambda: self.service.diagnoses(flt))
-        return pb.ListDiagnosesResponse(diagnoses=[_message(r, include_json=request.include_json) for r in rows])
+        return pb.ListDiagnosesResponse(
+            diagnoses=[_message(r, include_json=request.include_json) for r in rows]
+        )
 
-    def ListRevisions(self, request: pb.ListRevisionsRequest,
-                      context: grpc.ServicerContext) -> pb.ListRevisionsResponse:
+    def ListRevisions(
+        self, request: pb.ListRevisionsRequest, context: grpc.ServicerContext
+    ) -> pb.ListRevisionsResponse:
         revisions = self._read(context, lambda: self.service.store.diagnosis_revisions(request.id))
         if not revisions:
             context.abort(grpc.StatusCode.NOT_FOUND, f"no diagnosis {request.id!r}")
@@ -175,37 +202,56 @@ class AttributionGrpc(pb_grpc.AttributionServicer):
             out.revisions.append(_message(row, include_json=request.include_json))
         return out
 
-    def ListFleetSuspects(self, request: pb.ListFleetSuspectsRequest,
-                          context: grpc.ServicerContext) -> pb.ListFleetSuspectsResponse:
+    def ListFleetSuspects(
+        self, request: pb.ListFleetSuspectsRequest, context: grpc.ServicerContext
+    ) -> pb.ListFleetSuspectsResponse:
         kinds = list(request.kinds) or list(SUSPECT_KINDS)
         bad = sorted(set(kinds) - set(SUSPECT_KINDS))
         if bad:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                          f"kinds: unknown {', '.join(bad)} (expected {', '.join(SUSPECT_KINDS)})")
-        doc = self._read(context, lambda: self.service.fleet.report(time.time(), kinds=kinds,
-                                                                    limit=request.limit or 50))
+            context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"kinds: unknown {', '.join(bad)} (expected {', '.join(SUSPECT_KINDS)})",
+            )
+        doc = self._read(
+            context, lambda: self.service.fleet.report(time.time(), kinds=kinds, limit=request.limit or 50)
+        )
 
         def suspect(s: dict[str, Any]) -> pb.FleetSuspect:
-            return pb.FleetSuspect(kind=s["kind"], name=s["name"], score=s["score"], workloads=s["workloads"],
-                                   attempts=s["attempts"], hosts=s["hosts"], verdict=s["verdict"])
-        return pb.ListFleetSuspectsResponse(suspects=[suspect(s) for s in doc["suspects"]],
-                                            findings=[suspect(s) for s in doc["findings"]],
-                                            report_json=json.dumps(doc, sort_keys=True))
+            return pb.FleetSuspect(
+                kind=s["kind"],
+                name=s["name"],
+                score=s["score"],
+                workloads=s["workloads"],
+                attempts=s["attempts"],
+                hosts=s["hosts"],
+                verdict=s["verdict"],
+            )
 
-    def WatchDiagnoses(self, request: pb.WatchDiagnosesRequest,
-                       context: grpc.ServicerContext) -> Iterator[pb.Diagnosis]:
+        return pb.ListFleetSuspectsResponse(
+            suspects=[suspect(s) for s in doc["suspects"]],
+            findings=[suspect(s) for s in doc["findings"]],
+            report_json=json.dumps(doc, sort_keys=True),
+        )
+
+    def WatchDiagnoses(
+        self, request: pb.WatchDiagnosesRequest, context: grpc.ServicerContext
+    ) -> Iterator[pb.Diagnosis]:
         client = _client_key(context)
         with self._per_client_lock:
             mine = self._per_client[client] < self.max_per_client
             if mine:
                 self._per_client[client] += 1
         if not mine:
-            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                          f"at most {self.max_per_client} watches per client at once (watch_max_per_client)")
+            context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"at most {self.max_per_client} watches per client at once (watch_max_per_client)",
+            )
         try:
             if self._watchers is None or not self._watchers.acquire(blocking=False):
-                context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                              f"at most {self.max_watchers} watches at once (half of grpc_workers)")
+                context.abort(
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    f"at most {self.max_watchers} watches at once (half of grpc_workers)",
+                )
             try:
                 yield from self._watch(request, context)
             finally:
@@ -216,7 +262,9 @@ class AttributionGrpc(pb_grpc.AttributionServicer):
                 if self._per_client[client] <= 0:
                     del self._per_client[client]
 
-    def _watch(self, request: pb.WatchDiagnosesRequest, context: grpc.ServicerContext) -> Iterator[pb.Diagnosis]:
+    def _watch(
+        self, request: pb.WatchDiagnosesRequest, context: grpc.ServicerContext
+    ) -> Iterator[pb.Diagnosis]:
         flt = _filter(request.filter)
         pending: queue.Queue[DiagnosisRow | None] = queue.Queue(WATCH_QUEUE)
         overflow = threading.Event()
@@ -241,8 +289,10 @@ class AttributionGrpc(pb_grpc.AttributionServicer):
             context.send_initial_metadata((("hypocenter-watch", "subscribed"),))
             while context.is_active():
                 if overflow.is_set():
-                    context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                                  f"watcher fell {WATCH_QUEUE} diagnoses behind: reconnect and list to catch up")
+                    context.abort(
+                        grpc.StatusCode.RESOURCE_EXHAUSTED,
+                        f"watcher fell {WATCH_QUEUE} diagnoses behind: reconnect and list to catch up",
+                    )
                 try:
                     row = pending.get(timeout=1.0)
                 except queue.Empty:

@@ -59,8 +59,11 @@ log = logging.getLogger("hypocenter.server")
 
 ROLES = ("ingest", "read", "admin")
 TOKEN_ENV = {role: f"HYPOCENTER_AUTH_TOKEN_{role.upper()}" for role in ROLES}
-_IMPLIED = {"ingest": frozenset({"ingest"}), "read": frozenset({"read"}),
-            "admin": frozenset({"ingest", "read", "admin"})}
+_IMPLIED = {
+    "ingest": frozenset({"ingest"}),
+    "read": frozenset({"read"}),
+    "admin": frozenset({"ingest", "read", "admin"}),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,8 +128,10 @@ def load_tokens(path: str, environ: Mapping[str, str]) -> list[tuple[str, str]]:
         pairs.extend((role, t.strip()) for t in environ.get(var, "").split(",") if t.strip())
     for role, token in pairs:
         if len(token) < 16 or any(c.isspace() for c in token):
-            raise InputError(f"a {role} token (sha256 {_fingerprint(token)}…) is shorter than 16 characters or holds "
-                             "whitespace: make one with `openssl rand -hex 32`")
+            raise InputError(
+                f"a {role} token (sha256 {_fingerprint(token)}…) is shorter than 16 characters or holds "
+                "whitespace: make one with `openssl rand -hex 32`"
+            )
     return pairs
 
 
@@ -154,8 +159,14 @@ def parse_cert_roles(text: str) -> dict[str, str]:
 class Authenticator:
     """Credentials in, an `Identity` out (or `Unauthenticated` / `Forbidden`)."""
 
-    def __init__(self, tokens: Sequence[tuple[str, str]] = (), *, cert_roles: Mapping[str, str] | None = None,
-                 cert_default_role: str = "none", client_certs: bool = False) -> None:
+    def __init__(
+        self,
+        tokens: Sequence[tuple[str, str]] = (),
+        *,
+        cert_roles: Mapping[str, str] | None = None,
+        cert_default_role: str = "none",
+        client_certs: bool = False,
+    ) -> None:
         self._tokens = [(role, token.encode("utf-8")) for role, token in tokens]
         self._cert_roles = dict(cert_roles or {})
         self._cert_default = cert_default_role
@@ -167,9 +178,12 @@ class Authenticator:
     def from_settings(cls, settings: Settings, environ: Mapping[str, str] | None = None) -> Authenticator:
         env = dict(os.environ if environ is None else environ)
         tokens = load_tokens(settings.auth_tokens_file, env)
-        made = cls(tokens, cert_roles=parse_cert_roles(settings.tls_client_roles),
-                   cert_default_role=settings.tls_client_default_role,
-                   client_certs=bool(settings.tls_client_ca_file))
+        made = cls(
+            tokens,
+            cert_roles=parse_cert_roles(settings.tls_client_roles),
+            cert_default_role=settings.tls_client_default_role,
+            client_certs=bool(settings.tls_client_ca_file),
+        )
         if settings.auth_tokens_file:
             made._watch(settings.auth_tokens_file, env)
         return made
@@ -262,10 +276,15 @@ def check_exposure(settings: Settings, auth: Authenticator) -> None:
     if not exposed or auth.enabled:
         return
     if not settings.allow_unauthenticated:
-        raise InputError(f"refusing to listen on {', '.join(exposed)} without authentication: set auth_tokens_file "
-                         "(or HYPOCENTER_AUTH_TOKEN_*, or tls_client_ca_file), or pass --allow-unauthenticated")
-    log.warning("listening on %s WITHOUT AUTHENTICATION (--allow-unauthenticated): anyone who reaches these ports "
-                "can send telemetry, upload bundles, read and re-analyse every diagnosis", ", ".join(exposed))
+        raise InputError(
+            f"refusing to listen on {', '.join(exposed)} without authentication: set auth_tokens_file "
+            "(or HYPOCENTER_AUTH_TOKEN_*, or tls_client_ca_file), or pass --allow-unauthenticated"
+        )
+    log.warning(
+        "listening on %s WITHOUT AUTHENTICATION (--allow-unauthenticated): anyone who reaches these ports "
+        "can send telemetry, upload bundles, read and re-analyse every diagnosis",
+        ", ".join(exposed),
+    )
 
 
 # ----------------------------------------------------------------------------------------- gRPC
@@ -314,8 +333,9 @@ class GrpcAuth(grpc.ServerInterceptor):  # type: ignore[type-arg]
 
         def check(context: grpc.ServicerContext) -> Identity:
             try:
-                return auth.authorize(authorization if isinstance(authorization, str) else None,
-                                      grpc_cert_cn(context), role)
+                return auth.authorize(
+                    authorization if isinstance(authorization, str) else None, grpc_cert_cn(context), role
+                )
             except Unauthenticated as exc:
                 context.abort(grpc.StatusCode.UNAUTHENTICATED, str(exc))
             except Forbidden as exc:
@@ -330,6 +350,7 @@ class GrpcAuth(grpc.ServerInterceptor):  # type: ignore[type-arg]
                     return behavior(request, context)
                 finally:
                     current.reset(token)
+
             return guarded
 
         def wrap_stream(behavior: Callable[..., Any]) -> Callable[..., Any]:
@@ -339,19 +360,24 @@ class GrpcAuth(grpc.ServerInterceptor):  # type: ignore[type-arg]
                     yield from behavior(request, context)
                 finally:
                     current.reset(token)
+
             return guarded
 
         if handler.unary_unary is not None:
-            return grpc.unary_unary_rpc_method_handler(wrap(handler.unary_unary), handler.request_deserializer,
-                                                       handler.response_serializer)
+            return grpc.unary_unary_rpc_method_handler(
+                wrap(handler.unary_unary), handler.request_deserializer, handler.response_serializer
+            )
         if handler.unary_stream is not None:
-            return grpc.unary_stream_rpc_method_handler(wrap_stream(handler.unary_stream), handler.request_deserializer,
-                                                        handler.response_serializer)
+            return grpc.unary_stream_rpc_method_handler(
+                wrap_stream(handler.unary_stream), handler.request_deserializer, handler.response_serializer
+            )
         if handler.stream_unary is not None:
-            return grpc.stream_unary_rpc_method_handler(wrap(handler.stream_unary), handler.request_deserializer,
-                                                        handler.response_serializer)
-        return grpc.stream_stream_rpc_method_handler(wrap_stream(handler.stream_stream), handler.request_deserializer,
-                                                     handler.response_serializer)
+            return grpc.stream_unary_rpc_method_handler(
+                wrap(handler.stream_unary), handler.request_deserializer, handler.response_serializer
+            )
+        return grpc.stream_stream_rpc_method_handler(
+            wrap_stream(handler.stream_stream), handler.request_deserializer, handler.response_serializer
+        )
 
 
 # ----------------------------------------------------------------------------------------- HTTP
@@ -369,7 +395,9 @@ OPEN_PAGES = frozenset({"/ui", "/ui/"})
 
 def http_role(method: str, path: str) -> str | None:
     """The role an HTTP request needs: None for the probes, ingest for OTLP, read for GETs, else admin."""
-    if path in OPEN_PATHS or (method in ("GET", "HEAD") and (path in OPEN_PAGES or path.startswith(OPEN_PREFIXES))):
+    if path in OPEN_PATHS or (
+        method in ("GET", "HEAD") and (path in OPEN_PAGES or path.startswith(OPEN_PREFIXES))
+    ):
         return None
     if method == "POST" and path in OTLP_PATHS:
         return "ingest"
@@ -391,7 +419,9 @@ class AuthGuard:
     (`peer_name(scope["client"])`), checked before anything reads the request body. The caller is
     left in `request.state.identity`; a refusal is the REST API's problem JSON."""
 
-    def __init__(self, app: ASGIApp, authenticator: Authenticator, peer_name: Callable[[Any], str | None]) -> None:
+    def __init__(
+        self, app: ASGIApp, authenticator: Authenticator, peer_name: Callable[[Any], str | None]
+    ) -> None:
         self.app = app
         self.authenticator = authenticator
         self.peer_name = peer_name
@@ -399,13 +429,17 @@ class AuthGuard:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         role = http_role(scope["method"], scope["path"]) if scope["type"] == "http" else None
         if role is not None:
-            authorization = next((v.decode("latin-1") for k, v in scope.get("headers", ())
-                                  if k == b"authorization"), None)
+            authorization = next(
+                (v.decode("latin-1") for k, v in scope.get("headers", ()) if k == b"authorization"), None
+            )
             try:
-                identity = self.authenticator.authorize(authorization, self.peer_name(scope.get("client")), role)
+                identity = self.authenticator.authorize(
+                    authorization, self.peer_name(scope.get("client")), role
+                )
             except Unauthenticated as exc:
-                await _refusal(scope, 401, code_pb2.UNAUTHENTICATED, str(exc),
-                               {"WWW-Authenticate": challenge(exc)})(scope, receive, send)
+                await _refusal(
+                    scope, 401, code_pb2.UNAUTHENTICATED, str(exc), {"WWW-Authenticate": challenge(exc)}
+                )(scope, receive, send)
                 return
             except Forbidden as exc:
                 await _refusal(scope, 403, code_pb2.PERMISSION_DENIED, str(exc), {})(scope, receive, send)
@@ -420,8 +454,16 @@ def _refusal(scope: Scope, status: int, rpc_code: int, message: str, headers: di
     if scope["path"] not in OTLP_PATHS:
         return problem(status, message, headers)
     st = status_pb2.Status(code=rpc_code, message=message)
-    content_type = next((v.decode("latin-1") for k, v in scope.get("headers", ()) if k == b"content-type"), "")
+    content_type = next(
+        (v.decode("latin-1") for k, v in scope.get("headers", ()) if k == b"content-type"), ""
+    )
     if "json" in content_type:
-        return Response(json_format.MessageToJson(st, indent=None), status_code=status, headers=headers,
-                        media_type="application/json")
-    return Response(st.SerializeToString(), status_code=status, headers=headers, media_type="application/x-protobuf")
+        return Response(
+            json_format.MessageToJson(st, indent=None),
+            status_code=status,
+            headers=headers,
+            media_type="application/json",
+        )
+    return Response(
+        st.SerializeToString(), status_code=status, headers=headers, media_type="application/x-protobuf"
+    )

@@ -80,8 +80,11 @@ class DiagnosisSummary(BaseModel):
     created: str
     url: str
     revision: int = Field(1, description="how many verdicts the attempt has had; see {url}/revisions")
-    provenance: dict[str, Any] | None = Field(None, description="where this verdict came from: source "
-                                              "(otlp | bundle | put | scope | pull), client, role, time")
+    provenance: dict[str, Any] | None = Field(
+        None,
+        description="where this verdict came from: source "
+        "(otlp | bundle | put | scope | pull), client, role, time",
+    )
 
 
 class Revision(BaseModel):
@@ -106,7 +109,9 @@ class RevisionList(BaseModel):
 class DiagnosisList(BaseModel):
     diagnoses: list[DiagnosisSummary]
     total: int = Field(description="diagnoses matching the filters, all pages together")
-    next_cursor: str | None = Field(None, description="pass as `cursor` for the next page; null on the last page")
+    next_cursor: str | None = Field(
+        None, description="pass as `cursor` for the next page; null on the last page"
+    )
 
 
 class AttemptInfo(BaseModel):
@@ -119,8 +124,11 @@ class AttemptInfo(BaseModel):
     analyzed_at: str | None
     log_records: int
     metric_points: int
-    failure: str | None = Field(None, description="why its last analysis failed: quarantined, not analysed again "
-                                "until new data arrives or it is asked for (null when it did not fail)")
+    failure: str | None = Field(
+        None,
+        description="why its last analysis failed: quarantined, not analysed again "
+        "until new data arrives or it is asked for (null when it did not fail)",
+    )
     failed_at: str | None = None
 
 
@@ -140,9 +148,13 @@ class ScopeRequest(BaseModel):
     """A job named by its scheduler id: exactly one field."""
 
     model_config = ConfigDict(extra="forbid")
-    slurm: str | None = Field(None, description="Slurm job id: 81234, array task 81234_7, het component 81234+1")
+    slurm: str | None = Field(
+        None, description="Slurm job id: 81234, array task 81234_7, het component 81234+1"
+    )
     kueue: str | None = Field(None, description="a Kueue Workload: NAMESPACE/NAME")
-    k8s_job: str | None = Field(None, description="a JobSet, PyTorchJob or Job: NAMESPACE/NAME or NAMESPACE/KIND/NAME")
+    k8s_job: str | None = Field(
+        None, description="a JobSet, PyTorchJob or Job: NAMESPACE/NAME or NAMESPACE/KIND/NAME"
+    )
 
     @field_validator("slurm")
     @classmethod
@@ -158,10 +170,16 @@ class ScopeRequest(BaseModel):
         if v is None:
             return v
         parts = v.split("/")
-        if len(parts) not in (2, 3) or not K8S_NAMESPACE.fullmatch(parts[0]) or not K8S_NAME.fullmatch(parts[-1]) \
-                or (len(parts) == 3 and not K8S_KIND.fullmatch(parts[1])):
-            raise ValueError(f"{v[:300]!r} is not NAMESPACE/NAME (or NAMESPACE/KIND/NAME): a namespace is a DNS label "
-                             "(a-z, 0-9, '-', at most 63), a name a DNS subdomain (also '.', at most 253)")
+        if (
+            len(parts) not in (2, 3)
+            or not K8S_NAMESPACE.fullmatch(parts[0])
+            or not K8S_NAME.fullmatch(parts[-1])
+            or (len(parts) == 3 and not K8S_KIND.fullmatch(parts[1]))
+        ):
+            raise ValueError(
+                f"{v[:300]!r} is not NAMESPACE/NAME (or NAMESPACE/KIND/NAME): a namespace is a DNS label "
+                "(a-z, 0-9, '-', at most 63), a name a DNS subdomain (also '.', at most 253)"
+            )
         return v
 
     @model_validator(mode="after")
@@ -194,24 +212,40 @@ def _iso_ns(ns: int | None) -> str | None:
 
 
 def _summary(row: DiagnosisRow) -> DiagnosisSummary:
-    return DiagnosisSummary(id=row.id, workload=row.workload, attempt=row.attempt, cluster=row.cluster,
-                            outcome=row.outcome, domain=row.domain, subdomain=row.subdomain, nodes=row.nodes,
-                            provisional=row.provisional, created=_iso(row.created) or "", url=f"/v1/diagnoses/{row.id}",
-                            window_start=_iso_ns(row.window_start_ns), window_end=_iso_ns(row.window_end_ns),
-                            summary=(json.loads(row.body).get("root_cause") or {}).get("summary"),
-                            revision=row.revision, provenance=row.provenance)
+    return DiagnosisSummary(
+        id=row.id,
+        workload=row.workload,
+        attempt=row.attempt,
+        cluster=row.cluster,
+        outcome=row.outcome,
+        domain=row.domain,
+        subdomain=row.subdomain,
+        nodes=row.nodes,
+        provisional=row.provisional,
+        created=_iso(row.created) or "",
+        url=f"/v1/diagnoses/{row.id}",
+        window_start=_iso_ns(row.window_start_ns),
+        window_end=_iso_ns(row.window_end_ns),
+        summary=(json.loads(row.body).get("root_cause") or {}).get("summary"),
+        revision=row.revision,
+        provenance=row.provenance,
+    )
 
 
 def _problem(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
     return problems.problem(status, message, headers)
 
 
-def _otlp_error(status: int, code: int, message: str, media: str, headers: dict[str, str] | None = None) -> Response:
+def _otlp_error(
+    status: int, code: int, message: str, media: str, headers: dict[str, str] | None = None
+) -> Response:
     """An OTLP/HTTP error: a google.rpc.Status in the request's encoding."""
     st = status_pb2.Status(code=code, message=message)
     if media == PROTOBUF or media == "application/protobuf":
         return Response(st.SerializeToString(), status_code=status, media_type=PROTOBUF, headers=headers)
-    return Response(json_format.MessageToJson(st, indent=None), status_code=status, media_type=JSON, headers=headers)
+    return Response(
+        json_format.MessageToJson(st, indent=None), status_code=status, media_type=JSON, headers=headers
+    )
 
 
 def _otlp_ok(msg: Message, media: str) -> Response:
@@ -239,20 +273,36 @@ def _caller(request: Request) -> dict[str, str]:
     return identity.provenance()
 
 
-def build_app(service: Attribution, ready: Callable[[], bool] = lambda: True,
-              authenticator: auth.Authenticator | None = None, peers: PeerNames | None = None) -> FastAPI:
+def build_app(
+    service: Attribution,
+    ready: Callable[[], bool] = lambda: True,
+    authenticator: auth.Authenticator | None = None,
+    peers: PeerNames | None = None,
+) -> FastAPI:
     """The ASGI app on :4318: OTLP/HTTP and the REST API, one router per concern, behind the auth guard."""
-    app = FastAPIOffline(  # FastAPI whose /docs and /redoc load Swagger UI and ReDoc from the wheel, not a CDN
-        title="hypocenter", version=__version__,
-        description="Root-cause attribution for distributed AI workloads: OTLP in, diagnoses out "
-                    "(schema hypocenter.diagnosis/v1). Every route but /healthz and /readyz takes "
-                    "`Authorization: Bearer <token>` when the server has tokens: reads need the read role, "
-                    "OTLP the ingest role, everything else admin.")
+    app = (
+        FastAPIOffline(  # FastAPI whose /docs and /redoc load Swagger UI and ReDoc from the wheel, not a CDN
+            title="hypocenter",
+            version=__version__,
+            description="Root-cause attribution for distributed AI workloads: OTLP in, diagnoses out "
+            "(schema hypocenter.diagnosis/v1). Every route but /healthz and /readyz takes "
+            "`Authorization: Bearer <token>` when the server has tokens: reads need the read role, "
+            "OTLP the ingest role, everything else admin.",
+        )
+    )
     problems.install(app)
-    app.add_middleware(auth.AuthGuard, authenticator=authenticator or auth.Authenticator(),
-                       peer_name=(peers or PeerNames()).get)
-    for router in (otlp_routes(service), attempt_routes(service), diagnosis_routes(service),
-                   bundle_routes(service), probe_routes(service, ready)):
+    app.add_middleware(
+        auth.AuthGuard,
+        authenticator=authenticator or auth.Authenticator(),
+        peer_name=(peers or PeerNames()).get,
+    )
+    for router in (
+        otlp_routes(service),
+        attempt_routes(service),
+        diagnosis_routes(service),
+        bundle_routes(service),
+        probe_routes(service, ready),
+    ):
         app.include_router(router)
     ui.install(app, service)  # the web UI (/ui) and its fleet endpoint
     add_fleet_routes(app, service)  # GET /v1/fleet/suspects, /v1/fleet/findings (api/fleet_http.py)
@@ -281,8 +331,11 @@ def otlp_routes(service: Attribution) -> APIRouter:
             media = otlp.media_type(request.headers.get("content-type"))
             raw = await _read_body(request, limit)
             encoding = request.headers.get("content-encoding")
-            inline = (_receive_inline(signal, raw, media, limit)
-                      if len(raw) <= INLINE_DECODE_BYTES and encoding in (None, "", "identity") else None)
+            inline = (
+                _receive_inline(signal, raw, media, limit)
+                if len(raw) <= INLINE_DECODE_BYTES and encoding in (None, "", "identity")
+                else None
+            )
             if inline is None:
                 inline = await run_in_threadpool(otlp.receive_bounded, signal, raw, encoding, media, limit)
             tagged, warnings = inline
@@ -296,8 +349,13 @@ def otlp_routes(service: Attribution) -> APIRouter:
             return _otlp_error(413, code_pb2.RESOURCE_EXHAUSTED, str(exc), media)
         except Backpressure as exc:
             service.activity.refused(signal, "otlp_http", "backpressure")
-            return _otlp_error(503, code_pb2.UNAVAILABLE, str(exc), media,
-                               headers={"Retry-After": str(max(1, round(exc.retry_after)))})
+            return _otlp_error(
+                503,
+                code_pb2.UNAVAILABLE,
+                str(exc),
+                media,
+                headers={"Retry-After": str(max(1, round(exc.retry_after)))},
+            )
         except TransientError as exc:
             service.activity.refused(signal, "otlp_http", "store_unavailable")
             return _otlp_error(503, code_pb2.UNAVAILABLE, str(exc), media, headers={"Retry-After": "1"})
@@ -324,9 +382,13 @@ def attempt_routes(service: Attribution) -> APIRouter:
 
     # ------------------------------------------------------------------------------- attempts
 
-    @router.put("/v1/attempts/{workload:path}/{attempt}", tags=["attempts"], status_code=200,
-             summary="Set an attempt's scope from an attempt.yaml (YAML or JSON body)",
-             responses={400: {"model": Problem}, 413: {"model": Problem}, 422: {"model": Problem}})
+    @router.put(
+        "/v1/attempts/{workload:path}/{attempt}",
+        tags=["attempts"],
+        status_code=200,
+        summary="Set an attempt's scope from an attempt.yaml (YAML or JSON body)",
+        responses={400: {"model": Problem}, 413: {"model": Problem}, 422: {"model": Problem}},
+    )
     async def put_attempt(workload: str, attempt: int, request: Request) -> Response:
         try:
             raw = await _read_body(request, 1 << 20)
@@ -341,54 +403,100 @@ def attempt_routes(service: Attribution) -> APIRouter:
         await run_in_threadpool(service.set_context, ctx, _caller(request))
         return JSONResponse(ctx.model_dump(mode="json"))
 
-    @router.get("/v1/attempts/{workload:path}/{attempt}", tags=["attempts"], response_model=AttemptInfo,
-             responses={404: {"model": Problem}})
+    @router.get(
+        "/v1/attempts/{workload:path}/{attempt}",
+        tags=["attempts"],
+        response_model=AttemptInfo,
+        responses={404: {"model": Problem}},
+    )
     async def get_attempt(workload: str, attempt: int) -> Any:
         row = await run_in_threadpool(service.store.attempt, workload, attempt)
         if row is None:
             return _problem(404, f"no attempt {attempt} of workload {workload!r}")
         logs = await run_in_threadpool(service.store.attempt_logs, row.id)
         points = await run_in_threadpool(service.store.attempt_points, row.id)
-        return AttemptInfo(workload=row.workload, attempt=row.attempt, nodes=row.nodes, scope=row.scope,
-                           context=row.context, dirty=row.dirty, analyzed_at=_iso(row.analyzed_at),
-                           log_records=sum(int(r.body) if r.kind == "gap" and r.body.isdigit() else 1 for r in logs),  # a gap row: its lines
-                           metric_points=len(points), failure=row.failure, failed_at=_iso(row.failed_at))
+        return AttemptInfo(
+            workload=row.workload,
+            attempt=row.attempt,
+            nodes=row.nodes,
+            scope=row.scope,
+            context=row.context,
+            dirty=row.dirty,
+            analyzed_at=_iso(row.analyzed_at),
+            log_records=sum(
+                int(r.body) if r.kind == "gap" and r.body.isdigit() else 1 for r in logs
+            ),  # a gap row: its lines
+            metric_points=len(points),
+            failure=row.failure,
+            failed_at=_iso(row.failed_at),
+        )
 
-    @router.get("/v1/failures", tags=["attempts"], response_model=FailedAttemptList,
-             summary="Attempts whose analysis failed (quarantined), newest first")
+    @router.get(
+        "/v1/failures",
+        tags=["attempts"],
+        response_model=FailedAttemptList,
+        summary="Attempts whose analysis failed (quarantined), newest first",
+    )
     async def list_failures(limit: int = Query(100, ge=1, le=1000)) -> Any:
         rows = await run_in_threadpool(service.store.failed_attempts, limit)
-        return FailedAttemptList(failures=[
-            FailedAttempt(workload=r.workload, attempt=r.attempt, failure=r.failure or "", failed_at=_iso(r.failed_at),
-                          url=f"/v1/attempts/{r.workload}/{r.attempt}") for r in rows])
+        return FailedAttemptList(
+            failures=[
+                FailedAttempt(
+                    workload=r.workload,
+                    attempt=r.attempt,
+                    failure=r.failure or "",
+                    failed_at=_iso(r.failed_at),
+                    url=f"/v1/attempts/{r.workload}/{r.attempt}",
+                )
+                for r in rows
+            ]
+        )
 
-    @router.post("/v1/attempts/{workload:path}/{attempt}/analyze", tags=["attempts"],
-              summary="Analyse the attempt now and return its diagnosis",
-              responses={200: {"model": model_schema.Diagnosis}, 404: {"model": Problem}, 422: {"model": Problem}})
+    @router.post(
+        "/v1/attempts/{workload:path}/{attempt}/analyze",
+        tags=["attempts"],
+        summary="Analyse the attempt now and return its diagnosis",
+        responses={200: {"model": model_schema.Diagnosis}, 404: {"model": Problem}, 422: {"model": Problem}},
+    )
     async def analyze(workload: str, attempt: int, http_request: Request) -> Response:
         try:
-            diagnosis, provisional = await run_in_threadpool(service.analyze, workload, attempt, _caller(http_request))
+            diagnosis, provisional = await run_in_threadpool(
+                service.analyze, workload, attempt, _caller(http_request)
+            )
         except UnknownAttempt as exc:
             return _problem(404, str(exc))
         except AnalysisFailed as exc:
             return _problem(422, str(exc))
-        return Response(diagnosis.to_json(), media_type=JSON,
-                        headers={"X-Hypocenter-Provisional": str(provisional).lower()})
+        return Response(
+            diagnosis.to_json(),
+            media_type=JSON,
+            headers={"X-Hypocenter-Provisional": str(provisional).lower()},
+        )
 
-    @router.post("/v1/attempts/{workload:path}/{attempt}/artifacts", tags=["attempts"], status_code=201,
-              summary="Upload one hang-forensics artifact of the attempt (Flight Recorder dump, ncclras, stack dump)",
-              description="The body is the file as written: a PyTorch Flight Recorder dump (pickle or JSON, read "
-                          "without unpickling anything but plain values), `ncclras` output, or a py-spy / faulthandler "
-                          "stack dump. `name` is its file name (the rank ends it: nccl_trace_rank_3), `node` the host "
-                          "it came from (optional: the rank map places it). Stored as the attempt's records under "
-                          "`traces/[<node>/]<name>`; the next analysis merges it with the rest.",
-              responses={400: {"model": Problem}, 413: {"model": Problem}, 503: {"model": Problem}})
-    async def upload_artifact(workload: str, attempt: int, request: Request,
-                              name: str = Query(..., description="file name, e.g. nccl_trace_rank_3"),
-                              node: str | None = Query(None, description="the node it came from")) -> Response:
+    @router.post(
+        "/v1/attempts/{workload:path}/{attempt}/artifacts",
+        tags=["attempts"],
+        status_code=201,
+        summary="Upload one hang-forensics artifact of the attempt (Flight Recorder dump, ncclras, stack dump)",
+        description="The body is the file as written: a PyTorch Flight Recorder dump (pickle or JSON, read "
+        "without unpickling anything but plain values), `ncclras` output, or a py-spy / faulthandler "
+        "stack dump. `name` is its file name (the rank ends it: nccl_trace_rank_3), `node` the host "
+        "it came from (optional: the rank map places it). Stored as the attempt's records under "
+        "`traces/[<node>/]<name>`; the next analysis merges it with the rest.",
+        responses={400: {"model": Problem}, 413: {"model": Problem}, 503: {"model": Problem}},
+    )
+    async def upload_artifact(
+        workload: str,
+        attempt: int,
+        request: Request,
+        name: str = Query(..., description="file name, e.g. nccl_trace_rank_3"),
+        node: str | None = Query(None, description="the node it came from"),
+    ) -> Response:
         try:
             raw = await _read_body(request, artifacts.MAX_ARTIFACT_BYTES)
-            entries, kind = await run_in_threadpool(artifacts.artifact_entries, workload, attempt, name, node, raw)
+            entries, kind = await run_in_threadpool(
+                artifacts.artifact_entries, workload, attempt, name, node, raw
+            )
             await asyncio.wrap_future(service.queue.submit(entries, []))
         except otlp.MessageTooLarge as exc:
             return _problem(413, str(exc))
@@ -396,29 +504,44 @@ def attempt_routes(service: Attribution) -> APIRouter:
             return _problem(503, str(exc), headers={"Retry-After": "1"})
         except InputError as exc:
             return _problem(400, str(exc))
-        return JSONResponse({"stream": artifacts.stream_name(name, node), "kind": kind, "records": len(entries)},
-                            status_code=201)
+        return JSONResponse(
+            {"stream": artifacts.stream_name(name, node), "kind": kind, "records": len(entries)},
+            status_code=201,
+        )
 
-    @router.post("/v1/scopes", tags=["attempts"], summary="Analyse a job named by its scheduler id",
-              description="Exactly one of `slurm` (81234, 81234_7, 81234+1), `kueue` (NS/WORKLOAD) or `k8s_job` "
-                          "(NS/NAME or NS/KIND/NAME): the server asks the scheduler for the attempt with the "
-                          "same connector as `hypocenter analyze --slurm/--kueue/--k8s-job`, keeps that scope and "
-                          "the records and pod logs it brought, and analyses now (with the pull connectors, if "
-                          "configured). For a Slurm epilog: `curl -X POST -d '{\"slurm\": \"'$SLURM_JOB_ID'\"}'`.",
-              responses={200: {"model": model_schema.Diagnosis}, 400: {"model": Problem}, 404: {"model": Problem},
-                         503: {"model": Problem}})
+    @router.post(
+        "/v1/scopes",
+        tags=["attempts"],
+        summary="Analyse a job named by its scheduler id",
+        description="Exactly one of `slurm` (81234, 81234_7, 81234+1), `kueue` (NS/WORKLOAD) or `k8s_job` "
+        "(NS/NAME or NS/KIND/NAME): the server asks the scheduler for the attempt with the "
+        "same connector as `hypocenter analyze --slurm/--kueue/--k8s-job`, keeps that scope and "
+        "the records and pod logs it brought, and analyses now (with the pull connectors, if "
+        "configured). For a Slurm epilog: `curl -X POST -d '{\"slurm\": \"'$SLURM_JOB_ID'\"}'`.",
+        responses={
+            200: {"model": model_schema.Diagnosis},
+            400: {"model": Problem},
+            404: {"model": Problem},
+            503: {"model": Problem},
+        },
+    )
     async def analyze_scope(request: ScopeRequest, http_request: Request) -> Response:
         kind, job = request.which()
         try:
-            diagnosis, provisional = await run_in_threadpool(service.analyze_scope, kind, job, _caller(http_request))
+            diagnosis, provisional = await run_in_threadpool(
+                service.analyze_scope, kind, job, _caller(http_request)
+            )
         except UnknownAttempt as exc:
             return _problem(404, str(exc))
         except TransientError as exc:
             return _problem(503, str(exc), headers={"Retry-After": "5"})
         except InputError as exc:
             return _problem(400, str(exc))
-        return Response(diagnosis.to_json(), media_type=JSON,
-                        headers={"X-Hypocenter-Provisional": str(provisional).lower()})
+        return Response(
+            diagnosis.to_json(),
+            media_type=JSON,
+            headers={"X-Hypocenter-Provisional": str(provisional).lower()},
+        )
 
     return router
 
@@ -429,15 +552,23 @@ def diagnosis_routes(service: Attribution) -> APIRouter:
 
     # ------------------------------------------------------------------------------- diagnoses
 
-    @router.get("/v1/diagnoses", tags=["diagnoses"], response_model=DiagnosisList,
-             description="Newest window end first. `next_cursor` continues the list where a page ended, "
-                         "unaffected by diagnoses stored meanwhile. The ETag changes whenever a diagnosis is "
-                         "stored, replaced or removed: poll with If-None-Match and get 304 while nothing changed.",
-             responses={304: {"description": "nothing stored, replaced or removed since the ETag"},
-                        400: {"model": Problem}})
+    @router.get(
+        "/v1/diagnoses",
+        tags=["diagnoses"],
+        response_model=DiagnosisList,
+        description="Newest window end first. `next_cursor` continues the list where a page ended, "
+        "unaffected by diagnoses stored meanwhile. The ETag changes whenever a diagnosis is "
+        "stored, replaced or removed: poll with If-None-Match and get 304 while nothing changed.",
+        responses={
+            304: {"description": "nothing stored, replaced or removed since the ETag"},
+            400: {"model": Problem},
+        },
+    )
     async def list_diagnoses(
         request: Request,
-        cluster: str | None = None, outcome: str | None = None, domain: str | None = None,
+        cluster: str | None = None,
+        outcome: str | None = None,
+        domain: str | None = None,
         node: str | None = Query(None, description="a culprit node"),
         workload: str | None = Query(None, description="a workload id, exactly"),
         search: str | None = Query(None, max_length=200, description="a part of the workload id, any case"),
@@ -462,52 +593,98 @@ def diagnosis_routes(service: Attribution) -> APIRouter:
             after = paging.decode(cursor) if cursor else None
         except ValueError as exc:
             return _problem(400, str(exc))
-        flt = DiagnosisFilter(cluster=cluster, outcome=outcome, domain=domain, node=node, workload=workload,
-                              search=search or None, since_ns=bounds[0], until_ns=bounds[1],
-                              limit=min(limit + 1, 1000), after=after)
+        flt = DiagnosisFilter(
+            cluster=cluster,
+            outcome=outcome,
+            domain=domain,
+            node=node,
+            workload=workload,
+            search=search or None,
+            since_ns=bounds[0],
+            until_ns=bounds[1],
+            limit=min(limit + 1, 1000),
+            after=after,
+        )
         rows = await run_in_threadpool(service.diagnoses, flt)
         total = await run_in_threadpool(service.store.count_diagnoses, flt)
         more = len(rows) > limit or (limit == 1000 and len(rows) == limit)
         rows = rows[:limit]
-        body = DiagnosisList(diagnoses=[_summary(r) for r in rows], total=total,
-                             next_cursor=paging.encode(rows[-1]) if more and rows else None)
+        body = DiagnosisList(
+            diagnoses=[_summary(r) for r in rows],
+            total=total,
+            next_cursor=paging.encode(rows[-1]) if more and rows else None,
+        )
         return JSONResponse(body.model_dump(mode="json"), headers={"ETag": etag, "Cache-Control": "no-cache"})
 
-    @router.get("/v1/diagnoses/{diagnosis_id}", tags=["diagnoses"],
-             responses={200: {"model": model_schema.Diagnosis}, 404: {"model": Problem}})
+    @router.get(
+        "/v1/diagnoses/{diagnosis_id}",
+        tags=["diagnoses"],
+        responses={200: {"model": model_schema.Diagnosis}, 404: {"model": Problem}},
+    )
     async def get_diagnosis(diagnosis_id: str) -> Response:
         row = await run_in_threadpool(service.diagnosis, diagnosis_id)
         if row is None:
             return _problem(404, f"no diagnosis {diagnosis_id!r}")
-        return Response(row.body, media_type=JSON, headers={"X-Hypocenter-Provisional": str(row.provisional).lower(),
-                                                            "X-Hypocenter-Revision": str(row.revision),
-                                                            "X-Hypocenter-Source": str((row.provenance or {}).get(
-                                                                "source", "unknown"))})
+        return Response(
+            row.body,
+            media_type=JSON,
+            headers={
+                "X-Hypocenter-Provisional": str(row.provisional).lower(),
+                "X-Hypocenter-Revision": str(row.revision),
+                "X-Hypocenter-Source": str((row.provenance or {}).get("source", "unknown")),
+            },
+        )
 
-    @router.get("/v1/diagnoses/{diagnosis_id}/revisions", tags=["diagnoses"], response_model=RevisionList,
-             summary="Every verdict the diagnosis' attempt has had, oldest first, with provenance",
-             responses={404: {"model": Problem}})
+    @router.get(
+        "/v1/diagnoses/{diagnosis_id}/revisions",
+        tags=["diagnoses"],
+        response_model=RevisionList,
+        summary="Every verdict the diagnosis' attempt has had, oldest first, with provenance",
+        responses={404: {"model": Problem}},
+    )
     async def list_revisions(diagnosis_id: str) -> Any:
         revisions = await run_in_threadpool(service.store.diagnosis_revisions, diagnosis_id)
         if not revisions:
             return _problem(404, f"no diagnosis {diagnosis_id!r}")
         last = revisions[-1].revision
-        return RevisionList(workload=revisions[0].workload, attempt=revisions[0].attempt, revisions=[
-            Revision(revision=r.revision, id=r.diagnosis_id, outcome=r.outcome, domain=r.domain, subdomain=r.subdomain,
-                     provisional=r.provisional, created=_iso(r.created) or "", current=r.revision == last,
-                     provenance=r.provenance, url=f"/v1/diagnoses/{diagnosis_id}/revisions/{r.revision}")
-            for r in revisions])
+        return RevisionList(
+            workload=revisions[0].workload,
+            attempt=revisions[0].attempt,
+            revisions=[
+                Revision(
+                    revision=r.revision,
+                    id=r.diagnosis_id,
+                    outcome=r.outcome,
+                    domain=r.domain,
+                    subdomain=r.subdomain,
+                    provisional=r.provisional,
+                    created=_iso(r.created) or "",
+                    current=r.revision == last,
+                    provenance=r.provenance,
+                    url=f"/v1/diagnoses/{diagnosis_id}/revisions/{r.revision}",
+                )
+                for r in revisions
+            ],
+        )
 
-    @router.get("/v1/diagnoses/{diagnosis_id}/revisions/{revision}", tags=["diagnoses"],
-             responses={200: {"model": model_schema.Diagnosis}, 404: {"model": Problem}})
+    @router.get(
+        "/v1/diagnoses/{diagnosis_id}/revisions/{revision}",
+        tags=["diagnoses"],
+        responses={200: {"model": model_schema.Diagnosis}, 404: {"model": Problem}},
+    )
     async def get_revision(diagnosis_id: str, revision: int) -> Response:
         revisions = await run_in_threadpool(service.store.diagnosis_revisions, diagnosis_id)
         found = [r for r in revisions if r.revision == revision]
         if not found:
             return _problem(404, f"no revision {revision} of diagnosis {diagnosis_id!r}")
-        return Response(found[0].body, media_type=JSON, headers={"X-Hypocenter-Revision": str(revision),
-                                                                  "X-Hypocenter-Source": str(found[0].provenance.get(
-                                                                      "source", "unknown"))})
+        return Response(
+            found[0].body,
+            media_type=JSON,
+            headers={
+                "X-Hypocenter-Revision": str(revision),
+                "X-Hypocenter-Source": str(found[0].provenance.get("source", "unknown")),
+            },
+        )
 
     return router
 
@@ -517,8 +694,12 @@ def bundle_routes(service: Attribution) -> APIRouter:
     router = APIRouter()
     limit = service.settings.max_message_bytes
 
-    @router.post("/v1/bundles", tags=["attempts"], summary="Upload an attempt bundle (tar.gz) and analyse it",
-              responses={200: {"model": model_schema.Diagnosis}, 400: {"model": Problem}, 413: {"model": Problem}})
+    @router.post(
+        "/v1/bundles",
+        tags=["attempts"],
+        summary="Upload an attempt bundle (tar.gz) and analyse it",
+        responses={200: {"model": model_schema.Diagnosis}, 400: {"model": Problem}, 413: {"model": Problem}},
+    )
     async def upload_bundle(request: Request) -> Response:
         try:
             raw = await _read_body(request, limit)
@@ -542,7 +723,9 @@ def probe_routes(service: Attribution, ready: Callable[[], bool]) -> APIRouter:
     async def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
-    @router.get("/readyz", tags=["probes"], summary="Ready to take data: store open, listeners up, queue not full")
+    @router.get(
+        "/readyz", tags=["probes"], summary="Ready to take data: store open, listeners up, queue not full"
+    )
     async def readyz() -> Response:
         try:
             stats = await run_in_threadpool(service.store.stats)
@@ -566,8 +749,10 @@ def _context_from(raw: bytes, workload: str, attempt: int) -> AttemptContext:
         raise InputError("attempt.yaml: expected a mapping with workload, window, nodes, …")
     wl = dict(doc.get("workload") or {})
     if str(wl.get("id", workload)) != workload or int(wl.get("attempt", attempt)) != attempt:
-        raise InputError(f"attempt.yaml describes workload {wl.get('id')!r} attempt {wl.get('attempt')}, "
-                         f"not {workload!r} attempt {attempt}")
+        raise InputError(
+            f"attempt.yaml describes workload {wl.get('id')!r} attempt {wl.get('attempt')}, "
+            f"not {workload!r} attempt {attempt}"
+        )
     wl.update(id=workload, attempt=attempt)
     doc = {**doc, "workload": wl}
     try:

@@ -27,8 +27,9 @@ class OTLPGrpc:
         self.service = service
 
     def _abort_unavailable(self, context: grpc.ServicerContext, message: str, delay: float) -> None:
-        retry = error_details_pb2.RetryInfo(retry_delay=duration_pb2.Duration(
-            seconds=int(delay), nanos=int((delay - int(delay)) * 1e9)))
+        retry = error_details_pb2.RetryInfo(
+            retry_delay=duration_pb2.Duration(seconds=int(delay), nanos=int((delay - int(delay)) * 1e9))
+        )
         detail = status_pb2.Status(code=code_pb2.UNAVAILABLE, message=message)
         detail.details.add().Pack(retry)
         context.abort_with_status(rpc_status.to_status(detail))
@@ -42,8 +43,9 @@ class OTLPGrpc:
 
     def _export(self, signal: str, raw: bytes, context: grpc.ServicerContext) -> bytes:
         try:
-            tagged, warnings = otlp.receive_bounded(signal, raw, None, otlp.PROTOBUF_TYPES[0],
-                                                    self.service.settings.max_message_bytes)
+            tagged, warnings = otlp.receive_bounded(
+                signal, raw, None, otlp.PROTOBUF_TYPES[0], self.service.settings.max_message_bytes
+            )
             logs, points = (tagged.accepted, []) if signal == "logs" else ([], tagged.accepted)
             self.service.queue.submit(logs, points, tagged.blocks).result(timeout=self._commit_wait(context))
         except Backpressure as exc:
@@ -52,7 +54,9 @@ class OTLPGrpc:
             raise AssertionError("unreachable") from None  # abort raises
         except TimeoutError:
             self.service.activity.refused(signal, "otlp_grpc", "store_unavailable")
-            self._abort_unavailable(context, "the store did not commit in time", self.service.settings.retry_after_s)
+            self._abort_unavailable(
+                context, "the store did not commit in time", self.service.settings.retry_after_s
+            )
             raise AssertionError("unreachable") from None
         except TransientError as exc:
             self.service.activity.refused(signal, "otlp_grpc", "store_unavailable")
@@ -75,6 +79,10 @@ class OTLPGrpc:
             return self._export("metrics", raw, context)
 
         return [
-            grpc.method_handlers_generic_handler(LOGS_SERVICE, {"Export": grpc.unary_unary_rpc_method_handler(logs)}),
-            grpc.method_handlers_generic_handler(METRICS_SERVICE, {"Export": grpc.unary_unary_rpc_method_handler(metrics)}),
+            grpc.method_handlers_generic_handler(
+                LOGS_SERVICE, {"Export": grpc.unary_unary_rpc_method_handler(logs)}
+            ),
+            grpc.method_handlers_generic_handler(
+                METRICS_SERVICE, {"Export": grpc.unary_unary_rpc_method_handler(metrics)}
+            ),
         ]

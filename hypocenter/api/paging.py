@@ -24,6 +24,8 @@ def decode(token: str) -> tuple[int | None, str]:
         end, ident = json.loads(raw)
     except (ValueError, TypeError):
         raise ValueError(f"cursor {token[:40]!r} is not a next_cursor this server gave") from None
-    if not (end is None or (isinstance(end, int) and not isinstance(end, bool))) or not isinstance(ident, str):
+    if not (end is None or (isinstance(end, int) and not isinstance(end, bool))) or not isinstance(
+        ident, str
+    ):
         raise ValueError(f"cursor {token[:40]!r} is not a next_cursor this server gave")
     return end, ident

@@ -20,8 +20,16 @@ from starlette.responses import JSONResponse
 PROBLEM_JSON = "application/problem+json"
 
 
-def problem(status: int, detail: str, headers: dict[str, str] | None = None, **extensions: Any) -> JSONResponse:
-    body = {"type": "about:blank", "title": HTTPStatus(status).phrase, "status": status, "detail": detail, **extensions}
+def problem(
+    status: int, detail: str, headers: dict[str, str] | None = None, **extensions: Any
+) -> JSONResponse:
+    body = {
+        "type": "about:blank",
+        "title": HTTPStatus(status).phrase,
+        "status": status,
+        "detail": detail,
+        **extensions,
+    }
     return JSONResponse(body, status_code=status, headers=headers, media_type=PROBLEM_JSON)
 
 
@@ -30,7 +38,9 @@ def install(app: FastAPI) -> None:
 
     async def invalid(_request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, RequestValidationError)
-        errors = [{"loc": [str(p) for p in e.get("loc", ())], "msg": str(e.get("msg", ""))} for e in exc.errors()]
+        errors = [
+            {"loc": [str(p) for p in e.get("loc", ())], "msg": str(e.get("msg", ""))} for e in exc.errors()
+        ]
         where = ".".join(errors[0]["loc"]) if errors else "request"
         detail = f"{where}: {errors[0]['msg']}" if errors else "the request is not valid"
         return problem(422, detail, errors=errors)

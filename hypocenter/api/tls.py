@@ -47,7 +47,9 @@ def tls_enabled(settings: Settings) -> bool:
     if bool(settings.tls_cert_file) != bool(settings.tls_key_file):
         raise InputError("tls_cert_file and tls_key_file go together: give both, or neither")
     if settings.tls_client_ca_file and not settings.tls_cert_file:
-        raise InputError("tls_client_ca_file needs tls_cert_file and tls_key_file (client certificates ride on TLS)")
+        raise InputError(
+            "tls_client_ca_file needs tls_cert_file and tls_key_file (client certificates ride on TLS)"
+        )
     return bool(settings.tls_cert_file)
 
 
@@ -88,8 +90,9 @@ class CertificateReloader:
         try:
             ctx.load_cert_chain(self.cert_file, self.key_file)
         except (OSError, ssl.SSLError) as exc:
-            raise InputError(f"tls_cert_file/tls_key_file: cannot load {self.cert_file} with {self.key_file}: "
-                             f"{exc}") from None
+            raise InputError(
+                f"tls_cert_file/tls_key_file: cannot load {self.cert_file} with {self.key_file}: {exc}"
+            ) from None
         if self.client_ca_file:
             try:
                 ctx.load_verify_locations(self.client_ca_file)
@@ -103,7 +106,9 @@ class CertificateReloader:
     # -------------------------------------------------------------------------------- gRPC
 
     def _grpc_config(self) -> Any:
-        return grpc.ssl_server_certificate_configuration([(self.key, self.cert)], root_certificates=self.client_ca)
+        return grpc.ssl_server_certificate_configuration(
+            [(self.key, self.cert)], root_certificates=self.client_ca
+        )
 
     def grpc_credentials(self) -> grpc.ServerCredentials:
         served = [self.version]
@@ -115,8 +120,9 @@ class CertificateReloader:
                 served[0] = self.version
                 return self._grpc_config()
 
-        return grpc.dynamic_ssl_server_credentials(self._grpc_config(), fetch,
-                                                   require_client_authentication=self.client_ca is not None)
+        return grpc.dynamic_ssl_server_credentials(
+            self._grpc_config(), fetch, require_client_authentication=self.client_ca is not None
+        )
 
     # -------------------------------------------------------------------------------- reloading
 
@@ -233,7 +239,9 @@ def http_protocol(request_timeout_s: float, peers: PeerNames) -> type[H11Protoco
     return GuardedH11Protocol
 
 
-def guard_wsgi(app: Callable[..., Any], check: Callable[[str | None, str | None], int | None]) -> Callable[..., Any]:
+def guard_wsgi(
+    app: Callable[..., Any], check: Callable[[str | None, str | None], int | None]
+) -> Callable[..., Any]:
     """A WSGI app answering 401/403 when `check(authorization, peer_cn)` says so (for /metrics)."""
 
     def guarded(environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:

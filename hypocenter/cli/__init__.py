@@ -38,7 +38,9 @@ SUBCOMMANDS = ("analyze", "schema", "rules", "fleet", "serve", "replay", "config
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     """The whole command line; given the arguments of a run, only the subcommand they name is imported
     and built in full (the others are bare names): `analyze` then never imports the server's modules."""
-    p = argparse.ArgumentParser(prog="hypocenter", description="Find where a failed distributed AI workload's failure began.")
+    p = argparse.ArgumentParser(
+        prog="hypocenter", description="Find where a failed distributed AI workload's failure began."
+    )
     p.add_argument("--version", action="version", version=f"hypocenter {__version__}")
     sub = p.add_subparsers(dest="cmd", required=True)
     named = argv[0] if argv and argv[0] in SUBCOMMANDS else None
@@ -70,6 +72,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # a bug, not bad input: one line, the traceback on request
         if os.environ.get("HYPOCENTER_DEBUG"):
             raise
-        print(f"hypocenter: internal error: {type(exc).__name__}: {one_line(str(exc))} "
-              "(this is a bug, please report it; HYPOCENTER_DEBUG=1 shows the traceback)", file=sys.stderr)
+        print(
+            f"hypocenter: internal error: {type(exc).__name__}: {one_line(str(exc))} "
+            "(this is a bug, please report it; HYPOCENTER_DEBUG=1 shows the traceback)",
+            file=sys.stderr,
+        )
         return EXIT_INTERNAL

@@ -1,8 +1,8 @@
 """`hypocenter analyze`: diagnose one attempt, from a bundle directory or pulled from the scheduler.
 
-    hypocenter analyze BUNDLE [--format text|json] [--rules PATH]...
-    hypocenter analyze --slurm JOBID | --kueue NS/WL | --k8s-job NS/NAME [--logs DIR] [--loki URL]
-                       [--prometheus URL] [--config FILE]      (hypocenter.collector.pull)
+hypocenter analyze BUNDLE [--format text|json] [--rules PATH]...
+hypocenter analyze --slurm JOBID | --kueue NS/WL | --k8s-job NS/NAME [--logs DIR] [--loki URL]
+                   [--prometheus URL] [--config FILE]      (hypocenter.collector.pull)
 """
 
 from __future__ import annotations
@@ -28,21 +28,30 @@ def render_text(d: Diagnosis, style: Style) -> str:
     a = d.attempt
     out: list[str] = []
     sched = "/".join(x for x in (a.scheduler, a.cluster) if x)
-    out.append(f"hypocenter · workload {a.workload_id} attempt {a.attempt}" + (f" ({sched})" if sched else "")
-               + f" · {d.terminal_state or 'state unknown'} · {len(a.nodes)} node(s)")
+    out.append(
+        f"hypocenter · workload {a.workload_id} attempt {a.attempt}"
+        + (f" ({sched})" if sched else "")
+        + f" · {d.terminal_state or 'state unknown'} · {len(a.nodes)} node(s)"
+    )
     head = style(d.outcome.upper().replace("_", " "), _OUTCOME_STYLE[d.outcome])
     rc = d.root_cause
     if rc is not None:
         where = ", ".join(rc.nodes) or "the job"
-        out.append(f"{head}  {style(f'{rc.domain}/{rc.subdomain}', '1')} on {where}   "
-                   f"[quality: {style(d.quality.level, _QUALITY_STYLE[d.quality.level])}]")
+        out.append(
+            f"{head}  {style(f'{rc.domain}/{rc.subdomain}', '1')} on {where}   "
+            f"[quality: {style(d.quality.level, _QUALITY_STYLE[d.quality.level])}]"
+        )
         out.append(f"  {rc.summary}")
         comps = ", ".join(f"{c.node} {c.kind} {c.id}" for c in rc.components)
-        out.append(f"  first seen {rc.first_seen or 'unknown'} · action {style(rc.action, '1')} · rule {rc.rule}"
-                   + (f" · components: {comps}" if comps else ""))
+        out.append(
+            f"  first seen {rc.first_seen or 'unknown'} · action {style(rc.action, '1')} · rule {rc.rule}"
+            + (f" · components: {comps}" if comps else "")
+        )
     else:
-        text = {"unattributed": "no root cause can be attributed from the evidence available",
-                "not_failed": "the attempt did not fail"}.get(d.outcome, "")
+        text = {
+            "unattributed": "no root cause can be attributed from the evidence available",
+            "not_failed": "the attempt did not fail",
+        }.get(d.outcome, "")
         out.append(f"{head}  {text}   [quality: {style(d.quality.level, _QUALITY_STYLE[d.quality.level])}]")
         ff = d.first_failure
         if ff is not None:
@@ -57,8 +66,10 @@ def render_text(d: Diagnosis, style: Style) -> str:
         out.append("")
         out.append(style("Candidates", "1"))
         for c in d.candidates:
-            out.append(f"  {c.domain}/{c.subdomain} on {', '.join(c.nodes) or 'the job'} — {c.summary} "
-                       f"(first seen {c.first_seen or '?'}, rule {c.rule})")
+            out.append(
+                f"  {c.domain}/{c.subdomain} on {', '.join(c.nodes) or 'the job'} — {c.summary} "
+                f"(first seen {c.first_seen or '?'}, rule {c.rule})"
+            )
     if d.symptoms:
         out.append("")
         out.append(style("Symptoms" + (" (consequences, not causes)" if rc else ""), "1"))
@@ -89,7 +100,9 @@ def render_text(d: Diagnosis, style: Style) -> str:
         out.append(f"  - {r}")
     bad = [c for c in d.coverage if c.status != "ok"]
     ok = len(d.coverage) - len(bad)
-    out.append(style("Coverage", "1") + f": {ok} source(s) read" + (f", {len(bad)} with problems:" if bad else ""))
+    out.append(
+        style("Coverage", "1") + f": {ok} source(s) read" + (f", {len(bad)} with problems:" if bad else "")
+    )
     for cov in bad:
         inner = sum(1 for b in bad if b.source.startswith(cov.source + "/"))
         if inner:  # a node directory: its files are listed one by one right after it
@@ -102,8 +115,21 @@ def render_text(d: Diagnosis, style: Style) -> str:
 
 
 # The flags that make `analyze` pull (collector/pull.py); without any, BUNDLE is read directly.
-_PULL_FLAGS = ("config", "slurm", "slurm_rest", "kueue", "k8s_job", "kubeconfig", "context", "logs", "loki",
-               "loki_node_label", "loki_workload_selector", "prometheus", "timeout")
+_PULL_FLAGS = (
+    "config",
+    "slurm",
+    "slurm_rest",
+    "kueue",
+    "k8s_job",
+    "kubeconfig",
+    "context",
+    "logs",
+    "loki",
+    "loki_node_label",
+    "loki_workload_selector",
+    "prometheus",
+    "timeout",
+)
 
 
 def _cmd_analyze(args: argparse.Namespace) -> int:
@@ -137,31 +163,73 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
 
 
 def add_parser(sub: Any) -> None:
-    a = sub.add_parser("analyze", help="diagnose one attempt: a bundle directory, or a job pulled from the scheduler",
-                       description="Diagnose one attempt. Give exactly one of BUNDLE, --slurm, --kueue, --k8s-job; "
-                                   "--logs, --loki and --prometheus add evidence (see hypocenter/collector/pull.py).")
+    a = sub.add_parser(
+        "analyze",
+        help="diagnose one attempt: a bundle directory, or a job pulled from the scheduler",
+        description="Diagnose one attempt. Give exactly one of BUNDLE, --slurm, --kueue, --k8s-job; "
+        "--logs, --loki and --prometheus add evidence (see hypocenter/collector/pull.py).",
+    )
     a.add_argument("bundle", nargs="?", help="path to an attempt bundle directory (attempt.yaml, logs/, …)")
     pa = a.add_argument_group("pull from the scheduler (instead of BUNDLE)")
-    pa.add_argument("--slurm", metavar="JOBID", help="a Slurm job: 81234, array task 81234_7, het component 81234+1")
-    pa.add_argument("--slurm-rest", metavar="URL", help="ask slurmrestd at URL instead of sacct/scontrol (token: $SLURM_JWT)")
+    pa.add_argument(
+        "--slurm", metavar="JOBID", help="a Slurm job: 81234, array task 81234_7, het component 81234+1"
+    )
+    pa.add_argument(
+        "--slurm-rest",
+        metavar="URL",
+        help="ask slurmrestd at URL instead of sacct/scontrol (token: $SLURM_JWT)",
+    )
     pa.add_argument("--kueue", metavar="NS/WORKLOAD", help="a Kueue Workload")
-    pa.add_argument("--k8s-job", metavar="NS/NAME", help="a JobSet, PyTorchJob or batch Job (NS/KIND/NAME to name the kind)")
-    pa.add_argument("--kubeconfig", metavar="PATH", help="kubeconfig file (default: in-cluster, $KUBECONFIG, ~/.kube/config)")
+    pa.add_argument(
+        "--k8s-job",
+        metavar="NS/NAME",
+        help="a JobSet, PyTorchJob or batch Job (NS/KIND/NAME to name the kind)",
+    )
+    pa.add_argument(
+        "--kubeconfig",
+        metavar="PATH",
+        help="kubeconfig file (default: in-cluster, $KUBECONFIG, ~/.kube/config)",
+    )
     pa.add_argument("--context", metavar="NAME", help="kubeconfig context (default: current-context)")
-    pa.add_argument("--logs", metavar="DIR", action="append", default=[],
-                    help="a bundle-like directory: logs/<node>/<file>, metrics/, events/ (repeatable)")
-    pa.add_argument("--loki", metavar="URL", help="pull the attempt's log lines from Loki (auth: $LOKI_BEARER_TOKEN, "
-                    "$LOKI_USERNAME/$LOKI_PASSWORD, or token_file in --config)")
-    pa.add_argument("--loki-node-label", metavar="LABEL", help="the Loki stream label naming a node (default: host)")
-    pa.add_argument("--loki-workload-selector", metavar="SELECTOR",
-                    help="LogQL matchers of the job's own logs, e.g. 'job=\"slurm\", slurm_job_id=\"{workload}\"' "
-                         "({workload}, {attempt} filled in); without it job-level logs (stdout) are not pulled")
-    pa.add_argument("--prometheus", metavar="URL", help="pull the rules' metric series from Prometheus (auth: "
-                    "$PROMETHEUS_BEARER_TOKEN, $PROMETHEUS_USERNAME/$PROMETHEUS_PASSWORD, or token_file in --config)")
+    pa.add_argument(
+        "--logs",
+        metavar="DIR",
+        action="append",
+        default=[],
+        help="a bundle-like directory: logs/<node>/<file>, metrics/, events/ (repeatable)",
+    )
+    pa.add_argument(
+        "--loki",
+        metavar="URL",
+        help="pull the attempt's log lines from Loki (auth: $LOKI_BEARER_TOKEN, "
+        "$LOKI_USERNAME/$LOKI_PASSWORD, or token_file in --config)",
+    )
+    pa.add_argument(
+        "--loki-node-label", metavar="LABEL", help="the Loki stream label naming a node (default: host)"
+    )
+    pa.add_argument(
+        "--loki-workload-selector",
+        metavar="SELECTOR",
+        help='LogQL matchers of the job\'s own logs, e.g. \'job="slurm", slurm_job_id="{workload}"\' '
+        "({workload}, {attempt} filled in); without it job-level logs (stdout) are not pulled",
+    )
+    pa.add_argument(
+        "--prometheus",
+        metavar="URL",
+        help="pull the rules' metric series from Prometheus (auth: "
+        "$PROMETHEUS_BEARER_TOKEN, $PROMETHEUS_USERNAME/$PROMETHEUS_PASSWORD, or token_file in --config)",
+    )
     pa.add_argument("--config", metavar="FILE", help="YAML naming the scope and sources; flags win over it")
     pa.add_argument("--timeout", metavar="S", type=float, help="seconds per connector call (default 30)")
-    a.add_argument("--format", choices=("text", "json"), default="text", help="text report (default) or diagnosis JSON")
-    a.add_argument("--color", choices=("auto", "always", "never"), default="auto", help="colour the text report (auto: on a terminal)")
+    a.add_argument(
+        "--format", choices=("text", "json"), default="text", help="text report (default) or diagnosis JSON"
+    )
+    a.add_argument(
+        "--color",
+        choices=("auto", "always", "never"),
+        default="auto",
+        help="colour the text report (auto: on a terminal)",
+    )
     rule_options(a)
     a.set_defaults(func=_cmd_analyze, parser=a)
 

@@ -51,7 +51,7 @@ def verdict(d: Diagnosis) -> str:
 
 @dataclass(slots=True)
 class Attempt:
-    label: str   # workload/attempt, or the bundle's directory
+    label: str  # workload/attempt, or the bundle's directory
     context: AttemptContext
     sources: list[Source]
     coverage: list[Coverage]
@@ -90,10 +90,14 @@ def bundle_attempts(root: Path) -> Iterator[Attempt]:
         except InputError as exc:  # one bad bundle is reported and skipped, the rest still count
             print(f"hypocenter: skipping {yaml_path.parent}: {exc}")
             continue
-        yield Attempt(str(yaml_path.parent.relative_to(root)) or ".", b.context, list(b.sources), list(b.coverage))
+        yield Attempt(
+            str(yaml_path.parent.relative_to(root)) or ".", b.context, list(b.sources), list(b.coverage)
+        )
 
 
-def backtest(attempts: Iterator[Attempt], baseline: Engine, candidate: Engine, examples: int = 3) -> dict[str, Any]:
+def backtest(
+    attempts: Iterator[Attempt], baseline: Engine, candidate: Engine, examples: int = 3
+) -> dict[str, Any]:
     total = 0
     flips: dict[tuple[str, str], list[str]] = {}
     by_domain: Counter[str] = Counter()
@@ -106,16 +110,26 @@ def backtest(attempts: Iterator[Attempt], baseline: Engine, candidate: Engine, e
             flips.setdefault((b, c), []).append(a.label)
             domain = before.root_cause.domain if before.root_cause else before.outcome
             by_domain[domain] += 1
-    changes = [{"from": b, "to": c, "count": len(labels), "examples": sorted(labels)[:examples]}
-               for (b, c), labels in sorted(flips.items(), key=lambda kv: (-len(kv[1]), kv[0]))]
-    return {"schema": "hypocenter.backtest/v1", "attempts": total, "flipped": sum(len(v) for v in flips.values()),
-            "baseline_ruleset": baseline.ruleset.fingerprint, "candidate_ruleset": candidate.ruleset.fingerprint,
-            "by_domain": dict(sorted(by_domain.items())), "changes": changes}
+    changes = [
+        {"from": b, "to": c, "count": len(labels), "examples": sorted(labels)[:examples]}
+        for (b, c), labels in sorted(flips.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+    ]
+    return {
+        "schema": "hypocenter.backtest/v1",
+        "attempts": total,
+        "flipped": sum(len(v) for v in flips.values()),
+        "baseline_ruleset": baseline.ruleset.fingerprint,
+        "candidate_ruleset": candidate.ruleset.fingerprint,
+        "by_domain": dict(sorted(by_domain.items())),
+        "changes": changes,
+    }
 
 
 def render(report: dict[str, Any]) -> str:
-    out = [f"backtest · {report['attempts']} attempt(s) · {report['flipped']} verdict(s) flip · "
-           f"{report['baseline_ruleset'][:19]} -> {report['candidate_ruleset'][:19]}"]
+    out = [
+        f"backtest · {report['attempts']} attempt(s) · {report['flipped']} verdict(s) flip · "
+        f"{report['baseline_ruleset'][:19]} -> {report['candidate_ruleset'][:19]}"
+    ]
     if report["by_domain"]:
         out.append("  by baseline domain: " + ", ".join(f"{k} {v}" for k, v in report["by_domain"].items()))
     for ch in report["changes"]:
@@ -131,29 +145,44 @@ def _cmd_backtest(args: argparse.Namespace) -> int:
     if bool(args.store) == bool(args.bundles):
         args.parser.error("give exactly one of --store or --bundles")
     if not args.rules and not args.no_builtin_rules:
-        args.parser.error("--rules: give the changed rules to backtest (the baseline is the built-in catalog)")
+        args.parser.error(
+            "--rules: give the changed rules to backtest (the baseline is the built-in catalog)"
+        )
     baseline = default_engine()
     candidate = default_engine([Path(p) for p in args.rules], builtin=not args.no_builtin_rules)
     if args.store:
-        attempts = stored_attempts(args.store, time.time() - parse_since(args.since), args.node_lookback_s,
-                                   args.node_slack_s)
+        attempts = stored_attempts(
+            args.store, time.time() - parse_since(args.since), args.node_lookback_s, args.node_slack_s
+        )
     else:
         attempts = bundle_attempts(Path(args.bundles))
     report = backtest(attempts, baseline, candidate, args.examples)
-    print(json.dumps(report, indent=2, sort_keys=True) if args.format == "json" else render(report), end="" if
-          args.format != "json" else "\n")
+    print(
+        json.dumps(report, indent=2, sort_keys=True) if args.format == "json" else render(report),
+        end="" if args.format != "json" else "\n",
+    )
     return 0
 
 
 def add_backtest(rsub: Any) -> None:
-    b = rsub.add_parser("backtest", help="re-run a changed catalog over stored attempts or bundles: what flips",
-                        description=__doc__.split("\n\n")[0] if __doc__ else None)
-    b.add_argument("--rules", action="append", default=[], metavar="PATH",
-                   help="the changed rule file or directory (repeatable), added to the built-in catalog")
+    b = rsub.add_parser(
+        "backtest",
+        help="re-run a changed catalog over stored attempts or bundles: what flips",
+        description=__doc__.split("\n\n")[0] if __doc__ else None,
+    )
+    b.add_argument(
+        "--rules",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="the changed rule file or directory (repeatable), added to the built-in catalog",
+    )
     b.add_argument("--no-builtin-rules", action="store_true", help="the candidate is only the --rules given")
     b.add_argument("--store", metavar="URL", help="a store file (SQLite) or postgresql:// URL")
     b.add_argument("--bundles", metavar="DIR", help="a folder of attempt bundles")
-    b.add_argument("--since", default="30d", help="stored attempts whose window ended within this (default 30d)")
+    b.add_argument(
+        "--since", default="30d", help="stored attempts whose window ended within this (default 30d)"
+    )
     b.add_argument("--node-lookback-s", type=float, default=3600.0, help="as the server's node_lookback_s")
     b.add_argument("--node-slack-s", type=float, default=600.0, help="as the server's node_slack_s")
     b.add_argument("--examples", type=int, default=3, help="example attempts per change (default 3)")

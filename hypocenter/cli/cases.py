@@ -44,7 +44,9 @@ def case_context(case: CaseSpec) -> AttemptContext:
     nodes = sorted({k.split("/", 1)[0] for k in case.logs if not k.startswith("_job/")})
     doc: dict[str, Any] = {
         "workload": {"id": "case", "attempt": 0, "scheduler": "slurm", "cluster": "cases"},
-        "window": DEFAULT_WINDOW, "state": "FAILED", "nodes": nodes,
+        "window": DEFAULT_WINDOW,
+        "state": "FAILED",
+        "nodes": nodes,
     }
     doc.update(case.attempt)
     return AttemptContext.model_validate(doc)
@@ -59,7 +61,9 @@ def case_sources(case: CaseSpec, ctx: AttemptContext) -> list[Source]:
     for key in sorted(case.metrics):
         out.append(MetricSource(name=f"metrics/{key}", series=parse_metrics(case.metrics[key], tctx.end)))
     for key in sorted(case.events):
-        out.append(RecordSource(name=f"events/{key}", records=event_records(case.events[key], f"events/{key}", tctx)))
+        out.append(
+            RecordSource(name=f"events/{key}", records=event_records(case.events[key], f"events/{key}", tctx))
+        )
     return out
 
 
@@ -93,15 +97,25 @@ def run_case(engine: Engine, rule: Rule, case: CaseSpec) -> CaseResult:
     if case.verdict:
         d = engine.analyze(AttemptInput(ctx, sources))
         rc = d.root_cause
-        got_v = {"outcome": d.outcome, "domain": rc.domain if rc else None,
-                 "subdomain": rc.subdomain if rc else None, "nodes": rc.nodes if rc else [],
-                 "candidates": [f"{c.domain}/{c.subdomain}" for c in d.candidates]}
+        got_v = {
+            "outcome": d.outcome,
+            "domain": rc.domain if rc else None,
+            "subdomain": rc.subdomain if rc else None,
+            "nodes": rc.nodes if rc else [],
+            "candidates": [f"{c.domain}/{c.subdomain}" for c in d.candidates],
+        }
         for k, v in case.verdict.items():
             if got_v.get(k) != v:
                 problems.append(f"verdict {k}: expected {v!r}, got {got_v.get(k)!r}")
     ok = not problems
-    return CaseResult(rule=rule.id, case=case.name, expect=case.expect, ok=ok,
-                      detail="; ".join(problems) or "ok", where=rule.where)
+    return CaseResult(
+        rule=rule.id,
+        case=case.name,
+        expect=case.expect,
+        ok=ok,
+        detail="; ".join(problems) or "ok",
+        where=rule.where,
+    )
 
 
 def _scoped_events(engine: Engine, ctx: AttemptContext, sources: list[Source]) -> list[Event]:
@@ -135,10 +149,14 @@ def why_not(engine: Engine, rule: Rule, ctx: AttemptContext, sources: list[Sourc
         return f": {e.ref} matches, but the condition cleared (unless_recovered)"
     other = winner.spec.precedence
     if other > spec.precedence:
-        return (f": {e.ref} went to rule {winner.rule.id} ({winner.rule.where}), precedence {other} > "
-                f"{spec.precedence}")
-    return (f": {e.ref} went to rule {winner.rule.id} ({winner.rule.where}): both have precedence {other}, and a "
-            f"tie goes to the rule id first in alphabetical order; give {rule.id} a precedence above {other}")
+        return (
+            f": {e.ref} went to rule {winner.rule.id} ({winner.rule.where}), precedence {other} > "
+            f"{spec.precedence}"
+        )
+    return (
+        f": {e.ref} went to rule {winner.rule.id} ({winner.rule.where}): both have precedence {other}, and a "
+        f"tie goes to the rule id first in alphabetical order; give {rule.id} a precedence above {other}"
+    )
 
 
 def precedence_ties(engine: Engine) -> list[LintProblem]:
@@ -163,17 +181,29 @@ def precedence_ties(engine: Engine) -> list[LintProblem]:
     for a, b in combinations(rules, 2):
         assert a.attribute is not None and b.attribute is not None
         wa, wb = a.attribute.when, b.attribute.when
-        if a.attribute.precedence != b.attribute.precedence or not set(wa.kind) & set(wb.kind) or _disjoint(wa, wb):
+        if (
+            a.attribute.precedence != b.attribute.precedence
+            or not set(wa.kind) & set(wb.kind)
+            or _disjoint(wa, wb)
+        ):
             continue
         ea, eb = fire_events(a), fire_events(b)
-        shared = next((e for e in (ea or []) if _matches(b, e)), None) or next((e for e in (eb or []) if _matches(a, e)), None)
+        shared = next((e for e in (ea or []) if _matches(b, e)), None) or next(
+            (e for e in (eb or []) if _matches(a, e)), None
+        )
         if shared is None and ea is not None and eb is not None:
             continue
         first, last = sorted((a, b), key=lambda r: r.id)
         seen_on = f" (e.g. {shared.text[:60]!r})" if shared is not None else ""
-        out.append(LintProblem(last.id, last.where, f"ties rule {first.id} ({first.where}) at precedence "
-                               f"{a.attribute.precedence} on the same events{seen_on}: {first.id} wins them "
-                               "(alphabetical order); set a different precedence"))
+        out.append(
+            LintProblem(
+                last.id,
+                last.where,
+                f"ties rule {first.id} ({first.where}) at precedence "
+                f"{a.attribute.precedence} on the same events{seen_on}: {first.id} wins them "
+                "(alphabetical order); set a different precedence",
+            )
+        )
     return out
 
 
@@ -209,10 +239,14 @@ def lint(ruleset: Ruleset) -> list[LintProblem]:
     """Catalog policy: stable rules have a positive and a negative case; causes have a runbook; every
     rule names its emitter; every attributed event kind is produced by some extractor or metric rule or analyzer."""
     problems: list[LintProblem] = []
-    produced = {r.extract.event for r in ruleset.rules if r.extract} | {r.metric.event for r in ruleset.rules if r.metric}
+    produced = {r.extract.event for r in ruleset.rules if r.extract} | {
+        r.metric.event for r in ruleset.rules if r.metric
+    }
     for rule in ruleset.rules:
+
         def say(msg: str, rule: Rule = rule) -> None:
             problems.append(LintProblem(rule.id, rule.where, msg))
+
         expects = {c.expect for c in rule.cases}
         if rule.status == "stable":
             if "fire" not in expects:
@@ -221,10 +255,14 @@ def lint(ruleset: Ruleset) -> list[LintProblem]:
                 say("stable rule has no negative case (expect: no_fire)")
         elif not rule.cases:
             say(f"{rule.status} rule has no cases at all")
-        if not rule.runbook and (rule.status == "stable" or (rule.attribute and rule.attribute.role == "root_cause")):
+        if not rule.runbook and (
+            rule.status == "stable" or (rule.attribute and rule.attribute.role == "root_cause")
+        ):
             say("no runbook: say where an operator reads what to do")
         if not (rule.emitter or "").strip():
-            say("no emitter: name the program that writes what this rule reads (and the versions its source was read in)")
+            say(
+                "no emitter: name the program that writes what this rule reads (and the versions its source was read in)"
+            )
         if rule.attribute and not rule.analyzer:
             for kind in rule.attribute.when.kind:
                 if kind not in produced:

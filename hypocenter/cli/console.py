@@ -52,6 +52,11 @@ def one_line(text: str) -> str:
 
 
 def rule_options(sp: argparse.ArgumentParser) -> None:
-    sp.add_argument("--rules", action="append", default=[], metavar="PATH",
-                    help="extra rule file or directory (repeatable); added to the built-in catalog")
+    sp.add_argument(
+        "--rules",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="extra rule file or directory (repeatable); added to the built-in catalog",
+    )
     sp.add_argument("--no-builtin-rules", action="store_true", help="use only the --rules given")

@@ -41,9 +41,14 @@ def _from_server(args: argparse.Namespace) -> dict[str, Any]:
 
     token = client_token(args.token_file)
     headers = {"Authorization": f"Bearer {token}"} if token else {}
-    params: list[tuple[str, str | int | float | bool | None]] = [("limit", args.limit), *(("kind", k) for k in args.kind)]
+    params: list[tuple[str, str | int | float | bool | None]] = [
+        ("limit", args.limit),
+        *(("kind", k) for k in args.kind),
+    ]
     try:
-        r = httpx.get(args.server.rstrip("/") + "/v1/fleet/suspects", params=params, headers=headers, timeout=30.0)
+        r = httpx.get(
+            args.server.rstrip("/") + "/v1/fleet/suspects", params=params, headers=headers, timeout=30.0
+        )
     except httpx.HTTPError as exc:
         raise InputError(f"--server {args.server}: {exc}") from None
     if r.status_code != 200:
@@ -67,8 +72,13 @@ def _from_store(args: argparse.Namespace) -> dict[str, Any]:
     store = open_existing_store(args.store)
     try:
         topology = load_topology([Path(p) for p in args.topology]) if args.topology else None
-        view = FleetView(store, window_s=args.window_s, half_life_s=args.half_life_s,
-                         min_workloads=args.min_workloads, topology=topology)
+        view = FleetView(
+            store,
+            window_s=args.window_s,
+            half_life_s=args.half_life_s,
+            min_workloads=args.min_workloads,
+            topology=topology,
+        )
         return view.report(_now(args.now), kinds=args.kind or SUSPECT_KINDS, limit=args.limit)
     finally:
         store.close()
@@ -81,19 +91,28 @@ def _day(t: float) -> str:
 def render_table(doc: dict[str, Any]) -> str:
     rows = doc["suspects"]
     found = {(s["kind"], s["name"]) for s in doc["findings"]}
-    head = (f"fleet memory · {len(rows)} suspect(s), {len(doc['findings'])} finding(s) · window "
-            f"{doc['window_s'] / 86400:g} d · half-life {doc['half_life_s'] / 86400:g} d · "
-            f"{doc['topology_links']} topology link(s)")
+    head = (
+        f"fleet memory · {len(rows)} suspect(s), {len(doc['findings'])} finding(s) · window "
+        f"{doc['window_s'] / 86400:g} d · half-life {doc['half_life_s'] / 86400:g} d · "
+        f"{doc['topology_links']} topology link(s)"
+    )
     if not rows:
         return head + "\n  no node, GPU or port is behind a failure in the window\n"
     width = max(24, *(len(s["name"]) for s in rows))
-    out = [head, f"  {'':1} {'kind':<11} {'suspect':<{width}} {'score':>6} {'wl':>3} {'att':>4}  {'last':<10}  verdict"]
+    out = [
+        head,
+        f"  {'':1} {'kind':<11} {'suspect':<{width}} {'score':>6} {'wl':>3} {'att':>4}  {'last':<10}  verdict",
+    ]
     for s in rows:
         mark = "!" if (s["kind"], s["name"]) in found else " "
-        out.append(f"  {mark} {s['kind']:<11} {s['name']:<{width}} {s['score']:>6.2f} {s['workloads']:>3} "
-                   f"{s['attempts']:>4}  {_day(s['last_seen_s']):<10}  {s['verdict']}")
-    out.append(f"  ! = finding (behind at least {doc['min_workloads']} workloads; a switch, switch port or cable "
-               "on several hosts)")
+        out.append(
+            f"  {mark} {s['kind']:<11} {s['name']:<{width}} {s['score']:>6.2f} {s['workloads']:>3} "
+            f"{s['attempts']:>4}  {_day(s['last_seen_s']):<10}  {s['verdict']}"
+        )
+    out.append(
+        f"  ! = finding (behind at least {doc['min_workloads']} workloads; a switch, switch port or cable "
+        "on several hosts)"
+    )
     return "\n".join(out) + "\n"
 
 
@@ -106,25 +125,46 @@ def _cmd_fleet(args: argparse.Namespace) -> int:
     if bad:
         args.parser.error(f"--kind: unknown {', '.join(bad)} (expected {', '.join(SUSPECT_KINDS)})")
     doc = _from_server(args) if args.server else _from_store(args)
-    _emit(json.dumps(doc, indent=2, sort_keys=True) + "\n" if args.format == "json" else render_table(doc), utf8=True)
+    _emit(
+        json.dumps(doc, indent=2, sort_keys=True) + "\n" if args.format == "json" else render_table(doc),
+        utf8=True,
+    )
     return EXIT_OK
 
 
 def add_parser(sub: Any) -> None:
-    f = sub.add_parser("fleet", help="recurring culprits across workloads: nodes, GPUs, ports, switch ports",
-                       description=__doc__.split("\n\n")[0] if __doc__ else None)
+    f = sub.add_parser(
+        "fleet",
+        help="recurring culprits across workloads: nodes, GPUs, ports, switch ports",
+        description=__doc__.split("\n\n")[0] if __doc__ else None,
+    )
     where = f.add_mutually_exclusive_group()
     where.add_argument("--store", metavar="URL", help="a store file (SQLite) or postgresql:// URL")
     where.add_argument("--server", metavar="URL", help="a running server's REST base URL (http://host:4318)")
-    f.add_argument("--token-file", metavar="PATH", help="bearer token for --server (default: $HYPOCENTER_TOKEN)")
-    f.add_argument("--kind", action="append", default=[], help=f"only these kinds ({', '.join(SUSPECT_KINDS)})")
+    f.add_argument(
+        "--token-file", metavar="PATH", help="bearer token for --server (default: $HYPOCENTER_TOKEN)"
+    )
+    f.add_argument(
+        "--kind", action="append", default=[], help=f"only these kinds ({', '.join(SUSPECT_KINDS)})"
+    )
     f.add_argument("--limit", type=int, default=20, help="suspects shown (default %(default)s)")
     f.add_argument("--format", choices=("text", "json"), default="text")
-    f.add_argument("--topology", action="append", default=[], metavar="PATH",
-                   help="topology YAML, ibnetdiscover output or lldpctl -f json <host>.json (file or directory)")
-    f.add_argument("--window-s", type=float, default=30 * 86400.0, help="look back this far (default 30 days)")
-    f.add_argument("--half-life-s", type=float, default=DEFAULT_HALF_LIFE_S, help="score half-life (default 7 days)")
-    f.add_argument("--min-workloads", type=int, default=DEFAULT_MIN_WORKLOADS, help="workloads behind a finding")
+    f.add_argument(
+        "--topology",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="topology YAML, ibnetdiscover output or lldpctl -f json <host>.json (file or directory)",
+    )
+    f.add_argument(
+        "--window-s", type=float, default=30 * 86400.0, help="look back this far (default 30 days)"
+    )
+    f.add_argument(
+        "--half-life-s", type=float, default=DEFAULT_HALF_LIFE_S, help="score half-life (default 7 days)"
+    )
+    f.add_argument(
+        "--min-workloads", type=int, default=DEFAULT_MIN_WORKLOADS, help="workloads behind a finding"
+    )
     f.add_argument("--now", metavar="TIME", help="score as of this RFC 3339 time (default: now)")
     f.set_defaults(func=_cmd_fleet, parser=f)
 

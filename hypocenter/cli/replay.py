@@ -51,8 +51,10 @@ from hypocenter.names import NODE_LABELS
 from hypocenter.server.attempts import NodeMatcher
 from hypocenter.sources import split_lines
 
-NODE_FILES = re.compile(r"^(kern|dmesg|journal|messages|syslog|nvidia-smi|dcgmi|perfquery|ibstat|ibdiagnet|mlx|ipmi|sel)",
-                        re.IGNORECASE)
+NODE_FILES = re.compile(
+    r"^(kern|dmesg|journal|messages|syslog|nvidia-smi|dcgmi|perfquery|ibstat|ibdiagnet|mlx|ipmi|sel)",
+    re.IGNORECASE,
+)
 BATCH = 512
 
 
@@ -110,11 +112,14 @@ PENDING_LINES = 4096
 """Lines without a time held while looking for a file's first one; past them, the file is read ahead."""
 
 
-def _records(read: Callable[[], Iterator[str]], rel: str, tctx: TimeContext, fallback_ns: int) -> Iterator[LogLine]:
+def _records(
+    read: Callable[[], Iterator[str]], rel: str, tctx: TimeContext, fallback_ns: int
+) -> Iterator[LogLine]:
     """One record per line of `read()`, timed like a collector's timestamp parser: a line without a
     time takes the previous line's, and the lines before the first time take that first time (the
     window's end when the file has none). Read as a stream: the lines before the first time are
     held (up to PENDING_LINES; past them, the file is read ahead for it), nothing else is."""
+
     def stamp(line: str) -> int | None:
         when = parse_line(line[:4096], tctx).time if line.strip() else None
         return _ns(when) if when is not None else None
@@ -130,7 +135,9 @@ def _records(read: Callable[[], Iterator[str]], rel: str, tctx: TimeContext, fal
             if ns is None and len(pending) < PENDING_LINES:
                 pending.append(line)
                 continue
-            last = ns if ns is not None else next((t for t in map(stamp, read()) if t is not None), fallback_ns)
+            last = (
+                ns if ns is not None else next((t for t in map(stamp, read()) if t is not None), fallback_ns)
+            )
             yield from (record(j, held, last) for j, held in enumerate(pending, start=1))
             pending = []
         last = ns if ns is not None else last
@@ -164,13 +171,17 @@ def _files(root: Path, top: Path) -> list[tuple[Path, str]]:
     """(path, bundle-relative path) of each file below `top`, in path order."""
     if not top.is_dir():
         return []
-    return [(path, path.relative_to(root).as_posix())
-            for path in sorted(p for p in top.rglob("*") if p.is_file() and not p.name.startswith("."))]
+    return [
+        (path, path.relative_to(root).as_posix())
+        for path in sorted(p for p in top.rglob("*") if p.is_file() and not p.name.startswith("."))
+    ]
 
 
 def _whole(path: Path, rel: str) -> str:
     """A small file's whole text (an events document, a metrics file)."""
-    return "".join(p.decode("utf-8", "surrogateescape") if isinstance(p, bytes) else p for p in _file_pieces(path, rel))
+    return "".join(
+        p.decode("utf-8", "surrogateescape") if isinstance(p, bytes) else p for p in _file_pieces(path, rel)
+    )
 
 
 def _lazy_plan(root: Path) -> tuple[AttemptContext, list[Stream], list[Stream], Iterator[MetricGroup]]:
@@ -191,8 +202,11 @@ def _lazy_plan(root: Path) -> tuple[AttemptContext, list[Stream], list[Stream], 
             node = None if node_dir.name == JOB_DIR else node_dir.name
             for path, rel in _files(root, node_dir):
                 if node is not None and NODE_FILES.match(path.name):
-                    node_streams.append(Stream(resource={"host.name": node, "service.name": "node-agent"},
-                                               lines=lines(path, rel)))
+                    node_streams.append(
+                        Stream(
+                            resource={"host.name": node, "service.name": "node-agent"}, lines=lines(path, rel)
+                        )
+                    )
                 else:
                     res = dict(wattrs)
                     if node is not None:
@@ -220,7 +234,9 @@ def _documents(path: Path, rel: str, end_ns: int) -> Iterator[LogLine]:
     except ValueError:
         return
     for i, doc in enumerate(docs, start=1):
-        yield LogLine(body=doc, time_ns=end_ns, attributes={"log.file.path": rel, "log.file.record_number": i})
+        yield LogLine(
+            body=doc, time_ns=end_ns, attributes={"log.file.path": rel, "log.file.record_number": i}
+        )
 
 
 def _metric_groups(root: Path, ctx: AttemptContext, wattrs: dict[str, Any]) -> Iterator[MetricGroup]:
@@ -267,15 +283,24 @@ def state_record(ctx: AttemptContext) -> Stream:
     if ctx.reason:
         attrs["hypocenter.attempt.reason"] = ctx.reason
     body = f"attempt {ctx.workload.id}.{ctx.workload.attempt} ended: state={ctx.state or 'UNKNOWN'}"
-    return Stream(resource=workload_attributes(ctx), lines=[LogLine(body=body, time_ns=_ns(ctx.window.end),
-                                                                    attributes=attrs)])
+    return Stream(
+        resource=workload_attributes(ctx),
+        lines=[LogLine(body=body, time_ns=_ns(ctx.window.end), attributes=attrs)],
+    )
 
 
 class Sender:
     """The OpenTelemetry SDK exporters, pointed at one endpoint."""
 
-    def __init__(self, endpoint: str, http: bool, timeout: float = 30.0, *,
-                 token: str | None = None, ca_file: str | None = None) -> None:
+    def __init__(
+        self,
+        endpoint: str,
+        http: bool,
+        timeout: float = 30.0,
+        *,
+        token: str | None = None,
+        ca_file: str | None = None,
+    ) -> None:
         self.http = http
         # The same header the Collector's bearertokenauth sends, as HTTP header or gRPC metadata.
         headers = {"authorization": f"Bearer {token}"} if token else None
@@ -286,8 +311,11 @@ class Sender:
                 OTLPMetricExporter as HTTPMetrics,
             )
 
-            base = endpoint if endpoint.startswith(("http://", "https://")) else \
-                f"{'https' if tls else 'http'}://{endpoint}"
+            base = (
+                endpoint
+                if endpoint.startswith(("http://", "https://"))
+                else f"{'https' if tls else 'http'}://{endpoint}"
+            )
             session = None
             if ca_file:
                 import requests
@@ -296,10 +324,20 @@ class Sender:
                 # (psf/requests#3829): the CA asked for on the command line must win.
                 session = requests.Session()
                 session.trust_env = False
-            self.logs: Any = HTTPLogs(endpoint=f"{base.rstrip('/')}/v1/logs", timeout=timeout, headers=headers,
-                                      certificate_file=ca_file, session=session)
-            self.metrics: Any = HTTPMetrics(endpoint=f"{base.rstrip('/')}/v1/metrics", timeout=timeout,
-                                            headers=headers, certificate_file=ca_file, session=session)
+            self.logs: Any = HTTPLogs(
+                endpoint=f"{base.rstrip('/')}/v1/logs",
+                timeout=timeout,
+                headers=headers,
+                certificate_file=ca_file,
+                session=session,
+            )
+            self.metrics: Any = HTTPMetrics(
+                endpoint=f"{base.rstrip('/')}/v1/metrics",
+                timeout=timeout,
+                headers=headers,
+                certificate_file=ca_file,
+                session=session,
+            )
         else:
             import grpc
             from opentelemetry.exporter.otlp.proto.grpc._log_exporter import OTLPLogExporter as GrpcLogs
@@ -308,11 +346,15 @@ class Sender:
             )
 
             target = endpoint.removeprefix("http://").removeprefix("https://")
-            creds = grpc.ssl_channel_credentials(Path(ca_file).read_bytes() if ca_file else None) if tls else None
-            self.logs = GrpcLogs(endpoint=target, insecure=not tls, credentials=creds, timeout=timeout,
-                                 headers=headers)
-            self.metrics = GrpcMetrics(endpoint=target, insecure=not tls, credentials=creds, timeout=timeout,
-                                       headers=headers)
+            creds = (
+                grpc.ssl_channel_credentials(Path(ca_file).read_bytes() if ca_file else None) if tls else None
+            )
+            self.logs = GrpcLogs(
+                endpoint=target, insecure=not tls, credentials=creds, timeout=timeout, headers=headers
+            )
+            self.metrics = GrpcMetrics(
+                endpoint=target, insecure=not tls, credentials=creds, timeout=timeout, headers=headers
+            )
 
     def send_logs(self, stream: Stream, report: ReplayReport) -> None:
         from opentelemetry._logs import LogRecord
@@ -325,11 +367,24 @@ class Sender:
         scope = InstrumentationScope("hypocenter.cli.replay")
         now = time.time_ns()
         for chunk in _chunks(stream.lines, BATCH):  # one file's lines, a batch at a time
-            batch = [ReadableLogRecord(LogRecord(timestamp=line.time_ns, observed_timestamp=now, body=line.body,
-                                                 attributes=line.attributes), resource, scope) for line in chunk]
+            batch = [
+                ReadableLogRecord(
+                    LogRecord(
+                        timestamp=line.time_ns,
+                        observed_timestamp=now,
+                        body=line.body,
+                        attributes=line.attributes,
+                    ),
+                    resource,
+                    scope,
+                )
+                for line in chunk
+            ]
             if self.logs.export(batch) != LogRecordExportResult.SUCCESS:
-                raise TransientError(f"the server did not accept {len(batch)} log record(s) "
-                                     f"({chunk[0].attributes.get('log.file.path')}): see the exporter's log above")
+                raise TransientError(
+                    f"the server did not accept {len(batch)} log record(s) "
+                    f"({chunk[0].attributes.get('log.file.path')}): see the exporter's log above"
+                )
             report.log_records += len(batch)
             report.requests += 1
 
@@ -349,15 +404,33 @@ class Sender:
         metrics = []
         count = 0
         for s in series:
-            points = [NumberDataPoint(attributes=dict(s.labels), start_time_unix_nano=0, time_unix_nano=_ns(when),
-                                      value=value) for when, value in s.samples]
+            points = [
+                NumberDataPoint(
+                    attributes=dict(s.labels), start_time_unix_nano=0, time_unix_nano=_ns(when), value=value
+                )
+                for when, value in s.samples
+            ]
             count += len(points)
             metrics.append(Metric(name=s.name, description=None, unit=None, data=Gauge(data_points=points)))
-        data = MetricsData(resource_metrics=[ResourceMetrics(
-            resource=Resource(resource_attrs), schema_url="",
-            scope_metrics=[ScopeMetrics(scope=InstrumentationScope("hypocenter.cli.replay"), metrics=metrics, schema_url="")])])
+        data = MetricsData(
+            resource_metrics=[
+                ResourceMetrics(
+                    resource=Resource(resource_attrs),
+                    schema_url="",
+                    scope_metrics=[
+                        ScopeMetrics(
+                            scope=InstrumentationScope("hypocenter.cli.replay"),
+                            metrics=metrics,
+                            schema_url="",
+                        )
+                    ],
+                )
+            ]
+        )
         if self.metrics.export(data) != MetricExportResult.SUCCESS:
-            raise TransientError(f"the server did not accept metrics from {resource_attrs.get('hypocenter.source')}")
+            raise TransientError(
+                f"the server did not accept metrics from {resource_attrs.get('hypocenter.source')}"
+            )
         report.metric_points += count
         report.requests += 1
 
@@ -372,9 +445,16 @@ def _chunks(items: Iterable[LogLine], n: int) -> Iterator[list[LogLine]]:
         yield chunk
 
 
-def replay(bundle: Path, endpoint: str, *, http: bool = False, send_state: bool = True,
-           timeout: float = 30.0, token: str | None = None, ca_file: str | None = None
-           ) -> tuple[AttemptContext, ReplayReport]:
+def replay(
+    bundle: Path,
+    endpoint: str,
+    *,
+    http: bool = False,
+    send_state: bool = True,
+    timeout: float = 30.0,
+    token: str | None = None,
+    ca_file: str | None = None,
+) -> tuple[AttemptContext, ReplayReport]:
     """Send the bundle; raises InputError for an unusable bundle, TransientError when the server refuses.
     `token`: a bearer token with the ingest role; `ca_file`: the CA to verify a TLS server with."""
     ctx, node_streams, app_streams, metric_groups = _lazy_plan(Path(bundle))
@@ -394,8 +474,14 @@ def replay(bundle: Path, endpoint: str, *, http: bool = False, send_state: bool 
     return ctx, report
 
 
-def trigger(rest: str, ctx: AttemptContext, timeout: float = 60.0, *, token: str | None = None,
-            ca_file: str | None = None) -> tuple[int, str]:
+def trigger(
+    rest: str,
+    ctx: AttemptContext,
+    timeout: float = 60.0,
+    *,
+    token: str | None = None,
+    ca_file: str | None = None,
+) -> tuple[int, str]:
     """POST /v1/attempts/{workload}/{attempt}/analyze on the REST base URL (needs the admin role); (status, body)."""
     import ssl
 
@@ -430,19 +516,29 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     endpoint = args.endpoint or ("127.0.0.1:4318" if args.http else "127.0.0.1:4317")
     token = client_token(args.token_file)
     try:
-        ctx, report = replay(Path(args.bundle), endpoint, http=args.http, timeout=args.timeout, token=token,
-                             ca_file=args.ca_file)
+        ctx, report = replay(
+            Path(args.bundle),
+            endpoint,
+            http=args.http,
+            timeout=args.timeout,
+            token=token,
+            ca_file=args.ca_file,
+        )
     except TransientError as exc:
         print(f"hypocenter: replay to {endpoint} stopped: {exc}", file=sys.stderr)
         return EXIT_PROBLEMS
-    print(f"replayed {args.bundle} to {endpoint} ({'OTLP/HTTP' if args.http else 'OTLP/gRPC'}): "
-          f"{report.log_records} log records, {report.metric_points} metric points in {report.requests} requests; "
-          f"workload {ctx.workload.id} attempt {ctx.workload.attempt} state {ctx.state or 'UNKNOWN'} sent last",
-          file=sys.stderr)
+    print(
+        f"replayed {args.bundle} to {endpoint} ({'OTLP/HTTP' if args.http else 'OTLP/gRPC'}): "
+        f"{report.log_records} log records, {report.metric_points} metric points in {report.requests} requests; "
+        f"workload {ctx.workload.id} attempt {ctx.workload.attempt} state {ctx.state or 'UNKNOWN'} sent last",
+        file=sys.stderr,
+    )
     rest = args.rest or (endpoint if args.http else None)
     if rest is None:
-        print("the terminal state triggers analysis on the server; pass --rest URL to wait for the diagnosis",
-              file=sys.stderr)
+        print(
+            "the terminal state triggers analysis on the server; pass --rest URL to wait for the diagnosis",
+            file=sys.stderr,
+        )
         return EXIT_OK
     try:
         status, body = trigger(rest, ctx, token=token, ca_file=args.ca_file)
@@ -459,12 +555,25 @@ def _cmd_replay(args: argparse.Namespace) -> int:
 def add_parser(sub: Any) -> None:
     r = sub.add_parser("replay", help="send an attempt bundle to a server as OTLP, then trigger its analysis")
     r.add_argument("bundle", help="path to the attempt bundle directory")
-    r.add_argument("--endpoint", help="OTLP endpoint host:port (default 127.0.0.1:4317, or :4318 with --http)")
+    r.add_argument(
+        "--endpoint", help="OTLP endpoint host:port (default 127.0.0.1:4317, or :4318 with --http)"
+    )
     r.add_argument("--http", action="store_true", help="use OTLP/HTTP (protobuf) instead of OTLP/gRPC")
-    r.add_argument("--rest", metavar="URL",
-                   help="REST base URL to trigger the analysis and print the diagnosis (default: the --http endpoint)")
-    r.add_argument("--timeout", type=float, default=30.0, help="exporter timeout per request, seconds (default 30)")
-    r.add_argument("--token-file", metavar="PATH", help=f"file holding a bearer token (default: ${TOKEN_ENV}); "
-                   "OTLP needs the ingest role, the analysis trigger admin")
-    r.add_argument("--ca-file", metavar="PATH", help="CA certificate(s) to verify a TLS server with (turns on TLS)")
+    r.add_argument(
+        "--rest",
+        metavar="URL",
+        help="REST base URL to trigger the analysis and print the diagnosis (default: the --http endpoint)",
+    )
+    r.add_argument(
+        "--timeout", type=float, default=30.0, help="exporter timeout per request, seconds (default 30)"
+    )
+    r.add_argument(
+        "--token-file",
+        metavar="PATH",
+        help=f"file holding a bearer token (default: ${TOKEN_ENV}); "
+        "OTLP needs the ingest role, the analysis trigger admin",
+    )
+    r.add_argument(
+        "--ca-file", metavar="PATH", help="CA certificate(s) to verify a TLS server with (turns on TLS)"
+    )
     r.set_defaults(func=_cmd_replay)

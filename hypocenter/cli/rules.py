@@ -20,8 +20,14 @@ def _cmd_rules(args: argparse.Namespace) -> int:
         for r in rs.rules:
             role = ""
             if r.attribute:
-                role = r.attribute.role + (f" {r.attribute.domain}/{r.attribute.subdomain}" if r.attribute.domain else "")
-            kind = "analyzer" if r.analyzer else ("extract" if r.extract else "metric" if r.metric else "attribute")
+                role = r.attribute.role + (
+                    f" {r.attribute.domain}/{r.attribute.subdomain}" if r.attribute.domain else ""
+                )
+            kind = (
+                "analyzer"
+                if r.analyzer
+                else ("extract" if r.extract else "metric" if r.metric else "attribute")
+            )
             print(f"{r.id:<34} {r.status:<12} {kind:<9} {role:<34} {r.where}")
         print(f"{len(rs)} rules · {rs.fingerprint}")
         return EXIT_OK
@@ -53,7 +59,11 @@ def _cmd_rules(args: argparse.Namespace) -> int:
 def add_parser(sub: Any) -> None:
     r = sub.add_parser("rules", help="list, lint or test the rule catalog")
     rsub = r.add_subparsers(dest="rules_cmd", required=True)
-    for name, text in (("list", "list the rules"), ("check", "lint the catalog"), ("test", "run every rule's cases")):
+    for name, text in (
+        ("list", "list the rules"),
+        ("check", "lint the catalog"),
+        ("test", "run every rule's cases"),
+    ):
         sp = rsub.add_parser(name, help=text)
         rule_options(sp)
         if name == "test":

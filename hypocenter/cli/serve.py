@@ -17,13 +17,19 @@ from hypocenter.config import Settings, load_settings
 
 
 def setting_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", metavar="FILE", help="YAML settings file (default: $HYPOCENTER_CONFIG); "
-                   "flags beat HYPOCENTER_* environment, which beats the file")
+    p.add_argument(
+        "--config",
+        metavar="FILE",
+        help="YAML settings file (default: $HYPOCENTER_CONFIG); "
+        "flags beat HYPOCENTER_* environment, which beats the file",
+    )
     add_setting_flags(p)
 
 
 def settings_of(args: argparse.Namespace) -> tuple[Settings, dict[str, str]]:
-    flags = {k.removeprefix("set_"): v for k, v in vars(args).items() if k.startswith("set_") and v is not None}
+    flags = {
+        k.removeprefix("set_"): v for k, v in vars(args).items() if k.startswith("set_") and v is not None
+    }
     return load_settings(flags, config=args.config)
 
 
@@ -35,7 +41,10 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 
 def add_parser(sub: Any) -> None:
-    s = sub.add_parser("serve", help="run the attribution server (OTLP/gRPC :4317, OTLP/HTTP + REST :4318)",
-                       usage="hypocenter serve [--config FILE] [--SETTING VALUE]...")
+    s = sub.add_parser(
+        "serve",
+        help="run the attribution server (OTLP/gRPC :4317, OTLP/HTTP + REST :4318)",
+        usage="hypocenter serve [--config FILE] [--SETTING VALUE]...",
+    )
     setting_flags(s)
     s.set_defaults(func=_cmd_serve)

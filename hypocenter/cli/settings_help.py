@@ -17,31 +17,67 @@ from pydantic.fields import FieldInfo
 from hypocenter.config import ENV_PREFIX, SECRET_SETTINGS, Settings
 
 GROUPS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
-    ("listeners", "where the server listens and how much one client may send or hold",
-     ("*_listen", "max_message_bytes", "ingest_queue_records", "retry_after_s", "grpc_*", "http_*",
-      "watch_max_per_client")),
-    ("security", "who may talk to the server (bearer tokens per role, TLS, client certificates; docs/security.md)",
-     ("auth_*", "allow_unauthenticated", "metrics_auth", "tls_*")),
-    ("store", "where records and diagnoses are kept, and for how long",
-     ("store", "store_*", "retention_*", "compact_after_s", "collapse_after_s")),
-    ("analysis", "when an attempt is analysed, and with which rules",
-     ("settle_s", "idle_timeout_s", "tick_s", "node_*", "rules", "no_builtin_rules")),
-    ("push exports (diagnoses out)", "where the server sends what it finds: Prometheus /metrics, diagnoses "
-     "pushed to Loki (--loki-url) and Grafana annotations; not where it reads logs from (that is the pulls "
-     "group's --pull-loki-url, or `analyze --loki`)",
-     ("metrics_*", "label_max_values", "loki_*", "grafana_*", "export_*")),
-    ("pulls (evidence in)", "where the server reads an attempt's evidence when nothing was pushed to it, and "
-     "which schedulers it polls for jobs that ended: the same connectors as `hypocenter "
-     "analyze --loki`, `--prometheus` and `--slurm`. Credentials are never settings: logcli's variables "
-     "LOKI_BEARER_TOKEN[_FILE], LOKI_USERNAME + LOKI_PASSWORD (Prometheus: PROMETHEUS_...). Those and "
-     "LOKI_ORG_ID only fill in what the settings leave out: --pull-loki-tenant beats $LOKI_ORG_ID, as "
-     "logcli's --org-id does, and as `tenant:` does for `analyze`",
-     ("pull_*", "slurm_*", "kube*")),
-    ("input bounds", "how much any one request, record, attempt or upload may expand to (docs/security.md)",
-     ("max_records_per_request", "max_concurrent_decodes", "max_ranks_per_attempt", "max_nodes_per_attempt",
-      "bundle_max_*")),
-    ("fleet memory", "recurring culprits across workloads: scoring and the fabric topology",
-     ("fleet_*", "topology")),
+    (
+        "listeners",
+        "where the server listens and how much one client may send or hold",
+        (
+            "*_listen",
+            "max_message_bytes",
+            "ingest_queue_records",
+            "retry_after_s",
+            "grpc_*",
+            "http_*",
+            "watch_max_per_client",
+        ),
+    ),
+    (
+        "security",
+        "who may talk to the server (bearer tokens per role, TLS, client certificates; docs/security.md)",
+        ("auth_*", "allow_unauthenticated", "metrics_auth", "tls_*"),
+    ),
+    (
+        "store",
+        "where records and diagnoses are kept, and for how long",
+        ("store", "store_*", "retention_*", "compact_after_s", "collapse_after_s"),
+    ),
+    (
+        "analysis",
+        "when an attempt is analysed, and with which rules",
+        ("settle_s", "idle_timeout_s", "tick_s", "node_*", "rules", "no_builtin_rules"),
+    ),
+    (
+        "push exports (diagnoses out)",
+        "where the server sends what it finds: Prometheus /metrics, diagnoses "
+        "pushed to Loki (--loki-url) and Grafana annotations; not where it reads logs from (that is the pulls "
+        "group's --pull-loki-url, or `analyze --loki`)",
+        ("metrics_*", "label_max_values", "loki_*", "grafana_*", "export_*"),
+    ),
+    (
+        "pulls (evidence in)",
+        "where the server reads an attempt's evidence when nothing was pushed to it, and "
+        "which schedulers it polls for jobs that ended: the same connectors as `hypocenter "
+        "analyze --loki`, `--prometheus` and `--slurm`. Credentials are never settings: logcli's variables "
+        "LOKI_BEARER_TOKEN[_FILE], LOKI_USERNAME + LOKI_PASSWORD (Prometheus: PROMETHEUS_...). Those and "
+        "LOKI_ORG_ID only fill in what the settings leave out: --pull-loki-tenant beats $LOKI_ORG_ID, as "
+        "logcli's --org-id does, and as `tenant:` does for `analyze`",
+        ("pull_*", "slurm_*", "kube*"),
+    ),
+    (
+        "input bounds",
+        "how much any one request, record, attempt or upload may expand to (docs/security.md)",
+        (
+            "max_records_per_request",
+            "max_concurrent_decodes",
+            "max_ranks_per_attempt",
+            "max_nodes_per_attempt",
+            "bundle_max_*",
+        ),
+    ),
+    (
+        "fleet memory",
+        "recurring culprits across workloads: scoring and the fabric topology",
+        ("fleet_*", "topology"),
+    ),
     ("web UI", "the page at /ui: links to the attempt's logs in Grafana Explore", ("ui_*",)),
     ("logging", "", ("log_level",)),
 )
@@ -92,11 +128,22 @@ def add_setting_flags(p: argparse.ArgumentParser) -> None:
             continue
         g = groups[group_of(name) or "logging"]
         if info.annotation is bool:
-            g.add_argument(flag, dest=dest, action="store_const", const=True, default=None, help=_help(name, info))
+            g.add_argument(
+                flag, dest=dest, action="store_const", const=True, default=None, help=_help(name, info)
+            )
         elif name in ("rules", "topology"):
-            g.add_argument(flag, dest=dest, action="append", default=None, metavar="PATH", help=_help(name, info))
+            g.add_argument(
+                flag, dest=dest, action="append", default=None, metavar="PATH", help=_help(name, info)
+            )
         elif get_origin(info.annotation) is Literal:
-            g.add_argument(flag, dest=dest, default=None, choices=[str(a) for a in get_args(info.annotation)],
-                           help=_help(name, info))
+            g.add_argument(
+                flag,
+                dest=dest,
+                default=None,
+                choices=[str(a) for a in get_args(info.annotation)],
+                help=_help(name, info),
+            )
         else:
-            g.add_argument(flag, dest=dest, default=None, metavar=_metavar(name, info), help=_help(name, info))
+            g.add_argument(
+                flag, dest=dest, default=None, metavar=_metavar(name, info), help=_help(name, info)
+            )

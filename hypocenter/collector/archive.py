@@ -78,7 +78,7 @@ class _MemberReader(io.RawIOBase):
 
     def readinto(self, buffer: Any) -> int:
         data = self.read(len(buffer))
-        buffer[:len(data)] = data
+        buffer[: len(data)] = data
         return len(data)
 
     def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
@@ -96,12 +96,15 @@ class ArchiveTree:
     what was skipped."""
 
     files: dict[str, tuple[int, int]] = field(default_factory=dict)
-    spool: Spool = field(default_factory=lambda: Spool(SPOOL_MEMORY, what="an uploaded archive's files",
-                                                         prefix="hypocenter-upload-"))
+    spool: Spool = field(
+        default_factory=lambda: Spool(
+            SPOOL_MEMORY, what="an uploaded archive's files", prefix="hypocenter-upload-"
+        )
+    )
     dirs: set[str] = field(default_factory=lambda: {""})
     skipped: dict[str, str] = field(default_factory=dict)  # path → why it was not read
     inflate_budget: int = 0  # bytes gzip files inside may still decompress to (bundle_max_bytes left)
-    member_max: int = 0      # bundle_max_member_bytes
+    member_max: int = 0  # bundle_max_member_bytes
 
     def add_dirs(self, path: str) -> None:
         """`path` and every directory above it."""
@@ -146,8 +149,11 @@ class ArchivePath(PosixPath):
         if k not in self._tree.dirs:
             raise NotADirectoryError(errno.ENOTDIR, "not a directory", str(self))
         prefix = f"{k}/" if k else ""
-        names = {p[len(prefix):].split("/", 1)[0] for p in (*self._tree.files, *self._tree.dirs)
-                 if p.startswith(prefix) and p != k}
+        names = {
+            p[len(prefix) :].split("/", 1)[0]
+            for p in (*self._tree.files, *self._tree.dirs)
+            if p.startswith(prefix) and p != k
+        }
         for name in sorted(names):
             yield self / name
 
@@ -187,7 +193,9 @@ class ArchivePath(PosixPath):
         if any(c in mode for c in "wax+"):
             raise PermissionError(errno.EROFS, "an uploaded archive is read-only", str(self))
         if "b" not in mode:
-            return io.TextIOWrapper(io.BufferedReader(self._reader()), encoding=kwargs.get("encoding") or "utf-8")
+            return io.TextIOWrapper(
+                io.BufferedReader(self._reader()), encoding=kwargs.get("encoding") or "utf-8"
+            )
         return self._reader()
 
     def _reader(self) -> _MemberReader:
@@ -236,7 +244,7 @@ class _Inflating(io.RawIOBase):
     def _more(self, n: int) -> bytes:
         """Up to `n` more decompressed bytes; b"" at the end."""
         if self._d is None:
-            chunk = self._src[self._pos:self._pos + n]
+            chunk = self._src[self._pos : self._pos + n]
             self._pos += len(chunk)
             return chunk
         try:
@@ -248,9 +256,11 @@ class _Inflating(io.RawIOBase):
                 elif self._pos >= len(self._src) or self._d.eof:
                     return b""
                 else:
-                    data = self._src[self._pos:self._pos + _CHUNK]
+                    data = self._src[self._pos : self._pos + _CHUNK]
                     self._pos += len(data)
-                    out = self._d.decompress(data, n) if self._zlib else self._d.decompress(data, max_length=n)
+                    out = (
+                        self._d.decompress(data, n) if self._zlib else self._d.decompress(data, max_length=n)
+                    )
                 if out:
                     return bytes(out)
         except (zlib.error, lzma.LZMAError, OSError, EOFError) as exc:
@@ -265,9 +275,12 @@ class _Inflating(io.RawIOBase):
         if self.produced > self._max:
             raise LimitExceeded(f"bundle is over {self._max:,} bytes once decompressed", "bundle_max_bytes")
         if self.produced > self.ratio_max:
-            raise LimitExceeded(f"bundle decompresses to over {self._ratio}x its {len(self._src):,} uploaded bytes "
-                                "(a compression bomb?)", "bundle_max_ratio")
-        buffer[:len(data)] = data
+            raise LimitExceeded(
+                f"bundle decompresses to over {self._ratio}x its {len(self._src):,} uploaded bytes "
+                "(a compression bomb?)",
+                "bundle_max_ratio",
+            )
+        buffer[: len(data)] = data
         return len(data)
 
 
@@ -285,8 +298,9 @@ def read_archive(raw: bytes, bounds: Limits | None = None) -> ArchivePath:
             for member in tar:
                 members += 1
                 if members > b.bundle_max_members:
-                    raise LimitExceeded(f"archive has more than {b.bundle_max_members:,} members",
-                                        "bundle_max_members")
+                    raise LimitExceeded(
+                        f"archive has more than {b.bundle_max_members:,} members", "bundle_max_members"
+                    )
                 name = _member_name(member.name)
                 if name is None:
                     continue
@@ -294,12 +308,24 @@ def read_archive(raw: bytes, bounds: Limits | None = None) -> ArchivePath:
                     tree.add_dirs(name)
                     continue
                 if member.size > b.bundle_max_member_bytes:  # a sparse member's size is its apparent size
-                    raise LimitExceeded(f"archive member {name!r} is {member.size:,} bytes, over the limit of "
-                                        f"{b.bundle_max_member_bytes:,}", "bundle_max_member_bytes")
+                    raise LimitExceeded(
+                        f"archive member {name!r} is {member.size:,} bytes, over the limit of "
+                        f"{b.bundle_max_member_bytes:,}",
+                        "bundle_max_member_bytes",
+                    )
                 if not member.isreg() or member.issparse():
-                    what = ("a sparse file" if member.issparse() else "a symbolic link" if member.issym()
-                            else "a hard link" if member.islnk() else "a device or FIFO")
-                    tree.skipped[name] = f"not read: {what} in an uploaded archive (never followed or created)"
+                    what = (
+                        "a sparse file"
+                        if member.issparse()
+                        else "a symbolic link"
+                        if member.issym()
+                        else "a hard link"
+                        if member.islnk()
+                        else "a device or FIFO"
+                    )
+                    tree.skipped[name] = (
+                        f"not read: {what} in an uploaded archive (never followed or created)"
+                    )
                     tree.add_dirs(name.rpartition("/")[0])
                     continue
                 f = tar.extractfile(member)
@@ -321,10 +347,14 @@ def read_archive(raw: bytes, bounds: Limits | None = None) -> ArchivePath:
     # gzip files inside spend what the archive left of both the byte bound and the ratio bound
     tree.inflate_budget = min(b.bundle_max_bytes, stream.ratio_max) - stream.produced
     tree.member_max = b.bundle_max_member_bytes
-    roots = sorted((p.rpartition("/")[0] for p in tree.files if p.rpartition("/")[2] == "attempt.yaml"),
-                   key=lambda p: (p.count("/") + (1 if p else 0), p))
+    roots = sorted(
+        (p.rpartition("/")[0] for p in tree.files if p.rpartition("/")[2] == "attempt.yaml"),
+        key=lambda p: (p.count("/") + (1 if p else 0), p),
+    )
     if not roots:
-        raise BundleError("the archive holds no attempt.yaml (a bundle is a directory with attempt.yaml, logs/, …)")
+        raise BundleError(
+            "the archive holds no attempt.yaml (a bundle is a directory with attempt.yaml, logs/, …)"
+        )
     root = ArchivePath.root_of(tree)
     return root / roots[0] if roots[0] else root
 
@@ -334,8 +364,10 @@ def _member_name(name: str) -> str | None:
     names that would leave it."""
     parts = [p for p in PurePosixPath(name).parts if p not in ("", ".")]
     if name.startswith("/") or ".." in parts:
-        raise BundleError(f"archive member {name[:200]!r}: an absolute path or '..' (refused: a bundle's "
-                          "files stay inside it)")
+        raise BundleError(
+            f"archive member {name[:200]!r}: an absolute path or '..' (refused: a bundle's "
+            "files stay inside it)"
+        )
     return "/".join(parts) or None
 
 
@@ -349,8 +381,15 @@ def load_archive_bundle(raw: bytes, bounds: Limits | None = None) -> Bundle:
     for name, reason in tree.skipped.items():
         if base and not name.startswith(f"{base}/"):
             continue
-        bundle.coverage.append(Coverage(connector="files", source=name[len(base) + 1 if base else 0:],
-                                        status="skipped", observations=0, reason=reason))
+        bundle.coverage.append(
+            Coverage(
+                connector="files",
+                source=name[len(base) + 1 if base else 0 :],
+                status="skipped",
+                observations=0,
+                reason=reason,
+            )
+        )
     bundle.coverage.sort(key=lambda c: (c.source, c.connector))
     return bundle
 

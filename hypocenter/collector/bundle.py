@@ -100,7 +100,9 @@ def load_context(root: Path) -> AttemptContext:
     if not path.is_file():
         if path.is_symlink() or path.exists():
             raise BundleError(f"{path}: {_kind(path)}, not a readable file")
-        raise BundleError(f"{root}: no attempt.yaml (every bundle needs one; see examples/nvlink-xid149/attempt.yaml)")
+        raise BundleError(
+            f"{root}: no attempt.yaml (every bundle needs one; see examples/nvlink-xid149/attempt.yaml)"
+        )
     try:
         doc = strict_yaml.load_file(path, display=str(path))
     except InputError as exc:
@@ -108,8 +110,9 @@ def load_context(root: Path) -> AttemptContext:
     if doc is None:
         raise BundleError(f"{path}: empty file (expected a mapping with workload, window, nodes, …)")
     if not isinstance(doc, dict):
-        raise BundleError(f"{path}: expected a mapping with workload, window, nodes, …, "
-                          f"not a {type(doc).__name__}")
+        raise BundleError(
+            f"{path}: expected a mapping with workload, window, nodes, …, not a {type(doc).__name__}"
+        )
     ctx = plain_context(doc)  # the common, well-formed document: no pydantic on analyze's path
     if ctx is None:
         from pydantic import ValidationError
@@ -199,7 +202,9 @@ def _text_of(path: Path, clean: bool) -> bytes:
 
 
 def _files(top: Path) -> list[Path]:
-    walk = getattr(top, "walk_files", None)  # an uploaded archive's directory, in memory (collector/archive.py)
+    walk = getattr(
+        top, "walk_files", None
+    )  # an uploaded archive's directory, in memory (collector/archive.py)
     if walk is not None:
         return list(walk())
     out: list[Path] = []
@@ -214,8 +219,15 @@ def _not_a_directory(root: Path, name: str, connector: str, bundle: Bundle) -> b
     top = root / name
     if top.is_dir() or not (top.exists() or top.is_symlink()):
         return False
-    bundle.coverage.append(Coverage(connector=connector, source=name, status="failed", observations=0,
-                                    reason=f"{name} is {_kind(top)}, expected a directory"))
+    bundle.coverage.append(
+        Coverage(
+            connector=connector,
+            source=name,
+            status="failed",
+            observations=0,
+            reason=f"{name} is {_kind(top)}, expected a directory",
+        )
+    )
     return True
 
 
@@ -250,10 +262,19 @@ def read_data(bundle: Bundle, *, read_once: bool = False) -> None:
             node_dirs = [p for p in entries if p.is_dir()]
             names = [d.name for d in node_dirs]
         for stray in strays:
-            bundle.coverage.append(Coverage(
-                connector="files", source=_display(stray.relative_to(root).as_posix()), status="skipped",
-                observations=0, reason=(f"not read: {_kind(stray)}" if stray.exists() and not stray.is_file() else
-                                        "not read: logs go in logs/<node>/ (or logs/_job/ for job-level logs)")))
+            bundle.coverage.append(
+                Coverage(
+                    connector="files",
+                    source=_display(stray.relative_to(root).as_posix()),
+                    status="skipped",
+                    observations=0,
+                    reason=(
+                        f"not read: {_kind(stray)}"
+                        if stray.exists() and not stray.is_file()
+                        else "not read: logs go in logs/<node>/ (or logs/_job/ for job-level logs)"
+                    ),
+                )
+            )
         if on_disk:
             _read_logs_once(logs, names, bundle, unread)
         else:
@@ -261,8 +282,15 @@ def read_data(bundle: Bundle, *, read_once: bool = False) -> None:
         seen_nodes.update(_display(name) for name in names if name != JOB_DIR)
     for node in context.nodes:
         if node not in seen_nodes:
-            bundle.coverage.append(Coverage(connector="files", source=f"logs/{node}", status="missing",
-                                            observations=0, reason=f"no logs for node {node}"))
+            bundle.coverage.append(
+                Coverage(
+                    connector="files",
+                    source=f"logs/{node}",
+                    status="missing",
+                    observations=0,
+                    reason=f"no logs for node {node}",
+                )
+            )
     _load_metrics(root, tctx, bundle)
     _load_events(root, tctx, bundle)
     _load_traces(root, bundle)
@@ -285,9 +313,16 @@ def _scan_logs(root: Path, node_dirs: list[Path], bundle: Bundle) -> None:
             if not facts.usable:
                 continue
             clean = facts.status == "ok"
-            bundle.sources.append(FileTextSource(
-                rel, partial(_text_of, path, clean), node, newlines=facts.newlines, nbytes=facts.nbytes,
-                chunks=partial(log_pieces, path, clean) if facts.streamed else None))
+            bundle.sources.append(
+                FileTextSource(
+                    rel,
+                    partial(_text_of, path, clean),
+                    node,
+                    newlines=facts.newlines,
+                    nbytes=facts.nbytes,
+                    chunks=partial(log_pieces, path, clean) if facts.streamed else None,
+                )
+            )
         bundle.coverage.extend(tally.entries())
 
 
@@ -344,23 +379,51 @@ def _load_metrics(root: Path, tctx: TimeContext, bundle: Bundle) -> None:
         rel = _display(path.relative_to(root).as_posix())
         text, status, reason = read_text(path)
         if text is None:
-            bundle.coverage.append(Coverage(connector="metrics", source=rel, status=status,  # type: ignore[arg-type]
-                                            observations=0, reason=reason))
+            bundle.coverage.append(
+                Coverage(
+                    connector="metrics",
+                    source=rel,
+                    status=status,  # type: ignore[arg-type]
+                    observations=0,
+                    reason=reason,
+                )
+            )
             continue
         try:
             series = parse_metrics(text, default_time=tctx.end)
         except MetricFormatError as exc:
-            bundle.coverage.append(Coverage(connector="metrics", source=rel, status="failed", observations=0,
-                                            reason=f"not a Prometheus API response or metrics text: {exc}"))
+            bundle.coverage.append(
+                Coverage(
+                    connector="metrics",
+                    source=rel,
+                    status="failed",
+                    observations=0,
+                    reason=f"not a Prometheus API response or metrics text: {exc}",
+                )
+            )
             continue
         except Exception as exc:  # one bad file never stops the analysis of the others
-            bundle.coverage.append(Coverage(connector="metrics", source=rel, status="failed", observations=0,
-                                            reason=f"could not be parsed: {_describe(exc)}"))
+            bundle.coverage.append(
+                Coverage(
+                    connector="metrics",
+                    source=rel,
+                    status="failed",
+                    observations=0,
+                    reason=f"could not be parsed: {_describe(exc)}",
+                )
+            )
             continue
         n = sum(len(s.samples) for s in series)
         bundle.sources.append(MetricSource(name=rel, series=series))
-        bundle.coverage.append(Coverage(connector="metrics", source=rel, status=status,  # type: ignore[arg-type]
-                                        observations=n, reason=reason))
+        bundle.coverage.append(
+            Coverage(
+                connector="metrics",
+                source=rel,
+                status=status,  # type: ignore[arg-type]
+                observations=n,
+                reason=reason,
+            )
+        )
 
 
 def _load_events(root: Path, tctx: TimeContext, bundle: Bundle) -> None:
@@ -371,26 +434,55 @@ def _load_events(root: Path, tctx: TimeContext, bundle: Bundle) -> None:
         rel = _display(path.relative_to(root).as_posix())
         text, status, reason = read_text(path)
         if text is None:
-            bundle.coverage.append(Coverage(connector="scheduler", source=rel, status=status,  # type: ignore[arg-type]
-                                            observations=0, reason=reason))
+            bundle.coverage.append(
+                Coverage(
+                    connector="scheduler",
+                    source=rel,
+                    status=status,  # type: ignore[arg-type]
+                    observations=0,
+                    reason=reason,
+                )
+            )
             continue
         try:
             records = event_records(text, rel, tctx)
         except ValueError as exc:
-            bundle.coverage.append(Coverage(connector="scheduler", source=rel, status="failed",
-                                            observations=0, reason=str(exc)))
+            bundle.coverage.append(
+                Coverage(connector="scheduler", source=rel, status="failed", observations=0, reason=str(exc))
+            )
             continue
         except Exception as exc:  # one bad file never stops the analysis of the others
-            bundle.coverage.append(Coverage(connector="scheduler", source=rel, status="failed", observations=0,
-                                            reason=f"could not be parsed: {_describe(exc)}"))
+            bundle.coverage.append(
+                Coverage(
+                    connector="scheduler",
+                    source=rel,
+                    status="failed",
+                    observations=0,
+                    reason=f"could not be parsed: {_describe(exc)}",
+                )
+            )
             continue
         if not records:
-            bundle.coverage.append(Coverage(connector="scheduler", source=rel, status="failed", observations=0,
-                                            reason="no scheduler or Kubernetes records recognised in this document"))
+            bundle.coverage.append(
+                Coverage(
+                    connector="scheduler",
+                    source=rel,
+                    status="failed",
+                    observations=0,
+                    reason="no scheduler or Kubernetes records recognised in this document",
+                )
+            )
             continue
         bundle.sources.append(RecordSource(name=rel, records=records))
-        bundle.coverage.append(Coverage(connector="scheduler", source=rel, status=status,  # type: ignore[arg-type]
-                                        observations=len(records), reason=reason))
+        bundle.coverage.append(
+            Coverage(
+                connector="scheduler",
+                source=rel,
+                status=status,  # type: ignore[arg-type]
+                observations=len(records),
+                reason=reason,
+            )
+        )
 
 
 def _load_traces(root: Path, bundle: Bundle) -> None:
@@ -409,8 +501,15 @@ def _load_traces(root: Path, bundle: Bundle) -> None:
             bundle.coverage.append(dump[1])
             continue
         text, status, reason = read_text(path)
-        bundle.coverage.append(Coverage(connector="files", source=rel, status=status,  # type: ignore[arg-type]
-                                        observations=0 if text is None else text.count("\n"), reason=reason))
+        bundle.coverage.append(
+            Coverage(
+                connector="files",
+                source=rel,
+                status=status,  # type: ignore[arg-type]
+                observations=0 if text is None else text.count("\n"),
+                reason=reason,
+            )
+        )
         if text is not None:
             bundle.sources.append(TextSource(name=rel, text=text, node=node))
 
@@ -425,7 +524,9 @@ def event_records(text: str, name: str, tctx: TimeContext) -> list[Record]:
     """The records of one events/ file: each of its `documents` rendered, named `name` (or
     `name[i]` when the file holds several). ValueError names what is wrong."""
     docs = documents(text)
-    return [r for i, doc in enumerate(docs) for r in render(doc, name if len(docs) == 1 else f"{name}[{i}]", tctx)]
+    return [
+        r for i, doc in enumerate(docs) for r in render(doc, name if len(docs) == 1 else f"{name}[{i}]", tctx)
+    ]
 
 
 def documents(text: str) -> list[object]:

@@ -71,15 +71,29 @@ class NodeCoverage:
                 newlines = facts.newlines
             if facts.status != "ok":
                 problems.append(f"{rel}: {facts.reason}")
-                out.append(Coverage(connector="files", source=rel, status=facts.status,  # type: ignore[arg-type]
-                                    observations=newlines, reason=facts.reason))
+                out.append(
+                    Coverage(
+                        connector="files",
+                        source=rel,
+                        status=facts.status,  # type: ignore[arg-type]
+                        observations=newlines,
+                        reason=facts.reason,
+                    )
+                )
             if facts.usable:
                 lines += newlines + (0 if facts.ends_with_newline or not facts.nbytes else 1)
         src = self.src
         status = ("partial" if problems else "ok") if lines else ("failed" if problems else "missing")
-        return [*out, Coverage(
-            connector="files", source=src, status=status, observations=lines,  # type: ignore[arg-type]
-            reason="; ".join(problems) if problems else (None if lines else f"no log files in {src}"))]
+        return [
+            *out,
+            Coverage(
+                connector="files",
+                source=src,
+                status=status,  # type: ignore[arg-type]
+                observations=lines,
+                reason="; ".join(problems) if problems else (None if lines else f"no log files in {src}"),
+            ),
+        ]
 
 
 def _dump_at(path: Path, rel: str) -> DumpRead | None:
@@ -144,8 +158,12 @@ def read_whole_size(entry: os.DirEntry[str]) -> int | None:
         st = entry.stat()
     except OSError:
         return None
-    if (not stat.S_ISREG(st.st_mode) or not st.st_size or st.st_size > logstream.CHUNK_BYTES
-            or entry.name[-3:].lower() == ".gz"):
+    if (
+        not stat.S_ISREG(st.st_mode)
+        or not st.st_size
+        or st.st_size > logstream.CHUNK_BYTES
+        or entry.name[-3:].lower() == ".gz"
+    ):
         return None
     return st.st_size
 
@@ -172,8 +190,9 @@ class EngineRead(FileTextSource):
 
     __slots__ = ("path", "sniff", "whole")
 
-    def __init__(self, rel: str, path: Path | str, node: str | None, size: int, whole: bool, *,
-                 sniff: bool = False) -> None:
+    def __init__(
+        self, rel: str, path: Path | str, node: str | None, size: int, whole: bool, *, sniff: bool = False
+    ) -> None:
         super().__init__(rel, self._text, node, nbytes=size)
         self.path = path
         self.whole = whole
@@ -227,7 +246,9 @@ def _read_once(file: EngineRead) -> Iterator[bytes]:
         dump = flight_recorder.source_of(raw, rel, file.node)
         if dump is not None:
             text = dump[0].text if dump[0] is not None else None
-            found = DumpRead(text.encode("utf-8", "surrogateescape") if isinstance(text, str) else text, dump[1])
+            found = DumpRead(
+                text.encode("utf-8", "surrogateescape") if isinstance(text, str) else text, dump[1]
+            )
             file._learned(found)
             if found.text is not None:
                 yield found.text

@@ -53,17 +53,19 @@ from hypocenter.model import Coverage
 from hypocenter.sources import TextSource
 
 MAX_DUMP_BYTES = 64 << 20
-MAX_ENTRIES = 50_000        # newest entries read per dump (torch's default ring buffer holds 2,000)
-MAX_GROUPS = 4_096          # process groups read per dump
-MAX_RANKS = 1 << 20         # members read per process group
-MAX_PENDING_SHOWN = 6       # not-yet-completed entries rendered per process group
-MAX_FRAMES_SHOWN = 3        # user frames kept per entry
+MAX_ENTRIES = 50_000  # newest entries read per dump (torch's default ring buffer holds 2,000)
+MAX_GROUPS = 4_096  # process groups read per dump
+MAX_RANKS = 1 << 20  # members read per process group
+MAX_PENDING_SHOWN = 6  # not-yet-completed entries rendered per process group
+MAX_FRAMES_SHOWN = 3  # user frames kept per entry
 DUMP_TOKEN = "FlightRecorder"
 
 _PICKLE_HEAD = (b"\x80\x02", b"\x80\x03", b"\x80\x04", b"\x80\x05")
 _JSON_FIRST = frozenset(b"{ \t\n\r\x0b\x0c")  # a JSON dump's first byte: its brace, or a blank before it
 _RANK_IN_NAME = re.compile(r"(\d+)(?:\.json|\.pkl|\.pickle)?$", re.IGNORECASE)
-_DEFAULT_NAME = re.compile(r"(?:^|[/_.-])(?:nccl_trace_rank|fr_trace|flight_recorder|fr_dump)[_-]?\d*", re.IGNORECASE)
+_DEFAULT_NAME = re.compile(
+    r"(?:^|[/_.-])(?:nccl_trace_rank|fr_trace|flight_recorder|fr_dump)[_-]?\d*", re.IGNORECASE
+)
 # Frames of torch itself and of the process launcher say nothing about where the program was.
 _PLUMBING = ("/torch/", "\\torch\\", "/multiprocessing/", "<string>", "/runpy.py", "/threading.py")
 
@@ -76,7 +78,9 @@ class _PlainUnpickler(pickle.Unpickler):
     """An unpickler that can build plain values only: every global and persistent id is refused."""
 
     def find_class(self, module: str, name: str) -> Any:
-        raise pickle.UnpicklingError(f"refused global {module}.{name}: a Flight Recorder dump holds plain values only")
+        raise pickle.UnpicklingError(
+            f"refused global {module}.{name}: a Flight Recorder dump holds plain values only"
+        )
 
     def persistent_load(self, pid: Any) -> Any:
         raise pickle.UnpicklingError("refused persistent id: a Flight Recorder dump holds plain values only")
@@ -87,7 +91,9 @@ def is_dump_bytes(head: bytes) -> bool:
     if head.startswith(_PICKLE_HEAD):
         return b"version" in head[:256] or b"entries" in head[:4096] or b"pg_config" in head[:4096]
     # torch's JSON writer sorts keys: "comm_lib_version", "entries" (long), then "pg_config", "version"
-    return head.lstrip().startswith(b"{") and any(k in head for k in (b'"pg_config"', b'"profiling_name"', b'"collective_seq_id"'))
+    return head.lstrip().startswith(b"{") and any(
+        k in head for k in (b'"pg_config"', b'"profiling_name"', b'"collective_seq_id"')
+    )
 
 
 def is_dump_name(name: str) -> bool:
@@ -104,7 +110,16 @@ def load(raw: bytes) -> dict[str, Any]:
             doc = _PlainUnpickler(io.BytesIO(raw)).load()
         except pickle.UnpicklingError as exc:
             raise DumpError(f"not a plain Flight Recorder pickle: {exc}") from None
-        except (EOFError, ValueError, IndexError, KeyError, TypeError, OverflowError, MemoryError, RecursionError) as exc:
+        except (
+            EOFError,
+            ValueError,
+            IndexError,
+            KeyError,
+            TypeError,
+            OverflowError,
+            MemoryError,
+            RecursionError,
+        ) as exc:
             raise DumpError(f"truncated or damaged pickle ({type(exc).__name__}: {exc})") from None
     else:
         try:
@@ -200,7 +215,9 @@ def _sizes(v: object) -> str:
         return "-"
     parts = []
     for arg in list(v)[:8]:
-        dims = [d for d in (_int(x) for x in (arg if isinstance(arg, (list, tuple)) else [])[:8]) if d is not None]
+        dims = [
+            d for d in (_int(x) for x in (arg if isinstance(arg, (list, tuple)) else [])[:8]) if d is not None
+        ]
         parts.append("[" + ",".join(map(str, dims)) + "]")
     return "[" + ",".join(parts) + "]"
 
@@ -243,7 +260,11 @@ def parse(doc: dict[str, Any], rank: int) -> Dump:
         if not isinstance(e, dict):
             continue
         pg = e.get("process_group")
-        name, desc = (_text(pg[0]), _text(pg[1])) if isinstance(pg, (list, tuple)) and len(pg) >= 2 else (_text(pg), "")
+        name, desc = (
+            (_text(pg[0]), _text(pg[1]))
+            if isinstance(pg, (list, tuple)) and len(pg) >= 2
+            else (_text(pg), "")
+        )
         pg_id = _int(e.get("pg_id"))
         if not name:
             name = str(pg_id) if pg_id is not None else "0"
@@ -253,13 +274,25 @@ def parse(doc: dict[str, Any], rank: int) -> Dump:
         if seq is None:
             continue
         dtypes = e.get("input_dtypes")
-        entries.append(Entry(
-            record=_int(e.get("record_id")) or 0, pg=name, desc=desc, seq=seq, p2p=bool(e.get("is_p2p")),
-            op=_text(e.get("profiling_name"), 80) or "?", state=_text(e.get("state"), 16) or "?",
-            in_sizes=_sizes(e.get("input_sizes")), out_sizes=_sizes(e.get("output_sizes")),
-            dtypes=",".join(_text(d, 16) for d in dtypes[:4]) if isinstance(dtypes, (list, tuple)) else "-",
-            timeout_ms=_int(e.get("timeout_ms")), created_ns=_int(e.get("time_created_ns")),
-            frames=_frames(e.get("frames"))))
+        entries.append(
+            Entry(
+                record=_int(e.get("record_id")) or 0,
+                pg=name,
+                desc=desc,
+                seq=seq,
+                p2p=bool(e.get("is_p2p")),
+                op=_text(e.get("profiling_name"), 80) or "?",
+                state=_text(e.get("state"), 16) or "?",
+                in_sizes=_sizes(e.get("input_sizes")),
+                out_sizes=_sizes(e.get("output_sizes")),
+                dtypes=",".join(_text(d, 16) for d in dtypes[:4])
+                if isinstance(dtypes, (list, tuple))
+                else "-",
+                timeout_ms=_int(e.get("timeout_ms")),
+                created_ns=_int(e.get("time_created_ns")),
+                frames=_frames(e.get("frames")),
+            )
+        )
     entries.sort(key=lambda x: (x.pg, x.record, x.seq))
     by_pg: dict[str, list[Entry]] = {}
     for e in entries:
@@ -297,8 +330,7 @@ def parse(doc: dict[str, Any], rank: int) -> Dump:
             run = [e.seq for e in mine if e.state in ("started", "completed")]
             g.last_started = max(run) if run else -1
     lib = doc.get("comm_lib_version", doc.get("nccl_version"))
-    return Dump(rank=rank, version=version, comm_lib=_text(lib, 40) or "-",
-                groups=groups, entries=entries)
+    return Dump(rank=rank, version=version, comm_lib=_text(lib, 40) or "-", groups=groups, entries=entries)
 
 
 # ------------------------------------------------------------------------------------------- render
@@ -332,26 +364,32 @@ def _n(v: int | None) -> str:
 def render(dump: Dump) -> str:
     """The dump as canonical lines: one for the dump, one per process group, one per entry shown."""
     when = _stamp(dump.time_ns)
-    lines = [f"{when}{DUMP_TOKEN} dump rank={dump.rank} version={dump.version} entries={len(dump.entries)} "
-             f"groups={len(dump.groups)} comm_lib={dump.comm_lib}"]
+    lines = [
+        f"{when}{DUMP_TOKEN} dump rank={dump.rank} version={dump.version} entries={len(dump.entries)} "
+        f"groups={len(dump.groups)} comm_lib={dump.comm_lib}"
+    ]
     by_pg: dict[str, list[Entry]] = {}
     for e in dump.entries:
         by_pg.setdefault(e.pg, []).append(e)
     for name in sorted(dump.groups):
         g = dump.groups[name]
-        lines.append(f"{when}{DUMP_TOKEN} pg rank={dump.rank} pg={g.name or '-'} desc={g.desc or '-'} "
-                     f"ranks={_rank_spec(g.ranks)} last_enqueued={_n(g.last_enqueued)} "
-                     f"last_started={_n(g.last_started)} last_completed={_n(g.last_completed)}")
+        lines.append(
+            f"{when}{DUMP_TOKEN} pg rank={dump.rank} pg={g.name or '-'} desc={g.desc or '-'} "
+            f"ranks={_rank_spec(g.ranks)} last_enqueued={_n(g.last_enqueued)} "
+            f"last_started={_n(g.last_started)} last_completed={_n(g.last_completed)}"
+        )
         mine = [e for e in by_pg.get(name, ()) if not e.p2p]
         done = g.last_completed if g.last_completed is not None else -1
         shown = [e for e in mine if e.seq > done][:MAX_PENDING_SHOWN]
         last_done = [e for e in mine if e.seq <= done][-1:]
         for e in sorted([*last_done, *shown], key=lambda x: (x.seq, x.record)):
             pending = "yes" if e.seq > done else "no"
-            lines.append(f"{_stamp(e.created_ns) or when}{DUMP_TOKEN} entry rank={dump.rank} pg={e.pg or '-'} "
-                         f"desc={e.desc or '-'} seq={e.seq} op={e.op} state={e.state} pending={pending} "
-                         f"in={e.in_sizes} out={e.out_sizes} dtype={e.dtypes or '-'} "
-                         f"timeout_ms={_n(e.timeout_ms)} record={e.record} frames={e.frames}")
+            lines.append(
+                f"{_stamp(e.created_ns) or when}{DUMP_TOKEN} entry rank={dump.rank} pg={e.pg or '-'} "
+                f"desc={e.desc or '-'} seq={e.seq} op={e.op} state={e.state} pending={pending} "
+                f"in={e.in_sizes} out={e.out_sizes} dtype={e.dtypes or '-'} "
+                f"timeout_ms={_n(e.timeout_ms)} record={e.record} frames={e.frames}"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -359,8 +397,10 @@ def render_file(raw: bytes, name: str) -> str:
     """Load, parse and render one dump file's bytes; DumpError when it cannot be used."""
     rank = rank_from_name(name)
     if rank is None:
-        raise DumpError("the file name does not end with the rank (torch names dumps <prefix><rank>, "
-                        "e.g. nccl_trace_rank_3)")
+        raise DumpError(
+            "the file name does not end with the rank (torch names dumps <prefix><rank>, "
+            "e.g. nccl_trace_rank_3)"
+        )
     return render(parse(load(raw), rank))
 
 
@@ -384,8 +424,13 @@ def read_source(path: Path, rel: str, node: str | None) -> tuple[TextSource | No
             raise DumpError(f"dump of {size} bytes is over the {MAX_DUMP_BYTES >> 20} MiB limit")
         raw = path.read_bytes()
     except OSError as exc:
-        return None, Coverage(connector="flight_recorder", source=rel, status="failed", observations=0,
-                              reason=f"cannot read: {exc.strerror or exc}")
+        return None, Coverage(
+            connector="flight_recorder",
+            source=rel,
+            status="failed",
+            observations=0,
+            reason=f"cannot read: {exc.strerror or exc}",
+        )
     except DumpError as exc:
         return _refused(exc, head, rel)
     return source_of(raw, rel, node)
@@ -405,15 +450,22 @@ def source_of(raw: bytes, rel: str, node: str | None) -> tuple[TextSource | None
         text = render_file(raw, rel)
     except DumpError as exc:
         return _refused(exc, raw, rel)
-    return (TextSource(name=rel, text=text, node=node, source="app"),
-            Coverage(connector="flight_recorder", source=rel, status="ok", observations=text.count("\n")))
+    return (
+        TextSource(name=rel, text=text, node=node, source="app"),
+        Coverage(connector="flight_recorder", source=rel, status="ok", observations=text.count("\n")),
+    )
 
 
 def _refused(exc: DumpError, head: bytes, rel: str) -> tuple[None, Coverage] | None:
     if not head.startswith(_PICKLE_HEAD) and not is_dump_name(rel):
         return None  # JSON that only mentions the dump's keys (JSON-lines logs): read it as a log
-    return None, Coverage(connector="flight_recorder", source=rel, status="failed", observations=0,
-                          reason=f"Flight Recorder dump not read: {exc}")
+    return None, Coverage(
+        connector="flight_recorder",
+        source=rel,
+        status="failed",
+        observations=0,
+        reason=f"Flight Recorder dump not read: {exc}",
+    )
 
 
 def main(argv: list[str]) -> int:

@@ -92,7 +92,9 @@ def _group(body: str, whole: str) -> list[str]:
         if int(hi) < int(lo):
             raise HostlistError(f"hostlist {whole!r}: range {item!r} runs backwards")
         if int(hi) - int(lo) >= _max_hosts():
-            raise HostlistTooLarge(f"hostlist {whole[:200]!r}: range {item!r} has more than {_max_hosts()} values")
+            raise HostlistTooLarge(
+                f"hostlist {whole[:200]!r}: range {item!r} has more than {_max_hosts()} values"
+            )
         width = len(lo) if lo.startswith("0") else 0
         out.extend(f"{i:0{width}d}" for i in range(int(lo), int(hi) + 1))
     return out
@@ -108,7 +110,7 @@ def _expand_one(token: str) -> list[str]:
             break
         prefix = token[pos:start]
         end = token.index("]", start)  # balanced: _split_top checked
-        values = _group(token[start + 1:end], token)
+        values = _group(token[start + 1 : end], token)
         if len(names) * len(values) > _max_hosts():
             raise HostlistTooLarge(f"hostlist {token[:200]!r} names more than {_max_hosts()} hosts")
         names = [n + prefix + v for n in names for v in values]

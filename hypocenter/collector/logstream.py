@@ -38,13 +38,13 @@ CHUNK_BYTES = 8 << 20
 
 @dataclass(frozen=True, slots=True)
 class LogFacts:
-    usable: bool              # False: not text the engine can read (status and reason say why)
+    usable: bool  # False: not text the engine can read (status and reason say why)
     status: str
     reason: str | None
     newlines: int = 0
     ends_with_newline: bool = False
     nbytes: int = 0
-    streamed: bool = False    # read in pieces: log_pieces streams it (every file scan_log reads)
+    streamed: bool = False  # read in pieces: log_pieces streams it (every file scan_log reads)
 
 
 _GZIP_MAGIC = b"\x1f\x8b"
@@ -88,8 +88,11 @@ def _gunzip(f: BinaryIO, data: bytes) -> Iterator[bytes]:
         if not data:
             return
         if not data.startswith(_GZIP_MAGIC):
-            raise _CorruptGzip("not gzip data (the file ends in .gz but is not gzip-compressed)" if not members else
-                               "damaged compressed data (what follows its gzip data is not gzip)")
+            raise _CorruptGzip(
+                "not gzip data (the file ends in .gz but is not gzip-compressed)"
+                if not members
+                else "damaged compressed data (what follows its gzip data is not gzip)"
+            )
         members += 1
         d = zlib.decompressobj(16 + zlib.MAX_WBITS)
         while not d.eof:
@@ -135,7 +138,7 @@ class _LongLines:
             self.count += 1
         last = text.rfind(nl)  # type: ignore[arg-type]
         if last > first:
-            self.count += _long_lines(text[first + 1:last])
+            self.count += _long_lines(text[first + 1 : last])
         self.open = len(text) - last - 1
 
     def end(self) -> int:
@@ -143,8 +146,10 @@ class _LongLines:
 
 
 def _long_note(n: int) -> str:
-    return (f"{n} line{'s' if n > 1 else ''} longer than {MAX_LINE // 1024} KiB: "
-            f"only the first {MAX_LINE // 1024} KiB of such a line is matched against rules")
+    return (
+        f"{n} line{'s' if n > 1 else ''} longer than {MAX_LINE // 1024} KiB: "
+        f"only the first {MAX_LINE // 1024} KiB of such a line is matched against rules"
+    )
 
 
 def refused(path: Path) -> tuple[str, str] | None:
@@ -178,8 +183,13 @@ def read_log(path: Path) -> tuple[bytes | None, str, str | None]:
             if inflate_limit is None:
                 raw = gzip.decompress(raw)
             else:
-                raw = inflate(raw, wbits=16 + zlib.MAX_WBITS, limit=inflate_limit(), setting="bundle_max_bytes",
-                              what=f"gzip file {path.name!r} in the bundle")
+                raw = inflate(
+                    raw,
+                    wbits=16 + zlib.MAX_WBITS,
+                    limit=inflate_limit(),
+                    setting="bundle_max_bytes",
+                    what=f"gzip file {path.name!r} in the bundle",
+                )
                 path.spend(len(raw))  # type: ignore[attr-defined]
         except (OSError, EOFError, zlib.error) as exc:
             return None, "failed", f"corrupt gzip file: {_gzip_problem(exc)}"
@@ -194,13 +204,17 @@ def read_log(path: Path) -> tuple[bytes | None, str, str | None]:
             return None, "skipped", _binary_reason(raw)
         nul = raw.count(b"\x00")
         raw = raw.replace(b"\x00", b"")
-        notes.append(f"{nul} NUL byte{'s' if nul > 1 else ''} dropped (a log cut short by a crash often has them)")
+        notes.append(
+            f"{nul} NUL byte{'s' if nul > 1 else ''} dropped (a log cut short by a crash often has them)"
+        )
     if raw.isascii():  # most logs: valid UTF-8 as they are, and as long in characters as in bytes
         if len(raw) > MAX_LINE:
             long_lines = _long_lines(raw)
             if long_lines:
-                notes.append(f"{long_lines} line{'s' if long_lines > 1 else ''} longer than {MAX_LINE // 1024} KiB: "
-                             f"only the first {MAX_LINE // 1024} KiB of such a line is matched against rules")
+                notes.append(
+                    f"{long_lines} line{'s' if long_lines > 1 else ''} longer than {MAX_LINE // 1024} KiB: "
+                    f"only the first {MAX_LINE // 1024} KiB of such a line is matched against rules"
+                )
         return raw, ("partial" if notes else "ok"), ("; ".join(notes) or None)
     try:
         text = raw.decode("utf-8")
@@ -212,8 +226,10 @@ def read_log(path: Path) -> tuple[bytes | None, str, str | None]:
     if len(text) > MAX_LINE:
         long_lines = _long_lines(text)
         if long_lines:
-            notes.append(f"{long_lines} line{'s' if long_lines > 1 else ''} longer than {MAX_LINE // 1024} KiB: "
-                         f"only the first {MAX_LINE // 1024} KiB of such a line is matched against rules")
+            notes.append(
+                f"{long_lines} line{'s' if long_lines > 1 else ''} longer than {MAX_LINE // 1024} KiB: "
+                f"only the first {MAX_LINE // 1024} KiB of such a line is matched against rules"
+            )
     del text
     return raw, ("partial" if notes else "ok"), ("; ".join(notes) or None)
 
@@ -240,8 +256,13 @@ def _long_lines(text: str | bytes) -> int:
 
 
 _TEXT_BYTES = bytes([9, 10, 12, 13, 27, *range(32, 256)])
-_MAGIC = ((b"\xfd7zXZ\x00", "xz"), (b"BZh", "bzip2"), (b"\x28\xb5\x2f\xfd", "zstd"), (b"PK\x03\x04", "zip"),
-          (b"\x7fELF", "ELF executable or core dump"))
+_MAGIC = (
+    (b"\xfd7zXZ\x00", "xz"),
+    (b"BZh", "bzip2"),
+    (b"\x28\xb5\x2f\xfd", "zstd"),
+    (b"PK\x03\x04", "zip"),
+    (b"\x7fELF", "ELF executable or core dump"),
+)
 
 
 def _looks_binary(probe: bytes) -> bool:
@@ -273,9 +294,13 @@ def _kind(path: Path) -> str:
         mode = path.stat().st_mode
     except OSError:
         return "broken symbolic link" if path.is_symlink() else "unreadable"
-    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
-                       (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device")):
+    for test, name in (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO (named pipe)"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+    ):
         if test(mode):
             return name
     return "not a regular file"
@@ -306,7 +331,9 @@ def scan_log(path: Path) -> LogFacts:
             limit = bounded() if gz and bounded is not None else None
             first = next(pieces, b"")
             if not first:
-                return LogFacts(False, "skipped", "empty file" + (" (after gzip decompression)" if gz else ""))
+                return LogFacts(
+                    False, "skipped", "empty file" + (" (after gzip decompression)" if gz else "")
+                )
             nul = newlines = size = 0
             ascii_only = True
             last = b""
@@ -315,7 +342,7 @@ def scan_log(path: Path) -> LogFacts:
             piece = first
             while piece:
                 if len(head) < _BINARY_PROBE:
-                    head += piece[:_BINARY_PROBE - len(head)]
+                    head += piece[: _BINARY_PROBE - len(head)]
                 size += len(piece)
                 if limit is not None and size > limit:
                     raise inflated_past(f"gzip file {path.name!r} in the bundle", limit, "bundle_max_bytes")
@@ -338,21 +365,32 @@ def scan_log(path: Path) -> LogFacts:
                 return LogFacts(False, "skipped", "no text: only NUL bytes")
             if _looks_binary(probe):
                 return LogFacts(False, "skipped", _binary_reason(head))
-            notes.append(f"{nul} NUL byte{'s' if nul > 1 else ''} dropped (a log cut short by a crash often has them)")
+            notes.append(
+                f"{nul} NUL byte{'s' if nul > 1 else ''} dropped (a log cut short by a crash often has them)"
+            )
         if ascii_only:
             long_lines = lengths.end()
         else:  # characters, not bytes, and undecodable sequences: read again, decoding
             bad, long_lines, valid = _decoded_facts(path)
             if not valid:
-                notes.append(f"not valid UTF-8: {bad} undecodable byte sequence{'s' if bad > 1 else ''} replaced")
+                notes.append(
+                    f"not valid UTF-8: {bad} undecodable byte sequence{'s' if bad > 1 else ''} replaced"
+                )
     except OSError as exc:
         return LogFacts(False, "failed", f"cannot read: {exc.strerror or exc}")
     except _CorruptGzip as exc:
         return LogFacts(False, "failed", f"corrupt gzip file: {exc}")
     if long_lines:
         notes.append(_long_note(long_lines))
-    return LogFacts(True, "partial" if notes else "ok", "; ".join(notes) or None, newlines, last == b"\n", size,
-                    streamed=True)
+    return LogFacts(
+        True,
+        "partial" if notes else "ok",
+        "; ".join(notes) or None,
+        newlines,
+        last == b"\n",
+        size,
+        streamed=True,
+    )
 
 
 def text_bytes(path: Path) -> int:
@@ -445,7 +483,9 @@ def _aligned(texts: Iterator[bytes]) -> Iterator[bytes]:
         yield carry
 
 
-def read_once(path: Path | str, learned: Callable[[LogFacts], None], data: bytes | None = None) -> Iterator[bytes]:
+def read_once(
+    path: Path | str, learned: Callable[[LogFacts], None], data: bytes | None = None
+) -> Iterator[bytes]:
     """`log_pieces(path, clean)` with `clean` what `scan_log(path)` would say, from one read of the
     file (one gzip inflate; none when its bytes are `data`, read already): what `scan_log` finds is
     found on the way and handed to `learned` once the text is read to its end, its `newlines` left 0
@@ -459,8 +499,13 @@ def read_once(path: Path | str, learned: Callable[[LogFacts], None], data: bytes
     way) raises `NotText` once `learned` has its verdict. Only for files of a bundle on disk (an
     uploaded archive's files are bounded as they inflate: `scan_log`). `path` may be a str (made a
     `Path` only when the text is not handed out as it is)."""
-    if (data and len(data) <= CHUNK_BYTES and data.isascii() and b"\x00" not in data
-            and not (len(data) > MAX_LINE and _long_lines(data))):
+    if (
+        data
+        and len(data) <= CHUNK_BYTES
+        and data.isascii()
+        and b"\x00" not in data
+        and not (len(data) > MAX_LINE and _long_lines(data))
+    ):
         learned(LogFacts(True, "ok", None, 0, data.endswith(b"\n"), len(data), streamed=True))
         yield data
         return
@@ -472,18 +517,20 @@ def read_once(path: Path | str, learned: Callable[[LogFacts], None], data: bytes
     gz = False
     given = False  # pieces handed out
     try:
-        with (path.open("rb") if data is None else io.BytesIO(data)) as f:
+        with path.open("rb") if data is None else io.BytesIO(data) as f:
             gz, pieces = _decompressed(path, f)
             learn = _Learn()
             head = b""
             held: list[bytes] = []
             for piece in pieces:  # the first _BINARY_PROBE bytes decide whether the text can be streamed
                 held.append(piece)
-                head += piece[:_BINARY_PROBE - len(head)]
+                head += piece[: _BINARY_PROBE - len(head)]
                 if len(head) >= _BINARY_PROBE:
                     break
             if not head:
-                learned(LogFacts(False, "skipped", "empty file" + (" (after gzip decompression)" if gz else "")))
+                learned(
+                    LogFacts(False, "skipped", "empty file" + (" (after gzip decompression)" if gz else ""))
+                )
                 return
             probe = head.replace(b"\x00", b"")
             if not probe.strip() or _looks_binary(probe):
@@ -553,14 +600,25 @@ class _Learn:
         notes: list[str] = []
         if self.nul:  # the head is text (read_once): the NUL bytes are dropped
             n = self.nul
-            notes.append(f"{n} NUL byte{'s' if n > 1 else ''} dropped (a log cut short by a crash often has them)")
+            notes.append(
+                f"{n} NUL byte{'s' if n > 1 else ''} dropped (a log cut short by a crash often has them)"
+            )
         if not self.valid:
-            notes.append(f"not valid UTF-8: {self.bad} undecodable byte sequence{'s' if self.bad > 1 else ''} replaced")
+            notes.append(
+                f"not valid UTF-8: {self.bad} undecodable byte sequence{'s' if self.bad > 1 else ''} replaced"
+            )
         long_lines = self.lengths.end()
         if long_lines:
             notes.append(_long_note(long_lines))
-        return LogFacts(True, "partial" if notes else "ok", "; ".join(notes) or None, 0, self.last == b"\n",
-                        self.size, streamed=True)
+        return LogFacts(
+            True,
+            "partial" if notes else "ok",
+            "; ".join(notes) or None,
+            0,
+            self.last == b"\n",
+            self.size,
+            streamed=True,
+        )
 
 
 __all__ = ["CHUNK_BYTES", "LogFacts", "log_pieces", "read_log", "read_once", "refused", "scan_log"]

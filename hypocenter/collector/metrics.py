@@ -38,7 +38,9 @@ def parse_prometheus_json(doc: Any) -> list[Series]:
     """A Prometheus `/api/v1/query_range` or `/api/v1/query` response (matrix or vector)."""
     if isinstance(doc, dict) and "data" in doc:
         if doc.get("status") not in (None, "success"):
-            raise MetricFormatError(f"Prometheus response status is {doc.get('status')!r}: {doc.get('error', '')}")
+            raise MetricFormatError(
+                f"Prometheus response status is {doc.get('status')!r}: {doc.get('error', '')}"
+            )
         doc = doc["data"]
     if not isinstance(doc, dict) or not isinstance(doc.get("result"), list):
         raise MetricFormatError("not a Prometheus API response: no data.result list")
@@ -77,8 +79,7 @@ def _from_epoch(seconds: float) -> datetime | None:
         return None
 
 
-_SAMPLE = re.compile(
-    r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+(\S+))?\s*(?:#.*)?$")
+_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+(\S+))?\s*(?:#.*)?$")
 _LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*,?')
 
 

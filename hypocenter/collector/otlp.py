@@ -104,7 +104,8 @@ def media_type(content_type: str | None) -> str:
     if kind in JSON_TYPES or kind in PROTOBUF_TYPES:
         return kind
     raise UnsupportedMediaType(
-        f"unsupported Content-Type {content_type or '(none)'!r}: OTLP/HTTP takes application/x-protobuf or application/json")
+        f"unsupported Content-Type {content_type or '(none)'!r}: OTLP/HTTP takes application/x-protobuf or application/json"
+    )
 
 
 def decompress(body: bytes, encoding: str | None, limit: int = MAX_MESSAGE_BYTES) -> bytes:
@@ -144,7 +145,9 @@ def _decode(msg: Message, body: bytes, content_type: str) -> list[str]:
         try:
             msg.ParseFromString(body)
         except DecodeError as exc:
-            raise OTLPDecodeError(f"malformed protobuf {msg.DESCRIPTOR.name}: {_decode_problem(exc)}") from None
+            raise OTLPDecodeError(
+                f"malformed protobuf {msg.DESCRIPTOR.name}: {_decode_problem(exc)}"
+            ) from None
         return warnings
     try:
         text = body.decode("utf-8")
@@ -156,7 +159,9 @@ def _decode(msg: Message, body: bytes, content_type: str) -> list[str]:
     except RecursionError:
         raise OTLPDecodeError("malformed OTLP/JSON: nested too deeply") from None
     except json.JSONDecodeError as exc:
-        raise OTLPDecodeError(f"malformed OTLP/JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+        raise OTLPDecodeError(
+            f"malformed OTLP/JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
+        ) from None
     if not isinstance(doc, dict):
         raise OTLPDecodeError(f"malformed OTLP/JSON: expected an object, not {type(doc).__name__}")
     try:
@@ -172,8 +177,10 @@ def _decode(msg: Message, body: bytes, content_type: str) -> list[str]:
 def _decode_problem(exc: DecodeError) -> str:
     text = str(exc)
     if "UTF-8" in text:
-        return ("a string field holds invalid UTF-8 (protobuf strings must be UTF-8; "
-                "send binary log bodies as bytesValue)")
+        return (
+            "a string field holds invalid UTF-8 (protobuf strings must be UTF-8; "
+            "send binary log bodies as bytesValue)"
+        )
     return text.split(": ", 1)[-1] or "wire format is corrupt"
 
 
@@ -271,8 +278,12 @@ def identify(*maps: Mapping[str, Any]) -> Identity:
         t = _first((key,), *maps)
         if t is not None and name not in scope:
             scope[name] = t
-    return Identity(node=_first(NODE_KEYS, *maps), workload=_first(WORKLOAD_KEYS, *maps),
-                    attempt=max(0, attempt), scope=scope)
+    return Identity(
+        node=_first(NODE_KEYS, *maps),
+        workload=_first(WORKLOAD_KEYS, *maps),
+        attempt=max(0, attempt),
+        scope=scope,
+    )
 
 
 @dataclass(slots=True)
@@ -280,8 +291,8 @@ class Tagged:
     accepted: list[Any]
     rejected: int = 0
     reasons: list[str] = field(default_factory=list)
-    rejected_by: dict[str, int] = field(default_factory=dict)   # the same count by reason, for /metrics
-    blocks: list[RecordBlock] = field(default_factory=list)     # accepted records as columns (log_entries)
+    rejected_by: dict[str, int] = field(default_factory=dict)  # the same count by reason, for /metrics
+    blocks: list[RecordBlock] = field(default_factory=list)  # accepted records as columns (log_entries)
 
     @property
     def count(self) -> int:
@@ -289,8 +300,10 @@ class Tagged:
         return len(self.accepted) + sum(len(b) for b in self.blocks)
 
 
-_UNSCOPED = ("{n} {what} had neither a node (host.name | k8s.node.name) nor a workload "
-             "(hypocenter.workload.id | slurm.job.id | k8s.job.name | …): they cannot be joined to any attempt")
+_UNSCOPED = (
+    "{n} {what} had neither a node (host.name | k8s.node.name) nor a workload "
+    "(hypocenter.workload.id | slurm.job.id | k8s.job.name | …): they cannot be joined to any attempt"
+)
 
 
 def stream_name(node: str | None, path: str | None, fallback: str) -> str:
@@ -303,8 +316,9 @@ def stream_name(node: str | None, path: str | None, fallback: str) -> str:
 
 # Record attributes that change a record's tagging; a record carrying none of them (the filelog
 # receiver's usual `log.file.record_number` alone) is tagged as its resource is, computed once.
-_TAGGING_KEYS = frozenset((*NODE_KEYS, *WORKLOAD_KEYS, *ATTEMPT_KEYS, *STREAM_KEYS, STATE_KEY,
-                           *(key for key, _ in SCOPE_KEYS)))
+_TAGGING_KEYS = frozenset(
+    (*NODE_KEYS, *WORKLOAD_KEYS, *ATTEMPT_KEYS, *STREAM_KEYS, STATE_KEY, *(key for key, _ in SCOPE_KEYS))
+)
 
 
 def log_entries(req: ExportLogsServiceRequest, body: bytes | None = None, flat: Any = None) -> Tagged:
@@ -324,8 +338,13 @@ def log_entries(req: ExportLogsServiceRequest, body: bytes | None = None, flat: 
             rstream_name = stream_name(rident.node, rstream, f"otlp/{scope_name}")
             rwhere = f"{rident.workload}\x1f{rident.attempt}\x1f{rident.node}\x1f{rstream_name}"
             if flat is not None and sl.log_records:
-                block = _block(flat.resource_logs[ri].scope_logs[si].log_records, len(sl.log_records), rattrs, rident,
-                               f"otlp/{scope_name}")
+                block = _block(
+                    flat.resource_logs[ri].scope_logs[si].log_records,
+                    len(sl.log_records),
+                    rattrs,
+                    rident,
+                    f"otlp/{scope_name}",
+                )
                 if block is not None:
                     out.blocks.append(block)
                     continue
@@ -340,11 +359,18 @@ def log_entries(req: ExportLogsServiceRequest, body: bytes | None = None, flat: 
                 kind = "doc" if isinstance(body, dict | list) else "text"
                 if STATE_KEY in lattrs:  # the terminal-state marker: scope, not a log line to analyse
                     kind = "state"
-                text = (json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-                        if kind == "doc" else ("" if body is None else str(body) if not isinstance(body, bool)
-                                               else str(body).lower()))
-                stream = (stream_name(ident.node, _first(STREAM_KEYS, rattrs, lattrs), f"otlp/{scope_name}")
-                          if own else rstream_name)
+                text = (
+                    json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+                    if kind == "doc"
+                    else (
+                        "" if body is None else str(body) if not isinstance(body, bool) else str(body).lower()
+                    )
+                )
+                stream = (
+                    stream_name(ident.node, _first(STREAM_KEYS, rattrs, lattrs), f"otlp/{scope_name}")
+                    if own
+                    else rstream_name
+                )
                 line_value = lattrs.get(LINE_KEY)
                 if type(line_value) is int:  # the filelog receiver sends an int: skip the text round trip
                     line: int | None = line_value
@@ -361,22 +387,48 @@ def log_entries(req: ExportLogsServiceRequest, body: bytes | None = None, flat: 
                         ident = Identity(ident.node, ident.workload, ident.attempt, dict(ident.scope))
                         ident.scope.setdefault("banner_state", banner.group(1))
                 uid = _text(lattrs[UID_KEY]) if UID_KEY in lattrs else None
-                where = (f"{ident.workload}\x1f{ident.attempt}\x1f{ident.node}\x1f{stream}" if own or ident is not rident
-                         else rwhere)
+                where = (
+                    f"{ident.workload}\x1f{ident.attempt}\x1f{ident.node}\x1f{stream}"
+                    if own or ident is not rident
+                    else rwhere
+                )
                 if uid is not None:
                     key = f"uid\x1f{where}\x1f{uid}"
-                elif line is not None:  # after rotation a file restarts at 1: time and text tell the lines apart
+                elif (
+                    line is not None
+                ):  # after rotation a file restarts at 1: time and text tell the lines apart
                     key = ""
                 else:  # an exporter retry resends the identical record: same times, body and attributes
-                    key = (f"rec\x1f{where}\x1f{lr.time_unix_nano}\x1f{lr.observed_time_unix_nano}\x1f{text}\x1f"
-                           + json.dumps(lattrs, sort_keys=True, default=str))
-                out.accepted.append(Entry(
-                    workload=ident.workload, attempt=ident.attempt, node=ident.node, stream=stream, kind=kind,
-                    body=text, time_ns=time_ns, line=line,
-                    dedup=(hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest() if key
-                           else line_dedup(ident.workload, ident.attempt, ident.node, stream, line or 0,
-                                           lr.time_unix_nano, text)),
-                    scope=ident.scope))
+                    key = (
+                        f"rec\x1f{where}\x1f{lr.time_unix_nano}\x1f{lr.observed_time_unix_nano}\x1f{text}\x1f"
+                        + json.dumps(lattrs, sort_keys=True, default=str)
+                    )
+                out.accepted.append(
+                    Entry(
+                        workload=ident.workload,
+                        attempt=ident.attempt,
+                        node=ident.node,
+                        stream=stream,
+                        kind=kind,
+                        body=text,
+                        time_ns=time_ns,
+                        line=line,
+                        dedup=(
+                            hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+                            if key
+                            else line_dedup(
+                                ident.workload,
+                                ident.attempt,
+                                ident.node,
+                                stream,
+                                line or 0,
+                                lr.time_unix_nano,
+                                text,
+                            )
+                        ),
+                        scope=ident.scope,
+                    )
+                )
     if unscoped:
         out.rejected = unscoped
         out.rejected_by["no_node_or_workload"] = unscoped
@@ -409,7 +461,9 @@ def _columnar_entries(body: bytes, flat: Any) -> Tagged | None:
     return out
 
 
-def _block(records: Any, n: int, rattrs: Mapping[str, Any], rident: Identity, fallback: str) -> RecordBlock | None:
+def _block(
+    records: Any, n: int, rattrs: Mapping[str, Any], rident: Identity, fallback: str
+) -> RecordBlock | None:
     """A scope group's records as one `RecordBlock`, when they are text lines of one record-numbered
     stream tagged as their resource is; None sends the group through the per-record path."""
     if (rident.node is None and rident.workload is None) or "state" in rident.scope:
@@ -425,8 +479,17 @@ def _block(records: Any, n: int, rattrs: Mapping[str, Any], rident: Identity, fa
     if rident.workload is not None and "*** " in "\n".join(cols.bodies):  # a Slurm banner: tagged per record
         return None
     stream = stream_name(rident.node, _first(STREAM_KEYS, rattrs, lattrs), fallback)
-    return RecordBlock(workload=rident.workload, attempt=rident.attempt, node=rident.node, stream=stream,
-                       scope=rident.scope, lines=cols.lines, bodies=cols.bodies, times=cols.times, stamps=cols.stamps)
+    return RecordBlock(
+        workload=rident.workload,
+        attempt=rident.attempt,
+        node=rident.node,
+        stream=stream,
+        scope=rident.scope,
+        lines=cols.lines,
+        bodies=cols.bodies,
+        times=cols.times,
+        stamps=cols.stamps,
+    )
 
 
 def _flat(body: bytes) -> Any:
@@ -463,10 +526,19 @@ def metric_entries(req: ExportMetricsServiceRequest) -> Tagged:
                         continue
                     value = dp.as_double if dp.WhichOneof("value") == "as_double" else float(dp.as_int)
                     source = _first(("hypocenter.source",), rattrs) or f"otlp/{sm.scope.name or 'metrics'}"
-                    out.accepted.append(Point(
-                        workload=ident.workload, attempt=ident.attempt, node=node, source=source,
-                        name=metric.name, labels=labels, time_ns=dp.time_unix_nano or dp.start_time_unix_nano,
-                        value=value, scope=ident.scope))
+                    out.accepted.append(
+                        Point(
+                            workload=ident.workload,
+                            attempt=ident.attempt,
+                            node=node,
+                            source=source,
+                            name=metric.name,
+                            labels=labels,
+                            time_ns=dp.time_unix_nano or dp.start_time_unix_nano,
+                            value=value,
+                            scope=ident.scope,
+                        )
+                    )
     if unscoped:
         out.rejected += unscoped
         out.rejected_by["no_node_or_workload"] = unscoped
@@ -474,7 +546,9 @@ def metric_entries(req: ExportMetricsServiceRequest) -> Tagged:
     if unsupported:
         out.rejected += unsupported
         out.rejected_by["unsupported_metric_type"] = unsupported
-        out.reasons.append(f"{unsupported} histogram/summary data point(s) rejected: only gauges and sums are analysed")
+        out.reasons.append(
+            f"{unsupported} histogram/summary data point(s) rejected: only gauges and sums are analysed"
+        )
     return out
 
 
@@ -495,13 +569,25 @@ def receive(signal: str, body: bytes, content_type: str) -> tuple[Tagged, list[s
                 _check_count("log records", tagged.count, bound)
                 return tagged, []
         logs, warnings = decode_logs(body, content_type)
-        _check_count("log records", sum(len(sl.log_records) for rl in logs.resource_logs for sl in rl.scope_logs), bound)
+        _check_count(
+            "log records",
+            sum(len(sl.log_records) for rl in logs.resource_logs for sl in rl.scope_logs),
+            bound,
+        )
         return log_entries(logs, flat=flat), warnings
     if protobuf:
         _check_count("metric data points", otlp_wire.count_data_points(body, bound), bound)
     metrics, warnings = decode_metrics(body, content_type)
-    _check_count("metric data points", sum(_count_points(m, m.WhichOneof("data")) for rm in metrics.resource_metrics
-                                           for sm in rm.scope_metrics for m in sm.metrics), bound)
+    _check_count(
+        "metric data points",
+        sum(
+            _count_points(m, m.WhichOneof("data"))
+            for rm in metrics.resource_metrics
+            for sm in rm.scope_metrics
+            for m in sm.metrics
+        ),
+        bound,
+    )
     return metric_entries(metrics), warnings
 
 
@@ -509,8 +595,9 @@ class DecoderBusy(TransientError):
     """Every decode slot (max_concurrent_decodes) stayed taken: UNAVAILABLE / 503, retry later."""
 
 
-def receive_bounded(signal: str, raw: bytes, encoding: str | None, content_type: str, limit: int,
-                    wait_s: float = 30.0) -> tuple[Tagged, list[str]]:
+def receive_bounded(
+    signal: str, raw: bytes, encoding: str | None, content_type: str, limit: int, wait_s: float = 30.0
+) -> tuple[Tagged, list[str]]:
     """`decompress` then `receive`, holding one of the max_concurrent_decodes slots: however many
     requests arrive at once, only that many are ever expanded in memory together."""
     try:
@@ -531,17 +618,21 @@ def _check_json_values(body: bytes, bound: int) -> None:
     brackets bound the values from above (string contents only make the bound looser)."""
     values = body.count(b",") + body.count(b"{") + body.count(b"[")
     if values > bound * JSON_VALUES_PER_RECORD:
-        raise MessageTooLarge(f"OTLP/JSON body holds up to {values:,} values, more than {JSON_VALUES_PER_RECORD} for each "
-                              f"of the {bound:,} records allowed per request (setting max_records_per_request): "
-                              "send smaller batches")
+        raise MessageTooLarge(
+            f"OTLP/JSON body holds up to {values:,} values, more than {JSON_VALUES_PER_RECORD} for each "
+            f"of the {bound:,} records allowed per request (setting max_records_per_request): "
+            "send smaller batches"
+        )
 
 
 def _check_count(what: str, count: int, bound: int) -> None:
     """Refuse a request with more records than max_records_per_request before they are decoded or
     tagged (hypocenter/limits.py): MessageTooLarge, so 413 / RESOURCE_EXHAUSTED."""
     if count > bound:
-        raise MessageTooLarge(f"request holds more than {bound:,} {what}, the limit per request "
-                              "(setting max_records_per_request): send smaller batches")
+        raise MessageTooLarge(
+            f"request holds more than {bound:,} {what}, the limit per request "
+            "(setting max_records_per_request): send smaller batches"
+        )
 
 
 def export_response(signal: str, tagged: Tagged, warnings: Iterable[str] = ()) -> Message:
@@ -551,12 +642,18 @@ def export_response(signal: str, tagged: Tagged, warnings: Iterable[str] = ()) -
     if signal == "logs":
         if not message:
             return ExportLogsServiceResponse()
-        return ExportLogsServiceResponse(partial_success=ExportLogsPartialSuccess(
-            rejected_log_records=tagged.rejected, error_message=message))
+        return ExportLogsServiceResponse(
+            partial_success=ExportLogsPartialSuccess(
+                rejected_log_records=tagged.rejected, error_message=message
+            )
+        )
     if not message:
         return ExportMetricsServiceResponse()
-    return ExportMetricsServiceResponse(partial_success=ExportMetricsPartialSuccess(
-        rejected_data_points=tagged.rejected, error_message=message))
+    return ExportMetricsServiceResponse(
+        partial_success=ExportMetricsPartialSuccess(
+            rejected_data_points=tagged.rejected, error_message=message
+        )
+    )
 
 
 _BANNER = re.compile(r"\*\*\* JOB \S+ ON \S+ (CANCELLED|FAILED|TIMEOUT|NODE_FAIL|PREEMPTED|OUT_OF_MEMORY)\b")

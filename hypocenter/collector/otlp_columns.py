@@ -38,8 +38,9 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 _F = descriptor_pb2.FieldDescriptorProto
 
 
-def _message(file: descriptor_pb2.FileDescriptorProto, name: str,
-             fields: list[tuple[str, int, int, int, str | None]]) -> None:
+def _message(
+    file: descriptor_pb2.FileDescriptorProto, name: str, fields: list[tuple[str, int, int, int, str | None]]
+) -> None:
     msg = file.message_type.add(name=name)
     for fname, number, ftype, label, type_name in fields:
         f = msg.field.add(name=fname, number=number, type=ftype, label=label)
@@ -48,39 +49,78 @@ def _message(file: descriptor_pb2.FileDescriptorProto, name: str,
 
 
 def _build() -> Any:
-    file = descriptor_pb2.FileDescriptorProto(name="hypocenter/otlp_flat.proto", package="hypocenter.flat",
-                                              syntax="proto3")
+    file = descriptor_pb2.FileDescriptorProto(
+        name="hypocenter/otlp_flat.proto", package="hypocenter.flat", syntax="proto3"
+    )
     rep, opt = _F.LABEL_REPEATED, _F.LABEL_OPTIONAL
-    _message(file, "Any", [("string_value", 1, _F.TYPE_STRING, rep, None), ("bool_value", 2, _F.TYPE_BOOL, rep, None),
-                           ("int_value", 3, _F.TYPE_INT64, rep, None), ("double_value", 4, _F.TYPE_DOUBLE, rep, None),
-                           ("array_value", 5, _F.TYPE_BYTES, rep, None), ("kvlist_value", 6, _F.TYPE_BYTES, rep, None),
-                           ("bytes_value", 7, _F.TYPE_BYTES, rep, None)])
-    _message(file, "KeyValue", [("key", 1, _F.TYPE_STRING, rep, None), ("value", 2, _F.TYPE_MESSAGE, opt, ".hypocenter.flat.Any")])
-    _message(file, "Records", [("time_unix_nano", 1, _F.TYPE_FIXED64, rep, None),
-                               ("severity_text", 3, _F.TYPE_STRING, rep, None),
-                               ("body", 5, _F.TYPE_MESSAGE, opt, ".hypocenter.flat.Any"),
-                               ("attributes", 6, _F.TYPE_MESSAGE, opt, ".hypocenter.flat.KeyValue"),
-                               ("observed_time_unix_nano", 11, _F.TYPE_FIXED64, rep, None),
-                               ("event_name", 12, _F.TYPE_STRING, rep, None)])
-    _message(file, "ScopeLogs", [("scope", 1, _F.TYPE_BYTES, opt, None),
-                                 ("log_records", 2, _F.TYPE_MESSAGE, opt, ".hypocenter.flat.Records"),
-                                 ("schema_url", 3, _F.TYPE_STRING, opt, None)])
-    _message(file, "ResourceLogs", [("resource", 1, _F.TYPE_BYTES, opt, None),
-                                    ("scope_logs", 2, _F.TYPE_MESSAGE, rep, ".hypocenter.flat.ScopeLogs"),
-                                    ("schema_url", 3, _F.TYPE_STRING, opt, None)])
+    _message(
+        file,
+        "Any",
+        [
+            ("string_value", 1, _F.TYPE_STRING, rep, None),
+            ("bool_value", 2, _F.TYPE_BOOL, rep, None),
+            ("int_value", 3, _F.TYPE_INT64, rep, None),
+            ("double_value", 4, _F.TYPE_DOUBLE, rep, None),
+            ("array_value", 5, _F.TYPE_BYTES, rep, None),
+            ("kvlist_value", 6, _F.TYPE_BYTES, rep, None),
+            ("bytes_value", 7, _F.TYPE_BYTES, rep, None),
+        ],
+    )
+    _message(
+        file,
+        "KeyValue",
+        [("key", 1, _F.TYPE_STRING, rep, None), ("value", 2, _F.TYPE_MESSAGE, opt, ".hypocenter.flat.Any")],
+    )
+    _message(
+        file,
+        "Records",
+        [
+            ("time_unix_nano", 1, _F.TYPE_FIXED64, rep, None),
+            ("severity_text", 3, _F.TYPE_STRING, rep, None),
+            ("body", 5, _F.TYPE_MESSAGE, opt, ".hypocenter.flat.Any"),
+            ("attributes", 6, _F.TYPE_MESSAGE, opt, ".hypocenter.flat.KeyValue"),
+            ("observed_time_unix_nano", 11, _F.TYPE_FIXED64, rep, None),
+            ("event_name", 12, _F.TYPE_STRING, rep, None),
+        ],
+    )
+    _message(
+        file,
+        "ScopeLogs",
+        [
+            ("scope", 1, _F.TYPE_BYTES, opt, None),
+            ("log_records", 2, _F.TYPE_MESSAGE, opt, ".hypocenter.flat.Records"),
+            ("schema_url", 3, _F.TYPE_STRING, opt, None),
+        ],
+    )
+    _message(
+        file,
+        "ResourceLogs",
+        [
+            ("resource", 1, _F.TYPE_BYTES, opt, None),
+            ("scope_logs", 2, _F.TYPE_MESSAGE, rep, ".hypocenter.flat.ScopeLogs"),
+            ("schema_url", 3, _F.TYPE_STRING, opt, None),
+        ],
+    )
     _message(file, "Request", [("resource_logs", 1, _F.TYPE_MESSAGE, rep, ".hypocenter.flat.ResourceLogs")])
     _message(file, "CountScope", [("log_records", 2, _F.TYPE_BYTES, rep, None)])
     _message(file, "CountResource", [("scope_logs", 2, _F.TYPE_MESSAGE, rep, ".hypocenter.flat.CountScope")])
-    _message(file, "CountRequest", [("resource_logs", 1, _F.TYPE_MESSAGE, rep, ".hypocenter.flat.CountResource")])
+    _message(
+        file, "CountRequest", [("resource_logs", 1, _F.TYPE_MESSAGE, rep, ".hypocenter.flat.CountResource")]
+    )
     pool = descriptor_pool.DescriptorPool()
     pool.Add(file)
-    return (message_factory.GetMessageClass(pool.FindMessageTypeByName("hypocenter.flat.Request")),
-            message_factory.GetMessageClass(pool.FindMessageTypeByName("hypocenter.flat.CountRequest")))
+    return (
+        message_factory.GetMessageClass(pool.FindMessageTypeByName("hypocenter.flat.Request")),
+        message_factory.GetMessageClass(pool.FindMessageTypeByName("hypocenter.flat.CountRequest")),
+    )
 
 
 FlatRequest, CountRequest = _build()
 
-_STRING_ATTRS = ("log.file.path", "log.file.name")   # the stream a line belongs to (STREAM_KEYS), as filelog sends them
+_STRING_ATTRS = (
+    "log.file.path",
+    "log.file.name",
+)  # the stream a line belongs to (STREAM_KEYS), as filelog sends them
 
 
 class Columns:
@@ -88,21 +128,34 @@ class Columns:
 
     __slots__ = ("bodies", "lines", "stamps", "strings", "times")
 
-    def __init__(self, bodies: list[str], lines: list[int], times: list[int], stamps: list[int],
-                 strings: dict[str, list[str]]) -> None:
+    def __init__(
+        self,
+        bodies: list[str],
+        lines: list[int],
+        times: list[int],
+        stamps: list[int],
+        strings: dict[str, list[str]],
+    ) -> None:
         self.bodies = bodies
         self.lines = lines
-        self.times = times        # time_unix_nano, else observed_time_unix_nano
-        self.stamps = stamps      # time_unix_nano as sent
-        self.strings = strings    # log.file.path / log.file.name per record, where the records carry them
+        self.times = times  # time_unix_nano, else observed_time_unix_nano
+        self.stamps = stamps  # time_unix_nano as sent
+        self.strings = strings  # log.file.path / log.file.name per record, where the records carry them
 
     @classmethod
     def of(cls, records: Any, n: int, line_key: str) -> Columns | None:
         """`records`: a FlatRequest's `…scope_logs[j].log_records`; `n`: how many records the group has."""
         body = records.body
         bodies = list(body.string_value)
-        if len(bodies) != n or body.bool_value or body.int_value or body.double_value or body.array_value \
-                or body.kvlist_value or body.bytes_value:
+        if (
+            len(bodies) != n
+            or body.bool_value
+            or body.int_value
+            or body.double_value
+            or body.array_value
+            or body.kvlist_value
+            or body.bytes_value
+        ):
             return None
         attrs = records.attributes
         keys = list(attrs.key)
@@ -110,17 +163,29 @@ class Columns:
         if width < 1 or width > 1 + len(_STRING_ATTRS) or len(keys) != width * n:
             return None
         pattern = keys[:width]
-        if pattern.count(line_key) != 1 or len(set(pattern)) != width \
-                or any(k != line_key and k not in _STRING_ATTRS for k in pattern) or keys != pattern * n:
+        if (
+            pattern.count(line_key) != 1
+            or len(set(pattern)) != width
+            or any(k != line_key and k not in _STRING_ATTRS for k in pattern)
+            or keys != pattern * n
+        ):
             return None
         value = attrs.value
         lines = list(value.int_value)
         texts = list(value.string_value)
-        if len(lines) != n or len(texts) != (width - 1) * n or value.bool_value or value.double_value \
-                or value.array_value or value.kvlist_value or value.bytes_value or min(lines) <= 0:
+        if (
+            len(lines) != n
+            or len(texts) != (width - 1) * n
+            or value.bool_value
+            or value.double_value
+            or value.array_value
+            or value.kvlist_value
+            or value.bytes_value
+            or min(lines) <= 0
+        ):
             return None
         named = [k for k in pattern if k != line_key]
-        strings = {k: texts[i::len(named)] for i, k in enumerate(named)}
+        strings = {k: texts[i :: len(named)] for i, k in enumerate(named)}
         stamps = list(records.time_unix_nano)
         observed = records.observed_time_unix_nano
         if len(stamps) not in (0, n) or len(observed) not in (0, n):

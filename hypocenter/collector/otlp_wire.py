@@ -58,7 +58,7 @@ def _fields(buf: memoryview, wanted: tuple[int, ...]) -> Iterator[tuple[int, mem
             if pos + size > len(buf):
                 raise _Malformed
             if number in wanted:
-                yield number, buf[pos:pos + size]
+                yield number, buf[pos : pos + size]
             pos += size
         else:
             raise _Malformed

@@ -26,7 +26,9 @@ from hypocenter.model import AttemptContext
 from hypocenter.sources import FileTextSource, Source, TextSource
 
 _NPROC = re.compile(rb"--nproc[-_]per[-_]node[= ]+(\d{1,4})\b")
-_NCCL_RANK = re.compile(rb"(?m)^(?:\S+ )?([A-Za-z0-9][\w.-]*):\d+:\d+ \[\d+\] NCCL INFO .*?\brank (\d{1,7}) nranks (\d{1,7})\b")
+_NCCL_RANK = re.compile(
+    rb"(?m)^(?:\S+ )?([A-Za-z0-9][\w.-]*):\d+:\d+ \[\d+\] NCCL INFO .*?\brank (\d{1,7}) nranks (\d{1,7})\b"
+)
 _RANK_PREFIX = re.compile(rb"\[rank(\d{1,7})\]:")
 
 
@@ -69,8 +71,9 @@ def _pieces(src: TextSource) -> Iterable[bytes]:
     return (src.text if isinstance(src.text, bytes) else src.text.encode("utf-8", "replace"),)
 
 
-def rebuild(context: AttemptContext, layout: dict[str, list[int]], sources: Iterable[Source]
-            ) -> tuple[AttemptContext, str | None]:
+def rebuild(
+    context: AttemptContext, layout: dict[str, list[int]], sources: Iterable[Source]
+) -> tuple[AttemptContext, str | None]:
     """`context` with `ranks` filled from `layout` (node → task numbers) and the job's logs; a note on
     what was done or why not. A context that has a rank map already is returned as it is."""
     tasks = sum(len(v) for v in layout.values())
@@ -86,8 +89,10 @@ def rebuild(context: AttemptContext, layout: dict[str, list[int]], sources: Iter
             if src.node is None:
                 widths.update(int(m.group(1)) for m in _NPROC.finditer(data))
                 top = max([top, *(int(m.group(1)) for m in _RANK_PREFIX.finditer(data))])
-            inits.extend((int(m.group(3)), int(m.group(2)), m.group(1).decode("ascii", "replace"))
-                         for m in _NCCL_RANK.finditer(data))
+            inits.extend(
+                (int(m.group(3)), int(m.group(2)), m.group(1).decode("ascii", "replace"))
+                for m in _NCCL_RANK.finditer(data)
+            )
     world = max((n for n, _r, _h in inits), default=None)  # sub-communicators are smaller than the world
     placed = {r: h for n, r, h in sorted(inits, reverse=True) if n == world}
     width: int | None = None
@@ -99,25 +104,41 @@ def rebuild(context: AttemptContext, layout: dict[str, list[int]], sources: Iter
         width = 1
     why = None
     if width is None:
-        why = (f"the job log names rank {top} but Slurm started {tasks} task(s) and the log says neither "
-               "--nproc-per-node nor a NCCL world size" if not widths else
-               f"the job log names several --nproc-per-node values ({', '.join(map(str, sorted(widths)))})")
+        why = (
+            f"the job log names rank {top} but Slurm started {tasks} task(s) and the log says neither "
+            "--nproc-per-node nor a NCCL world size"
+            if not widths
+            else f"the job log names several --nproc-per-node values ({', '.join(map(str, sorted(widths)))})"
+        )
     elif top >= tasks * width:
         why = f"the job log names rank {top}, beyond {tasks} task(s) × {width} rank(s) per task"
     elif world is not None and world != tasks * width:
         why = f"NCCL's world size {world} is not {tasks} task(s) × {width} rank(s) per task"
     if why is None:
         assert width is not None
-        ranks = {node: [r for t in ts for r in range(t * width, t * width + width)] for node, ts in layout.items() if ts}
+        ranks = {
+            node: [r for t in ts for r in range(t * width, t * width + width)]
+            for node, ts in layout.items()
+            if ts
+        }
         owner = {r: node for node, rs in ranks.items() for r in rs}
-        wrong = sorted(r for r, host in placed.items() if owner.get(r) not in (None, host)
-                       and not host.startswith(f"{owner[r]}."))
+        wrong = sorted(
+            r
+            for r, host in placed.items()
+            if owner.get(r) not in (None, host) and not host.startswith(f"{owner[r]}.")
+        )
         if wrong:
-            why = (f"NCCL places rank {wrong[0]} on {placed[wrong[0]]}, Slurm's task layout on {owner[wrong[0]]} "
-                   "(torchrun's node ranks do not follow the task order)")
+            why = (
+                f"NCCL places rank {wrong[0]} on {placed[wrong[0]]}, Slurm's task layout on {owner[wrong[0]]} "
+                "(torchrun's node ranks do not follow the task order)"
+            )
         else:
             mapped = {node: _spans(rs) for node, rs in ranks.items() if node in context.nodes}
-            note = (f"rank map from Slurm's task layout ({tasks} task(s)" + (f" × {width} ranks" if width > 1 else "")
-                    + "): " + ", ".join(f"{n} {s}" for n, s in mapped.items()))
+            note = (
+                f"rank map from Slurm's task layout ({tasks} task(s)"
+                + (f" × {width} ranks" if width > 1 else "")
+                + "): "
+                + ", ".join(f"{n} {s}" for n, s in mapped.items())
+            )
             return context.model_copy(update={"ranks": mapped}), note
     return context, f"no rank map: {why}; ranks in the job log stay without a node"

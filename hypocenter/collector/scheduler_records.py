@@ -41,19 +41,32 @@ def parse_scontrol(text: str) -> dict[str, list[dict[str, Any]]] | None:
             keys = list(_SCONTROL_KEY.finditer(line))
             for i, m in enumerate(keys):
                 end = keys[i + 1].start() if i + 1 < len(keys) else len(line)
-                kv.setdefault(m.group(1), line[m.end():end].strip())
+                kv.setdefault(m.group(1), line[m.end() : end].strip())
         if "NodeName" in kv:
             reason = kv.get("Reason", "")
             when = re.search(r"\[[^@\]]*@([\dT:-]+)\]\s*$", reason)
             by = re.search(r"\[([^@\]]+)@[^\]]*\]\s*$", reason)
-            nodes.append({"name": kv["NodeName"], "state": kv.get("State", "UNKNOWN").split("+"),
-                          "reason": reason, "reason_changed_at_iso": when.group(1) if when else None,
-                          "reason_set_by_user": by.group(1) if by else None})
+            nodes.append(
+                {
+                    "name": kv["NodeName"],
+                    "state": kv.get("State", "UNKNOWN").split("+"),
+                    "reason": reason,
+                    "reason_changed_at_iso": when.group(1) if when else None,
+                    "reason_set_by_user": by.group(1) if by else None,
+                }
+            )
         elif "JobId" in kv:
             rc, _, sig = kv.get("ExitCode", "0:0").partition(":")
-            jobs.append({"job_id": kv["JobId"], "job_state": [kv.get("JobState", "UNKNOWN")],
-                         "state_reason": kv.get("Reason", "None"), "exit_code": f"{rc}:{sig or 0}",
-                         "nodes": kv.get("NodeList", ""), "end_time_iso": kv.get("EndTime")})
+            jobs.append(
+                {
+                    "job_id": kv["JobId"],
+                    "job_state": [kv.get("JobState", "UNKNOWN")],
+                    "state_reason": kv.get("Reason", "None"),
+                    "exit_code": f"{rc}:{sig or 0}",
+                    "nodes": kv.get("NodeList", ""),
+                    "end_time_iso": kv.get("EndTime"),
+                }
+            )
     out: dict[str, list[dict[str, Any]]] = {}
     if nodes:
         out["nodes"] = nodes
@@ -90,8 +103,12 @@ def _walk(doc: Any, ref: str, ctx: TimeContext) -> Iterator[Record]:
         for i, job in enumerate(doc["jobs"]):
             if isinstance(job, dict):
                 yield from _slurm_job(job, _sub(ref, f"jobs[{i}]"), ctx)
-    if isinstance(doc.get("nodes"), list) and doc["nodes"] and isinstance(doc["nodes"][0], dict) \
-            and "name" in doc["nodes"][0]:
+    if (
+        isinstance(doc.get("nodes"), list)
+        and doc["nodes"]
+        and isinstance(doc["nodes"][0], dict)
+        and "name" in doc["nodes"][0]
+    ):
         for i, node in enumerate(doc["nodes"]):
             if isinstance(node, dict):
                 yield from _slurm_node(node, _sub(ref, f"nodes[{i}]"), ctx)
@@ -103,8 +120,12 @@ def _walk(doc: Any, ref: str, ctx: TimeContext) -> Iterator[Record]:
     if kind == RECORDS_KIND and isinstance(doc.get("records"), list):
         for r in doc["records"]:
             if isinstance(r, dict) and isinstance(r.get("text"), str) and isinstance(r.get("ref"), str):
-                yield Record(ref=r["ref"], time=_when(r.get("time"), ctx),
-                             node=r.get("node") if isinstance(r.get("node"), str) else None, text=r["text"])
+                yield Record(
+                    ref=r["ref"],
+                    time=_when(r.get("time"), ctx),
+                    node=r.get("node") if isinstance(r.get("node"), str) else None,
+                    text=r["text"],
+                )
         return
     if isinstance(kind, str):
         yield from _k8s_object(doc, kind, ref, ctx)
@@ -189,7 +210,11 @@ def slurm_job_label(job: dict[str, Any]) -> str:
     if _number(task) is not None and _number(array_job):
         return f"{_number(array_job)}_{_number(task)}"
     het = _dict(job.get("het"))
-    het_job, offset = (het.get("job_id"), het.get("job_offset")) if het else (job.get("het_job_id"), job.get("het_job_offset"))
+    het_job, offset = (
+        (het.get("job_id"), het.get("job_offset"))
+        if het
+        else (job.get("het_job_id"), job.get("het_job_offset"))
+    )
     if _number(het_job) and _number(offset) is not None:
         return f"{_number(het_job)}+{_number(offset)}"
     return str(_number(jid))
@@ -208,9 +233,13 @@ def _slurm_job(job: dict[str, Any], ref: str, ctx: TimeContext) -> Iterator[Reco
         # scontrol/squeue before data_parser (Slurm ≤ 22.05) print the raw wait(2) status: 256 is exit 1.
         exit_code = f"{(exit_code >> 8) & 0xFF}:{exit_code & 0x7F}"
     yield Record(
-        ref=ref, time=end, node=None,
-        text=(f"slurm job {jid} state={_states(state)} reason={_clean(reason)} "
-              f"exit_code={_exit(exit_code)} nodes={_nodes(job.get('nodes'))}"),
+        ref=ref,
+        time=end,
+        node=None,
+        text=(
+            f"slurm job {jid} state={_states(state)} reason={_clean(reason)} "
+            f"exit_code={_exit(exit_code)} nodes={_nodes(job.get('nodes'))}"
+        ),
     )
     for i, step in enumerate(_list(job.get("steps"))):
         if not isinstance(step, dict):
@@ -223,9 +252,13 @@ def _slurm_job(job: dict[str, Any], ref: str, ctx: TimeContext) -> Iterator[Reco
         st = step.get("time", {})
         send = _epoch(st.get("end")) if isinstance(st, dict) else None
         yield Record(
-            ref=_sub(ref, f"steps[{i}]"), time=send or end, node=None,
-            text=(f"slurm step {sid} state={_states(step.get('state'))} "
-                  f"exit_code={_exit(step.get('exit_code'))} nodes={_nodes(step.get('nodes'))}"),
+            ref=_sub(ref, f"steps[{i}]"),
+            time=send or end,
+            node=None,
+            text=(
+                f"slurm step {sid} state={_states(step.get('state'))} "
+                f"exit_code={_exit(step.get('exit_code'))} nodes={_nodes(step.get('nodes'))}"
+            ),
         )
 
 
@@ -233,10 +266,13 @@ def _slurm_node(node: dict[str, Any], ref: str, ctx: TimeContext) -> Iterator[Re
     name = str(node.get("name"))
     reason = node.get("reason") or "-"
     yield Record(
-        ref=ref, node=name,
+        ref=ref,
+        node=name,
         time=_epoch(node.get("reason_changed_at")) or _when(node.get("reason_changed_at_iso"), ctx),
-        text=(f"slurm node {name} state={_states(node.get('state'))} reason={_clean(reason)}"
-              + (f" set_by={node['reason_set_by_user']}" if node.get("reason_set_by_user") else "")),
+        text=(
+            f"slurm node {name} state={_states(node.get('state'))} reason={_clean(reason)}"
+            + (f" set_by={node['reason_set_by_user']}" if node.get("reason_set_by_user") else "")
+        ),
     )
 
 
@@ -257,21 +293,37 @@ def _k8s_object(obj: dict[str, Any], kind: str, ref: str, ctx: TimeContext) -> I
     if kind == "Event":
         inv = _dict(obj.get("involvedObject") or obj.get("regarding"))
         src = _dict(obj.get("source"))
-        node = _name(inv.get("name") if inv.get("kind") == "Node" else (src.get("host") or obj.get("reportingInstance")))
-        when = (_when(obj.get("lastTimestamp"), ctx) or _when(obj.get("eventTime"), ctx)
-                or _when(obj.get("firstTimestamp"), ctx) or _when(meta.get("creationTimestamp"), ctx))
+        node = _name(
+            inv.get("name")
+            if inv.get("kind") == "Node"
+            else (src.get("host") or obj.get("reportingInstance"))
+        )
+        when = (
+            _when(obj.get("lastTimestamp"), ctx)
+            or _when(obj.get("eventTime"), ctx)
+            or _when(obj.get("firstTimestamp"), ctx)
+            or _when(meta.get("creationTimestamp"), ctx)
+        )
         yield Record(
-            ref=ref, time=when, node=node,
-            text=(f"k8s event type={_clean(obj.get('type'))} reason={_clean(obj.get('reason'))} "
-                  f"object={inv.get('kind', '?')}/{inv.get('name', '?')} message={_clean(obj.get('message') or obj.get('note'))}"),
+            ref=ref,
+            time=when,
+            node=node,
+            text=(
+                f"k8s event type={_clean(obj.get('type'))} reason={_clean(obj.get('reason'))} "
+                f"object={inv.get('kind', '?')}/{inv.get('name', '?')} message={_clean(obj.get('message') or obj.get('note'))}"
+            ),
         )
         return
     node_name = _name(spec.get("nodeName")) if kind == "Pod" else (name if kind == "Node" else None)
     if kind == "Pod":
         yield Record(
-            ref=ref, time=None, node=node_name,
-            text=(f"k8s pod {name} phase={_clean(status.get('phase'))} reason={_clean(status.get('reason'))} "
-                  f"message={_clean(status.get('message'))}"),
+            ref=ref,
+            time=None,
+            node=node_name,
+            text=(
+                f"k8s pod {name} phase={_clean(status.get('phase'))} reason={_clean(status.get('reason'))} "
+                f"message={_clean(status.get('message'))}"
+            ),
         )
         for group in ("initContainerStatuses", "containerStatuses"):
             for i, cs in enumerate(_list(status.get(group))):
@@ -281,19 +333,25 @@ def _k8s_object(obj: dict[str, Any], kind: str, ref: str, ctx: TimeContext) -> I
                     term = _dict(cs.get(which)).get("terminated")
                     if isinstance(term, dict):
                         yield Record(
-                            ref=_sub(ref, f"status.{group}[{i}].{which}"), node=node_name,
+                            ref=_sub(ref, f"status.{group}[{i}].{which}"),
+                            node=node_name,
                             time=_when(term.get("finishedAt"), ctx),
-                            text=(f"k8s container {name}/{cs.get('name', '?')} terminated "
-                                  f"reason={_clean(term.get('reason'))} exit_code={term.get('exitCode', '?')} "
-                                  f"signal={term.get('signal', 0)}"),
+                            text=(
+                                f"k8s container {name}/{cs.get('name', '?')} terminated "
+                                f"reason={_clean(term.get('reason'))} exit_code={term.get('exitCode', '?')} "
+                                f"signal={term.get('signal', 0)}"
+                            ),
                         )
     label = "k8s node" if kind == "Node" else ("k8s pod" if kind == "Pod" else kind.lower())
     for i, cond in enumerate(_list(status.get("conditions"))):
         if not isinstance(cond, dict):
             continue
         yield Record(
-            ref=_sub(ref, f"status.conditions[{i}]"), node=node_name,
+            ref=_sub(ref, f"status.conditions[{i}]"),
+            node=node_name,
             time=_when(cond.get("lastTransitionTime"), ctx) or _when(cond.get("lastProbeTime"), ctx),
-            text=(f"{label} {name} condition type={_clean(cond.get('type'))} status={_clean(cond.get('status'))} "
-                  f"reason={_clean(cond.get('reason'))} message={_clean(cond.get('message'))}"),
+            text=(
+                f"{label} {name} condition type={_clean(cond.get('type'))} status={_clean(cond.get('status'))} "
+                f"reason={_clean(cond.get('reason'))} message={_clean(cond.get('message'))}"
+            ),
         )

@@ -47,8 +47,10 @@ class Spool:
             else:
                 self._file.write(data)
         except OSError as exc:
-            raise RuntimeError(f"{self.what} cannot be spooled to a temporary file in "
-                               f"{tempfile.gettempdir()} (TMPDIR): {exc}") from exc
+            raise RuntimeError(
+                f"{self.what} cannot be spooled to a temporary file in "
+                f"{tempfile.gettempdir()} (TMPDIR): {exc}"
+            ) from exc
         self.size += len(data)
 
     def truncate(self, size: int) -> None:
@@ -70,7 +72,7 @@ class Spool:
 
     def read_at(self, offset: int, n: int) -> bytes:
         if self._file is None:
-            return bytes(memoryview(self._memory)[offset:offset + n])
+            return bytes(memoryview(self._memory)[offset : offset + n])
         out = os.pread(self._file.fileno(), n, offset)
         while len(out) < n:  # a short read is allowed of pread; the bytes are all there
             more = os.pread(self._file.fileno(), n - len(out), offset + len(out))

@@ -38,9 +38,12 @@ class Engine:
         context = attempt.context
         tctx = time_context(context)
         n = auto_workers(attempt.sources) if workers is None else workers
-        result = self.extractor.extract(chain(attempt.sources, [_attempt_record(context)]), context, tctx, workers=n)
-        return self.verdict.decide(context, result.events,
-                                   sorted(attempt.coverage, key=lambda c: (c.source, c.connector)))
+        result = self.extractor.extract(
+            chain(attempt.sources, [_attempt_record(context)]), context, tctx, workers=n
+        )
+        return self.verdict.decide(
+            context, result.events, sorted(attempt.coverage, key=lambda c: (c.source, c.connector))
+        )
 
 
 # Below this much text, forking workers costs more than it saves: a fork costs ~10 ms (engine/forked.py);
@@ -57,9 +60,14 @@ def auto_workers(sources: Sequence[Source]) -> int:
 
 def _attempt_record(ctx: AttemptContext) -> RecordSource:
     """The scope's own terminal state, as a scheduler record rules can match."""
-    text = (f"attempt {ctx.workload.id} state={ctx.state or 'UNKNOWN'} reason={ctx.reason or '-'} "
-            f"exit_code={ctx.exit_code if ctx.exit_code is not None else '-'} scheduler={ctx.workload.scheduler or '-'}")
-    return RecordSource(name="attempt.yaml", records=[Record(ref="attempt.yaml#state", time=ctx.window.end, node=None, text=text)])
+    text = (
+        f"attempt {ctx.workload.id} state={ctx.state or 'UNKNOWN'} reason={ctx.reason or '-'} "
+        f"exit_code={ctx.exit_code if ctx.exit_code is not None else '-'} scheduler={ctx.workload.scheduler or '-'}"
+    )
+    return RecordSource(
+        name="attempt.yaml",
+        records=[Record(ref="attempt.yaml#state", time=ctx.window.end, node=None, text=text)],
+    )
 
 
 @lru_cache(maxsize=4)

@@ -122,10 +122,17 @@ def hang_laggard(view: AttemptView) -> list[Finding]:
             continue
         evs = tuple(e for _, _, e in behind)
         ranks = ", ".join(str(r) for r, _, _ in behind)
-        findings.append(Finding(
-            nodes=tuple(nodes), events=evs, first_seen=first_seen(evs),
-            detail=(f"rank(s) {ranks} last enqueued NCCL work {min(enq for _, enq, _ in behind)} and never "
-                    f"issued work {stuck}, which {ahead} other rank(s) waited on")))
+        findings.append(
+            Finding(
+                nodes=tuple(nodes),
+                events=evs,
+                first_seen=first_seen(evs),
+                detail=(
+                    f"rank(s) {ranks} last enqueued NCCL work {min(enq for _, enq, _ in behind)} and never "
+                    f"issued work {stuck}, which {ahead} other rank(s) waited on"
+                ),
+            )
+        )
     if not findings:
         findings = _silent_ranks(view, reporting)
     return findings
@@ -154,9 +161,17 @@ def _silent_ranks(view: AttemptView, reporting: set[int]) -> list[Finding]:
         return []
     evs = [e for e in view.of_kind("watchdog_timeout") if e.rank is not None]
     first = first_seen(evs[:1])
-    return [Finding(nodes=tuple(nodes), events=tuple(evs[:3]), first_seen=first,
-                    detail=(f"rank(s) {', '.join(map(str, missing))} never reported the collective timeout that "
-                            f"{len(reporting)} other rank(s) reported"))]
+    return [
+        Finding(
+            nodes=tuple(nodes),
+            events=tuple(evs[:3]),
+            first_seen=first,
+            detail=(
+                f"rank(s) {', '.join(map(str, missing))} never reported the collective timeout that "
+                f"{len(reporting)} other rank(s) reported"
+            ),
+        )
+    ]
 
 
 def collective_mismatch(view: AttemptView) -> list[Finding]:
@@ -185,10 +200,17 @@ def collective_mismatch(view: AttemptView) -> list[Finding]:
         if not nodes:
             continue
         evs = tuple(e for _, _, e in odd)
-        findings.append(Finding(
-            nodes=tuple(nodes), events=evs, first_seen=first_seen(evs),
-            detail=(f"rank(s) {', '.join(str(r) for r, _, _ in odd)} issued {odd[0][1]} at SeqNum {key[1]} "
-                    f"while the others issued {common}")))
+        findings.append(
+            Finding(
+                nodes=tuple(nodes),
+                events=evs,
+                first_seen=first_seen(evs),
+                detail=(
+                    f"rank(s) {', '.join(str(r) for r, _, _ in odd)} issued {odd[0][1]} at SeqNum {key[1]} "
+                    f"while the others issued {common}"
+                ),
+            )
+        )
     return findings
 
 
@@ -218,14 +240,28 @@ def ib_peer(view: AttemptView) -> list[Finding]:
         if len(reporters) < 2 and len(view.context.nodes) > 2:
             continue
         evs = tuple(reporters[r] for r in sorted(reporters))
-        findings.append(Finding(
-            nodes=(target,), events=evs, first_seen=first_seen(evs),
-            detail=f"{len(reporters)} node(s) lost their connection to {target}"))
+        findings.append(
+            Finding(
+                nodes=(target,),
+                events=evs,
+                first_seen=first_seen(evs),
+                detail=f"{len(reporters)} node(s) lost their connection to {target}",
+            )
+        )
     return findings
 
 
-_STALL_KINDS = ("watchdog_timeout", "watchdog_progress", "heartbeat_timeout", "hung_task", "fs_stall",
-                "nccl_error", "nccl_ib_completion_error", "nccl_peer_closed", "tcpstore_error")
+_STALL_KINDS = (
+    "watchdog_timeout",
+    "watchdog_progress",
+    "heartbeat_timeout",
+    "hung_task",
+    "fs_stall",
+    "nccl_error",
+    "nccl_ib_completion_error",
+    "nccl_peer_closed",
+    "tcpstore_error",
+)
 
 
 def time_limit(view: AttemptView) -> list[Finding]:
@@ -234,8 +270,11 @@ def time_limit(view: AttemptView) -> list[Finding]:
     if not limits:
         return []
     end = min((e.time for e in limits if e.time), default=view.context.window.end)
-    progress = [e.time for e in view.of_kind("progress")
-                if e.time and not e.inherited and not e.approx and e.time <= end + timedelta(seconds=60)]
+    progress = [
+        e.time
+        for e in view.of_kind("progress")
+        if e.time and not e.inherited and not e.approx and e.time <= end + timedelta(seconds=60)
+    ]
     if not progress:
         # Progress lines without stamps (tqdm, plain prints) cannot show the job was still progressing.
         # With no hang or stall evidenced either, the limit is the cause, on weaker evidence (its
@@ -243,16 +282,28 @@ def time_limit(view: AttemptView) -> list[Finding]:
         unstamped = [e for e in view.of_kind("progress") if e.inherited or e.approx or e.time is None]
         if not unstamped or view.of_kind(*_STALL_KINDS):
             return []
-        return [Finding(nodes=(), events=tuple(limits[:3]), first_seen=end,
-                        detail=f"{len(unstamped)} progress line(s) carry no time, so progress up to the limit is not "
-                               "shown; no hang or stall is evidenced")]
+        return [
+            Finding(
+                nodes=(),
+                events=tuple(limits[:3]),
+                first_seen=end,
+                detail=f"{len(unstamped)} progress line(s) carry no time, so progress up to the limit is not "
+                "shown; no hang or stall is evidenced",
+            )
+        ]
     progress.sort()
     gaps = [(b - a).total_seconds() for a, b in pairwise(progress)]
     typical = sorted(gaps)[len(gaps) // 2] if gaps else 0.0
     if (end - progress[-1]).total_seconds() > max(900.0, 4 * typical):
         return []  # progress stopped long before the limit: a hang, not the limit
-    return [Finding(nodes=(), events=tuple(limits[:3]), first_seen=end,
-                    detail=f"training progress continued until {progress[-1].isoformat()}")]
+    return [
+        Finding(
+            nodes=(),
+            events=tuple(limits[:3]),
+            first_seen=end,
+            detail=f"training progress continued until {progress[-1].isoformat()}",
+        )
+    ]
 
 
 # The analyzers over log events; engine/registry.py adds the hang forensics and is what rules name.

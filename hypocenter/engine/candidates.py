@@ -24,9 +24,9 @@ from hypocenter.engine.registry import ANALYZERS
 from hypocenter.engine.rules import AttributeSpec, Rule
 from hypocenter.model import Component, Event, isoformat
 
-SKEW = timedelta(seconds=120)             # node clocks and detection lag
-MERGE_WINDOW = timedelta(seconds=90)      # same cause on several nodes within this: one cause
-PROGRESS_GRACE = timedelta(minutes=5)    # progress this long after a signal: the job survived it
+SKEW = timedelta(seconds=120)  # node clocks and detection lag
+MERGE_WINDOW = timedelta(seconds=90)  # same cause on several nodes within this: one cause
+PROGRESS_GRACE = timedelta(minutes=5)  # progress this long after a signal: the job survived it
 
 
 @dataclass
@@ -51,7 +51,12 @@ class Candidate:
         return bool(self.events) and all(e.approx for e in self.events)
 
     def sort_key(self) -> tuple[str, int, str, str]:
-        return (isoformat(self.first_seen) or "~", -self.spec.precedence, self.rule.id, ",".join(sorted(self.nodes)))
+        return (
+            isoformat(self.first_seen) or "~",
+            -self.spec.precedence,
+            self.rule.id,
+            ",".join(sorted(self.nodes)),
+        )
 
 
 def normalize_pci(raw: str) -> str:
@@ -109,7 +114,7 @@ def _matches(patterns: list[str], cls: str) -> bool:
 class Causes:
     """What the search leaves for the report."""
 
-    primary: list[Candidate]   # causes no other cause explains, earliest first
+    primary: list[Candidate]  # causes no other cause explains, earliest first
     survived: list[Candidate]  # causes the job outlived: training progress continued well after them
 
 
@@ -127,8 +132,11 @@ class CandidateSearch:
         outlived = _survived(candidates, classified.events)
         survived = _merge(outlived)
         # Nothing that began after the attempt ended caused it (clock skew allowed).
-        candidates = [c for c in _merge([c for c in candidates if c not in outlived])
-                      if c.first_seen is None or c.approx or c.first_seen <= ctx.window.end + SKEW]
+        candidates = [
+            c
+            for c in _merge([c for c in candidates if c not in outlived])
+            if c.first_seen is None or c.approx or c.first_seen <= ctx.window.end + SKEW
+        ]
         primary, _ = _explain(candidates)
         _locate_by_exits(primary, classified.events, len(classified.rank_nodes), ctx.nodes)
         return Causes(primary=primary, survived=survived)
@@ -155,18 +163,30 @@ class CandidateSearch:
 
     def from_analyzers(self, classified: Classification) -> list[Candidate]:
         """The Python analyzers' findings, in rule id order."""
-        view = AttemptView(context=classified.context, events=classified.events, rank_nodes=classified.rank_nodes)
+        view = AttemptView(
+            context=classified.context, events=classified.events, rank_nodes=classified.rank_nodes
+        )
         out: list[Candidate] = []
         for rule in self.analyzer_rules:
             assert rule.analyzer is not None and rule.attribute is not None
             for f in ANALYZERS[rule.analyzer](view):
-                out.append(Candidate(rule=rule, spec=rule.attribute, nodes=set(f.nodes), events=list(f.events),
-                                     first_seen=f.first_seen, detail=f.detail,
-                                     components={(c.node, c.kind, c.id): c for c in f.components}))
+                out.append(
+                    Candidate(
+                        rule=rule,
+                        spec=rule.attribute,
+                        nodes=set(f.nodes),
+                        events=list(f.events),
+                        first_seen=f.first_seen,
+                        detail=f.detail,
+                        components={(c.node, c.kind, c.id): c for c in f.components},
+                    )
+                )
         return out
 
 
-def _locate_by_exits(primary: list[Candidate], events: list[Event], ranks: int, everywhere: list[str]) -> None:
+def _locate_by_exits(
+    primary: list[Candidate], events: list[Event], ranks: int, everywhere: list[str]
+) -> None:
     """A cause whose lines name no rank or host (a bare traceback in a merged job log) is located by
     what the processes did: the same exception from (nearly) every rank is everywhere; otherwise it
     is where a process first exited with an error code (`srun: error: <node>: task N: Exited with exit
@@ -179,7 +199,11 @@ def _locate_by_exits(primary: list[Candidate], events: list[Event], ranks: int, 
     first_exit = min(exits, key=Event.stream_order).node if exits else None
     # An OOM kill is a SIGKILL: a step's `Detected N oom_kill event in StepId=…` or an OUT_OF_MEMORY
     # state names no node, srun's `<node>: task N: Killed | Out Of Memory` does.
-    killed = [e for e in events if e.node and e.kind == "task_exit" and e.fields.get("what") in ("Killed", "Out Of Memory")]
+    killed = [
+        e
+        for e in events
+        if e.node and e.kind == "task_exit" and e.fields.get("what") in ("Killed", "Out Of Memory")
+    ]
     first_killed = min(killed, key=Event.stream_order).node if killed else None
     for c in unlocated:
         if c.spec.subdomain == "host_oom" and first_killed:
@@ -218,8 +242,12 @@ def _survived(cands: list[Candidate], events: list[Event]) -> list[Candidate]:
         # and then failed the job (peers' errors naming it at the end) is one candidate whose first
         # line the job did outlive.
         latest = _last_sign(c)
-        if latest is not None and latest + grace < last and c.spec.domain != "external" \
-                and c.spec.effect == "stop":
+        if (
+            latest is not None
+            and latest + grace < last
+            and c.spec.domain != "external"
+            and c.spec.effect == "stop"
+        ):
             out.append(c)
     return out
 
@@ -250,14 +278,26 @@ def _merge(cands: list[Candidate]) -> list[Candidate]:
         for o in out:
             if o.cls != c.cls:
                 continue
-            near = (o.first_seen is None or c.first_seen is None
-                    or abs(c.first_seen - o.first_seen) <= MERGE_WINDOW)
+            near = (
+                o.first_seen is None
+                or c.first_seen is None
+                or abs(c.first_seen - o.first_seen) <= MERGE_WINDOW
+            )
             if near or not c.nodes or not o.nodes or (c.nodes & o.nodes):
                 target = o
                 break
         if target is None:
-            out.append(Candidate(rule=c.rule, spec=c.spec, nodes=set(c.nodes), events=list(c.events),
-                                 first_seen=c.first_seen, detail=c.detail, components=dict(c.components)))
+            out.append(
+                Candidate(
+                    rule=c.rule,
+                    spec=c.spec,
+                    nodes=set(c.nodes),
+                    events=list(c.events),
+                    first_seen=c.first_seen,
+                    detail=c.detail,
+                    components=dict(c.components),
+                )
+            )
             continue
         if (c.spec.precedence, bool(c.nodes)) > (target.spec.precedence, bool(target.nodes)):
             target.rule, target.spec = c.rule, c.spec
@@ -275,8 +315,11 @@ def _explains(a: Candidate, b: Candidate) -> bool:
     if (a.spec.precedence, -_ts(a)) <= (b.spec.precedence, -_ts(b)):
         return False  # only a stronger (or equally strong and earlier) cause explains another
     b_latest = _latest_start(b)
-    if a.first_seen is not None and b_latest is not None and \
-            a.first_seen - timedelta(seconds=a.spec.lag_s) > b_latest + SKEW:
+    if (
+        a.first_seen is not None
+        and b_latest is not None
+        and a.first_seen - timedelta(seconds=a.spec.lag_s) > b_latest + SKEW
+    ):
         return False
     if _matches(a.spec.explains, b.cls):
         return True
@@ -313,10 +356,14 @@ def _explain(cands: list[Candidate]) -> tuple[list[Candidate], list[Candidate]]:
             continue
         # Locate a cause that names no node by the node its consequences point at: the peer every
         # other node lost its connection to is where the failing process was.
-        located = sorted({n for b in explained if b.nodes and _explains(a, b)
-                          and _matches(a.spec.explains_on_node, b.cls) for n in b.nodes})
+        located = sorted(
+            {
+                n
+                for b in explained
+                if b.nodes and _explains(a, b) and _matches(a.spec.explains_on_node, b.cls)
+                for n in b.nodes
+            }
+        )
         if len(located) == 1:
             a.nodes = set(located)
     return primary, explained
-
-

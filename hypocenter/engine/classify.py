@@ -22,8 +22,8 @@ from hypocenter.engine.matching import Pattern, compile_pattern
 from hypocenter.engine.rules import AttributeSpec, RecoverySpec, Rule, Ruleset, When
 from hypocenter.model import AttemptContext, Event
 
-SCOPE_BEFORE = timedelta(minutes=2)       # node events this long before the window still count
-SCOPE_AFTER = timedelta(minutes=5)        # … and after it (teardown, scheduler bookkeeping)
+SCOPE_BEFORE = timedelta(minutes=2)  # node events this long before the window still count
+SCOPE_AFTER = timedelta(minutes=5)  # … and after it (teardown, scheduler bookkeeping)
 # Without timed progress, a job that ended this long after a recovery outlived it: a collective that
 # did not recover is stopped by its watchdog sooner (PyTorch's NCCL timeout: 10 min, 30 in older releases).
 RECOVERY_OUTLIVED = timedelta(minutes=30)
@@ -87,8 +87,11 @@ class Recoveries:
         for e in events:
             if e.node:
                 (self.by_node if e.time is not None else self.untimed)[e.node].append(e)
-        self.progress = sorted(e.time for e in events
-                               if e.kind == "progress" and e.time is not None and not e.inherited and not e.approx)
+        self.progress = sorted(
+            e.time
+            for e in events
+            if e.kind == "progress" and e.time is not None and not e.inherited and not e.approx
+        )
         self.end = end
         self._patterns: dict[str, Pattern] = {}
 
@@ -103,14 +106,23 @@ class Recoveries:
             # later in its own stream is all there is (peers' errors naming its node still make the
             # node a cause, through the ib-peer analyzer).
             path, line = e.stream_position()
-            return any(r.kind in spec.kind and (rp := r.stream_position())[0] == path and rp[1] > line
-                       and pattern.search(r.text) and all(r.fields.get(k) == e.fields.get(k) for k in spec.same)
-                       for r in self.untimed.get(e.node, ()))
+            return any(
+                r.kind in spec.kind
+                and (rp := r.stream_position())[0] == path
+                and rp[1] > line
+                and pattern.search(r.text)
+                and all(r.fields.get(k) == e.fields.get(k) for k in spec.same)
+                for r in self.untimed.get(e.node, ())
+            )
         limit = e.time + timedelta(seconds=spec.within_s)
-        return any(r.kind in spec.kind and e.time <= r.time <= limit and pattern.search(r.text)  # type: ignore[operator]
-                   and all(r.fields.get(k) == e.fields.get(k) for k in spec.same)
-                   and self.progressed_after(r.time)  # type: ignore[arg-type]
-                   for r in self.by_node.get(e.node, ()))
+        return any(
+            r.kind in spec.kind
+            and e.time <= r.time <= limit  # type: ignore[operator]
+            and pattern.search(r.text)
+            and all(r.fields.get(k) == e.fields.get(k) for k in spec.same)
+            and self.progressed_after(r.time)  # type: ignore[arg-type]
+            for r in self.by_node.get(e.node, ())
+        )
 
     def progressed_after(self, t: datetime) -> bool:
         if self.progress:
@@ -139,8 +151,11 @@ class Classifier:
             if rule.analyzer:
                 self.analyzer_rules.append(rule)
                 continue
-            a = Attribution(rule, rule.attribute,
-                            compile_pattern(rule.attribute.when.text) if rule.attribute.when.text else None)
+            a = Attribution(
+                rule,
+                rule.attribute,
+                compile_pattern(rule.attribute.when.text) if rule.attribute.when.text else None,
+            )
             for kind in rule.attribute.when.kind:
                 self.by_kind[kind].append(a)
         for attrs in self.by_kind.values():
@@ -150,7 +165,11 @@ class Classifier:
         for a in self.by_kind.get(e.kind, ()):
             if not when_matches(a.spec.when, a.text, e):
                 continue
-            if a.spec.unless_recovered is not None and recovered is not None and recovered.after(e, a.spec.unless_recovered):
+            if (
+                a.spec.unless_recovered is not None
+                and recovered is not None
+                and recovered.after(e, a.spec.unless_recovered)
+            ):
                 continue  # e.g. a Lustre disconnect that reconnected within minutes: fall through to context
             return a
         return None
@@ -173,4 +192,6 @@ class Classifier:
         for e in events:
             if e.node is None and e.rank is not None:
                 e.node = rank_nodes.get(e.rank)
-        return Classification(context=ctx, events=events, roles=self.roles(events, ctx.window.end), rank_nodes=rank_nodes)
+        return Classification(
+            context=ctx, events=events, roles=self.roles(events, ctx.window.end), rank_nodes=rank_nodes
+        )

@@ -40,8 +40,8 @@ from hypocenter.sources import (
     TextSource,
 )
 
-MAX_TEXT = 600              # evidence text kept per event
-BACKSCAN_LINES = 4096       # how far back a stamp-less line looks for a stamp to inherit
+MAX_TEXT = 600  # evidence text kept per event
+BACKSCAN_LINES = 4096  # how far back a stamp-less line looks for a stamp to inherit
 _SCHED_PREFIXES = ("srun:", "slurmstepd:", "slurmstepd-", "slurmd:", "sbatch:", "salloc:")
 
 
@@ -80,15 +80,22 @@ class Extractor:
             if rule.extract is not None:
                 spec = rule.extract
                 table = ruleset.tables.get(spec.lookup) if spec.lookup else None
-                comp = _Compiled(rule, spec, LazyPattern(spec.pattern), frozenset(spec.source), frozenset(spec.ints), table)
+                comp = _Compiled(
+                    rule, spec, LazyPattern(spec.pattern), frozenset(spec.source), frozenset(spec.ints), table
+                )
                 for tok in spec.tokens:
                     self._by_token[tok].append(comp)
             if rule.metric is not None:
                 self.metric_rules.append((rule, rule.metric))
         self.tokens = sorted(self._by_token, key=lambda t: (-len(t), t))
         # Per token (automaton index): the most lines before / after a line with it that its rules read.
-        self._reach = [(max(c.spec.lines_before for c in self._by_token[t]), max(c.spec.lines_after for c in self._by_token[t]))
-                       for t in self.tokens]
+        self._reach = [
+            (
+                max(c.spec.lines_before for c in self._by_token[t]),
+                max(c.spec.lines_after for c in self._by_token[t]),
+            )
+            for t in self.tokens
+        ]
         # One multi-literal matcher over every rule's literal tokens, run on raw bytes outside Python
         # (engine/prefilter.py): ~40x the throughput of a Python `re` alternation of the same literals.
         self._scanner = TokenScanner(self.tokens)
@@ -104,7 +111,9 @@ class Extractor:
     def is_candidate(self, text: str) -> bool:
         return bool(self.scan(text.encode("utf-8", "surrogateescape")))
 
-    def evidence_lines(self, lines: Sequence[tuple[int, str]], tctx: TimeContext, *, tail: int = 200) -> set[int]:
+    def evidence_lines(
+        self, lines: Sequence[tuple[int, str]], tctx: TimeContext, *, tail: int = 200
+    ) -> set[int]:
         """Which of a stream's lines (line number, text; ascending) extraction can ever read.
 
         A stream rebuilt from these lines alone, with blank lines in place of the others, extracts
@@ -122,8 +131,15 @@ class Extractor:
         numbers, bodies = (list(c) for c in zip(*lines, strict=True))
         return self.evidence_columns(numbers, bodies, tctx, tail=tail)
 
-    def evidence_columns(self, numbers: Sequence[int], bodies: Sequence[str], tctx: TimeContext, *, tail: int = 200,
-                         scanned: tuple[bytes, list[int], list[tuple[int, int, int]]] | None = None) -> set[int]:
+    def evidence_columns(
+        self,
+        numbers: Sequence[int],
+        bodies: Sequence[str],
+        tctx: TimeContext,
+        *,
+        tail: int = 200,
+        scanned: tuple[bytes, list[int], list[tuple[int, int, int]]] | None = None,
+    ) -> set[int]:
         """`evidence_lines` of the lines `numbers` (ascending) with texts `bodies`: the same, with no
         Python step per line but for the last `tail` (one prefilter pass, regexes over the lines joined).
         `scanned`: the lines joined, where each starts and `scan`'s hits in them, when the caller
@@ -175,8 +191,11 @@ class Extractor:
             if has_stamp(j):
                 keep.add(j)
                 break
-        uptimes = [(float(m.group(1)), j) for j in range(max(0, len(numbers) - tail), len(numbers))
-                   if (m := _UPTIME.search(bodies[j])) is not None]
+        uptimes = [
+            (float(m.group(1)), j)
+            for j in range(max(0, len(numbers) - tail), len(numbers))
+            if (m := _UPTIME.search(bodies[j])) is not None
+        ]
         if uptimes:
             keep.add(max(uptimes)[1])
         if self._marks is not None:
@@ -191,7 +210,9 @@ class Extractor:
         pair_seen = False
         # Lines that start with an srun label ("12: "): a newline and digits, then the line's own check.
         labelled = [0] if _LABEL.match(data) else []
-        labelled.extend(i for at in after_newline if starts[(i := bisect.bisect_right(starts, at + 1) - 1)] == at + 1)
+        labelled.extend(
+            i for at in after_newline if starts[(i := bisect.bisect_right(starts, at + 1) - 1)] == at + 1
+        )
         for i in labelled:  # a line that starts with an srun label (few, if any)
             raw = bodies[i][:24].encode("utf-8", "surrogateescape")
             label = _LABEL.match(raw)
@@ -206,8 +227,9 @@ class Extractor:
 
     # ----------------------------------------------------------------------------------------- text
 
-    def extract(self, sources: Iterable[Source], context: AttemptContext, tctx: TimeContext, *,
-                workers: int = 1) -> ExtractionResult:
+    def extract(
+        self, sources: Iterable[Source], context: AttemptContext, tctx: TimeContext, *, workers: int = 1
+    ) -> ExtractionResult:
         """Events of every source. With `workers` > 1 (and fork available), text streams are extracted
         by that many processes (this one and forked ones, engine/forked.py), each stream whole in one
         of them; results are merged in source order, so the events are the ones one process finds, in
@@ -250,7 +272,9 @@ class Extractor:
             offs = anchors.get(node)
             if offs:
                 boot = sorted(offs)[len(offs) // 2]
-                p.event.time = datetime(1970, 1, 1, tzinfo=tctx.start.tzinfo) + boot + timedelta(seconds=p.uptime)
+                p.event.time = (
+                    datetime(1970, 1, 1, tzinfo=tctx.start.tzinfo) + boot + timedelta(seconds=p.uptime)
+                )
             else:
                 last = max_uptime.get(p.stream, p.uptime)
                 p.event.time = tctx.end - timedelta(seconds=max(0.0, last - p.uptime))
@@ -262,7 +286,9 @@ class Extractor:
         texts = [src for src in sources if isinstance(src, TextSource)]
         if workers > 1 and len(texts) > 1:
             # In batches of about equal bytes, over this process and forked ones (engine/forked.py).
-            done = spread(lambda i: _TextStream(self, job, texts[i]).run(), [_size(src) for src in texts], workers)
+            done = spread(
+                lambda i: _TextStream(self, job, texts[i]).run(), [_size(src) for src in texts], workers
+            )
             if done is not None:
                 streams = iter(done)
                 yield from (next(streams) if isinstance(src, TextSource) else None for src in sources)
@@ -291,13 +317,25 @@ class Extractor:
                 named = rec.node or _str(fields.get("host"))
                 # A record about a node outside the attempt keeps that node's name, so scope drops it.
                 node = names.resolve(named) or (named if named and names.nodes else None)
-                result.events.append(Event(
-                    kind=comp.spec.event, rule=comp.rule.id, time=rec.time or tctx.end, approx=rec.time is None,
-                    node=node, source="scheduler", ref=rec.ref, text=rec.text[:MAX_TEXT], fields=fields))
+                result.events.append(
+                    Event(
+                        kind=comp.spec.event,
+                        rule=comp.rule.id,
+                        time=rec.time or tctx.end,
+                        approx=rec.time is None,
+                        node=node,
+                        source="scheduler",
+                        ref=rec.ref,
+                        text=rec.text[:MAX_TEXT],
+                        fields=fields,
+                    )
+                )
 
     # ----------------------------------------------------------------------------------------- metrics
 
-    def _metrics(self, src: MetricSource, tctx: TimeContext, names: NodeNames, result: ExtractionResult) -> None:
+    def _metrics(
+        self, src: MetricSource, tctx: TimeContext, names: NodeNames, result: ExtractionResult
+    ) -> None:
         lo = tctx.start - timedelta(minutes=5)
         hi = tctx.end + timedelta(minutes=5)
         for rule, spec in self.metric_rules:
@@ -310,7 +348,9 @@ class Extractor:
                 when, value, before = hit
                 host = next((s.labels[k] for k in spec.node_labels if k in s.labels), None)
                 node = names.resolve(host)
-                fields: dict[str, FieldValue] = {k: s.labels.get(lbl) for k, lbl in spec.fields_from_labels.items()}
+                fields: dict[str, FieldValue] = {
+                    k: s.labels.get(lbl) for k, lbl in spec.fields_from_labels.items()
+                }
                 fields.update(spec.set)
                 fields[spec.value_field] = int(value) if value.is_integer() else value
                 if before is not None:
@@ -320,14 +360,24 @@ class Extractor:
                     for k, v in (row or {}).items():
                         fields.setdefault(k, v)
                 labels = ",".join(f'{k}="{v}"' for k, v in sorted(s.labels.items()))
-                result.events.append(Event(
-                    kind=spec.event, rule=rule.id, time=when, node=node, source="metric",
-                    ref=f"{src.name}#{s.name}{{{labels}}}@{isoformat(when)}",
-                    text=f"{s.name}{{{labels}}} {value:g}" + (f" (was {before:g})" if before is not None else ""),
-                    fields=fields))
+                result.events.append(
+                    Event(
+                        kind=spec.event,
+                        rule=rule.id,
+                        time=when,
+                        node=node,
+                        source="metric",
+                        ref=f"{src.name}#{s.name}{{{labels}}}@{isoformat(when)}",
+                        text=f"{s.name}{{{labels}}} {value:g}"
+                        + (f" (was {before:g})" if before is not None else ""),
+                        fields=fields,
+                    )
+                )
 
 
-def _first_hit(s: Series, spec: MetricSpec, lo: datetime, hi: datetime) -> tuple[datetime, float, float | None] | None:
+def _first_hit(
+    s: Series, spec: MetricSpec, lo: datetime, hi: datetime
+) -> tuple[datetime, float, float | None] | None:
     prev: float | None = None
     for when, v in s.samples:
         inside = lo <= when <= hi
@@ -404,7 +454,7 @@ def _inherit(data: bytes, ls: int, stop: int, tctx: TimeContext, open_start: boo
                 raise _Edge
             return None
         start = data.rfind(b"\n", 0, end) + 1
-        h = parse_line(data[start:min(end, start + 512)].decode("utf-8", "replace"), tctx)
+        h = parse_line(data[start : min(end, start + 512)].decode("utf-8", "replace"), tctx)
         if h.time is not None:
             return h.time
         end = start - 1
@@ -416,13 +466,16 @@ def _inherit(data: bytes, ls: int, stop: int, tctx: TimeContext, open_start: boo
 _KERNEL_MESSAGE = re.compile(
     r"(?:NVRM: |nvidia(?:-\w+)?: |mlx5_core |mlx5_ib|pcieport |nfs: server |Lustre(?:Error)?: |INFO: task |"
     r"(?:Memory cgroup )?[Oo]ut of memory: |oom-kill:|\S+ invoked oom-killer|Kernel panic|mce: |EDAC |"
-    r"clocksource: |BUG: |NETDEV WATCHDOG|rtc_cmos |pci \d{4}:|ib\w*: |nvme\d|XFS |EXT4-fs )")
+    r"clocksource: |BUG: |NETDEV WATCHDOG|rtc_cmos |pci \d{4}:|ib\w*: |nvme\d|XFS |EXT4-fs )"
+)
 _RTC = re.compile(r"\[\s*(\d+\.\d+)\] rtc_cmos \S+ setting system clock to \S+ UTC \((\d+)\)")
 _LABEL_AND_RANK = re.compile(rb"(?m)^(\d{1,6}): \[rank(\d+)\]:")
 _LABEL = re.compile(rb"(?m)^(\d{1,6}): ")
 _LABEL_AFTER_NEWLINE = re.compile(rb"\n\d{1,6}: ")  # a literal first: Python's `re` then skips ahead fast
 _ANCHOR_TOKENS = (b"rtc_cmos", b"srun: error:")  # boot anchors and srun's task errors: kept as evidence
-_LABEL_AND_LOCAL = re.compile(rb"(?m)^ *\d{1,6}: \[[A-Za-z_][\w-]*?\d+\]:")  # srun -l torchrun --tee: one task per node
+_LABEL_AND_LOCAL = re.compile(
+    rb"(?m)^ *\d{1,6}: \[[A-Za-z_][\w-]*?\d+\]:"
+)  # srun -l torchrun --tee: one task per node
 _SRUN_TASK_NODE = re.compile(rb"srun: error: ([\w.-]+): task (\d+):")
 
 
@@ -481,7 +534,9 @@ def _rank_from_name(name: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def _next_stamp(data: bytes, le: int, tctx: TimeContext, open_end: bool = False) -> tuple[int, datetime | None]:
+def _next_stamp(
+    data: bytes, le: int, tctx: TimeContext, open_end: bool = False
+) -> tuple[int, datetime | None]:
     """The start offset and stamp of the first stamped line after offset `le` (bounded look-ahead);
     (len(data), None) when there is none. `open_end`: `data` is a window that ends before the stream
     does, with a whole line (_Edge when the look goes past it)."""
@@ -494,15 +549,23 @@ def _next_stamp(data: bytes, le: int, tctx: TimeContext, open_end: bool = False)
             break
         end = data.find(b"\n", start)
         end = n if end == -1 else end
-        h = parse_line(data[start:min(end, start + 512)].decode("utf-8", "replace"), tctx)
+        h = parse_line(data[start : min(end, start + 512)].decode("utf-8", "replace"), tctx)
         if h.time is not None:
             return start, h.time
         start = end + 1
     return n, None
 
 
-def _block(data: bytes, ls: int, le: int, before: int, after: int, tctx: TimeContext,
-           open_start: bool = False, open_end: bool = False) -> str:
+def _block(
+    data: bytes,
+    ls: int,
+    le: int,
+    before: int,
+    after: int,
+    tctx: TimeContext,
+    open_start: bool = False,
+    open_end: bool = False,
+) -> str:
     start = ls
     for _ in range(before):
         if start <= 0:
@@ -534,7 +597,7 @@ def _last_uptime(data: bytes) -> float:
     return best
 
 
-HEAD_BYTES = 65536          # the start of a stream probed for boot anchors (wall + uptime stamps, RTC)
+HEAD_BYTES = 65536  # the start of a stream probed for boot anchors (wall + uptime stamps, RTC)
 HEAD_LINES = 20
 
 
@@ -543,12 +606,14 @@ def _head(src: TextSource) -> bytes:
     if isinstance(src, FileTextSource):
         head = b""
         for piece in src.chunks():
-            head += piece[:HEAD_BYTES - len(head)]
+            head += piece[: HEAD_BYTES - len(head)]
             if len(head) >= HEAD_BYTES:
                 break
         return head
     text = src.text
-    return (text if isinstance(text, bytes) else text[:HEAD_BYTES].encode("utf-8", "surrogateescape"))[:HEAD_BYTES]
+    return (text if isinstance(text, bytes) else text[:HEAD_BYTES].encode("utf-8", "surrogateescape"))[
+        :HEAD_BYTES
+    ]
 
 
 def _boot_anchors(head: bytes, tctx: TimeContext) -> list[timedelta]:
@@ -597,10 +662,10 @@ class _StreamResult:
     events: list[Event]
     candidates: int
     lines: int
-    anchors: list[timedelta]        # boot offsets found in the stream (of its node)
-    pending: list[_Pending]         # uptime-only events, placed once every stream is read
-    last_uptime: float | None       # the highest uptime near its end, when it has uptime-only events
-    facts: object = None            # what a file's reader learned reading it (FileTextSource.facts)
+    anchors: list[timedelta]  # boot offsets found in the stream (of its node)
+    pending: list[_Pending]  # uptime-only events, placed once every stream is read
+    last_uptime: float | None  # the highest uptime near its end, when it has uptime-only events
+    facts: object = None  # what a file's reader learned reading it (FileTextSource.facts)
 
 
 class _Pieces:
@@ -656,13 +721,13 @@ class _TextStream:
         # node they are node indices, which the stream shows by pairing a label with another [rankN].
         self.label_nodes: dict[int, str] | None = None  # srun task label → node, when labels are not ranks
         self.labels_checked = False
-        self.resolved_at = -1                   # stream offset of the last line whose time is known
+        self.resolved_at = -1  # stream offset of the last line whose time is known
         self.resolved_time: datetime | None = None
-        self.next_at = -1                       # the next stamped line after the last inherited candidate
+        self.next_at = -1  # the next stamped line after the last inherited candidate
         self.next_time: datetime | None = None
-        self.line_no = 1                        # line number at the scan's position in the current piece
+        self.line_no = 1  # line number at the scan's position in the current piece
         self.has_uptime_only = False
-        self._tail = b""                        # the stream's last bytes so far (its uptime at the end)
+        self._tail = b""  # the stream's last bytes so far (its uptime at the end)
 
     def run(self) -> _StreamResult:
         src = self.src
@@ -677,11 +742,20 @@ class _TextStream:
                 self._reset()
         else:
             text = src.text
-            self._pieces(_Pieces([text if isinstance(text, bytes) else text.encode("utf-8", "surrogateescape")]))
+            self._pieces(
+                _Pieces([text if isinstance(text, bytes) else text.encode("utf-8", "surrogateescape")])
+            )
         known = src.newlines if isinstance(src, FileTextSource) else None  # counted at load, or by its reader
         self.lines = known if known is not None else self.line_no - 1  # the scan counted every line
-        return _StreamResult(self.events, self.candidates, self.lines, self.anchors, self.pending,
-                             self.last_uptime, src.facts if isinstance(src, FileTextSource) else None)
+        return _StreamResult(
+            self.events,
+            self.candidates,
+            self.lines,
+            self.anchors,
+            self.pending,
+            self.last_uptime,
+            src.facts if isinstance(src, FileTextSource) else None,
+        )
 
     def _labels(self) -> dict[int, str] | None:
         if not self.labels_checked:
@@ -726,7 +800,7 @@ class _TextStream:
             line_end = le
             self.line_no += cur.count(b"\n", counted, ls)
             counted = ls
-            line = cur[ls:min(le, ls + MAX_LINE)].decode("utf-8", "replace")
+            line = cur[ls : min(le, ls + MAX_LINE)].decode("utf-8", "replace")
             matched = [c for tok, comps in by_token.items() if tok in line for c in comps]
             if not matched:
                 continue
@@ -737,14 +811,31 @@ class _TextStream:
                 wide = prev + cur + nxt
                 wide_base = base - len(prev)
                 try:
-                    self._candidate(wide, wide_base, ls + len(prev), le + len(prev), line, matched,
-                                    wide_base > 0, pieces.peek(1) is not None)
+                    self._candidate(
+                        wide,
+                        wide_base,
+                        ls + len(prev),
+                        le + len(prev),
+                        line,
+                        matched,
+                        wide_base > 0,
+                        pieces.peek(1) is not None,
+                    )
                 except _Edge:
                     raise _WholeStream from None
         self.line_no += cur.count(b"\n", counted)
 
-    def _candidate(self, data: bytes, base: int, ls: int, le: int, line: str, matched: list[_Compiled],
-                   open_start: bool, open_end: bool) -> None:
+    def _candidate(
+        self,
+        data: bytes,
+        base: int,
+        ls: int,
+        le: int,
+        line: str,
+        matched: list[_Compiled],
+        open_start: bool,
+        open_end: bool,
+    ) -> None:
         """One candidate line, at [ls, le) of `data`, which starts at stream offset `base`. Reads only
         until every look into `data` is done (an _Edge leaves no trace), then records."""
         job, src = self.job, self.src
@@ -787,7 +878,9 @@ class _TextStream:
             seen_rules.add(comp.rule.id)
             block = header.message
             if comp.spec.lines_before or comp.spec.lines_after:
-                block = _block(data, ls, le, comp.spec.lines_before, comp.spec.lines_after, tctx, open_start, open_end)
+                block = _block(
+                    data, ls, le, comp.spec.lines_before, comp.spec.lines_after, tctx, open_start, open_end
+                )
             fm = comp.regex.search(block)
             if fm is None:
                 continue
@@ -810,15 +903,29 @@ class _TextStream:
             node = node_dir or job.names.resolve(_str(fields.get("host"))) or host_node or label_node
             if node is None and rank is not None:
                 # Without a rank map, rank 0 is on the first node of the allocation (Slurm's batch host).
-                node = job.ranks.get(rank) or (job.nodes[0] if job.nodes and rank == 0 and not job.ranks else None)
+                node = job.ranks.get(rank) or (
+                    job.nodes[0] if job.nodes and rank == 0 and not job.ranks else None
+                )
             if rank is None and header.local_rank is not None and node is not None:
-                rank = _global_rank(job.ranks, node, header.local_rank)  # torchrun's [defaultN]: on a known node
-            ev = Event(kind=comp.spec.event, rule=comp.rule.id, time=when, approx=approx,
-                       inherited=inherited and when is not None,
-                       time_max=upper if inherited and upper is not None and when is not None and upper >= when else None,
-                       node=node,
-                       rank=rank, source=kind, ref=f"{src.name}:{self.line_no}",
-                       text=line.rstrip()[:MAX_TEXT], fields=fields)
+                rank = _global_rank(
+                    job.ranks, node, header.local_rank
+                )  # torchrun's [defaultN]: on a known node
+            ev = Event(
+                kind=comp.spec.event,
+                rule=comp.rule.id,
+                time=when,
+                approx=approx,
+                inherited=inherited and when is not None,
+                time_max=upper
+                if inherited and upper is not None and when is not None and upper >= when
+                else None,
+                node=node,
+                rank=rank,
+                source=kind,
+                ref=f"{src.name}:{self.line_no}",
+                text=line.rstrip()[:MAX_TEXT],
+                fields=fields,
+            )
             if when is None and header.uptime is not None:
                 pending.append(_Pending(ev, header.uptime, src.name))
             events.append(ev)

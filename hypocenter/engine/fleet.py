@@ -33,7 +33,9 @@ DEFAULT_HALF_LIFE_S = 7 * 86400.0
 DEFAULT_MIN_WORKLOADS = 2
 
 # The driver's Xid line as it appears in evidence text (rules/gpu/xid.yaml, xid-extract, reads it in full).
-_XID = re.compile(r"NVRM: Xid \((?:PCI:)?(?P<pci>[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})[^)]*\): (?P<code>\d+)")
+_XID = re.compile(
+    r"NVRM: Xid \((?:PCI:)?(?P<pci>[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})[^)]*\): (?P<code>\d+)"
+)
 
 
 def _time_s(diagnosis: Mapping[str, Any]) -> float:
@@ -55,9 +57,13 @@ def marks_of(diagnosis: Mapping[str, Any]) -> list[FleetMark]:
     if diagnosis.get("outcome") not in ("attributed", "ambiguous"):
         return []
     att = diagnosis.get("attempt") or {}
-    base: dict[str, Any] = {"diagnosis_id": str(diagnosis.get("id", "")), "workload": str(att.get("workload_id", "")),
-                            "attempt": int(att.get("attempt", 0) or 0), "cluster": att.get("cluster"),
-                            "time_s": _time_s(diagnosis)}
+    base: dict[str, Any] = {
+        "diagnosis_id": str(diagnosis.get("id", "")),
+        "workload": str(att.get("workload_id", "")),
+        "attempt": int(att.get("attempt", 0) or 0),
+        "cluster": att.get("cluster"),
+        "time_s": _time_s(diagnosis),
+    }
     out: set[FleetMark] = set()
     causes: list[tuple[str, Mapping[str, Any]]] = []
     if diagnosis.get("outcome") == "attributed" and diagnosis.get("root_cause"):
@@ -69,18 +75,51 @@ def marks_of(diagnosis: Mapping[str, Any]) -> list[FleetMark]:
         if domain not in INFRA_DOMAINS:
             continue
         for node in cause.get("nodes") or []:
-            out.add(FleetMark(**base, role=role, kind="node", node=str(node), component="", domain=domain,
-                              subdomain=sub, rule=rule, detail=""))
+            out.add(
+                FleetMark(
+                    **base,
+                    role=role,
+                    kind="node",
+                    node=str(node),
+                    component="",
+                    domain=domain,
+                    subdomain=sub,
+                    rule=rule,
+                    detail="",
+                )
+            )
         for comp in cause.get("components") or []:
             kind = str(comp.get("kind"))
             if kind in ("gpu", "port"):
-                out.add(FleetMark(**base, role=role, kind=kind, node=str(comp.get("node")), component=str(comp.get("id")),
-                                  domain=domain, subdomain=sub, rule=rule, detail=""))
+                out.add(
+                    FleetMark(
+                        **base,
+                        role=role,
+                        kind=kind,
+                        node=str(comp.get("node")),
+                        component=str(comp.get("id")),
+                        domain=domain,
+                        subdomain=sub,
+                        rule=rule,
+                        detail="",
+                    )
+                )
     for ev in diagnosis.get("evidence") or []:
         m = _XID.search(str(ev.get("text", "")))
         if m and int(m["code"]) in APP_XIDS and ev.get("node"):
-            out.add(FleetMark(**base, role="app_xid", kind="gpu", node=str(ev["node"]), component=m["pci"].lower(),
-                              domain="software", subdomain="user_code", rule=str(ev.get("rule", "")), detail=m["code"]))
+            out.add(
+                FleetMark(
+                    **base,
+                    role="app_xid",
+                    kind="gpu",
+                    node=str(ev["node"]),
+                    component=m["pci"].lower(),
+                    domain="software",
+                    subdomain="user_code",
+                    rule=str(ev.get("rule", "")),
+                    detail=m["code"],
+                )
+            )
     return sorted(out, key=FleetMark.sort_key)
 
 
@@ -88,24 +127,34 @@ def marks_of(diagnosis: Mapping[str, Any]) -> list[FleetMark]:
 class Suspect:
     """One node, GPU, host port, switch port, switch or cable, and the failures it was behind."""
 
-    kind: str                 # one of SUSPECT_KINDS
-    name: str                 # node | node/gpu | node/port | switch/port | switch | cable
+    kind: str  # one of SUSPECT_KINDS
+    name: str  # node | node/gpu | node/port | switch/port | switch | cable
     score: float
-    workloads: int            # distinct workloads behind it
-    attempts: int             # distinct attempts behind it
-    hosts: list[str]          # the hosts it was seen on (a switch port: every host cabled to it)
+    workloads: int  # distinct workloads behind it
+    attempts: int  # distinct attempts behind it
+    hosts: list[str]  # the hosts it was seen on (a switch port: every host cabled to it)
     first_seen_s: float
     last_seen_s: float
-    causes: dict[str, int]    # "domain/subdomain" -> attempts
-    app_xids: list[int]       # application-class Xid codes seen on it (a GPU)
-    examples: list[str]       # a few diagnosis ids, newest first
-    verdict: str              # one sentence: what the history says
+    causes: dict[str, int]  # "domain/subdomain" -> attempts
+    app_xids: list[int]  # application-class Xid codes seen on it (a GPU)
+    examples: list[str]  # a few diagnosis ids, newest first
+    verdict: str  # one sentence: what the history says
 
     def to_json(self) -> dict[str, Any]:
-        return {"kind": self.kind, "name": self.name, "score": round(self.score, 4), "workloads": self.workloads,
-                "attempts": self.attempts, "hosts": self.hosts, "first_seen_s": self.first_seen_s,
-                "last_seen_s": self.last_seen_s, "causes": dict(sorted(self.causes.items())),
-                "app_xids": self.app_xids, "examples": self.examples, "verdict": self.verdict}
+        return {
+            "kind": self.kind,
+            "name": self.name,
+            "score": round(self.score, 4),
+            "workloads": self.workloads,
+            "attempts": self.attempts,
+            "hosts": self.hosts,
+            "first_seen_s": self.first_seen_s,
+            "last_seen_s": self.last_seen_s,
+            "causes": dict(sorted(self.causes.items())),
+            "app_xids": self.app_xids,
+            "examples": self.examples,
+            "verdict": self.verdict,
+        }
 
 
 @dataclass(slots=True)
@@ -129,8 +178,14 @@ def _keys(mark: FleetMark, topology: Topology | None) -> list[tuple[str, str]]:
     return keys
 
 
-def suspects(marks: Iterable[FleetMark], now_s: float, *, half_life_s: float = DEFAULT_HALF_LIFE_S,
-             topology: Topology | None = None, kinds: Sequence[str] = SUSPECT_KINDS) -> list[Suspect]:
+def suspects(
+    marks: Iterable[FleetMark],
+    now_s: float,
+    *,
+    half_life_s: float = DEFAULT_HALF_LIFE_S,
+    topology: Topology | None = None,
+    kinds: Sequence[str] = SUSPECT_KINDS,
+) -> list[Suspect]:
     """Every suspect the marks name, highest score first (ties by kind, then name): deterministic."""
     tallies: dict[tuple[str, str], _Tally] = {}
     for mark in marks:
@@ -155,7 +210,9 @@ def _suspect(key: tuple[str, str], tally: _Tally, now_s: float, half_life_s: flo
     counted = infra + (app if lemon else [])
     if not counted:
         return None
-    latest: dict[tuple[str | None, str], tuple[float, float]] = {}  # workload -> (time, weight) of its latest mark
+    latest: dict[
+        tuple[str | None, str], tuple[float, float]
+    ] = {}  # workload -> (time, weight) of its latest mark
     for m in counted:
         weight = 0.5 if m.role == "candidate" else 1.0
         prev = latest.get((m.cluster, m.workload))
@@ -164,24 +221,46 @@ def _suspect(key: tuple[str, str], tally: _Tally, now_s: float, half_life_s: flo
     score = sum(w * 0.5 ** (max(0.0, now_s - t) / half_life_s) for t, w in latest.values())
     attempts = {(m.cluster, m.workload, m.attempt) for m in counted}
     causes: dict[str, int] = {}
-    for cause, *_ in sorted({(f"{m.domain}/{m.subdomain}", m.cluster or "", m.workload, m.attempt) for m in counted}):
+    for cause, *_ in sorted(
+        {(f"{m.domain}/{m.subdomain}", m.cluster or "", m.workload, m.attempt) for m in counted}
+    ):
         causes[cause] = causes.get(cause, 0) + 1
     examples = [d for _, d in sorted({(m.time_s, m.diagnosis_id) for m in counted}, reverse=True)][:3]
     codes = sorted({int(m.detail) for m in app if m.detail.isdigit()})
-    return Suspect(kind=kind, name=name, score=score, workloads=len(latest), attempts=len(attempts),
-                   hosts=sorted(tally.hosts), first_seen_s=min(m.time_s for m in counted),
-                   last_seen_s=max(m.time_s for m in counted), causes=causes, app_xids=codes if lemon else [],
-                   examples=examples, verdict=_verdict(kind, name, len(latest), sorted(tally.hosts), causes,
-                                                       codes if lemon else [], len(app_workloads)))
+    return Suspect(
+        kind=kind,
+        name=name,
+        score=score,
+        workloads=len(latest),
+        attempts=len(attempts),
+        hosts=sorted(tally.hosts),
+        first_seen_s=min(m.time_s for m in counted),
+        last_seen_s=max(m.time_s for m in counted),
+        causes=causes,
+        app_xids=codes if lemon else [],
+        examples=examples,
+        verdict=_verdict(
+            kind, name, len(latest), sorted(tally.hosts), causes, codes if lemon else [], len(app_workloads)
+        ),
+    )
 
 
-def _verdict(kind: str, name: str, workloads: int, hosts: list[str], causes: Mapping[str, int],
-             codes: list[int], app_workloads: int) -> str:
+def _verdict(
+    kind: str,
+    name: str,
+    workloads: int,
+    hosts: list[str],
+    causes: Mapping[str, int],
+    codes: list[int],
+    app_workloads: int,
+) -> str:
     top = ", ".join(f"{c} x{n}" for c, n in sorted(causes.items(), key=lambda kv: (-kv[1], kv[0])))
     if codes:
         xids = "/".join(str(c) for c in codes)
-        return (f"GPU {name}: application-class Xid {xids} in {app_workloads} different workloads: suspect the "
-                f"hardware, not the code ({top})")
+        return (
+            f"GPU {name}: application-class Xid {xids} in {app_workloads} different workloads: suspect the "
+            f"hardware, not the code ({top})"
+        )
     plural = "workload" if workloads == 1 else "workloads"
     if kind in ("switch", "switch_port", "cable") and len(hosts) > 1:
         return f"{kind.replace('_', ' ')} {name}: errors on {len(hosts)} hosts ({', '.join(hosts)}) in {workloads} {plural} ({top})"
@@ -203,8 +282,13 @@ def findings(ranked: Sequence[Suspect], *, min_workloads: int = DEFAULT_MIN_WORK
     return out
 
 
-def history_note(marks: Iterable[FleetMark], diagnosis: Mapping[str, Any], now_s: float,
-                 *, half_life_s: float = DEFAULT_HALF_LIFE_S) -> list[str]:
+def history_note(
+    marks: Iterable[FleetMark],
+    diagnosis: Mapping[str, Any],
+    now_s: float,
+    *,
+    half_life_s: float = DEFAULT_HALF_LIFE_S,
+) -> list[str]:
     """Quality reasons for one fresh diagnosis from the fleet's history (other workloads only): a GPU
     behind its application-class Xid that faulted the same way in other workloads, or its culprit
     node / GPU / port behind failures of other workloads."""
@@ -224,11 +308,15 @@ def history_note(marks: Iterable[FleetMark], diagnosis: Mapping[str, Any], now_s
         seen.add(key)
         earlier = s.workloads - 1
         if m.role == "app_xid" and s.app_xids:
-            notes.append(f"fleet history: GPU {s.name} raised application-class Xids in {earlier} other "
-                         f"workload{'s' if earlier != 1 else ''} too: suspect the GPU, not only the code")
+            notes.append(
+                f"fleet history: GPU {s.name} raised application-class Xids in {earlier} other "
+                f"workload{'s' if earlier != 1 else ''} too: suspect the GPU, not only the code"
+            )
         elif m.role != "app_xid" and earlier >= 1:
-            notes.append(f"fleet history: {key[0]} {s.name} was behind failures of {earlier} other "
-                         f"workload{'s' if earlier != 1 else ''}")
+            notes.append(
+                f"fleet history: {key[0]} {s.name} was behind failures of {earlier} other "
+                f"workload{'s' if earlier != 1 else ''}"
+            )
     return sorted(notes)
 
 
@@ -236,8 +324,15 @@ class FleetView:
     """The fleet view over a store's marks, with the settings that shape it: what `hypocenter fleet`,
     /v1/fleet/*, the gRPC API and /metrics all show, so they cannot disagree."""
 
-    def __init__(self, store: FleetStore, *, window_s: float = 30 * 86400.0, half_life_s: float = DEFAULT_HALF_LIFE_S,
-                 min_workloads: int = DEFAULT_MIN_WORKLOADS, topology: Topology | None = None) -> None:
+    def __init__(
+        self,
+        store: FleetStore,
+        *,
+        window_s: float = 30 * 86400.0,
+        half_life_s: float = DEFAULT_HALF_LIFE_S,
+        min_workloads: int = DEFAULT_MIN_WORKLOADS,
+        topology: Topology | None = None,
+    ) -> None:
         self.store = store
         self.window_s = window_s
         self.half_life_s = half_life_s
@@ -248,16 +343,25 @@ class FleetView:
         return self.store.fleet_marks(now_s - self.window_s)
 
     def suspects(self, now_s: float, kinds: Sequence[str] = SUSPECT_KINDS) -> list[Suspect]:
-        return suspects(self.marks(now_s), now_s, half_life_s=self.half_life_s, topology=self.topology, kinds=kinds)
+        return suspects(
+            self.marks(now_s), now_s, half_life_s=self.half_life_s, topology=self.topology, kinds=kinds
+        )
 
-    def report(self, now_s: float, *, kinds: Sequence[str] = SUSPECT_KINDS, limit: int = 50) -> dict[str, Any]:
+    def report(
+        self, now_s: float, *, kinds: Sequence[str] = SUSPECT_KINDS, limit: int = 50
+    ) -> dict[str, Any]:
         """Suspects (top `limit`) and findings as one JSON document (`hypocenter fleet --format json`)."""
         ranked = self.suspects(now_s, kinds)
-        return {"schema": "hypocenter.fleet/v1", "now_s": now_s, "window_s": self.window_s,
-                "half_life_s": self.half_life_s, "min_workloads": self.min_workloads,
-                "topology_links": len(self.topology) if self.topology is not None else 0,
-                "suspects": [s.to_json() for s in ranked[:max(0, limit)]],
-                "findings": [s.to_json() for s in findings(ranked, min_workloads=self.min_workloads)]}
+        return {
+            "schema": "hypocenter.fleet/v1",
+            "now_s": now_s,
+            "window_s": self.window_s,
+            "half_life_s": self.half_life_s,
+            "min_workloads": self.min_workloads,
+            "topology_links": len(self.topology) if self.topology is not None else 0,
+            "suspects": [s.to_json() for s in ranked[: max(0, limit)]],
+            "findings": [s.to_json() for s in findings(ranked, min_workloads=self.min_workloads)],
+        }
 
 
 __all__ = [

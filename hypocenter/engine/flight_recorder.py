@@ -36,8 +36,13 @@ MAX_EVIDENCE = 6
 # Where a stack is, from its innermost frame outwards: the first frame that names a place decides.
 _PLACES = (
     ("barrier", re.compile(r"\b(?:monitored_)?barrier\b")),
-    ("collective", re.compile(r"distributed_c10d\.py|\b(?:all_reduce|all_gather\w*|reduce_scatter\w*|broadcast|"
-                              r"all_to_all\w*|send|recv)\b")),
+    (
+        "collective",
+        re.compile(
+            r"distributed_c10d\.py|\b(?:all_reduce|all_gather\w*|reduce_scatter\w*|broadcast|"
+            r"all_to_all\w*|send|recv)\b"
+        ),
+    ),
     ("data loader", re.compile(r"torch/utils/data/|dataloader", re.IGNORECASE)),
     ("checkpoint write", re.compile(r"serialization\.py|checkpoint|\bsave\b", re.IGNORECASE)),
 )
@@ -143,7 +148,9 @@ def flight_recorder_laggard(view: AttemptView) -> list[Finding]:
         state = str(sample.fields.get("state")) if sample else "?"
         desc = str(ranks[ahead[0]].event.fields.get("desc") or pg)
         last = [entries.get((pg, ranks[r].enqueued), {}).get(r) for r in behind]
-        frames = next((str(e.fields.get("frames")) for e in last if e and e.fields.get("frames") not in (None, "-")), "")
+        frames = next(
+            (str(e.fields.get("frames")) for e in last if e and e.fields.get("frames") not in (None, "-")), ""
+        )
         stacks = _stacks(view, set(behind))
         stack_note = ""
         if stacks:
@@ -156,12 +163,21 @@ def flight_recorder_laggard(view: AttemptView) -> list[Finding]:
         # Stack dumps carry no time: cited in the detail, not as timed evidence. The waiting ranks'
         # entries are symptoms (rule fr-entry), not the cause.
         lag = ranks[behind[0]]
-        findings.append(Finding(
-            nodes=tuple(nodes), events=tuple(evs), first_seen=first_seen(evs[:len(behind)]) or first_seen(evs),
-            detail=(f"Flight Recorder ({lag.event.ref.rsplit(':', 1)[0]}): rank(s) {_ranks_text(behind)} last enqueued "
+        findings.append(
+            Finding(
+                nodes=tuple(nodes),
+                events=tuple(evs),
+                first_seen=first_seen(evs[: len(behind)]) or first_seen(evs),
+                detail=(
+                    f"Flight Recorder ({lag.event.ref.rsplit(':', 1)[0]}): rank(s) {_ranks_text(behind)} last enqueued "
                     f"collective {lag.enqueued} of process group {pg} ({desc}) and never issued {stuck} ({op}, "
                     f"state {state}) that {len(ahead)} other rank(s) wait in"
-                    + (f"; last seen at {frames}" if frames else "") + stack_note + missing_note)))
+                    + (f"; last seen at {frames}" if frames else "")
+                    + stack_note
+                    + missing_note
+                ),
+            )
+        )
     return findings
 
 
@@ -184,10 +200,17 @@ def flight_recorder_desync(view: AttemptView) -> list[Finding]:
             continue
         evs = tuple(ranks[r] for r in odd[:MAX_EVIDENCE])
         o = sig[odd[0]]
-        findings.append(Finding(
-            nodes=tuple(nodes), events=evs, first_seen=first_seen(evs),
-            detail=(f"Flight Recorder: at sequence id {seq} of process group {pg} rank(s) {_ranks_text(odd)} recorded "
-                    f"{o[0]} with sizes {o[1]} while the others recorded {common[0]} with sizes {common[1]}")))
+        findings.append(
+            Finding(
+                nodes=tuple(nodes),
+                events=evs,
+                first_seen=first_seen(evs),
+                detail=(
+                    f"Flight Recorder: at sequence id {seq} of process group {pg} rank(s) {_ranks_text(odd)} recorded "
+                    f"{o[0]} with sizes {o[1]} while the others recorded {common[0]} with sizes {common[1]}"
+                ),
+            )
+        )
         break  # the first divergence explains the rest
     return findings
 
@@ -205,11 +228,18 @@ def flight_recorder_stalled(view: AttemptView) -> list[Finding]:
         if not all(e.fields.get("state") == "started" for e in at.values()):
             continue
         evs = tuple(at[r] for r in sorted(at)[:MAX_EVIDENCE])
-        findings.append(Finding(
-            nodes=(), events=evs, first_seen=first_seen(evs),
-            detail=(f"Flight Recorder: collective {stuck} ({at[min(at)].fields.get('op')}) of process group {pg} "
+        findings.append(
+            Finding(
+                nodes=(),
+                events=evs,
+                first_seen=first_seen(evs),
+                detail=(
+                    f"Flight Recorder: collective {stuck} ({at[min(at)].fields.get('op')}) of process group {pg} "
                     f"started on all {len(at)} rank(s) that dumped and completed on none: the fabric or a GPU "
-                    f"stopped it, not a rank that stayed behind")))
+                    f"stopped it, not a rank that stayed behind"
+                ),
+            )
+        )
     return findings
 
 
@@ -229,10 +259,17 @@ def flight_recorder_missing(view: AttemptView) -> list[Finding]:
         if not nodes or len(nodes) > 2:
             continue
         evs = tuple(ranks[r].event for r in sorted(ranks)[:3])
-        findings.append(Finding(
-            nodes=tuple(nodes), events=evs, first_seen=first_seen(evs),
-            detail=(f"Flight Recorder: the {len(ranks)} rank(s) that dumped wait in collective {stuck} of process "
-                    f"group {pg}; rank(s) {_ranks_text(missing)} left no dump (a dead process or node)")))
+        findings.append(
+            Finding(
+                nodes=tuple(nodes),
+                events=evs,
+                first_seen=first_seen(evs),
+                detail=(
+                    f"Flight Recorder: the {len(ranks)} rank(s) that dumped wait in collective {stuck} of process "
+                    f"group {pg}; rank(s) {_ranks_text(missing)} left no dump (a dead process or node)"
+                ),
+            )
+        )
         break
     return findings
 
@@ -240,15 +277,23 @@ def flight_recorder_missing(view: AttemptView) -> list[Finding]:
 def nccl_ras(view: AttemptView) -> list[Finding]:
     """Processes ncclras reports dead, else ranks it reports behind the rest of their communicator."""
     findings: list[Finding] = []
-    for kind, what in (("ras_dead_process", "considers dead (unreachable via the RAS network)"),
-                       ("ras_rank_behind", "reports behind the rest of their communicator")):
+    for kind, what in (
+        ("ras_dead_process", "considers dead (unreachable via the RAS network)"),
+        ("ras_rank_behind", "reports behind the rest of their communicator"),
+    ):
         evs = view.of_kind(kind)
         nodes = sorted({n for e in evs if (n := view.node_of(e))})
         if not nodes or len(nodes) > 2:
             continue
         shown = tuple(evs[:MAX_EVIDENCE])
-        findings.append(Finding(nodes=tuple(nodes), events=shown, first_seen=first_seen(shown),
-                                detail=f"NCCL RAS {what}: process(es) on {', '.join(nodes)}"))
+        findings.append(
+            Finding(
+                nodes=tuple(nodes),
+                events=shown,
+                first_seen=first_seen(shown),
+                detail=f"NCCL RAS {what}: process(es) on {', '.join(nodes)}",
+            )
+        )
         break
     return findings
 
@@ -270,9 +315,17 @@ def stack_laggard(view: AttemptView) -> list[Finding]:
         return []
     evs = tuple(per_rank[r] for r in stuck[:MAX_EVIDENCE])
     e0 = evs[0]
-    return [Finding(nodes=tuple(nodes), events=evs, first_seen=first_seen(evs),
-                    detail=(f"stack dumps: rank(s) {_ranks_text(stuck)} are in the {place(e0)} "
-                            f"({e0.fields.get('top')}) while {len(waiting)} rank(s) wait in a collective"))]
+    return [
+        Finding(
+            nodes=tuple(nodes),
+            events=evs,
+            first_seen=first_seen(evs),
+            detail=(
+                f"stack dumps: rank(s) {_ranks_text(stuck)} are in the {place(e0)} "
+                f"({e0.fields.get('top')}) while {len(waiting)} rank(s) wait in a collective"
+            ),
+        )
+    ]
 
 
 HANG_ANALYZERS = {

@@ -72,7 +72,9 @@ def spread(work: Callable[[int], T], sizes: Sequence[int], workers: int) -> list
     done: dict[int, list[T]] = {}
     freeze = gc.get_freeze_count() == 0  # (objects someone else froze stay frozen)
     try:
-        if freeze:  # a collection in a worker would otherwise write to (copy) every page of the caller's objects
+        if (
+            freeze
+        ):  # a collection in a worker would otherwise write to (copy) every page of the caller's objects
             gc.freeze()
         try:
             for _ in range(workers - 1):
@@ -107,7 +109,9 @@ def spread(work: Callable[[int], T], sizes: Sequence[int], workers: int) -> list
             with contextlib.suppress(OSError):
                 raw = _read_all(answer_r)
             if _waited(pid) == 0 and raw is not None:
-                with contextlib.suppress(Exception):  # an answer that cannot be read: its batches are computed below
+                with contextlib.suppress(
+                    Exception
+                ):  # an answer that cannot be read: its batches are computed below
                     done.update(pickle.loads(raw))
     finally:
         os.close(tickets_r)
@@ -137,7 +141,7 @@ def _take(tickets: int, runs: list[range], work: Callable[[int], T]) -> dict[int
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
-        view = view[os.write(fd, view):]
+        view = view[os.write(fd, view) :]
 
 
 def _read_all(fd: int) -> bytes:

@@ -122,9 +122,11 @@ def pattern_problem(pattern: str) -> str | None:
         return None
     nested = _nested_quantifier(pattern)
     if nested is not None:
-        return (f"pattern '{pattern}' has a nested quantifier (a group repeated with {nested} that itself repeats): "
-                "with lookaround or a backreference it runs on Python's backtracking engine, where that takes "
-                "exponential time on some lines; flatten the repeat, or drop the lookaround so that RE2 runs it")
+        return (
+            f"pattern '{pattern}' has a nested quantifier (a group repeated with {nested} that itself repeats): "
+            "with lookaround or a backreference it runs on Python's backtracking engine, where that takes "
+            "exponential time on some lines; flatten the repeat, or drop the lookaround so that RE2 runs it"
+        )
     return None
 
 
@@ -132,11 +134,17 @@ def pattern_note(pattern: str) -> str | None:
     """A remark for `rules check`: the pattern runs on the bounded fallback (None on RE2)."""
     if _re2(pattern) is not None or pattern_problem(pattern) is not None:
         return None
-    return (f"uses lookaround or a backreference, which RE2 cannot run: matched with Python's engine against "
-            f"the first {FALLBACK_MAX_CHARS} characters of a text only")
+    return (
+        f"uses lookaround or a backreference, which RE2 cannot run: matched with Python's engine against "
+        f"the first {FALLBACK_MAX_CHARS} characters of a text only"
+    )
 
 
-_REPEATS = (sre_constants.MAX_REPEAT, sre_constants.MIN_REPEAT, getattr(sre_constants, "POSSESSIVE_REPEAT", None))
+_REPEATS = (
+    sre_constants.MAX_REPEAT,
+    sre_constants.MIN_REPEAT,
+    getattr(sre_constants, "POSSESSIVE_REPEAT", None),
+)
 
 
 def _nested_quantifier(pattern: str) -> str | None:

@@ -38,8 +38,13 @@ class TokenScanner:
             return
         if hyperscan is not None:
             db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
-            db.compile(expressions=literals, ids=list(range(len(literals))), elements=len(literals),
-                       flags=[hyperscan.HS_FLAG_SOM_LEFTMOST] * len(literals), literal=True)
+            db.compile(
+                expressions=literals,
+                ids=list(range(len(literals))),
+                elements=len(literals),
+                flags=[hyperscan.HS_FLAG_SOM_LEFTMOST] * len(literals),
+                literal=True,
+            )
             self._db = db
         else:
             self._ac = BytesAhoCorasick(literals)
@@ -79,8 +84,12 @@ class PatternScanner:
         if hyperscan is None or not patterns:
             return None
         db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
-        db.compile(expressions=list(patterns), ids=list(range(len(patterns))), elements=len(patterns),
-                   flags=[hyperscan.HS_FLAG_SOM_LEFTMOST] * len(patterns))
+        db.compile(
+            expressions=list(patterns),
+            ids=list(range(len(patterns))),
+            elements=len(patterns),
+            flags=[hyperscan.HS_FLAG_SOM_LEFTMOST] * len(patterns),
+        )
         return cls(db)
 
     def scan(self, data: bytes) -> list[tuple[int, int]]:

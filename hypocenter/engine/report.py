@@ -43,10 +43,10 @@ from hypocenter.model import (
 )
 
 AMBIGUITY_WINDOW = timedelta(seconds=60)  # different causes starting within this: ambiguous
-CONTEXT_BEFORE = timedelta(minutes=15)    # precursors shown with a root cause
+CONTEXT_BEFORE = timedelta(minutes=15)  # precursors shown with a root cause
 MAX_EVIDENCE_PER_CAUSE = 8
 MAX_SYMPTOM_EXAMPLES = 2
-STRONG = 50                               # precedence at or above which one signal is enough
+STRONG = 50  # precedence at or above which one signal is enough
 COMPLETED_STATES = ("COMPLETED", "SUCCEEDED", "SUCCESS", "FINISHED")
 
 
@@ -56,13 +56,13 @@ class Decision:
 
     state: str | None
     outcome: str
-    chosen: list[Candidate]          # the root cause, or the causes an ambiguous outcome lists
-    others: list[Candidate]          # later independent causes
+    chosen: list[Candidate]  # the root cause, or the causes an ambiguous outcome lists
+    others: list[Candidate]  # later independent causes
     root: RootCause | None
     candidates: list[RootCause]
     first_failure: FirstFailure | None
-    reasons: list[str]               # the first quality reasons; `Report` adds the rest
-    suspects: list[Suspect]          # causes an unattributed outcome offers from lines that are no error
+    reasons: list[str]  # the first quality reasons; `Report` adds the rest
+    suspects: list[Suspect]  # causes an unattributed outcome offers from lines that are no error
 
     @classmethod
     def of(cls, classified: Classification, causes: Causes) -> Decision:
@@ -75,7 +75,9 @@ class Decision:
         if completed:
             outcome = "not_failed"
             if primary:
-                reasons.append(f"the attempt completed; {len(primary)} potential fault signal(s) recorded as evidence")
+                reasons.append(
+                    f"the attempt completed; {len(primary)} potential fault signal(s) recorded as evidence"
+                )
         elif not primary:
             outcome = "unattributed"
         else:
@@ -99,15 +101,29 @@ class Decision:
             finder = FirstFailureFinder(events, ctx.rank_nodes())
             first_failure, hinted = finder.find()
             suspects = finder.suspects + configuration_suspects(events, ctx.nodes)
-            cands = (hinted + [s.cause for s in suspects[len(finder.suspects):]]
-                     + [_weighed(c, events) for c in causes.survived])
+            cands = (
+                hinted
+                + [s.cause for s in suspects[len(finder.suspects) :]]
+                + [_weighed(c, events) for c in causes.survived]
+            )
             if first_failure is not None:
                 reasons.append(f"first failure: {first_failure.next_step}")
             if suspects:
-                reasons.append(f"{len(suspects)} candidate(s) rest on configuration lines alone (no error line names "
-                               "them): offered, not attributed")
-        return cls(state=state, outcome=outcome, chosen=chosen, others=others, root=root, candidates=cands,
-                   first_failure=first_failure, reasons=reasons, suspects=suspects)
+                reasons.append(
+                    f"{len(suspects)} candidate(s) rest on configuration lines alone (no error line names "
+                    "them): offered, not attributed"
+                )
+        return cls(
+            state=state,
+            outcome=outcome,
+            chosen=chosen,
+            others=others,
+            root=root,
+            candidates=cands,
+            first_failure=first_failure,
+            reasons=reasons,
+            suspects=suspects,
+        )
 
 
 class Report:
@@ -116,8 +132,9 @@ class Report:
     def __init__(self, ruleset_fingerprint: str) -> None:
         self.ruleset_fingerprint = ruleset_fingerprint
 
-    def diagnosis(self, classified: Classification, causes: Causes, decision: Decision,
-                  coverage: list[Coverage]) -> Diagnosis:
+    def diagnosis(
+        self, classified: Classification, causes: Causes, decision: Decision, coverage: list[Coverage]
+    ) -> Diagnosis:
         ctx, roles = classified.context, classified.roles
         chosen, outcome = decision.chosen, decision.outcome
         quality = _quality(outcome, chosen, decision.others, coverage, ctx, decision.reasons)
@@ -125,20 +142,26 @@ class Report:
         rule_of = {id(e): a.rule.id for e, a in roles}
         cause_events = {id(e) for c in chosen for e in c.events if rule_of.get(id(e)) == c.rule.id}
         symptoms = _symptoms(roles, cause_events, first_ref)
-        evidence = as_evidence(decision.suspects, EvidenceTrail().of(chosen if chosen else causes.primary, roles,
-                                                                      first_ref))
-        affected = sorted({e.node for e, a in roles if e.node and a.spec.role in ("root_cause", "symptom")}
-                          | {n for c in chosen for n in c.nodes})
+        evidence = as_evidence(
+            decision.suspects, EvidenceTrail().of(chosen if chosen else causes.primary, roles, first_ref)
+        )
+        affected = sorted(
+            {e.node for e, a in roles if e.node and a.spec.role in ("root_cause", "symptom")}
+            | {n for c in chosen for n in c.nodes}
+        )
         ident = hashlib.sha256(
             f"{ctx.workload.cluster or ''}\0{ctx.workload.id}\0{ctx.workload.attempt}\0{self.ruleset_fingerprint}".encode()
         ).hexdigest()[:24]
         return Diagnosis(
             id=f"dx-{ident}",
             attempt=AttemptRef(
-                workload_id=ctx.workload.id, attempt=ctx.workload.attempt, scheduler=ctx.workload.scheduler,
+                workload_id=ctx.workload.id,
+                attempt=ctx.workload.attempt,
+                scheduler=ctx.workload.scheduler,
                 cluster=ctx.workload.cluster,
                 window={"start": isoformat(ctx.window.start), "end": isoformat(ctx.window.end)},
-                nodes=list(ctx.nodes)),
+                nodes=list(ctx.nodes),
+            ),
             terminal_state=decision.state,
             outcome=outcome,  # type: ignore[arg-type]
             root_cause=decision.root,
@@ -191,11 +214,23 @@ def _root(c: Candidate) -> RootCause:
                 fmt[k] = v
     nodes = sorted(c.nodes)
     comps = [c.components[k] for k in sorted(c.components)]
-    fmt.update(title=c.rule.title, nodes=", ".join(nodes) or "the job", node=nodes[0] if nodes else "the job",
-               detail=c.detail, components=", ".join(f"{x.node} {x.kind} {x.id}" for x in comps) or "-")
-    return RootCause(domain=str(c.spec.domain), subdomain=str(c.spec.subdomain), rule=c.rule.id,
-                     summary=_render(c.spec.summary, fmt), nodes=nodes, components=comps,
-                     first_seen=isoformat(c.first_seen), action=c.spec.action)
+    fmt.update(
+        title=c.rule.title,
+        nodes=", ".join(nodes) or "the job",
+        node=nodes[0] if nodes else "the job",
+        detail=c.detail,
+        components=", ".join(f"{x.node} {x.kind} {x.id}" for x in comps) or "-",
+    )
+    return RootCause(
+        domain=str(c.spec.domain),
+        subdomain=str(c.spec.subdomain),
+        rule=c.rule.id,
+        summary=_render(c.spec.summary, fmt),
+        nodes=nodes,
+        components=comps,
+        first_seen=isoformat(c.first_seen),
+        action=c.spec.action,
+    )
 
 
 def _ambiguous_root(chosen: list[Candidate], cands: list[RootCause]) -> RootCause:
@@ -204,13 +239,26 @@ def _ambiguous_root(chosen: list[Candidate], cands: list[RootCause]) -> RootCaus
     comps = sorted({(x.node, x.kind, x.id): x for c in cands for x in c.components}.items())
     first = min((c.first_seen for c in chosen if c.first_seen), default=None)
     listing = "; ".join(f"{c.domain}/{c.subdomain} on {', '.join(c.nodes) or 'the job'}" for c in cands)
-    return RootCause(domain=domains[0] if len(domains) == 1 else "ambiguous", subdomain="ambiguous",
-                     rule="ambiguous", summary=f"{len(cands)} independent causes fit and none explains the others: {listing}",
-                     nodes=nodes, components=[c for _, c in comps], first_seen=isoformat(first), action="INVESTIGATE")
+    return RootCause(
+        domain=domains[0] if len(domains) == 1 else "ambiguous",
+        subdomain="ambiguous",
+        rule="ambiguous",
+        summary=f"{len(cands)} independent causes fit and none explains the others: {listing}",
+        nodes=nodes,
+        components=[c for _, c in comps],
+        first_seen=isoformat(first),
+        action="INVESTIGATE",
+    )
 
 
-def _quality(outcome: str, chosen: list[Candidate], others: list[Candidate], coverage: list[Coverage],
-             ctx: AttemptContext, reasons: list[str]) -> Quality:
+def _quality(
+    outcome: str,
+    chosen: list[Candidate],
+    others: list[Candidate],
+    coverage: list[Coverage],
+    ctx: AttemptContext,
+    reasons: list[str],
+) -> Quality:
     hard = False
     missing = sorted(c.source for c in coverage if c.status == "missing")
     broken = sorted(c.source for c in coverage if c.status in ("failed", "partial", "skipped"))
@@ -219,7 +267,9 @@ def _quality(outcome: str, chosen: list[Candidate], others: list[Candidate], cov
         reasons.append("no root-cause evidence found: the failure is not attributed rather than guessed")
     if outcome == "ambiguous":
         hard = True
-        reasons.append(f"{len(chosen)} independent candidate causes started within {int(AMBIGUITY_WINDOW.total_seconds())} s")
+        reasons.append(
+            f"{len(chosen)} independent candidate causes started within {int(AMBIGUITY_WINDOW.total_seconds())} s"
+        )
     if others:
         reasons.append(f"{len(others)} later independent candidate(s) also found (listed in candidates)")
     for c in chosen:
@@ -232,8 +282,15 @@ def _quality(outcome: str, chosen: list[Candidate], others: list[Candidate], cov
             hard = True
             reasons.append(f"no logs for culprit node(s): {', '.join(culprit_missing)}")
         kernels = {e.node for e in c.events if e.source == "kernel"}
-        if c.spec.domain in ("software", "network") and not kernels and c.nodes and c.spec.precedence < STRONG:
-            reasons.append("no kernel evidence on the culprit node(s): a hardware fault there is not excluded")
+        if (
+            c.spec.domain in ("software", "network")
+            and not kernels
+            and c.nodes
+            and c.spec.precedence < STRONG
+        ):
+            reasons.append(
+                "no kernel evidence on the culprit node(s): a hardware fault there is not excluded"
+            )
     if missing:
         shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
         reasons.append(f"missing sources: {shown}")
@@ -255,7 +312,9 @@ def _weighed(c: Candidate, events: list[Event]) -> RootCause:
     """A cause the job outlived, listed with why it fell short."""
     r = _root(c)
     last = max((e.time for e in events if e.kind == "progress" and e.time is not None), default=None)
-    r.summary += f" (fell short: training progress continued until {isoformat(last)})" if last else " (fell short)"
+    r.summary += (
+        f" (fell short: training progress continued until {isoformat(last)})" if last else " (fell short)"
+    )
     return r
 
 
@@ -273,11 +332,17 @@ def _symptoms(roles: list[Role], cause_events: set[int], first_ref: str | None =
     for kind in sorted(groups):
         items = sorted(groups[kind], key=lambda ea: ea[0].ref != first_ref)  # stable: else arrival order
         times = [e.time for e, _ in items if e.time]
-        out.append(Symptom(kind=kind, rule=min(a.rule.id for _, a in items), count=len(items),
-                           nodes=sorted({e.node for e, _ in items if e.node}),
-                           first_seen=isoformat(min(times)) if times else None,
-                           last_seen=isoformat(max(times)) if times else None,
-                           example=items[0][0].text))
+        out.append(
+            Symptom(
+                kind=kind,
+                rule=min(a.rule.id for _, a in items),
+                count=len(items),
+                nodes=sorted({e.node for e, _ in items if e.node}),
+                first_seen=isoformat(min(times)) if times else None,
+                last_seen=isoformat(max(times)) if times else None,
+                example=items[0][0].text,
+            )
+        )
     return out
 
 
@@ -297,9 +362,17 @@ class EvidenceTrail:
             return  # a line already shown as the cause is not repeated as its own symptom
         key = (e.ref, role)
         if key not in self.picked:
-            self.picked[key] = Evidence(time=isoformat(e.time), node=e.node, source=e.source, ref=e.ref,
-                                        text=e.text, role=role, rule=rule,  # type: ignore[arg-type]
-                                        inherited=e.inherited, time_max=isoformat(e.time_max) if e.inherited else None)
+            self.picked[key] = Evidence(
+                time=isoformat(e.time),
+                node=e.node,
+                source=e.source,
+                ref=e.ref,
+                text=e.text,
+                role=role,  # type: ignore[arg-type]
+                rule=rule,
+                inherited=e.inherited,
+                time_max=isoformat(e.time_max) if e.inherited else None,
+            )
 
     def of(self, causes: list[Candidate], roles: list[Role], first_ref: str | None = None) -> list[Evidence]:
         culprit_nodes: set[str] = set()

@@ -78,7 +78,6 @@ class ExtractSpec(_Spec):
         return v
 
 
-
 class MetricSpec(_Spec):
     """Turn metric series into events: one event per series, at the first sample that meets the condition."""
 
@@ -147,7 +146,8 @@ class AttributeSpec(_Spec):
             if self.subdomain not in TAXONOMY[self.domain]:
                 raise ValueError(
                     f"subdomain {self.subdomain!r} is not in domain {self.domain} "
-                    f"({', '.join(TAXONOMY[self.domain])})")
+                    f"({', '.join(TAXONOMY[self.domain])})"
+                )
         for pat in [*self.explains, *self.explains_on_node]:
             dom = pat.split("/", 1)[0]
             if dom != "*" and dom not in TAXONOMY:

@@ -32,14 +32,27 @@ from hypocenter.engine.rules import Ruleset, builtin_catalog, load_ruleset, rule
 _FORMAT = b"hypocenter-ruleset-cache/2"  # /2: plain rule classes (no pydantic in the pickle)
 # The modules whose code decides what a rule file loads into (validation, defaults, analyzer names),
 # read as files: importing the schemas would import pydantic.
-_MEANING = tuple(f"hypocenter.{name}" for name in (
-    "engine.rules", "engine.rule_schema", "engine.matching", "engine.analyzers", "engine.registry",
-    "model", "model_schema", "modelbase", "names", "sources"))
+_MEANING = tuple(
+    f"hypocenter.{name}"
+    for name in (
+        "engine.rules",
+        "engine.rule_schema",
+        "engine.matching",
+        "engine.analyzers",
+        "engine.registry",
+        "model",
+        "model_schema",
+        "modelbase",
+        "names",
+        "sources",
+    )
+)
 
 
 def cache_dir() -> Path | None:
-    base = os.environ.get("XDG_CACHE_HOME") or (os.path.join(os.path.expanduser("~"), ".cache")
-                                                  if os.path.expanduser("~") != "~" else "")
+    base = os.environ.get("XDG_CACHE_HOME") or (
+        os.path.join(os.path.expanduser("~"), ".cache") if os.path.expanduser("~") != "~" else ""
+    )
     return Path(base) / "hypocenter" if base else None
 
 

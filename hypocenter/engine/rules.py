@@ -158,8 +158,9 @@ class Rule(Plain):
         return f"{self.path}:{self.line}"
 
 
-_CLASSES: dict[str, type[Plain]] = {cls.__name__: cls for cls in (
-    ExtractSpec, MetricSpec, When, RecoverySpec, AttributeSpec, CaseSpec, Rule)}
+_CLASSES: dict[str, type[Plain]] = {
+    cls.__name__: cls for cls in (ExtractSpec, MetricSpec, When, RecoverySpec, AttributeSpec, CaseSpec, Rule)
+}
 
 
 Table = dict[str, dict[str, FieldValue]]
@@ -194,8 +195,12 @@ class Ruleset:
             if rule.metric is not None:
                 metrics.update(rule.metric.metrics)
                 labels.extend(rule.metric.node_labels)
-        return RuleQueries(tokens=tuple(sorted(tokens)), context_tokens=context, metrics=tuple(sorted(metrics)),
-                           node_labels=tuple(dict.fromkeys(labels)))
+        return RuleQueries(
+            tokens=tuple(sorted(tokens)),
+            context_tokens=context,
+            metrics=tuple(sorted(metrics)),
+            node_labels=tuple(dict.fromkeys(labels)),
+        )
 
 
 def _suggest(name: str, model: type[Plain]) -> str:
@@ -207,7 +212,10 @@ def _suggest(name: str, model: type[Plain]) -> str:
 
 
 _MODEL_AT: dict[tuple[str, ...], type[Plain]] = {
-    (): Rule, ("extract",): ExtractSpec, ("metric",): MetricSpec, ("attribute",): AttributeSpec,
+    (): Rule,
+    ("extract",): ExtractSpec,
+    ("metric",): MetricSpec,
+    ("attribute",): AttributeSpec,
     ("attribute", "when"): When,
 }
 
@@ -259,8 +267,11 @@ def load_rule_file(path: Path, display: str | None = None) -> list[Rule]:
         raise RuleError("a rule file is a mapping with a 'rules:' list", path=name, line=1)
     extra = [k for k in doc if k != "rules"]
     if extra:
-        raise RuleError(f"unknown top-level key {extra[0]!r} (a rule file has only 'rules:')", path=name,
-                        line=getattr(doc, "line", 1))
+        raise RuleError(
+            f"unknown top-level key {extra[0]!r} (a rule file has only 'rules:')",
+            path=name,
+            line=getattr(doc, "line", 1),
+        )
     from pydantic import ValidationError
 
     from hypocenter.engine import rule_schema
@@ -268,10 +279,14 @@ def load_rule_file(path: Path, display: str | None = None) -> list[Rule]:
     out: list[Rule] = []
     for item in doc["rules"]:
         if not isinstance(item, dict):
-            raise RuleError("each entry of 'rules:' must be a mapping", path=name, line=getattr(doc, "line", 1))
+            raise RuleError(
+                "each entry of 'rules:' must be a mapping", path=name, line=getattr(doc, "line", 1)
+            )
         line = getattr(item, "line", 0)
         try:
-            rule: Rule = plain_from(rule_schema.Rule.model_validate({**item, "path": name, "line": line}), _CLASSES)
+            rule: Rule = plain_from(
+                rule_schema.Rule.model_validate({**item, "path": name, "line": line}), _CLASSES
+            )
         except ValidationError as exc:
             raise _rule_error(exc, item, name) from None  # type: ignore[arg-type]
         out.append(rule)
@@ -335,8 +350,11 @@ def load_ruleset(extra: Iterable[Path] = (), *, builtin: bool = True) -> Ruleset
             continue
         for rule in load_rule_file(path, display=display):
             if rule.id in seen:
-                raise RuleError(f"rule id {rule.id!r} is already defined at {seen[rule.id].where}",
-                                path=display, line=rule.line)
+                raise RuleError(
+                    f"rule id {rule.id!r} is already defined at {seen[rule.id].where}",
+                    path=display,
+                    line=rule.line,
+                )
             seen[rule.id] = rule
             rules.append(rule)
     from hypocenter.engine.analyzers import ANALYZER_VERSION
@@ -349,10 +367,16 @@ def load_ruleset(extra: Iterable[Path] = (), *, builtin: bool = True) -> Ruleset
 
             hint = get_close_matches(rule.analyzer, list(ANALYZERS), n=1)
             tip = f" (did you mean {hint[0]!r}?)" if hint else f" (known: {', '.join(sorted(ANALYZERS))})"
-            raise RuleError(f"rule {rule.id}: unknown analyzer {rule.analyzer!r}{tip}", path=rule.path, line=rule.line)
+            raise RuleError(
+                f"rule {rule.id}: unknown analyzer {rule.analyzer!r}{tip}", path=rule.path, line=rule.line
+            )
         for spec_name, spec in (("extract", rule.extract), ("metric", rule.metric)):
             lookup = getattr(spec, "lookup", None)
             if lookup and lookup not in tables:
-                raise RuleError(f"rule {rule.id}: {spec_name}.lookup names no data table {lookup!r} "
-                                f"(known: {', '.join(sorted(tables)) or 'none'})", path=rule.path, line=rule.line)
+                raise RuleError(
+                    f"rule {rule.id}: {spec_name}.lookup names no data table {lookup!r} "
+                    f"(known: {', '.join(sorted(tables)) or 'none'})",
+                    path=rule.path,
+                    line=rule.line,
+                )
     return Ruleset(rules, "sha256:" + digest.hexdigest(), tables)

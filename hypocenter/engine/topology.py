@@ -67,7 +67,8 @@ class Topology:
 _IB_NODE = re.compile(r'^(?P<type>Ca|Switch|Rt)\s+\d+\s+"(?P<name>[^"]+)"\s+#\s+"(?P<desc>[^"]*)"')
 _IB_CA_PORT = re.compile(
     r'^\[(?P<port>\d+)\](?:\([0-9a-fA-F]+\))?\s+"(?P<remote>S-[^"]+)"\[(?P<rport>\d+)\](?:\[ext (?P<ext>\d+)\])?'
-    r'.*?#\s+lid \d+ lmc \d+ "(?P<rdesc>[^"]*)"')
+    r'.*?#\s+lid \d+ lmc \d+ "(?P<rdesc>[^"]*)"'
+)
 
 
 def parse_ibnetdiscover(text: str) -> list[Link]:
@@ -89,8 +90,14 @@ def parse_ibnetdiscover(text: str) -> list[Link]:
         port = _IB_CA_PORT.match(line)
         if port:
             switch = port["rdesc"].strip() or port["remote"]
-            links.append(Link(node=host, port=f"{device}/{port['port']}", switch=switch,
-                              switch_port=port["ext"] or port["rport"]))
+            links.append(
+                Link(
+                    node=host,
+                    port=f"{device}/{port['port']}",
+                    switch=switch,
+                    switch_port=port["ext"] or port["rport"],
+                )
+            )
     return links
 
 
@@ -99,7 +106,7 @@ def parse_lldp(document: Mapping[str, Any], host: str) -> list[Link]:
     as the element itself, so `interface`, and a chassis's name mapping, take either shape."""
     lldp = document.get("lldp")
     if not isinstance(lldp, Mapping):
-        raise InputError("not lldpctl -f json output (no top-level \"lldp\")")
+        raise InputError('not lldpctl -f json output (no top-level "lldp")')
     interfaces = lldp.get("interface") or []
     items: list[tuple[str, Any]] = []
     for entry in interfaces if isinstance(interfaces, list) else [interfaces]:
@@ -113,8 +120,15 @@ def parse_lldp(document: Mapping[str, Any], host: str) -> list[Link]:
         switch = ""
         if isinstance(chassis, Mapping):
             names = [k for k in chassis if k not in ("id", "descr", "mgmt-ip", "capability", "name")]
-            switch = str(names[0]) if names else str((chassis.get("name") or {}).get("value", "")
-                                                    if isinstance(chassis.get("name"), Mapping) else chassis.get("name") or "")
+            switch = (
+                str(names[0])
+                if names
+                else str(
+                    (chassis.get("name") or {}).get("value", "")
+                    if isinstance(chassis.get("name"), Mapping)
+                    else chassis.get("name") or ""
+                )
+            )
             if not switch and isinstance(chassis.get("id"), Mapping):
                 switch = str(chassis["id"].get("value", ""))
         port = info.get("port") or {}
@@ -136,11 +150,22 @@ def parse_topology_yaml(text: str, name: str) -> list[Link]:
         unknown = sorted(set(item) - {"node", "port", "switch", "switch_port", "cable"})
         missing = [k for k in ("node", "port", "switch", "switch_port") if not item.get(k)]
         if unknown or missing:
-            raise InputError(f"{name}: links[{i}]: " + "; ".join(
-                ([f"unknown keys {', '.join(unknown)}"] if unknown else [])
-                + ([f"missing {', '.join(missing)}"] if missing else [])))
-        links.append(Link(node=str(item["node"]), port=str(item["port"]), switch=str(item["switch"]),
-                          switch_port=str(item["switch_port"]), cable=str(item.get("cable") or "")))
+            raise InputError(
+                f"{name}: links[{i}]: "
+                + "; ".join(
+                    ([f"unknown keys {', '.join(unknown)}"] if unknown else [])
+                    + ([f"missing {', '.join(missing)}"] if missing else [])
+                )
+            )
+        links.append(
+            Link(
+                node=str(item["node"]),
+                port=str(item["port"]),
+                switch=str(item["switch"]),
+                switch_port=str(item["switch_port"]),
+                cable=str(item.get("cable") or ""),
+            )
+        )
     return links
 
 

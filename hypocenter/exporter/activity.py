@@ -25,7 +25,21 @@ from hypocenter.exporter.cardinality import LabelLimit
 from hypocenter.model import Diagnosis
 
 # Seconds; an analysis reads the attempt's records from the store, extracts, correlates, decides.
-LATENCY_BUCKETS: tuple[float, ...] = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+LATENCY_BUCKETS: tuple[float, ...] = (
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+)
 
 # Verdicts already counted, by diagnosis id: a re-analysis that reaches the same verdict (an explicit
 # trigger racing the settle timer, late data that changes nothing) is not a second diagnosis.
@@ -101,8 +115,9 @@ class Activity:
 
     # ------------------------------------------------------------------------------- ingest
 
-    def ingested(self, signal: str, source: str, records: int, nbytes: int,
-                 rejected_by: dict[str, int] | None = None) -> None:
+    def ingested(
+        self, signal: str, source: str, records: int, nbytes: int, rejected_by: dict[str, int] | None = None
+    ) -> None:
         """A request was committed: `records` accepted, `nbytes` on the wire, some left out by reason."""
         with self._lock:
             self._records[(signal, source)] += records
@@ -186,12 +201,20 @@ class Activity:
         with self._lock:
             lat = Latency(list(self._latency.counts), self._latency.total, list(self._latency.exemplars))
             return Snapshot(
-                ingested_records=dict(self._records), ingested_bytes=dict(self._bytes),
-                refused_requests=dict(self._refused), rejected_records=dict(self._rejected),
+                ingested_records=dict(self._records),
+                ingested_bytes=dict(self._bytes),
+                refused_requests=dict(self._refused),
+                rejected_records=dict(self._rejected),
                 diagnoses={k: (v, self._diagnosis_exemplars.get(k)) for k, v in self._diagnoses.items()},
-                provisional=self._provisional, symptom_events=dict(self._symptoms),
-                extracted_events=dict(self._extracted), compacted_lines=self._compacted[0],
-                compacted_bytes=self._compacted[1], latency=lat,
-                exported=dict(self._exported), export_failures=dict(self._export_failures),
-                export_dropped=dict(self._export_dropped), started=self.started,
-                analysis_failures=dict(self._analysis_failures))
+                provisional=self._provisional,
+                symptom_events=dict(self._symptoms),
+                extracted_events=dict(self._extracted),
+                compacted_lines=self._compacted[0],
+                compacted_bytes=self._compacted[1],
+                latency=lat,
+                exported=dict(self._exported),
+                export_failures=dict(self._export_failures),
+                export_dropped=dict(self._export_dropped),
+                started=self.started,
+                analysis_failures=dict(self._analysis_failures),
+            )

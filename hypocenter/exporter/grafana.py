@@ -59,11 +59,16 @@ def annotation(row: DiagnosisRow, dashboard_uid: str = "") -> dict[str, Any]:
     if rc:
         where = ", ".join(nodes) or "the job"
         comps = ", ".join(f"{c['kind']} {c['id']}" for c in rc.get("components") or [])
-        text = (f"{row.outcome}: {rc.get('domain')}/{rc.get('subdomain')} on {where}"
-                + (f" ({comps})" if comps else "") + f" — {rc.get('summary', '')} · action {rc.get('action')}")
+        text = (
+            f"{row.outcome}: {rc.get('domain')}/{rc.get('subdomain')} on {where}"
+            + (f" ({comps})" if comps else "")
+            + f" — {rc.get('summary', '')} · action {rc.get('action')}"
+        )
     else:
-        text = {"unattributed": "unattributed: no root cause can be attributed from the evidence available",
-                "not_failed": "not failed"}.get(row.outcome, row.outcome)
+        text = {
+            "unattributed": "unattributed: no root cause can be attributed from the evidence available",
+            "not_failed": "not failed",
+        }.get(row.outcome, row.outcome)
     text += f" · workload {row.workload} attempt {row.attempt} · diagnosis {row.id}"
     body: dict[str, Any] = {"time": start, "timeEnd": end, "tags": tags, "text": text}
     if dashboard_uid:
@@ -77,8 +82,16 @@ class GrafanaAnnotations:
     name = "grafana"
     max_batch = 1
 
-    def __init__(self, url: str, *, token: str = "", dashboard_uid: str = "", org_id: int | None = None,
-                 timeout_s: float = 10.0, transport: httpx.BaseTransport | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        token: str = "",
+        dashboard_uid: str = "",
+        org_id: int | None = None,
+        timeout_s: float = 10.0,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
         self.url = url.rstrip("/") + "/api/annotations"
         self.dashboard_uid = dashboard_uid
         headers = {"User-Agent": f"hypocenter/{__version__}", "Content-Type": "application/json"}

@@ -78,8 +78,12 @@ class LokiEntry:
 
 def _push_request_class() -> Any:
     F = descriptor_pb2.FieldDescriptorProto
-    file = descriptor_pb2.FileDescriptorProto(name="hypocenter/loki_push.proto", package="logproto", syntax="proto3",
-                                              dependency=["google/protobuf/timestamp.proto"])
+    file = descriptor_pb2.FileDescriptorProto(
+        name="hypocenter/loki_push.proto",
+        package="logproto",
+        syntax="proto3",
+        dependency=["google/protobuf/timestamp.proto"],
+    )
 
     def message(name: str, *fields: tuple[str, int, int, int, str]) -> None:
         m = file.message_type.add(name=name)
@@ -89,14 +93,24 @@ def _push_request_class() -> Any:
                 f.type_name = type_name
 
     one, many = F.LABEL_OPTIONAL, F.LABEL_REPEATED
-    message("PushRequest", ("streams", 1, F.TYPE_MESSAGE, many, ".logproto.StreamAdapter"),
-            ("format", 2, F.TYPE_STRING, one, ""))
-    message("StreamAdapter", ("labels", 1, F.TYPE_STRING, one, ""),
-            ("entries", 2, F.TYPE_MESSAGE, many, ".logproto.EntryAdapter"), ("hash", 3, F.TYPE_UINT64, one, ""))
-    message("EntryAdapter", ("timestamp", 1, F.TYPE_MESSAGE, one, ".google.protobuf.Timestamp"),
-            ("line", 2, F.TYPE_STRING, one, ""),
-            ("structuredMetadata", 3, F.TYPE_MESSAGE, many, ".logproto.LabelPairAdapter"),
-            ("parsed", 4, F.TYPE_MESSAGE, many, ".logproto.LabelPairAdapter"))
+    message(
+        "PushRequest",
+        ("streams", 1, F.TYPE_MESSAGE, many, ".logproto.StreamAdapter"),
+        ("format", 2, F.TYPE_STRING, one, ""),
+    )
+    message(
+        "StreamAdapter",
+        ("labels", 1, F.TYPE_STRING, one, ""),
+        ("entries", 2, F.TYPE_MESSAGE, many, ".logproto.EntryAdapter"),
+        ("hash", 3, F.TYPE_UINT64, one, ""),
+    )
+    message(
+        "EntryAdapter",
+        ("timestamp", 1, F.TYPE_MESSAGE, one, ".google.protobuf.Timestamp"),
+        ("line", 2, F.TYPE_STRING, one, ""),
+        ("structuredMetadata", 3, F.TYPE_MESSAGE, many, ".logproto.LabelPairAdapter"),
+        ("parsed", 4, F.TYPE_MESSAGE, many, ".logproto.LabelPairAdapter"),
+    )
     message("LabelPairAdapter", ("name", 1, F.TYPE_STRING, one, ""), ("value", 2, F.TYPE_STRING, one, ""))
     pool = descriptor_pool.DescriptorPool()  # private: never clashes with another copy of logproto
     pool.AddSerializedFile(timestamp_pb2.DESCRIPTOR.serialized_pb)
@@ -109,8 +123,10 @@ PushRequest: Any = _push_request_class()
 
 def label_string(labels: dict[str, str]) -> str:
     """Labels the way Loki parses them: `{a="b", c="d"}`, sorted, values escaped as in PromQL."""
+
     def esc(v: str) -> str:
         return v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
     return "{" + ", ".join(f'{k}="{esc(v)}"' for k, v in sorted(labels.items())) + "}"
 
 
@@ -130,8 +146,12 @@ def encode_protobuf(streams: Sequence[tuple[dict[str, str], Sequence[LokiEntry]]
 
 
 def encode_json(streams: Sequence[tuple[dict[str, str], Sequence[LokiEntry]]]) -> bytes:
-    doc = {"streams": [{"stream": labels, "values": [[str(e.ts_ns), e.line, e.metadata] for e in entries]}
-                       for labels, entries in streams]}
+    doc = {
+        "streams": [
+            {"stream": labels, "values": [[str(e.ts_ns), e.line, e.metadata] for e in entries]}
+            for labels, entries in streams
+        ]
+    }
     return json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
@@ -151,18 +171,31 @@ def verdict_line(d: dict[str, Any], provisional: bool) -> str:
     """One JSON line a person can read in a logs panel and `| json` can take apart."""
     rc = d.get("root_cause") or {}
     a = d.get("attempt") or {}
-    summary = rc.get("summary") or {"unattributed": "no root cause can be attributed from the evidence available",
-                                    "not_failed": "the attempt did not fail"}.get(d.get("outcome", ""), "")
+    summary = rc.get("summary") or {
+        "unattributed": "no root cause can be attributed from the evidence available",
+        "not_failed": "the attempt did not fail",
+    }.get(d.get("outcome", ""), "")
     doc = {
-        "summary": summary, "outcome": d.get("outcome"), "domain": rc.get("domain"), "subdomain": rc.get("subdomain"),
+        "summary": summary,
+        "outcome": d.get("outcome"),
+        "domain": rc.get("domain"),
+        "subdomain": rc.get("subdomain"),
         "nodes": rc.get("nodes") or [],
         "components": [f"{c['node']} {c['kind']} {c['id']}" for c in rc.get("components") or []],
-        "action": rc.get("action"), "rule": rc.get("rule"), "first_seen": rc.get("first_seen"),
-        "candidates": [f"{c['domain']}/{c['subdomain']} on {','.join(c['nodes']) or 'the job'}"
-                       for c in d.get("candidates") or []],
-        "quality": (d.get("quality") or {}).get("level"), "terminal_state": d.get("terminal_state"),
-        "workload_id": a.get("workload_id"), "attempt": a.get("attempt"), "cluster": a.get("cluster"),
-        "affected_node_count": len(d.get("affected_nodes") or []), "provisional": provisional,
+        "action": rc.get("action"),
+        "rule": rc.get("rule"),
+        "first_seen": rc.get("first_seen"),
+        "candidates": [
+            f"{c['domain']}/{c['subdomain']} on {','.join(c['nodes']) or 'the job'}"
+            for c in d.get("candidates") or []
+        ],
+        "quality": (d.get("quality") or {}).get("level"),
+        "terminal_state": d.get("terminal_state"),
+        "workload_id": a.get("workload_id"),
+        "attempt": a.get("attempt"),
+        "cluster": a.get("cluster"),
+        "affected_node_count": len(d.get("affected_nodes") or []),
+        "provisional": provisional,
         "diagnosis_id": d.get("id"),
     }
     return json.dumps(doc, separators=(",", ":"), ensure_ascii=False)
@@ -190,8 +223,9 @@ def refusal(status: int, body: str) -> str | None:
     return None
 
 
-def diagnosis_entries(row: DiagnosisRow, push_ns: int | None = None, labels_limit: LabelLimit | None = None
-                      ) -> tuple[dict[str, str], list[LokiEntry]]:
+def diagnosis_entries(
+    row: DiagnosisRow, push_ns: int | None = None, labels_limit: LabelLimit | None = None
+) -> tuple[dict[str, str], list[LokiEntry]]:
     """The stream labels and entries of one stored diagnosis, pushed at `push_ns` (default: when stored),
     `cluster` folded by `labels_limit`."""
     d: dict[str, Any] = json.loads(row.body)
@@ -207,20 +241,32 @@ def diagnosis_entries(row: DiagnosisRow, push_ns: int | None = None, labels_limi
     ts = entry_time(began, created_ns, created_ns if push_ns is None else max(push_ns, created_ns))
     common = {"diagnosis_id": row.id, "workload_id": row.workload, "attempt": str(row.attempt)}
     meta = {
-        "record": "diagnosis", **common,
+        "record": "diagnosis",
+        **common,
         "nodes": ",".join(rc.get("nodes") or []),
         "affected_nodes": ",".join((d.get("affected_nodes") or [])[:AFFECTED_MAX]),
         "components": ",".join(f"{c['node']}/{c['kind']}/{c['id']}" for c in rc.get("components") or []),
-        "rule": rc.get("rule") or "", "subdomain": rc.get("subdomain") or "", "action": rc.get("action") or "",
-        "first_seen": rc.get("first_seen") or "", "quality": (d.get("quality") or {}).get("level") or "",
-        "provisional": str(row.provisional).lower(), "terminal_state": d.get("terminal_state") or "",
+        "rule": rc.get("rule") or "",
+        "subdomain": rc.get("subdomain") or "",
+        "action": rc.get("action") or "",
+        "first_seen": rc.get("first_seen") or "",
+        "quality": (d.get("quality") or {}).get("level") or "",
+        "provisional": str(row.provisional).lower(),
+        "terminal_state": d.get("terminal_state") or "",
     }
     entries = [LokiEntry(ts, verdict_line(d, row.provisional), {k: v for k, v in meta.items() if v})]
     for i, e in enumerate((d.get("evidence") or [])[:EVIDENCE_MAX]):
         text = str(e.get("text") or "")[:TEXT_MAX]
         line = f"{e.get('role')} {e.get('time') or '?'} {e.get('node') or '-'} {e.get('ref')}: {text}"
-        em = {"record": "evidence", **common, "role": str(e.get("role") or ""), "rule": str(e.get("rule") or ""),
-              "node": str(e.get("node") or ""), "evidence_time": str(e.get("time") or ""), "ref": str(e.get("ref") or "")}
+        em = {
+            "record": "evidence",
+            **common,
+            "role": str(e.get("role") or ""),
+            "rule": str(e.get("rule") or ""),
+            "node": str(e.get("node") or ""),
+            "evidence_time": str(e.get("time") or ""),
+            "ref": str(e.get("ref") or ""),
+        }
         entries.append(LokiEntry(ts + i + 1, line, {k: v for k, v in em.items() if v}))
     return labels, entries
 
@@ -233,8 +279,17 @@ class LokiExporter:
 
     name = "loki"
 
-    def __init__(self, url: str, *, encoding: str = "protobuf", tenant: str = "", basic_auth: str = "",
-                 timeout_s: float = 10.0, max_batch: int = 50, transport: httpx.BaseTransport | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        encoding: str = "protobuf",
+        tenant: str = "",
+        basic_auth: str = "",
+        timeout_s: float = 10.0,
+        max_batch: int = 50,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
         if encoding not in ("protobuf", "json"):
             raise ValueError(f"Loki encoding must be protobuf or json, not {encoding!r}")
         self.url = url.rstrip("/") + PUSH_PATH if not url.rstrip("/").endswith(PUSH_PATH) else url.rstrip("/")
@@ -250,7 +305,9 @@ class LokiExporter:
             auth = (user, password)
         self._client = httpx.Client(timeout=timeout_s, headers=headers, auth=auth, transport=transport)
 
-    def payload(self, batch: Sequence[DiagnosisRow], push_ns: int | None = None) -> tuple[bytes, dict[str, str]]:
+    def payload(
+        self, batch: Sequence[DiagnosisRow], push_ns: int | None = None
+    ) -> tuple[bytes, dict[str, str]]:
         grouped: dict[str, tuple[dict[str, str], list[LokiEntry]]] = {}
         push_ns = time.time_ns() if push_ns is None else push_ns
         for row in batch:
@@ -258,7 +315,10 @@ class LokiExporter:
             grouped.setdefault(label_string(labels), (labels, []))[1].extend(entries)
         streams = [(labels, sorted(entries, key=lambda e: e.ts_ns)) for labels, entries in grouped.values()]
         if self.encoding == "json":
-            return gzip.compress(encode_json(streams)), {"Content-Type": "application/json", "Content-Encoding": "gzip"}
+            return gzip.compress(encode_json(streams)), {
+                "Content-Type": "application/json",
+                "Content-Encoding": "gzip",
+            }
         return encode_protobuf(streams), {"Content-Type": "application/x-protobuf"}
 
     def send(self, batch: Sequence[DiagnosisRow]) -> None:

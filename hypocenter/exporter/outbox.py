@@ -60,7 +60,9 @@ class ExportUnavailable(TransientError):
         self.retry_after = retry_after
 
 
-def classify_status(status: int, body: str, retry_after: str | None = None) -> ExportRejected | ExportUnavailable:
+def classify_status(
+    status: int, body: str, retry_after: str | None = None
+) -> ExportRejected | ExportUnavailable:
     """The error an HTTP answer that is not a success means (shared by the HTTP exporters)."""
     text = f"HTTP {status}: {body.strip()[:300]}"
     if status in (401, 403):  # credentials or permissions: fixable by an operator, keep the diagnoses
@@ -121,9 +123,17 @@ class Backoff:
 class Outbox:
     """One delivery thread for all exporters; `wake()` after storing a diagnosis to send it now."""
 
-    def __init__(self, store: ExportQueue, exporters: Sequence[Exporter], activity: Activity, *,
-                 backoff: Backoff | None = None, max_age_s: float = 6 * 86400.0, poll_s: float = 5.0,
-                 lease_s: float = 60.0) -> None:
+    def __init__(
+        self,
+        store: ExportQueue,
+        exporters: Sequence[Exporter],
+        activity: Activity,
+        *,
+        backoff: Backoff | None = None,
+        max_age_s: float = 6 * 86400.0,
+        poll_s: float = 5.0,
+        lease_s: float = 60.0,
+    ) -> None:
         self.store = store
         self.exporters = list(exporters)
         self.activity = activity
@@ -182,7 +192,9 @@ class Outbox:
         live: list[PendingExport] = []
         for r in rows:
             if r.diagnosis is None:
-                self._drop(exporter, [r], "superseded", "the diagnosis was replaced or removed before delivery")
+                self._drop(
+                    exporter, [r], "superseded", "the diagnosis was replaced or removed before delivery"
+                )
             elif r.created < now - self.max_age_s:
                 self._drop(exporter, [r], "expired", f"not delivered within {self.max_age_s:g} s")
             else:
@@ -199,8 +211,11 @@ class Outbox:
             if split and len(rows) > 1:
                 for i, r in enumerate(rows):
                     if time.time() < self._paused_until.get(exporter.name, 0.0):
-                        self.store.retry_exports([x.id for x in rows[i:]], self._paused_until[exporter.name],
-                                                 "paused after a transient failure")
+                        self.store.retry_exports(
+                            [x.id for x in rows[i:]],
+                            self._paused_until[exporter.name],
+                            "paused after a transient failure",
+                        )
                         return
                     self._send(exporter, [r], split=False)
                 return
@@ -209,7 +224,9 @@ class Outbox:
             self.activity.export_failed(exporter.name, "transient")
             failures = self._failures.get(exporter.name, 0) + 1
             self._failures[exporter.name] = failures
-            delay = self.backoff.delay(failures, exc.retry_after if isinstance(exc, ExportUnavailable) else None)
+            delay = self.backoff.delay(
+                failures, exc.retry_after if isinstance(exc, ExportUnavailable) else None
+            )
             due = time.time() + delay
             self._paused_until[exporter.name] = due
             self.store.retry_exports([r.id for r in rows], due, f"{type(exc).__name__}: {exc}")
@@ -217,11 +234,19 @@ class Outbox:
             if not isinstance(exc, ExportUnavailable):
                 log.exception("exporter %s failed unexpectedly; retrying in %.1f s", exporter.name, delay)
             else:
-                log.log(level, "exporter %s unavailable (%s); %d diagnosis(es) kept, retrying in %.1f s",
-                        exporter.name, exc, len(rows), delay)
+                log.log(
+                    level,
+                    "exporter %s unavailable (%s); %d diagnosis(es) kept, retrying in %.1f s",
+                    exporter.name,
+                    exc,
+                    len(rows),
+                    delay,
+                )
         else:
             if self._failures.get(exporter.name):
-                log.info("exporter %s recovered after %d failure(s)", exporter.name, self._failures[exporter.name])
+                log.info(
+                    "exporter %s recovered after %d failure(s)", exporter.name, self._failures[exporter.name]
+                )
             self._failures[exporter.name] = 0
             self.store.finish_exports([r.id for r in rows])
             self.activity.exported(exporter.name, len(rows))
@@ -229,5 +254,10 @@ class Outbox:
     def _drop(self, exporter: Exporter, rows: list[PendingExport], reason: str, detail: str) -> None:
         self.store.finish_exports([r.id for r in rows])
         self.activity.export_dropped(exporter.name, reason, len(rows))
-        log.warning("exporter %s: dropped %s (%s): %s", exporter.name,
-                    ", ".join(r.diagnosis_id for r in rows), reason, detail)
+        log.warning(
+            "exporter %s: dropped %s (%s): %s",
+            exporter.name,
+            ", ".join(r.diagnosis_id for r in rows),
+            reason,
+            detail,
+        )

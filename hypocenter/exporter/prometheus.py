@@ -106,16 +106,29 @@ def top_n(counts: Tally[tuple[str, ...]], n: int) -> list[tuple[tuple[str, ...],
 
 
 VERDICTS: tuple[tuple[str, str, str], ...] = (
-    ("ambiguous", "", ""), ("unattributed", "", ""), ("not_failed", "", ""),
-    *(("attributed", domain, sub) for domain, subs in sorted(TAXONOMY.items()) for sub in subs))
+    ("ambiguous", "", ""),
+    ("unattributed", "", ""),
+    ("not_failed", "", ""),
+    *(("attributed", domain, sub) for domain, subs in sorted(TAXONOMY.items()) for sub in subs),
+)
 """(outcome, domain, subdomain) of hypocenter_diagnoses_total that exist from the start, at 0."""
 
 
 class HypocenterCollector(Collector):
     """Builds every family from the tallies and the store at scrape time."""
 
-    def __init__(self, activity: Activity, store: Store, *, exporters: Sequence[str] = (), window_s: float = 86400.0,
-                 top: int = 20, ruleset: str = "", fleet: FleetView | None = None, fleet_top: int = 20) -> None:
+    def __init__(
+        self,
+        activity: Activity,
+        store: Store,
+        *,
+        exporters: Sequence[str] = (),
+        window_s: float = 86400.0,
+        top: int = 20,
+        ruleset: str = "",
+        fleet: FleetView | None = None,
+        fleet_top: int = 20,
+    ) -> None:
         self.activity = activity
         self.store = store
         self.exporters = tuple(exporters)
@@ -137,14 +150,20 @@ class HypocenterCollector(Collector):
 
     def _process(self) -> Iterator[Metric]:
         snap = self.activity.snapshot()
-        info = InfoMetricFamily("hypocenter_build", "hypocenter version and the fingerprint of its loaded ruleset")
+        info = InfoMetricFamily(
+            "hypocenter_build", "hypocenter version and the fingerprint of its loaded ruleset"
+        )
         info.add_metric([], {"version": __version__, "ruleset": self.ruleset})
         yield info
-        yield GaugeMetricFamily("hypocenter_start_time_seconds", "When this process started (Unix time)",
-                                value=snap.started)
+        yield GaugeMetricFamily(
+            "hypocenter_start_time_seconds", "When this process started (Unix time)", value=snap.started
+        )
 
-        d = CounterMetricFamily("hypocenter_diagnoses", "Final diagnoses made by this process",
-                                labels=["cluster", "outcome", "domain", "subdomain"])
+        d = CounterMetricFamily(
+            "hypocenter_diagnoses",
+            "Final diagnoses made by this process",
+            labels=["cluster", "outcome", "domain", "subdomain"],
+        )
         # Every verdict of every cluster seen starts at 0, so that increase() and rate() count a
         # series' first diagnosis too (a counter that appears at 1 loses it).
         clusters = self._clusters | {k[0] for k in snap.diagnoses}
@@ -152,25 +171,34 @@ class HypocenterCollector(Collector):
         for verdict, (value, last) in sorted({**zero, **snap.diagnoses}.items()):
             d.add_metric(list(verdict), value, exemplar=_exemplar(last))
         yield d
-        folded = CounterMetricFamily("hypocenter_label_values_folded",
-                                     "Diagnoses whose client-supplied label value was exported as \"other\" because "
-                                     "label_max_values distinct values of that label were already exported",
-                                     labels=["label"])
+        folded = CounterMetricFamily(
+            "hypocenter_label_values_folded",
+            'Diagnoses whose client-supplied label value was exported as "other" because '
+            "label_max_values distinct values of that label were already exported",
+            labels=["label"],
+        )
         for label, n in sorted({"cluster": 0, **self.activity.labels.folded()}.items()):
             folded.add_metric([label], n)
         yield folded
-        yield CounterMetricFamily("hypocenter_provisional_diagnoses",
-                                  "Analyses of attempts that had not ended (idle timeout), counted apart",
-                                  value=snap.provisional)
-        failed = CounterMetricFamily("hypocenter_analysis_failures",
-                                     "Attempts quarantined because their analysis failed, by reason", labels=["reason"])
+        yield CounterMetricFamily(
+            "hypocenter_provisional_diagnoses",
+            "Analyses of attempts that had not ended (idle timeout), counted apart",
+            value=snap.provisional,
+        )
+        failed = CounterMetricFamily(
+            "hypocenter_analysis_failures",
+            "Attempts quarantined because their analysis failed, by reason",
+            labels=["reason"],
+        )
         for kind in ("limit", "error", "interrupted"):  # server/quarantine.py FAILURE_KINDS
             failed.add_metric([kind], snap.analysis_failures.get(kind, 0))
         yield failed
 
-        h = HistogramMetricFamily("hypocenter_analysis_duration_seconds",
-                                  "Time to analyse an attempt: read its records from the store, extract, decide",
-                                  labels=[])
+        h = HistogramMetricFamily(
+            "hypocenter_analysis_duration_seconds",
+            "Time to analyse an attempt: read its records from the store, extract, decide",
+            labels=[],
+        )
         totals = list(accumulate(snap.latency.counts))
         buckets: list[tuple[str, float] | tuple[str, float, Exemplar]] = []
         for i, bound in enumerate([*(str(b) for b in LATENCY_BUCKETS), "+Inf"]):
@@ -179,52 +207,78 @@ class HypocenterCollector(Collector):
         h.add_metric([], buckets, snap.latency.total)
         yield h
 
-        s = CounterMetricFamily("hypocenter_symptom_events", "Events that final diagnoses classed as symptoms, by kind",
-                                labels=["kind"])
+        s = CounterMetricFamily(
+            "hypocenter_symptom_events",
+            "Events that final diagnoses classed as symptoms, by kind",
+            labels=["kind"],
+        )
         for kind, value in sorted(snap.symptom_events.items()):
             s.add_metric([kind], value)
         yield s
 
-        e = CounterMetricFamily("hypocenter_extracted_events", "Events extracted from log records as they were "
-                                "committed, by kind", labels=["kind"])
+        e = CounterMetricFamily(
+            "hypocenter_extracted_events",
+            "Events extracted from log records as they were committed, by kind",
+            labels=["kind"],
+        )
         for kind, value in sorted(snap.extracted_events.items()):
             e.add_metric([kind], value)
         yield e
-        yield CounterMetricFamily("hypocenter_compacted_lines", "Raw log lines whose text compaction blanked "
-                                  "(no rule can read them)", value=snap.compacted_lines)
-        yield CounterMetricFamily("hypocenter_compacted_bytes", "Bytes of raw log text compaction blanked",
-                                  value=snap.compacted_bytes, unit="bytes")
+        yield CounterMetricFamily(
+            "hypocenter_compacted_lines",
+            "Raw log lines whose text compaction blanked (no rule can read them)",
+            value=snap.compacted_lines,
+        )
+        yield CounterMetricFamily(
+            "hypocenter_compacted_bytes",
+            "Bytes of raw log text compaction blanked",
+            value=snap.compacted_bytes,
+            unit="bytes",
+        )
 
-        rec = CounterMetricFamily("hypocenter_ingest_records", "Records committed to the store",
-                                  labels=["signal", "source"])
-        byt = CounterMetricFamily("hypocenter_ingest_bytes", "Request bytes received (as sent, before decompression)",
-                                  labels=["signal", "source"], unit="bytes")
+        rec = CounterMetricFamily(
+            "hypocenter_ingest_records", "Records committed to the store", labels=["signal", "source"]
+        )
+        byt = CounterMetricFamily(
+            "hypocenter_ingest_bytes",
+            "Request bytes received (as sent, before decompression)",
+            labels=["signal", "source"],
+            unit="bytes",
+        )
         for pair, value in sorted(snap.ingested_records.items()):
             rec.add_metric(list(pair), value)
         for pair, value in sorted(snap.ingested_bytes.items()):
             byt.add_metric(list(pair), value)
         yield rec
         yield byt
-        ref = CounterMetricFamily("hypocenter_refused_requests", "Requests refused whole, by reason",
-                                  labels=["signal", "source", "reason"])
+        ref = CounterMetricFamily(
+            "hypocenter_refused_requests",
+            "Requests refused whole, by reason",
+            labels=["signal", "source", "reason"],
+        )
         for key3, value in sorted(snap.refused_requests.items()):
             ref.add_metric(list(key3), value)
         yield ref
-        rej = CounterMetricFamily("hypocenter_rejected_records",
-                                  "Records left out of an accepted request (OTLP partial success), by reason",
-                                  labels=["signal", "reason"])
+        rej = CounterMetricFamily(
+            "hypocenter_rejected_records",
+            "Records left out of an accepted request (OTLP partial success), by reason",
+            labels=["signal", "reason"],
+        )
         for pair, value in sorted(snap.rejected_records.items()):
             rej.add_metric(list(pair), value)
         yield rej
 
-        ok = CounterMetricFamily("hypocenter_exported_diagnoses", "Diagnoses delivered, by exporter",
-                                 labels=["exporter"])
+        ok = CounterMetricFamily(
+            "hypocenter_exported_diagnoses", "Diagnoses delivered, by exporter", labels=["exporter"]
+        )
         for name in sorted({*self.exporters, *snap.exported}):
             ok.add_metric([name], snap.exported.get(name, 0))
         yield ok
-        fail = CounterMetricFamily("hypocenter_export_failures",
-                                   "Failed deliveries, by exporter and kind (transient: retried; permanent: dropped)",
-                                   labels=["exporter", "kind"])
+        fail = CounterMetricFamily(
+            "hypocenter_export_failures",
+            "Failed deliveries, by exporter and kind (transient: retried; permanent: dropped)",
+            labels=["exporter", "kind"],
+        )
         for name in self.exporters:
             for kind in ("transient", "permanent"):
                 fail.add_metric([name, kind], snap.export_failures.get((name, kind), 0))
@@ -232,9 +286,11 @@ class HypocenterCollector(Collector):
             if name not in self.exporters:
                 fail.add_metric([name, kind], value)
         yield fail
-        drop = CounterMetricFamily("hypocenter_export_dropped",
-                                   "Diagnoses that will never reach an exporter: rejected (Loki: too_old, out_of_order), expired or superseded",
-                                   labels=["exporter", "reason"])
+        drop = CounterMetricFamily(
+            "hypocenter_export_dropped",
+            "Diagnoses that will never reach an exporter: rejected (Loki: too_old, out_of_order), expired or superseded",
+            labels=["exporter", "reason"],
+        )
         for (name, reason), value in sorted(snap.export_dropped.items()):
             drop.add_metric([name, reason], value)
         yield drop
@@ -252,14 +308,19 @@ class HypocenterCollector(Collector):
             yield GaugeMetricFamily("hypocenter_store_up", "1 when the store answered this scrape", value=0)
             return
         yield GaugeMetricFamily("hypocenter_store_up", "1 when the store answered this scrape", value=1)
-        yield GaugeMetricFamily("hypocenter_attempts_open",
-                                "Attempts awaiting a verdict: never analysed, or data arrived since",
-                                value=stats.get("attempts_open", 0))
-        pending = GaugeMetricFamily("hypocenter_export_pending", "Diagnoses waiting in the outbox, by exporter",
-                                    labels=["exporter"])
-        age = GaugeMetricFamily("hypocenter_export_oldest_pending_age_seconds",
-                                "Age of the oldest diagnosis waiting in the outbox (0 when empty)",
-                                labels=["exporter"])
+        yield GaugeMetricFamily(
+            "hypocenter_attempts_open",
+            "Attempts awaiting a verdict: never analysed, or data arrived since",
+            value=stats.get("attempts_open", 0),
+        )
+        pending = GaugeMetricFamily(
+            "hypocenter_export_pending", "Diagnoses waiting in the outbox, by exporter", labels=["exporter"]
+        )
+        age = GaugeMetricFamily(
+            "hypocenter_export_oldest_pending_age_seconds",
+            "Age of the oldest diagnosis waiting in the outbox (0 when empty)",
+            labels=["exporter"],
+        )
         for name in sorted({*self.exporters, *backlog}):
             count, oldest = backlog.get(name, (0, now))
             pending.add_metric([name], count)
@@ -279,17 +340,29 @@ class HypocenterCollector(Collector):
         except Exception as exc:  # the other families are already out: skip these, say why
             log.warning("metrics: fleet view unavailable: %s", exc)
             return
-        top = ranked[:self.fleet_top]
-        found = {(s.kind, s.name) for s in findings(top, min_workloads=self.fleet.min_workloads)} if self.fleet else set()
-        score = GaugeMetricFamily("hypocenter_fleet_suspect_score",
-                                  "Fleet suspects: sum over the distinct workloads behind it of 0.5^(age/half-life); "
-                                  "the top fleet_top_k only", labels=["kind", "suspect"])
-        workloads = GaugeMetricFamily("hypocenter_fleet_suspect_workloads",
-                                      "Distinct workloads whose failures a fleet suspect was behind (fleet_window_s)",
-                                      labels=["kind", "suspect"])
-        finding = GaugeMetricFamily("hypocenter_fleet_finding",
-                                    "1 for a top suspect behind at least fleet_min_workloads workloads (a switch, "
-                                    "switch port or cable: with errors on several hosts)", labels=["kind", "suspect"])
+        top = ranked[: self.fleet_top]
+        found = (
+            {(s.kind, s.name) for s in findings(top, min_workloads=self.fleet.min_workloads)}
+            if self.fleet
+            else set()
+        )
+        score = GaugeMetricFamily(
+            "hypocenter_fleet_suspect_score",
+            "Fleet suspects: sum over the distinct workloads behind it of 0.5^(age/half-life); "
+            "the top fleet_top_k only",
+            labels=["kind", "suspect"],
+        )
+        workloads = GaugeMetricFamily(
+            "hypocenter_fleet_suspect_workloads",
+            "Distinct workloads whose failures a fleet suspect was behind (fleet_window_s)",
+            labels=["kind", "suspect"],
+        )
+        finding = GaugeMetricFamily(
+            "hypocenter_fleet_finding",
+            "1 for a top suspect behind at least fleet_min_workloads workloads (a switch, "
+            "switch port or cable: with errors on several hosts)",
+            labels=["kind", "suspect"],
+        )
         for s in top:
             score.add_metric([s.kind, s.name], round(s.score, 6))
             workloads.add_metric([s.kind, s.name], s.workloads)
@@ -299,8 +372,11 @@ class HypocenterCollector(Collector):
         yield finding
 
     def _recent(self, facts: list[DiagnosisFacts]) -> Iterator[Metric]:
-        yield GaugeMetricFamily("hypocenter_recent_window_seconds", "The window of the hypocenter_recent_* gauges",
-                                value=self.window_s)
+        yield GaugeMetricFamily(
+            "hypocenter_recent_window_seconds",
+            "The window of the hypocenter_recent_* gauges",
+            value=self.window_s,
+        )
         by_verdict: Tally[tuple[str, ...]] = Tally()
         by_node: Tally[tuple[str, ...]] = Tally()
         by_component: Tally[tuple[str, ...]] = Tally()
@@ -311,22 +387,29 @@ class HypocenterCollector(Collector):
                 by_node[(cluster, node)] += 1
             for node, kind, ident in sorted(set(f.components)):
                 by_component[(cluster, node, kind, ident)] += 1
-        v = GaugeMetricFamily("hypocenter_recent_diagnoses", "Final diagnoses stored within the window",
-                              labels=["cluster", "outcome", "domain", "subdomain"])
+        v = GaugeMetricFamily(
+            "hypocenter_recent_diagnoses",
+            "Final diagnoses stored within the window",
+            labels=["cluster", "outcome", "domain", "subdomain"],
+        )
         for key, value in sorted(by_verdict.items()):
             v.add_metric(list(key), value)
         yield v
-        n = GaugeMetricFamily("hypocenter_recent_node_root_causes",
-                              "Final diagnoses within the window naming the node as (a candidate) root cause; "
-                              "the top nodes by count, the rest summed in node=\"other\"",
-                              labels=["cluster", "node"])
+        n = GaugeMetricFamily(
+            "hypocenter_recent_node_root_causes",
+            "Final diagnoses within the window naming the node as (a candidate) root cause; "
+            'the top nodes by count, the rest summed in node="other"',
+            labels=["cluster", "node"],
+        )
         for key, value in top_n(by_node, self.top):
             n.add_metric(list(key), value)
         yield n
-        c = GaugeMetricFamily("hypocenter_recent_component_root_causes",
-                              "Final diagnoses within the window naming the component (GPU, port) in their root cause; "
-                              "the top components by count, the rest summed in component=\"other\"",
-                              labels=["cluster", "node", "component_kind", "component"])
+        c = GaugeMetricFamily(
+            "hypocenter_recent_component_root_causes",
+            "Final diagnoses within the window naming the component (GPU, port) in their root cause; "
+            'the top components by count, the rest summed in component="other"',
+            labels=["cluster", "node", "component_kind", "component"],
+        )
         for key, value in top_n(by_component, self.top):
             c.add_metric(list(key), value)
         yield c
@@ -342,8 +425,14 @@ class MetricsEndpoint:
         self._thread: threading.Thread | None = None
         self.address = ""
 
-    def start(self, listen: str, *, ssl_context: ssl.SSLContext | None = None,
-              wrap: Callable[[Any], Any] | None = None, timeout_s: float | None = None) -> str:
+    def start(
+        self,
+        listen: str,
+        *,
+        ssl_context: ssl.SSLContext | None = None,
+        wrap: Callable[[Any], Any] | None = None,
+        timeout_s: float | None = None,
+    ) -> str:
         """Listen; over TLS with `ssl_context`, through `wrap` (an auth guard: WSGI app -> WSGI app), and
         dropping clients idle for `timeout_s`. The peer certificate is in environ["hypocenter.peercert"]."""
         host, port = listen_address(listen, "metrics_listen")

@@ -55,6 +55,7 @@ class _Item:
     """One line of a stream in record-number order: a stored row, or a record of this batch — or,
     from a `RecordBlock`, a stretch of `lines` records no rule reads (`entry`: the last of them;
     `size`: their bytes), which can only become part of a gap."""
+
     line: int
     row: StreamLine | None = None
     entry: Entry | None = None
@@ -113,6 +114,7 @@ def _merge_spans(ranges: list[tuple[int, int]], runs: list[tuple[int, int]]) -> 
 class Scanned:
     """Lines joined as bytes (engine/prefilter.py's `joined`), where each starts in them, and where
     the rule tokens occur (`Extractor.scan`): one prefilter pass over them."""
+
     data: bytes
     starts: list[int]
     hits: list[tuple[int, int, int]]
@@ -139,7 +141,7 @@ class Scans:
 
     def __init__(self, extractor: Extractor) -> None:
         self._extractor = extractor
-        self._found: dict[int, tuple[RecordBlock, list[int]]] = {}   # by identity; the block is held
+        self._found: dict[int, tuple[RecordBlock, list[int]]] = {}  # by identity; the block is held
 
     def candidates(self, block: RecordBlock) -> list[int]:
         """Indices of the block's records that have a rule token."""
@@ -169,6 +171,7 @@ class Scans:
 class Reduced:
     """One batch, split: records stored row by row, reduced streams, and the lines (bytes) whose text
     the reduction left out — counted as compaction's are, once the batch is committed."""
+
     rest: list[Entry]
     writes: list[ArrivalWrite]
     blanked: int = 0
@@ -191,8 +194,14 @@ class Arrival:
         """A batch's scans, to share with the events on arrival (`split` first; it makes its own without)."""
         return Scans(self._extractor)
 
-    def split(self, store: IngestStore, logs: Sequence[Entry], now: float, blocks: Sequence[RecordBlock] = (),
-              scans: Scans | None = None) -> Reduced:
+    def split(
+        self,
+        store: IngestStore,
+        logs: Sequence[Entry],
+        now: float,
+        blocks: Sequence[RecordBlock] = (),
+        scans: Scans | None = None,
+    ) -> Reduced:
         """The batch's records stored row by row and its reduced streams."""
         scans = scans or self.scans()
         rest: list[Entry] = []
@@ -238,7 +247,9 @@ class Arrival:
                 continue
             # Rows further back than any rule or inherited stamp reaches are final: not read again, so a
             # batch costs the same however long its stream already is.
-            state = store.arrival_state(workload, attempt, node, stream, (entries[0].line or 0) - REREAD_LINES)
+            state = store.arrival_state(
+                workload, attempt, node, stream, (entries[0].line or 0) - REREAD_LINES
+            )
             w = ArrivalWrite(workload, attempt, node, stream, entries, state)
             blanked, freed = self._reduce(w, tctx)
             out.writes.append(w)
@@ -254,7 +265,9 @@ class Arrival:
         if first.line == 1 and state.head is not None and state.head != first.dedup:
             # line 1 again, another record: the file was rotated or truncated — a new generation
             w.rotate = True
-            state = w.state = ArrivalState(generation=state.generation + 1, lines=state.lines, bytes=state.bytes)
+            state = w.state = ArrivalState(
+                generation=state.generation + 1, lines=state.lines, bytes=state.bytes
+            )
         elif entries and state.ranges:
             entries = [e for e in entries if e.line is not None and not _covered(state.ranges, e.line)]
         w.entries = entries
@@ -268,17 +281,23 @@ class Arrival:
         times = [e.time_ns for e in entries if e.time_ns]
         w.first_ns, w.last_ns = (min(times), max(times)) if times else (None, None)
         items = [_Item(r.line or 0, row=r) for r in state.rows]
-        ordered = not items or items[-1].line < (entries[0].line or 0)  # the usual case: the batch comes after
+        ordered = not items or items[-1].line < (
+            entries[0].line or 0
+        )  # the usual case: the batch comes after
         items.extend(_Item(e.line or 0, entry=e) for e in entries)
         if not ordered:
             items.sort(key=lambda it: (it.line, it.entry is not None))
         live = [i for i, it in enumerate(items) if it.gap == 0]
-        needed = {live[j] for j in self._extractor.evidence_lines([(items[i].line, items[i].body) for i in live], tctx)}
+        needed = {
+            live[j]
+            for j in self._extractor.evidence_lines([(items[i].line, items[i].body) for i in live], tctx)
+        }
         state.rows = []
         return self._write(w, items, needed)
 
-    def _reduce_block(self, parts: list[RecordBlock], scans: Scans, state: ArrivalState, tctx: TimeContext,
-                      out: Reduced) -> ArrivalWrite | None:
+    def _reduce_block(
+        self, parts: list[RecordBlock], scans: Scans, state: ArrivalState, tctx: TimeContext, out: Reduced
+    ) -> ArrivalWrite | None:
         """`_reduce` for a stream's blocks (in order, see `_in_order`) whose records are stored already
         (a retry) up to those that follow every stored one; None when they are not."""
         run = _joined(parts)
@@ -293,10 +312,14 @@ class Arrival:
             return ArrivalWrite(run.workload, run.attempt, run.node, run.stream, [], state)
         if stored:
             run, lo = run.after(stored), lo + stored
-        if any(a <= hi and b >= lo for a, b in state.ranges) or (state.rows and (state.rows[-1].line or 0) >= lo):
+        if any(a <= hi and b >= lo for a, b in state.ranges) or (
+            state.rows and (state.rows[-1].line or 0) >= lo
+        ):
             return None
         n = len(run)
-        w = ArrivalWrite(run.workload, run.attempt, run.node, run.stream, [], state, block=n, block_scope=run.scope)
+        w = ArrivalWrite(
+            run.workload, run.attempt, run.node, run.stream, [], state, block=n, block_scope=run.scope
+        )
         if head is not None:
             state.head = head
         state.ranges = _merge_spans(state.ranges, [(lo, hi)])
@@ -312,16 +335,26 @@ class Arrival:
         whole = scans.of(bodies)
         if not stored:
             scans.found(parts, whole, len(live))
-        kept = self._extractor.evidence_columns([items[i].line for i in live] + run.lines, bodies, tctx,
-                                                scanned=(whole.data, whole.starts, whole.hits))
+        kept = self._extractor.evidence_columns(
+            [items[i].line for i in live] + run.lines,
+            bodies,
+            tctx,
+            scanned=(whole.data, whole.starts, whole.hits),
+        )
         state.rows = []
         needed = {live[j] for j in kept if j < len(live)}
         fresh = sorted(j - len(live) for j in kept if j >= len(live))
         start = 0
         for k in [*fresh, n]:
             if k > start:  # records start..k-1: no rule reads them
-                items.append(_Item(run.lines[k - 1], entry=run.entry(k - 1), lines=k - start,
-                                   size=whole.size(len(live) + start, len(live) + k)))
+                items.append(
+                    _Item(
+                        run.lines[k - 1],
+                        entry=run.entry(k - 1),
+                        lines=k - start,
+                        size=whole.size(len(live) + start, len(live) + k),
+                    )
+                )
             if k < n:
                 needed.add(len(items))
                 items.append(_Item(run.lines[k], entry=run.entry(k)))
@@ -374,8 +407,11 @@ def _in_order(blocks: list[RecordBlock]) -> list[RecordBlock] | None:
     repeat (each block consecutive, the blocks one after another) and they share their scope; else None."""
     blocks = sorted(blocks, key=lambda b: b.lines[0])
     for i, b in enumerate(blocks):
-        if b.lines != list(range(b.lines[0], b.lines[0] + len(b))) or b.scope != blocks[0].scope \
-                or (i and blocks[i - 1].lines[-1] >= b.lines[0]):
+        if (
+            b.lines != list(range(b.lines[0], b.lines[0] + len(b)))
+            or b.scope != blocks[0].scope
+            or (i and blocks[i - 1].lines[-1] >= b.lines[0])
+        ):
             return None
     return blocks
 
@@ -385,6 +421,14 @@ def _joined(blocks: list[RecordBlock]) -> RecordBlock:
     if len(blocks) == 1:
         return blocks[0]
     first = blocks[0]
-    return RecordBlock(first.workload, first.attempt, first.node, first.stream, first.scope,
-                       *(list(chain.from_iterable(getattr(b, name) for b in blocks))
-                         for name in ("lines", "bodies", "times", "stamps")))
+    return RecordBlock(
+        first.workload,
+        first.attempt,
+        first.node,
+        first.stream,
+        first.scope,
+        *(
+            list(chain.from_iterable(getattr(b, name) for b in blocks))
+            for name in ("lines", "bodies", "times", "stamps")
+        ),
+    )

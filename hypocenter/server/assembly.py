@@ -50,6 +50,7 @@ from hypocenter.store.base import Store
 
 log = logging.getLogger("hypocenter.server")
 
+
 class Server:
     """The running server: build with settings, `start()` the gRPC side, `serve()` the HTTP side."""
 
@@ -61,7 +62,9 @@ class Server:
         self.tls = tls.CertificateReloader(settings) if tls.tls_enabled(settings) else None
         self.peers = tls.PeerNames()
         limits.configure(limits.Limits.from_settings(settings))
-        self.store = store if store is not None else open_store(settings.store, synchronous=settings.store_synchronous)
+        self.store = (
+            store if store is not None else open_store(settings.store, synchronous=settings.store_synchronous)
+        )
         self.service = Attribution(settings, self.store)
         self.outputs = Outputs(settings, self.store, self.service)  # /metrics; the Loki / Grafana outbox
         self.grpc_server: grpc.Server | None = None
@@ -77,7 +80,9 @@ class Server:
     def _set_health(self, serving: bool) -> None:
         if self.health is None:
             return
-        status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
+        status = (
+            health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
+        )
         for name in self._health_services():
             self.health.set(name, status)
 
@@ -85,7 +90,8 @@ class Server:
         limit = self.settings.max_message_bytes
         s = self.settings
         options: list[tuple[str, int]] = [
-            ("grpc.max_receive_message_length", limit), ("grpc.max_send_message_length", 4 << 20),
+            ("grpc.max_receive_message_length", limit),
+            ("grpc.max_send_message_length", 4 << 20),
             # Idle and dead clients give their connection back (docs/security.md, "Timeouts").
             ("grpc.keepalive_time_ms", int(s.grpc_keepalive_s * 1000)),
             ("grpc.keepalive_timeout_ms", int(s.grpc_keepalive_timeout_s * 1000)),
@@ -94,34 +100,50 @@ class Server:
             ("grpc.server_handshake_timeout_ms", int(s.http_request_timeout_s * 1000)),
             # so_reuseport off: gRPC's default lets a second server bind a taken port, and collectors'
             # batches would then be split silently between two servers.
-            ("grpc.so_reuseport", 0)]
+            ("grpc.so_reuseport", 0),
+        ]
         if s.grpc_max_connection_age_s > 0:
-            options += [("grpc.max_connection_age_ms", int(s.grpc_max_connection_age_s * 1000)),
-                        ("grpc.max_connection_age_grace_ms", 30_000)]
+            options += [
+                ("grpc.max_connection_age_ms", int(s.grpc_max_connection_age_s * 1000)),
+                ("grpc.max_connection_age_grace_ms", 30_000),
+            ]
         server = grpc.server(
             ThreadPoolExecutor(max_workers=self.settings.grpc_workers, thread_name_prefix="hypocenter-grpc"),
-            options=options, interceptors=[auth.GrpcAuth(self.auth)],
+            options=options,
+            interceptors=[auth.GrpcAuth(self.auth)],
         )
         server.add_generic_rpc_handlers(OTLPGrpc(self.service).handlers())
         attribution_pb2_grpc.add_AttributionServicer_to_server(
-            AttributionGrpc(self.service, max_watchers=self.settings.grpc_workers // 2,
-                            max_per_client=self.settings.watch_max_per_client), server)
+            AttributionGrpc(
+                self.service,
+                max_watchers=self.settings.grpc_workers // 2,
+                max_per_client=self.settings.watch_max_per_client,
+            ),
+            server,
+        )
         self.health = health.HealthServicer()
         self._set_health(False)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         reflection.enable_server_reflection(
-            (SERVICE_NAME, LOGS_SERVICE, METRICS_SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
+            (SERVICE_NAME, LOGS_SERVICE, METRICS_SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME),
+            server,
+        )
         host, port = listen_address(self.settings.grpc_listen, "grpc_listen")
         if port:  # a taken port is refused here in one line, before gRPC's core logs its own error
             self._probe(host, port, self.settings.grpc_listen, "gRPC")
         address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         try:
-            bound = (server.add_secure_port(address, self.tls.grpc_credentials()) if self.tls is not None
-                     else server.add_insecure_port(address))
+            bound = (
+                server.add_secure_port(address, self.tls.grpc_credentials())
+                if self.tls is not None
+                else server.add_insecure_port(address)
+            )
         except RuntimeError:  # grpcio raises where older versions returned 0
             bound = 0
         if bound == 0:
-            raise InputError(f"cannot listen on {self.settings.grpc_listen} (gRPC): address in use or not local")
+            raise InputError(
+                f"cannot listen on {self.settings.grpc_listen} (gRPC): address in use or not local"
+            )
         server.start()
         self.grpc_server = server
         self.grpc_address = f"{host}:{bound}"
@@ -153,9 +175,15 @@ class Server:
     async def serve(self, announce: bool = True) -> None:
         sock = self._http_socket()
         app = build_app(self.service, ready=self._ready.is_set, authenticator=self.auth, peers=self.peers)
-        config = uvicorn.Config(app, log_level=self.settings.log_level, access_log=False, lifespan="off",
-                                timeout_graceful_shutdown=5, timeout_keep_alive=int(max(1, self.settings.http_keep_alive_s)),
-                                http=tls.http_protocol(self.settings.http_request_timeout_s, self.peers))
+        config = uvicorn.Config(
+            app,
+            log_level=self.settings.log_level,
+            access_log=False,
+            lifespan="off",
+            timeout_graceful_shutdown=5,
+            timeout_keep_alive=int(max(1, self.settings.http_keep_alive_s)),
+            http=tls.http_protocol(self.settings.http_request_timeout_s, self.peers),
+        )
         config.load()
         if self.tls is not None:
             config.ssl = self.tls.ssl_context()
@@ -169,8 +197,16 @@ class Server:
         self._ready.set()
         self._set_health(True)
         if announce:
-            sys.stdout.write(json.dumps({"grpc": self.grpc_address, "http": self.http_address,
-                                         "metrics": self.outputs.metrics_address}) + "\n")
+            sys.stdout.write(
+                json.dumps(
+                    {
+                        "grpc": self.grpc_address,
+                        "http": self.http_address,
+                        "metrics": self.outputs.metrics_address,
+                    }
+                )
+                + "\n"
+            )
             sys.stdout.flush()
         await task
 
@@ -178,6 +214,7 @@ class Server:
         authenticator = self.auth
         wrap = None
         if self.settings.metrics_auth and authenticator.enabled:
+
             def check(authorization: str | None, peer_cn: str | None) -> int | None:
                 try:
                     authenticator.authorize(authorization, peer_cn, "read")
@@ -189,8 +226,12 @@ class Server:
 
             def wrap(app: Any) -> Any:
                 return tls.guard_wsgi(app, check)
-        return {"ssl_context": self.tls.ssl_context() if self.tls is not None else None, "wrap": wrap,
-                "timeout_s": self.settings.http_request_timeout_s}
+
+        return {
+            "ssl_context": self.tls.ssl_context() if self.tls is not None else None,
+            "wrap": wrap,
+            "timeout_s": self.settings.http_request_timeout_s,
+        }
 
     def shutdown(self) -> None:
         if self._http is not None:
@@ -248,4 +289,3 @@ def serve_in_thread(settings: Settings, store: Store | None = None) -> tuple[Ser
     if not server._ready.wait(30.0):
         raise TransientError("the server did not start within 30 s")
     return server, thread
-

@@ -116,10 +116,19 @@ def context_for(row: AttemptRow, now: datetime) -> tuple[AttemptContext, list[st
         except ValueError:
             notes.append(f"hypocenter.attempt.exit_code {sc['exit_code']!r} ignored: not a number")
     fields: dict[str, Any] = {
-        "workload": Workload(id=row.workload, attempt=row.attempt, name=sc.get("name"),
-                             scheduler=sc.get("scheduler"), cluster=sc.get("cluster")),
-        "window": Window(start=start, end=end), "state": sc.get("state") or sc.get("banner_state"),
-        "exit_code": exit_code, "reason": sc.get("reason"), "nodes": nodes, "ranks": ranks,  # nodes as given
+        "workload": Workload(
+            id=row.workload,
+            attempt=row.attempt,
+            name=sc.get("name"),
+            scheduler=sc.get("scheduler"),
+            cluster=sc.get("cluster"),
+        ),
+        "window": Window(start=start, end=end),
+        "state": sc.get("state") or sc.get("banner_state"),
+        "exit_code": exit_code,
+        "reason": sc.get("reason"),
+        "nodes": nodes,
+        "ranks": ranks,  # nodes as given
         "timezone": tz,
     }
     try:
@@ -176,7 +185,11 @@ def _text(rows: list[LogLine]) -> tuple[str, int]:
         if r[_GAP]:
             body = r[_BODY]
             merged = int(body) if body.isdigit() else 0
-            add("\n" * min(line - expected, max(MAX_LINE_PADDING, merged)) if line is not None and line > expected else "")
+            add(
+                "\n" * min(line - expected, max(MAX_LINE_PADDING, merged))
+                if line is not None and line > expected
+                else ""
+            )
             count += (merged or 1) - 1
         elif line is not None and line > expected:
             add("\n" * min(line - expected, MAX_LINE_PADDING) + r[_BODY])
@@ -234,14 +247,16 @@ def _collector_paused() -> Iterator[None]:
             gc.enable()
 
 
-def assemble(store: Store, row: AttemptRow, *, lookback_s: float, slack_s: float,
-             now: datetime | None = None) -> AttemptInput:
+def assemble(
+    store: Store, row: AttemptRow, *, lookback_s: float, slack_s: float, now: datetime | None = None
+) -> AttemptInput:
     with _collector_paused():
         return _assemble(store, row, lookback_s=lookback_s, slack_s=slack_s, now=now)
 
 
-def _assemble(store: Store, row: AttemptRow, *, lookback_s: float, slack_s: float,
-              now: datetime | None) -> AttemptInput:
+def _assemble(
+    store: Store, row: AttemptRow, *, lookback_s: float, slack_s: float, now: datetime | None
+) -> AttemptInput:
     ctx, notes = context_for(row, now or datetime.now(timezone.utc))
     tctx = TimeContext(tz=zone(ctx.timezone), start=ctx.window.start, end=ctx.window.end)
     matcher = NodeMatcher(ctx.nodes)
@@ -251,7 +266,10 @@ def _assemble(store: Store, row: AttemptRow, *, lookback_s: float, slack_s: floa
 
     streams: dict[StreamKey, list[LogLine]] = {}
     names: dict[str | None, str | None] = {}  # stored node name → the attempt's (one resolve per name)
-    for node_scoped, part in ((False, store.attempt_lines(row.id, lo, hi)), (True, store.node_lines(sorted(stored), lo, hi))):
+    for node_scoped, part in (
+        (False, store.attempt_lines(row.id, lo, hi)),
+        (True, store.node_lines(sorted(stored), lo, hi)),
+    ):
         grouped: dict[StreamKey, list[LogLine]] = defaultdict(list)
         # runs of rows of one stored stream (and kind), in the order read: rows are tuples, and no
         # Python step is taken per row here (an attempt at 1,024 nodes reads tens of thousands)
@@ -271,7 +289,9 @@ def _assemble(store: Store, row: AttemptRow, *, lookback_s: float, slack_s: floa
     sources: list[Source] = []
     coverage: list[Coverage] = []
     lines_by_node: dict[str, int] = defaultdict(int)
-    for (node, stream, kind), rows in sorted(streams.items(), key=lambda kv: (kv[0][1], kv[0][0] or "", kv[0][2])):
+    for (node, stream, kind), rows in sorted(
+        streams.items(), key=lambda kv: (kv[0][1], kv[0][0] or "", kv[0][2])
+    ):
         dropped = sum(n for (dn, ds), n in drops.items() if ds == stream and (dn or None) in (node, None))
         reason = f"{dropped} older line(s) removed by retention" if dropped else None
         if kind == "doc":
@@ -285,23 +305,45 @@ def _assemble(store: Store, row: AttemptRow, *, lookback_s: float, slack_s: floa
                     bad += 1
             if records:
                 sources.append(RecordSource(name=stream, records=records))
-            coverage.append(Coverage(connector="otlp", source=stream, status="ok" if records and not bad else "partial"
-                                     if records else "failed", observations=len(records),
-                                     reason=None if records else "no scheduler or Kubernetes records recognised"))
+            coverage.append(
+                Coverage(
+                    connector="otlp",
+                    source=stream,
+                    status="ok" if records and not bad else "partial" if records else "failed",
+                    observations=len(records),
+                    reason=None if records else "no scheduler or Kubernetes records recognised",
+                )
+            )
             continue
         text, count = _text(rows)
         sources.append(TextSource(name=stream, text=text, node=node))
         if node is not None:
             lines_by_node[node] += count
-        coverage.append(Coverage(connector="otlp", source=stream, status="partial" if dropped else "ok",
-                                 observations=count, reason=reason))
+        coverage.append(
+            Coverage(
+                connector="otlp",
+                source=stream,
+                status="partial" if dropped else "ok",
+                observations=count,
+                reason=reason,
+            )
+        )
     for node in ctx.nodes:
         n = lines_by_node.get(node, 0)
-        coverage.append(Coverage(connector="otlp", source=f"logs/{node}", status="ok" if n else "missing",
-                                 observations=n, reason=None if n else f"no log records from node {node} (host.name)"))
+        coverage.append(
+            Coverage(
+                connector="otlp",
+                source=f"logs/{node}",
+                status="ok" if n else "missing",
+                observations=n,
+                reason=None if n else f"no log records from node {node} (host.name)",
+            )
+        )
 
     points = store.attempt_points(row.id) + store.node_points(sorted(stored), lo, hi)
-    series: dict[str, dict[tuple[str, tuple[tuple[str, str], ...]], list[PointRow]]] = defaultdict(lambda: defaultdict(list))
+    series: dict[str, dict[tuple[str, tuple[tuple[str, str], ...]], list[PointRow]]] = defaultdict(
+        lambda: defaultdict(list)
+    )
     for p in points:
         labels = dict(p.labels)
         if p.node is not None and not any(k in labels for k in NODE_LABELS):
@@ -312,7 +354,11 @@ def _assemble(store: Store, row: AttemptRow, *, lookback_s: float, slack_s: floa
         n = 0
         for (name, label_items), pts in sorted(series[source].items()):
             pts.sort(key=lambda p: p.time_ns)
-            out.append(Series(name=name, labels=dict(label_items), samples=[(_from_ns(p.time_ns), p.value) for p in pts]))
+            out.append(
+                Series(
+                    name=name, labels=dict(label_items), samples=[(_from_ns(p.time_ns), p.value) for p in pts]
+                )
+            )
             n += len(pts)
         sources.append(MetricSource(name=source, series=out))
         coverage.append(Coverage(connector="otlp-metrics", source=source, status="ok", observations=n))
@@ -327,11 +373,18 @@ def summary(diagnosis_json: dict[str, Any], ctx: AttemptContext) -> dict[str, An
     for c in diagnosis_json.get("candidates") or []:
         culprits.update(c.get("nodes") or [])
     return {
-        "id": diagnosis_json["id"], "workload": ctx.workload.id, "attempt": ctx.workload.attempt,
-        "cluster": ctx.workload.cluster, "outcome": diagnosis_json["outcome"], "domain": rc.get("domain"),
-        "subdomain": rc.get("subdomain"), "terminal_state": diagnosis_json.get("terminal_state"),
-        "window_start_ns": _ns(ctx.window.start), "window_end_ns": _ns(ctx.window.end),
-        "culprits": sorted(culprits), "affected": sorted(diagnosis_json.get("affected_nodes") or []),
+        "id": diagnosis_json["id"],
+        "workload": ctx.workload.id,
+        "attempt": ctx.workload.attempt,
+        "cluster": ctx.workload.cluster,
+        "outcome": diagnosis_json["outcome"],
+        "domain": rc.get("domain"),
+        "subdomain": rc.get("subdomain"),
+        "terminal_state": diagnosis_json.get("terminal_state"),
+        "window_start_ns": _ns(ctx.window.start),
+        "window_end_ns": _ns(ctx.window.end),
+        "culprits": sorted(culprits),
+        "affected": sorted(diagnosis_json.get("affected_nodes") or []),
         "marks": marks_of(diagnosis_json),
     }
 

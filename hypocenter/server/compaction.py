@@ -64,8 +64,15 @@ def placed(part: list[StreamLine]) -> list[int]:
     return out
 
 
-def compact(store: Store, extractor: Extractor, now: float, compact_after_s: float, *,
-            collapse_after_s: float = -1, max_streams: int = 200) -> CompactionReport:
+def compact(
+    store: Store,
+    extractor: Extractor,
+    now: float,
+    compact_after_s: float,
+    *,
+    collapse_after_s: float = -1,
+    max_streams: int = 200,
+) -> CompactionReport:
     """One pass over the streams with lines older than the horizon; returns what it blanked. With
     `collapse_after_s` ≥ 0, runs of lines blanked at least that long ago become one gap row each."""
     cutoff = now - compact_after_s
@@ -85,8 +92,13 @@ def compact(store: Store, extractor: Extractor, now: float, compact_after_s: flo
             store.collapse(runs)
             report.merged += sum(len(drop) for _, _, drop in runs)
     if report.blanked or report.merged:
-        log.info("compaction blanked %d line(s) (%d bytes) in %d stream(s), merged %d blank row(s)",
-                 report.blanked, report.bytes_freed, report.streams, report.merged)
+        log.info(
+            "compaction blanked %d line(s) (%d bytes) in %d stream(s), merged %d blank row(s)",
+            report.blanked,
+            report.bytes_freed,
+            report.streams,
+            report.merged,
+        )
     return report
 
 
@@ -94,13 +106,19 @@ def _runs(store: Store, key: StreamKey, cutoff: float) -> list[tuple[int, int, l
     """Runs of blanked rows (record-numbered, blanked before `cutoff`) with no live line between them,
     each merged into its last row: (row kept, lines it stands for, rows dropped). A run next to an
     earlier gap row joins it."""
-    rows = sorted([*store.stream_lines(key, live_only=True), *store.stream_tombstones(key)], key=lambda r: r.id)
+    rows = sorted(
+        [*store.stream_lines(key, live_only=True), *store.stream_tombstones(key)], key=lambda r: r.id
+    )
     out: list[tuple[int, int, list[int]]] = []
     for part in generations(rows):
         run: list[StreamLine] = []
         for r in [*part, None]:
-            mergeable = (r is not None and r.line is not None and r.compacted >= 2
-                         and (r.compacted == 3 or r.received < cutoff))
+            mergeable = (
+                r is not None
+                and r.line is not None
+                and r.compacted >= 2
+                and (r.compacted == 3 or r.received < cutoff)
+            )
             if mergeable and r is not None:
                 run.append(r)
                 continue
@@ -112,8 +130,9 @@ def _runs(store: Store, key: StreamKey, cutoff: float) -> list[tuple[int, int, l
     return out
 
 
-def _stream(store: Store, extractor: Extractor, key: StreamKey, cutoff: float,
-            tctx: TimeContext) -> tuple[list[int], list[int], int]:
+def _stream(
+    store: Store, extractor: Extractor, key: StreamKey, cutoff: float, tctx: TimeContext
+) -> tuple[list[int], list[int], int]:
     blank: list[int] = []
     keep: list[int] = []
     freed = 0

@@ -25,11 +25,18 @@ log = logging.getLogger("hypocenter.fleet")
 
 def fleet_view(settings: Settings, store: FleetStore) -> FleetView:
     """The fleet view the settings describe; a topology file that cannot be read is an InputError at start."""
-    topology: Topology | None = load_topology([Path(p) for p in settings.topology]) if settings.topology else None
+    topology: Topology | None = (
+        load_topology([Path(p) for p in settings.topology]) if settings.topology else None
+    )
     if topology is not None:
         log.info("topology: %d host ports mapped to switch ports", len(topology))
-    return FleetView(store, window_s=settings.fleet_window_s, half_life_s=settings.fleet_half_life_s,
-                     min_workloads=settings.fleet_min_workloads, topology=topology)
+    return FleetView(
+        store,
+        window_s=settings.fleet_window_s,
+        half_life_s=settings.fleet_half_life_s,
+        min_workloads=settings.fleet_min_workloads,
+        topology=topology,
+    )
 
 
 def backfill(store: FleetStore, stop: Callable[[], bool] = lambda: False, batch: int = 500) -> int:
@@ -41,7 +48,11 @@ def backfill(store: FleetStore, stop: Callable[[], bool] = lambda: False, batch:
         for diagnosis_id, body in pending:
             try:
                 marks = marks_of(json.loads(body))
-            except (ValueError, TypeError, AttributeError) as exc:  # a body we cannot read is skipped, said once
+            except (
+                ValueError,
+                TypeError,
+                AttributeError,
+            ) as exc:  # a body we cannot read is skipped, said once
                 log.warning("fleet memory: diagnosis %s not marked: %s", diagnosis_id, exc)
                 marks = []
             store.put_fleet_marks(diagnosis_id, marks)
@@ -56,8 +67,9 @@ def backfill(store: FleetStore, stop: Callable[[], bool] = lambda: False, batch:
 def with_history(view: FleetView, diagnosis: Diagnosis, now_s: float | None = None) -> Diagnosis:
     """`diagnosis` with the fleet's history in its quality reasons, or unchanged when there is none."""
     now = time.time() if now_s is None else now_s
-    notes = history_note(view.marks(now), diagnosis.model_dump(mode="json", by_alias=True), now,
-                         half_life_s=view.half_life_s)
+    notes = history_note(
+        view.marks(now), diagnosis.model_dump(mode="json", by_alias=True), now, half_life_s=view.half_life_s
+    )
     new = [n for n in notes if n not in diagnosis.quality.reasons]
     if not new:
         return diagnosis

@@ -26,23 +26,38 @@ from hypocenter.store.base import DiagnosisRow, Store
 def _loki(s: Settings) -> Exporter | None:
     if not s.loki_url:
         return None
-    return LokiExporter(s.loki_url, encoding=s.loki_encoding, tenant=s.loki_tenant,
-                        basic_auth=secret(s, "loki_basic_auth"), timeout_s=s.export_timeout_s)
+    return LokiExporter(
+        s.loki_url,
+        encoding=s.loki_encoding,
+        tenant=s.loki_tenant,
+        basic_auth=secret(s, "loki_basic_auth"),
+        timeout_s=s.export_timeout_s,
+    )
 
 
 def _grafana(s: Settings) -> Exporter | None:
     if not s.grafana_url:
         return None
-    return GrafanaAnnotations(s.grafana_url, token=secret(s, "grafana_token"),
-                              dashboard_uid=s.grafana_dashboard_uid, timeout_s=s.export_timeout_s)
+    return GrafanaAnnotations(
+        s.grafana_url,
+        token=secret(s, "grafana_token"),
+        dashboard_uid=s.grafana_dashboard_uid,
+        timeout_s=s.export_timeout_s,
+    )
 
 
 EXPORTERS: dict[str, Callable[[Settings], Exporter | None]] = {"loki": _loki, "grafana": _grafana}
 
 
 class Outputs:
-    def __init__(self, settings: Settings, store: Store, service: Attribution, *,
-                 exporters: list[Exporter] | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        store: Store,
+        service: Attribution,
+        *,
+        exporters: list[Exporter] | None = None,
+    ) -> None:
         self.settings = settings
         self.service = service
         built = [e for build in EXPORTERS.values() if (e := build(settings)) is not None]
@@ -51,13 +66,27 @@ class Outputs:
         for e in self.exporters:
             if isinstance(e, LokiExporter):  # the same cluster names as /metrics (exporter/cardinality.py)
                 e.labels_limit = service.activity.labels
-        self.outbox = Outbox(store, self.exporters, service.activity,
-                             backoff=Backoff(max_s=settings.export_retry_max_s),
-                             max_age_s=settings.export_max_age_s) if self.exporters else None
-        self.collector = HypocenterCollector(service.activity, store, exporters=store.exporters,
-                                             window_s=settings.metrics_window_s, top=settings.metrics_top_n,
-                                             ruleset=service.engine.ruleset.fingerprint,
-                                             fleet=service.fleet, fleet_top=settings.fleet_top_k)
+        self.outbox = (
+            Outbox(
+                store,
+                self.exporters,
+                service.activity,
+                backoff=Backoff(max_s=settings.export_retry_max_s),
+                max_age_s=settings.export_max_age_s,
+            )
+            if self.exporters
+            else None
+        )
+        self.collector = HypocenterCollector(
+            service.activity,
+            store,
+            exporters=store.exporters,
+            window_s=settings.metrics_window_s,
+            top=settings.metrics_top_n,
+            ruleset=service.engine.ruleset.fingerprint,
+            fleet=service.fleet,
+            fleet_top=settings.fleet_top_k,
+        )
         self.metrics = MetricsEndpoint(self.collector)
         self.metrics_address = ""
         self._unwatch: Callable[[], None] | None = None
@@ -71,6 +100,7 @@ class Outputs:
 
             def wake(_row: DiagnosisRow) -> None:
                 outbox.wake()
+
             self._unwatch = self.service.watch(wake)
             outbox.start()
 

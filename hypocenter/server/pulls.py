@@ -72,14 +72,23 @@ class Pulls:
         # The same source model and connector arguments as `hypocenter analyze --loki/--prometheus`
         # (credentials from logcli's variables: never a setting; precedence in hypocenter/config.py).
         if settings.pull_loki is not None:
-            self.logs = connector_class("loki")(settings.pull_loki.url, policy=policy, queries=queries,
-                                                **settings.pull_loki.connector_arguments(os.environ),
-                                                lookback_s=settings.node_lookback_s, slack_s=settings.node_slack_s)
+            self.logs = connector_class("loki")(
+                settings.pull_loki.url,
+                policy=policy,
+                queries=queries,
+                **settings.pull_loki.connector_arguments(os.environ),
+                lookback_s=settings.node_lookback_s,
+                slack_s=settings.node_slack_s,
+            )
         if settings.pull_prometheus is not None:
-            self.metrics = connector_class("prometheus")(settings.pull_prometheus.url, policy=policy, queries=queries,
-                                                         **settings.pull_prometheus.connector_arguments(os.environ),
-                                                         lookback_s=settings.node_lookback_s,
-                                                         slack_s=settings.node_slack_s)
+            self.metrics = connector_class("prometheus")(
+                settings.pull_prometheus.url,
+                policy=policy,
+                queries=queries,
+                **settings.pull_prometheus.connector_arguments(os.environ),
+                lookback_s=settings.node_lookback_s,
+                slack_s=settings.node_slack_s,
+            )
 
     def __bool__(self) -> bool:
         return self.logs is not None or self.metrics is not None
@@ -96,15 +105,25 @@ class Pulls:
             if connector is None:
                 continue
             if pushed:
-                coverage.append(Coverage(connector=connector.name, source=connector.name, status="skipped",
-                                         observations=0, reason="the attempt's records arrived over OTLP"))
+                coverage.append(
+                    Coverage(
+                        connector=connector.name,
+                        source=connector.name,
+                        status="skipped",
+                        observations=0,
+                        reason="the attempt's records arrived over OTLP",
+                    )
+                )
                 continue
             got = _safe_collect(connector, inp)
             sources.extend(got.sources)
             coverage.extend(got.coverage)
             if connector is self.logs:
-                inp.coverage[:] = [c for c in inp.coverage
-                                   if not (c.connector == "otlp" and c.source.startswith("logs/") and c.status == "missing")]
+                inp.coverage[:] = [
+                    c
+                    for c in inp.coverage
+                    if not (c.connector == "otlp" and c.source.startswith("logs/") and c.status == "missing")
+                ]
         return sources, coverage
 
 
@@ -113,8 +132,17 @@ def _safe_collect(connector: DataConnector, inp: AttemptInput) -> Collected:
         return connector.collect(inp.context)
     except Exception as exc:  # a data connector must not stop the analysis, whatever went wrong
         log.warning("%s: %s", connector.name, exc)
-        return Collected(coverage=[Coverage(connector=connector.name, source=connector.name, status="failed",
-                                            observations=0, reason=f"{type(exc).__name__}: {exc}")])
+        return Collected(
+            coverage=[
+                Coverage(
+                    connector=connector.name,
+                    source=connector.name,
+                    status="failed",
+                    observations=0,
+                    reason=f"{type(exc).__name__}: {exc}",
+                )
+            ]
+        )
 
 
 # --------------------------------------------------------------------------------------------- Slurm
@@ -123,9 +151,18 @@ def _safe_collect(connector: DataConnector, inp: AttemptInput) -> Collected:
 def ended_jobs(runner: Runner, policy: RetryPolicy, since: datetime, until: datetime) -> list[str]:
     """Ids (`81234`, `81234_7`, `81234+1`) of the jobs that ended in [since, until], oldest first."""
     fmt = "%Y-%m-%dT%H:%M:%S"
-    argv = ["sacct", "--json", "--allusers", "--allocations", "--state", ENDED_STATES,
-            "--starttime", since.astimezone(timezone.utc).strftime(fmt),
-            "--endtime", until.astimezone(timezone.utc).strftime(fmt)]
+    argv = [
+        "sacct",
+        "--json",
+        "--allusers",
+        "--allocations",
+        "--state",
+        ENDED_STATES,
+        "--starttime",
+        since.astimezone(timezone.utc).strftime(fmt),
+        "--endtime",
+        until.astimezone(timezone.utc).strftime(fmt),
+    ]
     text = with_retries(lambda: runner(argv, policy.timeout_s), policy, what="sacct")
     try:
         doc = json.loads(text)
@@ -152,16 +189,22 @@ class _Poller:
 
     what = "poll"
 
-    def __init__(self, interval_s: float, lookback_s: float, timeout_s: float,
-                 store_context: Callable[[Any, list[Source]], bool]) -> None:
+    def __init__(
+        self,
+        interval_s: float,
+        lookback_s: float,
+        timeout_s: float,
+        store_context: Callable[[Any, list[Source]], bool],
+    ) -> None:
         self.interval = interval_s
         self.lookback = timedelta(seconds=lookback_s)
         self.policy = RetryPolicy(timeout_s=timeout_s)
         self._store_context = store_context
         self._since: datetime | None = None
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name=f"hypocenter-{self.what.replace(' ', '-')}",
-                                        daemon=True)
+        self._thread = threading.Thread(
+            target=self._loop, name=f"hypocenter-{self.what.replace(' ', '-')}", daemon=True
+        )
         self.scoped = 0
         self.failures = 0
 
@@ -216,9 +259,15 @@ class SlurmPoller(_Poller):
 
     what = "slurm poll"
 
-    def __init__(self, settings: Settings, store_context: Callable[[Any, list[Source]], bool],
-                 runner: Runner = run_command) -> None:
-        super().__init__(settings.slurm_poll_s, settings.slurm_poll_lookback_s, settings.pull_timeout_s, store_context)
+    def __init__(
+        self,
+        settings: Settings,
+        store_context: Callable[[Any, list[Source]], bool],
+        runner: Runner = run_command,
+    ) -> None:
+        super().__init__(
+            settings.slurm_poll_s, settings.slurm_poll_lookback_s, settings.pull_timeout_s, store_context
+        )
         self.rest_url = settings.slurm_rest_url or None
         self.runner = runner
 
@@ -226,7 +275,9 @@ class SlurmPoller(_Poller):
         return ended_jobs(self.runner, self.policy, since, now)
 
     def _scope(self, job: str) -> Scope:
-        scope: Scope = SlurmConnector(job, runner=self.runner, policy=self.policy, rest_url=self.rest_url).scope()
+        scope: Scope = SlurmConnector(
+            job, runner=self.runner, policy=self.policy, rest_url=self.rest_url
+        ).scope()
         return scope
 
 
@@ -253,7 +304,11 @@ def ended_workloads(api: KubeAPI, since: datetime) -> list[str]:
         if not isinstance(meta, dict) or not isinstance(status, dict):
             continue
         for cond in status.get("conditions") or []:
-            if not isinstance(cond, dict) or cond.get("type") not in ENDING_CONDITIONS or cond.get("status") != "True":
+            if (
+                not isinstance(cond, dict)
+                or cond.get("type") not in ENDING_CONDITIONS
+                or cond.get("status") != "True"
+            ):
                 continue
             when = parse_time(str(cond.get("lastTransitionTime") or ""))
             if when is not None and when >= since:
@@ -267,9 +322,15 @@ class KueuePoller(_Poller):
 
     what = "kueue poll"
 
-    def __init__(self, settings: Settings, store_context: Callable[[Any, list[Source]], bool],
-                 api: KubeAPI | None = None) -> None:
-        super().__init__(settings.kube_poll_s, settings.kube_poll_lookback_s, settings.pull_timeout_s, store_context)
+    def __init__(
+        self,
+        settings: Settings,
+        store_context: Callable[[Any, list[Source]], bool],
+        api: KubeAPI | None = None,
+    ) -> None:
+        super().__init__(
+            settings.kube_poll_s, settings.kube_poll_lookback_s, settings.pull_timeout_s, store_context
+        )
         self._api = api
         self._kubeconfig = settings.kubeconfig or None
         self._context = settings.kube_context or None
@@ -290,10 +351,22 @@ class KueuePoller(_Poller):
 
 def records_document(sources: list[RecordSource]) -> dict[str, Any]:
     """Scheduler records as one document the store keeps and `render` reads back unchanged."""
-    return {"kind": RECORDS_KIND, "records": [
-        {"ref": r.ref, "time": r.time.isoformat() if r.time else None, "node": r.node, "text": r.text}
-        for s in sources for r in s.records]}
+    return {
+        "kind": RECORDS_KIND,
+        "records": [
+            {"ref": r.ref, "time": r.time.isoformat() if r.time else None, "node": r.node, "text": r.text}
+            for s in sources
+            for r in s.records
+        ],
+    }
 
 
-__all__ = ["ENDED_STATES", "KueuePoller", "Pulls", "SlurmPoller", "ended_jobs", "ended_workloads", "records_document"]
-
+__all__ = [
+    "ENDED_STATES",
+    "KueuePoller",
+    "Pulls",
+    "SlurmPoller",
+    "ended_jobs",
+    "ended_workloads",
+    "records_document",
+]

@@ -105,8 +105,9 @@ class IngestEvents:
         self._extractor = extractor
         self._activity = activity
 
-    def __call__(self, logs: Sequence[Entry], blocks: Sequence[RecordBlock] = (), scans: Scans | None = None
-                 ) -> tuple[list[tuple[str, int, int]], Callable[[], None]]:
+    def __call__(
+        self, logs: Sequence[Entry], blocks: Sequence[RecordBlock] = (), scans: Scans | None = None
+    ) -> tuple[list[tuple[str, int, int]], Callable[[], None]]:
         """(workload, attempt, time) of stalls, and what to call once the batch is committed (the
         metric counts only events of records that were stored: a refused batch is sent again).
         `scans`: the batch's blocks scanned, shared with the reduction on arrival."""
@@ -127,14 +128,18 @@ class IngestEvents:
             times = [e.time_ns for e in entries if e.time_ns] or [time.time_ns()]
             lo = datetime.fromtimestamp(min(times) / 1e9, timezone.utc)
             hi = datetime.fromtimestamp(max(times) / 1e9, timezone.utc)
-            ctx = AttemptContext(workload=Workload(id=workload or "-", attempt=attempt),
-                                 window=Window(start=lo - timedelta(hours=1), end=hi + timedelta(hours=1)),
-                                 nodes=[node] if node else [])
+            ctx = AttemptContext(
+                workload=Workload(id=workload or "-", attempt=attempt),
+                window=Window(start=lo - timedelta(hours=1), end=hi + timedelta(hours=1)),
+                nodes=[node] if node else [],
+            )
             src = TextSource(name=stream, text="\n".join(e.body for e in entries), node=node)
             for ev in self._extractor.extract([src], ctx, time_context(ctx)).events:
                 kinds[ev.kind] += 1
                 if ev.kind in self.STALL_KINDS and workload is not None:
-                    stalls.append((workload, attempt, int(ev.time.timestamp() * 1e9) if ev.time else max(times)))
+                    stalls.append(
+                        (workload, attempt, int(ev.time.timestamp() * 1e9) if ev.time else max(times))
+                    )
         return stalls, lambda: self._activity.extracted(kinds)
 
 
@@ -145,11 +150,19 @@ def _nothing() -> None:
 class IngestQueue:
     """Bounded by records waiting; a request larger than the whole queue is still taken when it is empty."""
 
-    def __init__(self, store: Store, capacity: int, retry_after: float,
-                 on_commit: Callable[[], None] | None = None,
-                 events: Callable[[Sequence[Entry], Sequence[RecordBlock], Scans | None],
-                                  tuple[list[tuple[str, int, int]], Callable[[], None]]] | None = None,
-                 arrival: Arrival | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        capacity: int,
+        retry_after: float,
+        on_commit: Callable[[], None] | None = None,
+        events: Callable[
+            [Sequence[Entry], Sequence[RecordBlock], Scans | None],
+            tuple[list[tuple[str, int, int]], Callable[[], None]],
+        ]
+        | None = None,
+        arrival: Arrival | None = None,
+    ) -> None:
         self._store = store
         self._events = events
         self._arrival = arrival
@@ -167,7 +180,9 @@ class IngestQueue:
     def pending(self) -> int:
         return self._pending
 
-    def submit(self, logs: Sequence[Entry], points: Sequence[Point], blocks: Sequence[RecordBlock] = ()) -> Future[int]:
+    def submit(
+        self, logs: Sequence[Entry], points: Sequence[Point], blocks: Sequence[RecordBlock] = ()
+    ) -> Future[int]:
         batch = _Batch(logs, points, Future(), blocks)
         if batch.size == 0:
             batch.future.set_result(0)
@@ -202,14 +217,19 @@ class IngestQueue:
                 committed = _nothing
                 scans = self._arrival.scans() if self._arrival else None  # each block scanned once, for both
                 now = time.time()
-                reduced = (self._arrival.split(self._store, logs, now, blocks, scans) if self._arrival
-                           else Reduced([*logs, *(e for k in blocks for e in k.entries())], []))
+                reduced = (
+                    self._arrival.split(self._store, logs, now, blocks, scans)
+                    if self._arrival
+                    else Reduced([*logs, *(e for k in blocks for e in k.entries())], [])
+                )
                 if self._events is not None:
                     try:
                         stalls, committed = self._events(logs, blocks, scans)
                     except Exception:  # a trigger hint; the records themselves must still be stored
                         log.exception("extraction on ingest")
-                self._store.ingest(reduced.rest, [p for b in batches for p in b.points], now, stalls, reduced.writes)
+                self._store.ingest(
+                    reduced.rest, [p for b in batches for p in b.points], now, stalls, reduced.writes
+                )
                 if self._arrival:
                     self._arrival.committed(reduced)
                 committed()
@@ -239,14 +259,23 @@ class Attribution:
     def __init__(self, settings: Settings, store: Store, engine: Engine | None = None) -> None:
         self.settings = settings
         self.store = store
-        self.engine = engine or default_engine([Path(p) for p in settings.rules], builtin=not settings.no_builtin_rules)
-        self.retention = Retention(max_age_s=settings.retention_max_age_s,
-                                   max_lines_per_stream=settings.retention_max_lines_per_stream,
-                                   diagnoses_max_age_s=settings.retention_diagnoses_max_age_s)
+        self.engine = engine or default_engine(
+            [Path(p) for p in settings.rules], builtin=not settings.no_builtin_rules
+        )
+        self.retention = Retention(
+            max_age_s=settings.retention_max_age_s,
+            max_lines_per_stream=settings.retention_max_lines_per_stream,
+            diagnoses_max_age_s=settings.retention_diagnoses_max_age_s,
+        )
         self.activity = Activity(settings.label_max_values)  # what this process did, for /metrics
-        self.queue = IngestQueue(store, settings.ingest_queue_records, settings.retry_after_s, self._wake_loop,
-                                 IngestEvents(self.engine.extractor, self.activity),
-                                 None if settings.store_every_line else Arrival(self.engine.extractor, self.activity.compacted))
+        self.queue = IngestQueue(
+            store,
+            settings.ingest_queue_records,
+            settings.retry_after_s,
+            self._wake_loop,
+            IngestEvents(self.engine.extractor, self.activity),
+            None if settings.store_every_line else Arrival(self.engine.extractor, self.activity.compacted),
+        )
         self.pulls = Pulls(settings, self.engine.ruleset)
         self.fleet = fleet_view(settings, store)
         self.pollers: list[SlurmPoller | KueuePoller] = []
@@ -302,7 +331,9 @@ class Attribution:
                 for row in self.store.attempts_due(now, self.settings.settle_s, self.settings.idle_timeout_s):
                     if self._stop.is_set():
                         return
-                    with contextlib.suppress(quarantine.AnalysisFailed):  # recorded and logged: go on with the others
+                    with contextlib.suppress(
+                        quarantine.AnalysisFailed
+                    ):  # recorded and logged: go on with the others
                         self._analyze_row(row.workload, row.attempt)
                 if now - last_sweep >= self.settings.retention_interval_s:
                     removed = self.store.sweep(now, self.retention)
@@ -317,22 +348,30 @@ class Attribution:
         """Blank the raw lines no rule can read once they are `compact_after_s` old (see compaction)."""
         if self.settings.compact_after_s < 0:
             return CompactionReport()
-        report = compact(self.store, self.engine.extractor, time.time() if now is None else now,
-                         self.settings.compact_after_s, collapse_after_s=self.settings.collapse_after_s)
+        report = compact(
+            self.store,
+            self.engine.extractor,
+            time.time() if now is None else now,
+            self.settings.compact_after_s,
+            collapse_after_s=self.settings.collapse_after_s,
+        )
         self.activity.compacted(report.blanked, report.bytes_freed)
         return report
 
     # ------------------------------------------------------------------------------- analysis
 
-    def analyze(self, workload: str, attempt: int, client: Mapping[str, str] | None = None) -> tuple[Diagnosis, bool]:
+    def analyze(
+        self, workload: str, attempt: int, client: Mapping[str, str] | None = None
+    ) -> tuple[Diagnosis, bool]:
         """Analyse now (the explicit trigger, by `client`). Returns the diagnosis and whether it is provisional."""
         out = self._analyze_row(workload, attempt, client)
         if out is None:
             raise UnknownAttempt(f"no data and no scope for workload {workload!r} attempt {attempt}")
         return out
 
-    def _analyze_row(self, workload: str, attempt: int,
-                     client: Mapping[str, str] | None = None) -> tuple[Diagnosis, bool] | None:
+    def _analyze_row(
+        self, workload: str, attempt: int, client: Mapping[str, str] | None = None
+    ) -> tuple[Diagnosis, bool] | None:
         with self._analysis:
             row = self.store.attempt(workload, attempt)
             if row is None:
@@ -340,8 +379,13 @@ class Attribution:
             started = time.time()
             self.store.mark_analysing(row.id, started)
             try:
-                inp = assemble(self.store, row, lookback_s=self.settings.node_lookback_s,
-                               slack_s=self.settings.node_slack_s, now=datetime.now(timezone.utc))
+                inp = assemble(
+                    self.store,
+                    row,
+                    lookback_s=self.settings.node_lookback_s,
+                    slack_s=self.settings.node_slack_s,
+                    now=datetime.now(timezone.utc),
+                )
                 if self.pulls:
                     pulled, covered = self.pulls.collect(inp)
                     inp.sources.extend(pulled)
@@ -354,49 +398,85 @@ class Attribution:
                 reason = quarantine.describe(exc)
                 self.store.fail_analysis(row.id, reason, time.time(), started)
                 self.activity.analysis_failed(quarantine.failure_kind(exc))
-                log.warning("analysis of workload %r attempt %d failed, quarantined until new data arrives: %s",
-                            workload, attempt, reason, exc_info=not isinstance(exc, InputError))
+                log.warning(
+                    "analysis of workload %r attempt %d failed, quarantined until new data arrives: %s",
+                    workload,
+                    attempt,
+                    reason,
+                    exc_info=not isinstance(exc, InputError),
+                )
                 raise quarantine.AnalysisFailed(workload, attempt, reason) from None
             provisional = inp.context.state is None
             body = diagnosis.to_json()
             # The verdict's source is where its scope came from (a PUT, a scope request, a poll), else
             # the records that arrived over OTLP; its client is who asked for it, else who set the scope.
             scope = row.scope_provenance or {}
-            origin: dict[str, str] | None = {k: str(scope[k]) for k in ("client", "role") if k in scope} or None
-            self.store.put_diagnosis(row.id, body, summary(diagnosis.model_dump(by_alias=True), inp.context),
-                                     provisional, started,
-                                     provenance(scope.get("source", "otlp"), client or origin,
-                                                trigger="request" if client else "auto"))
+            origin: dict[str, str] | None = {
+                k: str(scope[k]) for k in ("client", "role") if k in scope
+            } or None
+            self.store.put_diagnosis(
+                row.id,
+                body,
+                summary(diagnosis.model_dump(by_alias=True), inp.context),
+                provisional,
+                started,
+                provenance(
+                    scope.get("source", "otlp"), client or origin, trigger="request" if client else "auto"
+                ),
+            )
             self.analyses += 1
             self.activity.analysed(diagnosis, provisional, time.time() - started)
-        log.info("diagnosis %s for workload %r attempt %d: %s%s", diagnosis.id, workload, attempt, diagnosis.outcome,
-                 " (provisional)" if provisional else "")
+        log.info(
+            "diagnosis %s for workload %r attempt %d: %s%s",
+            diagnosis.id,
+            workload,
+            attempt,
+            diagnosis.outcome,
+            " (provisional)" if provisional else "",
+        )
         self._publish(diagnosis.id)
         return diagnosis, provisional
 
-    def analyze_context(self, context: AttemptContext, diagnosis: Diagnosis,
-                        client: Mapping[str, str] | None = None) -> int:
+    def analyze_context(
+        self, context: AttemptContext, diagnosis: Diagnosis, client: Mapping[str, str] | None = None
+    ) -> int:
         """Store a diagnosis made outside the stream (an uploaded bundle, by `client`) under its attempt,
         as a new revision when the attempt had another verdict. Returns the revision."""
         now = time.time()
         prov = provenance("bundle", client)
-        self.store.set_context(context.workload.id, context.workload.attempt,
-                               context.model_dump(mode="json"), now, prov)
+        self.store.set_context(
+            context.workload.id, context.workload.attempt, context.model_dump(mode="json"), now, prov
+        )
         row = self.store.attempt(context.workload.id, context.workload.attempt)
         assert row is not None
         before = self.store.get_diagnosis(diagnosis.id)
-        revision = self.store.put_diagnosis(row.id, diagnosis.to_json(),
-                                            summary(diagnosis.model_dump(by_alias=True), context),
-                                            context.state is None, time.time() + 1e9, prov)
+        revision = self.store.put_diagnosis(
+            row.id,
+            diagnosis.to_json(),
+            summary(diagnosis.model_dump(by_alias=True), context),
+            context.state is None,
+            time.time() + 1e9,
+            prov,
+        )
         if revision > 1 and (before is None or before.revision != revision):
-            log.warning("bundle upload by %s made revision %d of workload %s attempt %d", prov["client"], revision,
-                        context.workload.id, context.workload.attempt)
+            log.warning(
+                "bundle upload by %s made revision %d of workload %s attempt %d",
+                prov["client"],
+                revision,
+                context.workload.id,
+                context.workload.attempt,
+            )
         self.activity.analysed(diagnosis, context.state is None, None)
         self._publish(diagnosis.id)
         return revision
 
-    def store_scope(self, context: AttemptContext, sources: Sequence[Source], source: str = "pull",
-                    client: Mapping[str, str] | None = None) -> bool:
+    def store_scope(
+        self,
+        context: AttemptContext,
+        sources: Sequence[Source],
+        source: str = "pull",
+        client: Mapping[str, str] | None = None,
+    ) -> bool:
         """Keep a scope connector's attempt as the attempt's own, with what it brought: scheduler
         records (one records document) and logs only it can reach (Kubernetes pod logs, line by
         line, as a collector would send them). False when the store already holds exactly this
@@ -409,23 +489,49 @@ class Attribution:
         end_ns = int(context.window.end.timestamp() * 1e9)
 
         def dedup(*parts: str) -> str:
-            return hashlib.blake2b("\x1f".join(parts).encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+            return hashlib.blake2b(
+                "\x1f".join(parts).encode("utf-8", "surrogatepass"), digest_size=16
+            ).hexdigest()
 
         entries: list[Entry] = []
         records = [s for s in sources if isinstance(s, RecordSource)]
         if records:
-            body = json.dumps(records_document(records), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-            entries.append(Entry(workload=wl, attempt=attempt, node=None,
-                                 stream=f"{context.workload.scheduler or 'scheduler'}/records", kind="doc", body=body,
-                                 time_ns=end_ns, line=None, dedup=dedup("scope", wl, str(attempt), body)))
+            body = json.dumps(
+                records_document(records), sort_keys=True, separators=(",", ":"), ensure_ascii=False
+            )
+            entries.append(
+                Entry(
+                    workload=wl,
+                    attempt=attempt,
+                    node=None,
+                    stream=f"{context.workload.scheduler or 'scheduler'}/records",
+                    kind="doc",
+                    body=body,
+                    time_ns=end_ns,
+                    line=None,
+                    dedup=dedup("scope", wl, str(attempt), body),
+                )
+            )
         now = time.time()
         for src in sources:
-            if isinstance(src, TextSource):  # a pod log is read in pieces (a spooled file), stored 50,000 lines at a time
+            if isinstance(
+                src, TextSource
+            ):  # a pod log is read in pieces (a spooled file), stored 50,000 lines at a time
                 for i, line in enumerate(text_lines(src), 1):
                     if line or i == 1:
-                        entries.append(Entry(workload=wl, attempt=attempt, node=src.node, stream=src.name, kind="text",
-                                             body=line, time_ns=end_ns, line=i,
-                                             dedup=dedup("scope", wl, str(attempt), src.name, str(i), line)))
+                        entries.append(
+                            Entry(
+                                workload=wl,
+                                attempt=attempt,
+                                node=src.node,
+                                stream=src.name,
+                                kind="text",
+                                body=line,
+                                time_ns=end_ns,
+                                line=i,
+                                dedup=dedup("scope", wl, str(attempt), src.name, str(i), line),
+                            )
+                        )
                     if len(entries) == 50_000:
                         self.store.ingest(entries, [], now)
                         entries = []
@@ -435,29 +541,47 @@ class Attribution:
         self._wake_loop()
         return True
 
-    def analyze_scope(self, kind: str, job: str, client: Mapping[str, str] | None = None) -> tuple[Diagnosis, bool]:
+    def analyze_scope(
+        self, kind: str, job: str, client: Mapping[str, str] | None = None
+    ) -> tuple[Diagnosis, bool]:
         """The explicit trigger by scheduler id: scope the job with its connector (`slurm`, `kueue`,
         `k8s_job`), keep that scope, analyse now (with the pull connectors, if configured)."""
         policy = RetryPolicy(timeout_s=self.settings.pull_timeout_s)
         try:
             if kind == "slurm":
-                connector = connector_class("slurm")(job, policy=policy, rest_url=self.settings.slurm_rest_url or None)
+                connector = connector_class("slurm")(
+                    job, policy=policy, rest_url=self.settings.slurm_rest_url or None
+                )
             else:
                 kubernetes = connector_class("kubernetes")
-                kwargs = {"kubeconfig": self.settings.kubeconfig or None, "context": self.settings.kube_context or None,
-                          "policy": policy}
-                connector = (kubernetes.for_kueue(job, **kwargs) if kind == "kueue" else kubernetes.for_job(job, **kwargs))
+                kwargs = {
+                    "kubeconfig": self.settings.kubeconfig or None,
+                    "context": self.settings.kube_context or None,
+                    "policy": policy,
+                }
+                connector = (
+                    kubernetes.for_kueue(job, **kwargs)
+                    if kind == "kueue"
+                    else kubernetes.for_job(job, **kwargs)
+                )
             scope = connector.scope()
         except ConnectorError as exc:
             if exc.kind == "not_found":
                 raise UnknownAttempt(f"{kind} {job}: {exc}") from None
-            raise ConnectorError(f"{kind} {job}: {exc}", kind=exc.kind) from None  # transient or input, as it was
+            raise ConnectorError(
+                f"{kind} {job}: {exc}", kind=exc.kind
+            ) from None  # transient or input, as it was
         self.store_scope(scope.context, scope.collected.sources, "scope", client)
         return self.analyze(scope.context.workload.id, scope.context.workload.attempt, client)
 
     def set_context(self, context: AttemptContext, client: Mapping[str, str] | None = None) -> None:
-        self.store.set_context(context.workload.id, context.workload.attempt, context.model_dump(mode="json"),
-                               time.time(), provenance("put", client))
+        self.store.set_context(
+            context.workload.id,
+            context.workload.attempt,
+            context.model_dump(mode="json"),
+            time.time(),
+            provenance("put", client),
+        )
         self._wake_loop()
 
     # ------------------------------------------------------------------------------- reading
@@ -477,6 +601,7 @@ class Attribution:
             with self._watch_lock:
                 if callback in self._watchers:
                     self._watchers.remove(callback)
+
         return cancel
 
     def _publish(self, diagnosis_id: str) -> None:

@@ -1,6 +1,6 @@
 """The server's backbone: ingest, attempts, diagnoses, retention and the export queue (outbox).
 
-    open_store(url)   → SQLiteStore | PostgresStore     (store/sqlite.py, store/postgres.py)
+open_store(url)   → SQLiteStore | PostgresStore     (store/sqlite.py, store/postgres.py)
 """
 
 from __future__ import annotations

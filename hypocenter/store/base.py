@@ -39,8 +39,15 @@ class Entry:
     scope: dict[str, str] = field(default_factory=dict)
 
 
-def line_dedup(workload: str | None, attempt: int, node: str | None, stream: str, line: int, time_unix_nano: int,
-               text: str) -> str:
+def line_dedup(
+    workload: str | None,
+    attempt: int,
+    node: str | None,
+    stream: str,
+    line: int,
+    time_unix_nano: int,
+    text: str,
+) -> str:
     """The dedup key of a record-numbered line: after rotation a file restarts at 1, so time and text
     tell the lines apart (contract 2; collector/otlp.py computes the same for `Entry`s)."""
     key = f"line\x1f{workload}\x1f{attempt}\x1f{node}\x1f{stream}\x1f{line}\x1f{time_unix_nano}\x1f{text}"
@@ -58,10 +65,10 @@ class RecordBlock:
     node: str | None
     stream: str
     scope: dict[str, str]
-    lines: list[int]           # record numbers (> 0)
+    lines: list[int]  # record numbers (> 0)
     bodies: list[str]
-    times: list[int]           # time_ns: time_unix_nano, else observed_time_unix_nano
-    stamps: list[int]          # time_unix_nano as sent (part of the dedup key)
+    times: list[int]  # time_ns: time_unix_nano, else observed_time_unix_nano
+    stamps: list[int]  # time_unix_nano as sent (part of the dedup key)
 
     def __len__(self) -> int:
         return len(self.lines)
@@ -71,19 +78,43 @@ class RecordBlock:
         return self.workload, self.attempt, self.node, self.stream
 
     def entry(self, i: int) -> Entry:
-        return Entry(workload=self.workload, attempt=self.attempt, node=self.node, stream=self.stream, kind="text",
-                     body=self.bodies[i], time_ns=self.times[i], line=self.lines[i],
-                     dedup=line_dedup(self.workload, self.attempt, self.node, self.stream, self.lines[i],
-                                      self.stamps[i], self.bodies[i]),
-                     scope=self.scope)
+        return Entry(
+            workload=self.workload,
+            attempt=self.attempt,
+            node=self.node,
+            stream=self.stream,
+            kind="text",
+            body=self.bodies[i],
+            time_ns=self.times[i],
+            line=self.lines[i],
+            dedup=line_dedup(
+                self.workload,
+                self.attempt,
+                self.node,
+                self.stream,
+                self.lines[i],
+                self.stamps[i],
+                self.bodies[i],
+            ),
+            scope=self.scope,
+        )
 
     def entries(self) -> list[Entry]:
         return [self.entry(i) for i in range(len(self.lines))]
 
     def after(self, k: int) -> RecordBlock:
         """Records k.. of this block."""
-        return RecordBlock(self.workload, self.attempt, self.node, self.stream, self.scope, self.lines[k:],
-                           self.bodies[k:], self.times[k:], self.stamps[k:])
+        return RecordBlock(
+            self.workload,
+            self.attempt,
+            self.node,
+            self.stream,
+            self.scope,
+            self.lines[k:],
+            self.bodies[k:],
+            self.times[k:],
+            self.stamps[k:],
+        )
 
 
 @dataclass(slots=True)
@@ -107,8 +138,8 @@ class StoreError(InputError):
 
 @dataclass(frozen=True, slots=True)
 class Retention:
-    max_age_s: float = 7 * 86400.0            # accepted records older than this (by arrival) are removed
-    max_lines_per_stream: int = 1_000_000     # oldest lines of a longer stream are removed
+    max_age_s: float = 7 * 86400.0  # accepted records older than this (by arrival) are removed
+    max_lines_per_stream: int = 1_000_000  # oldest lines of a longer stream are removed
     diagnoses_max_age_s: float = 90 * 86400.0
 
 
@@ -127,7 +158,7 @@ class AttemptRow:
     dirty: bool
     analyzed_at: float | None
     scope_provenance: dict[str, Any] | None = None
-    failure: str | None = None        # why its last analysis failed (quarantined), None when it did not
+    failure: str | None = None  # why its last analysis failed (quarantined), None when it did not
     failed_at: float | None = None
 
 
@@ -166,12 +197,12 @@ class DiagnosisFilter:
     cluster: str | None = None
     outcome: str | None = None
     domain: str | None = None
-    node: str | None = None          # a culprit node (root cause or candidate)
+    node: str | None = None  # a culprit node (root cause or candidate)
     workload: str | None = None
-    since_ns: int | None = None      # the attempt's window overlaps [since, until]
+    since_ns: int | None = None  # the attempt's window overlaps [since, until]
     until_ns: int | None = None
     limit: int = 100
-    search: str | None = None        # a case-insensitive substring of the workload id
+    search: str | None = None  # a case-insensitive substring of the workload id
     after: tuple[int | None, str] | None = None  # keyset paging: rows after this (window_end_ns, id)
 
 
@@ -197,7 +228,7 @@ class DiagnosisFacts:
     domain: str | None
     subdomain: str | None
     culprits: list[str]
-    components: list[tuple[str, str, str]]   # (node, kind, id) of the root cause, e.g. a GPU or a port
+    components: list[tuple[str, str, str]]  # (node, kind, id) of the root cause, e.g. a GPU or a port
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,17 +240,26 @@ class FleetMark:
     attempt: int
     cluster: str | None
     time_s: float
-    role: str        # culprit (the root cause) | candidate (of an ambiguous verdict) | app_xid
-    kind: str        # node | gpu | port
+    role: str  # culprit (the root cause) | candidate (of an ambiguous verdict) | app_xid
+    kind: str  # node | gpu | port
     node: str
-    component: str   # GPU PCI id / UUID, or host port; "" for a node
+    component: str  # GPU PCI id / UUID, or host port; "" for a node
     domain: str
     subdomain: str
     rule: str
-    detail: str      # the Xid code of an app_xid mark
+    detail: str  # the Xid code of an app_xid mark
 
     def sort_key(self) -> tuple[float, str, str, str, str, str, str, str]:
-        return (self.time_s, self.diagnosis_id, self.role, self.kind, self.node, self.component, self.rule, self.detail)
+        return (
+            self.time_s,
+            self.diagnosis_id,
+            self.role,
+            self.kind,
+            self.node,
+            self.component,
+            self.rule,
+            self.detail,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,8 +285,9 @@ class ArrivalState:
     rotated file restarts at 1: a new generation), the dedup key of its line 1, and the rows of
     that generation that are not final — kept lines and gap rows from `from_line` on, in
     record-number order."""
+
     generation: int = 0
-    since_id: int = 0                                      # the generation's rows have larger ids
+    since_id: int = 0  # the generation's rows have larger ids
     head: str | None = None
     ranges: list[tuple[int, int]] = field(default_factory=list)
     rows: list[StreamLine] = field(default_factory=list)
@@ -259,6 +300,7 @@ class ArrivalWrite:
     """What one batch does to one stream (`entries`: its new records, for the attempt's bookkeeping):
     rows to insert (entry, kind, body, compacted), to update (id, kind, body, compacted) and to
     delete, and the stream's new state. `rotate`: a new generation starts with this batch."""
+
     workload: str | None
     attempt: int
     node: str | None
@@ -271,7 +313,7 @@ class ArrivalWrite:
     deletes: list[int] = field(default_factory=list)
     first_ns: int | None = None
     last_ns: int | None = None
-    block: int = 0   # when `entries` is empty: the records of a `RecordBlock` (all with `block_scope`)
+    block: int = 0  # when `entries` is empty: the records of a `RecordBlock` (all with `block_scope`)
     block_scope: dict[str, str] = field(default_factory=dict)
 
     def records(self) -> int:
@@ -324,18 +366,31 @@ class RevisionRow:
 class IngestStore(Protocol):
     """Accepted records and the attempts they belong to: ingest, compaction, assembly of an attempt."""
 
-    def ingest(self, logs: Sequence[Entry], points: Sequence[Point], now: float,
-               stalls: Sequence[tuple[str, int, int]] = (), arrivals: Sequence[ArrivalWrite] = ()) -> int: ...
-    def arrival_state(self, workload: str | None, attempt: int, node: str | None, stream: str,
-                      from_line: int = 0) -> ArrivalState: ...
+    def ingest(
+        self,
+        logs: Sequence[Entry],
+        points: Sequence[Point],
+        now: float,
+        stalls: Sequence[tuple[str, int, int]] = (),
+        arrivals: Sequence[ArrivalWrite] = (),
+    ) -> int: ...
+    def arrival_state(
+        self, workload: str | None, attempt: int, node: str | None, stream: str, from_line: int = 0
+    ) -> ArrivalState: ...
     def compaction_due(self, cutoff: float, limit: int) -> list[StreamKey]: ...
     def stream_lines(self, key: StreamKey, *, live_only: bool = False) -> list[StreamLine]: ...
     def compact(self, blank: Sequence[int], keep: Sequence[int]) -> None: ...
     def collapse_due(self, cutoff: float, limit: int) -> list[StreamKey]: ...
     def stream_tombstones(self, key: StreamKey) -> list[StreamLine]: ...
     def collapse(self, runs: Sequence[tuple[int, int, Sequence[int]]]) -> None: ...
-    def set_context(self, workload: str, attempt: int, context: dict[str, Any], now: float,
-                    provenance: dict[str, Any] | None = None) -> None: ...
+    def set_context(
+        self,
+        workload: str,
+        attempt: int,
+        context: dict[str, Any],
+        now: float,
+        provenance: dict[str, Any] | None = None,
+    ) -> None: ...
     def attempt(self, workload: str, attempt: int) -> AttemptRow | None: ...
     def attempts_due(self, now: float, settle_s: float, idle_s: float) -> list[AttemptRow]: ...
     def attempt_logs(self, attempt_id: int) -> list[LogRow]: ...
@@ -356,8 +411,15 @@ class IngestStore(Protocol):
 class DiagnosisStore(Protocol):
     """The diagnoses made: written by the analysis, read by the APIs and /metrics (exporter/prometheus.py)."""
 
-    def put_diagnosis(self, attempt_id: int, body: str, summary: dict[str, Any], provisional: bool,
-                      analyzed_from: float, provenance: dict[str, Any] | None = None) -> int: ...
+    def put_diagnosis(
+        self,
+        attempt_id: int,
+        body: str,
+        summary: dict[str, Any],
+        provisional: bool,
+        analyzed_from: float,
+        provenance: dict[str, Any] | None = None,
+    ) -> int: ...
     def get_diagnosis(self, diagnosis_id: str) -> DiagnosisRow | None: ...
     def diagnosis_revisions(self, diagnosis_id: str) -> list[RevisionRow]: ...
     def list_diagnoses(self, flt: DiagnosisFilter) -> list[DiagnosisRow]: ...
@@ -378,6 +440,7 @@ class ExportQueue(Protocol):
     """The outbox (exporter/outbox.py): one row per diagnosis and exporter, claimed, then finished or retried."""
 
     exporters: tuple[str, ...]
+
     def claim_exports(self, exporter: str, now: float, limit: int, lease_s: float) -> list[PendingExport]: ...
     def finish_exports(self, ids: Sequence[int]) -> None: ...
     def retry_exports(self, ids: Sequence[int], due: float, error: str) -> None: ...

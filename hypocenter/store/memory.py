@@ -64,8 +64,14 @@ class InMemoryExportQueue:
         """A diagnosis stored or changed: due now for every exporter, afresh (a row it had is reset)."""
         with self._lock:
             for exporter in self.exporters:
-                row = next((r for r in self.rows.values() if (r.diagnosis_id, r.exporter) == (diagnosis_id, exporter)),
-                           None)
+                row = next(
+                    (
+                        r
+                        for r in self.rows.values()
+                        if (r.diagnosis_id, r.exporter) == (diagnosis_id, exporter)
+                    ),
+                    None,
+                )
                 if row is None:
                     self.rows[self._next_id] = QueuedExport(self._next_id, diagnosis_id, exporter, now, now)
                     self._next_id += 1
@@ -74,13 +80,19 @@ class InMemoryExportQueue:
 
     def claim_exports(self, exporter: str, now: float, limit: int, lease_s: float) -> list[PendingExport]:
         with self._lock:
-            due = sorted((r for r in self.rows.values() if r.exporter == exporter and r.due <= now),
-                         key=lambda r: (r.created, r.id))[:limit]
+            due = sorted(
+                (r for r in self.rows.values() if r.exporter == exporter and r.due <= now),
+                key=lambda r: (r.created, r.id),
+            )[:limit]
             for r in due:
                 r.due = now + lease_s
             claimed = [(r.id, r.diagnosis_id, r.created, r.attempts) for r in due]
-        return [PendingExport(id=i, exporter=exporter, diagnosis_id=d, created=c, attempts=a, diagnosis=self._lookup(d))
-                for i, d, c, a in claimed]
+        return [
+            PendingExport(
+                id=i, exporter=exporter, diagnosis_id=d, created=c, attempts=a, diagnosis=self._lookup(d)
+            )
+            for i, d, c, a in claimed
+        ]
 
     def finish_exports(self, ids: Sequence[int]) -> None:
         with self._lock:
@@ -114,15 +126,22 @@ class InMemoryDiagnoses:
     """The diagnoses made, their revisions and fleet marks; `exports` is the outbox they feed."""
 
     def __init__(self, exporters: Sequence[str] = ()) -> None:
-        self._current: dict[str, _Stored] = {}                      # by diagnosis id
+        self._current: dict[str, _Stored] = {}  # by diagnosis id
         self._revisions: dict[tuple[str, int], list[RevisionRow]] = {}  # by (workload, attempt)
         self._lock = threading.RLock()
         self.exports = InMemoryExportQueue(self.get_diagnosis, exporters)
 
     # ------------------------------------------------------------------------------- DiagnosisStore
 
-    def put_diagnosis(self, attempt_id: int, body: str, summary: dict[str, Any], provisional: bool,
-                      analyzed_from: float, provenance: dict[str, Any] | None = None) -> int:
+    def put_diagnosis(
+        self,
+        attempt_id: int,
+        body: str,
+        summary: dict[str, Any],
+        provisional: bool,
+        analyzed_from: float,
+        provenance: dict[str, Any] | None = None,
+    ) -> int:
         """As `SQLiteStore.put_diagnosis`: a changed verdict is a new revision; the very same diagnosis
         again changes nothing and is not queued for export again. Returns the revision now current."""
         prov: dict[str, Any] = provenance or {"source": "unknown"}
@@ -134,27 +153,62 @@ class InMemoryDiagnoses:
                 revision, prov = last.revision, last.provenance
             else:
                 revision = 1 if last is None else last.revision + 1
-                revisions.append(RevisionRow(
-                    revision=revision, diagnosis_id=summary["id"], workload=summary["workload"],
-                    attempt=summary["attempt"], outcome=summary["outcome"], domain=summary.get("domain"),
-                    subdomain=summary.get("subdomain"), provisional=provisional, created=time.time(),
-                    provenance=json.loads(json.dumps(prov, sort_keys=True)), body=body))
+                revisions.append(
+                    RevisionRow(
+                        revision=revision,
+                        diagnosis_id=summary["id"],
+                        workload=summary["workload"],
+                        attempt=summary["attempt"],
+                        outcome=summary["outcome"],
+                        domain=summary.get("domain"),
+                        subdomain=summary.get("subdomain"),
+                        provisional=provisional,
+                        created=time.time(),
+                        provenance=json.loads(json.dumps(prov, sort_keys=True)),
+                        body=body,
+                    )
+                )
             prev = self._current.get(summary["id"])
-            if prev is None or prev.attempt_id != attempt_id or prev.row.body != body or prev.row.provisional != provisional:
+            if (
+                prev is None
+                or prev.attempt_id != attempt_id
+                or prev.row.body != body
+                or prev.row.provisional != provisional
+            ):
                 self._replace(attempt_id, body, summary, provisional, revision, prov)
         return revision
 
-    def _replace(self, attempt_id: int, body: str, summary: dict[str, Any], provisional: bool, revision: int,
-                 prov: dict[str, Any]) -> None:
-        for ident in [i for i, s in self._current.items() if s.attempt_id == attempt_id or i == summary["id"]]:
+    def _replace(
+        self,
+        attempt_id: int,
+        body: str,
+        summary: dict[str, Any],
+        provisional: bool,
+        revision: int,
+        prov: dict[str, Any],
+    ) -> None:
+        for ident in [
+            i for i, s in self._current.items() if s.attempt_id == attempt_id or i == summary["id"]
+        ]:
             del self._current[ident]
         now = time.time()
-        row = DiagnosisRow(id=summary["id"], workload=summary["workload"], attempt=summary["attempt"],
-                           cluster=summary.get("cluster"), outcome=summary["outcome"], domain=summary.get("domain"),
-                           subdomain=summary.get("subdomain"), provisional=provisional, created=now, body=body,
-                           nodes=sorted(set(summary.get("culprits", []))), window_start_ns=summary.get("window_start_ns"),
-                           window_end_ns=summary.get("window_end_ns"), revision=revision,
-                           provenance=json.loads(json.dumps(prov, sort_keys=True)))
+        row = DiagnosisRow(
+            id=summary["id"],
+            workload=summary["workload"],
+            attempt=summary["attempt"],
+            cluster=summary.get("cluster"),
+            outcome=summary["outcome"],
+            domain=summary.get("domain"),
+            subdomain=summary.get("subdomain"),
+            provisional=provisional,
+            created=now,
+            body=body,
+            nodes=sorted(set(summary.get("culprits", []))),
+            window_start_ns=summary.get("window_start_ns"),
+            window_end_ns=summary.get("window_end_ns"),
+            revision=revision,
+            provenance=json.loads(json.dumps(prov, sort_keys=True)),
+        )
         self._current[row.id] = _Stored(attempt_id, row, _unique([], summary.get("marks", [])))
         self.exports.enqueue(row.id, now)
 
@@ -175,9 +229,15 @@ class InMemoryDiagnoses:
         rows = []
         for s in self._current.values():
             r = s.row
-            if any(v is not None and getattr(r, k) != v for k, v in
-                   (("cluster", flt.cluster), ("outcome", flt.outcome), ("domain", flt.domain),
-                    ("workload", flt.workload))):
+            if any(
+                v is not None and getattr(r, k) != v
+                for k, v in (
+                    ("cluster", flt.cluster),
+                    ("outcome", flt.outcome),
+                    ("domain", flt.domain),
+                    ("workload", flt.workload),
+                )
+            ):
                 continue
             if flt.search and flt.search.lower() not in r.workload.lower():
                 continue
@@ -199,11 +259,16 @@ class InMemoryDiagnoses:
                 if end is None:  # rows without a window sort last
                     rows = [r for r in rows if r.window_end_ns is None and r.id > last]
                 else:
-                    rows = [r for r in rows if r.window_end_ns is None or r.window_end_ns < end
-                            or (r.window_end_ns == end and r.id > last)]
+                    rows = [
+                        r
+                        for r in rows
+                        if r.window_end_ns is None
+                        or r.window_end_ns < end
+                        or (r.window_end_ns == end and r.id > last)
+                    ]
             rows.sort(key=lambda r: r.id)
             rows.sort(key=lambda r: (r.window_end_ns is not None, r.window_end_ns or 0), reverse=True)
-            return [replace(r, nodes=list(r.nodes)) for r in rows[:max(1, min(flt.limit, 1000))]]
+            return [replace(r, nodes=list(r.nodes)) for r in rows[: max(1, min(flt.limit, 1000))]]
 
     def count_diagnoses(self, flt: DiagnosisFilter) -> int:
         with self._lock:
@@ -222,10 +287,19 @@ class InMemoryDiagnoses:
                     continue
                 root = json.loads(r.body).get("root_cause") or {}
                 comps = root.get("components") or []
-                out.append(DiagnosisFacts(
-                    id=r.id, cluster=r.cluster, outcome=r.outcome, domain=r.domain, subdomain=r.subdomain,
-                    culprits=list(r.nodes),
-                    components=[(str(c.get("node")), str(c.get("kind")), str(c.get("id"))) for c in comps]))
+                out.append(
+                    DiagnosisFacts(
+                        id=r.id,
+                        cluster=r.cluster,
+                        outcome=r.outcome,
+                        domain=r.domain,
+                        subdomain=r.subdomain,
+                        culprits=list(r.nodes),
+                        components=[
+                            (str(c.get("node")), str(c.get("kind")), str(c.get("id"))) for c in comps
+                        ],
+                    )
+                )
             return out
 
     # ----------------------------------------------------------------------------------- FleetStore
@@ -233,8 +307,16 @@ class InMemoryDiagnoses:
     def fleet_marks(self, since_s: float) -> list[FleetMark]:
         """The marks of current final diagnoses whose failure happened at or after `since_s`, oldest first."""
         with self._lock:
-            return sorted((m for s in self._current.values() if not s.row.provisional for m in s.marks
-                           if m.time_s >= since_s), key=FleetMark.sort_key)
+            return sorted(
+                (
+                    m
+                    for s in self._current.values()
+                    if not s.row.provisional
+                    for m in s.marks
+                    if m.time_s >= since_s
+                ),
+                key=FleetMark.sort_key,
+            )
 
     def fleet_pending(self, limit: int) -> list[tuple[str, str]]:
         return []
@@ -255,5 +337,6 @@ def _unique(kept: Sequence[FleetMark], new: Sequence[FleetMark]) -> list[FleetMa
 
 
 if TYPE_CHECKING:  # mypy checks that the doubles take their roles' places
+
     def _roles(d: InMemoryDiagnoses) -> tuple[DiagnosisStore, FleetStore, ExportQueue]:
         return d, d, d.exports

@@ -11,8 +11,10 @@ from __future__ import annotations
 from hypocenter.store.sql import Migration, ddl
 
 # Every migration, in order. Never edit a released one: append a new one.
-MIGRATIONS: tuple[Migration, ...] = tuple(ddl(template) for template in (
-    """
+MIGRATIONS: tuple[Migration, ...] = tuple(
+    ddl(template)
+    for template in (
+        """
     CREATE TABLE attempts (
         id $ID,
         workload $TEXT NOT NULL,
@@ -94,12 +96,12 @@ MIGRATIONS: tuple[Migration, ...] = tuple(ddl(template) for template in (
     );
     CREATE INDEX diagnosis_nodes_node ON diagnosis_nodes (node, role);
     """,
-    # 2: node streams join attempts whole (see node_logs)
-    """
+        # 2: node streams join attempts whole (see node_logs)
+        """
     CREATE INDEX log_entries_node_stream ON log_entries (node, stream, line) WHERE attempt_id IS NULL;
     """,
-    # 3: the export outbox (exporter/outbox.py)
-    """
+        # 3: the export outbox (exporter/outbox.py)
+        """
     CREATE TABLE exports (
         id $ID,
         diagnosis_id $TEXT NOT NULL,           -- no foreign key: a superseded diagnosis is reported, not cascaded away
@@ -112,22 +114,22 @@ MIGRATIONS: tuple[Migration, ...] = tuple(ddl(template) for template in (
     );
     CREATE INDEX exports_due ON exports (exporter, due);
     """,
-    # 4: compaction (server/compaction.py) and the hang trigger
-    """
+        # 4: compaction (server/compaction.py) and the hang trigger
+        """
     ALTER TABLE log_entries ADD COLUMN compacted $INTEGER NOT NULL DEFAULT 0;  -- 0 new, 1 kept as evidence, 2 blanked
     CREATE INDEX log_entries_uncompacted ON log_entries (received) WHERE compacted = 0 AND kind = 'text';
     ALTER TABLE attempts ADD COLUMN stalled_ns $INTEGER;  -- a watchdog / heartbeat timeout seen before any terminal state
     """,
-    # 5: a compaction pass reads a stream's live lines only, not its tombstones
-    """
+        # 5: a compaction pass reads a stream's live lines only, not its tombstones
+        """
     CREATE INDEX log_entries_live ON log_entries (stream, node, id) WHERE compacted < 2 AND kind = 'text';
     """,
-    # 6: runs of blanked lines merge into one `gap` row (compacted = 3) once retries are no longer expected
-    """
+        # 6: runs of blanked lines merge into one `gap` row (compacted = 3) once retries are no longer expected
+        """
     CREATE INDEX log_entries_tombstones ON log_entries (received) WHERE compacted = 2;
     """,
-    # 7: provenance, and every verdict an attempt had kept as a revision (a new one never replaces silently)
-    """
+        # 7: provenance, and every verdict an attempt had kept as a revision (a new one never replaces silently)
+        """
     CREATE TABLE diagnosis_revisions (
         id $ID,
         workload $TEXT NOT NULL,
@@ -154,26 +156,26 @@ MIGRATIONS: tuple[Migration, ...] = tuple(ddl(template) for template in (
         '{"source": "unknown"}', body FROM diagnoses;
     UPDATE diagnoses SET provenance = '{"source": "unknown"}';
     """,
-    # 8: the diagnosis list (web UI) pages newest first without sorting the table, and filters and counts
-    # from this index alone, not from rows that carry whole bodies; storing a diagnosis finds the one it
-    # replaces by attempt without a scan
-    """
+        # 8: the diagnosis list (web UI) pages newest first without sorting the table, and filters and counts
+        # from this index alone, not from rows that carry whole bodies; storing a diagnosis finds the one it
+        # replaces by attempt without a scan
+        """
     CREATE INDEX diagnoses_list ON diagnoses (window_end_ns DESC, id, outcome, domain, cluster, workload,
                                               window_start_ns, provisional);
     CREATE INDEX diagnoses_attempt ON diagnoses (attempt_id);
     """,
-    # 9: poison attempts are quarantined (server/quarantine.py): an analysis that failed, or that the
-    # process died in twice, is recorded with its reason and not retried until new data arrives
-    """
+        # 9: poison attempts are quarantined (server/quarantine.py): an analysis that failed, or that the
+        # process died in twice, is recorded with its reason and not retried until new data arrives
+        """
     ALTER TABLE attempts ADD COLUMN failure $TEXT;            -- why its last analysis failed, NULL once one succeeds
     ALTER TABLE attempts ADD COLUMN failed_at $REAL;
     ALTER TABLE attempts ADD COLUMN analysing_since $REAL;    -- set while an analysis runs (found set at start: died in it)
     ALTER TABLE attempts ADD COLUMN interrupted $INTEGER NOT NULL DEFAULT 0;  -- analyses in a row the process died in
     CREATE INDEX attempts_failed ON attempts (failed_at) WHERE failure IS NOT NULL;
     """,
-    # 10: extraction on arrival (server/arrival.py): per-stream facts and record-number ranges, so that a
-    # record-numbered text stream keeps its evidence lines and gap rows, not a row per line
-    """
+        # 10: extraction on arrival (server/arrival.py): per-stream facts and record-number ranges, so that a
+        # record-numbered text stream keeps its evidence lines and gap rows, not a row per line
+        """
     CREATE TABLE stream_state (
         workload $TEXT NOT NULL,               -- '' for a node-scoped stream
         attempt $INTEGER NOT NULL,
@@ -192,8 +194,8 @@ MIGRATIONS: tuple[Migration, ...] = tuple(ddl(template) for template in (
     CREATE INDEX stream_state_node ON stream_state (node, last_ns) WHERE workload = '';
     CREATE INDEX log_entries_stream ON log_entries (stream, node, id);
     """,
-    # 11: fleet memory (engine/fleet.py): what each diagnosis says about nodes, GPUs and ports
-    """
+        # 11: fleet memory (engine/fleet.py): what each diagnosis says about nodes, GPUs and ports
+        """
     CREATE TABLE fleet_marks (
         diagnosis_id $TEXT NOT NULL REFERENCES diagnoses(id) ON DELETE CASCADE,
         workload $TEXT NOT NULL,
@@ -216,11 +218,12 @@ MIGRATIONS: tuple[Migration, ...] = tuple(ddl(template) for template in (
     );
     INSERT INTO fleet_pending SELECT id FROM diagnoses;
     """,
-    # 12: the diagnosis list's index in the order its query reads (newest first, NULL windows last):
-    # PostgreSQL read migration 8's index in the other NULL order, so it sorted the whole table
-    """
+        # 12: the diagnosis list's index in the order its query reads (newest first, NULL windows last):
+        # PostgreSQL read migration 8's index in the other NULL order, so it sorted the whole table
+        """
     DROP INDEX diagnoses_list;
     CREATE INDEX diagnoses_list ON diagnoses (window_end_ns $DESC_NULLS_LAST, id, outcome, domain, cluster,
                                               workload, window_start_ns, provisional);
     """,
-))
+    )
+)

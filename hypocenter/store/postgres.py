@@ -119,7 +119,9 @@ class PostgresStore(SQLiteStore):
         try:
             import psycopg
         except ImportError:
-            raise StoreError("PostgreSQL stores need psycopg 3: pip install 'hypocenter[postgresql]'") from None
+            raise StoreError(
+                "PostgreSQL stores need psycopg 3: pip install 'hypocenter[postgresql]'"
+            ) from None
         self._psycopg = psycopg
         self.url = url
         self.path = redact_url(url)
@@ -142,17 +144,22 @@ class PostgresStore(SQLiteStore):
         if self._conn is not None:
             self._conn.close()
         try:
-            conn = self._psycopg.connect(self.url, autocommit=True, row_factory=_row_factory, connect_timeout=10)
+            conn = self._psycopg.connect(
+                self.url, autocommit=True, row_factory=_row_factory, connect_timeout=10
+            )
         except self._psycopg.Error as exc:
             # At start a bad URL is the operator's to fix; later the database is away for now.
             error = TransientError if self._opened else StoreError
             raise error(f"{self.path}: cannot connect: {str(exc).strip()}") from None
-        row = conn.execute("SELECT pg_encoding_to_char(encoding) FROM pg_database"
-                           " WHERE datname = current_database()").fetchone()
+        row = conn.execute(
+            "SELECT pg_encoding_to_char(encoding) FROM pg_database WHERE datname = current_database()"
+        ).fetchone()
         encoding = row[0] if row is not None else "?"
         if encoding != "UTF8":
             conn.close()
-            raise StoreError(f"{self.path}: the database's encoding is {encoding}: create it with ENCODING 'UTF8'")
+            raise StoreError(
+                f"{self.path}: the database's encoding is {encoding}: create it with ENCODING 'UTF8'"
+            )
         self._conn = conn
         return conn
 
@@ -179,12 +186,20 @@ class PostgresStore(SQLiteStore):
         """Apply the migrations this database does not have yet (one replica at a time)."""
         with self._tx() as db:
             db.execute(sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK})"))
-            db.execute(sql("CREATE TABLE IF NOT EXISTS schema_migrations (version BIGINT PRIMARY KEY,"
-                           " applied DOUBLE PRECISION NOT NULL)"))
-            have = int(db.execute(sql("SELECT COALESCE(MAX(version), 0) FROM schema_migrations")).fetchone()[0])
+            db.execute(
+                sql(
+                    "CREATE TABLE IF NOT EXISTS schema_migrations (version BIGINT PRIMARY KEY,"
+                    " applied DOUBLE PRECISION NOT NULL)"
+                )
+            )
+            have = int(
+                db.execute(sql("SELECT COALESCE(MAX(version), 0) FROM schema_migrations")).fetchone()[0]
+            )
             if have > len(MIGRATIONS):
-                raise StoreError(f"{self.path}: schema version {have} is newer than this hypocenter "
-                                 f"knows ({len(MIGRATIONS)}): upgrade hypocenter")
+                raise StoreError(
+                    f"{self.path}: schema version {have} is newer than this hypocenter "
+                    f"knows ({len(MIGRATIONS)}): upgrade hypocenter"
+                )
             for version in range(have + 1, len(MIGRATIONS) + 1):
                 for statement in MIGRATIONS[version - 1].postgres:
                     db._conn.execute(statement)
@@ -201,11 +216,14 @@ class PostgresStore(SQLiteStore):
         select = sql("SELECT id FROM attempts WHERE workload=? AND attempt=?")
         row = db.execute(select, (workload, attempt)).fetchone()
         if row is None:
-            row = db.execute(sql("INSERT INTO attempts (workload, attempt, activity) VALUES (?, ?, ?)"
-                                 " ON CONFLICT (workload, attempt) DO NOTHING RETURNING id"),
-                             (workload, attempt, now)).fetchone()
+            row = db.execute(
+                sql(
+                    "INSERT INTO attempts (workload, attempt, activity) VALUES (?, ?, ?)"
+                    " ON CONFLICT (workload, attempt) DO NOTHING RETURNING id"
+                ),
+                (workload, attempt, now),
+            ).fetchone()
         if row is None:
             row = db.execute(select, (workload, attempt)).fetchone()
         assert row is not None, "an attempt row that conflicted on insert is there to read"
         return int(row[0])
-

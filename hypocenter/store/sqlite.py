@@ -66,16 +66,20 @@ def _node_streams(n: int) -> str:
     it) when any of its records falls in the range: its earlier lines carry the boot stamps that
     anchor uptime-only kernel lines, and the engine itself tells old faults from the attempt's."""
     in_nodes = placeholders(n)
-    return (f" JOIN (SELECT DISTINCT node, stream FROM log_entries WHERE attempt_id IS NULL AND node IN ({in_nodes})"
-            "  AND time_ns BETWEEN ? AND ?"
-            # a stream reduced on arrival may have no row left in the range: its recorded times tell
-            f"  UNION SELECT node, stream FROM stream_state WHERE workload = '' AND node IN ({in_nodes})"
-            "  AND first_ns <= ? AND last_ns >= ?) s ON e.node = s.node AND e.stream = s.stream")
+    return (
+        f" JOIN (SELECT DISTINCT node, stream FROM log_entries WHERE attempt_id IS NULL AND node IN ({in_nodes})"
+        "  AND time_ns BETWEEN ? AND ?"
+        # a stream reduced on arrival may have no row left in the range: its recorded times tell
+        f"  UNION SELECT node, stream FROM stream_state WHERE workload = '' AND node IN ({in_nodes})"
+        "  AND first_ns <= ? AND last_ns >= ?) s ON e.node = s.node AND e.stream = s.stream"
+    )
 
 
 # base.LogLine's columns of `log_entries e` (placeholders: the range's start and end), and the rows it reads
-_LOG_LINE = ("e.node, e.stream, CASE WHEN e.kind = 'doc' THEN 1 ELSE 0 END, CASE WHEN e.kind = 'gap' THEN 1 ELSE 0 END,"
-             " e.line, CASE WHEN e.time_ns BETWEEN ? AND ? THEN 1 ELSE 0 END, e.body, e.id")
+_LOG_LINE = (
+    "e.node, e.stream, CASE WHEN e.kind = 'doc' THEN 1 ELSE 0 END, CASE WHEN e.kind = 'gap' THEN 1 ELSE 0 END,"
+    " e.line, CASE WHEN e.time_ns BETWEEN ? AND ? THEN 1 ELSE 0 END, e.body, e.id"
+)
 _ASSEMBLED = " AND e.kind IN ('text', 'gap', 'doc')"
 
 
@@ -89,7 +93,9 @@ class SQLiteStore:
             if not parent.is_dir():
                 raise StoreError(f"{self.path}: directory {parent} does not exist")
         if sqlite3.sqlite_version_info < (3, 30):  # NULLS FIRST / LAST (store/sql.py)
-            raise StoreError(f"{self.path}: the store needs SQLite 3.30 or newer; this Python has {sqlite3.sqlite_version}")
+            raise StoreError(
+                f"{self.path}: the store needs SQLite 3.30 or newer; this Python has {sqlite3.sqlite_version}"
+            )
         try:
             self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30.0)
         except sqlite3.Error as exc:
@@ -136,11 +142,17 @@ class SQLiteStore:
     def migrate(self) -> int:
         """Apply the migrations this file does not have yet; returns the schema version."""
         with self._tx() as db:
-            db.execute(sql("CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied REAL NOT NULL)"))
+            db.execute(
+                sql(
+                    "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied REAL NOT NULL)"
+                )
+            )
             have = db.execute(sql("SELECT COALESCE(MAX(version), 0) FROM schema_migrations")).fetchone()[0]
             if have > len(MIGRATIONS):
-                raise StoreError(f"{self.path}: schema version {have} is newer than this hypocenter "
-                                 f"knows ({len(MIGRATIONS)}): upgrade hypocenter")
+                raise StoreError(
+                    f"{self.path}: schema version {have} is newer than this hypocenter "
+                    f"knows ({len(MIGRATIONS)}): upgrade hypocenter"
+                )
             for version in range(have + 1, len(MIGRATIONS) + 1):
                 for statement in MIGRATIONS[version - 1].sqlite:
                     db.execute(statement)
@@ -157,34 +169,67 @@ class SQLiteStore:
     # ----------------------------------------------------------------------------------- ingest
 
     def _attempt_id(self, db: sqlite3.Connection, workload: str, attempt: int, now: float) -> int:
-        row = db.execute(sql("SELECT id FROM attempts WHERE workload=? AND attempt=?"), (workload, attempt)).fetchone()
+        row = db.execute(
+            sql("SELECT id FROM attempts WHERE workload=? AND attempt=?"), (workload, attempt)
+        ).fetchone()
         if row is not None:
             return int(row[0])
-        cur = db.execute(sql("INSERT INTO attempts (workload, attempt, activity) VALUES (?, ?, ?)"), (workload, attempt, now))
+        cur = db.execute(
+            sql("INSERT INTO attempts (workload, attempt, activity) VALUES (?, ?, ?)"),
+            (workload, attempt, now),
+        )
         return int(cur.lastrowid or 0)
 
-    def arrival_state(self, workload: str | None, attempt: int, node: str | None, stream: str,
-                      from_line: int = 0) -> ArrivalState:
-        rows = self._rows(sql("SELECT * FROM stream_state WHERE workload=? AND attempt=? AND node=? AND stream=?"),
-                          (workload or "", attempt, node or "", stream))
+    def arrival_state(
+        self, workload: str | None, attempt: int, node: str | None, stream: str, from_line: int = 0
+    ) -> ArrivalState:
+        rows = self._rows(
+            sql("SELECT * FROM stream_state WHERE workload=? AND attempt=? AND node=? AND stream=?"),
+            (workload or "", attempt, node or "", stream),
+        )
         if not rows:
             return ArrivalState()
         r = rows[0]
-        state = ArrivalState(generation=r["generation"], since_id=r["since_id"], head=r["head"],
-                             ranges=[(lo, hi) for lo, hi in json.loads(r["ranges"])], lines=r["lines"], bytes=r["bytes"])
+        state = ArrivalState(
+            generation=r["generation"],
+            since_id=r["since_id"],
+            head=r["head"],
+            ranges=[(lo, hi) for lo, hi in json.loads(r["ranges"])],
+            lines=r["lines"],
+            bytes=r["bytes"],
+        )
         aid = None
         if workload is not None:
-            found = self._rows(sql("SELECT id FROM attempts WHERE workload=? AND attempt=?"), (workload, attempt))
+            found = self._rows(
+                sql("SELECT id FROM attempts WHERE workload=? AND attempt=?"), (workload, attempt)
+            )
             if not found:
                 return state
             aid = int(found[0][0])
-        where = ["stream = ?", "id > ?", "line >= ?", "attempt_id IS NULL" if aid is None else "attempt_id = ?",
-                 "node IS NULL" if node is None else "node = ?"]
-        args: list[Any] = [stream, state.since_id, from_line, *([] if aid is None else [aid]),
-                           *([] if node is None else [node])]
-        state.rows = [StreamLine(x["id"], x["line"], x["body"], x["received"], x["compacted"]) for x in self._rows(
-            sql(f"SELECT id, line, body, received, compacted FROM log_entries WHERE {' AND '.join(where)}"
-                " AND line IS NOT NULL ORDER BY line, id"), args)]
+        where = [
+            "stream = ?",
+            "id > ?",
+            "line >= ?",
+            "attempt_id IS NULL" if aid is None else "attempt_id = ?",
+            "node IS NULL" if node is None else "node = ?",
+        ]
+        args: list[Any] = [
+            stream,
+            state.since_id,
+            from_line,
+            *([] if aid is None else [aid]),
+            *([] if node is None else [node]),
+        ]
+        state.rows = [
+            StreamLine(x["id"], x["line"], x["body"], x["received"], x["compacted"])
+            for x in self._rows(
+                sql(
+                    f"SELECT id, line, body, received, compacted FROM log_entries WHERE {' AND '.join(where)}"
+                    " AND line IS NOT NULL ORDER BY line, id"
+                ),
+                args,
+            )
+        ]
         return state
 
     def _arrive(self, db: sqlite3.Connection, w: ArrivalWrite, aid: int | None, now: float) -> int:
@@ -193,32 +238,60 @@ class SQLiteStore:
         if w.rotate:
             since = int(db.execute(sql("SELECT COALESCE(MAX(id), 0) FROM log_entries")).fetchone()[0])
         for i in range(0, len(w.deletes), 500):
-            part = w.deletes[i:i + 500]
+            part = w.deletes[i : i + 500]
             db.execute(sql(f"DELETE FROM log_entries WHERE id IN ({placeholders(len(part))})"), part)
         if w.updates:
-            db.executemany(sql("UPDATE log_entries SET kind=?, body=?, compacted=? WHERE id=?"),
-                           [(kind, body, compacted, rid) for rid, kind, body, compacted in w.updates])
+            db.executemany(
+                sql("UPDATE log_entries SET kind=?, body=?, compacted=? WHERE id=?"),
+                [(kind, body, compacted, rid) for rid, kind, body, compacted in w.updates],
+            )
         if w.inserts:
             db.executemany(
-                sql("INSERT INTO log_entries (attempt_id, node, stream, kind, line, time_ns, body, received, dedup,"
-                    " compacted) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"),
-                [(aid, e.node, e.stream, kind, e.line, e.time_ns, body, now, e.dedup, compacted)
-                 for e, kind, body, compacted in w.inserts])
+                sql(
+                    "INSERT INTO log_entries (attempt_id, node, stream, kind, line, time_ns, body, received, dedup,"
+                    " compacted) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"
+                ),
+                [
+                    (aid, e.node, e.stream, kind, e.line, e.time_ns, body, now, e.dedup, compacted)
+                    for e, kind, body, compacted in w.inserts
+                ],
+            )
         st = w.state
         db.execute(
-            sql("INSERT INTO stream_state (workload, attempt, node, stream, generation, since_id, head, ranges, lines, bytes,"
+            sql(
+                "INSERT INTO stream_state (workload, attempt, node, stream, generation, since_id, head, ranges, lines, bytes,"
                 " first_ns, last_ns) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
                 " ON CONFLICT (workload, attempt, node, stream) DO UPDATE SET generation=excluded.generation,"
                 " since_id=excluded.since_id, head=excluded.head, ranges=excluded.ranges, lines=excluded.lines,"
                 " bytes=excluded.bytes, first_ns=CASE WHEN stream_state.first_ns IS NULL OR excluded.first_ns < stream_state.first_ns"
                 " THEN excluded.first_ns ELSE stream_state.first_ns END, last_ns=CASE WHEN stream_state.last_ns IS NULL"
-                " OR excluded.last_ns > stream_state.last_ns THEN excluded.last_ns ELSE stream_state.last_ns END"),
-            (w.workload or "", w.attempt, w.node or "", w.stream, st.generation, since, st.head,
-             json.dumps(st.ranges, separators=(",", ":")), st.lines, st.bytes, w.first_ns, w.last_ns))
+                " OR excluded.last_ns > stream_state.last_ns THEN excluded.last_ns ELSE stream_state.last_ns END"
+            ),
+            (
+                w.workload or "",
+                w.attempt,
+                w.node or "",
+                w.stream,
+                st.generation,
+                since,
+                st.head,
+                json.dumps(st.ranges, separators=(",", ":")),
+                st.lines,
+                st.bytes,
+                w.first_ns,
+                w.last_ns,
+            ),
+        )
         return w.records()
 
-    def ingest(self, logs: Sequence[Entry], points: Sequence[Point], now: float,
-               stalls: Sequence[tuple[str, int, int]] = (), arrivals: Sequence[ArrivalWrite] = ()) -> int:
+    def ingest(
+        self,
+        logs: Sequence[Entry],
+        points: Sequence[Point],
+        now: float,
+        stalls: Sequence[tuple[str, int, int]] = (),
+        arrivals: Sequence[ArrivalWrite] = (),
+    ) -> int:
         """Store what is new in one transaction; returns how many rows were new (retries are not).
         `stalls`: (workload, attempt, time) of watchdog / heartbeat timeouts found in these records.
         `arrivals`: record-numbered text streams already reduced to their evidence (server/arrival.py)."""
@@ -236,7 +309,9 @@ class SQLiteStore:
                     ids[key] = self._attempt_id(db, workload, attempt, now)
                 return ids[key]
 
-            def touch(aid: int | None, node: str | None, t: int, scope: dict[str, str], terminal: bool) -> None:
+            def touch(
+                aid: int | None, node: str | None, t: int, scope: dict[str, str], terminal: bool
+            ) -> None:
                 if aid is None:
                     if node is not None and t:
                         lo, hi = node_times.get(node, (t, t))
@@ -265,60 +340,115 @@ class SQLiteStore:
                     touch(aid, w.node, t, scope, terminal)
             if rows:
                 cur = db.executemany(
-                    sql("INSERT INTO log_entries (attempt_id, node, stream, kind, line, time_ns, body, received, dedup)"
-                        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"), rows)
+                    sql(
+                        "INSERT INTO log_entries (attempt_id, node, stream, kind, line, time_ns, body, received, dedup)"
+                        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"
+                    ),
+                    rows,
+                )
                 new += max(0, cur.rowcount)
             for p in points:
                 aid = attempt_of(p.workload, p.attempt)
                 labels = json.dumps(p.labels, sort_keys=True, separators=(",", ":"))
                 dedup = f"{aid}\x1f{p.node}\x1f{p.source}\x1f{p.name}\x1f{labels}\x1f{p.time_ns}"
                 cur = db.execute(
-                    sql("INSERT INTO metric_points (attempt_id, node, source, name, labels, time_ns, value, received, dedup)"
-                        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"),
-                    (aid, p.node, p.source, p.name, labels, p.time_ns, p.value, now, dedup))
+                    sql(
+                        "INSERT INTO metric_points (attempt_id, node, source, name, labels, time_ns, value, received, dedup)"
+                        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"
+                    ),
+                    (aid, p.node, p.source, p.name, labels, p.time_ns, p.value, now, dedup),
+                )
                 new += cur.rowcount
-                touch(aid, None if aid is not None else p.node, p.time_ns, p.scope, False)  # metric labels name no attempt node
+                touch(
+                    aid, None if aid is not None else p.node, p.time_ns, p.scope, False
+                )  # metric labels name no attempt node
             for aid, (lo, hi, term, sc, nodes) in touched.items():
-                row = db.execute(sql("SELECT scope, first_ns, last_ns, terminal_ns FROM attempts WHERE id=?"), (aid,)).fetchone()
+                row = db.execute(
+                    sql("SELECT scope, first_ns, last_ns, terminal_ns FROM attempts WHERE id=?"), (aid,)
+                ).fetchone()
                 scope = json.loads(row["scope"])
                 scope.update(sc)
-                first = min(x for x in (row["first_ns"], lo) if x is not None) if (row["first_ns"] or lo) else None
-                last = max(x for x in (row["last_ns"], hi) if x is not None) if (row["last_ns"] or hi) else None
-                db.execute(sql("UPDATE attempts SET scope=?, first_ns=?, last_ns=?, terminal_ns=COALESCE(?, terminal_ns),"
-                               " activity=?, dirty=1 WHERE id=?"),
-                           (json.dumps(scope, sort_keys=True), first, last, term, now, aid))
-                db.executemany(sql("INSERT INTO attempt_nodes VALUES (?, ?) ON CONFLICT DO NOTHING"), [(aid, n) for n in sorted(nodes)])
+                first = (
+                    min(x for x in (row["first_ns"], lo) if x is not None)
+                    if (row["first_ns"] or lo)
+                    else None
+                )
+                last = (
+                    max(x for x in (row["last_ns"], hi) if x is not None) if (row["last_ns"] or hi) else None
+                )
+                db.execute(
+                    sql(
+                        "UPDATE attempts SET scope=?, first_ns=?, last_ns=?, terminal_ns=COALESCE(?, terminal_ns),"
+                        " activity=?, dirty=1 WHERE id=?"
+                    ),
+                    (json.dumps(scope, sort_keys=True), first, last, term, now, aid),
+                )
+                db.executemany(
+                    sql("INSERT INTO attempt_nodes VALUES (?, ?) ON CONFLICT DO NOTHING"),
+                    [(aid, n) for n in sorted(nodes)],
+                )
             for workload, attempt, t in stalls:
                 aid = attempt_of(workload, attempt)
                 db.execute(sql("UPDATE attempts SET stalled_ns=COALESCE(stalled_ns, ?) WHERE id=?"), (t, aid))
             for node, (lo, hi) in node_times.items():
                 # Late node-scoped data re-opens the attempts that ran on that node at that time.
                 db.execute(
-                    sql("UPDATE attempts SET dirty=1, activity=? WHERE id IN (SELECT attempt_id FROM attempt_nodes WHERE node=?)"
+                    sql(
+                        "UPDATE attempts SET dirty=1, activity=? WHERE id IN (SELECT attempt_id FROM attempt_nodes WHERE node=?)"
                         " AND analyzed_at IS NOT NULL AND COALESCE(first_ns, 0) <= ? + 3600000000000"
-                        " AND COALESCE(last_ns, ?) >= ? - 3600000000000"),
-                    (now, node, hi, hi, lo))
+                        " AND COALESCE(last_ns, ?) >= ? - 3600000000000"
+                    ),
+                    (now, node, hi, hi, lo),
+                )
         return new
 
-    def set_context(self, workload: str, attempt: int, context: dict[str, Any], now: float,
-                    provenance: dict[str, Any] | None = None) -> None:
+    def set_context(
+        self,
+        workload: str,
+        attempt: int,
+        context: dict[str, Any],
+        now: float,
+        provenance: dict[str, Any] | None = None,
+    ) -> None:
         """Pin an attempt's scope (an uploaded attempt.yaml, validated by the caller), and who set it."""
         with self._tx() as db:
             aid = self._attempt_id(db, workload, attempt, now)
-            db.execute(sql("UPDATE attempts SET context=?, activity=?, dirty=1, scope_provenance=? WHERE id=?"),
-                       (json.dumps(context, sort_keys=True, default=str), now,
-                        json.dumps(provenance, sort_keys=True) if provenance else None, aid))
+            db.execute(
+                sql("UPDATE attempts SET context=?, activity=?, dirty=1, scope_provenance=? WHERE id=?"),
+                (
+                    json.dumps(context, sort_keys=True, default=str),
+                    now,
+                    json.dumps(provenance, sort_keys=True) if provenance else None,
+                    aid,
+                ),
+            )
 
     # ----------------------------------------------------------------------------------- attempts
 
     def _attempt_row(self, row: sqlite3.Row) -> AttemptRow:
-        nodes = [r[0] for r in self._rows(sql("SELECT node FROM attempt_nodes WHERE attempt_id=? ORDER BY node"), (row["id"],))]
-        return AttemptRow(id=row["id"], workload=row["workload"], attempt=row["attempt"], scope=json.loads(row["scope"]),
-                          context=json.loads(row["context"]) if row["context"] else None, nodes=nodes,
-                          first_ns=row["first_ns"], last_ns=row["last_ns"], terminal_ns=row["terminal_ns"],
-                          activity=row["activity"], dirty=bool(row["dirty"]), analyzed_at=row["analyzed_at"],
-                          scope_provenance=json.loads(row["scope_provenance"]) if row["scope_provenance"] else None,
-                          failure=row["failure"], failed_at=row["failed_at"])
+        nodes = [
+            r[0]
+            for r in self._rows(
+                sql("SELECT node FROM attempt_nodes WHERE attempt_id=? ORDER BY node"), (row["id"],)
+            )
+        ]
+        return AttemptRow(
+            id=row["id"],
+            workload=row["workload"],
+            attempt=row["attempt"],
+            scope=json.loads(row["scope"]),
+            context=json.loads(row["context"]) if row["context"] else None,
+            nodes=nodes,
+            first_ns=row["first_ns"],
+            last_ns=row["last_ns"],
+            terminal_ns=row["terminal_ns"],
+            activity=row["activity"],
+            dirty=bool(row["dirty"]),
+            analyzed_at=row["analyzed_at"],
+            scope_provenance=json.loads(row["scope_provenance"]) if row["scope_provenance"] else None,
+            failure=row["failure"],
+            failed_at=row["failed_at"],
+        )
 
     def attempt(self, workload: str, attempt: int) -> AttemptRow | None:
         rows = self._rows(sql("SELECT * FROM attempts WHERE workload=? AND attempt=?"), (workload, attempt))
@@ -328,48 +458,86 @@ class SQLiteStore:
         """Dirty attempts that ended `settle_s` ago, that reported a watchdog / heartbeat timeout and
         then went quiet for `settle_s` (a hang: provisional), or that have been quiet for `idle_s`."""
         rows = self._rows(
-            sql("SELECT * FROM attempts WHERE dirty=1 AND ((terminal_ns IS NOT NULL OR context IS NOT NULL"
-                " OR stalled_ns IS NOT NULL) AND activity <= ? OR activity <= ?) ORDER BY activity, id"),
-            (now - settle_s, now - idle_s))
+            sql(
+                "SELECT * FROM attempts WHERE dirty=1 AND ((terminal_ns IS NOT NULL OR context IS NOT NULL"
+                " OR stalled_ns IS NOT NULL) AND activity <= ? OR activity <= ?) ORDER BY activity, id"
+            ),
+            (now - settle_s, now - idle_s),
+        )
         return [self._attempt_row(r) for r in rows]
 
     def attempt_logs(self, attempt_id: int) -> list[LogRow]:
-        return [LogRow(*r) for r in self._rows(
-            sql("SELECT node, stream, kind, line, time_ns, body FROM log_entries WHERE attempt_id=? ORDER BY stream, id"),
-            (attempt_id,))]
+        return [
+            LogRow(*r)
+            for r in self._rows(
+                sql(
+                    "SELECT node, stream, kind, line, time_ns, body FROM log_entries WHERE attempt_id=? ORDER BY stream, id"
+                ),
+                (attempt_id,),
+            )
+        ]
 
     def node_logs(self, nodes: Sequence[str], start_ns: int, end_ns: int) -> list[LogRow]:
         if not nodes:
             return []
-        return [LogRow(*r) for r in self._rows(
-            sql("SELECT e.node, e.stream, e.kind, e.line, e.time_ns, e.body FROM log_entries e", _node_streams(len(nodes)),
-                " WHERE e.attempt_id IS NULL ORDER BY e.node, e.stream, e.id"),
-            (*nodes, start_ns, end_ns, *nodes, end_ns, start_ns))]
+        return [
+            LogRow(*r)
+            for r in self._rows(
+                sql(
+                    "SELECT e.node, e.stream, e.kind, e.line, e.time_ns, e.body FROM log_entries e",
+                    _node_streams(len(nodes)),
+                    " WHERE e.attempt_id IS NULL ORDER BY e.node, e.stream, e.id",
+                ),
+                (*nodes, start_ns, end_ns, *nodes, end_ns, start_ns),
+            )
+        ]
 
     def attempt_lines(self, attempt_id: int, start_ns: int, end_ns: int) -> list[LogLine]:
         """The rows of `attempt_logs` as the assembly reads them (base.LogLine: unsorted)."""
-        return self._tuples(sql("SELECT ", _LOG_LINE, " FROM log_entries e WHERE e.attempt_id=?", _ASSEMBLED),
-                            (start_ns, end_ns, attempt_id))
+        return self._tuples(
+            sql("SELECT ", _LOG_LINE, " FROM log_entries e WHERE e.attempt_id=?", _ASSEMBLED),
+            (start_ns, end_ns, attempt_id),
+        )
 
     def node_lines(self, nodes: Sequence[str], start_ns: int, end_ns: int) -> list[LogLine]:
         """The rows of `node_logs` as the assembly reads them (base.LogLine: unsorted)."""
         if not nodes:
             return []
         return self._tuples(
-            sql("SELECT ", _LOG_LINE, " FROM log_entries e", _node_streams(len(nodes)), " WHERE e.attempt_id IS NULL",
-                _ASSEMBLED), (start_ns, end_ns, *nodes, start_ns, end_ns, *nodes, end_ns, start_ns))
+            sql(
+                "SELECT ",
+                _LOG_LINE,
+                " FROM log_entries e",
+                _node_streams(len(nodes)),
+                " WHERE e.attempt_id IS NULL",
+                _ASSEMBLED,
+            ),
+            (start_ns, end_ns, *nodes, start_ns, end_ns, *nodes, end_ns, start_ns),
+        )
 
     def attempt_points(self, attempt_id: int) -> list[PointRow]:
-        return [self._point(r) for r in self._rows(
-            sql("SELECT * FROM metric_points WHERE attempt_id=? ORDER BY source, name, labels, time_ns"), (attempt_id,))]
+        return [
+            self._point(r)
+            for r in self._rows(
+                sql("SELECT * FROM metric_points WHERE attempt_id=? ORDER BY source, name, labels, time_ns"),
+                (attempt_id,),
+            )
+        ]
 
     def node_points(self, nodes: Sequence[str], start_ns: int, end_ns: int) -> list[PointRow]:
         if not nodes:
             return []
         in_nodes = placeholders(len(nodes))
-        return [self._point(r) for r in self._rows(
-            sql(f"SELECT * FROM metric_points WHERE attempt_id IS NULL AND node IN ({in_nodes}) AND time_ns BETWEEN ? AND ?"
-                " ORDER BY source, name, labels, time_ns"), (*nodes, start_ns, end_ns))]
+        return [
+            self._point(r)
+            for r in self._rows(
+                sql(
+                    f"SELECT * FROM metric_points WHERE attempt_id IS NULL AND node IN ({in_nodes}) AND time_ns BETWEEN ? AND ?"
+                    " ORDER BY source, name, labels, time_ns"
+                ),
+                (*nodes, start_ns, end_ns),
+            )
+        ]
 
     @staticmethod
     def _point(r: sqlite3.Row) -> PointRow:
@@ -377,80 +545,147 @@ class SQLiteStore:
 
     def known_nodes(self) -> list[str]:
         """Nodes that have node-scoped data (for matching FQDNs and aliases to an attempt's names)."""
-        return [r[0] for r in self._rows(
-            sql("SELECT DISTINCT node FROM log_entries WHERE attempt_id IS NULL AND node IS NOT NULL"
-                " UNION SELECT DISTINCT node FROM metric_points WHERE attempt_id IS NULL AND node IS NOT NULL"))]
+        return [
+            r[0]
+            for r in self._rows(
+                sql(
+                    "SELECT DISTINCT node FROM log_entries WHERE attempt_id IS NULL AND node IS NOT NULL"
+                    " UNION SELECT DISTINCT node FROM metric_points WHERE attempt_id IS NULL AND node IS NOT NULL"
+                )
+            )
+        ]
 
     def drops(self, attempt_id: int, nodes: Sequence[str]) -> dict[tuple[str, str], int]:
         in_nodes = placeholders(len(nodes)) if nodes else "''"
-        return {(r["node"], r["stream"]): r["dropped"] for r in self._rows(
-            sql(f"SELECT node, stream, dropped FROM stream_drops WHERE scope=? OR (scope='' AND node IN ({in_nodes}))"),
-            (str(attempt_id), *nodes))}
+        return {
+            (r["node"], r["stream"]): r["dropped"]
+            for r in self._rows(
+                sql(
+                    f"SELECT node, stream, dropped FROM stream_drops WHERE scope=? OR (scope='' AND node IN ({in_nodes}))"
+                ),
+                (str(attempt_id), *nodes),
+            )
+        }
 
     # ----------------------------------------------------------------------------------- compaction
 
     def compaction_due(self, cutoff: float, limit: int) -> list[StreamKey]:
         """Text streams with lines received before `cutoff` that compaction has not looked at."""
-        return [StreamKey(r["attempt_id"], r["node"], r["stream"]) for r in self._rows(
-            sql("SELECT DISTINCT attempt_id, node, stream FROM log_entries WHERE compacted = 0 AND kind = 'text'"
-                " AND received < ? ORDER BY attempt_id NULLS FIRST, node NULLS FIRST, stream LIMIT ?"), (cutoff, limit))]
+        return [
+            StreamKey(r["attempt_id"], r["node"], r["stream"])
+            for r in self._rows(
+                sql(
+                    "SELECT DISTINCT attempt_id, node, stream FROM log_entries WHERE compacted = 0 AND kind = 'text'"
+                    " AND received < ? ORDER BY attempt_id NULLS FIRST, node NULLS FIRST, stream LIMIT ?"
+                ),
+                (cutoff, limit),
+            )
+        ]
 
     def stream_lines(self, key: StreamKey, *, live_only: bool = False) -> list[StreamLine]:
         """A text stream's rows in arrival order; `live_only`: without the blanked ones (tombstones)."""
-        where = ["stream = ?", "kind = 'text'", "attempt_id IS NULL" if key.attempt_id is None else "attempt_id = ?",
-                 "node IS NULL" if key.node is None else "node = ?"]
-        args: list[Any] = [key.stream, *([] if key.attempt_id is None else [key.attempt_id]),
-                           *([] if key.node is None else [key.node])]
+        where = [
+            "stream = ?",
+            "kind = 'text'",
+            "attempt_id IS NULL" if key.attempt_id is None else "attempt_id = ?",
+            "node IS NULL" if key.node is None else "node = ?",
+        ]
+        args: list[Any] = [
+            key.stream,
+            *([] if key.attempt_id is None else [key.attempt_id]),
+            *([] if key.node is None else [key.node]),
+        ]
         if live_only:
             where.append("compacted < 2")
-        return [StreamLine(r["id"], r["line"], r["body"], r["received"], r["compacted"]) for r in self._rows(
-            sql(f"SELECT id, line, body, received, compacted FROM log_entries WHERE {' AND '.join(where)} ORDER BY id"),
-            args)]
+        return [
+            StreamLine(r["id"], r["line"], r["body"], r["received"], r["compacted"])
+            for r in self._rows(
+                sql(
+                    f"SELECT id, line, body, received, compacted FROM log_entries WHERE {' AND '.join(where)} ORDER BY id"
+                ),
+                args,
+            )
+        ]
 
     def compact(self, blank: Sequence[int], keep: Sequence[int]) -> None:
         """Blank the text of lines no extraction can read (the row stays: its line number, time and
         dedup key keep line references, coverage counts and retries exact) and mark the rest kept."""
         with self._tx() as db:
             for i in range(0, len(blank), 500):
-                part = blank[i:i + 500]
-                db.execute(sql(f"UPDATE log_entries SET body = '', compacted = 2 WHERE id IN ({placeholders(len(part))})"),
-                           part)
+                part = blank[i : i + 500]
+                db.execute(
+                    sql(
+                        f"UPDATE log_entries SET body = '', compacted = 2 WHERE id IN ({placeholders(len(part))})"
+                    ),
+                    part,
+                )
             for i in range(0, len(keep), 500):
-                part = keep[i:i + 500]
-                db.execute(sql(f"UPDATE log_entries SET compacted = 1 WHERE id IN ({placeholders(len(part))})"), part)
+                part = keep[i : i + 500]
+                db.execute(
+                    sql(f"UPDATE log_entries SET compacted = 1 WHERE id IN ({placeholders(len(part))})"), part
+                )
 
     def collapse_due(self, cutoff: float, limit: int) -> list[StreamKey]:
         """Streams with lines blanked before `cutoff` not yet merged into gap rows."""
-        return [StreamKey(r["attempt_id"], r["node"], r["stream"]) for r in self._rows(
-            sql("SELECT DISTINCT attempt_id, node, stream FROM log_entries WHERE compacted = 2 AND received < ?"
-                " AND line IS NOT NULL"
-                " ORDER BY attempt_id NULLS FIRST, node NULLS FIRST, stream LIMIT ?"), (cutoff, limit))]
+        return [
+            StreamKey(r["attempt_id"], r["node"], r["stream"])
+            for r in self._rows(
+                sql(
+                    "SELECT DISTINCT attempt_id, node, stream FROM log_entries WHERE compacted = 2 AND received < ?"
+                    " AND line IS NOT NULL"
+                    " ORDER BY attempt_id NULLS FIRST, node NULLS FIRST, stream LIMIT ?"
+                ),
+                (cutoff, limit),
+            )
+        ]
 
     def stream_tombstones(self, key: StreamKey) -> list[StreamLine]:
         """A stream's blanked lines and gap rows (compacted 2 and 3), arrival order."""
-        where = ["stream = ?", "compacted >= 2", "attempt_id IS NULL" if key.attempt_id is None else "attempt_id = ?",
-                 "node IS NULL" if key.node is None else "node = ?"]
-        args: list[Any] = [key.stream, *([] if key.attempt_id is None else [key.attempt_id]),
-                           *([] if key.node is None else [key.node])]
-        return [StreamLine(r["id"], r["line"], r["body"], r["received"], r["compacted"]) for r in self._rows(
-            sql(f"SELECT id, line, body, received, compacted FROM log_entries WHERE {' AND '.join(where)} ORDER BY id"),
-            args)]
+        where = [
+            "stream = ?",
+            "compacted >= 2",
+            "attempt_id IS NULL" if key.attempt_id is None else "attempt_id = ?",
+            "node IS NULL" if key.node is None else "node = ?",
+        ]
+        args: list[Any] = [
+            key.stream,
+            *([] if key.attempt_id is None else [key.attempt_id]),
+            *([] if key.node is None else [key.node]),
+        ]
+        return [
+            StreamLine(r["id"], r["line"], r["body"], r["received"], r["compacted"])
+            for r in self._rows(
+                sql(
+                    f"SELECT id, line, body, received, compacted FROM log_entries WHERE {' AND '.join(where)} ORDER BY id"
+                ),
+                args,
+            )
+        ]
 
     def collapse(self, runs: Sequence[tuple[int, int, Sequence[int]]]) -> None:
         """Each run (row kept, lines it stands for, rows merged into it): the kept row becomes the run's
         gap row, the others go."""
         with self._tx() as db:
             for keep, lines, drop in runs:
-                db.execute(sql("UPDATE log_entries SET kind = 'gap', body = ?, compacted = 3 WHERE id = ?"),
-                           (str(lines), keep))
+                db.execute(
+                    sql("UPDATE log_entries SET kind = 'gap', body = ?, compacted = 3 WHERE id = ?"),
+                    (str(lines), keep),
+                )
                 for i in range(0, len(drop), 500):
-                    part = list(drop[i:i + 500])
+                    part = list(drop[i : i + 500])
                     db.execute(sql(f"DELETE FROM log_entries WHERE id IN ({placeholders(len(part))})"), part)
 
     # ----------------------------------------------------------------------------------- diagnoses
 
-    def put_diagnosis(self, attempt_id: int, body: str, summary: dict[str, Any], provisional: bool,
-                      analyzed_from: float, provenance: dict[str, Any] | None = None) -> int:
+    def put_diagnosis(
+        self,
+        attempt_id: int,
+        body: str,
+        summary: dict[str, Any],
+        provisional: bool,
+        analyzed_from: float,
+        provenance: dict[str, Any] | None = None,
+    ) -> int:
         """Store the attempt's current diagnosis and clear its dirty flag unless data arrived after
         `analyzed_from` (the wall time the analysis read the store). A verdict that differs from the
         attempt's last one is kept as a new revision with its `provenance`; the same verdict again
@@ -462,24 +697,49 @@ class SQLiteStore:
             # Lock the attempt's row first (PostgreSQL: replicas analysing one attempt at once queue
             # here, and the second then sees the first's diagnosis; SQLite has one writer anyway).
             db.execute(sql("UPDATE attempts SET analyzed_at=analyzed_at WHERE id=?"), (attempt_id,))
-            last = db.execute(sql("SELECT revision, body, provenance FROM diagnosis_revisions WHERE workload=? AND attempt=?"
-                                  " ORDER BY revision DESC LIMIT 1"), (summary["workload"], summary["attempt"])).fetchone()
+            last = db.execute(
+                sql(
+                    "SELECT revision, body, provenance FROM diagnosis_revisions WHERE workload=? AND attempt=?"
+                    " ORDER BY revision DESC LIMIT 1"
+                ),
+                (summary["workload"], summary["attempt"]),
+            ).fetchone()
             if last is not None and last["body"] == body:
                 revision, prov = int(last["revision"]), last["provenance"]
             else:
                 revision = 1 if last is None else int(last["revision"]) + 1
                 db.execute(
-                    sql("INSERT INTO diagnosis_revisions (workload, attempt, revision, diagnosis_id, outcome, domain,"
-                        " subdomain, provisional, created, provenance, body) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"),
-                    (summary["workload"], summary["attempt"], revision, summary["id"], summary["outcome"],
-                     summary.get("domain"), summary.get("subdomain"), int(provisional), time.time(), prov, body))
-            prev = db.execute(sql("SELECT body, provisional FROM diagnoses WHERE attempt_id=? AND id=?"),
-                              (attempt_id, summary["id"])).fetchone()
+                    sql(
+                        "INSERT INTO diagnosis_revisions (workload, attempt, revision, diagnosis_id, outcome, domain,"
+                        " subdomain, provisional, created, provenance, body) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                    ),
+                    (
+                        summary["workload"],
+                        summary["attempt"],
+                        revision,
+                        summary["id"],
+                        summary["outcome"],
+                        summary.get("domain"),
+                        summary.get("subdomain"),
+                        int(provisional),
+                        time.time(),
+                        prov,
+                        body,
+                    ),
+                )
+            prev = db.execute(
+                sql("SELECT body, provisional FROM diagnoses WHERE attempt_id=? AND id=?"),
+                (attempt_id, summary["id"]),
+            ).fetchone()
             if prev is None or prev[0] != body or bool(prev[1]) != provisional:
                 self._replace_diagnosis(db, attempt_id, body, summary, provisional, revision, prov)
-            db.execute(sql("UPDATE attempts SET analyzed_at=?, dirty=CASE WHEN activity > ? THEN 1 ELSE 0 END,"
-                           " failure=NULL, failed_at=NULL, analysing_since=NULL, interrupted=0 WHERE id=?"),
-                       (time.time(), analyzed_from, attempt_id))
+            db.execute(
+                sql(
+                    "UPDATE attempts SET analyzed_at=?, dirty=CASE WHEN activity > ? THEN 1 ELSE 0 END,"
+                    " failure=NULL, failed_at=NULL, analysing_since=NULL, interrupted=0 WHERE id=?"
+                ),
+                (time.time(), analyzed_from, attempt_id),
+            )
         return revision
 
     # ----------------------------------------------------------------------------------- quarantine
@@ -494,60 +754,138 @@ class SQLiteStore:
         """Record why the analysis failed; the attempt is not due again unless data arrived after
         `analyzed_from` (the wall time the analysis read the store)."""
         with self._tx() as db:
-            db.execute(sql("UPDATE attempts SET failure=?, failed_at=?, analysing_since=NULL, interrupted=0,"
-                           " dirty=CASE WHEN activity > ? THEN 1 ELSE 0 END WHERE id=?"),
-                       (reason, now, analyzed_from, attempt_id))
+            db.execute(
+                sql(
+                    "UPDATE attempts SET failure=?, failed_at=?, analysing_since=NULL, interrupted=0,"
+                    " dirty=CASE WHEN activity > ? THEN 1 ELSE 0 END WHERE id=?"
+                ),
+                (reason, now, analyzed_from, attempt_id),
+            )
 
     def recover_interrupted(self, now: float, quarantine_after: int) -> list[AttemptRow]:
         """At start: attempts whose analysis a previous process died in. Each is counted; one that
         has now been interrupted `quarantine_after` times in a row is failed (not due) with the
         reason. Returns the attempts quarantined now."""
         with self._tx() as db:
-            db.execute(sql("UPDATE attempts SET interrupted=interrupted+1, analysing_since=NULL"
-                           " WHERE analysing_since IS NOT NULL"))
-            ids = [r[0] for r in db.execute(
-                sql("SELECT id FROM attempts WHERE interrupted >= ? AND failure IS NULL"), (quarantine_after,)).fetchall()]
+            db.execute(
+                sql(
+                    "UPDATE attempts SET interrupted=interrupted+1, analysing_since=NULL"
+                    " WHERE analysing_since IS NOT NULL"
+                )
+            )
+            ids = [
+                r[0]
+                for r in db.execute(
+                    sql("SELECT id FROM attempts WHERE interrupted >= ? AND failure IS NULL"),
+                    (quarantine_after,),
+                ).fetchall()
+            ]
             for aid in ids:
-                db.execute(sql("UPDATE attempts SET failure=?, failed_at=?, dirty=0, interrupted=0 WHERE id=?"),
-                           (f"the server stopped during the analysis of this attempt {quarantine_after} times in a "
-                            "row (out of memory or killed): not analysed again until new data arrives or it is "
-                            "asked for", now, aid))
-        return [self._attempt_row(r) for aid in ids for r in self._rows(sql("SELECT * FROM attempts WHERE id=?"), (aid,))]
+                db.execute(
+                    sql("UPDATE attempts SET failure=?, failed_at=?, dirty=0, interrupted=0 WHERE id=?"),
+                    (
+                        f"the server stopped during the analysis of this attempt {quarantine_after} times in a "
+                        "row (out of memory or killed): not analysed again until new data arrives or it is "
+                        "asked for",
+                        now,
+                        aid,
+                    ),
+                )
+        return [
+            self._attempt_row(r)
+            for aid in ids
+            for r in self._rows(sql("SELECT * FROM attempts WHERE id=?"), (aid,))
+        ]
 
     def failed_attempts(self, limit: int) -> list[AttemptRow]:
         """Attempts whose last analysis failed, newest failure first."""
-        return [self._attempt_row(r) for r in self._rows(
-            sql("SELECT * FROM attempts WHERE failure IS NOT NULL ORDER BY failed_at DESC NULLS LAST, id LIMIT ?"), (limit,))]
+        return [
+            self._attempt_row(r)
+            for r in self._rows(
+                sql(
+                    "SELECT * FROM attempts WHERE failure IS NOT NULL ORDER BY failed_at DESC NULLS LAST, id LIMIT ?"
+                ),
+                (limit,),
+            )
+        ]
 
-    def _replace_diagnosis(self, db: Any, attempt_id: int, body: str, summary: dict[str, Any],
-                           provisional: bool, revision: int, prov: str) -> None:
+    def _replace_diagnosis(
+        self,
+        db: Any,
+        attempt_id: int,
+        body: str,
+        summary: dict[str, Any],
+        provisional: bool,
+        revision: int,
+        prov: str,
+    ) -> None:
         db.execute(sql("DELETE FROM diagnoses WHERE attempt_id=? OR id=?"), (attempt_id, summary["id"]))
         db.execute(
-            sql("INSERT INTO diagnoses (id, attempt_id, workload, attempt, cluster, outcome, domain, subdomain,"
+            sql(
+                "INSERT INTO diagnoses (id, attempt_id, workload, attempt, cluster, outcome, domain, subdomain,"
                 " terminal_state, provisional, window_start_ns, window_end_ns, created, body, revision, provenance)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"),
-            (summary["id"], attempt_id, summary["workload"], summary["attempt"], summary.get("cluster"),
-             summary["outcome"], summary.get("domain"), summary.get("subdomain"), summary.get("terminal_state"),
-             int(provisional), summary.get("window_start_ns"), summary.get("window_end_ns"), time.time(), body,
-             revision, prov))
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            ),
+            (
+                summary["id"],
+                attempt_id,
+                summary["workload"],
+                summary["attempt"],
+                summary.get("cluster"),
+                summary["outcome"],
+                summary.get("domain"),
+                summary.get("subdomain"),
+                summary.get("terminal_state"),
+                int(provisional),
+                summary.get("window_start_ns"),
+                summary.get("window_end_ns"),
+                time.time(),
+                body,
+                revision,
+                prov,
+            ),
+        )
         _insert_marks(db, summary["id"], summary.get("marks", []))
-        db.executemany(sql("INSERT INTO diagnosis_nodes VALUES (?, ?, ?) ON CONFLICT DO NOTHING"),
-                       [(summary["id"], n, "culprit") for n in summary.get("culprits", [])]
-                       + [(summary["id"], n, "affected") for n in summary.get("affected", [])])
+        db.executemany(
+            sql("INSERT INTO diagnosis_nodes VALUES (?, ?, ?) ON CONFLICT DO NOTHING"),
+            [(summary["id"], n, "culprit") for n in summary.get("culprits", [])]
+            + [(summary["id"], n, "affected") for n in summary.get("affected", [])],
+        )
         now = time.time()  # the outbox: a changed diagnosis is sent again, afresh
-        db.executemany(sql("INSERT INTO exports (diagnosis_id, exporter, created, due) VALUES (?, ?, ?, ?)"
-                           " ON CONFLICT (diagnosis_id, exporter) DO UPDATE SET created=excluded.created,"
-                           " due=excluded.due, attempts=0, last_error=NULL"),
-                       [(summary["id"], name, now, now) for name in self.exporters])
+        db.executemany(
+            sql(
+                "INSERT INTO exports (diagnosis_id, exporter, created, due) VALUES (?, ?, ?, ?)"
+                " ON CONFLICT (diagnosis_id, exporter) DO UPDATE SET created=excluded.created,"
+                " due=excluded.due, attempts=0, last_error=NULL"
+            ),
+            [(summary["id"], name, now, now) for name in self.exporters],
+        )
 
     def _diag(self, r: sqlite3.Row) -> DiagnosisRow:
-        nodes = [x[0] for x in self._rows(
-            sql("SELECT node FROM diagnosis_nodes WHERE diagnosis_id=? AND role='culprit' ORDER BY node"), (r["id"],))]
-        return DiagnosisRow(id=r["id"], workload=r["workload"], attempt=r["attempt"], cluster=r["cluster"],
-                            outcome=r["outcome"], domain=r["domain"], subdomain=r["subdomain"],
-                            provisional=bool(r["provisional"]), created=r["created"], body=r["body"], nodes=nodes,
-                            window_start_ns=r["window_start_ns"], window_end_ns=r["window_end_ns"],
-                            revision=int(r["revision"]), provenance=json.loads(r["provenance"]) if r["provenance"] else None)
+        nodes = [
+            x[0]
+            for x in self._rows(
+                sql("SELECT node FROM diagnosis_nodes WHERE diagnosis_id=? AND role='culprit' ORDER BY node"),
+                (r["id"],),
+            )
+        ]
+        return DiagnosisRow(
+            id=r["id"],
+            workload=r["workload"],
+            attempt=r["attempt"],
+            cluster=r["cluster"],
+            outcome=r["outcome"],
+            domain=r["domain"],
+            subdomain=r["subdomain"],
+            provisional=bool(r["provisional"]),
+            created=r["created"],
+            body=r["body"],
+            nodes=nodes,
+            window_start_ns=r["window_start_ns"],
+            window_end_ns=r["window_end_ns"],
+            revision=int(r["revision"]),
+            provenance=json.loads(r["provenance"]) if r["provenance"] else None,
+        )
 
     def get_diagnosis(self, diagnosis_id: str) -> DiagnosisRow | None:
         rows = self._rows(sql("SELECT * FROM diagnoses WHERE id=?"), (diagnosis_id,))
@@ -555,16 +893,34 @@ class SQLiteStore:
 
     def diagnosis_revisions(self, diagnosis_id: str) -> list[RevisionRow]:
         """Every revision of the attempt a diagnosis id (current or superseded) belongs to, oldest first."""
-        owner = self._rows(sql("SELECT workload, attempt FROM diagnosis_revisions WHERE diagnosis_id=?"
-                               " ORDER BY revision DESC LIMIT 1"), (diagnosis_id,))
+        owner = self._rows(
+            sql(
+                "SELECT workload, attempt FROM diagnosis_revisions WHERE diagnosis_id=?"
+                " ORDER BY revision DESC LIMIT 1"
+            ),
+            (diagnosis_id,),
+        )
         if not owner:
             return []
-        return [RevisionRow(revision=int(r["revision"]), diagnosis_id=r["diagnosis_id"], workload=r["workload"],
-                            attempt=int(r["attempt"]), outcome=r["outcome"], domain=r["domain"], subdomain=r["subdomain"],
-                            provisional=bool(r["provisional"]), created=r["created"],
-                            provenance=json.loads(r["provenance"]), body=r["body"])
-                for r in self._rows(sql("SELECT * FROM diagnosis_revisions WHERE workload=? AND attempt=? ORDER BY revision"),
-                                    (owner[0]["workload"], owner[0]["attempt"]))]
+        return [
+            RevisionRow(
+                revision=int(r["revision"]),
+                diagnosis_id=r["diagnosis_id"],
+                workload=r["workload"],
+                attempt=int(r["attempt"]),
+                outcome=r["outcome"],
+                domain=r["domain"],
+                subdomain=r["subdomain"],
+                provisional=bool(r["provisional"]),
+                created=r["created"],
+                provenance=json.loads(r["provenance"]),
+                body=r["body"],
+            )
+            for r in self._rows(
+                sql("SELECT * FROM diagnosis_revisions WHERE workload=? AND attempt=? ORDER BY revision"),
+                (owner[0]["workload"], owner[0]["attempt"]),
+            )
+        ]
 
     def list_diagnoses(self, flt: DiagnosisFilter) -> list[DiagnosisRow]:
         """Newest window end first, then by id; `flt.after` continues a page where the last one ended."""
@@ -578,8 +934,11 @@ class SQLiteStore:
                 where.append("(window_end_ns < ? OR (window_end_ns = ? AND id > ?) OR window_end_ns IS NULL)")
                 args.extend((end, end, last))
         # NULL windows last, as SQLite orders a descending column by itself
-        statement = sql("SELECT * FROM diagnoses" + (" WHERE " + " AND ".join(where) if where else "")
-                        + " ORDER BY window_end_ns DESC NULLS LAST, id LIMIT ?")
+        statement = sql(
+            "SELECT * FROM diagnoses"
+            + (" WHERE " + " AND ".join(where) if where else "")
+            + " ORDER BY window_end_ns DESC NULLS LAST, id LIMIT ?"
+        )
         args.append(max(1, min(flt.limit, 1000)))
         return [self._diag(r) for r in self._rows(statement, args)]
 
@@ -598,8 +957,12 @@ class SQLiteStore:
     def _diagnosis_where(flt: DiagnosisFilter) -> tuple[list[str], list[Any]]:
         where: list[str] = []
         args: list[Any] = []
-        for column, value in (("cluster", flt.cluster), ("outcome", flt.outcome), ("domain", flt.domain),
-                              ("workload", flt.workload)):
+        for column, value in (
+            ("cluster", flt.cluster),
+            ("outcome", flt.outcome),
+            ("domain", flt.domain),
+            ("workload", flt.workload),
+        ):
             if value is not None:
                 where.append(f"{column}=?")
                 args.append(value)
@@ -622,19 +985,45 @@ class SQLiteStore:
 
     def fleet_marks(self, since_s: float) -> list[FleetMark]:
         """The marks of final diagnoses whose failure happened at or after `since_s`, oldest first."""
-        return [FleetMark(diagnosis_id=r["diagnosis_id"], workload=r["workload"], attempt=int(r["attempt"]),
-                          cluster=r["cluster"], time_s=float(r["time_s"]), role=r["role"], kind=r["kind"], node=r["node"],
-                          component=r["component"], domain=r["domain"], subdomain=r["subdomain"], rule=r["rule"],
-                          detail=r["detail"])
-                for r in self._rows(sql("SELECT m.* FROM fleet_marks m JOIN diagnoses d ON d.id = m.diagnosis_id"
-                                        " WHERE d.provisional=0 AND m.time_s >= ?"
-                                        " ORDER BY m.time_s, m.diagnosis_id, m.role, m.kind, m.node, m.component,"
-                                        " m.rule, m.detail"), (since_s,))]
+        return [
+            FleetMark(
+                diagnosis_id=r["diagnosis_id"],
+                workload=r["workload"],
+                attempt=int(r["attempt"]),
+                cluster=r["cluster"],
+                time_s=float(r["time_s"]),
+                role=r["role"],
+                kind=r["kind"],
+                node=r["node"],
+                component=r["component"],
+                domain=r["domain"],
+                subdomain=r["subdomain"],
+                rule=r["rule"],
+                detail=r["detail"],
+            )
+            for r in self._rows(
+                sql(
+                    "SELECT m.* FROM fleet_marks m JOIN diagnoses d ON d.id = m.diagnosis_id"
+                    " WHERE d.provisional=0 AND m.time_s >= ?"
+                    " ORDER BY m.time_s, m.diagnosis_id, m.role, m.kind, m.node, m.component,"
+                    " m.rule, m.detail"
+                ),
+                (since_s,),
+            )
+        ]
 
     def fleet_pending(self, limit: int) -> list[tuple[str, str]]:
         """(id, body) of diagnoses stored before fleet memory existed, not marked yet (migration 11)."""
-        return [(r[0], r[1]) for r in self._rows(sql("SELECT d.id, d.body FROM fleet_pending p JOIN diagnoses d"
-                                                     " ON d.id = p.diagnosis_id ORDER BY d.id LIMIT ?"), (limit,))]
+        return [
+            (r[0], r[1])
+            for r in self._rows(
+                sql(
+                    "SELECT d.id, d.body FROM fleet_pending p JOIN diagnoses d"
+                    " ON d.id = p.diagnosis_id ORDER BY d.id LIMIT ?"
+                ),
+                (limit,),
+            )
+        ]
 
     def put_fleet_marks(self, diagnosis_id: str, marks: Sequence[FleetMark]) -> None:
         """The marks of a diagnosis stored before fleet memory; it leaves the pending list."""
@@ -652,28 +1041,46 @@ class SQLiteStore:
             removed += db.execute(sql("DELETE FROM log_entries WHERE received < ?"), (cutoff,)).rowcount
             removed += db.execute(sql("DELETE FROM metric_points WHERE received < ?"), (cutoff,)).rowcount
             over = db.execute(
-                sql("SELECT COALESCE(CAST(attempt_id AS TEXT), '') AS scope, COALESCE(node, '') AS node, stream, COUNT(*) AS n"
-                    " FROM log_entries GROUP BY attempt_id, node, stream HAVING COUNT(*) > ?"),
-                (retention.max_lines_per_stream,)).fetchall()
+                sql(
+                    "SELECT COALESCE(CAST(attempt_id AS TEXT), '') AS scope, COALESCE(node, '') AS node, stream, COUNT(*) AS n"
+                    " FROM log_entries GROUP BY attempt_id, node, stream HAVING COUNT(*) > ?"
+                ),
+                (retention.max_lines_per_stream,),
+            ).fetchall()
             for r in over:
                 extra = r["n"] - retention.max_lines_per_stream
                 scope_sql = "attempt_id IS NULL" if r["scope"] == "" else "attempt_id = ?"
                 scope_args: tuple[Any, ...] = () if r["scope"] == "" else (int(r["scope"]),)
                 ids = db.execute(
-                    sql(f"SELECT id FROM log_entries WHERE {scope_sql} AND COALESCE(node, '') = ? AND stream = ?"
-                        " ORDER BY time_ns, line NULLS FIRST, id LIMIT ?"), (*scope_args, r["node"], r["stream"], extra)).fetchall()
+                    sql(
+                        f"SELECT id FROM log_entries WHERE {scope_sql} AND COALESCE(node, '') = ? AND stream = ?"
+                        " ORDER BY time_ns, line NULLS FIRST, id LIMIT ?"
+                    ),
+                    (*scope_args, r["node"], r["stream"], extra),
+                ).fetchall()
                 db.executemany(sql("DELETE FROM log_entries WHERE id=?"), [(i[0],) for i in ids])
-                db.execute(sql("INSERT INTO stream_drops VALUES (?, ?, ?, ?) ON CONFLICT (scope, node, stream)"
-                               " DO UPDATE SET dropped = stream_drops.dropped + excluded.dropped"),
-                           (str(r["scope"]), r["node"], r["stream"], len(ids)))
+                db.execute(
+                    sql(
+                        "INSERT INTO stream_drops VALUES (?, ?, ?, ?) ON CONFLICT (scope, node, stream)"
+                        " DO UPDATE SET dropped = stream_drops.dropped + excluded.dropped"
+                    ),
+                    (str(r["scope"]), r["node"], r["stream"], len(ids)),
+                )
                 removed += len(ids)
-            removed += db.execute(sql("DELETE FROM diagnoses WHERE created < ?"),
-                                  (now - retention.diagnoses_max_age_s,)).rowcount
-            removed += db.execute(sql("DELETE FROM diagnosis_revisions WHERE created < ?"),
-                                  (now - retention.diagnoses_max_age_s,)).rowcount
             removed += db.execute(
-                sql("DELETE FROM attempts WHERE activity < ? AND id NOT IN (SELECT attempt_id FROM diagnoses"
-                    " WHERE attempt_id IS NOT NULL)"), (cutoff,)).rowcount
+                sql("DELETE FROM diagnoses WHERE created < ?"), (now - retention.diagnoses_max_age_s,)
+            ).rowcount
+            removed += db.execute(
+                sql("DELETE FROM diagnosis_revisions WHERE created < ?"),
+                (now - retention.diagnoses_max_age_s,),
+            ).rowcount
+            removed += db.execute(
+                sql(
+                    "DELETE FROM attempts WHERE activity < ? AND id NOT IN (SELECT attempt_id FROM diagnoses"
+                    " WHERE attempt_id IS NOT NULL)"
+                ),
+                (cutoff,),
+            ).rowcount
         return removed
 
     def stats(self) -> dict[str, int]:
@@ -682,12 +1089,20 @@ class SQLiteStore:
             out[table] = int(self._rows(sql(f"SELECT COUNT(*) FROM {table}"))[0][0])
         # log records held: a gap row stands for the run of lines it replaced (server/arrival.py)
         out["log_rows"] = out["log_entries"]
-        out["log_entries"] = int(self._rows(
-            sql("SELECT COALESCE(SUM(CASE WHEN kind = 'gap' THEN CAST(body AS INTEGER) ELSE 1 END), 0) FROM log_entries"))[0][0])
+        out["log_entries"] = int(
+            self._rows(
+                sql(
+                    "SELECT COALESCE(SUM(CASE WHEN kind = 'gap' THEN CAST(body AS INTEGER) ELSE 1 END), 0) FROM log_entries"
+                )
+            )[0][0]
+        )
         # awaiting a verdict: never analysed, or data arrived since the last analysis
-        out["attempts_open"] = int(self._rows(
-            sql("SELECT COUNT(*) FROM attempts WHERE dirty=1 OR analyzed_at IS NULL"))[0][0])
-        out["attempts_failed"] = int(self._rows(sql("SELECT COUNT(*) FROM attempts WHERE failure IS NOT NULL"))[0][0])
+        out["attempts_open"] = int(
+            self._rows(sql("SELECT COUNT(*) FROM attempts WHERE dirty=1 OR analyzed_at IS NULL"))[0][0]
+        )
+        out["attempts_failed"] = int(
+            self._rows(sql("SELECT COUNT(*) FROM attempts WHERE failure IS NOT NULL"))[0][0]
+        )
         return out
 
     # ----------------------------------------------------------------------------------- outbox
@@ -695,14 +1110,31 @@ class SQLiteStore:
     def claim_exports(self, exporter: str, now: float, limit: int, lease_s: float) -> list[PendingExport]:
         """The oldest due rows of one exporter, leased for `lease_s` so another replica skips them."""
         with self._tx() as db:
-            rows = db.execute(sql("SELECT * FROM exports WHERE exporter=? AND due<=? ORDER BY created, id LIMIT ?"),
-                              (exporter, now, limit)).fetchall()
+            rows = db.execute(
+                sql("SELECT * FROM exports WHERE exporter=? AND due<=? ORDER BY created, id LIMIT ?"),
+                (exporter, now, limit),
+            ).fetchall()
             # Conditional, row by row: in PostgreSQL another replica may have selected the same rows; its
             # update waits for ours, then finds `due` in the future and takes nothing (no double delivery).
-            rows = [r for r in rows if db.execute(sql("UPDATE exports SET due=? WHERE id=? AND due<=?"),
-                                                  (now + lease_s, r["id"], now)).rowcount == 1]
-        return [PendingExport(id=r["id"], exporter=r["exporter"], diagnosis_id=r["diagnosis_id"], created=r["created"],
-                              attempts=r["attempts"], diagnosis=self.get_diagnosis(r["diagnosis_id"])) for r in rows]
+            rows = [
+                r
+                for r in rows
+                if db.execute(
+                    sql("UPDATE exports SET due=? WHERE id=? AND due<=?"), (now + lease_s, r["id"], now)
+                ).rowcount
+                == 1
+            ]
+        return [
+            PendingExport(
+                id=r["id"],
+                exporter=r["exporter"],
+                diagnosis_id=r["diagnosis_id"],
+                created=r["created"],
+                attempts=r["attempts"],
+                diagnosis=self.get_diagnosis(r["diagnosis_id"]),
+            )
+            for r in rows
+        ]
 
     def finish_exports(self, ids: Sequence[int]) -> None:
         """Delivered, or given up on: the rows leave the outbox."""
@@ -711,34 +1143,72 @@ class SQLiteStore:
 
     def retry_exports(self, ids: Sequence[int], due: float, error: str) -> None:
         with self._tx() as db:
-            db.executemany(sql("UPDATE exports SET due=?, attempts=attempts+1, last_error=? WHERE id=?"),
-                           [(due, error[:500], i) for i in ids])
+            db.executemany(
+                sql("UPDATE exports SET due=?, attempts=attempts+1, last_error=? WHERE id=?"),
+                [(due, error[:500], i) for i in ids],
+            )
 
     def export_backlog(self) -> dict[str, tuple[int, float]]:
         """Per exporter: rows waiting, and the time the oldest of them was stored."""
-        return {r[0]: (int(r[1]), float(r[2])) for r in self._rows(
-            sql("SELECT exporter, COUNT(*), MIN(created) FROM exports GROUP BY exporter"))}
+        return {
+            r[0]: (int(r[1]), float(r[2]))
+            for r in self._rows(sql("SELECT exporter, COUNT(*), MIN(created) FROM exports GROUP BY exporter"))
+        }
 
     def diagnosis_facts(self, since: float) -> list[DiagnosisFacts]:
         """Final diagnoses stored since `since`, with their culprit nodes and root-cause components."""
         culprits: dict[str, list[str]] = {}
-        for r in self._rows(sql("SELECT n.diagnosis_id, n.node FROM diagnosis_nodes n JOIN diagnoses d ON d.id = n.diagnosis_id"
-                                " WHERE n.role='culprit' AND d.created >= ? AND d.provisional=0 ORDER BY n.node"), (since,)):
+        for r in self._rows(
+            sql(
+                "SELECT n.diagnosis_id, n.node FROM diagnosis_nodes n JOIN diagnoses d ON d.id = n.diagnosis_id"
+                " WHERE n.role='culprit' AND d.created >= ? AND d.provisional=0 ORDER BY n.node"
+            ),
+            (since,),
+        ):
             culprits.setdefault(r[0], []).append(r[1])
         out: list[DiagnosisFacts] = []
-        for r in self._rows(sql("SELECT id, cluster, outcome, domain, subdomain, ",
-                                json_text("body", "root_cause", "components"), " AS components"
-                                " FROM diagnoses WHERE created >= ? AND provisional=0 ORDER BY id"), (since,)):
+        for r in self._rows(
+            sql(
+                "SELECT id, cluster, outcome, domain, subdomain, ",
+                json_text("body", "root_cause", "components"),
+                " AS components FROM diagnoses WHERE created >= ? AND provisional=0 ORDER BY id",
+            ),
+            (since,),
+        ):
             comps = json.loads(r["components"]) if r["components"] else []
-            out.append(DiagnosisFacts(
-                id=r["id"], cluster=r["cluster"], outcome=r["outcome"], domain=r["domain"], subdomain=r["subdomain"],
-                culprits=culprits.get(r["id"], []),
-                components=[(str(c.get("node")), str(c.get("kind")), str(c.get("id"))) for c in comps]))
+            out.append(
+                DiagnosisFacts(
+                    id=r["id"],
+                    cluster=r["cluster"],
+                    outcome=r["outcome"],
+                    domain=r["domain"],
+                    subdomain=r["subdomain"],
+                    culprits=culprits.get(r["id"], []),
+                    components=[(str(c.get("node")), str(c.get("kind")), str(c.get("id"))) for c in comps],
+                )
+            )
         return out
 
 
 def _insert_marks(db: Any, diagnosis_id: str, marks: Sequence[FleetMark]) -> None:
-    db.executemany(sql("INSERT INTO fleet_marks VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-                       " ON CONFLICT DO NOTHING"),
-                   [(diagnosis_id, m.workload, m.attempt, m.cluster, m.time_s, m.role, m.kind, m.node,
-                     m.component, m.domain, m.subdomain, m.rule, m.detail) for m in marks])
+    db.executemany(
+        sql("INSERT INTO fleet_marks VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"),
+        [
+            (
+                diagnosis_id,
+                m.workload,
+                m.attempt,
+                m.cluster,
+                m.time_s,
+                m.role,
+                m.kind,
+                m.node,
+                m.component,
+                m.domain,
+                m.subdomain,
+                m.rule,
+                m.detail,
+            )
+            for m in marks
+        ],
+    )

@@ -65,10 +65,14 @@ def culprit_counts(facts: list[DiagnosisFacts], top: int) -> tuple[list[CulpritC
     def link(cluster: str, node: str) -> str:
         return "/ui/#/?" + urlencode({"node": node, **({"cluster": cluster} if cluster else {})})
 
-    nodes = [CulpritCount(cluster=c or None, node=n, kind=None, component=None, diagnoses=v, list_url=link(c, n))
-             for (c, n), v in sorted(by_node.items(), key=lambda kv: (-kv[1], kv[0]))[:top]]
-    components = [CulpritCount(cluster=c or None, node=n, kind=k, component=i, diagnoses=v, list_url=link(c, n))
-                  for (c, n, k, i), v in sorted(by_component.items(), key=lambda kv: (-kv[1], kv[0]))[:top]]
+    nodes = [
+        CulpritCount(cluster=c or None, node=n, kind=None, component=None, diagnoses=v, list_url=link(c, n))
+        for (c, n), v in sorted(by_node.items(), key=lambda kv: (-kv[1], kv[0]))[:top]
+    ]
+    components = [
+        CulpritCount(cluster=c or None, node=n, kind=k, component=i, diagnoses=v, list_url=link(c, n))
+        for (c, n, k, i), v in sorted(by_component.items(), key=lambda kv: (-kv[1], kv[0]))[:top]
+    ]
     return nodes, components
 
 
@@ -91,14 +95,21 @@ def router(service: Attribution) -> APIRouter:
 
     @api.get("/ui/config.json", tags=["ui"], summary="What the web UI needs from the settings")
     async def ui_config() -> dict[str, Any]:
-        return {"version": __version__, "grafana_url": settings.ui_grafana_url.rstrip("/"),
-                "loki_datasource_uid": settings.ui_loki_datasource_uid,
-                "loki_node_label": settings.ui_loki_node_label}
+        return {
+            "version": __version__,
+            "grafana_url": settings.ui_grafana_url.rstrip("/"),
+            "loki_datasource_uid": settings.ui_loki_datasource_uid,
+            "loki_node_label": settings.ui_loki_node_label,
+        }
 
-    @api.get("/v1/fleet/culprits", tags=["diagnoses"], response_model=FleetCulprits,
-             summary="Nodes and components (GPUs, ports) that keep appearing as root causes",
-             description="Counted over final diagnoses stored in the last `window_s` seconds (default: the "
-                         "metrics_window_s setting), as /metrics counts them; most frequent first.")
+    @api.get(
+        "/v1/fleet/culprits",
+        tags=["diagnoses"],
+        response_model=FleetCulprits,
+        summary="Nodes and components (GPUs, ports) that keep appearing as root causes",
+        description="Counted over final diagnoses stored in the last `window_s` seconds (default: the "
+        "metrics_window_s setting), as /metrics counts them; most frequent first.",
+    )
     async def fleet_culprits(
         window_s: float | None = Query(None, gt=0, le=366 * 86400.0),
         cluster: str | None = None,
@@ -113,17 +124,24 @@ def router(service: Attribution) -> APIRouter:
         if cluster is not None:
             facts = [f for f in facts if (f.cluster or "") == cluster]
         nodes, components = culprit_counts(facts, top)
-        body = FleetCulprits(window_s=window, diagnoses=len(facts), nodes=nodes,
-                             components=components).model_dump_json().encode()
+        body = (
+            FleetCulprits(window_s=window, diagnoses=len(facts), nodes=nodes, components=components)
+            .model_dump_json()
+            .encode()
+        )
         cached.clear()
         cached[key] = (time.monotonic() + 60.0, body)
         return Response(body, media_type="application/json")
 
-    @api.get("/v1/diagnoses/{diagnosis_id}/context", tags=["diagnoses"], response_model=EvidenceContext,
-             summary="The stored log lines around each piece of evidence",
-             description="For attempts whose logs the store holds (OTLP); lines compaction blanked come back "
-                         "with kept=false. `available` is false for a diagnosis made from an uploaded bundle.",
-             responses={404: {"description": "no such diagnosis"}})
+    @api.get(
+        "/v1/diagnoses/{diagnosis_id}/context",
+        tags=["diagnoses"],
+        response_model=EvidenceContext,
+        summary="The stored log lines around each piece of evidence",
+        description="For attempts whose logs the store holds (OTLP); lines compaction blanked come back "
+        "with kept=false. `available` is false for a diagnosis made from an uploaded bundle.",
+        responses={404: {"description": "no such diagnosis"}},
+    )
     async def diagnosis_context(diagnosis_id: str, around: int = Query(3, ge=0, le=MAX_AROUND)) -> Any:
         row = await run_in_threadpool(service.diagnosis, diagnosis_id)
         if row is None:

@@ -32,7 +32,9 @@ class ContextLine(BaseModel):
 class EvidenceContext(BaseModel):
     available: bool = Field(description="the store holds this attempt's logs")
     around: int
-    files: dict[str, list[ContextLine]] = Field(description="per cited file or stream, the lines near its evidence")
+    files: dict[str, list[ContextLine]] = Field(
+        description="per cited file or stream, the lines near its evidence"
+    )
 
 
 def _ns(text: Any) -> int | None:
@@ -64,8 +66,11 @@ def evidence_context(store: Store, body: str, around: int) -> EvidenceContext:
             continue
         if any(low <= r.line <= high for low, high in ranges):
             files.setdefault(r.stream, {})[r.line] = ContextLine(line=r.line, text=r.body, kept=bool(r.body))
-    return EvidenceContext(available=bool(files), around=around,
-                           files={k: [v[n] for n in sorted(v)] for k, v in sorted(files.items())})
+    return EvidenceContext(
+        available=bool(files),
+        around=around,
+        files={k: [v[n] for n in sorted(v)] for k, v in sorted(files.items())},
+    )
 
 
 __all__ = ["MAX_AROUND", "EvidenceContext", "evidence_context"]

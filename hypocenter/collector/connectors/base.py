@@ -56,8 +56,9 @@ class RetryPolicy:
         return [min(self.max_backoff_s, self.backoff_s * 2**i) for i in range(max(0, self.attempts - 1))]
 
 
-def with_retries(call: Callable[[], T], policy: RetryPolicy, *, what: str,
-                 sleep: Callable[[float], None] = time.sleep) -> T:
+def with_retries(
+    call: Callable[[], T], policy: RetryPolicy, *, what: str, sleep: Callable[[float], None] = time.sleep
+) -> T:
     """Run `call`; retry a transient ConnectorError per `policy`; re-raise the last error with the
     number of tries in its message. Non-transient errors are raised at once."""
     delays = policy.delays()
@@ -91,7 +92,9 @@ class Scope:
     context: AttemptContext
     collected: Collected = field(default_factory=Collected)
     notes: list[str] = field(default_factory=list)  # e.g. "attempt 2 of 3 (requeued twice)"
-    tasks: dict[str, list[int]] = field(default_factory=dict)  # node → task numbers of the job's main step (rankmap.py)
+    tasks: dict[str, list[int]] = field(
+        default_factory=dict
+    )  # node → task numbers of the job's main step (rankmap.py)
 
 
 class ScopeConnector(Protocol):

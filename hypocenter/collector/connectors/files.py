@@ -25,12 +25,30 @@ class FilesConnector:
     def collect(self, context: AttemptContext) -> Collected:
         if not self.root.is_dir():
             what = "does not exist" if not self.root.exists() else "is not a directory"
-            return Collected(coverage=[Coverage(connector=self.name, source=str(self.root), status="failed",
-                                                observations=0, reason=f"{self.root} {what}")])
+            return Collected(
+                coverage=[
+                    Coverage(
+                        connector=self.name,
+                        source=str(self.root),
+                        status="failed",
+                        observations=0,
+                        reason=f"{self.root} {what}",
+                    )
+                ]
+            )
         bundle = Bundle(root=self.root, context=context)
         try:
             read_data(bundle)
         except (OSError, HypocenterError) as exc:  # e.g. the directory became unreadable while listed
-            return Collected(coverage=[Coverage(connector=self.name, source=str(self.root), status="failed",
-                                                observations=0, reason=f"cannot read {self.root}: {exc}")])
+            return Collected(
+                coverage=[
+                    Coverage(
+                        connector=self.name,
+                        source=str(self.root),
+                        status="failed",
+                        observations=0,
+                        reason=f"cannot read {self.root}: {exc}",
+                    )
+                ]
+            )
         return Collected(sources=bundle.sources, coverage=bundle.coverage)

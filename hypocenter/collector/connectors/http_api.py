@@ -28,8 +28,9 @@ MESSAGE_CHARS = 500  # of a server's error body quoted in a coverage reason
 DEFAULT_POLICY = RetryPolicy()
 
 
-def auth_headers(*, token: str | None = None, basic_auth: tuple[str, str] | None = None,
-                 tenant: str | None = None) -> dict[str, str]:
+def auth_headers(
+    *, token: str | None = None, basic_auth: tuple[str, str] | None = None, tenant: str | None = None
+) -> dict[str, str]:
     """Authorization (bearer token or basic) and the multi-tenant `X-Scope-OrgID` header."""
     out: dict[str, str] = {}
     if token:
@@ -86,9 +87,16 @@ class BorrowedTransport(httpx.BaseTransport):
 class HttpApi:
     """One backend's base URL with a client that applies the policy to every call."""
 
-    def __init__(self, base_url: str, *, policy: RetryPolicy, headers: Mapping[str, str] | None = None,
-                 transport: httpx.BaseTransport | None = None, classify: Classify = classify_status,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        policy: RetryPolicy,
+        headers: Mapping[str, str] | None = None,
+        transport: httpx.BaseTransport | None = None,
+        classify: Classify = classify_status,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
         self.base_url = base_url.rstrip("/")
         self.policy = policy
         self.classify = classify
@@ -103,8 +111,12 @@ class HttpApi:
         may live long, its sockets only as long as a collect)."""
         # One timeout for connect, write, pool and each read: a backend that accepts the connection and
         # then says nothing is a transient failure after timeout_s, never a hang.
-        self._client = httpx.Client(headers=self._headers, timeout=httpx.Timeout(self.policy.timeout_s),
-                                    transport=self._transport, follow_redirects=True)
+        self._client = httpx.Client(
+            headers=self._headers,
+            timeout=httpx.Timeout(self.policy.timeout_s),
+            transport=self._transport,
+            follow_redirects=True,
+        )
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -112,18 +124,37 @@ class HttpApi:
             self._client.close()
             self._client = None
 
-    def get(self, path: str, params: Mapping[str, str | int] | list[tuple[str, str]], *, what: str,
-            headers: Mapping[str, str] | None = None) -> Any:
-        return with_retries(lambda: self._once("GET", path, what, params=params, headers=headers),
-                            self.policy, what=what, sleep=self.sleep)
+    def get(
+        self,
+        path: str,
+        params: Mapping[str, str | int] | list[tuple[str, str]],
+        *,
+        what: str,
+        headers: Mapping[str, str] | None = None,
+    ) -> Any:
+        return with_retries(
+            lambda: self._once("GET", path, what, params=params, headers=headers),
+            self.policy,
+            what=what,
+            sleep=self.sleep,
+        )
 
     def post_form(self, path: str, data: Mapping[str, str], *, what: str) -> Any:
         """POST application/x-www-form-urlencoded: long queries do not hit URL length limits."""
-        return with_retries(lambda: self._once("POST", path, what, data=data), self.policy, what=what,
-                            sleep=self.sleep)
+        return with_retries(
+            lambda: self._once("POST", path, what, data=data), self.policy, what=what, sleep=self.sleep
+        )
 
-    def _once(self, method: str, path: str, what: str, *, params: Any = None, data: Any = None,
-              headers: Mapping[str, str] | None = None) -> Any:
+    def _once(
+        self,
+        method: str,
+        path: str,
+        what: str,
+        *,
+        params: Any = None,
+        data: Any = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> Any:
         if self._client is None:
             raise RuntimeError("HttpApi used outside `with api:`")
         self.calls += 1
@@ -131,14 +162,21 @@ class HttpApi:
         try:
             response = self._client.request(method, url, params=params, data=data, headers=headers)
         except httpx.TimeoutException as exc:
-            raise ConnectorError(f"{what}: no answer from {self.base_url} within {self.policy.timeout_s:g} s "
-                                 f"({type(exc).__name__})", kind="transient") from None
+            raise ConnectorError(
+                f"{what}: no answer from {self.base_url} within {self.policy.timeout_s:g} s "
+                f"({type(exc).__name__})",
+                kind="transient",
+            ) from None
         except httpx.TransportError as exc:  # refused, reset, DNS, protocol errors
-            raise ConnectorError(f"{what}: {self.base_url}: {type(exc).__name__}: {exc}", kind="transient") from None
+            raise ConnectorError(
+                f"{what}: {self.base_url}: {type(exc).__name__}: {exc}", kind="transient"
+            ) from None
         error = self.classify(response, what)
         if error is not None:
             raise error
         try:
             return response.json()
         except ValueError:
-            raise ConnectorError(f"{what}: answer is not JSON: {response.text[:200]!r}", kind="permanent") from None
+            raise ConnectorError(
+                f"{what}: answer is not JSON: {response.text[:200]!r}", kind="permanent"
+            ) from None

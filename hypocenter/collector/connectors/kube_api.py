@@ -29,8 +29,14 @@ class KubeAPI:
     may nest, the outermost closes), so one KubeAPI serves many scopes and holds nothing open
     between them. A transport passed in is the caller's: used, never closed (base.py, "Resources")."""
 
-    def __init__(self, creds: Credentials, *, policy: RetryPolicy = DEFAULT_POLICY,
-                 transport: httpx.BaseTransport | None = None, sleep: Callable[[float], None] = time.sleep) -> None:
+    def __init__(
+        self,
+        creds: Credentials,
+        *,
+        policy: RetryPolicy = DEFAULT_POLICY,
+        transport: httpx.BaseTransport | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
         self.creds = creds
         self.policy = policy
         self.sleep = sleep
@@ -43,8 +49,12 @@ class KubeAPI:
     def __enter__(self) -> KubeAPI:
         if self._client is None:
             transport = self._transport or httpx.HTTPTransport(verify=self._verify)
-            self._client = httpx.Client(base_url=self.creds.server, headers=self.creds.headers, transport=transport,
-                                        timeout=httpx.Timeout(self.policy.timeout_s))
+            self._client = httpx.Client(
+                base_url=self.creds.server,
+                headers=self.creds.headers,
+                transport=transport,
+                timeout=httpx.Timeout(self.policy.timeout_s),
+            )
         self._depth += 1
         return self
 
@@ -70,11 +80,19 @@ class KubeAPI:
     def get_text(self, path: str, params: Mapping[str, str] | None = None, *, what: str) -> str:
         return with_retries(lambda: self._once(path, params, what), self.policy, what=what, sleep=self.sleep)
 
-    def stream_text(self, path: str, params: Mapping[str, str] | None = None, *, what: str,
-                    write: Callable[[str], None], restart: Callable[[], None]) -> None:
+    def stream_text(
+        self,
+        path: str,
+        params: Mapping[str, str] | None = None,
+        *,
+        what: str,
+        write: Callable[[str], None],
+        restart: Callable[[], None],
+    ) -> None:
         """`get_text`'s answer handed to `write` a piece at a time as it arrives (decoded the way
         `get_text` decodes it: the pieces joined are its text), never held whole. `restart` is called
         before each try: a retry after a body broke off part way sends the text again from its start."""
+
         def once() -> None:
             restart()
             self._once(path, params, what, write)
@@ -96,8 +114,14 @@ class KubeAPI:
         self._client.headers.update(renewed.headers)
         return True
 
-    def _once(self, path: str, params: Mapping[str, str] | None, what: str,
-              write: Callable[[str], None] | None = None, renew: bool = True) -> str:
+    def _once(
+        self,
+        path: str,
+        params: Mapping[str, str] | None,
+        what: str,
+        write: Callable[[str], None] | None = None,
+        renew: bool = True,
+    ) -> str:
         """The body's text (or "" once every piece of it went to `write`); ConnectorError when it fails."""
         if self._client is None:
             raise RuntimeError("KubeAPI used outside `with api:`")
@@ -109,10 +133,14 @@ class KubeAPI:
                     return ""
                 resp.read()
         except httpx.TimeoutException:
-            raise ConnectorError(f"{what}: no answer from {self.creds.server} within {self.policy.timeout_s:g} s",
-                                 kind="transient") from None
+            raise ConnectorError(
+                f"{what}: no answer from {self.creds.server} within {self.policy.timeout_s:g} s",
+                kind="transient",
+            ) from None
         except httpx.TransportError as exc:
-            raise ConnectorError(f"{what}: {self.creds.server}: {type(exc).__name__}: {exc}", kind="transient") from None
+            raise ConnectorError(
+                f"{what}: {self.creds.server}: {type(exc).__name__}: {exc}", kind="transient"
+            ) from None
         if resp.status_code == 401 and renew and self._renew():
             return self._once(path, params, what, write, renew=False)  # with the new token, once
         if resp.status_code < 300:

@@ -78,8 +78,9 @@ class Credentials:
                 try:
                     ctx.load_cert_chain(str(cert), str(key))
                 except ssl.SSLError as exc:
-                    raise ConnectorError(f"{self.origin}: client certificate and key: {exc}",
-                                         kind="auth") from None
+                    raise ConnectorError(
+                        f"{self.origin}: client certificate and key: {exc}", kind="auth"
+                    ) from None
         return ctx
 
 
@@ -109,13 +110,18 @@ def in_cluster(env: Mapping[str, str], root: Path = SERVICE_ACCOUNT) -> Credenti
     ca = root / "ca.crt"
     ns = root / "namespace"
     server = f"https://[{host}]:{port}" if ":" in host else f"https://{host}:{port}"
-    return Credentials(server=server, headers={"Authorization": f"Bearer {token}"},
-                       ca_data=ca.read_bytes() if ca.is_file() else None,
-                       namespace=ns.read_text().strip() if ns.is_file() else None, origin="in-cluster")
+    return Credentials(
+        server=server,
+        headers={"Authorization": f"Bearer {token}"},
+        ca_data=ca.read_bytes() if ca.is_file() else None,
+        namespace=ns.read_text().strip() if ns.is_file() else None,
+        origin="in-cluster",
+    )
 
 
-def from_kubeconfig(path: Path, context: str | None = None,
-                    run: Callable[[list[str], Mapping[str, str]], str] | None = None) -> Credentials:
+def from_kubeconfig(
+    path: Path, context: str | None = None, run: Callable[[list[str], Mapping[str, str]], str] | None = None
+) -> Credentials:
     try:
         doc = strict_yaml.load_file(path, display=str(path))
     except InputError as exc:
@@ -140,11 +146,17 @@ def from_kubeconfig(path: Path, context: str | None = None,
     if not cluster.get("server"):
         raise ConnectorError(f"kubeconfig {path}: cluster {ctx.get('cluster')!r} has no server", kind="auth")
     if not is_http_url(str(cluster["server"])):
-        raise ConnectorError(f"kubeconfig {path}: cluster {ctx.get('cluster')!r}: server {cluster['server']!r} is "
-                             "not an https:// URL", kind="auth")
-    creds = Credentials(server=str(cluster["server"]).rstrip("/"), namespace=ctx.get("namespace"),
-                        insecure=bool(cluster.get("insecure-skip-tls-verify")),
-                        origin=f"kubeconfig {path} context {ctx_name}")
+        raise ConnectorError(
+            f"kubeconfig {path}: cluster {ctx.get('cluster')!r}: server {cluster['server']!r} is "
+            "not an https:// URL",
+            kind="auth",
+        )
+    creds = Credentials(
+        server=str(cluster["server"]).rstrip("/"),
+        namespace=ctx.get("namespace"),
+        insecure=bool(cluster.get("insecure-skip-tls-verify")),
+        origin=f"kubeconfig {path} context {ctx_name}",
+    )
     if cluster.get("certificate-authority-data"):
         creds.ca_data = _b64(str(cluster["certificate-authority-data"]), "certificate-authority-data")
     elif cluster.get("certificate-authority"):
@@ -162,19 +174,32 @@ def from_kubeconfig(path: Path, context: str | None = None,
         token = _read(str(user["tokenFile"]), base, "tokenFile").decode().strip()
     if not token and isinstance(user.get("exec"), dict):
         token = _exec_token(user["exec"], run or _run_plugin)
-    basic = (str(user["username"]), str(user["password"])) if user.get("username") and user.get("password") else None
+    basic = (
+        (str(user["username"]), str(user["password"]))
+        if user.get("username") and user.get("password")
+        else None
+    )
     creds.headers.update(auth_headers(token=str(token) if token else None, basic_auth=basic))
     return creds
 
 
 def _run_plugin(argv: list[str], env: Mapping[str, str]) -> str:
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False,
-                              env={**os.environ, **env}, stdin=subprocess.DEVNULL)
+        proc = subprocess.run(
+            argv,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+            env={**os.environ, **env},
+            stdin=subprocess.DEVNULL,
+        )
     except FileNotFoundError:
         raise ConnectorError(f"kubeconfig exec plugin {argv[0]} not found on PATH", kind="auth") from None
     except subprocess.TimeoutExpired:
-        raise ConnectorError(f"kubeconfig exec plugin {argv[0]} did not answer in 60 s", kind="transient") from None
+        raise ConnectorError(
+            f"kubeconfig exec plugin {argv[0]} did not answer in 60 s", kind="transient"
+        ) from None
     if proc.returncode != 0:
         said = proc.stderr.strip()[:300] or f"exit status {proc.returncode}"
         raise ConnectorError(f"kubeconfig exec plugin {argv[0]}: {said}", kind="auth")
@@ -183,28 +208,39 @@ def _run_plugin(argv: list[str], env: Mapping[str, str]) -> str:
 
 def _exec_token(spec: dict[str, Any], run: Callable[[list[str], Mapping[str, str]], str]) -> str:
     argv = [str(spec.get("command", ""))] + [str(a) for a in spec.get("args") or []]
-    env = {str(e["name"]): str(e["value"]) for e in spec.get("env") or [] if isinstance(e, dict) and "name" in e}
-    env["KUBERNETES_EXEC_INFO"] = json.dumps({"apiVersion": spec.get("apiVersion"), "kind": "ExecCredential",
-                                              "spec": {"interactive": False}})
+    env = {
+        str(e["name"]): str(e["value"]) for e in spec.get("env") or [] if isinstance(e, dict) and "name" in e
+    }
+    env["KUBERNETES_EXEC_INFO"] = json.dumps(
+        {"apiVersion": spec.get("apiVersion"), "kind": "ExecCredential", "spec": {"interactive": False}}
+    )
     try:
         cred = json.loads(run(argv, env))
         token = cred["status"]["token"]
     except (ValueError, KeyError, TypeError):
-        raise ConnectorError(f"kubeconfig exec plugin {argv[0]}: no ExecCredential status.token in its output",
-                             kind="auth") from None
+        raise ConnectorError(
+            f"kubeconfig exec plugin {argv[0]}: no ExecCredential status.token in its output", kind="auth"
+        ) from None
     return str(token)
 
 
-def credentials(kubeconfig: str | Path | None = None, context: str | None = None,
-                env: Mapping[str, str] | None = None, service_account: Path = SERVICE_ACCOUNT) -> Credentials:
+def credentials(
+    kubeconfig: str | Path | None = None,
+    context: str | None = None,
+    env: Mapping[str, str] | None = None,
+    service_account: Path = SERVICE_ACCOUNT,
+) -> Credentials:
     """The module docstring's order: explicit kubeconfig, in-cluster, $KUBECONFIG, ~/.kube/config."""
     found = _credentials(kubeconfig, context, os.environ if env is None else env, service_account)
-    found.renew = partial(_credentials, kubeconfig, context, os.environ if env is None else env, service_account)
+    found.renew = partial(
+        _credentials, kubeconfig, context, os.environ if env is None else env, service_account
+    )
     return found
 
 
-def _credentials(kubeconfig: str | Path | None, context: str | None, env: Mapping[str, str],
-                 service_account: Path) -> Credentials:
+def _credentials(
+    kubeconfig: str | Path | None, context: str | None, env: Mapping[str, str], service_account: Path
+) -> Credentials:
     if kubeconfig is not None:
         return from_kubeconfig(Path(kubeconfig).expanduser(), context)
     if context is None:
@@ -216,5 +252,8 @@ def _credentials(kubeconfig: str | Path | None, context: str | None, env: Mappin
     for p in paths:
         if Path(p).is_file():
             return from_kubeconfig(Path(p), context)
-    raise ConnectorError("no Kubernetes credentials: not in a cluster (no KUBERNETES_SERVICE_HOST and service "
-                         "account token) and no kubeconfig ($KUBECONFIG, ~/.kube/config or --kubeconfig)", kind="auth")
+    raise ConnectorError(
+        "no Kubernetes credentials: not in a cluster (no KUBERNETES_SERVICE_HOST and service "
+        "account token) and no kubeconfig ($KUBECONFIG, ~/.kube/config or --kubeconfig)",
+        kind="auth",
+    )

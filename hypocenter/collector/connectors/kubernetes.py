@@ -69,11 +69,20 @@ KINDS: dict[str, tuple[str, str]] = {
     "PyTorchJob": ("/apis/kubeflow.org/v1/namespaces/{ns}/pytorchjobs", "training.kubeflow.org/job-name"),
     "Job": ("/apis/batch/v1/namespaces/{ns}/jobs", "batch.kubernetes.io/job-name"),
 }
-_KIND_NAMES = {k.lower(): k for k in KINDS} | {"jobsets": "JobSet", "pytorchjobs": "PyTorchJob", "jobs": "Job"}
+_KIND_NAMES = {k.lower(): k for k in KINDS} | {
+    "jobsets": "JobSet",
+    "pytorchjobs": "PyTorchJob",
+    "jobs": "Job",
+}
 WORKLOADS = "/apis/kueue.x-k8s.io/v1beta1/namespaces/{ns}/workloads"
 _PATH_SEGMENT = re.compile(r"[A-Za-z0-9](?:[-A-Za-z0-9.]*[A-Za-z0-9])?")  # DNS names (never `..`, `?`, `%`)
-_TERMINAL = {"Failed": "FAILED", "Complete": "COMPLETED", "Completed": "COMPLETED", "Succeeded": "COMPLETED",
-             "Suspended": "SUSPENDED"}
+_TERMINAL = {
+    "Failed": "FAILED",
+    "Complete": "COMPLETED",
+    "Completed": "COMPLETED",
+    "Succeeded": "COMPLETED",
+    "Suspended": "SUSPENDED",
+}
 
 
 # --------------------------------------------------------------------------------------------- scope
@@ -88,8 +97,11 @@ def split_ref(text: str, what: str) -> tuple[str, str | None, str]:
         return parts[0], None, parts[1]
     if len(parts) == 3 and all(parts) and parts[1].lower() in _KIND_NAMES:
         return parts[0], _KIND_NAMES[parts[1].lower()], parts[2]
-    raise ConnectorError(f"{what} {text!r}: expected NAMESPACE/NAME (or NAMESPACE/KIND/NAME, KIND one of "
-                         "jobset, pytorchjob, job)", kind="permanent")
+    raise ConnectorError(
+        f"{what} {text!r}: expected NAMESPACE/NAME (or NAMESPACE/KIND/NAME, KIND one of "
+        "jobset, pytorchjob, job)",
+        kind="permanent",
+    )
 
 
 # An answer can be unlike any API server's (a proxy, a half-upgraded CRD): every field is read
@@ -146,13 +158,17 @@ def _container_statuses(pod: dict[str, Any]) -> list[dict[str, Any]]:
 
 def _object(doc: Any, what: str) -> dict[str, Any]:
     if not isinstance(doc, dict):
-        raise ConnectorError(f"{what}: answer is not a Kubernetes object (a JSON {type(doc).__name__})",
-                             kind="permanent")
+        raise ConnectorError(
+            f"{what}: answer is not a Kubernetes object (a JSON {type(doc).__name__})", kind="permanent"
+        )
     return doc
 
 
-_EPOCH = TimeContext(tz=timezone.utc, start=datetime(1970, 1, 1, tzinfo=timezone.utc),
-                     end=datetime(2200, 1, 1, tzinfo=timezone.utc))
+_EPOCH = TimeContext(
+    tz=timezone.utc,
+    start=datetime(1970, 1, 1, tzinfo=timezone.utc),
+    end=datetime(2200, 1, 1, tzinfo=timezone.utc),
+)
 
 
 def _when(v: Any) -> datetime | None:
@@ -205,8 +221,13 @@ class _SpooledLog:
 
     def source(self, name: str, node: str | None) -> FileTextSource:
         spool, start, size = self.spool, self.start, self.size
-        return FileTextSource(name, lambda: spool.read_at(start, size), node, nbytes=size,
-                              chunks=lambda: spool.pieces(start, size, logstream.CHUNK_BYTES))
+        return FileTextSource(
+            name,
+            lambda: spool.read_at(start, size),
+            node,
+            nbytes=size,
+            chunks=lambda: spool.pieces(start, size, logstream.CHUNK_BYTES),
+        )
 
 
 _Records = Callable[[Any, str, Sequence[str]], None]
@@ -225,10 +246,21 @@ class KubernetesConnector:
 
     name = "kubernetes"
 
-    def __init__(self, namespace: str, name: str, *, kind: str | None = None, workload: bool = False,
-                 api: KubeAPI | None = None, kubeconfig: str | Path | None = None, context: str | None = None,
-                 policy: RetryPolicy = DEFAULT_POLICY, transport: httpx.BaseTransport | None = None,
-                 now: Callable[[], datetime] | None = None, progress: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self,
+        namespace: str,
+        name: str,
+        *,
+        kind: str | None = None,
+        workload: bool = False,
+        api: KubeAPI | None = None,
+        kubeconfig: str | Path | None = None,
+        context: str | None = None,
+        policy: RetryPolicy = DEFAULT_POLICY,
+        transport: httpx.BaseTransport | None = None,
+        now: Callable[[], datetime] | None = None,
+        progress: Callable[[str], None] | None = None,
+    ) -> None:
         self.namespace, self.job_name, self.kind, self.is_workload = namespace, name, kind, workload
         self._api = api
         self._api_args = (kubeconfig, context, policy, transport)
@@ -259,28 +291,43 @@ class KubernetesConnector:
         if self.is_workload:
             what = f"Kueue Workload {ns}/{self.job_name}"
             wl = _object(self.api.get(f"{WORKLOADS.format(ns=ns)}/{self.job_name}", what=what), what)
-            owner = next((o for o in _dicts(_meta(wl).get("ownerReferences"))
-                          if isinstance(o.get("kind"), str) and o["kind"] in KINDS), None)
+            owner = next(
+                (
+                    o
+                    for o in _dicts(_meta(wl).get("ownerReferences"))
+                    if isinstance(o.get("kind"), str) and o["kind"] in KINDS
+                ),
+                None,
+            )
             if owner is None:
-                raise ConnectorError(f"Kueue Workload {ns}/{self.job_name} is owned by no JobSet, PyTorchJob or Job",
-                                     kind="permanent")
+                raise ConnectorError(
+                    f"Kueue Workload {ns}/{self.job_name} is owned by no JobSet, PyTorchJob or Job",
+                    kind="permanent",
+                )
             kind = str(owner["kind"])
             what = f"{kind} {ns}/{owner['name']}"
-            return _Found(kind, _object(self.api.get(f"{KINDS[kind][0].format(ns=ns)}/{owner['name']}", what=what),
-                                        what), wl)
+            return _Found(
+                kind,
+                _object(self.api.get(f"{KINDS[kind][0].format(ns=ns)}/{owner['name']}", what=what), what),
+                wl,
+            )
         kinds = [self.kind] if self.kind else list(KINDS)
         missing: list[str] = []
         for kind in kinds:
             try:
                 what = f"{kind} {ns}/{self.job_name}"
-                obj = _object(self.api.get(f"{KINDS[kind][0].format(ns=ns)}/{self.job_name}", what=what), what)
+                obj = _object(
+                    self.api.get(f"{KINDS[kind][0].format(ns=ns)}/{self.job_name}", what=what), what
+                )
             except ConnectorError as exc:
                 if exc.kind != "not_found":
                     raise
                 missing.append(kind)
                 continue
             return _Found(kind, obj)
-        raise ConnectorError(f"no {' / '.join(missing)} named {self.job_name} in namespace {ns}", kind="not_found")
+        raise ConnectorError(
+            f"no {' / '.join(missing)} named {self.job_name} in namespace {ns}", kind="not_found"
+        )
 
     def _workload_of(self, found: _Found, coverage: list[Coverage]) -> dict[str, Any] | None:
         uid = _meta(found.obj).get("uid")
@@ -288,13 +335,22 @@ class KubernetesConnector:
             doc = self.api.get(WORKLOADS.format(ns=self.namespace), what="Kueue Workloads")
         except ConnectorError as exc:
             status: Literal["skipped", "failed"] = "skipped" if exc.kind == "not_found" else "failed"
-            coverage.append(Coverage(connector=self.name, source="k8s/workload.json", status=status, observations=0,
-                                     reason="Kueue is not installed" if exc.kind == "not_found" else str(exc)))
+            coverage.append(
+                Coverage(
+                    connector=self.name,
+                    source="k8s/workload.json",
+                    status=status,
+                    observations=0,
+                    reason="Kueue is not installed" if exc.kind == "not_found" else str(exc),
+                )
+            )
             return None
         for wl in _items(doc):
             owners = _dicts(_meta(wl).get("ownerReferences"))
-            if any(o.get("uid") == uid or (o.get("kind") == found.kind and o.get("name") == self.job_name)
-                   for o in owners):
+            if any(
+                o.get("uid") == uid or (o.get("kind") == found.kind and o.get("name") == self.job_name)
+                for o in owners
+            ):
                 return wl
         return None
 
@@ -307,8 +363,11 @@ class KubernetesConnector:
             pods = _items(self.api.get(path, {"labelSelector": f"job-name={name}"}, what="pods"))
         if found.kind == "JobSet":  # pods of earlier restarts, if any survive, are other attempts
             restarts = str(_status(found.obj).get("restarts", 0))
-            pods = [p for p in pods
-                    if _field(_meta(p), "labels").get("jobset.sigs.k8s.io/restart-attempt", restarts) == restarts]
+            pods = [
+                p
+                for p in pods
+                if _field(_meta(p), "labels").get("jobset.sigs.k8s.io/restart-attempt", restarts) == restarts
+            ]
         return sorted(pods, key=lambda p: str(_meta(p).get("name")))
 
     # ------------------------------------------------------------------ the scope
@@ -327,8 +386,15 @@ class KubernetesConnector:
         try:
             pods = self._pods(found)
         except ConnectorError as exc:
-            coverage.append(Coverage(connector=self.name, source="k8s/pods.json", status="failed", observations=0,
-                                     reason=str(exc)))
+            coverage.append(
+                Coverage(
+                    connector=self.name,
+                    source="k8s/pods.json",
+                    status="failed",
+                    observations=0,
+                    reason=str(exc),
+                )
+            )
         context = self._context(found, workload, pods, notes)
         tctx = TimeContext(tz=timezone.utc, start=context.window.start, end=context.window.end)
         sources: list[Source] = []
@@ -338,8 +404,15 @@ class KubernetesConnector:
             recs = render(doc, source, tctx)
             if recs:
                 sources.append(RecordSource(name=source, records=recs))
-            coverage.append(Coverage(connector=self.name, source=source, status="partial" if failed else "ok",
-                                     observations=len(recs), reason="; ".join(failed[:3]) or None))
+            coverage.append(
+                Coverage(
+                    connector=self.name,
+                    source=source,
+                    status="partial" if failed else "ok",
+                    observations=len(recs),
+                    reason="; ".join(failed[:3]) or None,
+                )
+            )
 
         records(found.obj, f"k8s/{found.kind.lower()}-{self.job_name}.json")
         if workload is not None:
@@ -347,8 +420,15 @@ class KubernetesConnector:
         if pods:
             records({"kind": "PodList", "items": pods}, "k8s/pods.json")
         elif not any(c.source == "k8s/pods.json" for c in coverage):
-            coverage.append(Coverage(connector=self.name, source="k8s/pods.json", status="missing", observations=0,
-                                     reason="no pods left (deleted after the job ended?): no pod logs or states"))
+            coverage.append(
+                Coverage(
+                    connector=self.name,
+                    source="k8s/pods.json",
+                    status="missing",
+                    observations=0,
+                    reason="no pods left (deleted after the job ended?): no pod logs or states",
+                )
+            )
         involved = [(found.kind, str(_meta(found.obj).get("name")))]
         if workload is not None:
             involved.append(("Workload", str(_meta(workload).get("name"))))
@@ -364,9 +444,11 @@ class KubernetesConnector:
         failed: list[str] = []
         for kind, name in involved:
             try:
-                doc = self.api.get(f"/api/v1/namespaces/{self.namespace}/events",
-                                   {"fieldSelector": f"involvedObject.kind={kind},involvedObject.name={name}"},
-                                   what=f"events of {kind}/{name}")
+                doc = self.api.get(
+                    f"/api/v1/namespaces/{self.namespace}/events",
+                    {"fieldSelector": f"involvedObject.kind={kind},involvedObject.name={name}"},
+                    what=f"events of {kind}/{name}",
+                )
             except ConnectorError as exc:
                 failed.append(f"{kind}/{name}: {exc}")
                 continue
@@ -377,8 +459,15 @@ class KubernetesConnector:
         unique = list(by_key.values())
         self._listed("EventList", unique, failed, "k8s/events.json", records, coverage)
         if not unique and not failed:
-            coverage.append(Coverage(connector=self.name, source="k8s/events.json", status="missing", observations=0,
-                                     reason="no events left (the API server keeps them about an hour)"))
+            coverage.append(
+                Coverage(
+                    connector=self.name,
+                    source="k8s/events.json",
+                    status="missing",
+                    observations=0,
+                    reason="no events left (the API server keeps them about an hour)",
+                )
+            )
 
     def _nodes(self, nodes: list[str], records: _Records, coverage: list[Coverage]) -> None:
         got: list[dict[str, Any]] = []
@@ -390,15 +479,29 @@ class KubernetesConnector:
                 failed.append(f"{node}: {exc}")
         self._listed("NodeList", got, failed, "k8s/nodes.json", records, coverage)
 
-    def _listed(self, kind: str, items: list[dict[str, Any]], failed: list[str], source: str, records: _Records,
-                coverage: list[Coverage]) -> None:
+    def _listed(
+        self,
+        kind: str,
+        items: list[dict[str, Any]],
+        failed: list[str],
+        source: str,
+        records: _Records,
+        coverage: list[Coverage],
+    ) -> None:
         """Objects read one query each: their records (partial when some queries failed), or a
         failed entry when every query did; nothing when there was nothing to read."""
         if items:
             records({"kind": kind, "items": items}, source, failed)
         elif failed:
-            coverage.append(Coverage(connector=self.name, source=source, status="failed", observations=0,
-                                     reason="; ".join(failed[:3])))
+            coverage.append(
+                Coverage(
+                    connector=self.name,
+                    source=source,
+                    status="failed",
+                    observations=0,
+                    reason="; ".join(failed[:3]),
+                )
+            )
 
     def _logs(self, pods: list[dict[str, Any]], coverage: list[Coverage]) -> list[TextSource]:
         out: list[TextSource] = []
@@ -412,8 +515,10 @@ class KubernetesConnector:
             for i, container in enumerate(containers):
                 stem = f"logs/{node}/{pod_name}" + ("" if i == 0 else f".{container}")
                 cs = statuses.get(container, {})
-                previous = bool(_number(cs.get("restartCount"))) or bool(_field(_field(cs, "lastState"), "terminated"))
-                for prev in ((True, False) if previous else (False,)):
+                previous = bool(_number(cs.get("restartCount"))) or bool(
+                    _field(_field(cs, "lastState"), "terminated")
+                )
+                for prev in (True, False) if previous else (False,):
                     name = stem + (".previous" if prev else "") + ".log"
                     self.progress(f"kubernetes: log {name}")
                     params = {"container": container, "timestamps": "true"}
@@ -421,24 +526,42 @@ class KubernetesConnector:
                         params["previous"] = "true"
                     log = _SpooledLog(spool)
                     try:
-                        self.api.stream_text(f"/api/v1/namespaces/{self.namespace}/pods/{pod_name}/log", params,
-                                             what=f"log of {pod_name}/{container}" + (" (previous)" if prev else ""),
-                                             write=log.write, restart=log.restart)
+                        self.api.stream_text(
+                            f"/api/v1/namespaces/{self.namespace}/pods/{pod_name}/log",
+                            params,
+                            what=f"log of {pod_name}/{container}" + (" (previous)" if prev else ""),
+                            write=log.write,
+                            restart=log.restart,
+                        )
                     except ConnectorError as exc:
                         log.restart()
-                        coverage.append(Coverage(connector=self.name, source=name,
-                                                 status="missing" if exc.kind == "not_found" else "failed",
-                                                 observations=0, reason=str(exc)))
+                        coverage.append(
+                            Coverage(
+                                connector=self.name,
+                                source=name,
+                                status="missing" if exc.kind == "not_found" else "failed",
+                                observations=0,
+                                reason=str(exc),
+                            )
+                        )
                         continue
                     if log.size:
                         out.append(log.source(name, None if node == "_job" else node))
-                    coverage.append(Coverage(connector=self.name, source=name, status="ok" if log.size else "missing",
-                                             observations=log.lines, reason=None if log.size else "empty log"))
+                    coverage.append(
+                        Coverage(
+                            connector=self.name,
+                            source=name,
+                            status="ok" if log.size else "missing",
+                            observations=log.lines,
+                            reason=None if log.size else "empty log",
+                        )
+                    )
         spool.seal()
         return out
 
-    def _context(self, found: _Found, workload: dict[str, Any] | None, pods: list[dict[str, Any]],
-                 notes: list[str]) -> AttemptContext:
+    def _context(
+        self, found: _Found, workload: dict[str, Any] | None, pods: list[dict[str, Any]], notes: list[str]
+    ) -> AttemptContext:
         obj = found.obj
         meta, status = _meta(obj), _status(obj)
         # attempt (module docstring)
@@ -451,39 +574,76 @@ class KubernetesConnector:
         elif found.kind == "JobSet":
             attempt = _number(status.get("restarts")) or 0
         elif found.kind == "PyTorchJob":
-            attempt = max((_number(cs.get("restartCount")) or 0 for p in pods for cs in _container_statuses(p)),
-                          default=0)
+            attempt = max(
+                (_number(cs.get("restartCount")) or 0 for p in pods for cs in _container_statuses(p)),
+                default=0,
+            )
         else:
             attempt = 0
             if status.get("failed"):
                 notes.append(f"batch Job: {status['failed']} failed pod(s) were retried within this attempt")
         state, reason = self._state(found, workload)
         # exit code: the first container to terminate with a non-zero code
-        terms = sorted(((_when(t.get("finishedAt")) or datetime.max.replace(tzinfo=timezone.utc), t)
-                        for p in pods for _c, _w, t in _terminated(p) if _number(t.get("exitCode"))), key=lambda x: x[0])
+        terms = sorted(
+            (
+                (_when(t.get("finishedAt")) or datetime.max.replace(tzinfo=timezone.utc), t)
+                for p in pods
+                for _c, _w, t in _terminated(p)
+                if _number(t.get("exitCode"))
+            ),
+            key=lambda x: x[0],
+        )
         exit_code = _number(terms[0][1]["exitCode"]) if terms else None
         # window: creation or start … completion, last condition change or last container end
-        starts = [t for t in (_when(status.get("startTime")), _when(meta.get("creationTimestamp")),
-                              *(_when(_status(p).get("startTime")) for p in pods)) if t]
-        ends = [t for t in (_when(status.get("completionTime")),
-                            *(_when(c.get("lastTransitionTime")) for c in _conditions(obj) if c.get("status") == "True"),
-                            *(_when(t.get("finishedAt")) for p in pods for _c, _w, t in _terminated(p))) if t]
+        starts = [
+            t
+            for t in (
+                _when(status.get("startTime")),
+                _when(meta.get("creationTimestamp")),
+                *(_when(_status(p).get("startTime")) for p in pods),
+            )
+            if t
+        ]
+        ends = [
+            t
+            for t in (
+                _when(status.get("completionTime")),
+                *(_when(c.get("lastTransitionTime")) for c in _conditions(obj) if c.get("status") == "True"),
+                *(_when(t.get("finishedAt")) for p in pods for _c, _w, t in _terminated(p)),
+            )
+            if t
+        ]
         if workload is not None:
-            ends += [t for c in _conditions(workload) if c.get("type") in ("Evicted", "Finished")
-                     and c.get("status") == "True" and (t := _when(c.get("lastTransitionTime")))]
+            ends += [
+                t
+                for c in _conditions(workload)
+                if c.get("type") in ("Evicted", "Finished")
+                and c.get("status") == "True"
+                and (t := _when(c.get("lastTransitionTime")))
+            ]
         now = self.now()
         start = min(starts) if starts else now
         end = max(ends) if ends and state not in ("RUNNING", None) else now
         if state == "RUNNING":
-            notes.append(f"{found.kind} {self.namespace}/{self.job_name} is still running: the window ends now")
+            notes.append(
+                f"{found.kind} {self.namespace}/{self.job_name} is still running: the window ends now"
+            )
         nodes = list(dict.fromkeys(node for p in pods if (node := _node_of(p))))
         return AttemptContext(
             # the job object names the workload, also when it was found through its Kueue Workload
-            workload=Workload(id=f"{self.namespace}/{meta.get('name', self.job_name)}", attempt=attempt,
-                              name=str(meta.get("name", self.job_name)),
-                              scheduler="kueue" if self.is_workload else "kubernetes", cluster=None),
-            window=Window(start=start, end=max(start, end)), state=state, exit_code=exit_code, reason=reason,
-            nodes=nodes)
+            workload=Workload(
+                id=f"{self.namespace}/{meta.get('name', self.job_name)}",
+                attempt=attempt,
+                name=str(meta.get("name", self.job_name)),
+                scheduler="kueue" if self.is_workload else "kubernetes",
+                cluster=None,
+            ),
+            window=Window(start=start, end=max(start, end)),
+            state=state,
+            exit_code=exit_code,
+            reason=reason,
+            nodes=nodes,
+        )
 
     def _state(self, found: _Found, workload: dict[str, Any] | None) -> tuple[str | None, str | None]:
         if workload is not None:
@@ -494,8 +654,10 @@ class KubernetesConnector:
                 if ev.get("reason") == "Preempted":
                     return "PREEMPTED", str(ev.get("reason"))
                 return "EVICTED", str(ev.get("reason") or (pre or {}).get("reason") or "Evicted")
-        true = sorted((c for c in _conditions(found.obj) if c.get("status") == "True" and c.get("type") in _TERMINAL),
-                      key=lambda c: str(c.get("lastTransitionTime") or ""))
+        true = sorted(
+            (c for c in _conditions(found.obj) if c.get("status") == "True" and c.get("type") in _TERMINAL),
+            key=lambda c: str(c.get("lastTransitionTime") or ""),
+        )
         if true:
             last = true[-1]
             return _TERMINAL[str(last["type"])], (str(last["reason"]) if last.get("reason") else None)

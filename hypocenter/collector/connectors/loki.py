@@ -228,17 +228,32 @@ class LokiConnector:
 
     name = "loki"
 
-    def __init__(self, url: str, *, policy: RetryPolicy = DEFAULT_POLICY, headers: Mapping[str, str] | None = None,
-                 tenant: str | None = None, token: str | None = None, basic_auth: tuple[str, str] | None = None,
-                 transport: httpx.BaseTransport | None = None, selector: str | None = None,
-                 node_label: str = "host", node_label_kind: Literal["index", "metadata"] = "index",
-                 workload_selector: str | None = None, lookback_s: float = NODE_LOOKBACK_S,
-                 slack_s: float = NODE_SLACK_S, limits: LokiLimits | None = None, queries: RuleQueries,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        policy: RetryPolicy = DEFAULT_POLICY,
+        headers: Mapping[str, str] | None = None,
+        tenant: str | None = None,
+        token: str | None = None,
+        basic_auth: tuple[str, str] | None = None,
+        transport: httpx.BaseTransport | None = None,
+        selector: str | None = None,
+        node_label: str = "host",
+        node_label_kind: Literal["index", "metadata"] = "index",
+        workload_selector: str | None = None,
+        lookback_s: float = NODE_LOOKBACK_S,
+        slack_s: float = NODE_SLACK_S,
+        limits: LokiLimits | None = None,
+        queries: RuleQueries,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
         self.base = _inner(selector)
         if node_label_kind == "metadata" and not self.base:
-            raise ValueError("node_label_kind='metadata' needs a selector naming the streams (Loki requires "
-                             "a stream matcher; structured metadata can only be filtered after one)")
+            raise ValueError(
+                "node_label_kind='metadata' needs a selector naming the streams (Loki requires "
+                "a stream matcher; structured metadata can only be filtered after one)"
+            )
         self.node_label = node_label
         self.node_label_kind = node_label_kind
         self.workload_selector = _inner(workload_selector) if workload_selector else None
@@ -261,8 +276,12 @@ class LokiConnector:
         except Exception as exc:  # a bug or an answer unlike any Loki's must not stop the analysis
             reason = f"internal error: {type(exc).__name__}: {exc}"
             sources = [f"logs/{n}" for n in context.nodes] or [f"logs/{JOB}"]
-            return Collected(coverage=[Coverage(connector=self.name, source=s, status="failed", observations=0,
-                                                reason=reason) for s in sources])
+            return Collected(
+                coverage=[
+                    Coverage(connector=self.name, source=s, status="failed", observations=0, reason=reason)
+                    for s in sources
+                ]
+            )
 
     def _collect(self, ctx: AttemptContext) -> Collected:
         tctx = time_context(ctx)
@@ -309,7 +328,9 @@ class LokiConnector:
             if not indexed:
                 self._job_filter = "".join(f" | {m}" for m in _matchers(filled))
                 run = _Run()
-                broad = "{" + (self.base or 'service_name=~".+"') + "}"  # Loki 3 gives every stream a service_name
+                broad = (
+                    "{" + (self.base or 'service_name=~".+"') + "}"
+                )  # Loki 3 gives every stream a service_name
                 for query in self._queries(broad, self._job_filter):
                     self._run(query, lo, hi, found, run)
         streams.merge((key, ts, line) for key, items in found.entries.items() for ts, line in items)
@@ -330,8 +351,11 @@ class LokiConnector:
         """Nodes in groups whose selector takes at most half the query budget."""
         out: list[list[str]] = []
         for node in nodes:
-            if out and _encoded(self._node_selector([*out[-1], node]) + self._node_filter([*out[-1], node])) \
-                    <= self.limits.max_query_chars // 2:
+            if (
+                out
+                and _encoded(self._node_selector([*out[-1], node]) + self._node_filter([*out[-1], node]))
+                <= self.limits.max_query_chars // 2
+            ):
                 out[-1].append(node)
             else:
                 out.append([node])
@@ -382,8 +406,10 @@ class LokiConnector:
                 return out, problem
             last = page[-1][1]
             if last == cursor:  # a whole page at one nanosecond: no start can page past it
-                problem = (f"more than {limit} entries at {rfc3339_ns(last)}: only {limit} of them read "
-                           f"(raise the connector's max_entries, up to Loki's max_entries_limit_per_query)")
+                problem = (
+                    f"more than {limit} entries at {rfc3339_ns(last)}: only {limit} of them read "
+                    f"(raise the connector's max_entries, up to Loki's max_entries_limit_per_query)"
+                )
                 cursor, taken_at_cursor = last + 1, Counter()
                 continue
             cursor = last
@@ -391,30 +417,48 @@ class LokiConnector:
         return out, f"stopped after {self.limits.max_pages} pages of {limit} entries before {rfc3339_ns(hi)}"
 
     def _query_range(self, query: str, lo: int, hi: int, limit: int, direction: str) -> list[Entry]:
-        params = {"query": query, "start": str(lo), "end": str(hi), "limit": str(limit), "direction": direction}
+        params = {
+            "query": query,
+            "start": str(lo),
+            "end": str(hi),
+            "limit": str(limit),
+            "direction": direction,
+        }
         doc = self.api.get(QUERY_RANGE, params, what="Loki query_range", headers=CATEGORIZE)
         return self._entries(doc)
 
     def _entries(self, doc: Any) -> list[Entry]:
         """A query_range answer → (stream, ns, line) in time order (ties: as Loki listed them)."""
         data = doc.get("data") if isinstance(doc, dict) else None
-        if not isinstance(data, dict) or doc.get("status") != "success" or data.get("resultType") != "streams" \
-                or not isinstance(data.get("result"), list):
-            raise ConnectorError(f"Loki query_range: not a streams answer: {str(doc)[:200]}", kind="permanent")
+        if (
+            not isinstance(data, dict)
+            or doc.get("status") != "success"
+            or data.get("resultType") != "streams"
+            or not isinstance(data.get("result"), list)
+        ):
+            raise ConnectorError(
+                f"Loki query_range: not a streams answer: {str(doc)[:200]}", kind="permanent"
+            )
         out: list[Entry] = []
         for stream in data["result"]:
             labels = stream.get("stream") if isinstance(stream, dict) else None
             values = stream.get("values") if isinstance(stream, dict) else None
             if not isinstance(labels, dict) or not isinstance(values, list):
-                raise ConnectorError(f"Loki query_range: malformed stream {str(stream)[:200]}", kind="permanent")
+                raise ConnectorError(
+                    f"Loki query_range: malformed stream {str(stream)[:200]}", kind="permanent"
+                )
             base = {str(k): str(v) for k, v in labels.items()}
             for value in values:
                 if not isinstance(value, list) or len(value) < 2 or not isinstance(value[1], str):
-                    raise ConnectorError(f"Loki query_range: malformed entry {str(value)[:200]}", kind="permanent")
+                    raise ConnectorError(
+                        f"Loki query_range: malformed entry {str(value)[:200]}", kind="permanent"
+                    )
                 try:
                     ts = int(value[0])
                 except (TypeError, ValueError):
-                    raise ConnectorError(f"Loki query_range: bad timestamp {value[0]!r}", kind="permanent") from None
+                    raise ConnectorError(
+                        f"Loki query_range: bad timestamp {value[0]!r}", kind="permanent"
+                    ) from None
                 key_labels = base
                 if self.node_label_kind == "metadata" and len(value) > 2 and isinstance(value[2], dict):
                     meta = value[2].get("structuredMetadata") or {}
@@ -426,8 +470,15 @@ class LokiConnector:
 
     # ------------------------------------------------------------------------------------- context
 
-    def _fetch_context(self, streams: _Streams, lo: int, hi: int, names: NodeNames, runs: dict[str, _Run],
-                       job_run: _Run | None) -> None:
+    def _fetch_context(
+        self,
+        streams: _Streams,
+        lo: int,
+        hi: int,
+        names: NodeNames,
+        runs: dict[str, _Run],
+        job_run: _Run | None,
+    ) -> None:
         """Lines around candidates that rules read as one block (`lines_before` / `lines_after`)."""
         if not self.context_tokens:
             return
@@ -444,8 +495,10 @@ class LokiConnector:
             run = self._run_of(key, names, runs, job_run)
             if i >= self.limits.max_context_fetches:
                 if run is not None:
-                    run.note(f"context lines not fetched for {len(wanted) - i} candidate line(s) "
-                             f"(more than {self.limits.max_context_fetches})")
+                    run.note(
+                        f"context lines not fetched for {len(wanted) - i} candidate line(s) "
+                        f"(more than {self.limits.max_context_fetches})"
+                    )
                 break
             selector = self._exact_selector(key)
             try:
@@ -453,7 +506,9 @@ class LokiConnector:
                     streams.merge(self._query_range(selector, max(lo, ts - reach), ts, before, "backward"))
                 if after:
                     same = streams.count(key, ts)
-                    streams.merge(self._query_range(selector, ts, min(hi, ts + reach), after + same, "forward"))
+                    streams.merge(
+                        self._query_range(selector, ts, min(hi, ts + reach), after + same, "forward")
+                    )
             except ConnectorError as exc:
                 if run is not None:
                     run.note(f"context lines: {exc}")
@@ -474,14 +529,17 @@ class LokiConnector:
             return None
         return names.resolve(value) or value
 
-    def _run_of(self, key: StreamKey, names: NodeNames, runs: dict[str, _Run], job_run: _Run | None) -> _Run | None:
+    def _run_of(
+        self, key: StreamKey, names: NodeNames, runs: dict[str, _Run], job_run: _Run | None
+    ) -> _Run | None:
         node = self._node_of(key, names)
         return runs.get(node) if node is not None else job_run
 
     # ------------------------------------------------------------------------------------- output
 
-    def _sources(self, streams: _Streams, names: NodeNames, tctx: TimeContext
-                 ) -> tuple[list[TextSource], Counter[str]]:
+    def _sources(
+        self, streams: _Streams, names: NodeNames, tctx: TimeContext
+    ) -> tuple[list[TextSource], Counter[str]]:
         named: list[tuple[str, StreamKey, str | None]] = []
         for key in sorted(streams.entries):
             node = self._node_of(key, names)
@@ -499,8 +557,16 @@ class LokiConnector:
         sources.sort(key=lambda s: s.name)
         return sources, lines
 
-    def _coverage(self, ctx: AttemptContext, lines: Counter[str], runs: dict[str, _Run], job_run: _Run | None,
-                  lo: int, hi: int, names: NodeNames) -> list[Coverage]:
+    def _coverage(
+        self,
+        ctx: AttemptContext,
+        lines: Counter[str],
+        runs: dict[str, _Run],
+        job_run: _Run | None,
+        lo: int,
+        hi: int,
+        names: NodeNames,
+    ) -> list[Coverage]:
         out: list[Coverage] = []
         silent = [n for n in ctx.nodes if not lines[n] and runs[n].failed < runs[n].tried]
         logged: set[str] | None = None
@@ -512,9 +578,17 @@ class LokiConnector:
                 check_error = str(exc)
         for node in ctx.nodes:
             run = runs[node]
-            out.append(self._status(f"logs/{node}", lines[node], run, logged is None or node in logged,
-                                    check_error, f"Loki holds no log stream with {self.node_label}={node} "
-                                    f"between {rfc3339_ns(lo)} and {rfc3339_ns(hi)}"))
+            out.append(
+                self._status(
+                    f"logs/{node}",
+                    lines[node],
+                    run,
+                    logged is None or node in logged,
+                    check_error,
+                    f"Loki holds no log stream with {self.node_label}={node} "
+                    f"between {rfc3339_ns(lo)} and {rfc3339_ns(hi)}",
+                )
+            )
         if job_run is not None and self.workload_selector is not None:
             selector = "{" + _fill(self.workload_selector, ctx) + "}"
             has_logs, job_error = True, None
@@ -523,39 +597,69 @@ class LokiConnector:
                     has_logs = bool(self._series(selector, epoch_ns(ctx.window.start), hi))
                 except ConnectorError as exc:
                     job_error = str(exc)
-            out.append(self._status(f"logs/{JOB}", lines[JOB], job_run, has_logs, job_error,
-                                    f"Loki holds no log stream matching {selector} in the attempt's window"))
+            out.append(
+                self._status(
+                    f"logs/{JOB}",
+                    lines[JOB],
+                    job_run,
+                    has_logs,
+                    job_error,
+                    f"Loki holds no log stream matching {selector} in the attempt's window",
+                )
+            )
         return out
 
     def _series(self, selector: str, lo: int, hi: int) -> list[dict[str, Any]]:
         """The streams (index label sets) matching `selector` with entries in [lo, hi)."""
         out: list[dict[str, Any]] = []
         for a, b in pieces(lo, hi, self._longest()):
-            doc = self.api.get("/loki/api/v1/series", [("match[]", selector), ("start", str(a)), ("end", str(b))],
-                               what="Loki series")
+            doc = self.api.get(
+                "/loki/api/v1/series",
+                [("match[]", selector), ("start", str(a)), ("end", str(b))],
+                what="Loki series",
+            )
             items = doc.get("data") if isinstance(doc, dict) else None
             if not isinstance(items, list):
-                raise ConnectorError(f"Loki series: not a list of label sets: {str(doc)[:200]}", kind="permanent")
+                raise ConnectorError(
+                    f"Loki series: not a list of label sets: {str(doc)[:200]}", kind="permanent"
+                )
             out.extend(i for i in items if isinstance(i, dict))
         return out
 
-    def _status(self, source: str, n: int, run: _Run, has_logs: bool, check_error: str | None,
-                missing: str) -> Coverage:
+    def _status(
+        self, source: str, n: int, run: _Run, has_logs: bool, check_error: str | None, missing: str
+    ) -> Coverage:
         problems = "; ".join(run.problems) or None
         if run.tried and run.failed == run.tried:
-            return Coverage(connector=self.name, source=source, status="failed", observations=n, reason=problems)
+            return Coverage(
+                connector=self.name, source=source, status="failed", observations=n, reason=problems
+            )
         if problems:
-            return Coverage(connector=self.name, source=source, status="partial", observations=n, reason=problems)
+            return Coverage(
+                connector=self.name, source=source, status="partial", observations=n, reason=problems
+            )
         if n:
             return Coverage(connector=self.name, source=source, status="ok", observations=n)
         if check_error:
-            return Coverage(connector=self.name, source=source, status="ok", observations=0,
-                            reason=f"no line matched a rule token; whether the node logged at all is unknown "
-                                   f"({check_error})")
+            return Coverage(
+                connector=self.name,
+                source=source,
+                status="ok",
+                observations=0,
+                reason=f"no line matched a rule token; whether the node logged at all is unknown "
+                f"({check_error})",
+            )
         if not has_logs:
-            return Coverage(connector=self.name, source=source, status="missing", observations=0, reason=missing)
-        return Coverage(connector=self.name, source=source, status="ok", observations=0,
-                        reason="no line matched a rule token")
+            return Coverage(
+                connector=self.name, source=source, status="missing", observations=0, reason=missing
+            )
+        return Coverage(
+            connector=self.name,
+            source=source,
+            status="ok",
+            observations=0,
+            reason="no line matched a rule token",
+        )
 
     def _nodes_with_logs(self, nodes: list[str], lo: int, hi: int, names: NodeNames) -> set[str]:
         """Which of `nodes` have any log stream in [lo, hi): the index (`/series`) for an index
@@ -569,11 +673,17 @@ class LokiConnector:
                 continue
             for a, b in pieces(lo, hi, longest):
                 seconds = max(1, -(-(b - a) // 1_000_000_000))
-                expr = (f"sum by ({self.node_label}) (count_over_time({self._node_selector(chunk)}"
-                        f"{self._node_filter(chunk)} [{seconds}s]))")
-                doc = self.api.get("/loki/api/v1/query", {"query": expr, "time": str(b)}, what="Loki line count")
+                expr = (
+                    f"sum by ({self.node_label}) (count_over_time({self._node_selector(chunk)}"
+                    f"{self._node_filter(chunk)} [{seconds}s]))"
+                )
+                doc = self.api.get(
+                    "/loki/api/v1/query", {"query": expr, "time": str(b)}, what="Loki line count"
+                )
                 result = (doc.get("data") or {}).get("result") if isinstance(doc, dict) else None
-                labels = [(r.get("metric") or {}).get(self.node_label) for r in result or [] if isinstance(r, dict)]
+                labels = [
+                    (r.get("metric") or {}).get(self.node_label) for r in result or [] if isinstance(r, dict)
+                ]
                 found.update(n for v in labels if isinstance(v, str) and (n := names.resolve(v)))
         return found
 
@@ -596,8 +706,10 @@ def _matchers(selector: str) -> list[str]:
     while pos < len(selector.strip()):
         m = _MATCHER.match(selector, pos)
         if not m:
-            raise ValueError(f"cannot read the stream selector {selector!r} at character {pos}: "
-                             f"expected name=\"value\" matchers separated by commas")
+            raise ValueError(
+                f"cannot read the stream selector {selector!r} at character {pos}: "
+                f'expected name="value" matchers separated by commas'
+            )
         out.append(f"{m.group(1)}{m.group(2)}{m.group(3)}")
         pos = m.end()
     return out
@@ -605,10 +717,13 @@ def _matchers(selector: str) -> list[str]:
 
 def _fill(template: str, ctx: AttemptContext) -> str:
     """Put the workload id and attempt into a selector template, escaped for a LogQL string."""
+
     def esc(v: object) -> str:
         return logql_string(str(v))[1:-1]
 
-    return template.replace("{workload}", esc(ctx.workload.id)).replace("{attempt}", esc(ctx.workload.attempt))
+    return template.replace("{workload}", esc(ctx.workload.id)).replace(
+        "{attempt}", esc(ctx.workload.attempt)
+    )
 
 
 def _leaf(key: StreamKey, node_label: str) -> str:

@@ -69,14 +69,30 @@ Runner = Callable[[Sequence[str], float], str]
 REST_VERSIONS = ("v0.0.41", "v0.0.42", "v0.0.43", "v0.0.40", "v0.0.44")
 """slurmrestd API versions tried in order: v0.0.41 is served by Slurm 24.05, 24.11 and 25.05."""
 
-_BASE_STATES = ("PENDING", "RUNNING", "SUSPENDED", "COMPLETED", "CANCELLED", "FAILED", "TIMEOUT",
-                "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY", "REQUEUED")
+_BASE_STATES = (
+    "PENDING",
+    "RUNNING",
+    "SUSPENDED",
+    "COMPLETED",
+    "CANCELLED",
+    "FAILED",
+    "TIMEOUT",
+    "NODE_FAIL",
+    "PREEMPTED",
+    "BOOT_FAIL",
+    "DEADLINE",
+    "OUT_OF_MEMORY",
+    "REQUEUED",
+)
 _TRANSIENT = re.compile(
     r"Unable to contact slurm controller|Socket timed out|Connection refused|Connection timed out"
     r"|slurmctld.*not responding|Problem talking to the database|Unable to connect to database"
     r"|Zero Bytes were transmitted or received|Slurm backup controller in standby mode|Resource temporarily unavailable",
-    re.IGNORECASE)
-_NOT_FOUND = re.compile(r"Invalid job id specified|Invalid node name specified|Unable to find job", re.IGNORECASE)
+    re.IGNORECASE,
+)
+_NOT_FOUND = re.compile(
+    r"Invalid job id specified|Invalid node name specified|Unable to find job", re.IGNORECASE
+)
 _NO_JSON = re.compile(r"unrecognized option '--json'|invalid option|unknown option", re.IGNORECASE)
 
 
@@ -84,11 +100,14 @@ def run_command(argv: Sequence[str], timeout: float) -> str:
     """The default runner: the real binary, its stdout; failures classified for retry."""
     tool = argv[0]
     try:
-        proc = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, check=False,
-                              stdin=subprocess.DEVNULL)
+        proc = subprocess.run(
+            list(argv), capture_output=True, text=True, timeout=timeout, check=False, stdin=subprocess.DEVNULL
+        )
     except FileNotFoundError:
-        raise ConnectorError(f"{tool} not found on PATH: install Slurm's client commands or use --slurm-rest URL",
-                             kind="permanent") from None
+        raise ConnectorError(
+            f"{tool} not found on PATH: install Slurm's client commands or use --slurm-rest URL",
+            kind="permanent",
+        ) from None
     except subprocess.TimeoutExpired:
         raise ConnectorError(f"{tool} did not answer within {timeout:g} s", kind="transient") from None
     except OSError as exc:
@@ -103,9 +122,12 @@ def classify(tool: str, message: str) -> ConnectorError:
     text = " ".join(message.split())[:400]
     if "Could not establish a configuration source" in text:
         # the client found no slurm.conf (nor a configless DNS SRV record): say what to do, not the DNS noise
-        return ConnectorError(f"{tool}: no Slurm configuration on this host (no slurm.conf, $SLURM_CONF unset, no "
-                              "DNS SRV record for configless mode): point SLURM_CONF at the cluster's slurm.conf, "
-                              "or use --slurm-rest URL", kind="permanent")
+        return ConnectorError(
+            f"{tool}: no Slurm configuration on this host (no slurm.conf, $SLURM_CONF unset, no "
+            "DNS SRV record for configless mode): point SLURM_CONF at the cluster's slurm.conf, "
+            "or use --slurm-rest URL",
+            kind="permanent",
+        )
     if _TRANSIENT.search(text):
         return ConnectorError(f"{tool}: {text}", kind="transient")
     if _NOT_FOUND.search(text):
@@ -129,18 +151,28 @@ class JobRef:
         t = text.strip()
         m = re.fullmatch(r"(\d+)(?:_(\d+)|\+(\d+))?", t)
         if not m:
-            raise ConnectorError(f"{text!r} is not a Slurm job id (expected 81234, 81234_7 for an array task, "
-                                 "or 81234+1 for a heterogeneous job component)", kind="permanent")
-        return cls(t, int(m.group(1)), int(m.group(2)) if m.group(2) else None,
-                   int(m.group(3)) if m.group(3) else None)
+            raise ConnectorError(
+                f"{text!r} is not a Slurm job id (expected 81234, 81234_7 for an array task, "
+                "or 81234+1 for a heterogeneous job component)",
+                kind="permanent",
+            )
+        return cls(
+            t,
+            int(m.group(1)),
+            int(m.group(2)) if m.group(2) else None,
+            int(m.group(3)) if m.group(3) else None,
+        )
 
     def matches(self, job: dict[str, Any]) -> bool:
         label = slurm_job_label(job)
         if self.task is not None or self.offset is not None:
             return label == self.text
         own = _int(job.get("job_id", job.get("jobid")))
-        return label == self.text or (own == self.job and "_" not in label and "+" not in label) \
+        return (
+            label == self.text
+            or (own == self.job and "_" not in label and "+" not in label)
             or label.startswith((f"{self.job}_", f"{self.job}+"))
+        )
 
 
 @dataclass(slots=True)
@@ -216,7 +248,9 @@ def _facts(job: dict[str, Any], meta_cluster: str | None) -> _Facts:
     controller = "job_state" in job
     times = job.get("time") if isinstance(job.get("time"), dict) else {}
     assert isinstance(times, dict)
-    reason = job.get("state", {}).get("reason") if isinstance(job.get("state"), dict) else job.get("state_reason")
+    reason = (
+        job.get("state", {}).get("reason") if isinstance(job.get("state"), dict) else job.get("state_reason")
+    )
     rc, sig = _exit(job.get("exit_code"), raw_status=controller)
     start = _time(times.get("start")) if times else _time(job.get("start_time"))
     end = _time(times.get("end")) if times else _time(job.get("end_time"))
@@ -228,17 +262,22 @@ def _facts(job: dict[str, Any], meta_cluster: str | None) -> _Facts:
         cluster=str(job["cluster"]) if job.get("cluster") else meta_cluster,
         state=_first_state(job.get("state") if not controller else job.get("job_state")),
         reason=None if reason in (None, "", "None") else str(reason),
-        rc=rc, signal=sig,
+        rc=rc,
+        signal=sig,
         submit=_time(times.get("submission")) if times else _time(job.get("submit_time")),
-        start=start, end=end,
+        start=start,
+        end=end,
         nodes=nodes if isinstance(nodes, str) and nodes not in ("None assigned", "(null)") else "",
         restarts=_int(job.get("restart_cnt")),
         raw=job,
     )
 
 
-_ANY_TIME = TimeContext(tz=timezone.utc, start=datetime(1970, 1, 1, tzinfo=timezone.utc),
-                        end=datetime(2200, 1, 1, tzinfo=timezone.utc))
+_ANY_TIME = TimeContext(
+    tz=timezone.utc,
+    start=datetime(1970, 1, 1, tzinfo=timezone.utc),
+    end=datetime(2200, 1, 1, tzinfo=timezone.utc),
+)
 
 
 def _iso(v: Any) -> datetime | None:
@@ -259,7 +298,9 @@ def _load_json(tool: str, text: str) -> dict[str, Any]:
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise ConnectorError(f"{tool}: answer is not JSON ({exc.msg} at line {exc.lineno})", kind="permanent") from None
+        raise ConnectorError(
+            f"{tool}: answer is not JSON ({exc.msg} at line {exc.lineno})", kind="permanent"
+        ) from None
     if not isinstance(doc, dict):
         raise ConnectorError(f"{tool}: answer is not a JSON object", kind="permanent")
     errors = [e for e in doc.get("errors") or [] if isinstance(e, dict)]
@@ -274,10 +315,19 @@ class SlurmConnector:
 
     name = "slurm"
 
-    def __init__(self, job_id: str, *, runner: Runner | None = None, policy: RetryPolicy = DEFAULT_POLICY,
-                 rest_url: str | None = None, rest_token: str | None = None, rest_version: str | None = None,
-                 transport: httpx.BaseTransport | None = None, sleep: Callable[[float], None] = time.sleep,
-                 now: Callable[[], datetime] | None = None) -> None:
+    def __init__(
+        self,
+        job_id: str,
+        *,
+        runner: Runner | None = None,
+        policy: RetryPolicy = DEFAULT_POLICY,
+        rest_url: str | None = None,
+        rest_token: str | None = None,
+        rest_version: str | None = None,
+        transport: httpx.BaseTransport | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+        now: Callable[[], datetime] | None = None,
+    ) -> None:
         self.ref = JobRef.parse(job_id)
         self.runner = runner or run_command
         self.policy = policy
@@ -292,8 +342,9 @@ class SlurmConnector:
     # ------------------------------------------------------------------ asking Slurm
 
     def _run(self, argv: list[str]) -> str:
-        return with_retries(lambda: self.runner(argv, self.policy.timeout_s), self.policy, what=argv[0],
-                            sleep=self.sleep)
+        return with_retries(
+            lambda: self.runner(argv, self.policy.timeout_s), self.policy, what=argv[0], sleep=self.sleep
+        )
 
     def _get(self, path: str, what: str) -> dict[str, Any]:
         """One slurmrestd GET, trying API versions until one is served."""
@@ -303,13 +354,19 @@ class SlurmConnector:
                 headers["X-SLURM-USER-TOKEN"] = self.rest_token
                 if os.environ.get("SLURM_USER"):
                     headers["X-SLURM-USER-NAME"] = os.environ["SLURM_USER"]
-            self._client = httpx.Client(base_url=self.rest_url or "", headers=headers, timeout=self.policy.timeout_s,
-                                        transport=self._transport)
+            self._client = httpx.Client(
+                base_url=self.rest_url or "",
+                headers=headers,
+                timeout=self.policy.timeout_s,
+                transport=self._transport,
+            )
         last: ConnectorError | None = None
         for version in self.rest_versions:
             url = path.format(v=version)
             try:
-                return with_retries(partial(self._get_once, url, what), self.policy, what=what, sleep=self.sleep)
+                return with_retries(
+                    partial(self._get_once, url, what), self.policy, what=what, sleep=self.sleep
+                )
             except _UnknownVersion as exc:
                 last = ConnectorError(str(exc), kind="not_found")
                 continue
@@ -320,13 +377,19 @@ class SlurmConnector:
         try:
             resp = self._client.get(url)
         except httpx.TimeoutException:
-            raise ConnectorError(f"{what}: slurmrestd did not answer within {self.policy.timeout_s:g} s",
-                                 kind="transient") from None
+            raise ConnectorError(
+                f"{what}: slurmrestd did not answer within {self.policy.timeout_s:g} s", kind="transient"
+            ) from None
         except httpx.TransportError as exc:
-            raise ConnectorError(f"{what}: cannot reach slurmrestd at {self.rest_url}: {exc}", kind="transient") from None
+            raise ConnectorError(
+                f"{what}: cannot reach slurmrestd at {self.rest_url}: {exc}", kind="transient"
+            ) from None
         if resp.status_code in (401, 403):
-            raise ConnectorError(f"{what}: slurmrestd refused the request (HTTP {resp.status_code}): "
-                                 "set a token with $SLURM_JWT (scontrol token)", kind="auth")
+            raise ConnectorError(
+                f"{what}: slurmrestd refused the request (HTTP {resp.status_code}): "
+                "set a token with $SLURM_JWT (scontrol token)",
+                kind="auth",
+            )
         if resp.status_code == 429 or resp.status_code >= 500:
             try:
                 return _load_json(what, resp.text)  # slurmrestd answers 500 with a Slurm error list
@@ -343,8 +406,9 @@ class SlurmConnector:
                 raise _UnknownVersion(f"{what}: slurmrestd does not serve {url} (HTTP 404)")
             return _load_json(what, resp.text)
         if resp.status_code >= 400:
-            raise ConnectorError(f"{what}: slurmrestd answered HTTP {resp.status_code}: {resp.text[:200]}",
-                                 kind="permanent")
+            raise ConnectorError(
+                f"{what}: slurmrestd answered HTTP {resp.status_code}: {resp.text[:200]}", kind="permanent"
+            )
         doc = _load_json(what, resp.text)
         self.rest_versions = (url.split("/")[2],)  # the version that answered serves the next calls too
         return doc
@@ -358,7 +422,9 @@ class SlurmConnector:
         if self.rest_url:
             return self._get(f"/slurm/{{v}}/job/{self.ref.text}", "slurmrestd job"), "slurmrestd job"
         try:
-            return _load_json("scontrol", self._run(["scontrol", "show", "job", self.ref.text, "--json"])), "scontrol"
+            return _load_json(
+                "scontrol", self._run(["scontrol", "show", "job", self.ref.text, "--json"])
+            ), "scontrol"
         except ConnectorError as exc:
             if not _NO_JSON.search(str(exc)):
                 raise
@@ -370,7 +436,9 @@ class SlurmConnector:
         if self.rest_url:
             return self._get("/slurm/{v}/nodes", "slurmrestd nodes"), "slurmrestd nodes"
         try:
-            return _load_json("scontrol", self._run(["scontrol", "show", "node", hostlist, "--json"])), "scontrol"
+            return _load_json(
+                "scontrol", self._run(["scontrol", "show", "node", hostlist, "--json"])
+            ), "scontrol"
         except ConnectorError as exc:
             if not _NO_JSON.search(str(exc)):
                 raise
@@ -402,30 +470,57 @@ class SlurmConnector:
             acct_doc = self._accounting()
         except ConnectorError as exc:
             errors.append(exc)
-            coverage.append(Coverage(connector=self.name, source=f"slurm/sacct-{label}.json",
-                                     status="missing" if exc.kind == "not_found" else "failed",
-                                     observations=0, reason=str(exc)))
+            coverage.append(
+                Coverage(
+                    connector=self.name,
+                    source=f"slurm/sacct-{label}.json",
+                    status="missing" if exc.kind == "not_found" else "failed",
+                    observations=0,
+                    reason=str(exc),
+                )
+            )
         try:
             ctl_doc, ctl_tool = self._controller()
         except ConnectorError as exc:
             errors.append(exc)
-            coverage.append(Coverage(
-                connector=self.name, source=f"slurm/scontrol-job-{label}.json",
-                status="missing" if exc.kind == "not_found" else "failed", observations=0,
-                reason=("slurmctld no longer holds the job (finished longer ago than MinJobAge)"
-                        if exc.kind == "not_found" else str(exc))))
-        acct = [_facts(j, _meta_cluster(acct_doc)) for j in _jobs(acct_doc) if self.ref.matches(j)] if acct_doc else []
-        ctl = [_facts(j, _meta_cluster(ctl_doc)) for j in _jobs(ctl_doc) if self.ref.matches(j)] if ctl_doc else []
+            coverage.append(
+                Coverage(
+                    connector=self.name,
+                    source=f"slurm/scontrol-job-{label}.json",
+                    status="missing" if exc.kind == "not_found" else "failed",
+                    observations=0,
+                    reason=(
+                        "slurmctld no longer holds the job (finished longer ago than MinJobAge)"
+                        if exc.kind == "not_found"
+                        else str(exc)
+                    ),
+                )
+            )
+        acct = (
+            [_facts(j, _meta_cluster(acct_doc)) for j in _jobs(acct_doc) if self.ref.matches(j)]
+            if acct_doc
+            else []
+        )
+        ctl = (
+            [_facts(j, _meta_cluster(ctl_doc)) for j in _jobs(ctl_doc) if self.ref.matches(j)]
+            if ctl_doc
+            else []
+        )
         if not acct and not ctl:
             # What each source said: an error, a list of jobs without this one, or an answer not understood.
-            said = errors + [_without_job(doc, tool) for doc, tool in ((acct_doc, "accounting"), (ctl_doc, ctl_tool))
-                             if doc is not None]
+            said = errors + [
+                _without_job(doc, tool)
+                for doc, tool in ((acct_doc, "accounting"), (ctl_doc, ctl_tool))
+                if doc is not None
+            ]
             real = [e for e in said if e.kind != "not_found"]
             if len(real) == len(said):
                 kind = "transient" if any(e.transient for e in real) else real[0].kind
                 raise ConnectorError(f"Slurm job {label}: " + "; ".join(str(e) for e in real), kind=kind)
-            raise ConnectorError(f"Slurm job {label} not found: neither accounting (sacct) nor slurmctld "
-                                 "knows it", kind="not_found")
+            raise ConnectorError(
+                f"Slurm job {label} not found: neither accounting (sacct) nor slurmctld knows it",
+                kind="not_found",
+            )
         acct = self._one_job(acct)
         ctl = self._one_job(ctl)
         context, chosen, same_instance = self._context(acct, ctl, notes)
@@ -435,40 +530,68 @@ class SlurmConnector:
             kept = [f.raw for f in acct if chosen is None or f is chosen or f.label != chosen.label]
             records = render({"jobs": kept}, f"slurm/sacct-{label}.json", tctx)
             sources.append(RecordSource(name=f"slurm/sacct-{label}.json", records=records))
-            coverage.append(_answer_coverage(self.name, f"slurm/sacct-{label}.json", acct_doc, "accounting", bool(acct),
-                                             len(records), "accounting has no record of this job"))
+            coverage.append(
+                _answer_coverage(
+                    self.name,
+                    f"slurm/sacct-{label}.json",
+                    acct_doc,
+                    "accounting",
+                    bool(acct),
+                    len(records),
+                    "accounting has no record of this job",
+                )
+            )
         if ctl_doc is not None:
             records = render({"jobs": [f.raw for f in ctl]}, f"slurm/{ctl_tool}-job-{label}.json", tctx)
             used = len(records) if not acct else 0  # accounting already says the same: no duplicate records
             if used:
                 sources.append(RecordSource(name=f"slurm/{ctl_tool}-job-{label}.json", records=records))
-            coverage.append(_answer_coverage(
-                self.name, f"slurm/scontrol-job-{label}.json", ctl_doc, ctl_tool, bool(ctl), len(ctl),
-                "slurmctld no longer holds this job" if not ctl else None if same_instance
-                else "slurmctld describes a newer instance of the job: used for the requeue count only"))
+            coverage.append(
+                _answer_coverage(
+                    self.name,
+                    f"slurm/scontrol-job-{label}.json",
+                    ctl_doc,
+                    ctl_tool,
+                    bool(ctl),
+                    len(ctl),
+                    "slurmctld no longer holds this job"
+                    if not ctl
+                    else None
+                    if same_instance
+                    else "slurmctld describes a newer instance of the job: used for the requeue count only",
+                )
+            )
         if context.nodes:
             sources_n, cov = self._node_records(context.nodes, chosen, tctx, label)
             sources.extend(sources_n)
             coverage.append(cov)
         coverage.sort(key=lambda c: (c.source, c.connector))
         tasks = _task_layout(chosen, context.nodes) if chosen is not None else {}
-        return Scope(context=context, collected=Collected(sources=list(sources), coverage=coverage), notes=notes,
-                     tasks=tasks)
+        return Scope(
+            context=context,
+            collected=Collected(sources=list(sources), coverage=coverage),
+            notes=notes,
+            tasks=tasks,
+        )
 
     def _one_job(self, facts: list[_Facts]) -> list[_Facts]:
         """Refuse a bare array id that names several tasks: the tasks are separate attempts."""
         tasks = sorted({f.label for f in facts if "_" in f.label})
         if self.ref.task is None and len(tasks) > 1:
-            raise ConnectorError(f"Slurm job {self.ref.text} is a job array ({len(tasks)} tasks: "
-                                 f"{', '.join(tasks[:4])}{' …' if len(tasks) > 4 else ''}): name one task, "
-                                 f"e.g. {tasks[-1]}", kind="permanent")
+            raise ConnectorError(
+                f"Slurm job {self.ref.text} is a job array ({len(tasks)} tasks: "
+                f"{', '.join(tasks[:4])}{' …' if len(tasks) > 4 else ''}): name one task, "
+                f"e.g. {tasks[-1]}",
+                kind="permanent",
+            )
         return facts
 
-    def _context(self, acct: list[_Facts], ctl: list[_Facts], notes: list[str]
-                 ) -> tuple[AttemptContext, _Facts | None, bool]:
+    def _context(
+        self, acct: list[_Facts], ctl: list[_Facts], notes: list[str]
+    ) -> tuple[AttemptContext, _Facts | None, bool]:
         het = len({f.label for f in (acct or ctl)}) > 1  # a bare het job id: every component
         # sacct --duplicates lists one instance per attempt, oldest first
-        instances = sorted(acct, key=lambda f: (f.submit or datetime.min.replace(tzinfo=timezone.utc)))
+        instances = sorted(acct, key=lambda f: f.submit or datetime.min.replace(tzinfo=timezone.utc))
         chosen: _Facts | None = None
         attempt = 0
         same = True
@@ -478,8 +601,10 @@ class SlurmConnector:
             idx = instances.index(chosen)
             attempt = idx
             if chosen is not instances[-1]:
-                notes.append(f"the newest instance of job {self.ref.text} has not started "
-                             f"({instances[-1].state}); the attempt before it is analysed")
+                notes.append(
+                    f"the newest instance of job {self.ref.text} has not started "
+                    f"({instances[-1].state}); the attempt before it is analysed"
+                )
             if chosen.restarts is not None:
                 attempt = chosen.restarts
             elif ctl and ctl[0].restarts is not None:
@@ -492,8 +617,10 @@ class SlurmConnector:
         primary = [chosen] if chosen is not None else (acct or ctl)
         facts = ctl if (ctl and same and not het) else primary
         # The component that failed speaks for a het job, before one cancelled because of it.
-        lead = next((f for f in facts if f.state not in (None, "COMPLETED", "CANCELLED")),
-                    next((f for f in facts if f.state not in (None, "COMPLETED")), facts[0]))
+        lead = next(
+            (f for f in facts if f.state not in (None, "COMPLETED", "CANCELLED")),
+            next((f for f in facts if f.state not in (None, "COMPLETED")), facts[0]),
+        )
         starts = [t for f in primary if (t := f.start or f.submit) is not None]
         start = min(starts, default=None)
         end = max((f.end for f in primary if f.end is not None), default=None)
@@ -507,7 +634,7 @@ class SlurmConnector:
                 notes.append(f"job {self.ref.text} is still {lead.state.lower()}: the window ends now")
         end = max(start, end)
         nodes: list[str] = []
-        for f in (facts if het else primary):
+        for f in facts if het else primary:
             hostlist = f.nodes or next((c.nodes for c in ctl if c.nodes), "")
             try:
                 nodes.extend(expand(hostlist))
@@ -522,35 +649,56 @@ class SlurmConnector:
         if attempt:
             notes.append(f"attempt {attempt}: job {self.ref.text} was requeued {attempt} time(s) before it")
         context = AttemptContext(
-            workload=Workload(id=self.ref.text, attempt=attempt, name=lead.name, scheduler="slurm",
-                              cluster=next((f.cluster for f in facts + primary if f.cluster), None)),
+            workload=Workload(
+                id=self.ref.text,
+                attempt=attempt,
+                name=lead.name,
+                scheduler="slurm",
+                cluster=next((f.cluster for f in facts + primary if f.cluster), None),
+            ),
             window=Window(start=start, end=end),
-            state=lead.state, exit_code=exit_code, reason=lead.reason,
+            state=lead.state,
+            exit_code=exit_code,
+            reason=lead.reason,
             nodes=list(dict.fromkeys(nodes)),
         )
         return context, chosen, same
 
-    def _node_records(self, nodes: list[str], chosen: _Facts | None, tctx: TimeContext, label: str
-                      ) -> tuple[list[RecordSource], Coverage]:
+    def _node_records(
+        self, nodes: list[str], chosen: _Facts | None, tctx: TimeContext, label: str
+    ) -> tuple[list[RecordSource], Coverage]:
         source = f"slurm/nodes-{label}.json"
-        hostlist = (chosen.nodes if chosen is not None and chosen.nodes else ",".join(nodes))
+        hostlist = chosen.nodes if chosen is not None and chosen.nodes else ",".join(nodes)
         try:
             doc, _tool = self._nodes(hostlist)
         except ConnectorError as exc:
-            return [], Coverage(connector=self.name, source=source, status="failed", observations=0,
-                                reason=f"node states and drain reasons not read: {exc}")
+            return [], Coverage(
+                connector=self.name,
+                source=source,
+                status="failed",
+                observations=0,
+                reason=f"node states and drain reasons not read: {exc}",
+            )
         if not isinstance(doc.get("nodes"), list):
-            return [], Coverage(connector=self.name, source=source, status="failed", observations=0,
-                                reason=f"node states and drain reasons not read: answer not understood (no list of "
-                                       f"nodes): {str(doc)[:200]}")
+            return [], Coverage(
+                connector=self.name,
+                source=source,
+                status="failed",
+                observations=0,
+                reason=f"node states and drain reasons not read: answer not understood (no list of "
+                f"nodes): {str(doc)[:200]}",
+            )
         wanted = set(nodes)
         kept = [n for n in doc["nodes"] if isinstance(n, dict) and str(n.get("name")) in wanted]
         records = render({"nodes": kept}, source, tctx) if kept else []
         missing = sorted(wanted - {str(n.get("name")) for n in kept})
-        status: Literal["ok", "partial", "missing"] = "ok" if not missing else ("partial" if kept else "missing")
+        status: Literal["ok", "partial", "missing"] = (
+            "ok" if not missing else ("partial" if kept else "missing")
+        )
         reason = None if not missing else f"no state for {len(missing)} node(s): {', '.join(missing[:5])}"
         return ([RecordSource(name=source, records=records)] if records else []), Coverage(
-            connector=self.name, source=source, status=status, observations=len(records), reason=reason)
+            connector=self.name, source=source, status=status, observations=len(records), reason=reason
+        )
 
 
 def _task_layout(job: _Facts, nodes: list[str]) -> dict[str, list[int]]:
@@ -565,12 +713,21 @@ def _task_layout(job: _Facts, nodes: list[str]) -> dict[str, list[int]]:
         where = step.get("nodes") if isinstance(step.get("nodes"), dict) else {}
         assert isinstance(where, dict)
         try:
-            hosts = [str(n) for n in where["list"]] if isinstance(where.get("list"), list) \
+            hosts = (
+                [str(n) for n in where["list"]]
+                if isinstance(where.get("list"), list)
                 else expand(str(where.get("range") or ""))
+            )
         except HostlistError:
             continue
         dist = step.get("task", {}).get("distribution") if isinstance(step.get("task"), dict) else None
-        if sid.isdigit() and tasks and hosts and set(hosts) <= set(nodes) and (best is None or tasks > best[0]):
+        if (
+            sid.isdigit()
+            and tasks
+            and hosts
+            and set(hosts) <= set(nodes)
+            and (best is None or tasks > best[0])
+        ):
             best = (tasks, hosts, str(dist) if dist else None)
     return task_layout(best[1], best[0], best[2]) if best else {}
 
@@ -594,16 +751,34 @@ def _without_job(doc: dict[str, Any], tool: str) -> ConnectorError:
     """An answer that does not name the job: `not_found` when it is a list of jobs, else not understood."""
     if _understood(doc):
         return ConnectorError(f"{tool}: no such job", kind="not_found")
-    return ConnectorError(f"{tool}: answer not understood (no list of jobs): {str(doc)[:200]}", kind="permanent")
+    return ConnectorError(
+        f"{tool}: answer not understood (no list of jobs): {str(doc)[:200]}", kind="permanent"
+    )
 
 
-def _answer_coverage(connector: str, source: str, doc: dict[str, Any], tool: str, has_job: bool, observations: int,
-                     reason: str | None) -> Coverage:
+def _answer_coverage(
+    connector: str,
+    source: str,
+    doc: dict[str, Any],
+    tool: str,
+    has_job: bool,
+    observations: int,
+    reason: str | None,
+) -> Coverage:
     """Coverage of a source that answered: ok when it named the job, missing when its list of jobs
     lacks it, failed when the answer is not understood."""
     if has_job:
-        return Coverage(connector=connector, source=source, status="ok", observations=observations, reason=reason)
+        return Coverage(
+            connector=connector, source=source, status="ok", observations=observations, reason=reason
+        )
     if not _understood(doc):
-        return Coverage(connector=connector, source=source, status="failed", observations=0,
-                        reason=str(_without_job(doc, tool)))
-    return Coverage(connector=connector, source=source, status="missing", observations=observations, reason=reason)
+        return Coverage(
+            connector=connector,
+            source=source,
+            status="failed",
+            observations=0,
+            reason=str(_without_job(doc, tool)),
+        )
+    return Coverage(
+        connector=connector, source=source, status="missing", observations=observations, reason=reason
+    )
