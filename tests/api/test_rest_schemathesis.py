@@ -1,7 +1,7 @@
 """schemathesis on the REST API's own OpenAPI document, against the app in this process: requests
 generated from the schema (a small fixed number per operation) never get a server error.
 
-POST /v1/scopes is left out: it asks Slurm or Kubernetes (tests/test_server_pull.py covers it)."""
+POST /v1/scopes is left out: it asks Slurm or Kubernetes (tests/server/test_pulls.py covers it)."""
 
 from __future__ import annotations
 

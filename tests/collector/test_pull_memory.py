@@ -179,7 +179,7 @@ log = logs[t.POD].encode()
 times = int(sys.argv[2])
 logs[t.POD] = lambda: iter([*([before] * times), log, *([after] * times)])
 print(default_engine().analyze(t._pull(FakeKube(t._objects(), logs))).to_json())
-# VmHWM, not RUSAGE_SELF (tests/test_bounded_memory.py says why); forked extraction workers are RUSAGE_CHILDREN
+# VmHWM, not RUSAGE_SELF (tests/collector/test_bounded_memory.py says why); forked extraction workers are RUSAGE_CHILDREN
 hwm = next(int(x.split()[1]) for x in Path("/proc/self/status").read_text().splitlines() if x.startswith("VmHWM:"))
 print(max(hwm, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss) * 1024, file=sys.stderr)
 """

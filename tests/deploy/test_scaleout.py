@@ -4,7 +4,7 @@ record at the other), the analysis is triggered at one of them while both trigge
 attempt gets exactly one diagnosis, equal to `hypocenter analyze` on the bundle, readable from either,
 and its final verdict pushed to Loki once.
 
-Runs when HYPOCENTER_TEST_POSTGRES_URL is set (CI sets it; see tests/test_store_contract.py)."""
+Runs when HYPOCENTER_TEST_POSTGRES_URL is set (CI sets it; see tests/store/test_contract.py)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """deploy/slurm/hypocenter-prolog.sh, run the way slurmctld runs a PrologSlurmctld: the server then
 knows the attempt's start and its whole allocation before any of its nodes logged a line, and the
 diagnosis carries them; bad input is a line on stderr and exit 0 (a prolog must not hold a job back).
-The epilog's own test is in tests/test_server_pull.py."""
+The epilog's own test is in tests/server/test_pulls.py."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """End to end on PostgreSQL: `hypocenter serve --store postgresql://…`, replay an example over OTLP,
 fetch the diagnosis; restart the server on the same database and it is still there.
 
-Runs when HYPOCENTER_TEST_POSTGRES_URL is set (CI sets it; see tests/test_store_contract.py)."""
+Runs when HYPOCENTER_TEST_POSTGRES_URL is set (CI sets it; see tests/store/test_contract.py)."""
 
 from __future__ import annotations
 
