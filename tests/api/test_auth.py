@@ -22,9 +22,9 @@ from server_support import REPO, ServerProcess, clean_env
 from hypocenter.api import auth
 from hypocenter.api.v1 import attribution_pb2 as pb
 from hypocenter.api.v1 import attribution_pb2_grpc as pb_grpc
+from hypocenter.cli.assembly import Server, serve_in_thread
 from hypocenter.config import Settings
 from hypocenter.errors import InputError
-from hypocenter.server.assembly import Server, serve_in_thread
 
 TOKENS = {
     "ingest": "ingest-token-0123456789abcdef",

@@ -240,8 +240,8 @@ class _SlowStore:
 
 
 def test_full_queue_answers_unavailable_with_retry_info(tmp_path: Path) -> None:
+    from hypocenter.cli.assembly import serve_in_thread
     from hypocenter.config import load_settings
-    from hypocenter.server.assembly import serve_in_thread
     from hypocenter.store.sqlite import SQLiteStore
 
     settings, _ = load_settings(

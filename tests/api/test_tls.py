@@ -19,8 +19,8 @@ from prometheus_support import PrometheusProcess, needs_prometheus
 
 from hypocenter.api.v1 import attribution_pb2 as pb
 from hypocenter.api.v1 import attribution_pb2_grpc as pb_grpc
+from hypocenter.cli.assembly import Server, serve_in_thread
 from hypocenter.errors import InputError
-from hypocenter.server.assembly import Server, serve_in_thread
 from tests.api.test_auth import TOKENS, _otel_logs, bearer, settings, tokens_file
 
 

@@ -14,10 +14,10 @@ from engine_support import analyze_bundle
 from server_support import essence
 
 from bench.generate import main as generate
+from hypocenter.cli.assembly import Server, serve_in_thread
 from hypocenter.cli.replay import replay
 from hypocenter.config import load_settings
 from hypocenter.engine import default_engine
-from hypocenter.server.assembly import Server, serve_in_thread
 
 
 @pytest.fixture(scope="module")

@@ -12,11 +12,11 @@ import pytest
 from server_support import ServerProcess
 
 from hypocenter import strict_yaml
+from hypocenter.cli.assembly import Server
 from hypocenter.collector.bundle import documents
 from hypocenter.collector.connectors.prometheus import PrometheusConnector
 from hypocenter.config import load_settings
 from hypocenter.errors import InputError
-from hypocenter.server.assembly import Server
 
 
 def test_a_newline_in_a_workload_id_cannot_forge_a_log_line(tmp_path: Path) -> None:

@@ -20,7 +20,7 @@ from server_support import REPO
 
 from hypocenter.api.v1 import attribution_pb2 as pb
 from hypocenter.api.v1 import attribution_pb2_grpc as pb_grpc
-from hypocenter.server.assembly import Server, serve_in_thread
+from hypocenter.cli.assembly import Server, serve_in_thread
 from hypocenter.store.migrations import MIGRATIONS
 from hypocenter.store.sqlite import SQLiteStore
 from tests.api.test_auth import bearer, settings, tokens_file

@@ -16,10 +16,10 @@ import pytest
 from server_support import REPO, clean_env
 
 from hypocenter.api.http import build_app
+from hypocenter.cli.assembly import RedactingFormatter
 from hypocenter.collector.connectors.base import ConnectorError
 from hypocenter.collector.connectors.kubernetes import split_ref
 from hypocenter.config import redact_text, redact_url
-from hypocenter.server.assembly import RedactingFormatter
 from hypocenter.server.service import Attribution
 from hypocenter.store.sqlite import SQLiteStore
 from tests.api.test_auth import settings

@@ -1,4 +1,6 @@
-"""`hypocenter serve`: OTLP/gRPC on :4317, OTLP/HTTP + REST on :4318, one store, one engine.
+"""`hypocenter serve`'s composition root: OTLP/gRPC on :4317, OTLP/HTTP + REST on :4318, one store,
+one engine. It builds the store, the service (server/) and the listeners (api/) and wires them, so
+that the service never knows its listeners.
 
 The gRPC port also serves `hypocenter.v1.Attribution` (api/attribution_grpc.py), gRPC health
 checking (`grpc.health.v1.Health`: NOT_SERVING until both listeners are up, SERVING while ready,
