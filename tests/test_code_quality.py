@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parent.parent
@@ -35,6 +36,7 @@ def test_pre_commit_runs_what_scripts_check_runs() -> None:
     assert all(h["language"] == "system" for h in hooks)  # the installed tools: nothing fetched at hook time
 
 
+@pytest.mark.slow
 def test_imports_point_one_way() -> None:
     """The import-linter contracts in pyproject.toml: layers, collector/engine independence, no cycles."""
     env = {

@@ -8,9 +8,12 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.slow
 def test_wheel_ships_the_catalog_and_analyses_without_the_repo(tmp_path: Path) -> None:
     out = tmp_path / "wheel"
     subprocess.run(

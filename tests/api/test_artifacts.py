@@ -12,6 +12,8 @@ import httpx
 import pytest
 from server_support import ServerProcess, analyze, essence, replay
 
+pytestmark = pytest.mark.slow
+
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "flight_recorder" / "torch-2.13.0-gloo"
 NODES = ["gpu-a01", "gpu-a02", "gpu-a03", "gpu-a04"]
 ATTEMPT = (

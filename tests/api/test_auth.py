@@ -26,6 +26,8 @@ from hypocenter.cli.assembly import Server, serve_in_thread
 from hypocenter.config import Settings
 from hypocenter.errors import InputError
 
+pytestmark = pytest.mark.slow
+
 TOKENS = {
     "ingest": "ingest-token-0123456789abcdef",
     "read": "read-token-0123456789abcdef",

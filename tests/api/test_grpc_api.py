@@ -26,6 +26,8 @@ from server_support import REPO, ServerProcess, analyze, essence, replay
 from hypocenter.api.v1 import attribution_pb2 as pb
 from hypocenter.api.v1 import attribution_pb2_grpc as pb_grpc
 
+pytestmark = pytest.mark.slow
+
 EXAMPLES = REPO / "examples"
 PROTO = "hypocenter/api/v1/attribution.proto"
 

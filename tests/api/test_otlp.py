@@ -21,6 +21,8 @@ from server_support import ServerProcess
 
 from hypocenter.collector import otlp
 
+pytestmark = pytest.mark.slow
+
 PB = {"Content-Type": "application/x-protobuf"}
 JS = {"Content-Type": "application/json"}
 

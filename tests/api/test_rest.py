@@ -14,6 +14,8 @@ import httpx
 import pytest
 from server_support import REPO, ServerProcess, analyze, essence
 
+pytestmark = pytest.mark.slow
+
 EXAMPLES = REPO / "examples"
 
 

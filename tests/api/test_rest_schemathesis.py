@@ -18,6 +18,8 @@ from hypocenter.config import load_settings
 from hypocenter.server.service import Attribution
 from hypocenter.store import open_store
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def api_schema(tmp_path_factory: pytest.TempPathFactory) -> Iterator[schemathesis.BaseSchema]:

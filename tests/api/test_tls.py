@@ -23,6 +23,8 @@ from hypocenter.cli.assembly import Server, serve_in_thread
 from hypocenter.errors import InputError
 from tests.api.test_auth import TOKENS, _otel_logs, bearer, settings, tokens_file
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture()
 def pki(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:

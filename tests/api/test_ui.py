@@ -26,6 +26,8 @@ from server_support import EXAMPLES, ServerProcess, replay
 
 from bench.ui_screenshots import CHROMIUM, VIEWPORT, bundle_tar, launch_chromium
 
+pytestmark = pytest.mark.slow
+
 BY_NAME = {p.name: p for p in EXAMPLES}
 FIRST = ("nvlink-xid149", "ambiguous-double-fault", "host-oom")
 GRAFANA = "http://grafana.example:3000"
@@ -205,6 +207,7 @@ def _check_page(page: Any) -> None:
     assert width[0] <= width[1], f"horizontal scrolling at 1366x768: {width}"
 
 
+@pytest.mark.chromium
 def test_list_filters_detail_and_live_update_in_chromium(
     server: ServerProcess, browser: Any, shots: Path
 ) -> None:
@@ -375,6 +378,7 @@ def test_list_filters_detail_and_live_update_in_chromium(
     page.close()
 
 
+@pytest.mark.chromium
 def test_api_docs_load_without_the_internet(server: ServerProcess, browser: Any) -> None:
     """/docs (Swagger UI) and /ui draw with every request answered by the server itself."""
     page = browser.new_page(viewport=VIEWPORT)
@@ -397,6 +401,7 @@ def test_api_docs_load_without_the_internet(server: ServerProcess, browser: Any)
     page.close()
 
 
+@pytest.mark.chromium
 def test_with_tokens_the_page_asks_for_one(tmp_path: Path, browser: Any) -> None:
     """Behind auth_tokens_file the page and its scripts load without a token (code, no data); the reads
     need one with the read role, which the page asks for once."""

@@ -15,6 +15,8 @@ import pytest
 from bench.accuracy import Label, Result, Thresholds, evaluate, format_report, main, score
 from bench.generate import generate
 
+pytestmark = pytest.mark.slow
+
 
 def test_engine_meets_accuracy_targets(tmp_path: Path) -> None:
     corpus = tmp_path / "corpus"

@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 from server_support import REPO, clean_env
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.mark.skipif(shutil.which("rg") is None, reason="ripgrep (Debian `ripgrep`) is the analyze reference")
 def test_bench_perf_quick_prints_every_figure(tmp_path: Path) -> None:

@@ -157,6 +157,8 @@ def test_ci_installs_what_the_pipeline_needs() -> None:
     assert "npm ci --prefix docs/panels" in ci and "export HYPOCENTER_CI=1" in ci
 
 
+@pytest.mark.chromium
+@pytest.mark.slow
 def test_pipeline_draws_every_panel_from_data(tmp_path: Path) -> None:
     missing = pipeline_missing()
     if missing:

@@ -20,6 +20,8 @@ from hypocenter.collector.bundle import load_bundle
 from hypocenter.collector.connectors.base import RetryPolicy
 from tests.e2e.test_pull_end_to_end import push_logs
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 FAKE_BIN = ROOT / "examples" / "fake-slurm" / "bin"
 EXAMPLE = ROOT / "examples" / "nvlink-xid149"

@@ -25,6 +25,8 @@ import pytest
 
 from hypocenter.cli import main
 
+pytestmark = pytest.mark.slow
+
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "nvlink-xid149"
 TIMEOUT = 180  # seconds; a FIFO read by mistake would otherwise hang the test run forever
 

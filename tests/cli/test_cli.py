@@ -19,6 +19,8 @@ import hypocenter
 from hypocenter import cli
 from hypocenter.cli import main
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 EXAMPLE = EXAMPLES / "nvlink-xid149"

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from server_support import REPO, ServerProcess, replay
 
 from hypocenter.cli.replay import plan, state_record
+
+pytestmark = pytest.mark.slow
 
 NVLINK = REPO / "examples" / "nvlink-xid149"
 

@@ -23,6 +23,8 @@ from hypocenter.engine import default_engine
 from hypocenter.errors import BundleError
 from hypocenter.limits import LimitExceeded, Limits
 
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
 NVLINK = EXAMPLES / "nvlink-xid149"

@@ -35,6 +35,8 @@ from hypocenter.engine.forked import cores
 from hypocenter.limits import LimitExceeded, Limits
 from hypocenter.sources import FileTextSource
 
+pytestmark = pytest.mark.slow
+
 EXAMPLES = REPO / "examples"
 NVLINK = EXAMPLES / "nvlink-xid149"
 BUNDLES = sorted(p.name for p in EXAMPLES.iterdir() if (p / "attempt.yaml").is_file())

@@ -239,6 +239,7 @@ class PrometheusHarness:
     record is (series, instant) and each must come back exactly once."""
 
     name = "prometheus"
+    marks = (pytest.mark.prometheus, pytest.mark.slow)
     faults: frozenset[Fault] = frozenset({"transient", "permanent", "auth", "stall", "garbage"})
     duplicates = False  # one series holds one sample per timestamp
     STEP = 15
@@ -377,7 +378,9 @@ def running(make: Callable[[], B], tmp_path: Path) -> Iterator[B]:
     backend.stop()
 
 
-@pytest.fixture(params=HARNESSES, ids=lambda h: h.name)
+@pytest.fixture(
+    params=[pytest.param(h, marks=getattr(h, "marks", ())) for h in HARNESSES], ids=lambda h: h.name
+)
 def harness(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Harness]:
     yield from running(request.param, tmp_path)
 

@@ -113,6 +113,7 @@ def test_only_candidate_lines_of_the_attempts_nodes_come_back(loki: FakeLoki) ->
     assert got == want
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("limit", [10, 13, 64])  # more than the 9 entries sharing a nanosecond
 def test_pages_lose_nothing_and_repeat_nothing_at_tied_timestamps(loki: FakeLoki, limit: int) -> None:
     """Many entries share a nanosecond, across streams and within one. Identical entries (same

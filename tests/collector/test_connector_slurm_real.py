@@ -24,12 +24,16 @@ from hypocenter.collector.connectors.base import RetryPolicy
 from hypocenter.collector.connectors.slurm import SlurmConnector
 
 NEEDED = ("munged", "slurmctld", "slurmd", "sbatch", "scontrol", "squeue")
-pytestmark = pytest.mark.skipif(
-    os.geteuid() != 0
-    or any(shutil.which(t) is None for t in NEEDED)
-    or not Path("/etc/munge/munge.key").is_file(),
-    reason="needs root and Debian's slurm-wlm (munge, slurmctld, slurmd); .ci/run installs them",
-)
+pytestmark = [
+    pytest.mark.slurm,
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        os.geteuid() != 0
+        or any(shutil.which(t) is None for t in NEEDED)
+        or not Path("/etc/munge/munge.key").is_file(),
+        reason="needs root and Debian's slurm-wlm (munge, slurmctld, slurmd); .ci/run installs them",
+    ),
+]
 
 
 def _free_port() -> int:

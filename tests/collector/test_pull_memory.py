@@ -28,6 +28,8 @@ from hypocenter.collector.connectors.kubernetes import KubernetesConnector
 from hypocenter.engine import default_engine
 from hypocenter.sources import AttemptInput, FileTextSource, Source, TextSource
 
+pytestmark = pytest.mark.slow
+
 EXAMPLE = REPO / "examples" / "hbm-ecc-xid48"
 FIX = REPO / "tests" / "fixtures" / "kubernetes"
 FAST = RetryPolicy(timeout_s=5, attempts=3, backoff_s=0.0, max_backoff_s=0.0)

@@ -15,6 +15,8 @@ from typing import Any
 import pytest
 import yaml
 
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE = REPO / "deploy" / "compose"
 

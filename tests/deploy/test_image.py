@@ -23,6 +23,8 @@ from pathlib import Path
 import pytest
 from server_support import REPO, clean_env, terminate
 
+pytestmark = pytest.mark.slow
+
 DOCKERFILE = REPO / "Dockerfile"
 
 

@@ -20,6 +20,8 @@ import yaml
 from hypocenter.collector.connectors import kubernetes as connector
 from hypocenter.server import pulls
 
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parents[2]
 KUBE = REPO / "deploy" / "kubernetes"
 OVERLAYS = ("sqlite", "postgresql")

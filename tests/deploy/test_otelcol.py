@@ -26,6 +26,8 @@ from server_support import REPO, ServerProcess, analyze
 from hypocenter.cli.replay import ReplayReport, Sender, plan, state_record
 from hypocenter.collector import otlp
 
+pytestmark = pytest.mark.slow
+
 OTELCOL = REPO / "deploy" / "otelcol"
 CONFIGS = [
     OTELCOL / "node-agent.yaml",

@@ -19,6 +19,8 @@ from server_support import REPO, ServerProcess, analyze, essence, wait_for_diagn
 
 from hypocenter.cli.replay import ReplayReport, Sender, plan, state_record
 
+pytestmark = pytest.mark.slow
+
 BUNDLE = REPO / "examples" / "nvlink-xid149"
 # Both trigger loops analyse the attempt 1 s after its end-of-job record (the test's sleep below covers
 # that), on top of the explicit trigger; a pause in sending longer than that may also give a
@@ -49,6 +51,7 @@ def _send(endpoint: str, streams: list, metric_groups: list, report: ReplayRepor
         sender.close()
 
 
+@pytest.mark.postgresql
 def test_two_replicas_one_database_one_diagnosis(pg_schema: str, loki: FakeLoki, tmp_path: Path) -> None:
     expected = analyze(BUNDLE)
     ctx, node_streams, app_streams, metric_groups = plan(BUNDLE)
@@ -98,7 +101,7 @@ def test_two_replicas_one_database_one_diagnosis(pg_schema: str, loki: FakeLoki,
         assert len(expected["evidence"]) <= evidence <= pushes * len(expected["evidence"])
 
 
-@pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
+@pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgresql)])
 def test_the_same_verdict_again_is_not_exported_again(kind: str, tmp_path: Path) -> None:
     """What a second replica (or a repeated trigger) does to the store: the same body and flag change
     nothing, once delivered it stays delivered; a changed verdict, or provisional → final, is sent."""
@@ -138,6 +141,7 @@ def test_the_same_verdict_again_is_not_exported_again(kind: str, tmp_path: Path)
             next(gen, None)
 
 
+@pytest.mark.postgresql
 def test_replicas_claiming_the_outbox_at_once_never_take_the_same_row() -> None:
     """Two replicas' outboxes claim due exports from one PostgreSQL database at the same moment: each
     row goes to one of them (else both would push it to Loki)."""

@@ -17,9 +17,10 @@ from server_support import REPO, ServerProcess
 from hypocenter.config import Settings
 
 PROLOG = REPO / "deploy" / "slurm" / "hypocenter-prolog.sh"
-pytestmark = pytest.mark.skipif(
-    shutil.which("curl") is None, reason="curl is not installed (.ci/run installs it)"
-)
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed (.ci/run installs it)"),
+]
 
 
 def _prolog(env: dict[str, str]) -> subprocess.CompletedProcess[str]:

@@ -8,6 +8,8 @@ import pytest
 import yaml
 from engine_support import analyze_bundle
 
+pytestmark = pytest.mark.slow
+
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 BUNDLES = sorted(p for p in EXAMPLES.iterdir() if (p / "attempt.yaml").is_file())
 

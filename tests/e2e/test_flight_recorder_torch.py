@@ -16,6 +16,7 @@ import pytest
 from engine_support import analyze_bundle
 
 pytest.importorskip("torch")
+pytestmark = [pytest.mark.torch, pytest.mark.slow]
 
 MAKE_HANG = Path(__file__).parents[1] / "fixtures" / "flight_recorder" / "make_hang.py"
 NODES = ["gpu-b01", "gpu-b02", "gpu-b03", "gpu-b04"]

@@ -35,6 +35,8 @@ from hypocenter.engine import default_engine
 from hypocenter.lineformat import parse_line, time_context
 from hypocenter.sources import AttemptInput, MetricSource, RecordSource, Source, TextSource
 
+pytestmark = pytest.mark.slow
+
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 POLICY = RetryPolicy(timeout_s=10.0, attempts=2, backoff_s=0.05, max_backoff_s=0.1)
 CASES = sorted(p.name for p in EXAMPLES.iterdir() if (p / "attempt.yaml").is_file())

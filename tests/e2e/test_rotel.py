@@ -21,6 +21,8 @@ from server_support import REPO, ServerProcess, analyze, essence
 from hypocenter.cli.replay import plan
 from hypocenter.cli.replay import replay as send
 
+pytestmark = pytest.mark.slow
+
 rotel = pytest.importorskip("rotel", reason="rotel (PyPI) is in the test extra: pip install -e '.[test]'")
 AGENT = Path(rotel.__file__).parent / "rotel-agent"
 

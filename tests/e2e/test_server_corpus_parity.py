@@ -19,6 +19,8 @@ from hypocenter.cli.replay import replay
 from hypocenter.config import load_settings
 from hypocenter.engine import default_engine
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:

@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 from server_support import EXAMPLES, ServerProcess, analyze, essence, replay, wait_for_diagnosis
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:

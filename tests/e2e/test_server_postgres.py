@@ -12,6 +12,8 @@ import pytest
 from postgres_support import fresh_schema
 from server_support import REPO, ServerProcess, analyze, essence, replay, wait_for_diagnosis
 
+pytestmark = [pytest.mark.postgresql, pytest.mark.slow]
+
 BUNDLE = REPO / "examples" / "nvlink-xid149"
 
 

@@ -17,6 +17,8 @@ from engine_support import analyze_bundle
 
 from hypocenter.model import Diagnosis
 
+pytestmark = pytest.mark.slow
+
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "torchrun"
 
 

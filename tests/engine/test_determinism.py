@@ -5,12 +5,15 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hypocenter.collector.bundle import load_bundle
 from hypocenter.engine import default_engine
 from hypocenter.sources import AttemptInput, MetricSource, RecordSource, Source
+
+pytestmark = pytest.mark.slow
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 BUNDLES = sorted(p for p in EXAMPLES.iterdir() if (p / "attempt.yaml").is_file())

@@ -32,6 +32,8 @@ from hypocenter.engine.topology import (
 from hypocenter.errors import InputError
 from hypocenter.store import open_store
 
+pytestmark = pytest.mark.slow
+
 DAY = 86400.0
 NOW = 1_800_000_000.0
 
@@ -261,7 +263,7 @@ def test_errors_on_hosts_sharing_a_switch_port_become_one_finding_across_attempt
     assert findings(suspects(_marks(*ds), NOW)) == []
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgresql)])
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     if request.param == "sqlite":
         yield str(tmp_path / "store.db")

@@ -152,6 +152,7 @@ def test_persistent_ids_are_refused_too() -> None:
         fr.load(raw)
 
 
+@pytest.mark.slow
 def test_a_memo_bomb_is_read_within_bounds() -> None:
     """A few bytes per repetition of one memoised entry: millions of entries in a small pickle."""
     entry = {
@@ -323,6 +324,7 @@ _plain = st.recursive(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     doc=st.dictionaries(st.sampled_from(_KEYS), _plain, max_size=8), fmt=st.sampled_from(["pickle", "json"])

@@ -71,6 +71,7 @@ def _events(engine: Engine, attempt: AttemptInput, workers: int = 1) -> list[dic
     ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", BUNDLES)
 def test_pieces_find_the_events_and_diagnosis_of_the_whole_text(
     name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -160,6 +161,7 @@ def _edgy(root: Path, seed: int) -> Path:
     return root
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", range(4))
 def test_pieces_at_every_edge_find_the_events_of_the_whole_text(
     seed: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch

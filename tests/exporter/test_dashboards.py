@@ -24,6 +24,8 @@ from hypocenter.exporter.dashboards import DASHBOARDS, render
 from hypocenter.exporter.loki import LABELS
 from tests.deploy.test_alert_rules import exposed_names
 
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parents[2]
 DASHBOARD_DIR = REPO / "grafana" / "dashboards"
 SCHEMA_PKG = REPO / "grafana" / "schema"

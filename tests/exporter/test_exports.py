@@ -32,6 +32,8 @@ from hypocenter.store.memory import InMemoryDiagnoses, InMemoryExportQueue
 from hypocenter.store.sqlite import SQLiteStore
 from tests.exporter.test_prometheus import NVLINK, diagnosis_summary, store_diagnosis, variant
 
+pytestmark = pytest.mark.slow
+
 FAST = Backoff(base_s=0.05, max_s=0.2)
 
 

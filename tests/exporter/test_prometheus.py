@@ -22,6 +22,8 @@ from hypocenter.exporter.prometheus import HypocenterCollector, MetricsEndpoint,
 from hypocenter.model import Diagnosis
 from hypocenter.store.sqlite import SQLiteStore
 
+pytestmark = pytest.mark.slow
+
 NVLINK = next(p for p in EXAMPLES if p.name == "nvlink-xid149")
 OPENMETRICS = {"Accept": "application/openmetrics-text; version=1.0.0"}
 

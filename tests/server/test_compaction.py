@@ -30,6 +30,8 @@ from hypocenter.lineformat import time_context
 from hypocenter.model import AttemptContext
 from hypocenter.sources import AttemptInput, Source, TextSource
 
+pytestmark = pytest.mark.slow
+
 GENERATED = 60
 
 

@@ -11,10 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from server_support import REPO, ServerProcess, analyze, essence, replay, wait_for_diagnosis
 
 from hypocenter.cli.replay import plan, state_record
+
+pytestmark = pytest.mark.slow
 
 BUNDLE = REPO / "examples" / "nvlink-xid149"
 

@@ -18,6 +18,8 @@ from hypocenter.collector.connectors.prometheus import PrometheusConnector
 from hypocenter.config import load_settings
 from hypocenter.errors import InputError
 
+pytestmark = pytest.mark.slow
+
 
 def test_a_newline_in_a_workload_id_cannot_forge_a_log_line(tmp_path: Path) -> None:
     server = ServerProcess(tmp_path / "h.db", "--log-level", "info").start()

@@ -21,6 +21,8 @@ from hypocenter.api.v1 import attribution_pb2_grpc as pb_grpc
 from hypocenter.store import open_store
 from hypocenter.store.base import Entry, Store
 
+pytestmark = pytest.mark.slow
+
 T0 = 1_793_000_000_000_000_000
 
 
@@ -120,7 +122,7 @@ def test_the_462_byte_record_is_quarantined_and_survives_two_restarts(tmp_path: 
     assert "Traceback" not in server.log_path.read_text()
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgresql)])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[], Store]]:
     url = str(tmp_path / "store.db") if request.param == "sqlite" else next(iter(fresh_schema_once(request)))
     opened: list[Store] = []

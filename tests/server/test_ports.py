@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 from server_support import REPO, ServerProcess, clean_env
 
+pytestmark = pytest.mark.slow
+
 
 def _second(tmp_path: Path, *listen: str) -> subprocess.CompletedProcess[str]:
     cmd = [

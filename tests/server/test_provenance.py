@@ -25,6 +25,8 @@ from hypocenter.store.migrations import MIGRATIONS
 from hypocenter.store.sqlite import SQLiteStore
 from tests.api.test_auth import bearer, settings, tokens_file
 
+pytestmark = pytest.mark.slow
+
 EXAMPLE = REPO / "examples" / "nvlink-xid149"
 
 

@@ -27,6 +27,8 @@ from hypocenter.server.pulls import ended_jobs
 from hypocenter.sources import AttemptInput
 from tests.e2e.test_pull_end_to_end import push_logs, verdict
 
+pytestmark = pytest.mark.slow
+
 FAKE_BIN = REPO / "examples" / "fake-slurm" / "bin"
 FIXTURES = REPO / "tests" / "fixtures" / "slurm" / "24.05"
 BUNDLE = REPO / "examples" / "nvlink-xid149"

@@ -24,6 +24,8 @@ from hypocenter.server.service import Attribution
 from hypocenter.store.sqlite import SQLiteStore
 from tests.api.test_auth import settings
 
+pytestmark = pytest.mark.slow
+
 SECRETS = ("hunter2", "s3cr3t-token", "pgpass", "AKIAKEY")
 
 

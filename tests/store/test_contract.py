@@ -33,7 +33,7 @@ def pg_schema() -> Iterator[str]:
     yield from fresh_schema()
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgresql)])
 def open_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[], Store]]:
     """Opens (and reopens: a reconnect) one store of the parametrised kind; closes what it opened."""
     url = str(tmp_path / "store.db") if request.param == "sqlite" else request.getfixturevalue("pg_schema")
@@ -369,6 +369,7 @@ def _columns_sqlite(path: Path) -> dict[str, list[tuple[str, bool]]]:
         }
 
 
+@pytest.mark.postgresql
 def test_postgresql_has_the_sqlite_schema(pg_schema: str, tmp_path: Path) -> None:
     import psycopg
 
@@ -396,6 +397,7 @@ def test_postgresql_has_the_sqlite_schema(pg_schema: str, tmp_path: Path) -> Non
     assert have == want
 
 
+@pytest.mark.postgresql
 def test_both_stores_hand_the_engine_the_same_rows(pg_schema: str, tmp_path: Path) -> None:
     """Order matters to byte-identical diagnoses: text sorts by bytes and NULLs first, as in SQLite."""
     sqlite, pg = open_store(str(tmp_path / "s.db")), open_store(pg_schema)

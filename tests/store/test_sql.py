@@ -130,6 +130,7 @@ def _pg_schema(conn: Any, schema: str) -> dict[str, list[tuple[Any, ...]]]:
     }
 
 
+@pytest.mark.postgresql
 def test_a_schema_11_postgresql_schema_opens_and_keeps_working(pg_schema: str) -> None:
     import psycopg
 
@@ -153,6 +154,7 @@ def test_a_schema_11_postgresql_schema_opens_and_keeps_working(pg_schema: str) -
         another.close()
 
 
+@pytest.mark.postgresql
 def test_nullable_columns_sort_alike_on_both_stores(pg_schema: str, tmp_path: Path) -> None:
     """NULLs first ascending and last descending, as SQLite sorts them, in every statement that
     orders by a nullable column: compaction's and collapse's stream lists, retention's oldest lines,
@@ -239,6 +241,7 @@ def test_migrations_name_column_types_for_both_dialects() -> None:
     assert [len(m.sqlite) for m in MIGRATIONS] == [len(m.postgres) for m in MIGRATIONS]
 
 
+@pytest.mark.postgresql
 def test_postgresql_pages_the_diagnosis_list_from_its_index(pg_schema: str) -> None:
     """The list's order (newest window first, NULL windows last) is the index's order, so a page is read
     from the index, not by sorting every diagnosis stored (a table of a fleet's years)."""
