@@ -11,7 +11,7 @@
 
 Classic dashboard JSON (the provisioning format), schemaVersion 39 so that Grafana 11 and later load
 it; datasources are `${datasource}` (Prometheus) and `${loki}` template variables, defaulting to the
-uids deploy/grafana/provisioning/datasources provisions. tests/test_dashboards.py validates every
+uids deploy/grafana/provisioning/datasources provisions. tests/exporter/test_dashboards.py validates every
 dashboard against the JSON Schema of `@grafana/schema`, checks the PromQL with promtool and the
 series against /metrics, and that these files equal this module's output.
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from hypocenter.errors import InputError
+from hypocenter.fleet_mark import FleetMark as FleetMark  # re-exported: the stores name it from here
 
 
 @dataclass(slots=True)
@@ -229,37 +230,6 @@ class DiagnosisFacts:
     subdomain: str | None
     culprits: list[str]
     components: list[tuple[str, str, str]]  # (node, kind, id) of the root cause, e.g. a GPU or a port
-
-
-@dataclass(frozen=True, slots=True)
-class FleetMark:
-    """One thing a final diagnosis says about the fleet's hardware (engine/fleet.py makes and reads them)."""
-
-    diagnosis_id: str
-    workload: str
-    attempt: int
-    cluster: str | None
-    time_s: float
-    role: str  # culprit (the root cause) | candidate (of an ambiguous verdict) | app_xid
-    kind: str  # node | gpu | port
-    node: str
-    component: str  # GPU PCI id / UUID, or host port; "" for a node
-    domain: str
-    subdomain: str
-    rule: str
-    detail: str  # the Xid code of an app_xid mark
-
-    def sort_key(self) -> tuple[float, str, str, str, str, str, str, str]:
-        return (
-            self.time_s,
-            self.diagnosis_id,
-            self.role,
-            self.kind,
-            self.node,
-            self.component,
-            self.rule,
-            self.detail,
-        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,7 +7,7 @@
     diagnoses = InMemoryDiagnoses(exporters=("loki",))
     Outbox(diagnoses.exports, [LokiExporter(url)], Activity())     # exporter/outbox.py
 
-They behave like `SQLiteStore` on the methods they implement (tests/test_store_doubles.py runs the
+They behave like `SQLiteStore` on the methods they implement (tests/store/test_doubles.py runs the
 same calls on both), the way OTel's `InMemorySpanExporter` stands in for an exporter. What lies
 outside their roles they do not do: `put_diagnosis` takes any `attempt_id` and keeps no attempt
 rows (no dirty flag, no quarantine); nothing is removed by age (no `sweep`); `fleet_pending` is
