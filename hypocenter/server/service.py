@@ -472,7 +472,7 @@ class Attribution:
         deadline = time.monotonic() + self.settings.lease_s * 4
         while True:
             now = time.time()
-            if self.store.claim_analysis(attempt_id, holder, now):
+            if self.store.claim_analysis(attempt_id, holder, now, due_only=not wait):
                 return now
             if not wait or self._stop.is_set():
                 return None

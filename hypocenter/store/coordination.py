@@ -5,7 +5,8 @@
                                               renewing it expires and the next asker takes it.
     release_lease(name, holder)               give it up (a clean stop: the next asker need not wait)
     claim_analysis(attempt_id, holder, now)   mark an attempt as being analysed by `holder`; False when
-                                              another live replica is analysing it
+                                              another live replica is analysing it (or, for a
+                                              trigger, analysed it already)
     delivered(exporter, workload, attempt)    what an exporter delivered last for an attempt (`Delivered`)
     record_delivery(receipts)                 keep that, after a delivery
 
@@ -70,16 +71,18 @@ class Coordination:
 
     # ----------------------------------------------------------------------------------- claims
 
-    def claim_analysis(self, attempt_id: int, holder: str, now: float) -> bool:
+    def claim_analysis(self, attempt_id: int, holder: str, now: float, *, due_only: bool = False) -> bool:
         """Mark the attempt as analysed by `holder` since `now` (committed, so a replica that dies in
-        the analysis is noticed), unless another replica's analysis of it is under way."""
+        the analysis is noticed), unless another replica's analysis of it is under way. `due_only`
+        (a trigger, not a request): only while data is still unanalysed — a replica that found the
+        attempt due just before another analysed it does not analyse it again."""
         with self._tx() as db:
             cur = db.execute(
                 sql(
                     "UPDATE attempts SET analysing_since=?, analysing_by=? WHERE id=? AND (analysing_since IS NULL"
-                    " OR analysing_by IS NULL OR analysing_by=?)"
+                    " OR analysing_by IS NULL OR analysing_by=?) AND (? = 0 OR dirty = 1)"
                 ),
-                (now, holder, attempt_id, holder),
+                (now, holder, attempt_id, holder, int(due_only)),
             )
             return bool(cur.rowcount == 1)
 
