@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -13,6 +14,7 @@ from typing import Any
 import httpx
 import pytest
 from observability_fakes import FakeGrafana, FakeLoki
+from server_support import REPO
 from test_metrics import NVLINK, store_diagnosis
 
 from hypocenter.exporter.activity import Activity
@@ -173,3 +175,34 @@ def test_the_fake_patches_only_what_is_given(grafana: FakeGrafana) -> None:
     patch({"tags": ["b"], "timeEnd": 3000})
     got = httpx.get(f"{grafana.url}/api/annotations/{ident}", headers=auth).json()
     assert (got["tags"], got["timeEnd"], got["text"]) == (["b"], 3000, "first")
+
+
+def test_the_attempt_dashboard_marks_one_verdict_per_attempt(loki: FakeLoki, doc: dict[str, Any]) -> None:
+    """The attempt dashboard's Loki annotation query, run over what the outbox pushed for a
+    provisional and then a final verdict, gives one mark: the final one."""
+    store = SQLiteStore(":memory:")
+    box = outbox(store, LokiExporter(loki.url, encoding="json"))
+    store_diagnosis(store, doc, provisional=True)
+    deliver_all(store, box)
+    store_diagnosis(store, final_of(doc))
+    deliver_all(store, box)
+    board = json.loads((REPO / "grafana" / "dashboards" / "hypocenter-attempt.json").read_text())
+    (query,) = [a for a in board["annotations"]["list"] if a.get("datasource", {}).get("type") == "loki"]
+    values = {"cluster": ".*", "workload": doc["attempt"]["workload_id"], "attempt": "0", "diagnosis": ".+"}
+    expr = re.sub(r"\$(\w+)", lambda m: values[m.group(1)], query["expr"])
+    now = time.time_ns()
+    r = httpx.get(
+        f"{loki.url}/loki/api/v1/query_range",
+        params={
+            "query": expr,
+            "start": str(now - 7 * 86400 * 10**9),
+            "end": str(now + 10**9),
+            "limit": "100",
+        },
+        headers={"X-Loki-Response-Encoding-Flags": "categorize-labels"},
+    )
+    assert r.status_code == 200, r.text
+    marks = [v for s in r.json()["data"]["result"] for v in s["values"]]
+    assert len(marks) == 1
+    assert marks[0][2]["structuredMetadata"]["provisional"] == "false"
+    assert marks[0][2]["structuredMetadata"]["supersedes"] == doc["id"]
