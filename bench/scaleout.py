@@ -30,7 +30,6 @@ import json
 import os
 import random
 import shutil
-import subprocess
 import sys
 import tempfile
 import threading
@@ -41,6 +40,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.perf import Server
 from bench.throughput import _CANDIDATES, write_log
 from hypocenter.cli.replay import LogLine, ReplayReport, Sender, Stream
 
@@ -85,53 +85,12 @@ def node_stream(node: str, path: str, lines: list[str], t0_ns: int) -> Stream:
 # ------------------------------------------------------------------------------------------ replicas
 
 
-@dataclass
-class Replica:
-    proc: subprocess.Popen[bytes]
-    grpc: str
-    name: str
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-
-
-def start_replica(url: str, name: str, core: int | None, log: Path) -> Replica:
+def start_replica(url: str, name: str, core: int | None, log: Path) -> Server:
+    """A replica on `url` whose PostgreSQL session is named `name` (application_name), pinned to `core`."""
     sep = "&" if "?" in url else "?"
-    store = f"{url}{sep}application_name={name}"
-    cmd = [
-        sys.executable,
-        "-m",
-        "hypocenter.cli",
-        "serve",
-        "--grpc-listen",
-        "127.0.0.1:0",
-        "--http-listen",
-        "127.0.0.1:0",
-        "--metrics-listen",
-        "",
-        "--store",
-        store,
-        "--compact-after-s",
-        "-1",  # the ingest's cost alone, not a compaction pass landing in one phase
-        "--log-level",
-        "warning",
-    ]
-    if core is not None and shutil.which("taskset"):
-        cmd = ["taskset", "-c", str(core), *cmd]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HYPOCENTER_")}
-    with log.open("ab") as err:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, env=env)
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    if not line:
-        raise RuntimeError(f"replica {name} did not start: {log.read_text(errors='replace')[-2000:]}")
-    return Replica(proc, json.loads(line)["grpc"], name)
+    pin = ["taskset", "-c", str(core)] if core is not None else []
+    # --compact-after-s -1: the ingest's cost alone, not a compaction pass landing in one phase
+    return Server(f"{url}{sep}application_name={name}", "--compact-after-s", "-1", log=log, prefix=pin)
 
 
 @contextlib.contextmanager
@@ -192,7 +151,7 @@ class Phase:
         }
 
 
-def send_all(replicas: list[Replica], streams: list[Stream], batch: int) -> ReplayReport:
+def send_all(replicas: list[Server], streams: list[Stream], batch: int) -> ReplayReport:
     """Each stream to replica (its index mod the count), one sender thread per replica, `batch` records
     a request (the gateway's batch processor sends 8,192 by default); what was sent."""
     reports = [ReplayReport() for _ in replicas]
