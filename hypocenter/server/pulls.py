@@ -20,7 +20,9 @@ Prometheus' from the same names with `PROMETHEUS_`. The sources are the `LokiSou
 the same way.
 
 A failing connector never stops an analysis: its coverage entry says what failed and quality
-drops. A poll that fails is logged and tried again at the next interval.
+drops. A poll that fails is logged and tried again at the next interval. Replicas sharing one
+PostgreSQL each run the pollers, but only the one holding a poller's lease polls
+(server/leadership.py).
 """
 
 from __future__ import annotations
