@@ -235,6 +235,7 @@ MIGRATIONS: tuple[Migration, ...] = tuple(
         expires $REAL NOT NULL                 -- wall clock, renewed by the holder well before
     );
     ALTER TABLE attempts ADD COLUMN analysing_by $TEXT;  -- the replica analysing it (with analysing_since)
+    CREATE INDEX attempts_analysing ON attempts (analysing_by) WHERE analysing_since IS NOT NULL;
     CREATE TABLE export_receipts (
         exporter $TEXT NOT NULL,
         workload $TEXT NOT NULL,
