@@ -232,3 +232,46 @@ def test_two_replicas_poll_once_and_the_survivor_takes_over(tmp_path: Path) -> N
         b.stop()
         loki.stop()
         next(gen, None)
+
+
+class _Unreachable:
+    """A shared store whose database is away while `down` is set (every call raises, as psycopg does)."""
+
+    shared = True
+
+    def __init__(self, store: SQLiteStore) -> None:
+        self.store = store
+        self.down = False
+
+    def acquire_lease(self, name: str, holder: str, now: float, ttl_s: float) -> bool:
+        if self.down:
+            raise ConnectionError("connection refused")
+        return self.store.acquire_lease(name, holder, now, ttl_s)
+
+    def release_lease(self, name: str, holder: str) -> None:
+        self.store.release_lease(name, holder)
+
+
+def test_an_unreachable_database_is_logged_once_per_change(
+    pg_store: SQLiteStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    flaky = _Unreachable(pg_store)
+    clock = [1000.0]
+    lead = Leadership(flaky, [OUTBOX], holder="a", lease_s=3.0, clock=lambda: clock[0])  # type: ignore[arg-type]
+    caplog.set_level("INFO", logger="hypocenter.server")
+    lead.renew()
+    assert lead.holds(OUTBOX)
+    flaky.down = True
+    for _ in range(10):  # ten renewals while the database is away: it stops acting, says so once
+        clock[0] += 1.0
+        lead.renew()
+    assert not lead.holds(OUTBOX)
+    flaky.down = False
+    clock[0] += 1.0
+    lead.renew()
+    assert lead.holds(OUTBOX)
+    messages = [r.getMessage() for r in caplog.records]
+    assert sum("unreachable" in m for m in messages) == 1
+    assert sum("reachable again" in m for m in messages) == 1
+    assert sum("took the outbox lease" in m for m in messages) == 2
+    assert sum("no longer holds the outbox lease" in m for m in messages) == 1
