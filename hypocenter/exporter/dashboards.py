@@ -638,13 +638,16 @@ def attempt() -> dict[str, Any]:
         12,
         8,
     )
+    # One mark per attempt: Loki keeps every verdict it was sent, so only final ones mark the time
+    # line (a provisional one is superseded by the final verdict; the Grafana annotation the outbox
+    # keeps per attempt, updated in place, shows a provisional verdict until then).
     root_causes = {
         "datasource": LOKI,
         "enable": True,
         "hide": False,
         "iconColor": "red",
         "name": "Root cause (Loki)",
-        "expr": f'{sel} | record="diagnosis"',
+        "expr": f'{sel} | record="diagnosis" | provisional="false"',
         "queryType": "range",
         "maxLines": 100,
         "titleFormat": "{{outcome}} {{domain}}/{{subdomain}} on {{nodes}}",

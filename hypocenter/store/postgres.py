@@ -115,6 +115,8 @@ class _Connection:
 class PostgresStore(SQLiteStore):
     """SQLiteStore's queries over one PostgreSQL connection (behind a lock, like SQLite's)."""
 
+    shared = True  # several replicas may use the database at once (store/coordination.py)
+
     def __init__(self, url: str) -> None:  # SQLiteStore.__init__ opens a file: not called
         try:
             import psycopg

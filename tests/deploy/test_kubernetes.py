@@ -24,7 +24,7 @@ pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
 KUBE = REPO / "deploy" / "kubernetes"
-OVERLAYS = ("sqlite", "postgresql")
+OVERLAYS = ("sqlite", "postgresql", "postgresql-without-operator")
 CRD_KINDS = {"ServiceMonitor", "PrometheusRule"}
 
 
@@ -70,6 +70,8 @@ def test_the_overlays_validate_against_the_kubernetes_schemas(
 ) -> None:
     overlay, _, docs = rendered
     core = [d for d in docs if d["kind"] not in CRD_KINDS]
+    if overlay.endswith("without-operator"):  # a cluster without the CRDs takes every object
+        assert core == docs
     path = tmp_path / f"{overlay}.yaml"
     path.write_text(yaml.safe_dump_all(core))
     r = _validate(path)
@@ -95,11 +97,23 @@ def test_the_deployment_has_probes_resources_and_a_locked_down_container(
         "ClusterRole",
         "ClusterRoleBinding",
         "ConfigMap",
-        "ServiceMonitor",
-        "PrometheusRule",
+        "PodDisruptionBudget",
     } <= kinds
+    operator = not overlay.endswith("without-operator")
+    assert (kinds >= CRD_KINDS) if operator else not (CRD_KINDS & kinds)
     dep = next(d for d in docs if d["kind"] == "Deployment")
     pod = dep["spec"]["template"]["spec"]
+    labels = dep["spec"]["template"]["metadata"]["labels"]
+    # a drain evicts one replica at a time, and never hangs on the single SQLite one
+    pdb = next(d for d in docs if d["kind"] == "PodDisruptionBudget")
+    assert pdb["spec"]["maxUnavailable"] == 1 and "minAvailable" not in pdb["spec"]
+    assert pdb["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    # replicas spread over nodes and zones, preferred (a small cluster still schedules them)
+    spread = {c["topologyKey"]: c for c in pod["topologySpreadConstraints"]}
+    assert spread.keys() == {"kubernetes.io/hostname", "topology.kubernetes.io/zone"}
+    for c in spread.values():
+        assert c["whenUnsatisfiable"] == "ScheduleAnyway" and c["maxSkew"] == 1
+        assert c["labelSelector"]["matchLabels"].items() <= labels.items()
     (c,) = pod["containers"]
     assert c["livenessProbe"]["grpc"]["port"] == 4317 and c["readinessProbe"]["httpGet"]["path"] == "/readyz"
     assert c["resources"]["requests"] and c["resources"]["limits"]["memory"]
@@ -129,13 +143,6 @@ def test_the_deployment_has_probes_resources_and_a_locked_down_container(
     else:
         assert dep["spec"]["replicas"] > 1 and "persistentVolumeClaim" not in volumes["data"]
         assert env["HYPOCENTER_STORE"]["valueFrom"]["secretKeyRef"]["key"] == "url"
-    # the ServiceMonitor scrapes the Service's metrics port and names the job "hypocenter"
-    sm = next(d for d in docs if d["kind"] == "ServiceMonitor")
-    assert sm["spec"]["endpoints"][0]["port"] == "metrics" and "metrics" in {
-        p["name"] for p in service["spec"]["ports"]
-    }
-    assert service["metadata"]["labels"][sm["spec"]["jobLabel"]] == "hypocenter"
-    assert sm["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
     # the binding names the service account the pods run as, in their namespace
     crb = next(d for d in docs if d["kind"] == "ClusterRoleBinding")
     assert crb["subjects"] == [
@@ -145,6 +152,14 @@ def test_the_deployment_has_probes_resources_and_a_locked_down_container(
             "namespace": dep["metadata"]["namespace"],
         }
     ]
+    if operator:
+        # the ServiceMonitor scrapes the Service's metrics port and names the job "hypocenter"
+        sm = next(d for d in docs if d["kind"] == "ServiceMonitor")
+        assert sm["spec"]["endpoints"][0]["port"] == "metrics" and "metrics" in {
+            p["name"] for p in service["spec"]["ports"]
+        }
+        assert service["metadata"]["labels"][sm["spec"]["jobLabel"]] == "hypocenter"
+        assert sm["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
 
 
 def test_the_generated_objects_equal_their_sources() -> None:

@@ -25,6 +25,7 @@ from server_support import REPO, ServerProcess, analyze
 
 from hypocenter.cli.replay import ReplayReport, Sender, plan, state_record
 from hypocenter.collector import otlp
+from hypocenter.names import NODE_KEYS
 
 pytestmark = pytest.mark.slow
 
@@ -329,7 +330,9 @@ def test_the_agents_tag_records_the_way_hypocenter_reads_them() -> None:
     assert keys[0] in otlp.WORKLOAD_KEYS and keys[1] in otlp.ATTEMPT_KEYS and set(keys[2:]) <= scope_keys
     gateway = yaml.safe_load((OTELCOL / "gateway.yaml").read_text())
     lb = gateway["exporters"]["loadbalancing"]
-    assert lb["routing_key"] == "attributes" and set(lb["routing_attributes"]) <= set(otlp.WORKLOAD_KEYS)
+    # one node's streams to one replica, the nodes spread over the replicas (not every node log on the
+    # replica that the empty workload hashes to)
+    assert lb["routing_key"] == "attributes" and lb["routing_attributes"] == [NODE_KEYS[0]] == ["host.name"]
     alloy = (OTELCOL / "alloy-loki.alloy").read_text()
     assert '"host" = constants.hostname' in alloy
 
