@@ -19,6 +19,8 @@ from server_support import REPO, ServerProcess, analyze, essence, wait_for_diagn
 from hypocenter.cli.replay import ReplayReport, Sender, plan, state_record
 from hypocenter.store import open_store
 
+pytestmark = [pytest.mark.slow, pytest.mark.postgresql]
+
 BUNDLE = REPO / "examples" / "nvlink-xid149"
 FLAGS = ("--settle-s", "1", "--tick-s", "0.05", "--log-level", "info")
 VERDICT = re.compile(r"diagnosis (dx-\w+) for workload '([^']+)' attempt \d+: \w+(?! \(provisional\))$")

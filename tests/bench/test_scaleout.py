@@ -15,6 +15,8 @@ import pytest
 from postgres_support import NO_PG, PG_URL
 from server_support import REPO, clean_env
 
+pytestmark = [pytest.mark.slow, pytest.mark.postgresql]
+
 
 @pytest.mark.skipif(not PG_URL, reason=NO_PG)
 def test_bench_scaleout_quick_measures_both_sides_of_a_record(tmp_path: Path) -> None:

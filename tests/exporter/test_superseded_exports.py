@@ -15,13 +15,13 @@ import httpx
 import pytest
 from observability_fakes import FakeGrafana, FakeLoki
 from server_support import REPO
-from test_metrics import NVLINK, store_diagnosis
 
 from hypocenter.exporter.activity import Activity
 from hypocenter.exporter.grafana import GrafanaAnnotations
 from hypocenter.exporter.loki import LokiExporter
 from hypocenter.exporter.outbox import Backoff, InMemoryExporter, Outbox
 from hypocenter.store.sqlite import SQLiteStore
+from tests.exporter.test_prometheus import NVLINK, store_diagnosis
 
 TOKEN = "s3cret"
 

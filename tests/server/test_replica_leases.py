@@ -17,13 +17,15 @@ import pytest
 from observability_fakes import FakeLoki
 from postgres_support import fresh_schema
 from server_support import ServerProcess, analyze, replay, wait_for_diagnosis
-from test_metrics import NVLINK, store_diagnosis
 
 from hypocenter.exporter.activity import Activity
 from hypocenter.exporter.outbox import InMemoryExporter, Outbox
 from hypocenter.server.leadership import OUTBOX, SLURM_POLL, Leadership
 from hypocenter.store import open_store
 from hypocenter.store.sqlite import SQLiteStore
+from tests.exporter.test_prometheus import NVLINK, store_diagnosis
+
+pytestmark = [pytest.mark.slow, pytest.mark.postgresql]
 
 KINDS = ["sqlite", "postgresql"]
 
