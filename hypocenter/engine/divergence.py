@@ -7,6 +7,8 @@
   collectives it no longer joined.
 - `rendezvous-endpoint`: one node's launcher kept failing to reach the rendezvous store while the
   other nodes reached theirs (or retried another host:port): that node's endpoint is misconfigured.
+- `gpu-held-by-process`: the job ran out of GPU memory (or found its GPU busy) on a node whose
+  nvidia-smi process table shows a compute process of another program holding that memory.
 - `preprocess-timeout`: a preprocessing progress bar (tokenizing, `map`, caching) had been running
   about as long as the collective or store timeout the other ranks hit: the timeout is too short for
   work one rank does alone; configuration, not a hang.
@@ -16,6 +18,7 @@ Deterministic: inputs are sorted by stream order and rank; ties break on rank an
 
 from __future__ import annotations
 
+import re
 from collections import Counter, defaultdict
 
 from hypocenter.engine.analyzers import Analyzer, AttemptView, Finding, first_seen
@@ -265,7 +268,59 @@ def preprocess_timeout(view: AttemptView) -> list[Finding]:
     ]
 
 
+HELD_MIB = 1024  # a compute process holding less is no reason for the job's OOM (display servers, probes)
+_BUSY = re.compile(r"busy or unavailable|DevicesUnavailable|DEVICE_UNAVAILABLE")
+
+
+def gpu_held_by_process(view: AttemptView) -> list[Finding]:
+    """A foreign compute process holding GPU memory on the node where the job's GPU allocation failed."""
+    only = view.context.nodes[0] if len(view.context.nodes) == 1 else None
+    failed: dict[str, Event] = {}
+    for e in sorted(view.events, key=Event.stream_order):
+        if e.kind == "gpu_oom" or (e.kind == "cuda_error" and _BUSY.search(e.text)):
+            node = view.node_of(e) or only
+            if node and node not in failed:
+                failed[node] = e
+    if not failed:
+        return []
+    own = {v for e in view.events if e.kind != "gpu_process" for k, v in e.fields.items() if k == "pid"}
+    own_pids = {int(v) for v in own if isinstance(v, int) or (isinstance(v, str) and v.isdigit())}
+    held: dict[str, list[Event]] = defaultdict(list)
+    for e in sorted(view.of_kind("gpu_process"), key=Event.stream_order):
+        node = view.node_of(e) or only
+        pid, mib = str(e.fields.get("pid") or ""), str(e.fields.get("mib") or "")
+        if (
+            node in failed
+            and e.fields.get("type") in ("C", "C+G")
+            and mib.isdigit()
+            and int(mib) >= HELD_MIB
+            and pid.isdigit()
+            and int(pid) not in own_pids
+        ):
+            held[node].append(e)
+    out = []
+    for node in sorted(held):
+        procs = sorted(held[node], key=lambda e: -int(str(e.fields.get("mib"))))
+        top = procs[0]
+        what = (
+            "ran out of GPU memory" if failed[node].kind == "gpu_oom" else "found its GPU busy or unavailable"
+        )
+        detail = (
+            f"the job {what} on {node} while nvidia-smi shows PID {top.fields.get('pid')} "
+            f"({str(top.fields.get('name') or '?').strip()}) holding {top.fields.get('mib')} MiB on GPU "
+            f"{top.fields.get('gpu')}"
+            + (f" and {len(procs) - 1} more process(es)" if len(procs) > 1 else "")
+            + ": a process outside the job (a stale or stopped run) holds the GPU; stop it or run elsewhere"
+        )
+        events = (failed[node], *procs[:3])
+        out.append(
+            Finding(nodes=(node,), events=events, first_seen=first_seen([failed[node]]), detail=detail)
+        )
+    return out
+
+
 PROGRAM_ANALYZERS: dict[str, Analyzer] = {
+    "gpu-held-by-process": gpu_held_by_process,
     "preprocess-timeout": preprocess_timeout,
     "traceback-desync": traceback_desync,
     "early-finish": early_finish,
