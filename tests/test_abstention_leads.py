@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import yaml
-from engine_support import analyze_bundle
+from engine_support import analyze_bundle, write_attempt
 
 from hypocenter.model import Diagnosis
 
@@ -15,15 +14,7 @@ from hypocenter.model import Diagnosis
 def _diagnose(tmp_path: Path, lines: str, nodes: list[str] | None = None) -> Diagnosis:
     (tmp_path / "logs" / "_job").mkdir(parents=True)
     (tmp_path / "logs" / "_job" / "out.log").write_text(lines, encoding="utf-8")
-    attempt = {
-        "workload": {"id": "lead", "attempt": 0, "scheduler": "none"},
-        "window": {"start": "2026-01-01T00:00:00Z", "end": "2027-01-01T00:00:00Z"},
-        "state": "FAILED",
-        "exit_code": 1,
-        "nodes": nodes or ["worker-1"],
-        "timezone": "UTC",
-    }
-    (tmp_path / "attempt.yaml").write_text(yaml.safe_dump(attempt), encoding="utf-8")
+    write_attempt(tmp_path, "lead", nodes or ["worker-1"])
     return analyze_bundle(tmp_path)
 
 

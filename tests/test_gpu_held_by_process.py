@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import yaml
-from engine_support import analyze_bundle
+from engine_support import analyze_bundle, write_attempt
 
 from hypocenter.model import Diagnosis
 
@@ -24,16 +23,7 @@ def _diagnose(tmp_path: Path, app: str, smi: str | None) -> Diagnosis:
     (logs / "out.log").write_text(app, encoding="utf-8")
     if smi is not None:
         (logs / "nvidia-smi.txt").write_text(smi, encoding="utf-8")
-    attempt = {
-        "workload": {"id": "held", "attempt": 0, "scheduler": "none"},
-        "window": {"start": "2026-01-01T00:00:00Z", "end": "2027-01-01T00:00:00Z"},
-        "state": "FAILED",
-        "exit_code": 1,
-        "nodes": ["gpu-a01"],
-        "ranks": {"gpu-a01": "0"},
-        "timezone": "UTC",
-    }
-    (tmp_path / "attempt.yaml").write_text(yaml.safe_dump(attempt), encoding="utf-8")
+    write_attempt(tmp_path, "held", ["gpu-a01"], {"gpu-a01": "0"})
     return analyze_bundle(tmp_path)
 
 
