@@ -2,7 +2,9 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -37,3 +39,17 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 @pytest.fixture(scope="session")
 def repo() -> Path:
     return REPO
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """Debian's chromium driven by Playwright (never a downloaded browser); skipped when either is missing."""
+    from bench.ui_screenshots import CHROMIUM, launch_chromium
+
+    if not Path(CHROMIUM).is_file():
+        pytest.skip(f"{CHROMIUM} is missing (Debian package `chromium`; .ci/run installs it)")
+    sync_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright (the test extra)")
+    with sync_api.sync_playwright() as pw:
+        b = launch_chromium(pw)
+        yield b
+        b.close()

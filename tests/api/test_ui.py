@@ -24,7 +24,7 @@ import pytest
 import yaml
 from server_support import EXAMPLES, ServerProcess, replay
 
-from bench.ui_screenshots import CHROMIUM, VIEWPORT, bundle_tar, launch_chromium
+from bench.ui_screenshots import VIEWPORT, bundle_tar
 
 pytestmark = pytest.mark.slow
 
@@ -166,17 +166,6 @@ def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     print(f"\nweb UI screenshots: {out}")
     return out
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    if not Path(CHROMIUM).is_file():
-        pytest.skip(f"{CHROMIUM} is missing (Debian package `chromium`; .ci/run installs it)")
-    sync_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright (the test extra)")
-    with sync_api.sync_playwright() as pw:
-        b = launch_chromium(pw)
-        yield b
-        b.close()
 
 
 # Every element with its own text: its colour against the first opaque background behind it.
