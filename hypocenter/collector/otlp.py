@@ -69,6 +69,8 @@ from hypocenter.names import (
     LINE_KEY,
     NODE_KEYS,
     NODE_LABELS,
+    NODE_RANKS_KEY,
+    NODE_RANKS_SCOPE,
     SCOPE_KEYS,
     STATE_KEY,
     STREAM_KEYS,
@@ -278,8 +280,12 @@ def identify(*maps: Mapping[str, Any]) -> Identity:
         t = _first((key,), *maps)
         if t is not None and name not in scope:
             scope[name] = t
+    node = _first(NODE_KEYS, *maps)
+    node_ranks = _first((NODE_RANKS_KEY,), *maps)
+    if node is not None and node_ranks is not None:
+        scope[NODE_RANKS_SCOPE + node] = node_ranks
     return Identity(
-        node=_first(NODE_KEYS, *maps),
+        node=node,
         workload=_first(WORKLOAD_KEYS, *maps),
         attempt=max(0, attempt),
         scope=scope,
