@@ -323,7 +323,15 @@ def stream_name(node: str | None, path: str | None, fallback: str) -> str:
 # Record attributes that change a record's tagging; a record carrying none of them (the filelog
 # receiver's usual `log.file.record_number` alone) is tagged as its resource is, computed once.
 _TAGGING_KEYS = frozenset(
-    (*NODE_KEYS, *WORKLOAD_KEYS, *ATTEMPT_KEYS, *STREAM_KEYS, STATE_KEY, *(key for key, _ in SCOPE_KEYS))
+    (
+        *NODE_KEYS,
+        *WORKLOAD_KEYS,
+        *ATTEMPT_KEYS,
+        *STREAM_KEYS,
+        STATE_KEY,
+        NODE_RANKS_KEY,
+        *(key for key, _ in SCOPE_KEYS),
+    )
 )
 
 
