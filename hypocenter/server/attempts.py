@@ -41,6 +41,7 @@ from hypocenter.engine.fleet import marks_of
 from hypocenter.errors import InputError
 from hypocenter.lineformat import TimeContext, parse_iso, parse_line, zone
 from hypocenter.model import AttemptContext, Coverage, Window, Workload, parse_rank_ranges
+from hypocenter.modelbase import check_state
 from hypocenter.names import NODE_LABELS, NODE_RANKS_SCOPE, NodeNames
 from hypocenter.sources import AttemptInput, MetricSource, Record, RecordSource, Series, Source, TextSource
 from hypocenter.store.base import AttemptRow, LogLine, PointRow, Store
@@ -104,6 +105,17 @@ def _node_ranks(scope: dict[str, str], nodes: list[str], notes: list[str]) -> di
     return ranks
 
 
+def _state(text: str | None, notes: list[str]) -> str | None:
+    if text is None:
+        return None
+    try:
+        check_state(text.strip().upper())
+    except ValueError as exc:
+        notes.append(f"hypocenter.attempt.state ignored: {exc}")
+        return None
+    return text
+
+
 def context_for(row: AttemptRow, now: datetime) -> tuple[AttemptContext, list[str]]:
     """The attempt's scope (see the module docstring); notes say what was inferred or ignored."""
     notes: list[str] = []
@@ -149,7 +161,7 @@ def context_for(row: AttemptRow, now: datetime) -> tuple[AttemptContext, list[st
             cluster=sc.get("cluster"),
         ),
         "window": Window(start=start, end=end),
-        "state": sc.get("state") or sc.get("banner_state"),
+        "state": _state(sc.get("state") or sc.get("banner_state"), notes),
         "exit_code": exit_code,
         "reason": sc.get("reason"),
         "nodes": nodes,
