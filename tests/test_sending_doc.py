@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import yaml
 from sending_doc import DOC, snippet, snippets
-from server_support import REPO, ServerProcess, clean_env, wait_for_diagnosis
+from server_support import REPO, ServerProcess, clean_env, serving, wait_for_diagnosis
 
 from hypocenter import names
 from hypocenter.resource_detector import K8S_VARIABLES, attributes
@@ -128,11 +128,8 @@ def test_the_slurm_recipe_names_the_shipped_scripts() -> None:
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[ServerProcess]:
-    s = ServerProcess(tmp_path / "store.db").start()
-    try:
+    with serving(tmp_path / "store.db") as s:
         yield s
-    finally:
-        s.stop()
 
 
 def test_the_one_minute_example_gets_the_xid_attributed(server: ServerProcess, tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from otel_detector_support import REPO, entry_points_path
 from sending_doc import snippets
-from server_support import ServerProcess, wait_for_diagnosis
+from server_support import ServerProcess, serving, wait_for_diagnosis
 
 pytest.importorskip("torch")
 
@@ -53,11 +53,8 @@ def free_port() -> int:
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[ServerProcess]:
-    s = ServerProcess(tmp_path / "store.db").start()
-    try:
+    with serving(tmp_path / "store.db") as s:
         yield s
-    finally:
-        s.stop()
 
 
 def test_a_torchrun_job_tagged_by_the_detector_is_diagnosed(server: ServerProcess, tmp_path: Path) -> None:

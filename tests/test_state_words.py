@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from server_support import REPO, clean_env
 
+from hypocenter.model import AttemptContext
 from hypocenter.server.attempts import context_for
 from hypocenter.store.base import AttemptRow
 
@@ -33,10 +34,8 @@ def test_analyze_refuses_a_misspelt_state_and_suggests_the_word(tmp_path: Path) 
     assert "attempt.yaml:" in r.stderr and "Traceback" not in r.stderr
 
 
-@pytest.mark.parametrize(
-    "state", ["FAILED", "failed", "Completed", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED"]
-)
-def test_real_states_are_taken(state: str) -> None:
+def scoped(state: str) -> tuple[AttemptContext, list[str]]:
+    """The scope the server makes of an attempt whose records said `hypocenter.attempt.state`."""
     row = AttemptRow(
         id=1,
         workload="w",
@@ -51,25 +50,18 @@ def test_real_states_are_taken(state: str) -> None:
         dirty=True,
         analyzed_at=None,
     )
-    ctx, notes = context_for(row, datetime.now(timezone.utc))
+    return context_for(row, datetime.now(timezone.utc))
+
+
+@pytest.mark.parametrize(
+    "state", ["FAILED", "failed", "Completed", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED"]
+)
+def test_real_states_are_taken(state: str) -> None:
+    ctx, notes = scoped(state)
     assert ctx.state == state.upper() and not [n for n in notes if "state" in n]
 
 
 def test_a_misspelt_state_over_otlp_is_ignored_with_a_note() -> None:
-    row = AttemptRow(
-        id=1,
-        workload="w",
-        attempt=0,
-        scope={"state": "FAILD"},
-        context=None,
-        nodes=[],
-        first_ns=1_700_000_000 * 10**9,
-        last_ns=None,
-        terminal_ns=None,
-        activity=0.0,
-        dirty=True,
-        analyzed_at=None,
-    )
-    ctx, notes = context_for(row, datetime.now(timezone.utc))
+    ctx, notes = scoped("FAILD")
     assert ctx.state is None
     assert any("did you mean FAILED?" in n for n in notes), notes

@@ -12,7 +12,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
-from server_support import ServerProcess, wait_for_diagnosis
+from server_support import ServerProcess, serving, wait_for_diagnosis
 
 WORKLOAD = "sdk-xid79"
 
@@ -62,11 +62,8 @@ def send_with_sdk(endpoint: str, host: str, path: str, lines: list[str], state: 
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[ServerProcess]:
-    s = ServerProcess(tmp_path / "store.db").start()
-    try:
+    with serving(tmp_path / "store.db") as s:
         yield s
-    finally:
-        s.stop()
 
 
 def test_an_xid_fifteen_minutes_before_the_sdk_sent_the_logs_is_attributed(server: ServerProcess) -> None:
