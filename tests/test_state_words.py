@@ -65,3 +65,48 @@ def test_a_misspelt_state_over_otlp_is_ignored_with_a_note() -> None:
     ctx, notes = scoped("FAILD")
     assert ctx.state is None
     assert any("did you mean FAILED?" in n for n in notes), notes
+
+
+def test_an_otlp_record_with_a_misspelt_state_is_refused_with_the_word(tmp_path: Path) -> None:
+    """Over OTLP the refusal is the response's partial success (the record's reason), and the
+    attempt is not ended by a typo; the rest of the request is kept."""
+    import httpx
+    from server_support import serving
+
+    def record(attrs: dict[str, str], body: str) -> dict[str, object]:
+        return {
+            "timeUnixNano": "1793613600000000000",
+            "body": {"stringValue": body},
+            "attributes": [{"key": k, "value": {"stringValue": v}} for k, v in attrs.items()],
+        }
+
+    request = {
+        "resourceLogs": [
+            {
+                "resource": {
+                    "attributes": [
+                        {"key": "host.name", "value": {"stringValue": "gpu-n07"}},
+                        {"key": "hypocenter.workload.id", "value": {"stringValue": "typo-1"}},
+                    ]
+                },
+                "scopeLogs": [
+                    {
+                        "logRecords": [
+                            record({"log.file.path": "/var/log/app.log"}, "step 12 loss 1.9"),
+                            record({"hypocenter.attempt.state": "FAILD"}, "job ended"),
+                        ]
+                    }
+                ],
+            }
+        ]
+    }
+    with serving(tmp_path / "store.db") as server, server.client() as client:
+        answer = client.post("/v1/logs", json=request)
+        assert answer.status_code == 200, answer.text
+        partial = answer.json()["partialSuccess"]
+        assert partial["rejectedLogRecords"] == "1"
+        assert "'FAILD' is not a job state (did you mean FAILED?)" in partial["errorMessage"]
+        attempt = client.get("/v1/attempts/typo-1/0").json()
+        assert attempt["log_records"] == 1 and "state" not in attempt["scope"]
+        metrics = httpx.get(f"http://{server.metrics}/metrics", timeout=10).text
+        assert 'hypocenter_rejected_records_total{reason="unknown_state",signal="logs"} 1.0' in metrics
