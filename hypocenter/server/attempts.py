@@ -270,7 +270,7 @@ def _generations(streams: dict[StreamKey, list[LogLine]]) -> dict[StreamKey, lis
     return out
 
 
-STAMPED_LINES_READ = 64  # lines read from the head of each of an attempt's streams for its earliest stamp
+STAMPED_LINES_READ = 8  # lines read from the head of each of an attempt's streams for its earliest stamp
 
 
 def _start_inferred(row: AttemptRow) -> bool:
@@ -283,8 +283,9 @@ def _start_from_lines(
 ) -> AttemptContext:
     """The window starts at the earliest stamp the attempt's own lines carry, not at the first
     record's time: a sender stamps records when it sends them (the OpenTelemetry SDK when the program
-    emits, a collector when it reads), which may be long after the line was written. Only the head of
-    each stream is read (lines arrive mostly in order), and the start moves back by at most `lookback`
+    emits, a collector when it reads), which may be long after the line was written. Only each
+    stream's first stamped line among its first few is read (lines arrive mostly in order), and the
+    start moves back by at most `lookback`
     (`node_lookback_s`), so one stray old line cannot stretch the window over days."""
     tctx = TimeContext(tz=zone(ctx.timezone), start=ctx.window.start, end=ctx.window.end)
     floor = ctx.window.start - lookback
@@ -294,8 +295,11 @@ def _start_from_lines(
             continue
         for r in rows[:STAMPED_LINES_READ]:
             t = parse_line(r[_BODY], tctx).time
-            if t is not None and floor <= t and (earliest is None or t < earliest):
+            if t is None or t < floor:
+                continue
+            if earliest is None or t < earliest:
                 earliest = t
+            break  # a stream's first stamped line is its earliest, near enough: one parse per stream
     if earliest is None or earliest >= ctx.window.start:
         return ctx
     for i, note in enumerate(notes):
