@@ -35,6 +35,7 @@ from hypocenter.modelbase import (
     QualityLevel,
     Role,
     SourceKind,
+    check_state,
     count_ranks,
     isoformat,
     json_time,
@@ -112,6 +113,7 @@ class AttemptContext(_Model):
     def __post_init__(self) -> None:
         if isinstance(self.state, str):
             object.__setattr__(self, "state", self.state.strip().upper())
+            check_state(self.state)
         # An allocation names a node once; a repeat (a hand-written list, a merged hostlist) is the same node.
         nodes = list(dict.fromkeys(self.nodes))
         limits.check_count("nodes of the attempt", len(nodes), "max_nodes_per_attempt")

@@ -23,6 +23,7 @@ from hypocenter.modelbase import (
     QualityLevel,
     Role,
     SourceKind,
+    check_state,
     count_ranks,
     utc,
 )
@@ -80,7 +81,10 @@ class AttemptContext(_Strict):
     @field_validator("state")
     @classmethod
     def _upper_state(cls, v: str | None) -> str | None:
-        return v.strip().upper() if isinstance(v, str) else v
+        if isinstance(v, str):
+            v = v.strip().upper()
+            check_state(v)
+        return v
 
     @field_validator("nodes")
     @classmethod

@@ -58,6 +58,49 @@ TAXONOMY: dict[str, tuple[str, ...]] = {
 }
 
 TERMINAL_OK = frozenset({"COMPLETED", "SUCCEEDED", "SUCCESS", "FINISHED"})
+# The states an attempt's `state` may take: Slurm's job states (squeue(1), "JOB STATE CODES"), the
+# Kubernetes / Kueue ones the connectors report, and TERMINAL_OK. A word outside it is a typo that
+# would otherwise read as a failure (anything not TERMINAL_OK is one): it is refused with a suggestion.
+STATES = TERMINAL_OK | frozenset(
+    {
+        "BOOT_FAIL",
+        "CANCELLED",
+        "CONFIGURING",
+        "COMPLETING",
+        "DEADLINE",
+        "FAILED",
+        "NODE_FAIL",
+        "OUT_OF_MEMORY",
+        "PENDING",
+        "PREEMPTED",
+        "RUNNING",
+        "RESV_DEL_HOLD",
+        "REQUEUE_FED",
+        "REQUEUE_HOLD",
+        "REQUEUED",
+        "RESIZING",
+        "REVOKED",
+        "SIGNALING",
+        "SPECIAL_EXIT",
+        "STAGE_OUT",
+        "STOPPED",
+        "SUSPENDED",
+        "TIMEOUT",
+        "EVICTED",
+    }
+)
+
+
+def check_state(state: str) -> None:
+    """Raise ValueError naming the nearest known state when `state` (upper case) is not one."""
+    if state in STATES:
+        return
+    import difflib
+
+    near = difflib.get_close_matches(state, sorted(STATES), n=1, cutoff=0.6)
+    hint = f" (did you mean {near[0]}?)" if near else f" (one of {', '.join(sorted(STATES))})"
+    raise ValueError(f"state {state!r} is not a job state{hint}")
+
 
 # One vocabulary of component kinds, for the engine's diagnoses and the benchmark's truth alike:
 # a GPU (id: its PCI address, or gpuN), an HCA port (mlx5_N/P, or the netdev of a one-port NIC), a NIC

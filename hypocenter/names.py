@@ -30,6 +30,13 @@ STREAM_KEYS = ("log.file.path", "hypocenter.source", "log.file.name")
 LINE_KEY = "log.file.record_number"
 UID_KEY = "log.record.uid"
 STATE_KEY = "hypocenter.attempt.state"
+# The ranks the record's node runs (`16-23`), as every process on that node can tell (torchrun's
+# RANK - LOCAL_RANK … + LOCAL_WORLD_SIZE): kept per node, so the processes of different nodes add up
+# to the attempt's rank map instead of overwriting one another as `hypocenter.attempt.ranks` would.
+NODE_RANKS_KEY = "hypocenter.node.ranks"
+NODE_RANKS_SCOPE = "ranks@"  # its scope entry: `ranks@<node>` → the ranks
+# The process's own global rank: informational (a resource attribute the detector sets).
+RANK_KEY = "hypocenter.rank"
 # Attributes that describe the attempt's scope: (attribute, AttemptScope field).
 SCOPE_KEYS = (
     ("hypocenter.workload.name", "name"),

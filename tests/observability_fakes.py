@@ -31,8 +31,8 @@ pushed or `preload`ed:
     field that is already a label or metadata is named `<field>_extracted`, as Loki does). Strings follow Go's strconv.Unquote (double-quoted with
     escapes, or back-quoted raw); regexes are Python `re` restricted to what RE2 accepts. `start` is
     inclusive, `end` exclusive; `limit` (default 100) counts entries over all streams and may not
-    exceed `max_entries_limit_per_query`; `end - start` plus Loki's 30 s look-back may not exceed
-    `max_query_length`;
+    exceed `max_entries_limit_per_query`; `end - start`, each taken in whole milliseconds, may not
+    exceed `max_query_length` (one of exactly that length is answered);
     `direction` forward | backward (default). Entries at one timestamp keep push order within a
     stream; between streams they come in label order, or in a fresh random order per request
     (`ties="random"`): Loki promises no order there.
@@ -45,7 +45,8 @@ pushed or `preload`ed:
     in range.
   * `GET /loki/api/v1/query`: only `sum by (<label>) (count_over_time(<log query> [<N>s]))`.
   A bad query is 400 with Loki's kind of text message. `required_headers` makes any query without
-  them 401 (a Loki behind an auth proxy, or multi-tenant Loki without `X-Scope-OrgID`).
+  them 401 (a Loki behind an auth proxy, or multi-tenant Loki without `X-Scope-OrgID`); with
+  `X-Scope-OrgID` among them, a push (either endpoint) without one is 401 `no org id` as well.
 
 Both can be told to answer the next requests with given statuses (`fail_next([503, 429])`), with a
 `Retry-After` header, or to stall longer than the client's timeout.
@@ -371,14 +372,12 @@ class FakeLoki(_FakeServer):
         required_headers: dict[str, str] | None = None,
         limits: IngestLimits | None = None,
         clock: Callable[[], float] = time.time,
-        query_lookback_s: float = 30.0,
     ) -> None:
         super().__init__()
         self.ingest = Ingest(limits or IngestLimits(), clock)
         self.tenants: list[str | None] = []
         self.max_entries_limit_per_query = max_entries_limit_per_query
         self.max_query_length_ns = int(max_query_length_s * 1e9)
-        self.query_lookback_ns = int(query_lookback_s * 1e9)
         self.ties = ties
         self.random = random.Random(seed)
         self.required_headers = dict(required_headers or {})
@@ -429,11 +428,11 @@ class FakeLoki(_FakeServer):
             raise LogQLError(
                 "invalid start and end time: end timestamp must not be before or equal to start time"
             )
-        # The length Loki checks is end - start plus its 30 s look-back (logql/engine.go
-        # max_look_back_period), as a real Loki 3.x answers a piece of exactly max_query_length;
-        # the text is queryrange/limits.go's (util/validation ErrQueryTooLong): the length as a Go
-        # time.Duration, the limit as a Prometheus model.Duration.
-        length = end - start + self.query_lookback_ns
+        # queryrange/limits.go (limitsMiddleware): the length is end - start with each taken in whole
+        # milliseconds (UnixMilli), refused only when longer than the limit; the text is
+        # util/validation ErrQueryTooLong: the length as a Go time.Duration, the limit as a
+        # Prometheus model.Duration.
+        length = (end // 10**6 - start // 10**6) * 10**6
         if self.max_query_length_ns and length > self.max_query_length_ns:
             raise LogQLError(
                 f"the query time range exceeds the limit (query length: {_duration(length)}, "
@@ -540,6 +539,10 @@ class FakeLoki(_FakeServer):
         return {"status": "success", "data": {"resultType": "vector", "result": result}}
 
     def handle(self, path: str, headers: dict[str, str], body: bytes) -> tuple[int, bytes, str]:
+        if "X-Scope-OrgID" in self.required_headers and not headers.get("X-Scope-OrgID"):
+            # auth_enabled: dskit's AuthenticateUser answers every route http.Error(401) with
+            # user.ErrNoOrgID before the handler runs, pushes included
+            return 401, b"no org id\n", "text/plain; charset=utf-8"
         if path == "/loki/api/v1/series":
             return self._query(path, urllib.parse.parse_qsl(body.decode(), keep_blank_values=True), headers)
         if path == "/otlp/v1/logs":
@@ -629,11 +632,14 @@ def _loki_time(text: str) -> int:
 
 
 def _duration(ns: int) -> str:
-    """Go's time.Duration.String() for whole seconds: `721h0m30s`."""
-    hours, rest = divmod(ns // 10**9, 3600)
+    """Go's time.Duration.String() for a positive duration of at least a second, to the millisecond
+    (`721h0m0.001s`): hours and minutes when present, seconds with their fraction, trailing zeros cut."""
+    whole, frac_ms = divmod(ns // 10**6, 1000)
+    hours, rest = divmod(whole, 3600)
+    seconds = f"{rest % 60}" + (f".{frac_ms:03d}".rstrip("0") if frac_ms else "") + "s"
     if not hours:
-        return f"{rest // 60}m{rest % 60}s" if rest >= 60 else f"{rest}s"
-    return f"{hours}h{rest // 60}m{rest % 60}s"
+        return f"{rest // 60}m{seconds}" if rest >= 60 else seconds
+    return f"{hours}h{rest // 60}m{seconds}"
 
 
 def model_duration(ns: int) -> str:

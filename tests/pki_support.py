@@ -50,7 +50,10 @@ class CA:
         )
         self.pem = self.cert.public_bytes(serialization.Encoding.PEM)
 
-    def issue(self, cn: str, *, server: bool) -> Issued:
+    def issue(
+        self, cn: str, *, server: bool, dns: tuple[str, ...] = ("localhost",), ip: bool = True
+    ) -> Issued:
+        """A certificate for `cn`; a server's names: `dns`, and 127.0.0.1 when `ip`."""
         key = ec.generate_private_key(ec.SECP256R1())
         now = datetime.datetime.now(datetime.timezone.utc)
         serial = x509.random_serial_number()
@@ -72,7 +75,8 @@ class CA:
         if server:
             builder = builder.add_extension(
                 x509.SubjectAlternativeName(
-                    [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+                    [x509.DNSName(n) for n in dns]
+                    + ([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))] if ip else [])
                 ),
                 critical=False,
             )

@@ -9,6 +9,8 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -118,6 +120,16 @@ class ServerProcess:
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
+
+
+@contextmanager
+def serving(store: Path, *extra: str) -> Iterator[ServerProcess]:
+    """A started `ServerProcess` on a SQLite file, stopped on leaving."""
+    server = ServerProcess(store, *extra).start()
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 def replay(

@@ -8,6 +8,7 @@
     hypocenter serve | replay BUNDLE | config show                     the server (cli/serve.py, replay.py, config.py)
     hypocenter fleet [--store URL | --server URL]                      recurring culprits (cli/fleet.py)
     hypocenter rules backtest [--since 30d] [--rules DIR]              what a rule change flips (cli/backtest.py)
+    hypocenter health [--grpc] [--ca-file PEM]                         is the server ready? (cli/health.py)
 
 Exit codes: 0 a diagnosis was produced (whatever its outcome) / the command succeeded; 1 rules
 check or test found problems; 2 unusable input, with a one-line reason on stderr; 70 an internal
@@ -30,7 +31,7 @@ from hypocenter.errors import InputError
 
 __all__ = ["EXIT_INPUT", "EXIT_INTERNAL", "EXIT_OK", "EXIT_PROBLEMS", "build_parser", "main"]
 
-SUBCOMMANDS = ("analyze", "schema", "rules", "fleet", "serve", "replay", "config")
+SUBCOMMANDS = ("analyze", "schema", "rules", "fleet", "serve", "replay", "config", "health")
 """One module per subcommand (hypocenter.cli.<name>), each with `add_parser(subparsers)`; in the order
 `--help` lists them."""
 

@@ -25,6 +25,8 @@ _QUALITY_STYLE = {"high": "32", "medium": "33", "low": "31"}
 
 
 def render_text(d: Diagnosis, style: Style) -> str:
+    from hypocenter.engine.extract import cut
+
     a = d.attempt
     out: list[str] = []
     sched = "/".join(x for x in (a.scheduler, a.cluster) if x)
@@ -93,7 +95,7 @@ def render_text(d: Diagnosis, style: Style) -> str:
             if e.inherited:  # no stamp of its own: between the stamps around it
                 when = f"{e.time} .. {e.time_max}" if e.time_max else f">= {e.time}"
             out.append(f"  {tag} {when:<27} {e.node or '-':<12} {e.ref}")
-            out.append(f"          {e.text[:160]}")
+            out.append(f"          {cut(e.text, 160)}")
     out.append("")
     out.append(style("Quality", "1") + f": {d.quality.level}")
     for r in d.quality.reasons:
@@ -167,7 +169,7 @@ def add_parser(sub: Any) -> None:
         "analyze",
         help="diagnose one attempt: a bundle directory, or a job pulled from the scheduler",
         description="Diagnose one attempt. Give exactly one of BUNDLE, --slurm, --kueue, --k8s-job; "
-        "--logs, --loki and --prometheus add evidence (see hypocenter/collector/pull.py).",
+        "--logs, --loki and --prometheus add evidence from a log directory, Loki and Prometheus.",
     )
     a.add_argument("bundle", nargs="?", help="path to an attempt bundle directory (attempt.yaml, logs/, …)")
     pa = a.add_argument_group("pull from the scheduler (instead of BUNDLE)")

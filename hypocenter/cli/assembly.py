@@ -64,6 +64,8 @@ class Server:
         self.tls = tls.CertificateReloader(settings) if tls.tls_enabled(settings) else None
         self.peers = tls.PeerNames()
         limits.configure(limits.Limits.from_settings(settings))
+        if store is None:  # a start that is going to fail on a taken port leaves no store file behind
+            self._probe_listeners()
         self.store = (
             store if store is not None else open_store(settings.store, synchronous=settings.store_synchronous)
         )
@@ -149,6 +151,15 @@ class Server:
         server.start()
         self.grpc_server = server
         self.grpc_address = f"{host}:{bound}"
+
+    def _probe_listeners(self) -> None:
+        for setting, value, what in (
+            ("grpc_listen", self.settings.grpc_listen, "gRPC"),
+            ("http_listen", self.settings.http_listen, "HTTP"),
+        ):
+            host, port = listen_address(value, setting)
+            if port:
+                self._probe(host, port, value, what)
 
     @staticmethod
     def _probe(host: str, port: int, setting: str, what: str) -> None:

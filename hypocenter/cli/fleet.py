@@ -136,7 +136,8 @@ def add_parser(sub: Any) -> None:
     f = sub.add_parser(
         "fleet",
         help="recurring culprits across workloads: nodes, GPUs, ports, switch ports",
-        description=__doc__.split("\n\n")[0] if __doc__ else None,
+        description="Recurring culprits across workloads: the nodes, GPUs and ports behind the failures of "
+        "several workloads, from a store or a running server.",
     )
     where = f.add_mutually_exclusive_group()
     where.add_argument("--store", metavar="URL", help="a store file (SQLite) or postgresql:// URL")

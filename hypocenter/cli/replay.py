@@ -498,7 +498,31 @@ def trigger(
     return resp.status_code, resp.text
 
 
-__all__ = ["HypocenterError", "InputError", "plan", "replay", "trigger"]
+def may_trigger(rest: str, *, token: str | None = None, ca_file: str | None = None) -> str | None:
+    """None when `token` may trigger an analysis on `rest`; else why not, asked before anything is sent.
+    The question is an empty `POST /v1/scopes`: the server's guard answers 401/403 before it reads a
+    body, and an admin gets 422 for the empty scope (nothing is done)."""
+    import ssl
+
+    import httpx
+
+    base = rest if rest.startswith(("http://", "https://")) else f"{'https' if ca_file else 'http'}://{rest}"
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"} if token else {}
+    verify: ssl.SSLContext | bool = ssl.create_default_context(cafile=ca_file) if ca_file else True
+    try:
+        resp = httpx.post(
+            f"{base.rstrip('/')}/v1/scopes", content=b"{}", timeout=10, headers=headers, verify=verify
+        )
+    except httpx.HTTPError:
+        return None  # unreachable now: the trigger will say so after the records are sent
+    if resp.status_code == 401:
+        return "the server wants a token, and triggering an analysis needs one with the admin role"
+    if resp.status_code == 403:
+        return "this token may send records (ingest) but triggering an analysis needs the admin role"
+    return None
+
+
+__all__ = ["HypocenterError", "InputError", "may_trigger", "plan", "replay", "trigger"]
 
 
 TOKEN_ENV = "HYPOCENTER_TOKEN"
@@ -515,6 +539,15 @@ def client_token(token_file: str | None) -> str | None:
 def _cmd_replay(args: argparse.Namespace) -> int:
     endpoint = args.endpoint or ("127.0.0.1:4318" if args.http else "127.0.0.1:4317")
     token = client_token(args.token_file)
+    rest = args.rest or (endpoint if args.http else None)
+    refusal = may_trigger(rest, token=token, ca_file=args.ca_file) if rest is not None else None
+    if refusal is not None:
+        print(
+            f"hypocenter: {refusal}: the records are sent, the analysis is not requested (the attempt's "
+            "terminal state makes the server analyse it; read it with GET /v1/diagnoses?workload=…)",
+            file=sys.stderr,
+        )
+        rest = None
     try:
         ctx, report = replay(
             Path(args.bundle),
@@ -533,12 +566,12 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         f"workload {ctx.workload.id} attempt {ctx.workload.attempt} state {ctx.state or 'UNKNOWN'} sent last",
         file=sys.stderr,
     )
-    rest = args.rest or (endpoint if args.http else None)
     if rest is None:
-        print(
-            "the terminal state triggers analysis on the server; pass --rest URL to wait for the diagnosis",
-            file=sys.stderr,
-        )
+        if refusal is None:
+            print(
+                "the terminal state triggers analysis on the server; pass --rest URL to wait for the diagnosis",
+                file=sys.stderr,
+            )
         return EXIT_OK
     try:
         status, body = trigger(rest, ctx, token=token, ca_file=args.ca_file)

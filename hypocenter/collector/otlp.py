@@ -64,11 +64,14 @@ from hypocenter import limits
 from hypocenter.collector import otlp_wire
 from hypocenter.collector.otlp_columns import Columns, CountRequest, FlatRequest
 from hypocenter.errors import InputError, TransientError
+from hypocenter.modelbase import check_state
 from hypocenter.names import (
     ATTEMPT_KEYS,
     LINE_KEY,
     NODE_KEYS,
     NODE_LABELS,
+    NODE_RANKS_KEY,
+    NODE_RANKS_SCOPE,
     SCOPE_KEYS,
     STATE_KEY,
     STREAM_KEYS,
@@ -278,8 +281,12 @@ def identify(*maps: Mapping[str, Any]) -> Identity:
         t = _first((key,), *maps)
         if t is not None and name not in scope:
             scope[name] = t
+    node = _first(NODE_KEYS, *maps)
+    node_ranks = _first((NODE_RANKS_KEY,), *maps)
+    if node is not None and node_ranks is not None:
+        scope[NODE_RANKS_SCOPE + node] = node_ranks
     return Identity(
-        node=_first(NODE_KEYS, *maps),
+        node=node,
         workload=_first(WORKLOAD_KEYS, *maps),
         attempt=max(0, attempt),
         scope=scope,
@@ -317,7 +324,15 @@ def stream_name(node: str | None, path: str | None, fallback: str) -> str:
 # Record attributes that change a record's tagging; a record carrying none of them (the filelog
 # receiver's usual `log.file.record_number` alone) is tagged as its resource is, computed once.
 _TAGGING_KEYS = frozenset(
-    (*NODE_KEYS, *WORKLOAD_KEYS, *ATTEMPT_KEYS, *STREAM_KEYS, STATE_KEY, *(key for key, _ in SCOPE_KEYS))
+    (
+        *NODE_KEYS,
+        *WORKLOAD_KEYS,
+        *ATTEMPT_KEYS,
+        *STREAM_KEYS,
+        STATE_KEY,
+        NODE_RANKS_KEY,
+        *(key for key, _ in SCOPE_KEYS),
+    )
 )
 
 
@@ -327,6 +342,7 @@ def log_entries(req: ExportLogsServiceRequest, body: bytes | None = None, flat: 
     (collector/otlp_columns.py), tagged per group; the others as one `Entry` per record."""
     out = Tagged(accepted=[])
     unscoped = 0
+    bad_states: list[str] = []
     if flat is None and body is not None:
         flat = _flat(body)
     for ri, rl in enumerate(req.resource_logs):
@@ -359,6 +375,10 @@ def log_entries(req: ExportLogsServiceRequest, body: bytes | None = None, flat: 
                 kind = "doc" if isinstance(body, dict | list) else "text"
                 if STATE_KEY in lattrs:  # the terminal-state marker: scope, not a log line to analyse
                     kind = "state"
+                    refusal = _state_refusal(ident.scope.get("state"))
+                    if refusal is not None:  # a typo would end the attempt as a failure of no kind
+                        bad_states.append(refusal)
+                        continue
                 text = (
                     json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
                     if kind == "doc"
@@ -433,7 +453,22 @@ def log_entries(req: ExportLogsServiceRequest, body: bytes | None = None, flat: 
         out.rejected = unscoped
         out.rejected_by["no_node_or_workload"] = unscoped
         out.reasons.append(_UNSCOPED.format(n=unscoped, what="log record(s)"))
+    if bad_states:
+        out.rejected += len(bad_states)
+        out.rejected_by["unknown_state"] = len(bad_states)
+        out.reasons.extend(sorted(set(bad_states)))
     return out
+
+
+def _state_refusal(state: str | None) -> str | None:
+    """Why a `hypocenter.attempt.state` value is refused (it names no job state), or None."""
+    if state is None:
+        return None
+    try:
+        check_state(state.strip().upper())
+    except ValueError as exc:
+        return f"hypocenter.attempt.state: {exc}; the record was not taken"
+    return None
 
 
 def _columnar_entries(body: bytes, flat: Any) -> Tagged | None:

@@ -41,6 +41,13 @@ from hypocenter.sources import (
 )
 
 MAX_TEXT = 600  # evidence text kept per event
+
+
+def cut(text: str, limit: int = MAX_TEXT) -> str:
+    """`text` up to `limit` characters; a cut text ends with an ellipsis, so no one reads it as whole."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 BACKSCAN_LINES = 4096  # how far back a stamp-less line looks for a stamp to inherit
 _SCHED_PREFIXES = ("srun:", "slurmstepd:", "slurmstepd-", "slurmd:", "sbatch:", "salloc:")
 
@@ -326,7 +333,7 @@ class Extractor:
                         node=node,
                         source="scheduler",
                         ref=rec.ref,
-                        text=rec.text[:MAX_TEXT],
+                        text=cut(rec.text),
                         fields=fields,
                     )
                 )
@@ -924,7 +931,7 @@ class _TextStream:
                 rank=rank,
                 source=kind,
                 ref=f"{src.name}:{self.line_no}",
-                text=line.rstrip()[:MAX_TEXT],
+                text=cut(line.rstrip()),
                 fields=fields,
             )
             if when is None and header.uptime is not None:

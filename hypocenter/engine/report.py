@@ -238,16 +238,33 @@ def _root(c: Candidate) -> RootCause:
         summary=_render(c.spec.summary, fmt),
         nodes=nodes,
         components=comps,
-        first_seen=isoformat(c.first_seen),
+        first_seen=isoformat(earliest_line(c)),
         action=c.spec.action,
     )
+
+
+def earliest_line(c: Candidate) -> datetime | None:
+    """`first_seen` as a reader checks it: the time of the cause's earliest evidence line. A line with
+    no stamp of its own was written between the stamp before it and the one after it; its lower bound
+    counts when that span is short (`AMBIGUITY_WINDOW`), its upper bound otherwise (a traceback after
+    an hour of silence did not happen an hour early). The causes' own ordering keeps
+    `Candidate.first_seen`."""
+    times: list[datetime] = []
+    for e in c.events:
+        if e.time is None:
+            continue
+        if e.inherited and e.time_max is not None and e.time_max - e.time > AMBIGUITY_WINDOW:
+            times.append(e.time_max)
+        else:
+            times.append(e.time)
+    return min(times, default=None) or c.first_seen
 
 
 def _ambiguous_root(chosen: list[Candidate], cands: list[RootCause]) -> RootCause:
     domains = sorted({c.domain for c in cands})
     nodes = sorted({n for c in chosen for n in c.nodes})
     comps = sorted({(x.node, x.kind, x.id): x for c in cands for x in c.components}.items())
-    first = min((c.first_seen for c in chosen if c.first_seen), default=None)
+    first = min((t for c in chosen if (t := earliest_line(c))), default=None)
     listing = "; ".join(f"{c.domain}/{c.subdomain} on {', '.join(c.nodes) or 'the job'}" for c in cands)
     return RootCause(
         domain=domains[0] if len(domains) == 1 else "ambiguous",

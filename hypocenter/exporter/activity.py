@@ -48,7 +48,7 @@ COUNTED_MAX = 100_000
 # Why a request or a record was refused. Requests refused whole are retried by OTLP clients
 # (backpressure, store_unavailable) or are lost at the client (the others).
 REQUEST_REASONS = ("malformed", "too_large", "unsupported_media_type", "backpressure", "store_unavailable")
-RECORD_REASONS = ("no_node_or_workload", "unsupported_metric_type")
+RECORD_REASONS = ("no_node_or_workload", "unknown_state", "unsupported_metric_type")
 
 
 @dataclass(frozen=True, slots=True)

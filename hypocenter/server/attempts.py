@@ -7,8 +7,11 @@ How an attempt's scope (`AttemptContext`) is decided, most specific first:
    `hypocenter.attempt.window.{start,end}` (RFC 3339 or Unix nanoseconds), `hypocenter.attempt.state`,
    `.exit_code`, `.reason`, `.nodes` (a list or a Slurm hostlist such as `node[01-04]`), `.ranks`
    (`node01=0-7;node02=8-15` or JSON), `.timezone`;
-3. what the data shows: window = first … last record time of the workload's records (the
-   terminal-state record's time ends it), nodes = every `host.name` of the workload's records.
+3. what the data shows: window = the earliest line stamp of the workload's own streams (the
+   line's text, not its record's time: senders stamp records when they send them), at most
+   `node_lookback_s` before the first record, or that first record's time when no line carries a
+   stamp … last record time (the terminal-state record's time ends it); nodes = every `host.name`
+   of the workload's records.
 
 Node-scoped streams (no workload) join an attempt when their node is one of its nodes (short
 names and FQDNs match) and one of their records lies within [window.start - lookback, window.end +
@@ -26,7 +29,7 @@ import json
 import operator
 import re
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
 from itertools import groupby
@@ -35,9 +38,11 @@ from typing import Any, Final, cast
 from hypocenter.collector.hostlist import expand_hostlist  # moved there; re-exported for callers
 from hypocenter.collector.scheduler_records import render
 from hypocenter.engine.fleet import marks_of
-from hypocenter.lineformat import TimeContext, parse_iso, zone
+from hypocenter.errors import InputError
+from hypocenter.lineformat import TimeContext, parse_iso, parse_line, zone
 from hypocenter.model import AttemptContext, Coverage, Window, Workload, parse_rank_ranges
-from hypocenter.names import NODE_LABELS
+from hypocenter.modelbase import check_state
+from hypocenter.names import NODE_LABELS, NODE_RANKS_SCOPE, NodeNames
 from hypocenter.sources import AttemptInput, MetricSource, Record, RecordSource, Series, Source, TextSource
 from hypocenter.store.base import AttemptRow, LogLine, PointRow, Store
 
@@ -81,6 +86,36 @@ def parse_ranks(text: str) -> dict[str, str]:
     return out
 
 
+def _node_ranks(scope: dict[str, str], nodes: list[str], notes: list[str]) -> dict[str, str]:
+    """The rank map the nodes' processes told one node at a time (`hypocenter.node.ranks`)."""
+    names = NodeNames(nodes)
+    ranks: dict[str, str] = {}
+    for key, spec in sorted(scope.items()):
+        if not key.startswith(NODE_RANKS_SCOPE):
+            continue
+        node = names.resolve(key[len(NODE_RANKS_SCOPE) :])
+        if node is None:
+            continue
+        try:
+            parse_rank_ranges(spec)
+        except (ValueError, InputError) as exc:
+            notes.append(f"hypocenter.node.ranks of {node} ignored: {exc}")
+            continue
+        ranks[node] = spec
+    return ranks
+
+
+def _state(text: str | None, notes: list[str]) -> str | None:
+    if text is None:
+        return None
+    try:
+        check_state(text.strip().upper())
+    except ValueError as exc:
+        notes.append(f"hypocenter.attempt.state ignored: {exc}")
+        return None
+    return text
+
+
 def context_for(row: AttemptRow, now: datetime) -> tuple[AttemptContext, list[str]]:
     """The attempt's scope (see the module docstring); notes say what was inferred or ignored."""
     notes: list[str] = []
@@ -103,6 +138,8 @@ def context_for(row: AttemptRow, now: datetime) -> tuple[AttemptContext, list[st
             ranks = {n: s for n, s in parse_ranks(sc["ranks"]).items() if not nodes or n in nodes}
         except (ValueError, json.JSONDecodeError) as exc:
             notes.append(f"hypocenter.attempt.ranks ignored: {exc}")
+    else:
+        ranks = _node_ranks(sc, nodes, notes)
     tz = sc.get("timezone") or "UTC"
     try:
         zone(tz)
@@ -124,7 +161,7 @@ def context_for(row: AttemptRow, now: datetime) -> tuple[AttemptContext, list[st
             cluster=sc.get("cluster"),
         ),
         "window": Window(start=start, end=end),
-        "state": sc.get("state") or sc.get("banner_state"),
+        "state": _state(sc.get("state") or sc.get("banner_state"), notes),
         "exit_code": exit_code,
         "reason": sc.get("reason"),
         "nodes": nodes,
@@ -233,6 +270,46 @@ def _generations(streams: dict[StreamKey, list[LogLine]]) -> dict[StreamKey, lis
     return out
 
 
+STAMPED_LINES_READ = 8  # lines read from the head of each of an attempt's streams for its earliest stamp
+
+
+def _start_inferred(row: AttemptRow) -> bool:
+    """No uploaded scope, scheduler scope or `hypocenter.attempt.window.start` gave the window's start."""
+    return row.context is None and parse_time(row.scope.get("window_start")) is None
+
+
+def _start_from_lines(
+    ctx: AttemptContext, streams: dict[StreamKey, list[LogLine]], lookback: timedelta, notes: list[str]
+) -> AttemptContext:
+    """The window starts at the earliest stamp the attempt's own lines carry, not at the first
+    record's time: a sender stamps records when it sends them (the OpenTelemetry SDK when the program
+    emits, a collector when it reads), which may be long after the line was written. Only each
+    stream's first stamped line among its first few is read (lines arrive mostly in order), and the
+    start moves back by at most `lookback`
+    (`node_lookback_s`), so one stray old line cannot stretch the window over days."""
+    tctx = TimeContext(tz=zone(ctx.timezone), start=ctx.window.start, end=ctx.window.end)
+    floor = ctx.window.start - lookback
+    earliest: datetime | None = None
+    for (_node, _stream, kind), rows in streams.items():
+        if kind != "text":
+            continue
+        for r in rows[:STAMPED_LINES_READ]:
+            t = parse_line(r[_BODY], tctx).time
+            if t is None or t < floor:
+                continue
+            if earliest is None or t < earliest:
+                earliest = t
+            break  # a stream's first stamped line is its earliest, near enough: one parse per stream
+    if earliest is None or earliest >= ctx.window.start:
+        return ctx
+    for i, note in enumerate(notes):
+        if note.startswith("window start inferred"):
+            notes[i] = (
+                "window start inferred from the earliest line stamp (no hypocenter.attempt.window.start)"
+            )
+    return ctx.model_copy(update={"window": Window(start=earliest, end=ctx.window.end)})
+
+
 @contextmanager
 def _collector_paused() -> Iterator[None]:
     """Python's cycle collector off for a while: an attempt's assembly makes tens of thousands of rows,
@@ -258,18 +335,11 @@ def _assemble(
     store: Store, row: AttemptRow, *, lookback_s: float, slack_s: float, now: datetime | None
 ) -> AttemptInput:
     ctx, notes = context_for(row, now or datetime.now(timezone.utc))
-    tctx = TimeContext(tz=zone(ctx.timezone), start=ctx.window.start, end=ctx.window.end)
     matcher = NodeMatcher(ctx.nodes)
     stored = {n: m for n in store.known_nodes() if (m := matcher.resolve(n)) is not None}
-    lo = _ns(ctx.window.start) - int(lookback_s * 1e9)
-    hi = _ns(ctx.window.end) + int(slack_s * 1e9)
-
-    streams: dict[StreamKey, list[LogLine]] = {}
     names: dict[str | None, str | None] = {}  # stored node name → the attempt's (one resolve per name)
-    for node_scoped, part in (
-        (False, store.attempt_lines(row.id, lo, hi)),
-        (True, store.node_lines(sorted(stored), lo, hi)),
-    ):
+
+    def read(part: Iterable[LogLine], node_scoped: bool) -> dict[StreamKey, list[LogLine]]:
         grouped: dict[StreamKey, list[LogLine]] = defaultdict(list)
         # runs of rows of one stored stream (and kind), in the order read: rows are tuples, and no
         # Python step is taken per row here (an attempt at 1,024 nodes reads tens of thousands)
@@ -281,10 +351,19 @@ def _assemble(
             grouped[(node, stream, "doc" if doc else "text")].extend(run)
         for rows in grouped.values():
             rows.sort(key=_ARRIVAL[node_scoped])  # the store does not sort: already in order, mostly
-        for key, rows in _generations(grouped).items():
-            # a node's older (rotated) files join only when they reach into the attempt's time
-            if not node_scoped or any(map(_in_range, rows)):
-                streams.setdefault(key, rows)
+        return _generations(grouped)
+
+    lo = _ns(ctx.window.start) - int(lookback_s * 1e9)
+    hi = _ns(ctx.window.end) + int(slack_s * 1e9)
+    streams = read(store.attempt_lines(row.id, lo, hi), False)
+    if _start_inferred(row):
+        ctx = _start_from_lines(ctx, streams, timedelta(seconds=lookback_s), notes)
+        lo = _ns(ctx.window.start) - int(lookback_s * 1e9)
+    tctx = TimeContext(tz=zone(ctx.timezone), start=ctx.window.start, end=ctx.window.end)
+    for key, rows in read(store.node_lines(sorted(stored), lo, hi), True).items():
+        # a node's older (rotated) files join only when they reach into the attempt's time
+        if any(map(_in_range, rows)):
+            streams.setdefault(key, rows)
     drops = store.drops(row.id, sorted(stored))
     sources: list[Source] = []
     coverage: list[Coverage] = []

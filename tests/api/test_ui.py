@@ -285,10 +285,10 @@ def test_list_filters_detail_and_live_update_in_chromium(
     assert lanes[0] == "node02" and {"node01", "node03", "node04"} <= set(lanes)
     assert page.locator("svg.timeline-svg path.ev.cause").count() >= 1
     assert page.locator("svg.timeline-svg circle.ev.symptom").count() >= 3
-    # marked where the verdict dates the root cause (10:51:03, the kernel's Xid 149), not at the rank's
-    # own report of it that node02's job log stamps 5 s earlier
+    # marked where the verdict dates the root cause: its earliest cause line, node02's rank 10 reporting
+    # the NVLink error (10:50:58, the stamp before that unstamped line), 5 s before the kernel's Xid 149
     began = page.locator("svg.timeline-svg text.first-label").text_content()
-    assert began == "began here: node02 10:51:03"
+    assert began == "began here: node02 10:50:58"
     ring_y = float(page.locator("svg.timeline-svg circle.first-ring").get_attribute("cy"))
     lane_y = float(page.locator("svg.timeline-svg text.lane-label", has_text="node02").get_attribute("y"))
     assert abs(ring_y - lane_y) < 10, "the first cause is not on node02's lane"

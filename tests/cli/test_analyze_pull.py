@@ -190,7 +190,14 @@ def test_loki_options_from_flags_and_a_token_file(
         "--loki-workload-selector",
         'job="slurm", workload="{workload}"',
     )
-    assert d["root_cause"] == _json(capsys, str(EXAMPLE))["root_cause"]
+    bundle = _json(capsys, str(EXAMPLE))["root_cause"]
+    # first_seen is the earliest cause line: in the bundle node02's unstamped rank-10 line counts from
+    # the stamp before it (10:50:58); from Loki it carries the time the agent read it, after the Xid
+    assert {**d["root_cause"], "first_seen": None} == {**bundle, "first_seen": None}
+    assert (
+        d["root_cause"]["first_seen"] == "2026-11-02T10:51:03Z"
+        and bundle["first_seen"] == "2026-11-02T10:50:58Z"
+    )
     assert _loki_coverage(d) == dict.fromkeys(
         ["logs/_job", "logs/node01", "logs/node02", "logs/node03", "logs/node04"], "ok"
     )

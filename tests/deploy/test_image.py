@@ -125,10 +125,7 @@ def test_the_image_runs_as_a_user_with_its_ports_volume_and_health_check() -> No
     assert env["HYPOCENTER_STORE"].startswith("/var/lib/hypocenter/")
     assert all(env[f"HYPOCENTER_{k}_LISTEN"].startswith("0.0.0.0:") for k in ("GRPC", "HTTP", "METRICS"))
     # the health check needs nothing the slim image lacks
-    assert (
-        exec_form(runtime, "HEALTHCHECK")[0] == "python"
-        and "/readyz" in exec_form(runtime, "HEALTHCHECK")[-1]
-    )
+    assert exec_form(runtime, "HEALTHCHECK")[:2] == ["hypocenter", "health"]
     # only the files the build needs reach the build context
     ignore = (REPO / ".dockerignore").read_text().splitlines()
     copied = {name.rstrip("/") for w, rest in build if w == "COPY" for name in shlex.split(rest)[:-1]}
@@ -225,11 +222,10 @@ def test_the_dockerfile_install_steps_give_a_working_server(tmp_path: Path) -> N
         assert first and first[0], (tmp_path / "serve.log").read_text(errors="replace")[-2000:]
         http_port = json.loads(first[0])["http"].rsplit(":", 1)[1]
         check = exec_form(runtime, "HEALTHCHECK")
-        check = [
-            str(bindir / check[0]),
-            *(a.replace("127.0.0.1:4318", f"127.0.0.1:{http_port}") for a in check[1:]),
-        ]
-        r = subprocess.run(check, env=env, capture_output=True, text=True, timeout=30, check=False)
+        check = [str(bindir / check[0]), *check[1:]]
+        # the container's environment, its listener where the server bound it
+        listening = {**env, "HYPOCENTER_HTTP_LISTEN": f"0.0.0.0:{http_port}"}
+        r = subprocess.run(check, env=listening, capture_output=True, text=True, timeout=30, check=False)
         assert r.returncode == 0, r.stderr
         assert (tmp_path / "volume" / "hypocenter.db").is_file()
     finally:

@@ -56,7 +56,12 @@ def push_logs(bundle: Bundle, loki: FakeLoki) -> None:
     # week or more than 10 min ahead of its clock
     written = max(int(v[0]) for s in streams for v in s["values"]) / 1e9 + 60
     loki.ingest.clock = lambda: written
-    answer = httpx.post(f"{loki.url}/loki/api/v1/push", json={"streams": streams}, timeout=30)
+    # an agent pushing to a multi-tenant Loki names its tenant (without one Loki answers 401 no org id)
+    org = loki.required_headers.get("X-Scope-OrgID")
+    headers = {"X-Scope-OrgID": org} if org else {}
+    answer = httpx.post(
+        f"{loki.url}/loki/api/v1/push", json={"streams": streams}, headers=headers, timeout=30
+    )
     assert answer.status_code == 204, answer.text
 
 

@@ -1,6 +1,6 @@
 """The fake Loki behaves as a real Loki 3.x does where hypocenter can tell (loki_ingest.py names the
-Loki source each behaviour follows): duplicates stored once, the query length with Loki's 30 s
-look-back, out-of-order and too-old entries refused with Loki's status and text while the rest of
+Loki source each behaviour follows): duplicates stored once, the query length as end - start in
+whole milliseconds, a push without an org id refused when auth is on, out-of-order and too-old entries refused with Loki's status and text while the rest of
 the push is kept, the labels and metadata Loki adds, the OTLP endpoint's label promotion, and the
 json parser's `_extracted` names. What passes on the fake must pass on a real Loki."""
 
@@ -70,18 +70,43 @@ def test_an_entry_with_the_time_and_line_of_one_held_is_stored_once(loki: FakeLo
     assert sorted(got) == sorted([flap, "another line", flap, flap])
 
 
-def test_the_query_length_counts_lokis_30_s_look_back(loki: FakeLoki) -> None:
+def test_the_query_length_is_end_minus_start_in_milliseconds(loki: FakeLoki) -> None:
     limit = 721 * 3600 * 10**9
-    refused = query(loki, '{host="node01"}', T - limit, T)
+    assert query(loki, '{host="node01"}', T - limit, T).status_code == 200  # exactly the limit
+    # 0.999999 ms over in nanoseconds, not in the milliseconds Loki counts
+    assert query(loki, '{host="node01"}', T - limit, T + 999_999).status_code == 200
+    refused = query(loki, '{host="node01"}', T - limit - 10**6, T)
     assert refused.status_code == 400
-    assert refused.text == "the query time range exceeds the limit (query length: 721h0m30s, limit: 30d1h)\n"
-    assert query(loki, '{host="node01"}', T - limit + 30 * 10**9, T).status_code == 200
+    assert (
+        refused.text == "the query time range exceeds the limit (query length: 721h0m0.001s, limit: 30d1h)\n"
+    )
     short = FakeLoki(max_query_length_s=3600, clock=lambda: NOW).start()  # configurable like Loki's limit
     try:
-        answer = query(short, '{host="node01"}', T - 3600 * 10**9, T)
-        assert answer.status_code == 400 and "(query length: 1h0m30s, limit: 1h)" in answer.text
+        assert query(short, '{host="node01"}', T - 3600 * 10**9, T).status_code == 200
+        answer = query(short, '{host="node01"}', T - 3600 * 10**9 - 500 * 10**6, T)
+        assert answer.status_code == 400 and "(query length: 1h0m0.5s, limit: 1h)" in answer.text
     finally:
         short.stop()
+
+
+def test_with_auth_on_a_push_without_an_org_id_is_401_no_org_id() -> None:
+    tenant = FakeLoki(required_headers={"X-Scope-OrgID": "team-a"}, clock=lambda: NOW).start()
+    try:
+        for path, ctype in (("/loki/api/v1/push", "application/json"), ("/otlp/v1/logs", "application/json")):
+            answer = httpx.post(
+                f"{tenant.url}{path}", content=b"{}", headers={"Content-Type": ctype}, timeout=10
+            )
+            assert (answer.status_code, answer.text) == (401, "no org id\n"), path
+        assert tenant.pushes == []
+        with_org = httpx.post(
+            f"{tenant.url}/loki/api/v1/push",
+            json={"streams": [{"stream": STREAM, "values": [[str(T), "a line"]]}]},
+            headers={"X-Scope-OrgID": "team-a"},
+            timeout=10,
+        )
+        assert with_org.status_code == 204
+    finally:
+        tenant.stop()
 
 
 def test_an_entry_an_hour_behind_its_streams_newest_is_refused_and_the_rest_kept(loki: FakeLoki) -> None:
@@ -325,8 +350,11 @@ def test_a_real_loki_answers_as_the_fake_does() -> None:
         assert got[0] == got[1] == ["a", "b", "c"]
         streams = [[st["stream"] for st in doc["data"]["result"]] for _, doc in answers]
         assert streams[0] == streams[1]  # service_name, detected_level: what Loki adds, the fake adds
-        long = {"query": selector, "start": str(t - 721 * 3600 * 10**9), "end": str(t)}
-        real, ours = both("GET", "/loki/api/v1/query_range", params=long)
+        exact = {"query": selector, "start": str(t - 721 * 3600 * 10**9), "end": str(t)}
+        real, ours = both("GET", "/loki/api/v1/query_range", params=exact)
+        assert real[0] == ours[0] == 200  # a range of exactly max_query_length is answered
+        longer = {**exact, "start": str(t - 721 * 3600 * 10**9 - 10**6)}
+        real, ours = both("GET", "/loki/api/v1/query_range", params=longer)
         assert real == ours and real[0] == 400
     finally:
         fake.stop()

@@ -27,7 +27,7 @@ What it asks (LogQL `GET /loki/api/v1/query_range`, direction=forward):
   by several groups is kept once.
 * Window: [start - lookback, end + slack] for node streams (the server's node_lookback_s /
   node_slack_s), [start, end + slack] for job-level streams; cut into pieces no longer than
-  Loki's `max_query_length` (721 h by default) less the 30 s Loki adds when it measures a range,
+  Loki's `max_query_length` (721 h by default; Loki measures end - start in whole milliseconds),
   nor `split_s`. Context fetches and `/series` stay within the same bound.
 * Pagination: Loki returns at most `limit` entries (≤ max_entries_limit_per_query, 5000 by default),
   start inclusive, end exclusive. A full page moves `start` to its last timestamp T; the next page
@@ -94,6 +94,8 @@ QUERY_RANGE = "/loki/api/v1/query_range"
 CATEGORIZE = {"X-Loki-Response-Encoding-Flags": "categorize-labels"}
 _FILE_LABELS = ("filename", "log_file_path", "log_file_name", "file", "path")
 _NAME_LABELS = ("unit", "job", "service_name", "container", "app", "source")
+# Structured metadata naming a stream's file: what Loki's OTLP endpoint makes of log.file.path / .name
+_FILE_METADATA = ("log_file_path", "log_file_name")
 
 StreamKey = tuple[tuple[str, str], ...]
 Entry = tuple[StreamKey, int, str]
@@ -104,10 +106,9 @@ class LokiLimits:
     """The server-side limits the queries stay within (Loki's defaults) and our own caps."""
 
     max_entries: int = 5000  # limit per request; Loki's max_entries_limit_per_query
-    max_query_length_s: float = 721 * 3600.0  # Loki's max_query_length
-    # Loki counts a range as end - start plus this look-back (a piece of exactly max_query_length
-    # is refused: "query length: 721h0m30s"), so pieces are that much shorter
-    query_lookback_s: float = 30.0
+    # Loki's max_query_length: a range is end - start in whole milliseconds (queryrange/limits.go),
+    # and one of exactly this length is taken
+    max_query_length_s: float = 721 * 3600.0
     split_s: float = 24 * 3600.0  # a failed piece costs at most this much of the window
     max_query_chars: int = 6000  # URL-encoded LogQL per GET: under common 8 KiB proxy request-line limits
     max_pages: int = 2000  # per piece; beyond, the piece is partial
@@ -370,8 +371,10 @@ class LokiConnector:
 
     def _longest(self, wanted_s: float | None = None) -> int:
         """The longest range (ns) Loki takes in one query, at most `wanted_s`."""
-        cap = self.limits.max_query_length_s - self.limits.query_lookback_s
-        return max(1, int(min(cap, wanted_s if wanted_s is not None else cap) * 1e9))
+        cap = self.limits.max_query_length_s
+        # whole milliseconds: Loki measures start and end in ms, so a piece of N ms is N ms whatever
+        # its start's nanoseconds
+        return max(1, int(min(cap, wanted_s if wanted_s is not None else cap) * 1e3)) * 10**6
 
     def _run(self, query: str, lo: int, hi: int, streams: _Streams, run: _Run) -> None:
         for a, b in pieces(lo, hi, self._longest(self.limits.split_s)):
@@ -460,13 +463,23 @@ class LokiConnector:
                         f"Loki query_range: bad timestamp {value[0]!r}", kind="permanent"
                     ) from None
                 key_labels = base
-                if self.node_label_kind == "metadata" and len(value) > 2 and isinstance(value[2], dict):
-                    meta = value[2].get("structuredMetadata") or {}
-                    if isinstance(meta, dict) and self.node_label in meta:
-                        key_labels = {**base, self.node_label: str(meta[self.node_label])}
+                if len(value) > 2 and isinstance(value[2], dict):
+                    key_labels = self._with_metadata(base, value[2].get("structuredMetadata"))
                 out.append((tuple(sorted(key_labels.items())), ts, value[1]))
         out.sort(key=lambda e: e[1])
         return out
+
+    def _with_metadata(self, base: dict[str, str], meta: object) -> dict[str, str]:
+        """The stream's labels and the structured metadata that names its node (with
+        `node_label_kind="metadata"`) and its file: logs sent to Loki's /otlp/v1/logs keep
+        `log.file.path` / `log.file.name` as metadata `log_file_path` / `log_file_name`, and a file
+        is a stream of its own."""
+        if not isinstance(meta, dict):
+            return base
+        wanted = [n for n in _FILE_METADATA if n in meta and n not in base]
+        if self.node_label_kind == "metadata" and self.node_label in meta:
+            wanted.append(self.node_label)
+        return {**base, **{n: str(meta[n]) for n in wanted}} if wanted else base
 
     # ------------------------------------------------------------------------------------- context
 
