@@ -50,12 +50,24 @@ from hypocenter.server.compaction import CompactionReport, compact
 from hypocenter.server.fleet import backfill, fleet_view, with_history
 from hypocenter.server.pulls import KueuePoller, Pulls, SlurmPoller, records_document
 from hypocenter.sources import RecordSource, Source, TextSource, text_lines
-from hypocenter.store.base import DiagnosisFilter, DiagnosisRow, Entry, Point, RecordBlock, Retention, Store
+from hypocenter.store.base import (
+    DiagnosisFilter,
+    DiagnosisRow,
+    Entry,
+    Point,
+    RecordBlock,
+    Retention,
+    Store,
+    StreamConflict,
+)
 
 log = logging.getLogger("hypocenter.server")
 
 
 SERVER_CLIENT = {"client": "hypocenter", "role": "server"}  # the server's own triggers and pollers
+# Reductions of one group lost to other writers of its streams before it is refused (the client retries).
+# Each lost one means another writer's batch was stored: the streams move on.
+CONFLICT_RETRIES = 50
 
 
 def provenance(source: str, client: Mapping[str, str] | None, **extra: Any) -> dict[str, Any]:
@@ -211,28 +223,7 @@ class IngestQueue:
                     batches.append(b)
                     size += b.size
             try:
-                logs = [e for b in batches for e in b.logs]
-                blocks = [k for b in batches for k in b.blocks]
-                stalls: list[tuple[str, int, int]] = []
-                committed = _nothing
-                scans = self._arrival.scans() if self._arrival else None  # each block scanned once, for both
-                now = time.time()
-                reduced = (
-                    self._arrival.split(self._store, logs, now, blocks, scans)
-                    if self._arrival
-                    else Reduced([*logs, *(e for k in blocks for e in k.entries())], [])
-                )
-                if self._events is not None:
-                    try:
-                        stalls, committed = self._events(logs, blocks, scans)
-                    except Exception:  # a trigger hint; the records themselves must still be stored
-                        log.exception("extraction on ingest")
-                self._store.ingest(
-                    reduced.rest, [p for b in batches for p in b.points], now, stalls, reduced.writes
-                )
-                if self._arrival:
-                    self._arrival.committed(reduced)
-                committed()
+                self._commit(batches)
             except Exception as exc:  # the store failed: no request in this group is acknowledged
                 log.error("store write failed: %s", exc)
                 for b in batches:
@@ -245,6 +236,40 @@ class IngestQueue:
             finally:
                 with self._cond:
                     self._pending -= size
+
+    def _commit(self, batches: list[_Batch]) -> None:
+        """Reduce and store one group of requests. Another replica (or writer) may store records of the
+        same stream between this reduction's read of the stream's state and its write: the write is
+        then refused whole (`StreamConflict`) and the group reduced again on the state as it is now."""
+        logs = [e for b in batches for e in b.logs]
+        blocks = [k for b in batches for k in b.blocks]
+        points = [p for b in batches for p in b.points]
+        stalls: list[tuple[str, int, int]] = []
+        committed = _nothing
+        scans = self._arrival.scans() if self._arrival else None  # each block scanned once, for both
+        for attempt in range(1, CONFLICT_RETRIES + 1):
+            now = time.time()
+            reduced = (
+                self._arrival.split(self._store, logs, now, blocks, scans)
+                if self._arrival
+                else Reduced([*logs, *(e for k in blocks for e in k.entries())], [])
+            )
+            if self._events is not None and attempt == 1:
+                try:
+                    stalls, committed = self._events(logs, blocks, scans)
+                except Exception:  # a trigger hint; the records themselves must still be stored
+                    log.exception("extraction on ingest")
+            try:
+                self._store.ingest(reduced.rest, points, now, stalls, reduced.writes)
+            except StreamConflict:
+                if attempt == CONFLICT_RETRIES:
+                    raise
+                log.debug("stream state changed while reducing (attempt %d): reducing again", attempt)
+                continue
+            if self._arrival:
+                self._arrival.committed(reduced)
+            committed()
+            return
 
     def close(self, timeout: float = 10.0) -> None:
         with self._cond:

@@ -225,5 +225,10 @@ MIGRATIONS: tuple[Migration, ...] = tuple(
     CREATE INDEX diagnoses_list ON diagnoses (window_end_ns $DESC_NULLS_LAST, id, outcome, domain, cluster,
                                               workload, window_start_ns, provisional);
     """,
+        # 13: a stream state's version: a reduction's write applies only to the state it was computed
+        # from, so replicas reducing one stream at once cannot overwrite each other (store/sqlite.py `_arrive`)
+        """
+    ALTER TABLE stream_state ADD COLUMN version $INTEGER NOT NULL DEFAULT 1;
+    """,
     )
 )

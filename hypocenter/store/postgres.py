@@ -41,7 +41,7 @@ from typing import Any
 
 from hypocenter.config import redact_url
 from hypocenter.errors import TransientError
-from hypocenter.store.base import StoreError
+from hypocenter.store.base import StoreError, StreamConflict
 from hypocenter.store.migrations import MIGRATIONS
 from hypocenter.store.sql import Statement, sql
 from hypocenter.store.sqlite import SQLiteStore
@@ -169,8 +169,13 @@ class PostgresStore(SQLiteStore):
     def _tx(self) -> Iterator[Any]:
         with self._lock:
             conn = self._connect()
-            with conn.transaction():
-                yield _Connection(conn)
+            errors = self._psycopg.errors
+            try:
+                with conn.transaction():
+                    yield _Connection(conn)
+            except (errors.DeadlockDetected, errors.SerializationFailure) as exc:
+                # rolled back to let another replica's transaction through: the same as a lost race
+                raise StreamConflict(f"{self.path}: {str(exc).strip()}") from None
 
     def _rows(self, statement: str, args: Sequence[Any] = ()) -> list[Any]:
         with self._lock:
