@@ -4,12 +4,18 @@ concurrent-ingest tests (tests/test_stream_state_concurrency.py, tests/test_inge
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import test_server_crash
 
+from hypocenter.cli.replay import ReplayReport, plan, state_record
+from hypocenter.cli.replay import Sender as ReplaySender
 from hypocenter.collector import otlp
 from hypocenter.engine import default_engine
 from hypocenter.server.arrival import Arrival
@@ -91,3 +97,88 @@ def in_order(url: str, requests: list[bytes]) -> dict[str, Any]:
     finally:
         one.close()
         store.close()
+
+
+def post(base: str, body: bytes) -> bool:
+    """One OTLP/HTTP log request; True when the server acknowledged it (stored)."""
+    try:
+        r = httpx.post(
+            f"{base}/v1/logs",
+            content=body,
+            headers={"Content-Type": "application/x-protobuf"},
+            timeout=30,
+        )
+    except httpx.HTTPError:
+        return False
+    return r.status_code == 200
+
+
+class Senders:
+    """`count` threads taking requests in order, each sent until acknowledged — as a collector's
+    exporter retries what was not acknowledged — to `target(request, try)` (a replica's base URL);
+    `acked` lists the acknowledged requests, in the order they were."""
+
+    def __init__(self, target: Callable[[int, int], str], requests: list[Request], count: int = 4) -> None:
+        self.target = target
+        self.requests = requests
+        self.acked: list[Request] = []
+        self.refused = 0
+        self._next = 0
+        self._lock = threading.Lock()
+        self._threads = [threading.Thread(target=self._run, daemon=True) for _ in range(count)]
+
+    def start(self) -> Senders:
+        for t in self._threads:
+            t.start()
+        return self
+
+    def _run(self) -> None:
+        deadline = time.monotonic() + 300
+        while True:
+            with self._lock:
+                k = self._next
+                self._next += 1
+            if k >= len(self.requests):
+                return
+            tries = 0
+            while not post(self.target(k, tries), self.requests[k].body):
+                tries += 1
+                with self._lock:
+                    self.refused += 1
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"request {k} never acknowledged")
+                time.sleep(0.2)
+            with self._lock:
+                self.acked.append(self.requests[k])
+
+    def join(self) -> None:
+        for t in self._threads:
+            t.join(400)
+        assert len(self.acked) == len(self.requests), "a sender gave up"
+
+
+def lines_held(rows: list[tuple[Any, ...]]) -> set[tuple[str, int]]:
+    """(stream, record number) of every line the `stored` rows hold: a row with its text, or one of
+    the lines a gap row stands for (the run of lines ending at its record number)."""
+    out: set[tuple[str, int]] = set()
+    for _, stream, kind, line, _, body, _, _ in rows:
+        if line is None or kind not in ("text", "gap"):
+            continue
+        count = int(body) if kind == "gap" else 1
+        out.update((stream, line - i) for i in range(count))
+    return out
+
+
+def send_rest(bundle: Path, endpoint: str) -> str:
+    """The bundle's metrics (over OTLP/gRPC, the SDK exporter) and its terminal-state record; returns
+    the workload id."""
+    ctx, _, _, metric_groups = plan(bundle)
+    report = ReplayReport()
+    sender = ReplaySender(endpoint, False, 10)
+    try:
+        for res, series in metric_groups:
+            sender.send_metrics(res, series, report)
+        sender.send_logs(state_record(ctx), report)
+    finally:
+        sender.close()
+    return ctx.workload.id

@@ -58,6 +58,7 @@ from hypocenter.store.base import (
     RecordBlock,
     Retention,
     Store,
+    StoreUnavailable,
     StreamConflict,
 )
 
@@ -225,7 +226,8 @@ class IngestQueue:
             try:
                 self._commit(batches)
             except Exception as exc:  # the store failed: no request in this group is acknowledged
-                log.error("store write failed: %s", exc)
+                if not isinstance(exc, StoreUnavailable):  # an outage is logged by the store, once
+                    log.error("store write failed: %s", exc)
                 for b in batches:
                     b.future.set_exception(TransientError(f"store write failed: {exc}"))
             else:
@@ -344,6 +346,8 @@ class Attribution:
         last_sweep = 0.0
         try:  # diagnoses an older hypocenter stored join fleet memory once, before the first trigger
             backfill(self.store, self._stop.is_set)
+        except StoreUnavailable:
+            pass
         except Exception:
             log.exception("fleet memory backfill")
         while not self._stop.is_set():
@@ -366,6 +370,8 @@ class Attribution:
                     if removed:
                         log.info("retention removed %d rows", removed)
                     self.compact(now)
+            except StoreUnavailable:  # logged by the store, once per outage; the next tick retries
+                pass
             except Exception:  # the loop must outlive one bad attempt; the next tick retries
                 log.exception("trigger loop")
 

@@ -136,6 +136,12 @@ class StoreError(InputError):
     """A store that cannot be opened or migrated (a path to fix, a newer schema)."""
 
 
+class StoreUnavailable(TransientError):
+    """The database cannot be reached now (stopped, restarting, cut off). The store logs the change of
+    state once, and again once when it answers; callers answer UNAVAILABLE / 503 meanwhile and do
+    not log each refusal."""
+
+
 class StreamConflict(TransientError):
     """A stream's state changed between the reduction's read and its write (another replica, or another
     writer, stored records of it first): nothing of the batch was written; reduce it again on the
