@@ -4,6 +4,7 @@ database other tests use. Skips when the server binaries are not installed."""
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import pwd
@@ -71,8 +72,6 @@ class OwnPostgres:
         self._run(_bin("pg_ctl"), "-D", str(self.data), "-m", "fast", "-w", "stop")
 
     def destroy(self) -> None:
-        try:
+        with contextlib.suppress(subprocess.CalledProcessError):  # not running
             self.stop()
-        except subprocess.CalledProcessError:
-            pass  # not running
         shutil.rmtree(self.root, ignore_errors=True)

@@ -217,7 +217,7 @@ def _one_generation(rows: list[LogLine]) -> list[LogLine] | None:
     ordered = sorted(rows, key=operator.itemgetter(_LINE))
     high = 0
     for r in ordered:
-        line = r[_LINE]
+        line = cast("int", r[_LINE])
         first = line - (int(r[_BODY]) if r[_GAP] and r[_BODY].isdigit() else 1) + 1
         if first <= high:
             return None
