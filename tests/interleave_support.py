@@ -158,11 +158,11 @@ class Senders:
 
 
 def lines_held(rows: list[tuple[Any, ...]]) -> set[tuple[str, int]]:
-    """(stream, record number) of every line the `stored` rows hold: a row with its text, or one of
-    the lines a gap row stands for (the run of lines ending at its record number)."""
+    """(stream, record number) of every record the `stored` rows hold: a row with its text (or a
+    document), or one of the lines a gap row stands for (the run of lines ending at its number)."""
     out: set[tuple[str, int]] = set()
     for _, stream, kind, line, _, body, _, _ in rows:
-        if line is None or kind not in ("text", "gap"):
+        if line is None or kind not in ("text", "gap", "doc"):
             continue
         count = int(body) if kind == "gap" else 1
         out.update((stream, line - i) for i in range(count))
