@@ -99,14 +99,14 @@ def in_order(url: str, requests: list[bytes]) -> dict[str, Any]:
         store.close()
 
 
-def post(base: str, body: bytes) -> bool:
+def post(base: str, body: bytes, timeout: float = 30.0) -> bool:
     """One OTLP/HTTP log request; True when the server acknowledged it (stored)."""
     try:
         r = httpx.post(
             f"{base}/v1/logs",
             content=body,
             headers={"Content-Type": "application/x-protobuf"},
-            timeout=30,
+            timeout=timeout,
         )
     except httpx.HTTPError:
         return False
@@ -118,8 +118,15 @@ class Senders:
     exporter retries what was not acknowledged — to `target(request, try)` (a replica's base URL);
     `acked` lists the acknowledged requests, in the order they were."""
 
-    def __init__(self, target: Callable[[int, int], str], requests: list[Request], count: int = 4) -> None:
+    def __init__(
+        self,
+        target: Callable[[int, int], str],
+        requests: list[Request],
+        count: int = 4,
+        timeout: float = 30.0,
+    ) -> None:
         self.target = target
+        self.timeout = timeout
         self.requests = requests
         self.acked: list[Request] = []
         self.refused = 0
@@ -141,7 +148,7 @@ class Senders:
             if k >= len(self.requests):
                 return
             tries = 0
-            while not post(self.target(k, tries), self.requests[k].body):
+            while not post(self.target(k, tries), self.requests[k].body, self.timeout):
                 tries += 1
                 with self._lock:
                     self.refused += 1

@@ -51,6 +51,19 @@ from hypocenter.store.sqlite import SQLiteStore
 
 MIGRATION_LOCK = 0x6879706F  # pg_advisory_xact_lock key: "hypo"
 log = logging.getLogger("hypocenter.store")
+# libpq settings a URL may override. A database cut off by the network (no reset, packets dropped)
+# is noticed in seconds, not after the kernel's TCP timeouts (minutes to hours), so the store reports
+# it unavailable (and reconnects) instead of hanging: keepalives on an idle connection, and
+# tcp_user_timeout (ms) for a request whose bytes go unacknowledged.
+CONNECTION_DEFAULTS = {
+    "connect_timeout": "10",
+    "keepalives": "1",
+    "keepalives_idle": "10",
+    "keepalives_interval": "5",
+    "keepalives_count": "3",
+    "tcp_user_timeout": "15000",
+}
+IDLE_IN_TRANSACTION_MS = 20_000
 
 
 def _clean(value: Any) -> Any:
@@ -148,10 +161,11 @@ class PostgresStore(SQLiteStore):
             return self._conn
         if self._conn is not None:
             self._conn.close()
+        info = self._psycopg.conninfo
+        given = info.conninfo_to_dict(self.url)
+        url = info.make_conninfo(self.url, **{k: v for k, v in CONNECTION_DEFAULTS.items() if k not in given})
         try:
-            conn = self._psycopg.connect(
-                self.url, autocommit=True, row_factory=_row_factory, connect_timeout=10
-            )
+            conn = self._psycopg.connect(url, autocommit=True, row_factory=_row_factory)
         except self._psycopg.Error as exc:
             # At start a bad URL is the operator's to fix; later the database is away for now.
             error = TransientError if self._opened else StoreError
@@ -165,6 +179,9 @@ class PostgresStore(SQLiteStore):
             raise StoreError(
                 f"{self.path}: the database's encoding is {encoding}: create it with ENCODING 'UTF8'"
             )
+        # A replica stopped (SIGSTOP, a frozen VM) inside a transaction must not hold its row locks
+        # over the other replicas' ingest: the database ends such a transaction, and the session.
+        conn.execute(f"SET idle_in_transaction_session_timeout = {IDLE_IN_TRANSACTION_MS}")
         self._conn = conn
         return conn
 
