@@ -55,6 +55,13 @@ class OwnPostgres:
             "UTF8",
             "--no-locale",
         )
+        self.also_listen: list[str] = []
+
+    def allow(self, address: str, network: str) -> None:
+        """Listen on `address` too (from the next `start`), and trust clients from `network` (CIDR)."""
+        self.also_listen.append(address)
+        hba = self.data / "pg_hba.conf"
+        hba.write_text(hba.read_text() + f"host all all {network} trust\n")
 
     def _run(self, *cmd: str) -> None:
         subprocess.run([*self._as, *cmd], check=True, capture_output=True, timeout=120)
@@ -64,7 +71,8 @@ class OwnPostgres:
         return f"postgresql://hypocenter@127.0.0.1:{self.port}/postgres"
 
     def start(self) -> OwnPostgres:
-        options = f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off"
+        listen = ",".join(["127.0.0.1", *self.also_listen])
+        options = f"-p {self.port} -k {self.root} -c listen_addresses={listen} -c fsync=off"
         self._run(_bin("pg_ctl"), "-D", str(self.data), "-o", options, "-l", str(self.log), "-w", "start")
         return self
 

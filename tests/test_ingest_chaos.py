@@ -9,8 +9,10 @@ free loopback port), so stopping it disturbs no other test."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -151,3 +153,117 @@ def test_a_replica_stopped_inside_a_transaction_holds_up_no_other(
     text = (tmp_path / "a.log").read_text(errors="replace")
     assert "Traceback" not in text, text[-3000:]
     assert text.count("store unavailable") <= 1 and text.count("store available again") <= 1, text[-3000:]
+
+
+class _Namespace:
+    """A network namespace joined to this host by a veth pair (host side `host_ip`, namespace side
+    `ns_ip`, a /24 of their own); `cut()` takes the host side's link down — packets dropped, no reset,
+    as a partition does — and `mend()` brings it up. Traffic stays on this machine."""
+
+    def __init__(self) -> None:
+        n = os.getpid() % 200 + 20
+        self.name = f"hc-{os.getpid()}"
+        self.host_if, ns_if = f"hch{os.getpid() % 100000}", f"hcn{os.getpid() % 100000}"
+        self.network = f"10.231.{n}.0/24"
+        self.host_ip, self.ns_ip = f"10.231.{n}.1", f"10.231.{n}.2"
+        try:
+            self._ip("netns", "add", self.name)
+        except (OSError, subprocess.CalledProcessError) as exc:
+            pytest.skip(f"network namespaces unusable here: {exc}")
+        self._ip("link", "add", self.host_if, "type", "veth", "peer", "name", ns_if)
+        self._ip("link", "set", ns_if, "netns", self.name)
+        self._ip("addr", "add", f"{self.host_ip}/24", "dev", self.host_if)
+        self._ip("link", "set", self.host_if, "up")
+        self._ip("-n", self.name, "addr", "add", f"{self.ns_ip}/24", "dev", ns_if)
+        self._ip("-n", self.name, "link", "set", ns_if, "up")
+        self._ip("-n", self.name, "link", "set", "lo", "up")
+
+    @staticmethod
+    def _ip(*args: str) -> None:
+        subprocess.run(["ip", *args], check=True, capture_output=True, timeout=30)
+
+    @property
+    def wrap(self) -> tuple[str, ...]:
+        return ("ip", "netns", "exec", self.name)
+
+    def cut(self) -> None:
+        self._ip("link", "set", self.host_if, "down")
+
+    def mend(self) -> None:
+        self._ip("link", "set", self.host_if, "up")
+
+    def delete(self) -> None:
+        with contextlib.suppress(subprocess.CalledProcessError):
+            self._ip("netns", "delete", self.name)  # its end of the veth pair goes, and so the pair
+
+
+@pytest.fixture()
+def netns() -> Iterator[_Namespace]:
+    ns = _Namespace()
+    yield ns
+    ns.delete()
+
+
+def test_a_replica_cut_from_postgresql_for_30_s(netns: _Namespace, tmp_path: Path) -> None:
+    """Replica A runs in a network namespace of its own (veth pair; see `_Namespace`) and is cut off
+    from PostgreSQL — and from the collectors — for 30 s in the middle of an attempt's ingest; B
+    takes what A does not acknowledge. A notices the partition (keepalives / tcp_user_timeout, not
+    the kernel's TCP timeouts), logs it once and once again when the link is back, and answers
+    again; nothing acknowledged is lost, the streams are stored as one replica stores them in order,
+    and the attempt gets one diagnosis, equal to `analyze`."""
+    pg = OwnPostgres()
+    pg.allow(netns.host_ip, netns.network)
+    pg.start()
+    requests = [r for rs in stream_requests(BUNDLE).values() for r in rs]
+    want = in_order(str(tmp_path / "in-order.db"), [r.body for r in requests])
+    expected = analyze(BUNDLE)
+    listen = [f"--{kind}-listen={netns.ns_ip}:0" for kind in ("grpc", "http", "metrics")]
+    listen.append("--allow-unauthenticated")  # a private namespace on this machine
+    a_url = f"postgresql://hypocenter@{netns.host_ip}:{pg.port}/postgres"
+    a = ServerProcess(a_url, *listen, log=tmp_path / "a.log", wrap=netns.wrap).start()
+    b = ServerProcess(pg.url, log=tmp_path / "b.log").start()
+    cut = False
+    try:
+
+        def target(k: int, tries: int) -> str:
+            return (a if (k + tries) % 2 == 0 and not cut else b).base
+
+        senders = Senders(target, requests, timeout=5.0).start()
+        deadline = time.monotonic() + 120
+        while len(senders.acked) < len(requests) // 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        netns.cut()
+        cut = True
+        acked_before = len(senders.acked)
+        time.sleep(30)
+        netns.mend()
+        cut = False
+        senders.join()
+        wl = send_rest(BUNDLE, b.grpc)
+        deadline = time.monotonic() + 120
+        while "store available again" not in (tmp_path / "a.log").read_text(errors="replace"):
+            assert time.monotonic() < deadline, "replica A never reached the database again"
+            time.sleep(0.2)
+        with a.client() as client:  # A answers again, from the same database
+            r = client.post(f"/v1/attempts/{wl}/0/analyze")
+            assert r.status_code == 200, r.text
+            got = wait_for_diagnosis(client, wl)
+            rows = client.get("/v1/diagnoses", params={"workload": wl}).json()["diagnoses"]
+    finally:
+        a.stop()
+        b.stop()
+    store = open_store(pg.url)
+    try:
+        held = stored(store)
+    finally:
+        store.close()
+        pg.destroy()
+    assert 0 < acked_before < len(requests), "the cut did not fall mid-ingest"
+    held["rows"] = [r for r in held["rows"] if r[1] != "hypocenter/attempt-state"]
+    assert held == want
+    assert essence(got) == essence(expected) and got["id"] == expected["id"]
+    assert len(rows) == 1
+    text = (tmp_path / "a.log").read_text(errors="replace")
+    assert text.count("store unavailable") == 1, text[-3000:]
+    assert text.count("store available again") == 1, text[-3000:]
+    assert "Traceback" not in text, text[-3000:]
