@@ -16,6 +16,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -29,6 +30,35 @@ BUNDLE = REPO / "examples" / "nvlink-xid149"
 OUTAGE_S = 15
 
 
+def _check(
+    url: str,
+    want: dict[str, Any],
+    diagnosis: dict[str, Any],
+    diagnoses: list[Any],
+    log: Path,
+    outages: int | None = 1,
+) -> dict[str, Any]:
+    """What every chaos test ends with: the streams stored as one replica stores them in order, one
+    diagnosis equal to `analyze`, the outage logged `outages` times each way (None: at most once) and
+    no traceback. Returns what the store holds."""
+    store = open_store(url)
+    try:
+        held = stored(store)
+    finally:
+        store.close()
+    streams = dict(held, rows=[r for r in held["rows"] if r[1] != "hypocenter/attempt-state"])  # sent last
+    assert streams == want
+    expected = analyze(BUNDLE)
+    assert essence(diagnosis) == essence(expected) and diagnosis["id"] == expected["id"]
+    assert len(diagnoses) == 1
+    text = log.read_text(errors="replace")
+    assert "Traceback" not in text, text[-3000:]
+    for message in ("store unavailable", "store available again"):
+        count = text.count(message)
+        assert count == outages if outages is not None else count <= 1, text[-3000:]
+    return held
+
+
 @pytest.fixture()
 def own_pg() -> Iterator[OwnPostgres]:
     pg = OwnPostgres().start()
@@ -39,7 +69,6 @@ def own_pg() -> Iterator[OwnPostgres]:
 def test_postgresql_restarted_mid_ingest(own_pg: OwnPostgres, tmp_path: Path) -> None:
     requests = [r for rs in stream_requests(BUNDLE).values() for r in rs]
     want = in_order(str(tmp_path / "in-order.db"), [r.body for r in requests])
-    expected = analyze(BUNDLE)
     log = tmp_path / "server.log"
     srv = ServerProcess(own_pg.url, log=log).start()
     try:
@@ -63,21 +92,9 @@ def test_postgresql_restarted_mid_ingest(own_pg: OwnPostgres, tmp_path: Path) ->
         srv.stop()
     assert acked_before and len(acked_before) < len(requests), "the outage did not fall mid-ingest"
     assert refused_during > 0, "no request was refused while the database was down"
-    store = open_store(own_pg.url)
-    try:
-        held = stored(store)
-    finally:
-        store.close()
+    held = _check(own_pg.url, want, got, rows, log)
     acked_lines = {(r.path, r.first + i) for r in senders.acked for i in range(r.count)}
     assert acked_lines <= lines_held(held["rows"])
-    held["rows"] = [r for r in held["rows"] if r[1] != "hypocenter/attempt-state"]  # sent last, by itself
-    assert held == want
-    assert essence(got) == essence(expected) and got["id"] == expected["id"]
-    assert len(rows) == 1
-    text = log.read_text(errors="replace")
-    assert text.count("store unavailable") == 1, text[-3000:]
-    assert text.count("store available again") == 1, text[-3000:]
-    assert "Traceback" not in text, text[-3000:]
 
 
 def _in_transaction(pg: OwnPostgres, name: str) -> bool:
@@ -98,7 +115,6 @@ def test_a_replica_stopped_inside_a_transaction_holds_up_no_other(
     locks do not outlive it; A, continued, reconnects and answers; one diagnosis, equal to `analyze`."""
     requests = [r for rs in stream_requests(BUNDLE).values() for r in rs]
     want = in_order(str(tmp_path / "in-order.db"), [r.body for r in requests])
-    expected = analyze(BUNDLE)
     a = ServerProcess(f"{own_pg.url}?application_name=replica-a", log=tmp_path / "a.log").start()
     b = ServerProcess(f"{own_pg.url}?application_name=replica-b", log=tmp_path / "b.log").start()
     stopped = False
@@ -141,18 +157,7 @@ def test_a_replica_stopped_inside_a_transaction_holds_up_no_other(
             os.kill(a.proc.pid, signal.SIGCONT)
         a.stop()
         b.stop()
-    store = open_store(own_pg.url)
-    try:
-        held = stored(store)
-    finally:
-        store.close()
-    held["rows"] = [r for r in held["rows"] if r[1] != "hypocenter/attempt-state"]
-    assert held == want
-    assert essence(got) == essence(expected) and got["id"] == expected["id"]
-    assert len(rows) == 1
-    text = (tmp_path / "a.log").read_text(errors="replace")
-    assert "Traceback" not in text, text[-3000:]
-    assert text.count("store unavailable") <= 1 and text.count("store available again") <= 1, text[-3000:]
+    _check(own_pg.url, want, got, rows, tmp_path / "a.log", outages=None)
 
 
 class _Namespace:
@@ -216,7 +221,6 @@ def test_a_replica_cut_from_postgresql_for_30_s(netns: _Namespace, tmp_path: Pat
     pg.start()
     requests = [r for rs in stream_requests(BUNDLE).values() for r in rs]
     want = in_order(str(tmp_path / "in-order.db"), [r.body for r in requests])
-    expected = analyze(BUNDLE)
     listen = [f"--{kind}-listen={netns.ns_ip}:0" for kind in ("grpc", "http", "metrics")]
     listen.append("--allow-unauthenticated")  # a private namespace on this machine
     a_url = f"postgresql://hypocenter@{netns.host_ip}:{pg.port}/postgres"
@@ -252,18 +256,8 @@ def test_a_replica_cut_from_postgresql_for_30_s(netns: _Namespace, tmp_path: Pat
     finally:
         a.stop()
         b.stop()
-    store = open_store(pg.url)
     try:
-        held = stored(store)
+        _check(pg.url, want, got, rows, tmp_path / "a.log")
     finally:
-        store.close()
         pg.destroy()
     assert 0 < acked_before < len(requests), "the cut did not fall mid-ingest"
-    held["rows"] = [r for r in held["rows"] if r[1] != "hypocenter/attempt-state"]
-    assert held == want
-    assert essence(got) == essence(expected) and got["id"] == expected["id"]
-    assert len(rows) == 1
-    text = (tmp_path / "a.log").read_text(errors="replace")
-    assert text.count("store unavailable") == 1, text[-3000:]
-    assert text.count("store available again") == 1, text[-3000:]
-    assert "Traceback" not in text, text[-3000:]

@@ -339,12 +339,10 @@ class Arrival:
             return ArrivalWrite(run.workload, run.attempt, run.node, run.stream, [], state)
         if stored:
             run, lo = run.after(stored), lo + stored
-        if (
-            any(a <= hi and b >= lo for a, b in state.ranges)
-            or (state.rows and (state.rows[-1].line or 0) >= lo)
-            or _holes(_merge_spans(state.ranges, [(lo, hi)]))
+        if any(a <= hi and b >= lo for a, b in state.ranges) or (
+            state.rows and (state.rows[-1].line or 0) >= lo
         ):
-            return None  # out of order, or with records still to come before these: record by record
+            return None
         n = len(run)
         w = ArrivalWrite(
             run.workload, run.attempt, run.node, run.stream, [], state, block=n, block_scope=run.scope
@@ -364,12 +362,11 @@ class Arrival:
         whole = scans.of(bodies)
         if not stored:
             scans.found(parts, whole, len(live))
+        numbers = [items[i].line for i in live] + run.lines
         kept = self._extractor.evidence_columns(
-            [items[i].line for i in live] + run.lines,
-            bodies,
-            tctx,
-            scanned=(whole.data, whole.starts, whole.hits),
+            numbers, bodies, tctx, scanned=(whole.data, whole.starts, whole.hits)
         )
+        kept |= _beside_holes(_holes(state.ranges), numbers)
         state.rows = []
         needed = {live[j] for j in kept if j < len(live)}
         fresh = sorted(j - len(live) for j in kept if j >= len(live))
