@@ -21,10 +21,10 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from hypocenter.engine.topology import Topology
-from hypocenter.store.base import FleetMark, FleetStore
+from hypocenter.fleet_mark import FleetMark
 
 APP_XIDS = frozenset({13, 31, 43})
 INFRA_DOMAINS = frozenset({"hardware", "network", "storage"})
@@ -320,13 +320,19 @@ def history_note(
     return sorted(notes)
 
 
+class MarkSource(Protocol):
+    """Where a `FleetView` reads marks from: any store (store/base.py `FleetStore`) or a test's list."""
+
+    def fleet_marks(self, since_s: float) -> list[FleetMark]: ...
+
+
 class FleetView:
     """The fleet view over a store's marks, with the settings that shape it: what `hypocenter fleet`,
     /v1/fleet/*, the gRPC API and /metrics all show, so they cannot disagree."""
 
     def __init__(
         self,
-        store: FleetStore,
+        store: MarkSource,
         *,
         window_s: float = 30 * 86400.0,
         half_life_s: float = DEFAULT_HALF_LIFE_S,
@@ -370,6 +376,7 @@ __all__ = [
     "DEFAULT_MIN_WORKLOADS",
     "SUSPECT_KINDS",
     "FleetView",
+    "MarkSource",
     "Suspect",
     "findings",
     "history_note",

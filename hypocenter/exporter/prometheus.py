@@ -57,7 +57,7 @@ from collections import Counter as Tally
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import accumulate
 from typing import Any
-from wsgiref.simple_server import WSGIServer, make_server
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.core import (
@@ -67,7 +67,7 @@ from prometheus_client.core import (
     InfoMetricFamily,
     Metric,
 )
-from prometheus_client.exposition import ThreadingWSGIServer, _SilentHandler
+from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.registry import Collector
 from prometheus_client.samples import Exemplar
 
@@ -438,8 +438,11 @@ class MetricsEndpoint:
         host, port = listen_address(listen, "metrics_listen")
         app = make_wsgi_app(self.registry)
 
-        class Handler(_SilentHandler):
+        class Handler(WSGIRequestHandler):
             timeout = timeout_s  # socketserver applies it to the connection: a stalled client is dropped
+
+            def log_message(self, format: str, *args: Any) -> None:
+                """Quiet: a scrape is not worth a line on stderr (the server logs what matters)."""
 
             def get_environ(self) -> dict[str, Any]:
                 environ = super().get_environ()
