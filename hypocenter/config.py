@@ -483,6 +483,22 @@ class Settings(BaseSettings):
         description="a gRPC connection is closed after this long, "
         "its RPCs given 30 s to finish (0 = no limit; WatchDiagnoses reconnect)",
     )
+    # Listener limits (api/listener_limits.py; docs/security.md "Listener limits").
+    grpc_receive_timeout_s: float = Field(
+        30.0,
+        gt=0,
+        description="a gRPC call whose request message has not arrived this long after its "
+        "credentials were accepted is cancelled (a call without valid credentials is refused at once)",
+    )
+    grpc_max_concurrent_rpcs: int = Field(
+        1000,
+        ge=0,
+        description="gRPC calls in progress or waiting for a worker, all connections together; "
+        "more are refused RESOURCE_EXHAUSTED at once (0 = no limit)",
+    )
+    grpc_max_streams_per_connection: int = Field(
+        100, ge=1, description="concurrent gRPC calls (HTTP/2 streams) one connection may open"
+    )
     watch_max_per_client: int = Field(
         2,
         ge=1,

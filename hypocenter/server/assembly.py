@@ -92,6 +92,8 @@ class Server:
         options: list[tuple[str, int]] = [
             ("grpc.max_receive_message_length", limit),
             ("grpc.max_send_message_length", 4 << 20),
+            # Each stream of a connection buffers up to a flow-control window of its message (docs/security.md).
+            ("grpc.max_concurrent_streams", s.grpc_max_streams_per_connection),
             # Idle and dead clients give their connection back (docs/security.md, "Timeouts").
             ("grpc.keepalive_time_ms", int(s.grpc_keepalive_s * 1000)),
             ("grpc.keepalive_timeout_ms", int(s.grpc_keepalive_timeout_s * 1000)),
@@ -110,7 +112,8 @@ class Server:
         server = grpc.server(
             ThreadPoolExecutor(max_workers=self.settings.grpc_workers, thread_name_prefix="hypocenter-grpc"),
             options=options,
-            interceptors=[auth.GrpcAuth(self.auth)],
+            interceptors=[auth.GrpcAuth(self.auth, receive_timeout_s=s.grpc_receive_timeout_s)],
+            maximum_concurrent_rpcs=s.grpc_max_concurrent_rpcs or None,
         )
         server.add_generic_rpc_handlers(OTLPGrpc(self.service).handlers())
         attribution_pb2_grpc.add_AttributionServicer_to_server(

@@ -1,0 +1,108 @@
+"""What one client may hold of a listener: time, connections and buffered bytes (docs/security.md,
+"Listener limits").
+
+    ReceiveDeadlines   gRPC: a call whose request message has not arrived `grpc_receive_timeout_s`
+                       after its handler started is cancelled, so a stalled call never keeps a worker
+    ConnectionCap      HTTP: at most `http_max_connections` open connections, and
+                       `http_max_connections_per_client` per client address; others are answered 503
+                       and closed at once (before the process runs out of file descriptors)
+    BodyBudget         HTTP: request bodies buffered by all requests together stay within
+                       `http_body_budget_bytes`; a request that does not fit is answered 503 with
+                       Retry-After (OTLP exporters retry it) before its body is read
+
+Each limit logs once when it starts refusing and once when it stops, never once per refusal: an attack
+must not turn into a flood of log lines. Who a caller is, is decided in api/auth.py.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+log = logging.getLogger("hypocenter.server")
+
+
+class StateLog:
+    """Logs a limit's 'refusing' and 'recovered' once per change of state, whatever the number of refusals."""
+
+    def __init__(self, refusing: str, recovered: str) -> None:
+        self._refusing_text = refusing
+        self._recovered_text = recovered
+        self.refusing = False
+        self.refused = 0
+        self._lock = threading.Lock()
+
+    def refuse(self, *args: Any) -> None:
+        with self._lock:
+            self.refused += 1
+            if self.refusing:
+                return
+            self.refusing = True
+        log.warning(self._refusing_text, *args)
+
+    def recover(self) -> None:
+        with self._lock:
+            if not self.refusing:
+                return
+            self.refusing = False
+            refused = self.refused
+            self.refused = 0
+        log.warning(self._recovered_text + " (%d refused meanwhile)", refused)
+
+
+# ----------------------------------------------------------------------------------------- gRPC
+
+
+class ReceiveDeadlines:
+    """One thread that runs each armed callback when its deadline passes, unless disarmed first
+    (a timer thread per call would cost more than the calls it guards)."""
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, Callable[[], None]]] = []
+        self._live: set[int] = set()
+        self._seq = itertools.count()
+        self._cond = threading.Condition()
+        self._thread: threading.Thread | None = None
+
+    def arm(self, after_s: float, callback: Callable[[], None]) -> int:
+        with self._cond:
+            key = next(self._seq)
+            heapq.heappush(self._heap, (time.monotonic() + after_s, key, callback))
+            self._live.add(key)
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="hypocenter-grpc-deadlines", daemon=True
+                )
+                self._thread.start()
+            self._cond.notify()
+            return key
+
+    def disarm(self, key: int) -> None:
+        with self._cond:
+            self._live.discard(key)
+            if len(self._heap) > 2 * len(self._live) + 64:  # most calls end long before their deadline
+                self._heap = [entry for entry in self._heap if entry[1] in self._live]
+                heapq.heapify(self._heap)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._heap or self._heap[0][0] > time.monotonic():
+                    timeout = self._heap[0][0] - time.monotonic() if self._heap else None
+                    self._cond.wait(timeout)
+                    # drop the disarmed ones from the top so the wait follows the live deadlines
+                    while self._heap and self._heap[0][1] not in self._live:
+                        heapq.heappop(self._heap)
+                _, key, callback = heapq.heappop(self._heap)
+                if key not in self._live:
+                    continue
+                self._live.discard(key)
+            try:
+                callback()
+            except Exception:  # a call already gone: nothing to cancel
+                log.debug("receive deadline callback failed", exc_info=True)
