@@ -499,6 +499,24 @@ class Settings(BaseSettings):
     grpc_max_streams_per_connection: int = Field(
         100, ge=1, description="concurrent gRPC calls (HTTP/2 streams) one connection may open"
     )
+    http_request_deadline_s: float = Field(
+        60.0,
+        gt=0,
+        description="an HTTP request's headers and body must all arrive within this, however steadily "
+        "they trickle in (counted from its first byte); then the connection is closed",
+    )
+    http_max_connections: int = Field(
+        1000,
+        ge=1,
+        description="open HTTP connections (REST, OTLP/HTTP, UI) in all; more are answered 503 and "
+        "closed at once. Kept to at most half the process' open-file limit",
+    )
+    http_max_connections_per_client: int = Field(
+        128,
+        ge=1,
+        description="open HTTP connections from one client address (behind a proxy or load balancer "
+        "that does not keep the client's address, raise it to http_max_connections)",
+    )
     watch_max_per_client: int = Field(
         2,
         ge=1,

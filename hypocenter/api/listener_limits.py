@@ -21,6 +21,7 @@ import itertools
 import logging
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -106,3 +107,63 @@ class ReceiveDeadlines:
                 callback()
             except Exception:  # a call already gone: nothing to cancel
                 log.debug("receive deadline callback failed", exc_info=True)
+
+
+# ----------------------------------------------------------------------------------------- HTTP
+
+BUSY_RESPONSE = (
+    b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+)
+
+
+class ConnectionCap:
+    """Open HTTP connections, in all and per client address, each against its bound. The global limit
+    logs when it is reached and when the count is back under 90 % of it; a client's, when that client
+    first reaches it and (once) when its last connection closes."""
+
+    def __init__(self, total: int, per_client: int) -> None:
+        self.total = total
+        self.per_client = per_client
+        self._open: Counter[str] = Counter()
+        self._capped: dict[str, int] = {}  # clients refused since they reached their limit: how many times
+        self._count = 0
+        self._log = StateLog(
+            "HTTP connection limit reached (%d open, http_max_connections): new connections are "
+            "answered 503 and closed",
+            "HTTP connections below their limit again",
+        )
+
+    def admit(self, client: str) -> bool:
+        """Count a new connection from `client` in, or say it must be refused (it is then not counted)."""
+        if self._count >= self.total:
+            self._log.refuse(self.total)
+            return False
+        if self._open[client] >= self.per_client:
+            if client not in self._capped:
+                self._capped[client] = 0
+                log.warning(
+                    "HTTP connection limit reached for %s (%d open, http_max_connections_per_client): "
+                    "its new connections are answered 503 and closed",
+                    client,
+                    self.per_client,
+                )
+            self._capped[client] += 1
+            return False
+        self._count += 1
+        self._open[client] += 1
+        return True
+
+    def release(self, client: str) -> None:
+        self._count -= 1
+        self._open[client] -= 1
+        if self._open[client] <= 0:
+            del self._open[client]
+            refused = self._capped.pop(client, None)
+            if refused is not None:
+                log.warning("%s holds no HTTP connection any more (%d refused meanwhile)", client, refused)
+        if self._log.refusing and self._count < self.total * 0.9:
+            self._log.recover()
+
+    @property
+    def open(self) -> int:
+        return self._count

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import resource
 import signal
 import socket
 import sys
@@ -38,6 +39,7 @@ from hypocenter import limits
 from hypocenter.api import auth, tls
 from hypocenter.api.attribution_grpc import SERVICE_NAME, AttributionGrpc
 from hypocenter.api.http import build_app
+from hypocenter.api.listener_limits import ConnectionCap
 from hypocenter.api.otlp_grpc import LOGS_SERVICE, METRICS_SERVICE, OTLPGrpc
 from hypocenter.api.v1 import attribution_pb2_grpc
 from hypocenter.config import Settings, listen_address, redact_text
@@ -178,14 +180,26 @@ class Server:
     async def serve(self, announce: bool = True) -> None:
         sock = self._http_socket()
         app = build_app(self.service, ready=self._ready.is_set, authenticator=self.auth, peers=self.peers)
+        bound = _connection_bound(self.settings.http_max_connections)
         config = uvicorn.Config(
             app,
+            # asyncio accepts up to `backlog` connections at once before any can be refused: keep the
+            # burst small beside the bound, so that refusing never runs the process out of files.
+            backlog=max(16, min(2048, bound // 4)),
             log_level=self.settings.log_level,
             access_log=False,
             lifespan="off",
             timeout_graceful_shutdown=5,
             timeout_keep_alive=int(max(1, self.settings.http_keep_alive_s)),
-            http=tls.http_protocol(self.settings.http_request_timeout_s, self.peers),
+            http=tls.http_protocol(
+                self.settings.http_request_timeout_s,
+                self.peers,
+                request_deadline_s=self.settings.http_request_deadline_s,
+                cap=ConnectionCap(
+                    bound,
+                    self.settings.http_max_connections_per_client,
+                ),
+            ),
         )
         config.load()
         if self.tls is not None:
@@ -250,6 +264,25 @@ class Server:
         self.service.close()
         self.outputs.close()
         self.store.close()
+
+
+def _connection_bound(wanted: int) -> int:
+    """`http_max_connections`, kept to half the open-file limit (raised to its hard limit first, as
+    servers do): past that, accept() fails with EMFILE, and gRPC, the store and the log need files too."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and (hard == resource.RLIM_INFINITY or soft < hard):
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (OSError, ValueError):  # not allowed here: keep the soft limit
+            pass
+    if soft == resource.RLIM_INFINITY or wanted <= soft // 2:
+        return wanted
+    bound = max(1, soft // 2)
+    log.warning(
+        "http_max_connections=%d is more than half the open-file limit (%d): using %d", wanted, soft, bound
+    )
+    return bound
 
 
 class RedactingFormatter(SafeFormatter):
