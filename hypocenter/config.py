@@ -190,6 +190,12 @@ class Settings(BaseSettings):
         ge=1,
         description="log records + metric points in one OTLP request (more: 413 / RESOURCE_EXHAUSTED)",
     )
+    max_attributes_per_request: int = Field(
+        DEFAULT_LIMITS.max_attributes_per_request,
+        ge=1,
+        description="attributes (key-value pairs, nested ones included) of one OTLP/JSON request, "
+        "counted before it is parsed (more: 413)",
+    )
     max_concurrent_decodes: int = Field(
         DEFAULT_LIMITS.max_concurrent_decodes,
         ge=1,
@@ -517,6 +523,12 @@ class Settings(BaseSettings):
         description="open HTTP connections from one client address (behind a proxy or load balancer "
         "that does not keep the client's address, raise it to http_max_connections)",
     )
+    http_body_budget_bytes: int = Field(
+        256 << 20,
+        ge=1024,
+        description="request body bytes held by all HTTP requests in progress together (at least "
+        "max_message_bytes); a request that does not fit is answered 503 with Retry-After",
+    )
     watch_max_per_client: int = Field(
         2,
         ge=1,
@@ -540,6 +552,15 @@ class Settings(BaseSettings):
         if v and not is_http_url(v):
             raise ValueError(f"{v!r} is not an http:// or https:// URL (e.g. http://loki:3100)")
         return v
+
+    @model_validator(mode="after")
+    def _budget_holds_a_message(self) -> Settings:
+        if self.http_body_budget_bytes < self.max_message_bytes:
+            raise ValueError(
+                f"http_body_budget_bytes ({self.http_body_budget_bytes}) must be at least max_message_bytes "
+                f"({self.max_message_bytes}): the largest request must fit in it"
+            )
+        return self
 
     @model_validator(mode="after")
     def _metadata_needs_selector(self) -> Settings:

@@ -45,14 +45,12 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-from google.protobuf import json_format
-from google.rpc import code_pb2, status_pb2
-from starlette.responses import Response
+from google.rpc import code_pb2
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from hypocenter import strict_yaml
 from hypocenter.api.listener_limits import ReceiveDeadlines
-from hypocenter.api.problems import problem
+from hypocenter.api.problems import OTLP_PATHS, refusal
 from hypocenter.config import Settings, listen_address
 from hypocenter.errors import InputError, RefusedCaller
 
@@ -425,7 +423,6 @@ class GrpcAuth(grpc.ServerInterceptor):  # type: ignore[type-arg]
 # ----------------------------------------------------------------------------------------- HTTP
 
 # Paths anyone may reach (probes, and the API's shape: no data); everything else needs a role.
-OTLP_PATHS = frozenset({"/v1/logs", "/v1/metrics"})
 OPEN_PATHS = frozenset({"/healthz", "/readyz", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"})
 
 
@@ -479,33 +476,12 @@ class AuthGuard:
                     authorization, self.peer_name(scope.get("client")), role
                 )
             except Unauthenticated as exc:
-                await _refusal(
+                await refusal(
                     scope, 401, code_pb2.UNAUTHENTICATED, str(exc), {"WWW-Authenticate": challenge(exc)}
                 )(scope, receive, send)
                 return
             except Forbidden as exc:
-                await _refusal(scope, 403, code_pb2.PERMISSION_DENIED, str(exc), {})(scope, receive, send)
+                await refusal(scope, 403, code_pb2.PERMISSION_DENIED, str(exc), {})(scope, receive, send)
                 return
             scope.setdefault("state", {})["identity"] = identity
         await self.app(scope, receive, send)
-
-
-def _refusal(scope: Scope, status: int, rpc_code: int, message: str, headers: dict[str, str]) -> Response:
-    """The REST API's problem JSON; on the OTLP paths a google.rpc.Status in the request's encoding,
-    as the OTLP/HTTP specification asks of every 4xx answer."""
-    if scope["path"] not in OTLP_PATHS:
-        return problem(status, message, headers)
-    st = status_pb2.Status(code=rpc_code, message=message)
-    content_type = next(
-        (v.decode("latin-1") for k, v in scope.get("headers", ()) if k == b"content-type"), ""
-    )
-    if "json" in content_type:
-        return Response(
-            json_format.MessageToJson(st, indent=None),
-            status_code=status,
-            headers=headers,
-            media_type="application/json",
-        )
-    return Response(
-        st.SerializeToString(), status_code=status, headers=headers, media_type="application/x-protobuf"
-    )

@@ -25,6 +25,12 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+from google.rpc import code_pb2
+from starlette.responses import Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from hypocenter.api.problems import refusal
+
 log = logging.getLogger("hypocenter.server")
 
 
@@ -167,3 +173,74 @@ class ConnectionCap:
     @property
     def open(self) -> int:
         return self._count
+
+
+class BudgetSpent(Exception):
+    """The body budget ran out while a request's body was being read."""
+
+
+class BodyBudget:
+    """ASGI middleware: the request body bytes buffered by all requests in progress together stay
+    within `budget` (a route keeps what it read until it answers). A request declaring more than what is
+    left, or whose body runs past it while arriving, is answered 503 with Retry-After and its
+    connection closed: OTLP exporters retry 503, and the memory goes back as the others finish."""
+
+    def __init__(self, app: ASGIApp, budget: int, retry_after_s: float) -> None:
+        self.app = app
+        self.budget = budget
+        self.retry_after = str(max(1, round(retry_after_s)))
+        self.used = 0
+        self._log = StateLog(
+            "request body budget spent (%d bytes buffered, http_body_budget_bytes): requests with a "
+            "body are answered 503",
+            "request body budget available again",
+        )
+
+    def _refuse(self, scope: Scope) -> Response:
+        self._log.refuse(self.used)
+        return refusal(
+            scope,
+            503,
+            code_pb2.UNAVAILABLE,
+            f"the server holds {self.budget:,} bytes of request bodies already (http_body_budget_bytes): "
+            "retry later",
+            {"Retry-After": self.retry_after, "Connection": "close"},
+        )
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
+            await self.app(scope, receive, send)
+            return
+        declared = next((v for k, v in scope.get("headers", ()) if k == b"content-length"), b"")
+        if declared.isdigit() and self.budget >= int(declared) > self.budget - self.used:
+            await self._refuse(scope)(scope, receive, send)  # never fits now: not a byte of it is read
+            return
+        taken = 0
+        started = False
+
+        async def counted() -> Message:
+            nonlocal taken
+            message = await receive()
+            size = len(message.get("body", b"")) if message["type"] == "http.request" else 0
+            if size:
+                if self.used + size > self.budget:
+                    raise BudgetSpent
+                self.used += size
+                taken += size
+            return message
+
+        async def watched(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, counted, watched)
+        except BudgetSpent:
+            if started:
+                raise
+            await self._refuse(scope)(scope, receive, send)
+        finally:
+            self.used -= taken
+            if self._log.refusing and self.used < self.budget // 2:
+                self._log.recover()
