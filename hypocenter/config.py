@@ -436,7 +436,9 @@ class Settings(BaseSettings):
         "(anyone who reaches a port may do anything); logs a warning at start",
     )
     metrics_auth: bool = Field(
-        False, description="/metrics asks for a token with the read role like the REST API"
+        False,
+        description="/metrics asks for a token with the read role like the REST API, on loopback too "
+        "(off loopback it always does when tokens or client certificates are configured)",
     )
     tls_cert_file: str = Field(
         "",

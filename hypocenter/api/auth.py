@@ -3,7 +3,8 @@
 Roles (docs/security.md has the table):
 
     ingest   OTLP export (collectors)
-    read     REST and gRPC reads: diagnoses, attempts, WatchDiagnoses; /metrics when metrics_auth is on
+    read     REST and gRPC reads: diagnoses, attempts, WatchDiagnoses; /metrics off loopback, or when
+             metrics_auth is on
     admin    everything that changes or triggers: bundle uploads, PUT attempts, analyze, POST /v1/scopes;
              admin implies read and ingest
 

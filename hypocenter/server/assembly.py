@@ -230,7 +230,10 @@ class Server:
     def _metrics_listener(self) -> dict[str, Any]:
         authenticator = self.auth
         wrap = None
-        if self.settings.metrics_auth and authenticator.enabled:
+        exposed = bool(self.settings.metrics_listen) and not auth.is_loopback(
+            self.settings.metrics_listen, "metrics_listen"
+        )
+        if authenticator.enabled and (self.settings.metrics_auth or exposed):
 
             def check(authorization: str | None, peer_cn: str | None) -> int | None:
                 try:
