@@ -44,6 +44,7 @@ from starlette.concurrency import run_in_threadpool
 
 from hypocenter import __version__, model_schema, strict_yaml
 from hypocenter.api import artifacts, auth, paging, problems, ui
+from hypocenter.api.browser_headers import BrowserHeaders
 from hypocenter.api.fleet_http import add_fleet_routes
 from hypocenter.api.listener_limits import BodyBudget
 from hypocenter.api.tls import PeerNames
@@ -303,6 +304,7 @@ def build_app(
         authenticator=authenticator or auth.Authenticator(),
         peer_name=(peers or PeerNames()).get,
     )
+    app.add_middleware(BrowserHeaders)  # outermost: refusals carry the headers too
     for router in (
         otlp_routes(service),
         attempt_routes(service),
