@@ -5,8 +5,10 @@
                           dynamic credentials (asked at each handshake); a half-written or mismatched
                           pair is logged and the old one kept serving.
     http_protocol(...)    uvicorn's h11 protocol with a request timeout (a client that sends no
-                          headers, or stalls mid-body, is disconnected) and, over mTLS, the peer
-                          certificate's CN kept for the auth guard (`PeerNames`).
+                          headers, or stalls mid-body, is disconnected), a request deadline (one
+                          that trickles in is too), the connection cap of api/listener_limits.py
+                          and, over mTLS, the peer certificate's CN kept for the auth guard
+                          (`PeerNames`).
 
 Client certificates (`tls_client_ca_file`): HTTP and /metrics ask for one and verify it if given
 (CERT_OPTIONAL: token clients still connect); gRPC's Python server can only require one or not ask,
