@@ -525,6 +525,12 @@ class Settings(BaseSettings):
         description="open HTTP connections from one client address (behind a proxy or load balancer "
         "that does not keep the client's address, raise it to http_max_connections)",
     )
+    metrics_max_connections: int = Field(
+        64,
+        ge=1,
+        description="open /metrics connections (each holds a thread); more are answered 503 and "
+        "closed. http_request_deadline_s applies to /metrics requests too",
+    )
     http_body_budget_bytes: int = Field(
         256 << 20,
         ge=1024,

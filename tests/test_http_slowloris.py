@@ -151,3 +151,37 @@ def test_trickling_crowd_from_one_address_leaves_others_served(tmp_path: Path) -
     assert "Too many open files" not in log
     assert log.count("\n") < 10, log[-3000:]  # one line per change of state, not one per refusal
     assert log.count("HTTP connection limit reached for 127.0.0.1 (50 open") == 1, log
+
+
+def test_metrics_listener_cuts_trickling_requests_and_caps_connections(tmp_path: Path) -> None:
+    srv, thread = serve_in_thread(
+        settings(
+            tmp_path, http_request_deadline_s=2.0, http_request_timeout_s=30.0, metrics_max_connections=4
+        )
+    )
+    address = srv.outputs.metrics_address
+    held: list[socket.socket] = []
+    try:
+        # header lines that never end: 80 bytes over ~20 s, each within the per-byte timeout
+        assert _trickle_until_closed(address, b"GET /metrics HTTP/1.1\r\n", b"X-Slow: 1\r\n", steps=80)
+        held = [socket.create_connection(_host_port(address), timeout=5) for _ in range(4)]
+        for s in held:
+            s.sendall(b"G")  # each holds a thread, trickling
+        with socket.create_connection(_host_port(address), timeout=10) as extra:
+            assert extra.recv(64).startswith(b"HTTP/1.1 503")  # the fifth is refused at once
+        for s in held:
+            s.close()
+        for _ in range(50):  # their threads end as the server notices the closed sockets
+            try:
+                if httpx.get(f"http://{address}/metrics", timeout=10).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        else:
+            raise AssertionError("/metrics did not serve again after the crowd left")
+    finally:
+        for s in held:
+            s.close()
+        srv.shutdown()
+        thread.join(30)

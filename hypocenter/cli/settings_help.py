@@ -27,6 +27,7 @@ GROUPS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
             "retry_after_s",
             "grpc_*",
             "http_*",
+            "metrics_max_connections",
             "watch_max_per_client",
         ),
     ),

@@ -251,6 +251,8 @@ class Server:
             "ssl_context": self.tls.ssl_context() if self.tls is not None else None,
             "wrap": wrap,
             "timeout_s": self.settings.http_request_timeout_s,
+            "deadline_s": self.settings.http_request_deadline_s,
+            "max_connections": self.settings.metrics_max_connections,
         }
 
     def shutdown(self) -> None:
