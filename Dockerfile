@@ -5,7 +5,7 @@
 # refuses to start until it has tokens: mount a tokens file (YAML: ingest | read | admin -> list of
 # tokens) at /run/secrets/hypocenter-tokens, or set HYPOCENTER_AUTH_TOKEN_INGEST/_READ/_ADMIN, or
 # (a laptop, a private network) pass --allow-unauthenticated. /healthz, /readyz, gRPC health and
-# /metrics need no token. tests/test_deploy_image.py runs this file's RUN steps in a clean virtualenv.
+# /metrics need no token. tests/deploy/test_image.py runs this file's RUN steps in a clean virtualenv.
 
 ARG PYTHON_IMAGE=python:3.11.11-slim-bookworm
 

@@ -24,8 +24,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from hypocenter.cli.assembly import serve_in_thread
 from hypocenter.config import Settings
-from hypocenter.server.assembly import serve_in_thread
 
 TOKEN = "bench-ingest-token-0123456789abcdef"
 

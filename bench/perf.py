@@ -36,7 +36,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -193,10 +193,14 @@ def warm_up(tmp: Path) -> float:
 
 
 class Server:
-    """`hypocenter serve` in a subprocess on loopback port 0, SQLite store in `store`."""
+    """`hypocenter serve` in a subprocess on loopback port 0, SQLite store in `store` (or a store URL,
+    with `log` then), run under `prefix` (e.g. `taskset -c 1`)."""
 
-    def __init__(self, store: Path, *extra: str) -> None:
+    def __init__(
+        self, store: Path | str, *extra: str, log: Path | None = None, prefix: Sequence[str] = ()
+    ) -> None:
         cmd = [
+            *prefix,
             sys.executable,
             "-m",
             "hypocenter.cli",
@@ -213,7 +217,7 @@ class Server:
             "warning",
             *extra,
         ]
-        self.log = store.with_suffix(".log")
+        self.log = log or Path(store).with_suffix(".log")
         with self.log.open("ab") as err:
             self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, env=_env(), cwd=REPO)
         assert self.proc.stdout is not None

@@ -254,6 +254,18 @@ class Settings(BaseSettings):
     tick_s: float = Field(
         0.5, gt=0, le=60, description="how often the analysis loop looks for attempts that are due"
     )
+    replica_id: str = Field(
+        "",
+        description="this replica's name among replicas sharing a PostgreSQL store "
+        "(empty: host name and process id)",
+    )
+    lease_s: float = Field(
+        15.0,
+        ge=1,
+        le=600,
+        description="replicas on one PostgreSQL: a scheduler poll or the outbox moves to another replica "
+        "this long after its holder stops",
+    )
     node_lookback_s: float = Field(
         3600.0, ge=0, description="a node stream with records this long before an attempt's window joins it"
     )

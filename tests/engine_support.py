@@ -33,6 +33,23 @@ def analyze_bundle(path: Path | str, engine: Engine | None = None) -> Diagnosis:
     return (engine or default_engine()).analyze(bundle)
 
 
+def write_attempt(root: Path, workload: str, nodes: list[str], ranks: dict[str, str] | None = None) -> None:
+    """A failed attempt's attempt.yaml under `root` (window 2026, UTC), for bundles a test writes."""
+    import yaml
+
+    attempt: dict[str, object] = {
+        "workload": {"id": workload, "attempt": 0, "scheduler": "none"},
+        "window": {"start": "2026-01-01T00:00:00Z", "end": "2027-01-01T00:00:00Z"},
+        "state": "FAILED",
+        "exit_code": 1,
+        "nodes": nodes,
+        "timezone": "UTC",
+    }
+    if ranks:
+        attempt["ranks"] = ranks
+    (root / "attempt.yaml").write_text(yaml.safe_dump(attempt), encoding="utf-8")
+
+
 def assert_pieces_read_as_whole(path: Path) -> None:
     """`scan_log` and `log_pieces` (in pieces of logstream.CHUNK_BYTES) say and give what `read_log`
     (the whole file at once) does: usable or not, status, reason, line count, the text."""

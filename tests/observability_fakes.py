@@ -18,7 +18,8 @@ FakeLoki (`POST /loki/api/v1/push`, Loki HTTP API reference "Ingest logs"):
     attributes promoted to labels per `IngestLimits.otlp_config` (Loki's default list).
 FakeGrafana (`POST /api/annotations`): JSON body with `text` required, `time`/`timeEnd` epoch ms
   integers, `tags` strings; answers 200 `{"message": "Annotation added", "id": N}`; 401 when a
-  token is configured and `Authorization: Bearer <token>` is missing.
+  token is configured and `Authorization: Bearer <token>` is missing. `PATCH`, `PUT`, `GET` and
+  `DELETE /api/annotations/:id` as Grafana answers them (404 "Annotation not found").
 
 FakeLoki also answers the query side a pull connector uses (Loki HTTP API reference "Query logs
 within a range of time", "Query streams", "Query logs at a single point in time"), over what was
@@ -300,9 +301,20 @@ class _FakeServer:
             def do_GET(self) -> None:
                 self.serve("GET")
 
+            def do_PATCH(self) -> None:
+                self.serve("PATCH")
+
+            def do_PUT(self) -> None:
+                self.serve("PUT")
+
+            def do_DELETE(self) -> None:
+                self.serve("DELETE")
+
             def serve(self, method: str) -> None:
                 body = (
-                    self.rfile.read(int(self.headers.get("Content-Length") or 0)) if method == "POST" else b""
+                    self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                    if method in ("POST", "PATCH", "PUT")
+                    else b""
                 )
                 b = server.behaviour
                 with b.lock:
@@ -323,8 +335,10 @@ class _FakeServer:
                     return
                 if method == "POST":
                     status, answer, ctype = server.handle(self.path, dict(self.headers), body)
-                else:
+                elif method == "GET":
                     status, answer, ctype = server.handle_get(self.path, dict(self.headers))
+                else:
+                    status, answer, ctype = server.handle_other(method, self.path, dict(self.headers), body)
                 self.reply(status, answer, ctype)
 
         return Handler
@@ -333,6 +347,11 @@ class _FakeServer:
         raise NotImplementedError
 
     def handle_get(self, path: str, headers: dict[str, str]) -> tuple[int, bytes, str]:
+        return 405, b"method not allowed\n", "text/plain"
+
+    def handle_other(
+        self, method: str, path: str, headers: dict[str, str], body: bytes
+    ) -> tuple[int, bytes, str]:
         return 405, b"method not allowed\n", "text/plain"
 
 
@@ -880,31 +899,96 @@ def parse_logql(text: str) -> LogQuery:
 
 
 class FakeGrafana(_FakeServer):
+    """Grafana's legacy annotations API (pkg/api/annotations.go): `POST /api/annotations` adds one and
+    answers its id; `PATCH /api/annotations/:id` changes the fields given (text when not empty, tags
+    when present, time / timeEnd when > 0; 200 "Annotation patched"), `PUT` replaces them (200
+    "Annotation updated"), `DELETE` removes it (200 "Annotation deleted"), `GET /api/annotations/:id`
+    reads it; an id it does not hold is 404 "Annotation not found". `annotations` holds the live
+    ones in the order they were added, each with its `id`; ids are never reused."""
+
     def __init__(self, token: str = "") -> None:
         super().__init__()
         self.token = token
         self.annotations: list[dict[str, Any]] = []
+        self._next_id = 1
+
+    @staticmethod
+    def _answer(status: int, message: str, **extra: Any) -> tuple[int, bytes, str]:
+        return status, json.dumps({"message": message, **extra}).encode(), "application/json"
+
+    def _authorised(self, headers: dict[str, str]) -> bool:
+        return not self.token or headers.get("Authorization") == f"Bearer {self.token}"
+
+    @staticmethod
+    def _fields_ok(doc: Any) -> bool:
+        if not isinstance(doc, dict):
+            return False
+        for key in ("time", "timeEnd"):
+            if key in doc and not isinstance(doc[key], int):
+                return False
+        tags = doc.get("tags", [])
+        return isinstance(tags, list) and all(isinstance(t, str) for t in tags)
 
     def handle(self, path: str, headers: dict[str, str], body: bytes) -> tuple[int, bytes, str]:
-        def answer(status: int, message: str, **extra: Any) -> tuple[int, bytes, str]:
-            return status, json.dumps({"message": message, **extra}).encode(), "application/json"
-
         if path != "/api/annotations":
-            return answer(404, "Not found")
-        if self.token and headers.get("Authorization") != f"Bearer {self.token}":
-            return answer(401, "Unauthorized")
+            return self._answer(404, "Not found")
+        if not self._authorised(headers):
+            return self._answer(401, "Unauthorized")
         try:
             doc = json.loads(body)
         except ValueError:
-            return answer(400, "bad request data")
-        if not isinstance(doc, dict) or not isinstance(doc.get("text"), str) or not doc["text"]:
-            return answer(400, "bad request data")
-        for key in ("time", "timeEnd"):
-            if key in doc and not isinstance(doc[key], int):
-                return answer(400, "bad request data")
-        if not isinstance(doc.get("tags", []), list) or not all(
-            isinstance(t, str) for t in doc.get("tags", [])
-        ):
-            return answer(400, "bad request data")
+            return self._answer(400, "bad request data")
+        if not self._fields_ok(doc) or not isinstance(doc.get("text"), str) or not doc["text"]:
+            return self._answer(400, "bad request data")
+        doc["id"] = self._next_id
+        self._next_id += 1
         self.annotations.append(doc)
-        return answer(200, "Annotation added", id=len(self.annotations))
+        return self._answer(200, "Annotation added", id=doc["id"])
+
+    def _find(self, path: str) -> tuple[dict[str, Any] | None, tuple[int, bytes, str] | None]:
+        m = re.fullmatch(r"/api/annotations/([^/?]+)", path)
+        if not m:
+            return None, self._answer(404, "Not found")
+        if not m.group(1).lstrip("-").isdigit():
+            return None, self._answer(400, "annotationId is invalid")
+        found = next((a for a in self.annotations if a["id"] == int(m.group(1))), None)
+        return found, None if found is not None else self._answer(404, "Annotation not found")
+
+    def handle_get(self, path: str, headers: dict[str, str]) -> tuple[int, bytes, str]:
+        if not self._authorised(headers):
+            return self._answer(401, "Unauthorized")
+        found, error = self._find(path)
+        if error is not None:
+            return error
+        return 200, json.dumps(found).encode(), "application/json"
+
+    def handle_other(
+        self, method: str, path: str, headers: dict[str, str], body: bytes
+    ) -> tuple[int, bytes, str]:
+        if not self._authorised(headers):
+            return self._answer(401, "Unauthorized")
+        found, error = self._find(path)
+        if error is not None:
+            return error
+        assert found is not None
+        if method == "DELETE":
+            self.annotations.remove(found)
+            return self._answer(200, "Annotation deleted")
+        try:
+            doc = json.loads(body)
+        except ValueError:
+            return self._answer(400, "bad request data")
+        if not self._fields_ok(doc):
+            return self._answer(400, "bad request data")
+        if method == "PUT":
+            for key in ("time", "timeEnd", "text", "tags"):
+                found[key] = doc.get(key, 0 if key.startswith("time") else [] if key == "tags" else "")
+            return self._answer(200, "Annotation updated")
+        if "tags" in doc and doc["tags"] is not None:
+            found["tags"] = doc["tags"]
+        if isinstance(doc.get("text"), str) and doc["text"]:
+            found["text"] = doc["text"]
+        for key in ("time", "timeEnd"):
+            if doc.get(key, 0) > 0:
+                found[key] = doc[key]
+        return self._answer(200, "Annotation patched")

@@ -24,13 +24,9 @@ from hypocenter.sources import Series
 PROMTOOL = shutil.which("promtool")
 PROMETHEUS = shutil.which("prometheus")
 
-needs_promtool = pytest.mark.skipif(
-    PROMTOOL is None, reason="promtool is not installed (Debian package `prometheus`; .ci/run installs it)"
-)
-needs_prometheus = pytest.mark.skipif(
-    PROMETHEUS is None,
-    reason="prometheus is not installed (Debian package `prometheus`; .ci/run installs it)",
-)
+# The `prometheus` marker: tests/conftest.py skips such a test when either program is missing.
+needs_promtool = pytest.mark.prometheus
+needs_prometheus = pytest.mark.prometheus
 
 
 def promtool(

@@ -16,6 +16,8 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsSer
 from bench.fuzz import REGRESSIONS, TARGETS, seeds, target_function
 from hypocenter.collector import otlp_wire
 
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parents[1]
 SECONDS = 3
 

@@ -5,12 +5,18 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import tomllib
 import zipfile
 from pathlib import Path
+
+import pytest
+
+import hypocenter
 
 REPO = Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.slow
 def test_wheel_ships_the_catalog_and_analyses_without_the_repo(tmp_path: Path) -> None:
     out = tmp_path / "wheel"
     subprocess.run(
@@ -20,6 +26,7 @@ def test_wheel_ships_the_catalog_and_analyses_without_the_repo(tmp_path: Path) -
         timeout=300,
     )
     wheel = next(out.glob("hypocenter-*.whl"))
+    assert wheel.name.startswith(f"hypocenter-{hypocenter.__version__}-")
     site = tmp_path / "site"
     with zipfile.ZipFile(wheel) as zf:
         names = zf.namelist()
@@ -55,3 +62,10 @@ def test_ci_runs_the_readme_test_command_as_typed() -> None:
     command = next(line for line in after.splitlines() if line.startswith("pip install"))
     ci = [line for line in (root / ".ci" / "run").read_text(encoding="utf-8").splitlines() if line.strip()]
     assert ci[-1] == command
+
+
+def test_the_version_is_written_once() -> None:
+    """pyproject.toml reads the version from hypocenter/__init__.py; it writes none of its own."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
+    assert "version" not in project["project"] and "version" in project["project"]["dynamic"]
+    assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "hypocenter.__version__"}

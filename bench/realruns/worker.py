@@ -30,7 +30,9 @@ class _Samples(torch.utils.data.Dataset[torch.Tensor]):
 
 
 def main() -> None:
-    timeout = timedelta(seconds=10 if MODE in ("collective-timeout", "rank0-checkpoint") else 60)
+    timeout = timedelta(
+        seconds=10 if MODE in ("collective-timeout", "rank0-checkpoint", "desync", "early-exit") else 60
+    )
     dist.init_process_group("gloo", timeout=timeout)
     rank = dist.get_rank()
     t = torch.ones(8)
@@ -53,6 +55,17 @@ def main() -> None:
                 print(batch["input_ids"])
             elif MODE == "collective-timeout":
                 time.sleep(40)  # this rank never reaches the all-reduce in time
+            elif MODE == "cpu-alloc":
+                torch.empty(2**50, dtype=torch.uint8)  # 1 PiB: the CPU allocator refuses it
+            elif MODE == "memory-error":
+                bytearray(2**62)  # CPython cannot allocate it: a bare MemoryError
+            elif MODE == "desync":
+                dist.broadcast(t, src=0)  # this rank takes another code path: the others all-reduce
+                continue
+            elif MODE == "early-exit":
+                print(f"training finished after {step - 1} steps", flush=True)
+                dist.destroy_process_group()
+                return  # this rank believes it is done; the others wait for it in the next all-reduce
             elif MODE == "dataloader-killed":
                 loader = torch.utils.data.DataLoader(_Samples(), batch_size=4, num_workers=2)
                 for _ in loader:

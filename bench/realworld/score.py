@@ -34,6 +34,7 @@ class Scored:
     right: bool
     false_confident: bool
     abstained: bool
+    points: bool = True  # an abstention names a candidate or the failing node
 
 
 def _bundle(case: dict[str, Any], root: Path) -> Path:
@@ -79,6 +80,7 @@ def score_case(case: dict[str, Any], root: Path) -> Scored:
         right,
         confident and not right and want["outcome"] != "ambiguous",
         d.outcome == "unattributed",
+        d.outcome != "unattributed" or bool(d.candidates) or bool(d.first_failure and d.first_failure.node),
     )
 
 
@@ -90,6 +92,7 @@ def summary(rows: list[Scored]) -> dict[str, Any]:
         "accuracy": round(sum(r.right for r in rows) / n, 3) if n else None,
         "false_confident": round(sum(r.false_confident for r in rows) / n, 3) if n else None,
         "abstention": round(sum(r.abstained for r in rows) / n, 3) if n else None,
+        "abstentions_pointing": f"{sum(r.abstained and r.points for r in rows)}/{sum(r.abstained for r in rows)}",
     }
 
 
@@ -118,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, f in figures.items():
         print(
             f"{name:<9} {f['cases']} cases  accuracy {f['accuracy']}  false-confident {f['false_confident']}  "
-            f"abstention {f['abstention']}"
+            f"abstention {f['abstention']} (pointing at a candidate or node: {f['abstentions_pointing']})"
         )
     return 0
 

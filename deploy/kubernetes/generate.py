@@ -6,7 +6,7 @@
     python deploy/kubernetes/generate.py            write them
     python deploy/kubernetes/generate.py --check    exit 1 if they differ from what would be written
 
-tests/test_deploy_kubernetes.py runs the check, so the copies cannot drift from their sources.
+tests/deploy/test_kubernetes.py runs the check, so the copies cannot drift from their sources.
 """
 
 from __future__ import annotations

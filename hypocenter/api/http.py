@@ -743,7 +743,9 @@ def probe_routes(service: Attribution, ready: Callable[[], bool]) -> APIRouter:
         full = service.queue.pending >= service.queue.capacity
         if not ready() or full:
             return _problem(503, "ingest queue is full" if full else "starting")
-        return JSONResponse({"status": "ready", "queue": service.queue.pending, **stats})
+        return JSONResponse(
+            {"status": "ready", "queue": service.queue.pending, "leases": service.leadership.held(), **stats}
+        )
 
     return router
 

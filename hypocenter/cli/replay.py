@@ -356,7 +356,7 @@ class Sender:
                 endpoint=target, insecure=not tls, credentials=creds, timeout=timeout, headers=headers
             )
 
-    def send_logs(self, stream: Stream, report: ReplayReport) -> None:
+    def send_logs(self, stream: Stream, report: ReplayReport, batch_size: int = BATCH) -> None:
         from opentelemetry._logs import LogRecord
         from opentelemetry.sdk._logs import ReadableLogRecord
         from opentelemetry.sdk._logs.export import LogRecordExportResult
@@ -366,7 +366,7 @@ class Sender:
         resource = Resource(stream.resource)
         scope = InstrumentationScope("hypocenter.cli.replay")
         now = time.time_ns()
-        for chunk in _chunks(stream.lines, BATCH):  # one file's lines, a batch at a time
+        for chunk in _chunks(stream.lines, batch_size):  # one file's lines, a batch at a time
             batch = [
                 ReadableLogRecord(
                     LogRecord(

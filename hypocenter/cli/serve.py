@@ -34,7 +34,7 @@ def settings_of(args: argparse.Namespace) -> tuple[Settings, dict[str, str]]:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
-    from hypocenter.server.assembly import run
+    from hypocenter.cli.assembly import run
 
     settings, _ = settings_of(args)
     return run(settings)

@@ -38,8 +38,8 @@ GROUPS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ),
     (
         "store",
-        "where records and diagnoses are kept, and for how long",
-        ("store", "store_*", "retention_*", "compact_after_s", "collapse_after_s"),
+        "where records and diagnoses are kept, and for how long; replicas sharing one PostgreSQL",
+        ("store", "store_*", "retention_*", "compact_after_s", "collapse_after_s", "replica_id", "lease_s"),
     ),
     (
         "analysis",

@@ -18,7 +18,7 @@ Hand-written rather than python-hostlist (2.3.0), measured: both expand well-for
 splits on commas only (`a[1-2] b` → `a1 b`, `a2 b`, where this module, as documented above, also
 takes white space between hosts), caps a list at 100,000 names rather than refusing a typo'd
 range early, names no position in its errors ("unbalanced brackets"), and ships no type
-information (mypy --strict). The module is ~100 lines with its own tests (tests/test_hostlist.py).
+information (mypy --strict). The module is ~100 lines with its own tests (tests/collector/test_hostlist.py).
 """
 
 from __future__ import annotations

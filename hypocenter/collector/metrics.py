@@ -83,12 +83,10 @@ _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+(\S
 _LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*,?')
 
 
-# Hand-written rather than prometheus_client's parsers (already a dependency), measured: the
-# Prometheus text parser's errors name no line ("could not convert string to float: '{x=\"1\"'"),
-# and a bundle's coverage must say which line is bad; the OpenMetrics parser refuses what bundles
-# assembled by hand hold and Prometheus itself scrapes (families interleaved by `cat`ing two
-# scrapes, a counter sample without `_total`: "Clashing name"). On well-formed files both agree
-# (examples/host-oom/metrics/node_memory.om: the same 63 samples).
+# Ours rather than prometheus_client's parsers (a dependency already), measured by bench/metrics_parser.py:
+# theirs, chosen by `# EOF` as here, give the same samples on every file both accept, but refuse a
+# counter sample without `_total` in OpenMetrics, name no line in their errors (a bundle's coverage
+# must say which line is bad), and run at a third of our rate on a 10 MB file (1.3 against 3.8 MB/s).
 def parse_exposition(text: str, default_time: datetime) -> list[Series]:
     """Prometheus text format / OpenMetrics. Timestamps are ms (Prometheus) or s (OpenMetrics,
     recognised by the `# EOF` marker); samples without one are taken at `default_time`."""

@@ -906,10 +906,11 @@ class _TextStream:
                 node = job.ranks.get(rank) or (
                     job.nodes[0] if job.nodes and rank == 0 and not job.ranks else None
                 )
-            if rank is None and header.local_rank is not None and node is not None:
-                rank = _global_rank(
-                    job.ranks, node, header.local_rank
-                )  # torchrun's [defaultN]: on a known node
+            if rank is None and header.local_rank is not None:
+                # torchrun's [defaultN]: on a known node, or on the attempt's only node
+                on = node if node is not None else (job.nodes[0] if len(job.nodes) == 1 else None)
+                if on is not None:
+                    rank = _global_rank(job.ranks, on, header.local_rank)
             ev = Event(
                 kind=comp.spec.event,
                 rule=comp.rule.id,

@@ -21,10 +21,11 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from hypocenter.engine.topology import Topology
-from hypocenter.store.base import FleetMark, FleetStore
+from hypocenter.fleet_mark import FleetMark
+from hypocenter.model import Component, Diagnosis, RootCause
 
 APP_XIDS = frozenset({13, 31, 43})
 INFRA_DOMAINS = frozenset({"hardware", "network", "storage"})
@@ -320,13 +321,100 @@ def history_note(
     return sorted(notes)
 
 
+class MarkSource(Protocol):
+    """Where a `FleetView` reads marks from: any store (store/base.py `FleetStore`) or a test's list."""
+
+    def fleet_marks(self, since_s: float) -> list[FleetMark]: ...
+
+
+ECC_WINDOW_S = 7 * 86400.0  # how recent uncorrectable-ECC history must be to temper a GPU OOM
+
+
+def ecc_history(marks: Iterable[FleetMark], diagnosis: Mapping[str, Any], now_s: float) -> FleetMark | None:
+    """The most recent uncorrectable-ECC mark (hardware/gpu_memory: Xid 48/63/94/95, a CUDA ECC error, DCGM
+    DBE counters) on the node of a fresh diagnosis that blames GPU memory exhaustion (resource/gpu_oom), from
+    another attempt within ECC_WINDOW_S before it: a GPU whose memory failed recently may report its faults as
+    allocation failures, so the OOM verdict is not the only reading. On the named GPU when both sides name one."""
+    if diagnosis.get("outcome") != "attributed":
+        return None
+    rc = diagnosis.get("root_cause") or {}
+    if (rc.get("domain"), rc.get("subdomain")) != ("resource", "gpu_oom"):
+        return None
+    nodes = {str(n) for n in rc.get("nodes") or []}
+    gpus = {str(c.get("id")).lower() for c in rc.get("components") or [] if c.get("kind") == "gpu"}
+    own = str(diagnosis.get("id", ""))
+    when = _time_s(diagnosis) or now_s
+    hits = [
+        m
+        for m in marks
+        if m.domain == "hardware"
+        and m.subdomain == "gpu_memory"
+        and m.role in ("culprit", "candidate")
+        and m.node in nodes
+        and m.diagnosis_id != own
+        and when - ECC_WINDOW_S <= m.time_s <= when
+        and (m.kind == "node" or not gpus or m.component.lower() in gpus)
+    ]
+    return max(hits, key=FleetMark.sort_key) if hits else None
+
+
+def tempered(diagnosis: Diagnosis, ecc: FleetMark) -> Diagnosis:
+    """The GPU OOM verdict made ambiguous with the GPU memory fault the fleet saw on that node."""
+    rc = diagnosis.root_cause
+    assert rc is not None
+    comps = [c for c in rc.components if c.kind == "gpu"] or (
+        [Component(node=ecc.node, kind="gpu", id=ecc.component)] if ecc.kind == "gpu" else []
+    )
+    hardware = RootCause(
+        domain="hardware",
+        subdomain="gpu_memory",
+        rule="fleet-ecc-history",
+        summary=(
+            f"GPU memory of {ecc.node}{f' GPU {ecc.component}' if ecc.kind == 'gpu' else ''} failed with "
+            f"uncorrectable errors in an earlier attempt ({ecc.workload} #{ecc.attempt}, diagnosis "
+            f"{ecc.diagnosis_id}): a GPU whose memory is failing can report allocation failures"
+        ),
+        nodes=[ecc.node],
+        components=comps,
+        first_seen=rc.first_seen,
+        action="RESET_GPU",
+    )
+    cands = [rc, hardware, *diagnosis.candidates]
+    root = RootCause(
+        domain="ambiguous",
+        subdomain="ambiguous",
+        rule="ambiguous",
+        summary=(
+            f"2 causes fit: resource/gpu_oom on {', '.join(rc.nodes)} (the job's allocation failed) and "
+            f"hardware/gpu_memory on {ecc.node} (uncorrectable ECC errors there in an earlier attempt)"
+        ),
+        nodes=sorted(set(rc.nodes) | {ecc.node}),
+        components=comps,
+        first_seen=rc.first_seen,
+        action="INVESTIGATE",
+    )
+    reason = (
+        f"fleet history: {ecc.node} had uncorrectable GPU memory errors in {ecc.workload} #{ecc.attempt}: "
+        "the out-of-memory verdict is tempered to ambiguous"
+    )
+    quality = diagnosis.quality.model_copy(
+        update={
+            "level": "medium" if diagnosis.quality.level == "high" else diagnosis.quality.level,
+            "reasons": [*diagnosis.quality.reasons, reason],
+        }
+    )
+    return diagnosis.model_copy(
+        update={"outcome": "ambiguous", "root_cause": root, "candidates": cands, "quality": quality}
+    )
+
+
 class FleetView:
     """The fleet view over a store's marks, with the settings that shape it: what `hypocenter fleet`,
     /v1/fleet/*, the gRPC API and /metrics all show, so they cannot disagree."""
 
     def __init__(
         self,
-        store: FleetStore,
+        store: MarkSource,
         *,
         window_s: float = 30 * 86400.0,
         half_life_s: float = DEFAULT_HALF_LIFE_S,
@@ -370,6 +458,7 @@ __all__ = [
     "DEFAULT_MIN_WORKLOADS",
     "SUSPECT_KINDS",
     "FleetView",
+    "MarkSource",
     "Suspect",
     "findings",
     "history_note",

@@ -25,6 +25,7 @@ from hypocenter import __version__
 from hypocenter.engine.abstain import FirstFailureFinder
 from hypocenter.engine.candidates import SKEW, Candidate, Causes
 from hypocenter.engine.classify import Classification, Role
+from hypocenter.engine.leads import leads
 from hypocenter.engine.next_step import next_step
 from hypocenter.engine.suspects import Suspect, as_evidence, configuration_suspects
 from hypocenter.model import (
@@ -106,6 +107,14 @@ class Decision:
                 + [s.cause for s in suspects[len(finder.suspects) :]]
                 + [_weighed(c, events) for c in causes.survived]
             )
+            # Nothing suggested a cause: point at the cause-like lines there are.
+            pointed = [] if cands else leads(events)
+            if pointed:
+                cands = [s.cause for s in pointed]
+                reasons.append(
+                    f"{len(pointed)} lead(s) from lines no rule attributes alone: offered as candidates, "
+                    "each with why it falls short"
+                )
             if first_failure is not None:
                 reasons.append(f"first failure: {first_failure.next_step}")
             if suspects:
@@ -113,6 +122,7 @@ class Decision:
                     f"{len(suspects)} candidate(s) rest on configuration lines alone (no error line names "
                     "them): offered, not attributed"
                 )
+            suspects += pointed
         return cls(
             state=state,
             outcome=outcome,

@@ -11,7 +11,7 @@
 
 Classic dashboard JSON (the provisioning format), schemaVersion 39 so that Grafana 11 and later load
 it; datasources are `${datasource}` (Prometheus) and `${loki}` template variables, defaulting to the
-uids deploy/grafana/provisioning/datasources provisions. tests/test_dashboards.py validates every
+uids deploy/grafana/provisioning/datasources provisions. tests/exporter/test_dashboards.py validates every
 dashboard against the JSON Schema of `@grafana/schema`, checks the PromQL with promtool and the
 series against /metrics, and that these files equal this module's output.
 
@@ -638,13 +638,16 @@ def attempt() -> dict[str, Any]:
         12,
         8,
     )
+    # One mark per attempt: Loki keeps every verdict it was sent, so only final ones mark the time
+    # line (a provisional one is superseded by the final verdict; the Grafana annotation the outbox
+    # keeps per attempt, updated in place, shows a provisional verdict until then).
     root_causes = {
         "datasource": LOKI,
         "enable": True,
         "hide": False,
         "iconColor": "red",
         "name": "Root cause (Loki)",
-        "expr": f'{sel} | record="diagnosis"',
+        "expr": f'{sel} | record="diagnosis" | provisional="false"',
         "queryType": "range",
         "maxLines": 100,
         "titleFormat": "{{outcome}} {{domain}}/{{subdomain}} on {{nodes}}",

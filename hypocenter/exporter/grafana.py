@@ -5,13 +5,19 @@ Body (Grafana HTTP API, legacy annotations, supported through Grafana 13):
 Without `dashboardUID` the annotation belongs to the organisation and shows on every dashboard
 whose annotation query asks for its tags (grafana/dashboards/* ask for `hypocenter`). Answer:
 200 `{"message": "Annotation added", "id": N}`. Auth: a service-account token (`Bearer`), with
-the `annotations:create` permission.
+the `annotations:create` and `annotations:write` permissions.
 
 The region spans from where the failure began (root cause first_seen, else the attempt's end) to
 the attempt's end. Tags: `hypocenter`, `cluster:<c>`, `outcome:<o>`, `domain:<d>`, `subdomain:<s>`,
 `node:<n>` per culprit node (at most NODE_TAGS), `workload:<id>`, `attempt:<n>`.
 
 Annotations are sent one per request so that a failure never re-sends one already added.
+
+One annotation per attempt: when the attempt already has one (the outbox keeps the id Grafana
+answered), a later verdict — the final diagnosis after a provisional one — updates it in place with
+`PATCH /api/annotations/:id` (text, tags, time and timeEnd; Grafana ≥ 6.0; answer 200 `{"message":
+"Annotation patched"}`; permission `annotations:write`). An annotation someone deleted meanwhile
+(404 "Annotation not found") is made again with POST.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ import httpx
 
 from hypocenter import __version__
 from hypocenter.exporter.outbox import ExportRejected, ExportUnavailable, classify_status
-from hypocenter.store.base import DiagnosisRow
+from hypocenter.store.base import Delivered, DiagnosisRow
 
 NODE_TAGS = 10
 
@@ -102,19 +108,38 @@ class GrafanaAnnotations:
         self._client = httpx.Client(timeout=timeout_s, headers=headers, transport=transport)
 
     def send(self, batch: Sequence[DiagnosisRow]) -> None:
-        for row in batch:
-            try:
-                r = self._client.post(self.url, content=json.dumps(annotation(row, self.dashboard_uid)))
-            except httpx.HTTPError as exc:
-                raise ExportUnavailable(f"{type(exc).__name__}: {exc}") from None
+        self.revise([(row, None) for row in batch])
+
+    def revise(self, batch: Sequence[tuple[DiagnosisRow, Delivered | None]]) -> list[str]:
+        """Add each row's annotation, or update the one its attempt has (`before.ref`); returns the ids."""
+        refs: list[str] = []
+        for row, before in batch:
+            body = annotation(row, self.dashboard_uid)
+            if before is not None and before.ref.isdigit():
+                patch = {k: body[k] for k in ("time", "timeEnd", "tags", "text")}
+                r = self._call("PATCH", f"{self.url}/{before.ref}", patch)
+                if r.status_code == 200:
+                    refs.append(before.ref)
+                    continue
+                if r.status_code != 404:  # gone: make it again below
+                    raise classify_status(r.status_code, r.text, r.headers.get("Retry-After"))
+            r = self._call("POST", self.url, body)
             if r.status_code != 200:
                 raise classify_status(r.status_code, r.text, r.headers.get("Retry-After"))
             try:
                 answer = r.json()
             except ValueError:
                 raise ExportRejected(f"not a Grafana annotations API answer: {r.text[:200]!r}") from None
-            if not isinstance(answer, dict) or "id" not in answer:
+            if not isinstance(answer, dict) or not isinstance(answer.get("id"), int):
                 raise ExportRejected(f"not a Grafana annotations API answer: {r.text[:200]!r}")
+            refs.append(str(answer["id"]))
+        return refs
+
+    def _call(self, method: str, url: str, body: dict[str, Any]) -> httpx.Response:
+        try:
+            return self._client.request(method, url, content=json.dumps(body))
+        except httpx.HTTPError as exc:
+            raise ExportUnavailable(f"{type(exc).__name__}: {exc}") from None
 
     def close(self) -> None:
         self._client.close()

@@ -18,7 +18,10 @@ What is sent per diagnosis, in one stream per label set:
   one `record="diagnosis"` entry: the verdict as one JSON line
   one `record="evidence"` entry per evidence item (at most EVIDENCE_MAX), so a logs panel can show them
   structured metadata (not indexed, filterable with `| workload_id="81234"`): diagnosis_id,
-    workload_id, attempt, nodes, affected_nodes, components, rule, subdomain, action, quality, …
+    workload_id, attempt, nodes, affected_nodes, components, rule, subdomain, action, quality,
+    revision, …; a verdict that replaces one pushed before for the attempt (the final diagnosis after
+    a provisional one) carries `supersedes` (that one's diagnosis id) and `supersedes_revision`, in
+    its metadata and its line: Loki only appends, so a reader keeps the latest verdict per attempt
 
 Timestamps: the diagnosis entry is dated where the failure began (root cause first_seen, else the
 attempt's end) so a dashboard annotation lands there, but never more than BACKDATE_S before the
@@ -53,7 +56,7 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, ti
 from hypocenter import __version__
 from hypocenter.exporter.cardinality import LabelLimit
 from hypocenter.exporter.outbox import ExportRejected, ExportUnavailable, classify_status
-from hypocenter.store.base import DiagnosisRow
+from hypocenter.store.base import Delivered, DiagnosisRow
 
 PUSH_PATH = "/loki/api/v1/push"
 SERVICE_NAME = "hypocenter"
@@ -167,8 +170,9 @@ def _ns(text: str | None) -> int | None:
         return None
 
 
-def verdict_line(d: dict[str, Any], provisional: bool) -> str:
-    """One JSON line a person can read in a logs panel and `| json` can take apart."""
+def verdict_line(d: dict[str, Any], provisional: bool, supersedes: Delivered | None = None) -> str:
+    """One JSON line a person can read in a logs panel and `| json` can take apart; `supersedes`:
+    the verdict of the same attempt delivered before, which this one replaces."""
     rc = d.get("root_cause") or {}
     a = d.get("attempt") or {}
     summary = rc.get("summary") or {
@@ -198,6 +202,8 @@ def verdict_line(d: dict[str, Any], provisional: bool) -> str:
         "provisional": provisional,
         "diagnosis_id": d.get("id"),
     }
+    if supersedes is not None:
+        doc["supersedes"] = {"diagnosis_id": supersedes.diagnosis_id, "revision": supersedes.revision}
     return json.dumps(doc, separators=(",", ":"), ensure_ascii=False)
 
 
@@ -224,10 +230,15 @@ def refusal(status: int, body: str) -> str | None:
 
 
 def diagnosis_entries(
-    row: DiagnosisRow, push_ns: int | None = None, labels_limit: LabelLimit | None = None
+    row: DiagnosisRow,
+    push_ns: int | None = None,
+    labels_limit: LabelLimit | None = None,
+    before: Delivered | None = None,
 ) -> tuple[dict[str, str], list[LokiEntry]]:
     """The stream labels and entries of one stored diagnosis, pushed at `push_ns` (default: when stored),
-    `cluster` folded by `labels_limit`."""
+    `cluster` folded by `labels_limit`. `before`: what was pushed for the attempt earlier; when that
+    was another verdict, the diagnosis entry says it supersedes it (`supersedes`,
+    `supersedes_revision`)."""
     d: dict[str, Any] = json.loads(row.body)
     rc = d.get("root_cause") or {}
     a = d.get("attempt") or {}
@@ -253,8 +264,19 @@ def diagnosis_entries(
         "quality": (d.get("quality") or {}).get("level") or "",
         "provisional": str(row.provisional).lower(),
         "terminal_state": d.get("terminal_state") or "",
+        "revision": str(row.revision),
     }
-    entries = [LokiEntry(ts, verdict_line(d, row.provisional), {k: v for k, v in meta.items() if v})]
+    replaced = (
+        before
+        if before is not None and (before.diagnosis_id, before.revision) != (row.id, row.revision)
+        else None
+    )
+    if replaced is not None:
+        meta["supersedes"] = replaced.diagnosis_id
+        meta["supersedes_revision"] = str(replaced.revision)
+    entries = [
+        LokiEntry(ts, verdict_line(d, row.provisional, replaced), {k: v for k, v in meta.items() if v})
+    ]
     for i, e in enumerate((d.get("evidence") or [])[:EVIDENCE_MAX]):
         text = str(e.get("text") or "")[:TEXT_MAX]
         line = f"{e.get('role')} {e.get('time') or '?'} {e.get('node') or '-'} {e.get('ref')}: {text}"
@@ -306,12 +328,15 @@ class LokiExporter:
         self._client = httpx.Client(timeout=timeout_s, headers=headers, auth=auth, transport=transport)
 
     def payload(
-        self, batch: Sequence[DiagnosisRow], push_ns: int | None = None
+        self,
+        batch: Sequence[DiagnosisRow],
+        push_ns: int | None = None,
+        before: Sequence[Delivered | None] | None = None,
     ) -> tuple[bytes, dict[str, str]]:
         grouped: dict[str, tuple[dict[str, str], list[LokiEntry]]] = {}
         push_ns = time.time_ns() if push_ns is None else push_ns
-        for row in batch:
-            labels, entries = diagnosis_entries(row, push_ns, self.labels_limit)
+        for row, earlier in zip(batch, before or [None] * len(batch), strict=True):
+            labels, entries = diagnosis_entries(row, push_ns, self.labels_limit, earlier)
             grouped.setdefault(label_string(labels), (labels, []))[1].extend(entries)
         streams = [(labels, sorted(entries, key=lambda e: e.ts_ns)) for labels, entries in grouped.values()]
         if self.encoding == "json":
@@ -322,7 +347,12 @@ class LokiExporter:
         return encode_protobuf(streams), {"Content-Type": "application/x-protobuf"}
 
     def send(self, batch: Sequence[DiagnosisRow]) -> None:
-        body, headers = self.payload(batch)
+        self.revise([(row, None) for row in batch])
+
+    def revise(self, batch: Sequence[tuple[DiagnosisRow, Delivered | None]]) -> list[str]:
+        """Push each row, saying which earlier verdict of its attempt it supersedes (Loki keeps both
+        entries: it appends, it never replaces)."""
+        body, headers = self.payload([row for row, _ in batch], before=[b for _, b in batch])
         try:
             r = self._client.post(self.url, content=body, headers=headers)
         except httpx.HTTPError as exc:
@@ -332,6 +362,7 @@ class LokiExporter:
             if reason is not None:
                 raise ExportRejected(f"HTTP {r.status_code}: {r.text.strip()[:300]}", reason=reason)
             raise classify_status(r.status_code, r.text, r.headers.get("Retry-After"))
+        return [""] * len(batch)
 
     def close(self) -> None:
         self._client.close()

@@ -5,7 +5,13 @@ in the diagnosis' own transaction, so a diagnosis is never stored without its pe
 a crash between storing and sending loses nothing: the rows are still there at the next start. One
 thread here claims due rows (a lease, so a second replica on the same database skips them), sends
 them, and deletes them once delivered (at least once: Loki drops an identical entry it already
-has, and an annotation may repeat after a crash mid-send).
+has, and an annotation may repeat after a crash mid-send). Replicas sharing PostgreSQL each run
+this thread, but only the one holding the outbox lease delivers (server/leadership.py).
+
+One verdict per attempt: what each exporter delivered for an attempt is kept (a receipt: the
+diagnosis id, its revision and the receiver's id for it), and a `RevisingExporter` gets it with
+the next verdict of that attempt, so a final diagnosis replaces the provisional one it delivered
+(Grafana: the same annotation, updated; Loki: an entry that names the one it supersedes).
 
 Failures, as exporters raise them:
 
@@ -32,13 +38,13 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from hypocenter.errors import InputError, TransientError
 from hypocenter.exporter.activity import Activity
-from hypocenter.store.base import DiagnosisRow, ExportQueue, PendingExport
+from hypocenter.store.base import Delivered, DiagnosisRow, ExportQueue, PendingExport
 
 log = logging.getLogger("hypocenter.outbox")
 
@@ -83,6 +89,19 @@ class Exporter(Protocol):
 
     def send(self, batch: Sequence[DiagnosisRow]) -> None: ...
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class RevisingExporter(Protocol):
+    """An exporter that shows one verdict per attempt: `revise` delivers each row with what was
+    delivered for its attempt before (None the first time), so a final diagnosis replaces the
+    provisional one (Grafana: the same annotation, updated; Loki: an entry that says what it
+    supersedes), and returns the receiver's id for each row ('' when it gives none)."""
+
+    name: str
+    max_batch: int
+
+    def revise(self, batch: Sequence[tuple[DiagnosisRow, Delivered | None]]) -> list[str]: ...
 
 
 @dataclass
@@ -133,8 +152,10 @@ class Outbox:
         max_age_s: float = 6 * 86400.0,
         poll_s: float = 5.0,
         lease_s: float = 60.0,
+        active: Callable[[], bool] | None = None,
     ) -> None:
         self.store = store
+        self._active = active or (lambda: True)  # whether this replica delivers (server/leadership.py)
         self.exporters = list(exporters)
         self.activity = activity
         self.backoff = backoff or Backoff()
@@ -168,7 +189,7 @@ class Outbox:
     def _run(self) -> None:
         while not self._stop.is_set():
             busy = False
-            for exporter in self.exporters:
+            for exporter in self.exporters if self._active() else ():
                 if self._stop.is_set():
                     return
                 try:
@@ -204,8 +225,14 @@ class Outbox:
         return True
 
     def _send(self, exporter: Exporter, rows: list[PendingExport], *, split: bool) -> None:
+        batch = [r.diagnosis for r in rows if r.diagnosis is not None]
         try:
-            exporter.send([r.diagnosis for r in rows if r.diagnosis is not None])
+            if isinstance(exporter, RevisingExporter):
+                before = [self.store.delivered(exporter.name, d.workload, d.attempt) for d in batch]
+                refs = exporter.revise(list(zip(batch, before, strict=True)))
+            else:
+                exporter.send(batch)
+                refs = [""] * len(batch)
         except ExportRejected as exc:
             self.activity.export_failed(exporter.name, "permanent")
             if split and len(rows) > 1:
@@ -248,6 +275,14 @@ class Outbox:
                     "exporter %s recovered after %d failure(s)", exporter.name, self._failures[exporter.name]
                 )
             self._failures[exporter.name] = 0
+            # what the receiver now shows for each attempt, before the rows leave the outbox: a crash
+            # in between sends a row again, and it replaces what it already delivered
+            self.store.record_delivery(
+                [
+                    Delivered(exporter.name, d.workload, d.attempt, d.id, d.revision, ref)
+                    for d, ref in zip(batch, refs, strict=True)
+                ]
+            )
             self.store.finish_exports([r.id for r in rows])
             self.activity.exported(exporter.name, len(rows))
 

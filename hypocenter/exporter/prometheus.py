@@ -58,7 +58,7 @@ from collections import Counter as Tally
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import accumulate
 from typing import Any
-from wsgiref.simple_server import WSGIServer, make_server
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.core import (
@@ -68,7 +68,7 @@ from prometheus_client.core import (
     InfoMetricFamily,
     Metric,
 )
-from prometheus_client.exposition import ThreadingWSGIServer, _SilentHandler
+from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.registry import Collector
 from prometheus_client.samples import Exemplar
 
@@ -459,7 +459,7 @@ class MetricsEndpoint:
         app = make_wsgi_app(self.registry)
         open_connections = threading.BoundedSemaphore(max_connections) if max_connections else None
 
-        class Handler(_SilentHandler):
+        class Handler(WSGIRequestHandler):
             timeout = timeout_s  # socketserver applies it to the connection: a stalled client is dropped
             _cut: threading.Timer | None = None
 
@@ -475,6 +475,9 @@ class MetricsEndpoint:
                 if self._cut is not None:
                     self._cut.cancel()
                 super().finish()
+
+            def log_message(self, format: str, *args: Any) -> None:
+                """Quiet: a scrape is not worth a line on stderr (the server logs what matters)."""
 
             def get_environ(self) -> dict[str, Any]:
                 if self._cut is not None:  # the request has arrived: the answer takes what it takes

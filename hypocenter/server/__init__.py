@@ -1,1 +1,3 @@
-"""The running service: ingest pipeline, triggers, pollers, analysis, compaction, outputs, assembly."""
+"""The running service: ingest pipeline, triggers, pollers, analysis, compaction, outputs.
+
+It never imports the listeners (api/): cli/assembly.py builds both and wires them."""

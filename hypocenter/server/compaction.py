@@ -7,7 +7,7 @@ rules read around them, the stamps unstamped candidates inherit, boot anchors, s
 stream's head and tail) and blanks the text of every other line. The row stays as a tombstone —
 line number, time, dedup key — so line references, coverage counts and idempotent retries are
 exactly what they were, and a stream rebuilt from the store extracts the same events, hence the
-same diagnosis, as the whole stream would (tests/test_compaction.py checks this on every example).
+same diagnosis, as the whole stream would (tests/server/test_compaction.py checks this on every example).
 
 A line arriving later than `compact_after_s` after its neighbours may find its context already
 blanked; that only narrows evidence excerpts, and is why the default horizon is generous.

@@ -3,7 +3,8 @@ is told about (engine/fleet.py holds the logic; this module only wires settings 
 
 A diagnosis made by the server gains a quality reason when the fleet's history bears on it (the GPU
 behind its application-class Xid faulted in other workloads too; its culprit was behind other
-workloads' failures). `hypocenter analyze` on a bundle has no history and stays byte-identical.
+workloads' failures), and a GPU OOM on a node whose GPU memory failed recently becomes ambiguous with
+that hardware cause. `hypocenter analyze` on a bundle has no history and stays byte-identical.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from hypocenter.config import Settings
-from hypocenter.engine.fleet import FleetView, history_note, marks_of
+from hypocenter.engine.fleet import FleetView, ecc_history, history_note, marks_of, tempered
 from hypocenter.engine.topology import Topology, load_topology
 from hypocenter.model import Diagnosis
 from hypocenter.store.base import FleetStore
@@ -65,11 +66,15 @@ def backfill(store: FleetStore, stop: Callable[[], bool] = lambda: False, batch:
 
 
 def with_history(view: FleetView, diagnosis: Diagnosis, now_s: float | None = None) -> Diagnosis:
-    """`diagnosis` with the fleet's history in its quality reasons, or unchanged when there is none."""
+    """`diagnosis` with the fleet's history in its quality reasons, or unchanged when there is none. A GPU
+    OOM on a node whose GPU memory failed recently becomes ambiguous with that hardware candidate."""
     now = time.time() if now_s is None else now_s
-    notes = history_note(
-        view.marks(now), diagnosis.model_dump(mode="json", by_alias=True), now, half_life_s=view.half_life_s
-    )
+    marks = view.marks(now)
+    document = diagnosis.model_dump(mode="json", by_alias=True)
+    ecc = ecc_history(marks, document, now)
+    if ecc is not None:
+        diagnosis = tempered(diagnosis, ecc)
+    notes = history_note(marks, document, now, half_life_s=view.half_life_s)
     new = [n for n in notes if n not in diagnosis.quality.reasons]
     if not new:
         return diagnosis

@@ -19,6 +19,7 @@ from hypocenter.exporter.grafana import GrafanaAnnotations
 from hypocenter.exporter.loki import LokiExporter
 from hypocenter.exporter.outbox import Backoff, Exporter, Outbox
 from hypocenter.exporter.prometheus import HypocenterCollector, MetricsEndpoint
+from hypocenter.server.leadership import OUTBOX
 from hypocenter.server.service import Attribution
 from hypocenter.store.base import DiagnosisRow, Store
 
@@ -73,6 +74,7 @@ class Outputs:
                 service.activity,
                 backoff=Backoff(max_s=settings.export_retry_max_s),
                 max_age_s=settings.export_max_age_s,
+                active=lambda: service.leadership.holds(OUTBOX),  # one replica delivers
             )
             if self.exporters
             else None

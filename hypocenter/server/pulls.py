@@ -20,7 +20,9 @@ Prometheus' from the same names with `PROMETHEUS_`. The sources are the `LokiSou
 the same way.
 
 A failing connector never stops an analysis: its coverage entry says what failed and quality
-drops. A poll that fails is logged and tried again at the next interval.
+drops. A poll that fails is logged and tried again at the next interval. Replicas sharing one
+PostgreSQL each run the pollers, but only the one holding a poller's lease polls
+(server/leadership.py).
 """
 
 from __future__ import annotations
@@ -195,8 +197,10 @@ class _Poller:
         lookback_s: float,
         timeout_s: float,
         store_context: Callable[[Any, list[Source]], bool],
+        active: Callable[[], bool] | None = None,
     ) -> None:
         self.interval = interval_s
+        self._active = active or (lambda: True)  # whether this replica polls (server/leadership.py)
         self.lookback = timedelta(seconds=lookback_s)
         self.policy = RetryPolicy(timeout_s=timeout_s)
         self._store_context = store_context
@@ -218,6 +222,9 @@ class _Poller:
 
     def _loop(self) -> None:
         while not self._stop.is_set():
+            if not self._active():  # another replica polls this scheduler; look again in a while
+                self._stop.wait(min(self.interval, 1.0))
+                continue
             try:
                 self.poll()
             except ConnectorError as exc:
@@ -264,9 +271,14 @@ class SlurmPoller(_Poller):
         settings: Settings,
         store_context: Callable[[Any, list[Source]], bool],
         runner: Runner = run_command,
+        active: Callable[[], bool] | None = None,
     ) -> None:
         super().__init__(
-            settings.slurm_poll_s, settings.slurm_poll_lookback_s, settings.pull_timeout_s, store_context
+            settings.slurm_poll_s,
+            settings.slurm_poll_lookback_s,
+            settings.pull_timeout_s,
+            store_context,
+            active,
         )
         self.rest_url = settings.slurm_rest_url or None
         self.runner = runner
@@ -327,9 +339,14 @@ class KueuePoller(_Poller):
         settings: Settings,
         store_context: Callable[[Any, list[Source]], bool],
         api: KubeAPI | None = None,
+        active: Callable[[], bool] | None = None,
     ) -> None:
         super().__init__(
-            settings.kube_poll_s, settings.kube_poll_lookback_s, settings.pull_timeout_s, store_context
+            settings.kube_poll_s,
+            settings.kube_poll_lookback_s,
+            settings.pull_timeout_s,
+            store_context,
+            active,
         )
         self._api = api
         self._kubeconfig = settings.kubeconfig or None

@@ -48,6 +48,7 @@ from hypocenter.server.arrival import Arrival, Reduced, Scans
 from hypocenter.server.attempts import assemble, summary
 from hypocenter.server.compaction import CompactionReport, compact
 from hypocenter.server.fleet import backfill, fleet_view, with_history
+from hypocenter.server.leadership import KUEUE_POLL, OUTBOX, SLURM_POLL, Leadership
 from hypocenter.server.pulls import KueuePoller, Pulls, SlurmPoller, records_document
 from hypocenter.sources import RecordSource, Source, TextSource, text_lines
 from hypocenter.store.base import DiagnosisFilter, DiagnosisRow, Entry, Point, RecordBlock, Retention, Store
@@ -278,11 +279,22 @@ class Attribution:
         )
         self.pulls = Pulls(settings, self.engine.ruleset)
         self.fleet = fleet_view(settings, store)
+        roles = [OUTBOX]
+        if settings.slurm_poll_s > 0:
+            roles.append(SLURM_POLL)
+        if settings.kube_poll_s > 0:
+            roles.append(KUEUE_POLL)
+        # Replicas on one PostgreSQL: one polls each scheduler and one runs the outbox (leases)
+        self.leadership = Leadership(store, roles, holder=settings.replica_id, lease_s=settings.lease_s)
         self.pollers: list[SlurmPoller | KueuePoller] = []
         if settings.slurm_poll_s > 0:
-            self.pollers.append(SlurmPoller(settings, self.store_scope))
+            self.pollers.append(
+                SlurmPoller(settings, self.store_scope, active=lambda: self.leadership.holds(SLURM_POLL))
+            )
         if settings.kube_poll_s > 0:
-            self.pollers.append(KueuePoller(settings, self.store_scope))
+            self.pollers.append(
+                KueuePoller(settings, self.store_scope, active=lambda: self.leadership.holds(KUEUE_POLL))
+            )
         self._analysis = threading.Lock()
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -294,9 +306,8 @@ class Attribution:
     # ------------------------------------------------------------------------------- lifecycle
 
     def start(self) -> None:
-        for row in self.store.recover_interrupted(time.time(), quarantine.QUARANTINE_AFTER_INTERRUPTIONS):
-            self.activity.analysis_failed("interrupted")
-            log.warning("workload %r attempt %d quarantined: %s", row.workload, row.attempt, row.failure)
+        self.leadership.start()
+        self._recover()
         self._thread = threading.Thread(target=self._loop, name="hypocenter-triggers", daemon=True)
         self._thread.start()
         for poller in self.pollers:
@@ -310,13 +321,24 @@ class Attribution:
         self.queue.close()
         if self._thread is not None:
             self._thread.join(30.0)
+        self.leadership.close()
+
+    def _recover(self) -> None:
+        """Analyses a process died in (at start), or, on a shared store, that a replica which is gone
+        had claimed: counted, and quarantined when it keeps happening (server/quarantine.py)."""
+        shared = self.leadership.shared
+        for row in self.store.recover_interrupted(
+            time.time(), quarantine.QUARANTINE_AFTER_INTERRUPTIONS, live_replicas=shared
+        ):
+            self.activity.analysis_failed("interrupted")
+            log.warning("workload %r attempt %d quarantined: %s", row.workload, row.attempt, row.failure)
 
     def _wake_loop(self) -> None:
         if self.settings.settle_s == 0:
             self._wake.set()
 
     def _loop(self) -> None:
-        last_sweep = 0.0
+        last_sweep = last_recovery = 0.0
         try:  # diagnoses an older hypocenter stored join fleet memory once, before the first trigger
             backfill(self.store, self._stop.is_set)
         except Exception:
@@ -328,6 +350,9 @@ class Attribution:
                 return
             now = time.time()
             try:
+                if self.leadership.shared and now - last_recovery >= self.settings.lease_s:
+                    self._recover()  # claims of replicas that are gone
+                    last_recovery = now
                 for row in self.store.attempts_due(now, self.settings.settle_s, self.settings.idle_timeout_s):
                     if self._stop.is_set():
                         return
@@ -364,20 +389,22 @@ class Attribution:
         self, workload: str, attempt: int, client: Mapping[str, str] | None = None
     ) -> tuple[Diagnosis, bool]:
         """Analyse now (the explicit trigger, by `client`). Returns the diagnosis and whether it is provisional."""
-        out = self._analyze_row(workload, attempt, client)
+        out = self._analyze_row(workload, attempt, client, explicit=True)
         if out is None:
             raise UnknownAttempt(f"no data and no scope for workload {workload!r} attempt {attempt}")
         return out
 
     def _analyze_row(
-        self, workload: str, attempt: int, client: Mapping[str, str] | None = None
+        self, workload: str, attempt: int, client: Mapping[str, str] | None = None, *, explicit: bool = False
     ) -> tuple[Diagnosis, bool] | None:
         with self._analysis:
             row = self.store.attempt(workload, attempt)
             if row is None:
                 return None
-            started = time.time()
-            self.store.mark_analysing(row.id, started)
+            claimed = self._claim(row.id, wait=explicit)
+            if claimed is None:
+                return None  # another replica is analysing it: its verdict is stored for all
+            started = claimed
             try:
                 inp = assemble(
                     self.store,
@@ -436,6 +463,24 @@ class Attribution:
         )
         self._publish(diagnosis.id)
         return diagnosis, provisional
+
+    def _claim(self, attempt_id: int, *, wait: bool) -> float | None:
+        """Claim the attempt's analysis for this replica; returns when (the analysis reads the store
+        from then on). Another replica's analysis under way: None, or, for an explicit request
+        (`wait`), this replica's own once that one is over (the request is answered with a verdict)."""
+        holder = self.leadership.holder
+        deadline = time.monotonic() + self.settings.lease_s * 4
+        while True:
+            now = time.time()
+            if self.store.claim_analysis(attempt_id, holder, now, due_only=not wait):
+                return now
+            if not wait or self._stop.is_set():
+                return None
+            if time.monotonic() > deadline:
+                raise TransientError(
+                    f"replica {self.store.analysing_by(attempt_id)} is analysing this attempt: try again"
+                )
+            time.sleep(0.05)
 
     def analyze_context(
         self, context: AttemptContext, diagnosis: Diagnosis, client: Mapping[str, str] | None = None

@@ -3,8 +3,9 @@
     IngestStore     accepted records (`Entry`, `Point`) and attempts: ingest, compaction, assembly
     DiagnosisStore  the diagnoses made, for the APIs and /metrics
     FleetStore      what each final diagnosis says about nodes, GPUs and ports (engine/fleet.py)
-    ExportQueue     the outbox of diagnoses to deliver to Loki / Grafana
-    Store           all three, plus retention (`sweep`), `stats` and `close`: what the server opens
+    ExportQueue     the outbox of diagnoses to deliver to Loki / Grafana, and what each delivered
+    Coordination    leases and analysis claims of replicas sharing the store
+    Store           all of them, plus retention (`sweep`), `stats` and `close`: what the server opens
 
 Implementations: store/sqlite.py (`SQLiteStore(":memory:")` is the in-memory double of the whole),
 store/postgres.py; store/memory.py has in-memory doubles of single roles (`InMemoryDiagnoses` for
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from hypocenter.errors import InputError
+from hypocenter.fleet_mark import FleetMark as FleetMark  # re-exported: the stores name it from here
 
 
 @dataclass(slots=True)
@@ -218,6 +220,20 @@ class PendingExport:
     diagnosis: DiagnosisRow | None
 
 
+@dataclass(frozen=True, slots=True)
+class Delivered:
+    """What an exporter delivered last for an attempt: the verdict (id and revision) and the receiver's
+    id for it (`ref`: a Grafana annotation id; '' when the receiver gives none), so that a later
+    verdict of the attempt replaces it instead of standing beside it."""
+
+    exporter: str
+    workload: str
+    attempt: int
+    diagnosis_id: str
+    revision: int
+    ref: str = ""
+
+
 @dataclass(slots=True)
 class DiagnosisFacts:
     """What /metrics aggregates over recent diagnoses (no body)."""
@@ -229,37 +245,6 @@ class DiagnosisFacts:
     subdomain: str | None
     culprits: list[str]
     components: list[tuple[str, str, str]]  # (node, kind, id) of the root cause, e.g. a GPU or a port
-
-
-@dataclass(frozen=True, slots=True)
-class FleetMark:
-    """One thing a final diagnosis says about the fleet's hardware (engine/fleet.py makes and reads them)."""
-
-    diagnosis_id: str
-    workload: str
-    attempt: int
-    cluster: str | None
-    time_s: float
-    role: str  # culprit (the root cause) | candidate (of an ambiguous verdict) | app_xid
-    kind: str  # node | gpu | port
-    node: str
-    component: str  # GPU PCI id / UUID, or host port; "" for a node
-    domain: str
-    subdomain: str
-    rule: str
-    detail: str  # the Xid code of an app_xid mark
-
-    def sort_key(self) -> tuple[float, str, str, str, str, str, str, str]:
-        return (
-            self.time_s,
-            self.diagnosis_id,
-            self.role,
-            self.kind,
-            self.node,
-            self.component,
-            self.rule,
-            self.detail,
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -404,7 +389,9 @@ class IngestStore(Protocol):
     # quarantine of poison attempts (server/quarantine.py)
     def mark_analysing(self, attempt_id: int, since: float | None) -> None: ...
     def fail_analysis(self, attempt_id: int, reason: str, now: float, analyzed_from: float) -> None: ...
-    def recover_interrupted(self, now: float, quarantine_after: int) -> list[AttemptRow]: ...
+    def recover_interrupted(
+        self, now: float, quarantine_after: int, live_replicas: bool = False
+    ) -> list[AttemptRow]: ...
     def failed_attempts(self, limit: int) -> list[AttemptRow]: ...
 
 
@@ -445,9 +432,24 @@ class ExportQueue(Protocol):
     def finish_exports(self, ids: Sequence[int]) -> None: ...
     def retry_exports(self, ids: Sequence[int], due: float, error: str) -> None: ...
     def export_backlog(self) -> dict[str, tuple[int, float]]: ...
+    def delivered(self, exporter: str, workload: str, attempt: int) -> Delivered | None: ...
+    def record_delivery(self, receipts: Sequence[Delivered]) -> None: ...
 
 
-class Store(IngestStore, DiagnosisStore, FleetStore, ExportQueue, Protocol):
+class Coordination(Protocol):
+    """What replicas sharing the store agree on through it (store/coordination.py): leases and claims.
+    `shared` is False for a store one process uses (SQLite): then every lease is that process'."""
+
+    shared: bool
+
+    def acquire_lease(self, name: str, holder: str, now: float, ttl_s: float) -> bool: ...
+    def release_lease(self, name: str, holder: str) -> None: ...
+    def lease_holder(self, name: str, now: float) -> str | None: ...
+    def claim_analysis(self, attempt_id: int, holder: str, now: float, *, due_only: bool = False) -> bool: ...
+    def analysing_by(self, attempt_id: int) -> str | None: ...
+
+
+class Store(IngestStore, DiagnosisStore, FleetStore, ExportQueue, Coordination, Protocol):
     """What the server needs from a store: all three roles, retention and housekeeping.
     Every method is safe to call from any thread."""
 

@@ -7,7 +7,7 @@
     diagnoses = InMemoryDiagnoses(exporters=("loki",))
     Outbox(diagnoses.exports, [LokiExporter(url)], Activity())     # exporter/outbox.py
 
-They behave like `SQLiteStore` on the methods they implement (tests/test_store_doubles.py runs the
+They behave like `SQLiteStore` on the methods they implement (tests/store/test_doubles.py runs the
 same calls on both), the way OTel's `InMemorySpanExporter` stands in for an exporter. What lies
 outside their roles they do not do: `put_diagnosis` takes any `attempt_id` and keeps no attempt
 rows (no dirty flag, no quarantine); nothing is removed by age (no `sweep`); `fleet_pending` is
@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from hypocenter.store.base import (
+    Delivered,
     DiagnosisFacts,
     DiagnosisFilter,
     DiagnosisRow,
@@ -56,6 +57,7 @@ class InMemoryExportQueue:
     def __init__(self, lookup: Callable[[str], DiagnosisRow | None], exporters: Sequence[str] = ()) -> None:
         self.exporters: tuple[str, ...] = tuple(exporters)
         self.rows: dict[int, QueuedExport] = {}  # by id; a test may age a row by editing it
+        self.receipts: dict[tuple[str, str, int], Delivered] = {}  # (exporter, workload, attempt)
         self._lookup = lookup
         self._next_id = 1
         self._lock = threading.RLock()
@@ -113,6 +115,15 @@ class InMemoryExportQueue:
                 count, oldest = out.get(r.exporter, (0, r.created))
                 out[r.exporter] = (count + 1, min(oldest, r.created))
             return out
+
+    def delivered(self, exporter: str, workload: str, attempt: int) -> Delivered | None:
+        with self._lock:
+            return self.receipts.get((exporter, workload, attempt))
+
+    def record_delivery(self, receipts: Sequence[Delivered]) -> None:
+        with self._lock:
+            for d in receipts:
+                self.receipts[(d.exporter, d.workload, d.attempt)] = d
 
 
 @dataclass(slots=True)

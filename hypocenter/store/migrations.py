@@ -225,5 +225,27 @@ MIGRATIONS: tuple[Migration, ...] = tuple(
     CREATE INDEX diagnoses_list ON diagnoses (window_end_ns $DESC_NULLS_LAST, id, outcome, domain, cluster,
                                               workload, window_start_ns, provisional);
     """,
+        # 13: replicas on one PostgreSQL act once (server/leadership.py): a lease per role (a scheduler poll,
+        # the outbox) and per live replica; an analysis is claimed by its replica; what each exporter
+        # delivered for an attempt, so a later verdict replaces it (the Grafana annotation's id)
+        """
+    CREATE TABLE leases (
+        name $TEXT PRIMARY KEY,                -- outbox | poll:slurm | poll:kueue | replica:<holder>
+        holder $TEXT NOT NULL,
+        expires $REAL NOT NULL                 -- wall clock, renewed by the holder well before
+    );
+    ALTER TABLE attempts ADD COLUMN analysing_by $TEXT;  -- the replica analysing it (with analysing_since)
+    CREATE INDEX attempts_analysing ON attempts (analysing_by) WHERE analysing_since IS NOT NULL;
+    CREATE TABLE export_receipts (
+        exporter $TEXT NOT NULL,
+        workload $TEXT NOT NULL,
+        attempt $INTEGER NOT NULL,
+        diagnosis_id $TEXT NOT NULL,           -- the verdict delivered last for the attempt
+        revision $INTEGER NOT NULL,
+        ref $TEXT NOT NULL,                    -- the receiver's id for it (a Grafana annotation id), '' if none
+        delivered $REAL NOT NULL,
+        PRIMARY KEY (exporter, workload, attempt)
+    );
+    """,
     )
 )

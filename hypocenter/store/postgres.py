@@ -5,7 +5,7 @@
 
 Every query and every migration is `SQLiteStore`'s, written once with store/sql.py: this class
 brings its own connection and runs each statement's PostgreSQL text (`Statement.postgres`), so the
-two stores cannot drift apart in behaviour; tests/test_store_contract.py runs one contract against
+two stores cannot drift apart in behaviour; tests/store/test_contract.py runs one contract against
 both. How the dialects differ, and how the statements deal with it:
 
 - SQL both take, written that way in store/sqlite.py: `INSERT … ON CONFLICT DO NOTHING` (never
@@ -114,6 +114,8 @@ class _Connection:
 
 class PostgresStore(SQLiteStore):
     """SQLiteStore's queries over one PostgreSQL connection (behind a lock, like SQLite's)."""
+
+    shared = True  # several replicas may use the database at once (store/coordination.py)
 
     def __init__(self, url: str) -> None:  # SQLiteStore.__init__ opens a file: not called
         try:

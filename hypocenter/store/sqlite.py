@@ -56,6 +56,7 @@ from hypocenter.store.base import (
     StreamKey,
     StreamLine,
 )
+from hypocenter.store.coordination import REPLICA_LEASE, Coordination
 from hypocenter.store.migrations import MIGRATIONS
 from hypocenter.store.sql import json_text, placeholders, sql
 
@@ -83,7 +84,7 @@ _LOG_LINE = (
 _ASSEMBLED = " AND e.kind IN ('text', 'gap', 'doc')"
 
 
-class SQLiteStore:
+class SQLiteStore(Coordination):
     """The embedded store. One connection behind a lock: SQLite has one writer at a time anyway."""
 
     def __init__(self, path: str | Path, *, synchronous: str = "FULL") -> None:
@@ -762,16 +763,21 @@ class SQLiteStore:
                 (reason, now, analyzed_from, attempt_id),
             )
 
-    def recover_interrupted(self, now: float, quarantine_after: int) -> list[AttemptRow]:
+    def recover_interrupted(
+        self, now: float, quarantine_after: int, live_replicas: bool = False
+    ) -> list[AttemptRow]:
         """At start: attempts whose analysis a previous process died in. Each is counted; one that
         has now been interrupted `quarantine_after` times in a row is failed (not due) with the
-        reason. Returns the attempts quarantined now."""
+        reason. Returns the attempts quarantined now. `live_replicas` (a shared store): only the
+        analyses of replicas that no longer hold their lease (store/coordination.py) were interrupted."""
         with self._tx() as db:
             db.execute(
                 sql(
                     "UPDATE attempts SET interrupted=interrupted+1, analysing_since=NULL"
-                    " WHERE analysing_since IS NOT NULL"
-                )
+                    " WHERE analysing_since IS NOT NULL AND (? = 0 OR analysing_by IS NULL OR NOT EXISTS"
+                    " (SELECT 1 FROM leases WHERE leases.name = ? || attempts.analysing_by AND leases.expires > ?))"
+                ),
+                (int(live_replicas), REPLICA_LEASE, now),
             )
             ids = [
                 r[0]

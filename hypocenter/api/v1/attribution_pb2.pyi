@@ -7,7 +7,7 @@ A diagnosis travels as the diagnosis JSON (contract 3 of docs/design.md) (schema
 byte for byte what REST returns for it, plus the few fields it is indexed and filtered by. The
 JSON is the contract; the typed fields are for routing without parsing it.
 
-Regenerate the Python modules next to this file after any change (tests/test_grpc_api.py fails
+Regenerate the Python modules next to this file after any change (tests/api/test_grpc_api.py fails
 until the committed ones match):
 
   python -m grpc_tools.protoc -I . --python_out=. --mypy_out=. --grpc_python_out=. \\

@@ -3,7 +3,7 @@
 The registry is an explicit dict, name → "module:Class", resolved lazily so that importing the
 package never imports httpx clients or subprocess code it will not use. Third parties register
 through the `hypocenter.connectors` entry-point group (a value `package.module:Class`); a built-in
-name cannot be overridden. tests/test_connector_registry.py checks every module of this package is
+name cannot be overridden. tests/collector/test_connector_registry.py checks every module of this package is
 either registered here or listed in SUPPORT_MODULES.
 """
 

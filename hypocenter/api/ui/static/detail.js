@@ -26,9 +26,21 @@ function verdict(d, provisional) {
       ["Components", rc?.components?.length ? h("span", {}, rc.components.map(component)) : null],
       ["First seen", rc?.first_seen ? h("span", { class: "mono" }, fmtTime(rc.first_seen)) : null],
       ["Rule", rc?.rule ? h("code", {}, rc.rule) : null],
+      ["First failure", firstFailure(d.first_failure)],
       ["Quality", h("span", {}, h("span", { class: `badge q-${q.level}` }, q.level),
         q.reasons.length ? h("ul", { class: "reasons" }, q.reasons.map((r) => h("li", {}, r))) : h("span", { class: "muted" }, " no reservations"))],
     ]));
+}
+
+// Where an abstaining diagnosis says the failure began: the first process to fail, how, and what to check.
+function firstFailure(ff) {
+  if (!ff) return null;
+  const who = [ff.rank !== null && ff.rank !== undefined ? `rank ${ff.rank}` : "a process", ff.node ? ` on ${ff.node}` : ""].join("");
+  const how = ff.signal ? `killed by ${ff.signal}` : ff.exit_code !== null && ff.exit_code !== undefined ? `exit code ${ff.exit_code}` : "failed";
+  return h("span", { class: "first-failure" },
+    ff.node ? nodeLink(ff.node) : null, h("span", {}, ` ${who} · ${how}`),
+    ff.time ? h("span", { class: "mono muted" }, ` · ${fmtTime(ff.time)}`) : null,
+    ff.next_step ? h("div", { class: "small" }, ff.next_step) : null);
 }
 
 function attemptCard(d, cfg) {
@@ -70,7 +82,9 @@ function candidates(d) {
   if (!d.candidates?.length) return null;
   return h("section", { class: "card", "aria-labelledby": "cand-h" },
     h("h2", { id: "cand-h" }, `Candidates (${d.candidates.length})`),
-    h("p", { class: "muted" }, "Several causes fit and none explains the others; each is listed with its own action."),
+    h("p", { class: "muted" }, d.outcome === "unattributed"
+      ? "No cause could be attributed. These are the causes weighed, most likely first, each with the lines it rests on (evidence trail) and why it falls short."
+      : "Several causes fit and none explains the others; each is listed with its own action."),
     h("ol", { class: "candidates" }, d.candidates.map((c) => h("li", {},
       h("strong", {}, `${c.domain} / ${c.subdomain}`), " on ", joinNodes(c.nodes),
       c.action ? h("span", { class: "action" }, c.action.replaceAll("_", " ")) : null,

@@ -1,0 +1,127 @@
+"""One replica acts where acting twice would be wrong: the scheduler polls and the outbox.
+
+Every replica runs the Slurm and Kueue pollers and the outbox thread, but each of those asks
+`Leadership.holds(role)` before a round, and only the replica holding the role's lease in the shared
+database goes on. A lease is a row (store/coordination.py: holder + expiry) that its holder renews
+every third of `lease_s`; when the holder dies or loses the database, the lease expires and another
+replica takes it at its next renewal, so a role is vacant for at most `lease_s` plus a third.
+The thread also keeps this replica's own `replica:<holder>` lease, by which the others know that
+its analysis claims are live (an analysis claimed by a replica that is gone is counted as
+interrupted and taken back: `Store.recover_interrupted`).
+
+On a store that one process uses (SQLite: `store.shared` is False) every role is this process'
+from the start and nothing is written. A replica that stops cleanly gives its leases up at once.
+Each change (taken, lost, the database unreachable and back) is logged once, not per renewal.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable, Sequence
+
+from hypocenter.store.base import Coordination
+from hypocenter.store.coordination import REPLICA_LEASE
+
+log = logging.getLogger("hypocenter.server")
+
+OUTBOX = "outbox"
+SLURM_POLL = "poll:slurm"
+KUEUE_POLL = "poll:kueue"
+
+
+def default_holder() -> str:
+    """This process among the replicas: host name (the pod's, in Kubernetes) and process id."""
+    return f"{socket.gethostname()}/{os.getpid()}"
+
+
+class Leadership:
+    """The roles this replica holds; `start()` the renewal thread, `close()` gives them up."""
+
+    def __init__(
+        self,
+        store: Coordination,
+        roles: Sequence[str],
+        *,
+        holder: str = "",
+        lease_s: float = 15.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.store = store
+        self.roles = tuple(roles)
+        self.holder = holder or default_holder()
+        self.lease_s = lease_s
+        self.clock = clock
+        self.shared = bool(store.shared)
+        self._held: set[str] = set() if self.shared else set(self.roles)
+        self._until = float("inf") if not self.shared else 0.0  # the leases last renewed run until then
+        self._reachable = True
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def holds(self, role: str) -> bool:
+        """True while this replica holds `role`'s lease (a paused process that missed its renewals
+        does not act on a lease that has expired meanwhile)."""
+        with self._lock:
+            return role in self._held and self.clock() < self._until
+
+    def held(self) -> list[str]:
+        with self._lock:
+            return sorted(self._held) if self.clock() < self._until else []
+
+    def start(self) -> None:
+        if not self.shared:
+            return
+        self.renew()
+        self._thread = threading.Thread(target=self._run, name="hypocenter-leases", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(self.lease_s)
+        if not self.shared:
+            return
+        with self._lock:
+            held, self._held = self._held, set()
+        for name in [*sorted(held), REPLICA_LEASE + self.holder]:
+            try:
+                self.store.release_lease(name, self.holder)
+            except Exception:  # the database is away: the lease expires by itself
+                break
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.lease_s / 3):
+            self.renew()
+
+    def renew(self) -> None:
+        """One round: keep this replica's lease, then take or renew each role's."""
+        now = self.clock()
+        got: set[str] = set()
+        try:
+            self.store.acquire_lease(REPLICA_LEASE + self.holder, self.holder, now, self.lease_s)
+            for role in self.roles:
+                if self.store.acquire_lease(role, self.holder, now, self.lease_s):
+                    got.add(role)
+        except Exception as exc:  # the database is away: act on nothing until it is back
+            if self._reachable:
+                log.warning(
+                    "leases: the store is unreachable, this replica stops polling and exporting: %s", exc
+                )
+            self._reachable = False
+            got = set()
+        else:
+            if not self._reachable:
+                log.info("leases: the store is reachable again")
+            self._reachable = True
+        with self._lock:
+            before, self._held = self._held, got
+            self._until = now + self.lease_s
+        for role in sorted(got - before):
+            log.info("replica %s took the %s lease", self.holder, role)
+        for role in sorted(before - got):
+            log.warning("replica %s no longer holds the %s lease", self.holder, role)
