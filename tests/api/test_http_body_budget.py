@@ -10,7 +10,10 @@ import socket
 import threading
 from pathlib import Path
 
+import pytest
 from server_support import ServerProcess
+
+pytestmark = pytest.mark.slow
 
 MIB = 1 << 20
 ATTACKERS = 16

@@ -18,9 +18,11 @@ from pathlib import Path
 import httpx
 import pytest
 from server_support import REPO, clean_env, terminate
-from test_auth import settings
 
-from hypocenter.server.assembly import Server, serve_in_thread
+from hypocenter.cli.assembly import Server, serve_in_thread
+from tests.api.test_auth import settings
+
+pytestmark = pytest.mark.slow
 
 
 def _host_port(address: str) -> tuple[str, int]:

@@ -9,10 +9,12 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from test_auth import settings
 
 from hypocenter import limits
-from hypocenter.server.assembly import Server, serve_in_thread
+from hypocenter.cli.assembly import Server, serve_in_thread
+from tests.api.test_auth import settings
+
+pytestmark = pytest.mark.slow
 
 BOUND = 1000
 

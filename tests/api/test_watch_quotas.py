@@ -9,11 +9,13 @@ from typing import Any
 
 import grpc
 import pytest
-from test_auth import settings
 
 from hypocenter.api.v1 import attribution_pb2 as pb
 from hypocenter.api.v1 import attribution_pb2_grpc as pb_grpc
-from hypocenter.server.assembly import Server, serve_in_thread
+from hypocenter.cli.assembly import Server, serve_in_thread
+from tests.api.test_auth import settings
+
+pytestmark = pytest.mark.slow
 
 READERS = [f"reader-{i}-token-0123456789abcdef" for i in range(3)]
 

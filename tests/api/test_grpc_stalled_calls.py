@@ -13,12 +13,14 @@ from typing import Any
 import grpc
 import pytest
 from pki_support import CA
-from test_auth import bearer, settings, tokens_file
-from test_tls import _export_grpc
 
 from hypocenter.api.v1 import attribution_pb2 as pb
 from hypocenter.api.v1 import attribution_pb2_grpc as pb_grpc
-from hypocenter.server.assembly import Server, serve_in_thread
+from hypocenter.cli.assembly import Server, serve_in_thread
+from tests.api.test_auth import bearer, settings, tokens_file
+from tests.api.test_tls import _export_grpc
+
+pytestmark = pytest.mark.slow
 
 EXPORT = "/opentelemetry.proto.collector.logs.v1.LogsService/Export"
 LIST = "/hypocenter.v1.Attribution/ListDiagnoses"

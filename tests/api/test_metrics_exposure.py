@@ -15,9 +15,11 @@ from pathlib import Path
 import httpx
 import pytest
 from server_support import REPO, clean_env, terminate
-from test_auth import TOKENS, bearer, settings, tokens_file
 
-from hypocenter.server.assembly import serve_in_thread
+from hypocenter.cli.assembly import serve_in_thread
+from tests.api.test_auth import TOKENS, bearer, settings, tokens_file
+
+pytestmark = pytest.mark.slow
 
 ADDRESS = "10.200.0.1"  # not loopback to hypocenter; reachable only inside the namespace
 

@@ -6,14 +6,15 @@ frame them."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from server_support import EXAMPLES, ServerProcess
 
-from bench.ui_screenshots import CHROMIUM, VIEWPORT, bundle_tar, launch_chromium
+from bench.ui_screenshots import VIEWPORT, bundle_tar
+
+pytestmark = pytest.mark.slow
 
 PAGES = ["/ui/", "/ui/static/app.js", "/docs", "/redoc", "/v1/diagnoses", "/healthz"]
 
@@ -46,17 +47,6 @@ def test_every_answer_forbids_framing_and_sniffing(server: ServerProcess, path: 
         assert "'unsafe-inline'" not in script and "'unsafe-eval'" not in script
 
 
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    if not Path(CHROMIUM).is_file():
-        pytest.skip(f"{CHROMIUM} is missing (Debian package `chromium`; .ci/run installs it)")
-    sync_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright (the test extra)")
-    with sync_api.sync_playwright() as pw:
-        b = launch_chromium(pw)
-        yield b
-        b.close()
-
-
 def _watched(browser: Any) -> tuple[Any, list[str]]:
     page = browser.new_page(viewport=VIEWPORT)
     refused: list[str] = []
@@ -65,6 +55,7 @@ def _watched(browser: Any) -> tuple[Any, list[str]]:
     return page, refused
 
 
+@pytest.mark.chromium
 def test_pages_work_under_their_policy(server: ServerProcess, browser: Any) -> None:
     page, refused = _watched(browser)
     page.goto(f"{server.base}/ui/")
@@ -82,6 +73,7 @@ def test_pages_work_under_their_policy(server: ServerProcess, browser: Any) -> N
     page.close()
 
 
+@pytest.mark.chromium
 def test_another_site_cannot_frame_the_ui(server: ServerProcess, browser: Any) -> None:
     page, refused = _watched(browser)
     page.set_content(f'<iframe src="{server.base}/ui/" width="800" height="600"></iframe>')
