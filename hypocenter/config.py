@@ -190,6 +190,12 @@ class Settings(BaseSettings):
         ge=1,
         description="log records + metric points in one OTLP request (more: 413 / RESOURCE_EXHAUSTED)",
     )
+    max_attributes_per_request: int = Field(
+        DEFAULT_LIMITS.max_attributes_per_request,
+        ge=1,
+        description="attributes (key-value pairs, nested ones included) of one OTLP/JSON request, "
+        "counted before it is parsed (more: 413)",
+    )
     max_concurrent_decodes: int = Field(
         DEFAULT_LIMITS.max_concurrent_decodes,
         ge=1,
@@ -442,7 +448,9 @@ class Settings(BaseSettings):
         "(anyone who reaches a port may do anything); logs a warning at start",
     )
     metrics_auth: bool = Field(
-        False, description="/metrics asks for a token with the read role like the REST API"
+        False,
+        description="/metrics asks for a token with the read role like the REST API, on loopback too "
+        "(off loopback it always does when tokens or client certificates are configured)",
     )
     tls_cert_file: str = Field(
         "",
@@ -495,6 +503,52 @@ class Settings(BaseSettings):
         description="a gRPC connection is closed after this long, "
         "its RPCs given 30 s to finish (0 = no limit; WatchDiagnoses reconnect)",
     )
+    # Listener limits (api/listener_limits.py; docs/security.md "Listener limits").
+    grpc_receive_timeout_s: float = Field(
+        30.0,
+        gt=0,
+        description="a gRPC call whose request message has not arrived this long after its "
+        "credentials were accepted is cancelled (a call without valid credentials is refused at once)",
+    )
+    grpc_max_concurrent_rpcs: int = Field(
+        1000,
+        ge=0,
+        description="gRPC calls in progress or waiting for a worker, all connections together; "
+        "more are refused RESOURCE_EXHAUSTED at once (0 = no limit)",
+    )
+    grpc_max_streams_per_connection: int = Field(
+        100, ge=1, description="concurrent gRPC calls (HTTP/2 streams) one connection may open"
+    )
+    http_request_deadline_s: float = Field(
+        60.0,
+        gt=0,
+        description="an HTTP request's headers and body must all arrive within this, however steadily "
+        "they trickle in (counted from its first byte); then the connection is closed",
+    )
+    http_max_connections: int = Field(
+        1000,
+        ge=1,
+        description="open HTTP connections (REST, OTLP/HTTP, UI) in all; more are answered 503 and "
+        "closed at once. Kept to at most half the process' open-file limit",
+    )
+    http_max_connections_per_client: int = Field(
+        128,
+        ge=1,
+        description="open HTTP connections from one client address (behind a proxy or load balancer "
+        "that does not keep the client's address, raise it to http_max_connections)",
+    )
+    metrics_max_connections: int = Field(
+        64,
+        ge=1,
+        description="open /metrics connections (each holds a thread); more are answered 503 and "
+        "closed. http_request_deadline_s applies to /metrics requests too",
+    )
+    http_body_budget_bytes: int = Field(
+        256 << 20,
+        ge=1024,
+        description="request body bytes held by all HTTP requests in progress together (at least "
+        "max_message_bytes); a request that does not fit is answered 503 with Retry-After",
+    )
     watch_max_per_client: int = Field(
         2,
         ge=1,
@@ -518,6 +572,15 @@ class Settings(BaseSettings):
         if v and not is_http_url(v):
             raise ValueError(f"{v!r} is not an http:// or https:// URL (e.g. http://loki:3100)")
         return v
+
+    @model_validator(mode="after")
+    def _budget_holds_a_message(self) -> Settings:
+        if self.http_body_budget_bytes < self.max_message_bytes:
+            raise ValueError(
+                f"http_body_budget_bytes ({self.http_body_budget_bytes}) must be at least max_message_bytes "
+                f"({self.max_message_bytes}): the largest request must fit in it"
+            )
+        return self
 
     @model_validator(mode="after")
     def _metadata_needs_selector(self) -> Settings:

@@ -10,6 +10,8 @@ RESOURCE_EXHAUSTED, and the analysis loop records as the attempt's failure (neve
     max_ranks_per_attempt        262,144      ranks named by an attempt's rank map (all nodes together)
     max_nodes_per_attempt        65,536       nodes of an attempt, and hosts of one Slurm hostlist
     max_records_per_request      65,536       log records + metric points of one OTLP export request
+    max_attributes_per_request   131,072      attributes (key-value pairs, nested ones too) of one
+                                              OTLP/JSON request, counted before it is parsed
     max_concurrent_decodes       4            OTLP requests decompressed and decoded at the same time
     bundle_max_members           10,000       entries of an uploaded bundle archive
     bundle_max_member_bytes      256 MiB      one file of a bundle, after any decompression
@@ -48,6 +50,7 @@ class Limits:
     max_ranks_per_attempt: int = 1 << 18
     max_nodes_per_attempt: int = 1 << 16
     max_records_per_request: int = 1 << 16
+    max_attributes_per_request: int = 1 << 17
     max_concurrent_decodes: int = 4
     bundle_max_members: int = 10_000
     bundle_max_member_bytes: int = 256 * MIB

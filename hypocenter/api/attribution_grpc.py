@@ -12,7 +12,10 @@ request), UNAVAILABLE (store trouble: retry), RESOURCE_EXHAUSTED (too many watch
 too slow to keep up).
 
 A watch holds one of the server's gRPC worker threads for as long as it is open, so at most half
-of `grpc_workers` watches run at once: OTLP exports always have threads left.
+of `grpc_workers` watches run at once: OTLP exports always have threads left. One client (token,
+certificate, or address when anonymous) holds at most `watch_max_per_client` of them, and the last
+quarter of the slots (at least one) only goes to a client holding none, so a third client still
+gets a watch when two have opened all they may.
 
 This module translates between protobuf and the service; it holds no state of its own but the
 watchers' queues.
@@ -138,7 +141,7 @@ class AttributionGrpc(pb_grpc.AttributionServicer):
         self.service = service
         self.max_watchers = max_watchers
         self.max_per_client = max_per_client
-        self._watchers = threading.BoundedSemaphore(max_watchers) if max_watchers > 0 else None
+        self.reserved = max(1, max_watchers // 4)  # slots only a client holding no watch may take
         self._per_client: Counter[str] = Counter()
         self._per_client_lock = threading.Lock()
 
@@ -237,30 +240,35 @@ class AttributionGrpc(pb_grpc.AttributionServicer):
         self, request: pb.WatchDiagnosesRequest, context: grpc.ServicerContext
     ) -> Iterator[pb.Diagnosis]:
         client = _client_key(context)
-        with self._per_client_lock:
-            mine = self._per_client[client] < self.max_per_client
-            if mine:
-                self._per_client[client] += 1
-        if not mine:
-            context.abort(
-                grpc.StatusCode.RESOURCE_EXHAUSTED,
-                f"at most {self.max_per_client} watches per client at once (watch_max_per_client)",
-            )
+        refusal = self._take_watch(client)
+        if refusal is not None:
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, refusal)
         try:
-            if self._watchers is None or not self._watchers.acquire(blocking=False):
-                context.abort(
-                    grpc.StatusCode.RESOURCE_EXHAUSTED,
-                    f"at most {self.max_watchers} watches at once (half of grpc_workers)",
-                )
-            try:
-                yield from self._watch(request, context)
-            finally:
-                self._watchers.release()
+            yield from self._watch(request, context)
         finally:
             with self._per_client_lock:
                 self._per_client[client] -= 1
                 if self._per_client[client] <= 0:
                     del self._per_client[client]
+
+    def _take_watch(self, client: str) -> str | None:
+        """Count a watch in for `client`, or say why not. A client already holding one may open another
+        only while more than `reserved` slots stay free: the last ones are kept for clients holding
+        none, so a few clients cannot take every slot."""
+        with self._per_client_lock:
+            held = self._per_client[client]
+            free = self.max_watchers - sum(self._per_client.values())
+            if held >= self.max_per_client:
+                return f"at most {self.max_per_client} watches per client at once (watch_max_per_client)"
+            if free <= 0:
+                return f"at most {self.max_watchers} watches at once (half of grpc_workers)"
+            if held and free <= self.reserved:
+                return (
+                    f"the last {self.reserved} of {self.max_watchers} watch slots are kept for clients "
+                    "holding no watch: close one of yours first"
+                )
+            self._per_client[client] += 1
+            return None
 
     def _watch(
         self, request: pb.WatchDiagnosesRequest, context: grpc.ServicerContext

@@ -3,7 +3,8 @@
 Roles (docs/security.md has the table):
 
     ingest   OTLP export (collectors)
-    read     REST and gRPC reads: diagnoses, attempts, WatchDiagnoses; /metrics when metrics_auth is on
+    read     REST and gRPC reads: diagnoses, attempts, WatchDiagnoses; /metrics off loopback, or when
+             metrics_auth is on
     admin    everything that changes or triggers: bundle uploads, PUT attempts, analyze, POST /v1/scopes;
              admin implies read and ingest
 
@@ -39,19 +40,18 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import grpc
-from google.protobuf import json_format
-from google.rpc import code_pb2, status_pb2
-from starlette.responses import Response
+from google.rpc import code_pb2
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from hypocenter import strict_yaml
-from hypocenter.api.problems import problem
+from hypocenter.api.listener_limits import ReceiveDeadlines
+from hypocenter.api.problems import OTLP_PATHS, refusal
 from hypocenter.config import Settings, listen_address
 from hypocenter.errors import InputError, RefusedCaller
 
@@ -314,24 +314,41 @@ def grpc_cert_cn(context: grpc.ServicerContext) -> str | None:
 
 
 class GrpcAuth(grpc.ServerInterceptor):  # type: ignore[type-arg]
-    """Checks every RPC's credentials before its handler runs; the handler sees `current` set."""
+    """Checks every RPC's credentials before its handler runs, and before its request message is read;
+    the handler sees `current` set.
 
-    def __init__(self, auth: Authenticator) -> None:
+    grpcio's own unary handlers hold a worker thread while they wait for the request message, before
+    anything could look at the caller: a client that opens calls and never sends a message would hold
+    every worker. So every method taking one request message is served here as a request-streaming
+    one: the credentials (metadata, and the peer certificate, which only the call's context knows) are
+    checked first, and a refused call is answered at once without its message ever being read; then
+    the message is awaited for at most `receive_timeout_s` (the call is cancelled after that), and
+    handed to the method's own handler. Methods open to everyone (health) get the same bounded wait."""
+
+    def __init__(
+        self,
+        auth: Authenticator,
+        receive_timeout_s: float = 30.0,
+        deadlines: ReceiveDeadlines | None = None,
+    ) -> None:
         self.auth = auth
+        self.receive_timeout_s = receive_timeout_s
+        self.deadlines = deadlines or ReceiveDeadlines()
 
     def intercept_service(self, continuation: Callable[[Any], Any], details: Any) -> Any:
         handler = continuation(details)
         if handler is None:
             return None
         method: str = details.method
-        if method in GRPC_ROLES and GRPC_ROLES[method] is None:
-            return handler
-        role = GRPC_ROLES.get(method) or "admin"
+        role = GRPC_ROLES.get(method, "admin")  # None: open to everyone (health)
         metadata = dict(details.invocation_metadata or ())
         authorization = metadata.get("authorization")
         auth = self.auth
+        timeout, deadlines = self.receive_timeout_s, self.deadlines
 
-        def check(context: grpc.ServicerContext) -> Identity:
+        def check(context: grpc.ServicerContext) -> Identity | None:
+            if role is None:
+                return None
             try:
                 return auth.authorize(
                     authorization if isinstance(authorization, str) else None, grpc_cert_cn(context), role
@@ -342,10 +359,30 @@ class GrpcAuth(grpc.ServerInterceptor):  # type: ignore[type-arg]
                 context.abort(grpc.StatusCode.PERMISSION_DENIED, str(exc))
             raise AssertionError("unreachable")  # abort raises
 
+        def receive(requests: Iterator[Any], context: grpc.ServicerContext) -> Any:
+            """The call's one request message, within the receive deadline."""
+            key = deadlines.arm(timeout, context.cancel)
+            try:
+                request = next(requests, None)
+            except grpc.RpcError:  # cancelled: by the client, or by the deadline above
+                request = None
+            finally:
+                deadlines.disarm(key)
+            if request is None and not context.is_active():  # nobody is left to hear the status
+                context.abort(
+                    grpc.StatusCode.CANCELLED,
+                    f"no request message within {timeout:g} s (grpc_receive_timeout_s)",
+                )
+            if request is None:
+                context.abort(grpc.StatusCode.UNIMPLEMENTED, f"{method} requires exactly one request message")
+            return request
+
         # `current` is set around the handler and reset after: worker threads serve other callers next.
-        def wrap(behavior: Callable[..., Any]) -> Callable[..., Any]:
-            def guarded(request: Any, context: grpc.ServicerContext) -> Any:
-                token = current.set(check(context))
+        def unary_response(behavior: Callable[..., Any], one: bool) -> Callable[..., Any]:
+            def guarded(requests: Any, context: grpc.ServicerContext) -> Any:
+                identity = check(context)
+                request = receive(requests, context) if one else requests
+                token = current.set(identity)
                 try:
                     return behavior(request, context)
                 finally:
@@ -353,9 +390,11 @@ class GrpcAuth(grpc.ServerInterceptor):  # type: ignore[type-arg]
 
             return guarded
 
-        def wrap_stream(behavior: Callable[..., Any]) -> Callable[..., Any]:
-            def guarded(request: Any, context: grpc.ServicerContext) -> Any:
-                token = current.set(check(context))
+        def stream_response(behavior: Callable[..., Any], one: bool) -> Callable[..., Any]:
+            def guarded(requests: Any, context: grpc.ServicerContext) -> Any:
+                identity = check(context)
+                request = receive(requests, context) if one else requests
+                token = current.set(identity)
                 try:
                     yield from behavior(request, context)
                 finally:
@@ -363,27 +402,28 @@ class GrpcAuth(grpc.ServerInterceptor):  # type: ignore[type-arg]
 
             return guarded
 
+        # Every handler becomes request-streaming (see the class docstring).
+        deserialize, serialize = handler.request_deserializer, handler.response_serializer
         if handler.unary_unary is not None:
-            return grpc.unary_unary_rpc_method_handler(
-                wrap(handler.unary_unary), handler.request_deserializer, handler.response_serializer
+            return grpc.stream_unary_rpc_method_handler(
+                unary_response(handler.unary_unary, True), deserialize, serialize
             )
         if handler.unary_stream is not None:
-            return grpc.unary_stream_rpc_method_handler(
-                wrap_stream(handler.unary_stream), handler.request_deserializer, handler.response_serializer
+            return grpc.stream_stream_rpc_method_handler(
+                stream_response(handler.unary_stream, True), deserialize, serialize
             )
         if handler.stream_unary is not None:
             return grpc.stream_unary_rpc_method_handler(
-                wrap(handler.stream_unary), handler.request_deserializer, handler.response_serializer
+                unary_response(handler.stream_unary, False), deserialize, serialize
             )
         return grpc.stream_stream_rpc_method_handler(
-            wrap_stream(handler.stream_stream), handler.request_deserializer, handler.response_serializer
+            stream_response(handler.stream_stream, False), deserialize, serialize
         )
 
 
 # ----------------------------------------------------------------------------------------- HTTP
 
 # Paths anyone may reach (probes, and the API's shape: no data); everything else needs a role.
-OTLP_PATHS = frozenset({"/v1/logs", "/v1/metrics"})
 OPEN_PATHS = frozenset({"/healthz", "/readyz", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"})
 
 
@@ -437,33 +477,12 @@ class AuthGuard:
                     authorization, self.peer_name(scope.get("client")), role
                 )
             except Unauthenticated as exc:
-                await _refusal(
+                await refusal(
                     scope, 401, code_pb2.UNAUTHENTICATED, str(exc), {"WWW-Authenticate": challenge(exc)}
                 )(scope, receive, send)
                 return
             except Forbidden as exc:
-                await _refusal(scope, 403, code_pb2.PERMISSION_DENIED, str(exc), {})(scope, receive, send)
+                await refusal(scope, 403, code_pb2.PERMISSION_DENIED, str(exc), {})(scope, receive, send)
                 return
             scope.setdefault("state", {})["identity"] = identity
         await self.app(scope, receive, send)
-
-
-def _refusal(scope: Scope, status: int, rpc_code: int, message: str, headers: dict[str, str]) -> Response:
-    """The REST API's problem JSON; on the OTLP paths a google.rpc.Status in the request's encoding,
-    as the OTLP/HTTP specification asks of every 4xx answer."""
-    if scope["path"] not in OTLP_PATHS:
-        return problem(status, message, headers)
-    st = status_pb2.Status(code=rpc_code, message=message)
-    content_type = next(
-        (v.decode("latin-1") for k, v in scope.get("headers", ()) if k == b"content-type"), ""
-    )
-    if "json" in content_type:
-        return Response(
-            json_format.MessageToJson(st, indent=None),
-            status_code=status,
-            headers=headers,
-            media_type="application/json",
-        )
-    return Response(
-        st.SerializeToString(), status_code=status, headers=headers, media_type="application/x-protobuf"
-    )

@@ -44,7 +44,9 @@ from starlette.concurrency import run_in_threadpool
 
 from hypocenter import __version__, model_schema, strict_yaml
 from hypocenter.api import artifacts, auth, paging, problems, ui
+from hypocenter.api.browser_headers import BrowserHeaders
 from hypocenter.api.fleet_http import add_fleet_routes
+from hypocenter.api.listener_limits import BodyBudget
 from hypocenter.api.tls import PeerNames
 from hypocenter.collector import otlp
 from hypocenter.collector.archive import load_archive_bundle
@@ -291,11 +293,18 @@ def build_app(
         )
     )
     problems.install(app)
+    # Added first, so it runs inside the auth guard: only an authorised request's body is ever read.
+    app.add_middleware(
+        BodyBudget,
+        budget=service.settings.http_body_budget_bytes,
+        retry_after_s=service.settings.retry_after_s,
+    )
     app.add_middleware(
         auth.AuthGuard,
         authenticator=authenticator or auth.Authenticator(),
         peer_name=(peers or PeerNames()).get,
     )
+    app.add_middleware(BrowserHeaders)  # outermost: refusals carry the headers too
     for router in (
         otlp_routes(service),
         attempt_routes(service),

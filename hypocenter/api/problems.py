@@ -14,10 +14,14 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from google.protobuf import json_format
+from google.rpc import status_pb2
 from starlette.exceptions import HTTPException
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
+from starlette.types import Scope
 
 PROBLEM_JSON = "application/problem+json"
+OTLP_PATHS = frozenset({"/v1/logs", "/v1/metrics"})
 
 
 def problem(
@@ -31,6 +35,27 @@ def problem(
         **extensions,
     }
     return JSONResponse(body, status_code=status, headers=headers, media_type=PROBLEM_JSON)
+
+
+def refusal(scope: Scope, status: int, rpc_code: int, message: str, headers: dict[str, str]) -> Response:
+    """A refusal before any route ran (auth, listener limits): problem JSON; on the OTLP paths a
+    google.rpc.Status in the request's encoding, as the OTLP/HTTP specification asks of every error."""
+    if scope["path"] not in OTLP_PATHS:
+        return problem(status, message, headers)
+    st = status_pb2.Status(code=rpc_code, message=message)
+    content_type = next(
+        (v.decode("latin-1") for k, v in scope.get("headers", ()) if k == b"content-type"), ""
+    )
+    if "json" in content_type:
+        return Response(
+            json_format.MessageToJson(st, indent=None),
+            status_code=status,
+            headers=headers,
+            media_type="application/json",
+        )
+    return Response(
+        st.SerializeToString(), status_code=status, headers=headers, media_type="application/x-protobuf"
+    )
 
 
 def install(app: FastAPI) -> None:

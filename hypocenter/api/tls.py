@@ -5,8 +5,10 @@
                           dynamic credentials (asked at each handshake); a half-written or mismatched
                           pair is logged and the old one kept serving.
     http_protocol(...)    uvicorn's h11 protocol with a request timeout (a client that sends no
-                          headers, or stalls mid-body, is disconnected) and, over mTLS, the peer
-                          certificate's CN kept for the auth guard (`PeerNames`).
+                          headers, or stalls mid-body, is disconnected), a request deadline (one
+                          that trickles in is too), the connection cap of api/listener_limits.py
+                          and, over mTLS, the peer certificate's CN kept for the auth guard
+                          (`PeerNames`).
 
 Client certificates (`tls_client_ca_file`): HTTP and /metrics ask for one and verify it if given
 (CERT_OPTIONAL: token clients still connect); gRPC's Python server can only require one or not ask,
@@ -30,6 +32,7 @@ import grpc
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from hypocenter.api.listener_limits import BUSY_RESPONSE, ConnectionCap
 from hypocenter.config import Settings
 from hypocenter.errors import InputError
 
@@ -196,28 +199,58 @@ class PeerNames:
             self._names.pop(client, None)
 
 
-def http_protocol(request_timeout_s: float, peers: PeerNames) -> type[H11Protocol]:
-    """uvicorn's h11 protocol that drops clients stalling a request, and records peer certificate CNs."""
+def http_protocol(
+    request_timeout_s: float,
+    peers: PeerNames,
+    *,
+    request_deadline_s: float | None = None,
+    cap: ConnectionCap | None = None,
+) -> type[H11Protocol]:
+    """uvicorn's h11 protocol that drops clients stalling a request, and records peer certificate CNs.
+
+    Two clocks run while the server waits for a client's request: `request_timeout_s` restarts at every
+    byte (a client gone silent), `request_deadline_s` does not (a client trickling a byte at a time):
+    a request's headers and body must arrive within it, counted from its first byte (or from the
+    connection, for the first request). `cap` bounds the open connections (api/listener_limits.py)."""
 
     class GuardedH11Protocol(H11Protocol):
         _stall: asyncio.TimerHandle | None = None
+        _deadline: asyncio.TimerHandle | None = None
+        _counted: str | None = None
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
+            if cap is not None:
+                client = self.client[0] if self.client else ""
+                if not cap.admit(client):
+                    transport.write(BUSY_RESPONSE)
+                    transport.close()
+                    return
+                self._counted = client
             ssl_object = transport.get_extra_info("ssl_object")
             if ssl_object is not None and self.client is not None:
                 name = common_name(ssl_object.getpeercert())
                 if name is not None:
                     peers.set(self.client, name)
             self._arm()
+            self._arm_deadline()
 
         def data_received(self, data: bytes) -> None:
             self._arm()
+            if self._deadline is None:  # the first byte of the next request on a kept-alive connection
+                self._arm_deadline()
             super().data_received(data)
+            if self.conn.their_state not in (h11.IDLE, h11.SEND_BODY) and self._deadline is not None:
+                self._deadline.cancel()  # all of it arrived: the server's turn, not the client's
+                self._deadline = None
 
         def connection_lost(self, exc: Exception | None) -> None:
-            if self._stall is not None:
-                self._stall.cancel()
+            for timer in (self._stall, self._deadline):
+                if timer is not None:
+                    timer.cancel()
+            if cap is not None and self._counted is not None:
+                cap.release(self._counted)
+                self._counted = None
             peers.discard(self.client)
             super().connection_lost(exc)
 
@@ -226,15 +259,34 @@ def http_protocol(request_timeout_s: float, peers: PeerNames) -> type[H11Protoco
                 self._stall.cancel()
             self._stall = self.loop.call_later(request_timeout_s, self._expire)
 
+        def _arm_deadline(self) -> None:
+            if request_deadline_s is not None:
+                self._deadline = self.loop.call_later(request_deadline_s, self._expire_deadline)
+
+        def _waiting_for_client(self) -> bool:
+            # No request yet (or a partial one), or a body part that does not come; not when the app
+            # has stopped reading (it is working) or the client reads a long response.
+            return self.conn.their_state in (h11.IDLE, h11.SEND_BODY) and not self.flow.read_paused
+
         def _expire(self) -> None:
             if self.transport.is_closing():
                 return
-            # Waiting for the client: no request yet (or a partial one), or a body part that does not come.
-            waiting = self.conn.their_state in (h11.IDLE, h11.SEND_BODY) and not self.flow.read_paused
-            if not waiting:  # the app is working or the client reads a long response: not the client's stall
+            if not self._waiting_for_client():
                 self._arm()
                 return
             self.transport.close()
+
+        def _expire_deadline(self) -> None:
+            self._deadline = None
+            if self.transport.is_closing():
+                return
+            if self.conn.their_state in (h11.IDLE, h11.SEND_BODY) and self.flow.read_paused:
+                self._deadline = self.loop.call_later(
+                    1.0, self._expire_deadline
+                )  # the app's turn: look again
+                return
+            if self._waiting_for_client():
+                self.transport.close()
 
     return GuardedH11Protocol
 

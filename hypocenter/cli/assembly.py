@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import resource
 import signal
 import socket
 import sys
@@ -40,6 +41,7 @@ from hypocenter import limits
 from hypocenter.api import auth, tls
 from hypocenter.api.attribution_grpc import SERVICE_NAME, AttributionGrpc
 from hypocenter.api.http import build_app
+from hypocenter.api.listener_limits import ConnectionCap
 from hypocenter.api.otlp_grpc import LOGS_SERVICE, METRICS_SERVICE, OTLPGrpc
 from hypocenter.api.v1 import attribution_pb2_grpc
 from hypocenter.config import Settings, listen_address, redact_text
@@ -96,6 +98,8 @@ class Server:
         options: list[tuple[str, int]] = [
             ("grpc.max_receive_message_length", limit),
             ("grpc.max_send_message_length", 4 << 20),
+            # Each stream of a connection buffers up to a flow-control window of its message (docs/security.md).
+            ("grpc.max_concurrent_streams", s.grpc_max_streams_per_connection),
             # Idle and dead clients give their connection back (docs/security.md, "Timeouts").
             ("grpc.keepalive_time_ms", int(s.grpc_keepalive_s * 1000)),
             ("grpc.keepalive_timeout_ms", int(s.grpc_keepalive_timeout_s * 1000)),
@@ -114,7 +118,8 @@ class Server:
         server = grpc.server(
             ThreadPoolExecutor(max_workers=self.settings.grpc_workers, thread_name_prefix="hypocenter-grpc"),
             options=options,
-            interceptors=[auth.GrpcAuth(self.auth)],
+            interceptors=[auth.GrpcAuth(self.auth, receive_timeout_s=s.grpc_receive_timeout_s)],
+            maximum_concurrent_rpcs=s.grpc_max_concurrent_rpcs or None,
         )
         server.add_generic_rpc_handlers(OTLPGrpc(self.service).handlers())
         attribution_pb2_grpc.add_AttributionServicer_to_server(
@@ -188,14 +193,26 @@ class Server:
     async def serve(self, announce: bool = True) -> None:
         sock = self._http_socket()
         app = build_app(self.service, ready=self._ready.is_set, authenticator=self.auth, peers=self.peers)
+        bound = _connection_bound(self.settings.http_max_connections)
         config = uvicorn.Config(
             app,
+            # asyncio accepts up to `backlog` connections at once before any can be refused: keep the
+            # burst small beside the bound, so that refusing never runs the process out of files.
+            backlog=max(16, min(2048, bound // 4)),
             log_level=self.settings.log_level,
             access_log=False,
             lifespan="off",
             timeout_graceful_shutdown=5,
             timeout_keep_alive=int(max(1, self.settings.http_keep_alive_s)),
-            http=tls.http_protocol(self.settings.http_request_timeout_s, self.peers),
+            http=tls.http_protocol(
+                self.settings.http_request_timeout_s,
+                self.peers,
+                request_deadline_s=self.settings.http_request_deadline_s,
+                cap=ConnectionCap(
+                    bound,
+                    self.settings.http_max_connections_per_client,
+                ),
+            ),
         )
         config.load()
         if self.tls is not None:
@@ -226,7 +243,10 @@ class Server:
     def _metrics_listener(self) -> dict[str, Any]:
         authenticator = self.auth
         wrap = None
-        if self.settings.metrics_auth and authenticator.enabled:
+        exposed = bool(self.settings.metrics_listen) and not auth.is_loopback(
+            self.settings.metrics_listen, "metrics_listen"
+        )
+        if authenticator.enabled and (self.settings.metrics_auth or exposed):
 
             def check(authorization: str | None, peer_cn: str | None) -> int | None:
                 try:
@@ -244,6 +264,8 @@ class Server:
             "ssl_context": self.tls.ssl_context() if self.tls is not None else None,
             "wrap": wrap,
             "timeout_s": self.settings.http_request_timeout_s,
+            "deadline_s": self.settings.http_request_deadline_s,
+            "max_connections": self.settings.metrics_max_connections,
         }
 
     def shutdown(self) -> None:
@@ -260,6 +282,25 @@ class Server:
         self.service.close()
         self.outputs.close()
         self.store.close()
+
+
+def _connection_bound(wanted: int) -> int:
+    """`http_max_connections`, kept to half the open-file limit (raised to its hard limit first, as
+    servers do): past that, accept() fails with EMFILE, and gRPC, the store and the log need files too."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and (hard == resource.RLIM_INFINITY or soft < hard):
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (OSError, ValueError):  # not allowed here: keep the soft limit
+            pass
+    if soft == resource.RLIM_INFINITY or wanted <= soft // 2:
+        return wanted
+    bound = max(1, soft // 2)
+    log.warning(
+        "http_max_connections=%d is more than half the open-file limit (%d): using %d", wanted, soft, bound
+    )
+    return bound
 
 
 class RedactingFormatter(SafeFormatter):

@@ -27,6 +27,7 @@ GROUPS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
             "retry_after_s",
             "grpc_*",
             "http_*",
+            "metrics_max_connections",
             "watch_max_per_client",
         ),
     ),
@@ -67,6 +68,7 @@ GROUPS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
         "how much any one request, record, attempt or upload may expand to (docs/security.md)",
         (
             "max_records_per_request",
+            "max_attributes_per_request",
             "max_concurrent_decodes",
             "max_ranks_per_attempt",
             "max_nodes_per_attempt",

@@ -158,7 +158,7 @@ def _decode(msg: Message, body: bytes, content_type: str) -> list[str]:
         text = body.decode("utf-8", errors="replace")
         warnings.append("request body was not valid UTF-8: undecodable bytes were replaced with U+FFFD")
     try:
-        doc = json.loads(text)
+        doc = json.loads(text, object_pairs_hook=_attribute_counter(body))
     except RecursionError:
         raise OTLPDecodeError("malformed OTLP/JSON: nested too deeply") from None
     except json.JSONDecodeError as exc:
@@ -658,6 +658,36 @@ def _check_json_values(body: bytes, bound: int) -> None:
             f"of the {bound:,} records allowed per request (setting max_records_per_request): "
             "send smaller batches"
         )
+
+
+class _AttributeCounter:
+    """`object_pairs_hook` of json.loads that refuses the document as soon as it holds more than `bound`
+    attributes (objects with a "key" member: KeyValue), so parsing stops there."""
+
+    def __init__(self, bound: int) -> None:
+        self.bound = bound
+        self.found = 0
+
+    def __call__(self, pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        made = dict(pairs)
+        if "key" in made:
+            self.found += 1
+            if self.found > self.bound:
+                raise MessageTooLarge(
+                    f"OTLP/JSON body holds more than {self.bound:,} attributes, the limit per request "
+                    "(setting max_attributes_per_request): send smaller batches"
+                )
+        return made
+
+
+def _attribute_counter(body: bytes) -> _AttributeCounter | None:
+    """A counter for json.loads when the body may hold too many attributes, else None (parse at full
+    speed). Each attribute is an object with a "key" member, spelt `"key"` or with \\u escapes in it,
+    so these two counts bound the attributes from above."""
+    bound = limits.active().max_attributes_per_request
+    if body.count(b'"key"') + body.count(b"\\u") <= bound:
+        return None
+    return _AttributeCounter(bound)
 
 
 def _check_count(what: str, count: int, bound: int) -> None:

@@ -48,6 +48,7 @@ aggregate them with `max without (instance, pod)`, never `sum` (deploy/prometheu
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import socket
 import ssl
@@ -415,6 +416,21 @@ class HypocenterCollector(Collector):
         yield c
 
 
+def _shut(connection: socket.socket) -> None:
+    """End a connection whose request did not arrive in time: its handler's read returns at once."""
+    with contextlib.suppress(OSError):  # already gone
+        connection.shutdown(socket.SHUT_RDWR)
+
+
+def _refuse(connection: socket.socket) -> None:
+    """503 to a connection over the limit, written without waiting (a TLS one just closes)."""
+    if isinstance(connection, ssl.SSLSocket):
+        return
+    with contextlib.suppress(OSError):
+        connection.setblocking(False)
+        connection.send(b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nContent-Length: 0\r\n\r\n")
+
+
 class MetricsEndpoint:
     """`/metrics` (OpenMetrics with exemplars when asked for, else text 0.0.4) on its own listener."""
 
@@ -432,19 +448,40 @@ class MetricsEndpoint:
         ssl_context: ssl.SSLContext | None = None,
         wrap: Callable[[Any], Any] | None = None,
         timeout_s: float | None = None,
+        deadline_s: float | None = None,
+        max_connections: int | None = None,
     ) -> str:
-        """Listen; over TLS with `ssl_context`, through `wrap` (an auth guard: WSGI app -> WSGI app), and
-        dropping clients idle for `timeout_s`. The peer certificate is in environ["hypocenter.peercert"]."""
+        """Listen; over TLS with `ssl_context`, through `wrap` (an auth guard: WSGI app -> WSGI app),
+        dropping clients idle for `timeout_s` and those whose request (handshake included) has not
+        arrived `deadline_s` after they connected, and answering 503 past `max_connections` open
+        connections (each holds a thread). The peer certificate is in environ["hypocenter.peercert"]."""
         host, port = listen_address(listen, "metrics_listen")
         app = make_wsgi_app(self.registry)
+        open_connections = threading.BoundedSemaphore(max_connections) if max_connections else None
 
         class Handler(WSGIRequestHandler):
             timeout = timeout_s  # socketserver applies it to the connection: a stalled client is dropped
+            _cut: threading.Timer | None = None
+
+            def setup(self) -> None:
+                super().setup()
+                if deadline_s is not None:  # a client trickling its request a byte at a time is cut too
+                    connection = self.connection
+                    self._cut = threading.Timer(deadline_s, lambda: _shut(connection))
+                    self._cut.daemon = True
+                    self._cut.start()
+
+            def finish(self) -> None:
+                if self._cut is not None:
+                    self._cut.cancel()
+                super().finish()
 
             def log_message(self, format: str, *args: Any) -> None:
                 """Quiet: a scrape is not worth a line on stderr (the server logs what matters)."""
 
             def get_environ(self) -> dict[str, Any]:
+                if self._cut is not None:  # the request has arrived: the answer takes what it takes
+                    self._cut.cancel()
                 environ = super().get_environ()
                 getpeercert = getattr(self.connection, "getpeercert", None)
                 environ["hypocenter.peercert"] = getpeercert() if getpeercert is not None else None
@@ -452,6 +489,20 @@ class MetricsEndpoint:
 
         class Server(ThreadingWSGIServer):
             address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
+
+            def process_request(self, request: Any, client_address: Any) -> None:
+                if open_connections is not None and not open_connections.acquire(blocking=False):
+                    _refuse(request)
+                    self.shutdown_request(request)
+                    return
+                super().process_request(request, client_address)
+
+            def process_request_thread(self, request: Any, client_address: Any) -> None:
+                try:
+                    super().process_request_thread(request, client_address)
+                finally:
+                    if open_connections is not None:
+                        open_connections.release()
 
             def get_request(self) -> Any:
                 conn, addr = self.socket.accept()

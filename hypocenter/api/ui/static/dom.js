@@ -16,6 +16,7 @@ export function h(tag, attrs = {}, ...children) {
     if (v === null || v === undefined || v === false) continue;
     if (k.startsWith("on")) el.addEventListener(k.slice(2), v);
     else if (k === "dataset") Object.assign(el.dataset, v);
+    else if (k === "style") el.style.cssText = v; // through the CSSOM: the page's CSP refuses style attributes
     else el.setAttribute(k, v === true ? "" : v);
   }
   for (const c of children.flat()) {
