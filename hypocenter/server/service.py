@@ -147,6 +147,21 @@ def _nothing() -> None:
     pass
 
 
+def _refusal(exc: Exception) -> Exception:
+    """What a request whose records the store did not take is answered. A value the store cannot
+    hold (DB-API `DataError`, which SQLite and psycopg raise for a number out of range, or Python's
+    own conversion errors) fails again however often it is sent: INVALID_ARGUMENT / 400. Anything
+    else is the store's trouble: UNAVAILABLE / 503, retried."""
+    permanent = isinstance(exc, OverflowError | ValueError | TypeError) or any(
+        c.__name__ == "DataError" for c in type(exc).__mro__
+    )
+    if permanent:
+        log.warning("a request's records were refused by the store: %s", exc)
+        return InputError(f"the store cannot keep a value of this request: {exc}")
+    log.error("store write failed: %s", exc)
+    return TransientError(f"store write failed: {exc}")
+
+
 class IngestQueue:
     """Bounded by records waiting; a request larger than the whole queue is still taken when it is empty."""
 
@@ -211,40 +226,56 @@ class IngestQueue:
                     batches.append(b)
                     size += b.size
             try:
-                logs = [e for b in batches for e in b.logs]
-                blocks = [k for b in batches for k in b.blocks]
-                stalls: list[tuple[str, int, int]] = []
-                committed = _nothing
-                scans = self._arrival.scans() if self._arrival else None  # each block scanned once, for both
-                now = time.time()
-                reduced = (
-                    self._arrival.split(self._store, logs, now, blocks, scans)
-                    if self._arrival
-                    else Reduced([*logs, *(e for k in blocks for e in k.entries())], [])
-                )
-                if self._events is not None:
-                    try:
-                        stalls, committed = self._events(logs, blocks, scans)
-                    except Exception:  # a trigger hint; the records themselves must still be stored
-                        log.exception("extraction on ingest")
-                self._store.ingest(
-                    reduced.rest, [p for b in batches for p in b.points], now, stalls, reduced.writes
-                )
-                if self._arrival:
-                    self._arrival.committed(reduced)
-                committed()
-            except Exception as exc:  # the store failed: no request in this group is acknowledged
-                log.error("store write failed: %s", exc)
-                for b in batches:
-                    b.future.set_exception(TransientError(f"store write failed: {exc}"))
+                self._commit(batches)
+            except Exception as exc:
+                refusal = _refusal(exc)
+                if len(batches) == 1 or not isinstance(refusal, InputError):
+                    for b in batches:  # the store failed: no request of the group is acknowledged
+                        b.future.set_exception(refusal)
+                else:  # a value it cannot keep: each request is tried alone, so that one request's
+                    # unstorable record does not fail the others batched with it
+                    for b in batches:
+                        try:
+                            self._commit([b])
+                        except Exception as alone:
+                            b.future.set_exception(_refusal(alone))
+                        else:
+                            b.future.set_result(b.size)
+                            self._committed()
             else:
                 for b in batches:
                     b.future.set_result(b.size)
-                if self._on_commit is not None:
-                    self._on_commit()
+                self._committed()
             finally:
                 with self._cond:
                     self._pending -= size
+
+    def _committed(self) -> None:
+        if self._on_commit is not None:
+            self._on_commit()
+
+    def _commit(self, batches: list[_Batch]) -> None:
+        """Store `batches` in one transaction (with what their arrival reduced and extracted)."""
+        logs = [e for b in batches for e in b.logs]
+        blocks = [k for b in batches for k in b.blocks]
+        stalls: list[tuple[str, int, int]] = []
+        committed = _nothing
+        scans = self._arrival.scans() if self._arrival else None  # each block scanned once, for both
+        now = time.time()
+        reduced = (
+            self._arrival.split(self._store, logs, now, blocks, scans)
+            if self._arrival
+            else Reduced([*logs, *(e for k in blocks for e in k.entries())], [])
+        )
+        if self._events is not None:
+            try:
+                stalls, committed = self._events(logs, blocks, scans)
+            except Exception:  # a trigger hint; the records themselves must still be stored
+                log.exception("extraction on ingest")
+        self._store.ingest(reduced.rest, [p for b in batches for p in b.points], now, stalls, reduced.writes)
+        if self._arrival:
+            self._arrival.committed(reduced)
+        committed()
 
     def close(self, timeout: float = 10.0) -> None:
         with self._cond:
