@@ -138,11 +138,11 @@ def test_a_poison_tenant_does_not_fail_a_benign_one(server: ServerProcess) -> No
     assert {code for kind, code in answers if kind == "benign"} == {200}
     assert {code for kind, code in answers if kind == "poison"} == {400}
     with grpc.insecure_channel(server.grpc) as ch:
-        call = ch.unary_unary(LOGS)
+        call = ch.unary_unary(LOGS, request_serializer=lambda b: b, response_deserializer=lambda b: b)
         with pytest.raises(grpc.RpcError) as err:
             call(poison[1].SerializeToString(), timeout=30)
-        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT  # type: ignore[attr-defined]
-        assert "1e30" in (err.value.details() or "")  # type: ignore[attr-defined]
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "1e30" in (err.value.details() or "")
     with server.client() as c:
         stored = c.get("/v1/attempts/w-benign/0").json()["log_records"]
     assert stored == 60 * 20
@@ -184,7 +184,7 @@ def test_a_value_the_store_refuses_fails_only_its_own_request(tmp_path: Path) ->
     """Defence behind the edge: a record that still overflows the store at commit, grouped into one
     transaction with others, fails its own request with a permanent error; the others are stored."""
     held = _HeldStore(tmp_path / "s.db")
-    queue = IngestQueue(held, capacity=10_000, retry_after=1.0)  # type: ignore[arg-type]
+    queue = IngestQueue(held, capacity=10_000, retry_after=1.0)
     try:
         first = queue.submit([_entry("w-first", T0, 0)], [])
         good = [queue.submit([_entry("w-good", T0 + n, n)], []) for n in range(1, 6)]
