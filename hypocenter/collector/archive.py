@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import bz2
 import errno
+import inspect
 import io
 import lzma
 import os
@@ -316,6 +317,9 @@ def pax_records(buf: bytes) -> list[tuple[bytes, bytes]]:
     return out
 
 
+_FROMTARFILE_DIRCHECK = "dircheck" in inspect.signature(tarfile.TarInfo.fromtarfile).parameters
+
+
 class _PaxBoundedInfo(tarfile.TarInfo):
     """tarfile's member header, with pax extended headers read by `pax_records` (the module docstring
     says why). The rest of the processing is CPython's own `_proc_pax`, step for step."""
@@ -346,7 +350,12 @@ class _PaxBoundedInfo(tarfile.TarInfo):
                 archive.errors,
             )
         try:
-            following = self.fromtarfile(archive)
+            # Pythons fixed for CVE-2025-13462 read the header after a pax header with dircheck=False
+            following = (
+                self.fromtarfile(archive, dircheck=False)  # type: ignore[call-arg]
+                if _FROMTARFILE_DIRCHECK
+                else self.fromtarfile(archive)
+            )
         except tarfile.HeaderError as exc:
             raise tarfile.ReadError(str(exc)) from None
         if self.type in (tarfile.XHDTYPE, tarfile.SOLARIS_XHDTYPE):
