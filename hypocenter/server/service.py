@@ -50,7 +50,16 @@ from hypocenter.server.compaction import CompactionReport, compact
 from hypocenter.server.fleet import backfill, fleet_view, with_history
 from hypocenter.server.pulls import KueuePoller, Pulls, SlurmPoller, records_document
 from hypocenter.sources import RecordSource, Source, TextSource, text_lines
-from hypocenter.store.base import DiagnosisFilter, DiagnosisRow, Entry, Point, RecordBlock, Retention, Store
+from hypocenter.store.base import (
+    AttemptRow,
+    DiagnosisFilter,
+    DiagnosisRow,
+    Entry,
+    Point,
+    RecordBlock,
+    Retention,
+    Store,
+)
 
 log = logging.getLogger("hypocenter.server")
 
@@ -145,6 +154,32 @@ class IngestEvents:
 
 def _nothing() -> None:
     pass
+
+
+# How often the analysis loop reads the attempts due again while it works through a long list.
+DUE_REFRESH_S = 1.0
+
+
+def tenant(row: AttemptRow) -> str:
+    """Whose attempt this is, for fair turns: its cluster (attempt.yaml, `hypocenter.workload.cluster`
+    or the scheduler's cluster attribute); '' when it names none."""
+    workload = (row.context or {}).get("workload") or {}
+    return str(workload.get("cluster") or row.scope.get("cluster") or "")
+
+
+def fair_order(rows: Sequence[AttemptRow]) -> list[AttemptRow]:
+    """`rows` (oldest first) interleaved by tenant: each tenant's oldest, then each one's next, …;
+    tenants in the order of their oldest row."""
+    queues: dict[str, deque[AttemptRow]] = {}
+    for row in rows:
+        queues.setdefault(tenant(row), deque()).append(row)
+    out: list[AttemptRow] = []
+    while queues:
+        for key in list(queues):
+            out.append(queues[key].popleft())
+            if not queues[key]:
+                del queues[key]
+    return out
 
 
 def _refusal(exc: Exception) -> Exception:
@@ -359,13 +394,9 @@ class Attribution:
                 return
             now = time.time()
             try:
-                for row in self.store.attempts_due(now, self.settings.settle_s, self.settings.idle_timeout_s):
-                    if self._stop.is_set():
-                        return
-                    with contextlib.suppress(
-                        quarantine.AnalysisFailed
-                    ):  # recorded and logged: go on with the others
-                        self._analyze_row(row.workload, row.attempt)
+                self._analyze_due()
+                if self._stop.is_set():
+                    return
                 if now - last_sweep >= self.settings.retention_interval_s:
                     removed = self.store.sweep(now, self.retention)
                     last_sweep = now
@@ -374,6 +405,31 @@ class Attribution:
                     self.compact(now)
             except Exception:  # the loop must outlive one bad attempt; the next tick retries
                 log.exception("trigger loop")
+
+    def _analyze_due(self) -> None:
+        """Analyse the attempts due, one cluster at a time in turn (`fair_order`), so that one
+        cluster's flood of finished attempts does not hold back another's verdict; the list is read
+        again every DUE_REFRESH_S, so an attempt that becomes due meanwhile takes its turn then."""
+        done: set[tuple[str, int]] = set()
+        while not self._stop.is_set():
+            due = [
+                row
+                for row in self.store.attempts_due(
+                    time.time(), self.settings.settle_s, self.settings.idle_timeout_s
+                )
+                if (row.workload, row.attempt) not in done
+            ]
+            if not due:
+                return
+            until = time.monotonic() + DUE_REFRESH_S
+            for row in fair_order(due):
+                if self._stop.is_set():
+                    return
+                done.add((row.workload, row.attempt))
+                with contextlib.suppress(quarantine.AnalysisFailed):  # recorded and logged: go on
+                    self._analyze_row(row.workload, row.attempt)
+                if time.monotonic() >= until:
+                    break
 
     def compact(self, now: float | None = None) -> CompactionReport:
         """Blank the raw lines no rule can read once they are `compact_after_s` old (see compaction)."""
