@@ -237,3 +237,31 @@ def test_real_dumps_still_load() -> None:
             assert f"FlightRecorder dump rank={r} version=2.10 entries=" in first
     one = (FIXTURES / "pickle" / "nccl_trace_rank_2").read_bytes()
     assert fr.load(one) == pickle.loads(one)
+
+
+def _values(binary: bool) -> st.SearchStrategy[object]:
+    scalar = (
+        st.none()
+        | st.booleans()
+        | st.integers(-(2**70), 2**70)
+        | st.floats(allow_nan=False)
+        | st.text(max_size=300)
+    )
+    return st.recursive(
+        scalar | st.binary(max_size=300) if binary else scalar,  # protocol 2 pickles bytes by a global
+        lambda inner: (
+            st.lists(inner, max_size=300)
+            | st.tuples(inner, inner, inner)
+            | st.tuples(inner)
+            | st.dictionaries(st.text(max_size=8) | st.integers(-5, 5), inner, max_size=8)
+        ),
+        max_leaves=400,
+    )
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), protocol=st.sampled_from([2, 3, 4, 5]))
+def test_the_bounded_reader_builds_what_pickle_builds(data: st.DataObject, protocol: int) -> None:
+    value = data.draw(_values(binary=protocol > 2))
+    raw = pickle.dumps(value, protocol=protocol)
+    assert plain_pickle.load(raw, fr.PICKLE_BOUNDS) == pickle.loads(raw)

@@ -24,6 +24,8 @@ from typing import Any
 from hypocenter.errors import InputError
 
 _CONTAINERS = (list, dict, set, tuple, frozenset)
+_MISSING = object()
+_CONTAINER_TYPES = frozenset(_CONTAINERS)
 
 
 class PickleRefused(InputError, ValueError):
@@ -106,15 +108,6 @@ class _Machine:
         self.sizes[id(container)] = [1, 1, 0]
         self.push(container)
 
-    def weigh(self, v: Any) -> tuple[int, int]:
-        """The expanded size and depth of `v`."""
-        if isinstance(v, (str, bytes)):
-            return len(v) + 1, 0
-        if isinstance(v, int) and not isinstance(v, bool):
-            return v.bit_length() // 8 + 1, 0
-        info = self.sizes.get(id(v)) if isinstance(v, _CONTAINERS) else None
-        return (info[0], info[1]) if info is not None else (1, 0)
-
     def grow(self, container: Any, members: list[Any] | tuple[Any, ...]) -> None:
         """Account for `members` going into `container`; they are sealed from now on."""
         info = self.sizes.get(id(container))
@@ -123,15 +116,23 @@ class _Machine:
         if info[2]:
             raise PickleRefused("changes a container after it was put into another one")
         size, depth = info[0], info[1]
+        sizes = self.sizes
         for m in members:
-            if m is container:
-                raise PickleRefused("a container that contains itself")
-            msize, mdepth = self.weigh(m)
-            size += msize
-            depth = max(depth, mdepth + 1)
-            inner = self.sizes.get(id(m)) if isinstance(m, _CONTAINERS) else None
-            if inner is not None:
+            kind = type(m)
+            if kind is str or kind is bytes:
+                size += len(m) + 1
+            elif kind is int:
+                size += m.bit_length() // 8 + 1
+            elif kind in _CONTAINER_TYPES:
+                if m is container:
+                    raise PickleRefused("a container that contains itself")
+                inner = sizes[id(m)]
+                size += inner[0]
+                if inner[1] >= depth:
+                    depth = inner[1] + 1
                 inner[2] = 1
+            else:
+                size += 1
         if size > self.bounds.expanded:
             raise PickleRefused(
                 f"expands to more than {self.bounds.expanded:,} values and bytes (shared references "
@@ -185,165 +186,247 @@ class _Machine:
 
     # ---------------------------------------------------------------- running it
     def run(self) -> Any:
-        raw, opcodes = self.raw, 0
+        """The pickle's value. The opcodes a dump is made of run inline, with the machine's state in
+        locals (a dump is mostly these); the rest go through `step`."""
+        raw, end = self.raw, len(self.raw)
+        stack, memo = self.stack, self.memo
+        push = stack.append
+        max_objects, max_opcodes = self.bounds.objects, self.bounds.opcodes
+        pos = self.pos
+        opcodes = 0
         while True:
             opcodes += 1
-            if opcodes > self.bounds.opcodes:
-                raise PickleRefused(f"runs more than {self.bounds.opcodes:,} opcodes")
-            if self.pos >= len(raw):
+            if opcodes > max_opcodes:
+                raise PickleRefused(f"runs more than {max_opcodes:,} opcodes")
+            if pos >= end:
                 raise PickleRefused("truncated pickle (no STOP)")
-            op = raw[self.pos : self.pos + 1]
-            self.pos += 1
-            if op == b"h":  # BINGET
-                self.get(self.u(1))
-            elif op == b"q":  # BINPUT
-                self.put(self.u(1))
-            elif op == b"X":  # BINUNICODE
-                self.push(self.text(self.take(self.u(4))))
-            elif op == b"\x8c":  # SHORT_BINUNICODE
-                self.push(self.text(self.take(self.u(1))))
-            elif op == b"(":  # MARK
-                self.marks.append(len(self.stack))
-            elif op == b"K":  # BININT1
-                self.push(self.u(1))
-            elif op == b"M":  # BININT2
-                self.push(self.u(2))
-            elif op == b"J":  # BININT
-                self.push(int.from_bytes(self.take(4), "little", signed=True))
-            elif op == b"]":  # EMPTY_LIST
-                self.new([])
-            elif op == b"}":  # EMPTY_DICT
-                self.new({})
-            elif op == b"e":  # APPENDS
-                items = self.pop_mark()
-                target = self.top()
-                if not isinstance(target, list):
-                    raise PickleRefused("APPENDS to something that is not a list")
-                self.grow(target, items)
-                target.extend(items)
-            elif op == b"a":  # APPEND
-                item = self.pop()
-                target = self.top()
-                if not isinstance(target, list):
-                    raise PickleRefused("APPEND to something that is not a list")
-                self.grow(target, (item,))
-                target.append(item)
-            elif op in (b"u", b"s"):  # SETITEMS, SETITEM
-                items = self.pop_mark() if op == b"u" else [self.pop(), self.pop()][::-1]
-                target = self.top()
-                if not isinstance(target, dict) or len(items) % 2:
-                    raise PickleRefused("SETITEMS to something that is not a dict")
-                self.grow(target, items)
-                for k in range(0, len(items), 2):
-                    target[items[k]] = items[k + 1]
-            elif op == b"N":
-                self.push(None)
-            elif op == b"\x88":
-                self.push(True)
-            elif op == b"\x89":
-                self.push(False)
-            elif op == b")":  # EMPTY_TUPLE
-                self.sealed_tuple([])
-            elif op in (b"\x85", b"\x86", b"\x87"):  # TUPLE1..3
-                n = op[0] - 0x84
-                if len(self.stack) - (self.marks[-1] if self.marks else 0) < n:
-                    raise PickleRefused("damaged pickle (the stack is short)")
-                items = self.stack[-n:]
-                del self.stack[-n:]
-                self.sealed_tuple(items)
-            elif op == b"t":  # TUPLE
-                items = self.pop_mark()
-                self.sealed_tuple(items)
-            elif op == b"l" or op == b"d":  # LIST, DICT
-                items = self.pop_mark()
-                if op == b"d" and len(items) % 2:
-                    raise PickleRefused("damaged pickle (DICT with an odd number of items)")
-                c: Any = [] if op == b"l" else {}
-                self.new(c)
-                self.grow(c, items)
-                if op == b"l":
-                    c.extend(items)
-                else:
-                    for k in range(0, len(items), 2):
-                        c[items[k]] = items[k + 1]
-            elif op == b"\x8f":  # EMPTY_SET
-                self.new(set())
-            elif op == b"\x90":  # ADDITEMS
-                items = self.pop_mark()
-                target = self.top()
-                if not isinstance(target, set):
-                    raise PickleRefused("ADDITEMS to something that is not a set")
-                self.grow(target, items)
-                target.update(items)
-            elif op == b"\x91":  # FROZENSET
-                items = self.pop_mark()
-                fs = frozenset(items)
-                self.sizes[id(fs)] = [1, 1, 0]
-                self.grow(fs, items)
-                self.push(fs)
-            elif op == b"r":  # LONG_BINPUT
-                self.put(self.u(4))
-            elif op == b"j":  # LONG_BINGET
-                self.get(self.u(4))
-            elif op == b"\x94":  # MEMOIZE
-                self.put(len(self.memo))
-            elif op == b"p":  # PUT
-                self.put(self.decimal(self.line()))
-            elif op == b"g":  # GET
-                self.get(self.decimal(self.line()))
-            elif op == b"\x8a":  # LONG1
-                self.push(int.from_bytes(self.take(self.u(1)), "little", signed=True))
-            elif op == b"\x8b":  # LONG4
-                self.push(int.from_bytes(self.take(self.u(4)), "little", signed=True))
-            elif op == b"I" or op == b"L":  # INT, LONG (text)
-                arg = self.line().rstrip(b"L")
-                self.push(True if arg == b"01" else False if arg == b"00" else self.decimal(arg, signed=True))
-            elif op == b"G":  # BINFLOAT
-                self.push(struct.unpack(">d", self.take(8))[0])
-            elif op == b"F":  # FLOAT (text)
-                try:
-                    self.push(float(self.line()))
-                except ValueError:
-                    raise PickleRefused("damaged pickle (FLOAT that is not a number)") from None
-            elif op == b"\x8d":  # BINUNICODE8
-                self.push(self.text(self.take(self.u(8))))
-            elif op == b"V":  # UNICODE (protocol 0)
-                try:
-                    self.push(self.line().decode("raw-unicode-escape"))
-                except UnicodeDecodeError:
-                    raise PickleRefused("damaged pickle (UNICODE that does not decode)") from None
-            elif op == b"C":  # SHORT_BINBYTES
-                self.push(self.take(self.u(1)))
-            elif op == b"B":  # BINBYTES
-                self.push(self.take(self.u(4)))
-            elif op in (b"\x8e", b"\x96"):  # BINBYTES8, BYTEARRAY8 (read as bytes)
-                self.push(self.take(self.u(8)))
-            elif op == b"0":  # POP
-                if self.marks and self.marks[-1] == len(self.stack):
-                    self.marks.pop()
-                else:
-                    self.pop()
-            elif op == b"1":  # POP_MARK
-                self.pop_mark()
-            elif op == b"2":  # DUP
-                self.push(self.top())
-            elif op == b"\x80":  # PROTO
-                if self.u(1) > 5:
-                    raise PickleRefused("pickle protocol above 5")
-            elif op == b"\x95":  # FRAME (a hint for buffered readers)
-                self.take(8)
-            elif op == b".":  # STOP
-                if len(self.stack) != 1 or self.marks:
-                    raise PickleRefused("damaged pickle (STOP with more than one value left)")
-                return self.stack[0]
-            elif op in _REFUSED:
-                what = _REFUSED[op]
-                if op == b"c":
-                    module, name = self.line(), self.line()
-                    what = f"global {module.decode('ascii', 'replace')}.{name.decode('ascii', 'replace')}"
-                raise PickleRefused(f"refused {what}: a Flight Recorder dump holds plain values only")
+            op = raw[pos]
+            if op == 0x68 and pos + 1 < end:  # BINGET
+                value = memo.get(raw[pos + 1], _MISSING)
+                if value is _MISSING:
+                    raise PickleRefused(f"damaged pickle (memo entry {raw[pos + 1]} was never stored)")
+                push(value)
+                self.objects += 1
+                pos += 2
+            elif op == 0x71 and pos + 1 < end and stack:  # BINPUT
+                if raw[pos + 1] not in memo and len(memo) >= max_objects:
+                    raise PickleRefused(f"memoises more than {max_objects:,} values")
+                memo[raw[pos + 1]] = stack[-1]
+                pos += 2
+            elif op == 0x58 and pos + 5 <= end:  # BINUNICODE
+                stop = pos + 5 + int.from_bytes(raw[pos + 1 : pos + 5], "little")
+                if stop > end:
+                    raise PickleRefused("truncated pickle (an opcode's argument runs past the end)")
+                push(raw[pos + 5 : stop].decode("utf-8", "surrogatepass"))
+                self.objects += 1
+                pos = stop
+            elif op == 0x28:  # MARK
+                self.marks.append(len(stack))
+                pos += 1
+            elif op == 0x4B and pos + 1 < end:  # BININT1
+                push(raw[pos + 1])
+                self.objects += 1
+                pos += 2
+            elif op == 0x4E:  # NONE
+                push(None)
+                self.objects += 1
+                pos += 1
+            elif op == 0x8C and pos + 1 < end:  # SHORT_BINUNICODE
+                stop = pos + 2 + raw[pos + 1]
+                if stop > end:
+                    raise PickleRefused("truncated pickle (an opcode's argument runs past the end)")
+                push(raw[pos + 2 : stop].decode("utf-8", "surrogatepass"))
+                self.objects += 1
+                pos = stop
+            elif op == 0x6A and pos + 5 <= end:  # LONG_BINGET
+                index = int.from_bytes(raw[pos + 1 : pos + 5], "little")
+                value = memo.get(index, _MISSING)
+                if value is _MISSING:
+                    raise PickleRefused(f"damaged pickle (memo entry {index} was never stored)")
+                push(value)
+                self.objects += 1
+                pos += 5
+            elif op == 0x72 and pos + 5 <= end and stack:  # LONG_BINPUT
+                index = int.from_bytes(raw[pos + 1 : pos + 5], "little")
+                if index not in memo and len(memo) >= max_objects:
+                    raise PickleRefused(f"memoises more than {max_objects:,} values")
+                memo[index] = stack[-1]
+                pos += 5
+            elif op == 0x5D or op == 0x7D:  # EMPTY_LIST, EMPTY_DICT
+                container: Any = [] if op == 0x5D else {}
+                self.sizes[id(container)] = [1, 1, 0]
+                push(container)
+                self.objects += 1
+                pos += 1
+            elif op == 0x4D and pos + 2 < end:  # BININT2
+                push(raw[pos + 1] | raw[pos + 2] << 8)
+                self.objects += 1
+                pos += 3
             else:
-                raise PickleRefused(f"refused opcode {op!r} at byte {self.pos - 1}")
+                self.pos = pos
+                done, value = self.step()
+                if done:
+                    return value
+                pos = self.pos
+            if self.objects > max_objects:
+                raise PickleRefused(f"builds more than {max_objects:,} values")
+
+    def step(self) -> tuple[bool, Any]:
+        """Run the opcode at `pos`: (True, the value) at STOP, else (False, None)."""
+        raw = self.raw
+        op = raw[self.pos : self.pos + 1]
+        self.pos += 1
+        if op == b"h":  # BINGET
+            self.get(self.u(1))
+        elif op == b"q":  # BINPUT
+            self.put(self.u(1))
+        elif op == b"X":  # BINUNICODE
+            self.push(self.text(self.take(self.u(4))))
+        elif op == b"\x8c":  # SHORT_BINUNICODE
+            self.push(self.text(self.take(self.u(1))))
+        elif op == b"(":  # MARK
+            self.marks.append(len(self.stack))
+        elif op == b"K":  # BININT1
+            self.push(self.u(1))
+        elif op == b"M":  # BININT2
+            self.push(self.u(2))
+        elif op == b"J":  # BININT
+            self.push(int.from_bytes(self.take(4), "little", signed=True))
+        elif op == b"]":  # EMPTY_LIST
+            self.new([])
+        elif op == b"}":  # EMPTY_DICT
+            self.new({})
+        elif op == b"e":  # APPENDS
+            items = self.pop_mark()
+            target = self.top()
+            if not isinstance(target, list):
+                raise PickleRefused("APPENDS to something that is not a list")
+            self.grow(target, items)
+            target.extend(items)
+        elif op == b"a":  # APPEND
+            item = self.pop()
+            target = self.top()
+            if not isinstance(target, list):
+                raise PickleRefused("APPEND to something that is not a list")
+            self.grow(target, (item,))
+            target.append(item)
+        elif op in (b"u", b"s"):  # SETITEMS, SETITEM
+            items = self.pop_mark() if op == b"u" else [self.pop(), self.pop()][::-1]
+            target = self.top()
+            if not isinstance(target, dict) or len(items) % 2:
+                raise PickleRefused("SETITEMS to something that is not a dict")
+            self.grow(target, items)
+            for k in range(0, len(items), 2):
+                target[items[k]] = items[k + 1]
+        elif op == b"N":
+            self.push(None)
+        elif op == b"\x88":
+            self.push(True)
+        elif op == b"\x89":
+            self.push(False)
+        elif op == b")":  # EMPTY_TUPLE
+            self.sealed_tuple([])
+        elif op in (b"\x85", b"\x86", b"\x87"):  # TUPLE1..3
+            n = op[0] - 0x84
+            if len(self.stack) - (self.marks[-1] if self.marks else 0) < n:
+                raise PickleRefused("damaged pickle (the stack is short)")
+            items = self.stack[-n:]
+            del self.stack[-n:]
+            self.sealed_tuple(items)
+        elif op == b"t":  # TUPLE
+            items = self.pop_mark()
+            self.sealed_tuple(items)
+        elif op == b"l" or op == b"d":  # LIST, DICT
+            items = self.pop_mark()
+            if op == b"d" and len(items) % 2:
+                raise PickleRefused("damaged pickle (DICT with an odd number of items)")
+            c: Any = [] if op == b"l" else {}
+            self.new(c)
+            self.grow(c, items)
+            if op == b"l":
+                c.extend(items)
+            else:
+                for k in range(0, len(items), 2):
+                    c[items[k]] = items[k + 1]
+        elif op == b"\x8f":  # EMPTY_SET
+            self.new(set())
+        elif op == b"\x90":  # ADDITEMS
+            items = self.pop_mark()
+            target = self.top()
+            if not isinstance(target, set):
+                raise PickleRefused("ADDITEMS to something that is not a set")
+            self.grow(target, items)
+            target.update(items)
+        elif op == b"\x91":  # FROZENSET
+            items = self.pop_mark()
+            fs = frozenset(items)
+            self.sizes[id(fs)] = [1, 1, 0]
+            self.grow(fs, items)
+            self.push(fs)
+        elif op == b"r":  # LONG_BINPUT
+            self.put(self.u(4))
+        elif op == b"j":  # LONG_BINGET
+            self.get(self.u(4))
+        elif op == b"\x94":  # MEMOIZE
+            self.put(len(self.memo))
+        elif op == b"p":  # PUT
+            self.put(self.decimal(self.line()))
+        elif op == b"g":  # GET
+            self.get(self.decimal(self.line()))
+        elif op == b"\x8a":  # LONG1
+            self.push(int.from_bytes(self.take(self.u(1)), "little", signed=True))
+        elif op == b"\x8b":  # LONG4
+            self.push(int.from_bytes(self.take(self.u(4)), "little", signed=True))
+        elif op == b"I" or op == b"L":  # INT, LONG (text)
+            arg = self.line().rstrip(b"L")
+            self.push(True if arg == b"01" else False if arg == b"00" else self.decimal(arg, signed=True))
+        elif op == b"G":  # BINFLOAT
+            self.push(struct.unpack(">d", self.take(8))[0])
+        elif op == b"F":  # FLOAT (text)
+            try:
+                self.push(float(self.line()))
+            except ValueError:
+                raise PickleRefused("damaged pickle (FLOAT that is not a number)") from None
+        elif op == b"\x8d":  # BINUNICODE8
+            self.push(self.text(self.take(self.u(8))))
+        elif op == b"V":  # UNICODE (protocol 0)
+            try:
+                self.push(self.line().decode("raw-unicode-escape"))
+            except UnicodeDecodeError:
+                raise PickleRefused("damaged pickle (UNICODE that does not decode)") from None
+        elif op == b"C":  # SHORT_BINBYTES
+            self.push(self.take(self.u(1)))
+        elif op == b"B":  # BINBYTES
+            self.push(self.take(self.u(4)))
+        elif op in (b"\x8e", b"\x96"):  # BINBYTES8, BYTEARRAY8 (read as bytes)
+            self.push(self.take(self.u(8)))
+        elif op == b"0":  # POP
+            if self.marks and self.marks[-1] == len(self.stack):
+                self.marks.pop()
+            else:
+                self.pop()
+        elif op == b"1":  # POP_MARK
+            self.pop_mark()
+        elif op == b"2":  # DUP
+            self.push(self.top())
+        elif op == b"\x80":  # PROTO
+            if self.u(1) > 5:
+                raise PickleRefused("pickle protocol above 5")
+        elif op == b"\x95":  # FRAME (a hint for buffered readers)
+            self.take(8)
+        elif op == b".":  # STOP
+            if len(self.stack) != 1 or self.marks:
+                raise PickleRefused("damaged pickle (STOP with more than one value left)")
+            return True, self.stack[0]
+        elif op in _REFUSED:
+            what = _REFUSED[op]
+            if op == b"c":
+                module, name = self.line(), self.line()
+                what = f"global {module.decode('ascii', 'replace')}.{name.decode('ascii', 'replace')}"
+            raise PickleRefused(f"refused {what}: a Flight Recorder dump holds plain values only")
+        else:
+            raise PickleRefused(f"refused opcode {op!r} at byte {self.pos - 1}")
+        return False, None
 
     @staticmethod
     def decimal(arg: bytes, *, signed: bool = False) -> int:
@@ -359,3 +442,5 @@ def load(raw: bytes, bounds: Bounds) -> Any:
         return _Machine(raw, bounds).run()
     except TypeError as exc:  # a list or dict as a dict key or set member
         raise PickleRefused(f"damaged pickle ({exc})") from None
+    except UnicodeDecodeError:
+        raise PickleRefused("a string that is not UTF-8") from None
