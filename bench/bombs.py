@@ -133,7 +133,7 @@ class Server:
         out = fn()
         took = time.perf_counter() - t
         print(
-            f"  {name:<44} {took:7.2f} s  peak {_peak_kib(self.proc.pid) / 1024:6.0f} MiB  "
+            f"  {name:<52} {took:7.2f} s  peak {_peak_kib(self.proc.pid) / 1024:6.0f} MiB  "
             f"-> {out}  {'up' if self.alive() else 'DOWN'}"
         )
         return out
@@ -350,7 +350,7 @@ def attack_rules(quick: bool) -> None:
                 out = f"exit {proc.returncode}" + (f": {proc.stderr.strip()[:90]}" if proc.returncode else "")
             except subprocess.TimeoutExpired:
                 out = "killed at 120 s"
-            print(f"  {name:<44} {time.perf_counter() - t:7.2f} s  -> {out}")
+            print(f"  {name:<52} {time.perf_counter() - t:7.2f} s  -> {out}")
 
 
 def attack_decompression(srv: Server, parallel: int, transport: str) -> None:
