@@ -140,7 +140,11 @@ class Server:
 
     def close(self) -> None:
         self.proc.terminate()
-        self.proc.wait(30)
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:  # stuck in an attack it did not survive
+            self.proc.kill()
+            self.proc.wait(30)
 
 
 def _upload(srv: Server, path: str, content: bytes, **params: str) -> str:
