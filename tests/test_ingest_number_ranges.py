@@ -24,6 +24,7 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
 )
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from postgres_support import fresh_schema
 from server_support import ServerProcess
 
 from hypocenter.collector import otlp
@@ -149,10 +150,10 @@ def test_a_poison_tenant_does_not_fail_a_benign_one(server: ServerProcess) -> No
 
 
 class _HeldStore:
-    """A real SQLite store whose first commit waits, so that the next requests are grouped into one."""
+    """A real store whose first commit waits, so that the next requests are grouped into one."""
 
-    def __init__(self, path: Path) -> None:
-        self.store = open_store(str(path))
+    def __init__(self, url: str) -> None:
+        self.store = open_store(url)
         self.release = threading.Event()
         self.first = True
 
@@ -180,10 +181,18 @@ def _entry(workload: str, time_ns: int, n: int) -> Entry:
     )
 
 
-def test_a_value_the_store_refuses_fails_only_its_own_request(tmp_path: Path) -> None:
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    if request.param == "sqlite":
+        yield str(tmp_path / "s.db")
+    else:
+        yield from fresh_schema()
+
+
+def test_a_value_the_store_refuses_fails_only_its_own_request(store_url: str) -> None:
     """Defence behind the edge: a record that still overflows the store at commit, grouped into one
     transaction with others, fails its own request with a permanent error; the others are stored."""
-    held = _HeldStore(tmp_path / "s.db")
+    held = _HeldStore(store_url)
     queue = IngestQueue(held, capacity=10_000, retry_after=1.0)
     try:
         first = queue.submit([_entry("w-first", T0, 0)], [])
@@ -195,8 +204,9 @@ def test_a_value_the_store_refuses_fails_only_its_own_request(tmp_path: Path) ->
         assert [f.result(30) for f in good + more] == [1] * 8
         with pytest.raises(InputError, match="cannot keep"):
             bad.result(30)
+        row = held.store.attempt("w-good", 0)
+        assert row is not None and len(held.store.attempt_logs(row.id)) == 8
+        assert held.store.attempt("w-bad", 0) is None
     finally:
         queue.close()
-    row = held.store.attempt("w-good", 0)
-    assert row is not None and len(held.store.attempt_logs(row.id)) == 8
-    assert held.store.attempt("w-bad", 0) is None
+        held.store.close()
