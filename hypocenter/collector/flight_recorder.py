@@ -63,9 +63,10 @@ MAX_FRAMES_SHOWN = 3  # user frames kept per entry
 DUMP_TOKEN = "FlightRecorder"
 # What one pickled dump may build (plain_pickle.py): values pushed, opcodes run, and its size with
 # every shared reference counted in full (what printing or walking it would cost). A real dump of
-# torch's default 2,000 entries builds about 10^5 values.
+# torch's default 2,000 entries builds 10^5 values (4 x 10^5 with 20 frames each); each value costs
+# 50 to 150 bytes of memory, so the objects bound keeps a dump's memory near 300 MiB at most.
 PICKLE_BOUNDS = plain_pickle.Bounds(
-    objects=MAX_DUMP_BYTES // 16, opcodes=MAX_DUMP_BYTES // 8, expanded=4 * MAX_DUMP_BYTES, depth=64
+    objects=MAX_DUMP_BYTES // 32, opcodes=MAX_DUMP_BYTES // 8, expanded=4 * MAX_DUMP_BYTES, depth=64
 )
 
 _PICKLE_HEAD = (b"\x80\x02", b"\x80\x03", b"\x80\x04", b"\x80\x05")

@@ -25,6 +25,7 @@ from hypocenter.errors import InputError
 
 _CONTAINERS = (list, dict, set, tuple, frozenset)
 _MISSING = object()
+_NEW = 1 << 8 | 1 << 1  # a new container's entry: expanded size 1, depth 1, not sealed
 _CONTAINER_TYPES = frozenset(_CONTAINERS)
 
 
@@ -41,6 +42,10 @@ class Bounds:
     opcodes: int
     expanded: int
     depth: int = 64
+
+    def __post_init__(self) -> None:
+        if not 0 < self.depth < 0x7F:
+            raise ValueError("depth is kept in 7 bits: 1 to 126")
 
 
 _REFUSED = {
@@ -73,9 +78,10 @@ class _Machine:
         self.marks: list[int] = []
         self.memo: dict[int, Any] = {}
         self.objects = 0
-        # id(container) -> [expanded size, depth, sealed]; containers stay alive in the stack or
-        # memo while the pickle runs, so their ids are stable.
-        self.sizes: dict[int, list[int]] = {}
+        # id(container) -> expanded size << 8 | depth << 1 | sealed, one int (a pickle may build
+        # millions of containers); every container is entered when it is made, so an id that a
+        # freed container leaves to a new one is entered again.
+        self.sizes: dict[int, int] = {}
 
     # ---------------------------------------------------------------- reading the program
     def take(self, n: int) -> bytes:
@@ -105,18 +111,18 @@ class _Machine:
         self.stack.append(value)
 
     def new(self, container: Any) -> None:
-        self.sizes[id(container)] = [1, 1, 0]
+        self.sizes[id(container)] = _NEW
         self.push(container)
 
     def grow(self, container: Any, members: list[Any] | tuple[Any, ...]) -> None:
         """Account for `members` going into `container`; they are sealed from now on."""
-        info = self.sizes.get(id(container))
+        sizes = self.sizes
+        info = sizes.get(id(container))
         if info is None:
             raise PickleRefused("adds members to something that is not a container")
-        if info[2]:
+        if info & 1:
             raise PickleRefused("changes a container after it was put into another one")
-        size, depth = info[0], info[1]
-        sizes = self.sizes
+        size, depth = info >> 8, info >> 1 & 0x7F
         for m in members:
             kind = type(m)
             if kind is str or kind is bytes:
@@ -127,10 +133,10 @@ class _Machine:
                 if m is container:
                     raise PickleRefused("a container that contains itself")
                 inner = sizes[id(m)]
-                size += inner[0]
-                if inner[1] >= depth:
-                    depth = inner[1] + 1
-                inner[2] = 1
+                size += inner >> 8
+                if inner >> 1 & 0x7F >= depth:
+                    depth = (inner >> 1 & 0x7F) + 1
+                sizes[id(m)] = inner | 1
             else:
                 size += 1
         if size > self.bounds.expanded:
@@ -140,7 +146,7 @@ class _Machine:
             )
         if depth > self.bounds.depth:
             raise PickleRefused(f"nests deeper than {self.bounds.depth} levels")
-        info[0], info[1] = size, depth
+        sizes[id(container)] = size << 8 | depth << 1
 
     def pop_mark(self) -> list[Any]:
         if not self.marks:
@@ -162,7 +168,7 @@ class _Machine:
 
     def sealed_tuple(self, items: list[Any]) -> None:
         t = tuple(items)
-        self.sizes[id(t)] = [1, 1, 0]
+        self.sizes[id(t)] = _NEW
         self.grow(t, items)
         self.push(t)
 
@@ -254,7 +260,7 @@ class _Machine:
                 pos += 5
             elif op == 0x5D or op == 0x7D:  # EMPTY_LIST, EMPTY_DICT
                 container: Any = [] if op == 0x5D else {}
-                self.sizes[id(container)] = [1, 1, 0]
+                self.sizes[id(container)] = _NEW
                 push(container)
                 self.objects += 1
                 pos += 1
@@ -360,7 +366,7 @@ class _Machine:
         elif op == b"\x91":  # FROZENSET
             items = self.pop_mark()
             fs = frozenset(items)
-            self.sizes[id(fs)] = [1, 1, 0]
+            self.sizes[id(fs)] = _NEW
             self.grow(fs, items)
             self.push(fs)
         elif op == b"r":  # LONG_BINPUT
