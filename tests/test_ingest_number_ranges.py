@@ -9,6 +9,8 @@ that still reaches the store fails only its own request.
 
 from __future__ import annotations
 
+import io
+import tarfile
 import threading
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -210,3 +212,30 @@ def test_a_value_the_store_refuses_fails_only_its_own_request(store_url: str) ->
     finally:
         queue.close()
         held.store.close()
+
+
+def test_rest_attempt_numbers_out_of_range_are_refused(server: ServerProcess, tmp_path: Path) -> None:
+    big = str(2**64)
+    yaml = (Path(__file__).resolve().parents[1] / "examples" / "nvlink-xid149" / "attempt.yaml").read_text()
+    with server.client() as c:
+        assert c.get(f"/v1/attempts/w/{big}").status_code == 422
+        assert c.post(f"/v1/attempts/w/{big}/analyze").status_code == 422
+        assert c.put(f"/v1/attempts/w/{big}", content=yaml).status_code == 422
+        assert (
+            c.post(f"/v1/attempts/w/{big}/artifacts", params={"name": "x.txt"}, content=b"x\n").status_code
+            == 422
+        )
+        workload = yaml.split('id: "', 1)[1].split('"', 1)[0]
+        bad = yaml.replace("attempt: 0", f"attempt: {big}")
+        assert bad != yaml
+        r = c.put(f"/v1/attempts/{workload}/0", content=bad)
+        assert r.status_code in (400, 422) and "attempt" in r.text, r.text
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+            data = bad.encode()
+            info = tarfile.TarInfo("b/attempt.yaml")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+        r = c.post("/v1/bundles", content=buf.getvalue())
+        assert 400 <= r.status_code < 500, r.text
+        assert c.get("/healthz").status_code == 200

@@ -64,6 +64,7 @@ from hypocenter import limits
 from hypocenter.collector import otlp_wire
 from hypocenter.collector.otlp_columns import Columns, CountRequest, FlatRequest
 from hypocenter.errors import InputError, TransientError
+from hypocenter.modelbase import ATTEMPT_MAX
 from hypocenter.names import (
     ATTEMPT_KEYS,
     LINE_KEY,
@@ -261,9 +262,6 @@ def _first(keys: Iterable[str], *maps: Mapping[str, Any]) -> str | None:
 # The store keeps every number in a signed 64-bit integer (SQLite INTEGER, PostgreSQL BIGINT): a
 # value outside it is refused here, for its record alone, before it can fail a shared transaction.
 INT64_MAX = (1 << 63) - 1
-# An attempt is a restart count (Slurm's restart_count is 16 bits, a JobSet's restarts 32): far
-# inside the store's range, so that nothing computed from it can leave that range either.
-ATTEMPT_MAX = (1 << 31) - 1
 _INVALID = "invalid_number"
 
 
