@@ -23,6 +23,7 @@ from typing import Any, ClassVar, Self
 
 from hypocenter import limits
 from hypocenter.modelbase import (
+    ATTEMPT_MAX,
     COMPONENT_KINDS,
     SCHEMA_ID,
     TAXONOMY,
@@ -81,6 +82,8 @@ class Workload(_Model):
     def __post_init__(self) -> None:
         if isinstance(self.id, int):
             object.__setattr__(self, "id", str(self.id))
+        if not 0 <= self.attempt <= ATTEMPT_MAX:
+            raise ValueError(f"workload.attempt {self.attempt} is not a whole number from 0 to 2^31-1")
 
 
 @dataclass(slots=True, kw_only=True, frozen=True, eq=False, repr=False)

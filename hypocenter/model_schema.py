@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from hypocenter import limits
 from hypocenter.modelbase import (
+    ATTEMPT_MAX,
     SCHEMA_ID,
     Action,
     CoverageStatus,
@@ -39,7 +40,7 @@ class _Strict(BaseModel):
 
 class Workload(_Strict):
     id: str
-    attempt: int = 0
+    attempt: int = Field(0, ge=0, le=ATTEMPT_MAX)
     name: str | None = None
     scheduler: str | None = None
     cluster: str | None = None

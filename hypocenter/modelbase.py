@@ -26,6 +26,9 @@ from typing import Any, ClassVar, Literal, Self
 
 from hypocenter import limits
 
+# An attempt is a restart count (Slurm's restart_count is 16 bits, a JobSet's restarts 32): this bound
+# keeps it, and anything computed from it, far inside the store's signed 64-bit integers.
+ATTEMPT_MAX = (1 << 31) - 1
 SCHEMA_ID = "hypocenter.diagnosis/v1"
 
 SourceKind = Literal["kernel", "app", "scheduler", "metric"]

@@ -33,7 +33,7 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
 
-from fastapi import APIRouter, FastAPI, Query, Request
+from fastapi import APIRouter, FastAPI, Path, Query, Request
 from fastapi.responses import JSONResponse, Response
 from fastapi_offline import FastAPIOffline
 from google.protobuf import json_format
@@ -53,6 +53,7 @@ from hypocenter.collector.archive import load_archive_bundle
 from hypocenter.errors import InputError, TransientError
 from hypocenter.limits import LimitExceeded
 from hypocenter.model import AttemptContext, Diagnosis
+from hypocenter.modelbase import ATTEMPT_MAX
 from hypocenter.server.attempts import parse_time
 from hypocenter.server.quarantine import AnalysisFailed
 from hypocenter.server.service import Attribution, Backpressure, UnknownAttempt
@@ -320,6 +321,8 @@ def build_app(
 
 # An uncompressed OTLP request up to this size is decoded on the event loop (a few ms of work) when a
 # decode slot is free: handing it to a worker thread and back costs about as much on a busy machine.
+# An attempt number in a path: a restart count, within what the store keeps (422 otherwise).
+ATTEMPT_NUMBER = Path(ge=0, le=ATTEMPT_MAX, description="the attempt number: 0, 1, … (at most 2^31-1)")
 INLINE_DECODE_BYTES = 1 << 20
 
 
@@ -398,7 +401,7 @@ def attempt_routes(service: Attribution) -> APIRouter:
         summary="Set an attempt's scope from an attempt.yaml (YAML or JSON body)",
         responses={400: {"model": Problem}, 413: {"model": Problem}, 422: {"model": Problem}},
     )
-    async def put_attempt(workload: str, attempt: int, request: Request) -> Response:
+    async def put_attempt(workload: str, request: Request, attempt: int = ATTEMPT_NUMBER) -> Response:
         try:
             raw = await _read_body(request, 1 << 20)
             # YAML parsing and the scope's checks run off the event loop: other requests never wait on them.
@@ -418,7 +421,7 @@ def attempt_routes(service: Attribution) -> APIRouter:
         response_model=AttemptInfo,
         responses={404: {"model": Problem}},
     )
-    async def get_attempt(workload: str, attempt: int) -> Any:
+    async def get_attempt(workload: str, attempt: int = ATTEMPT_NUMBER) -> Any:
         row = await run_in_threadpool(service.store.attempt, workload, attempt)
         if row is None:
             return _problem(404, f"no attempt {attempt} of workload {workload!r}")
@@ -467,7 +470,7 @@ def attempt_routes(service: Attribution) -> APIRouter:
         summary="Analyse the attempt now and return its diagnosis",
         responses={200: {"model": model_schema.Diagnosis}, 404: {"model": Problem}, 422: {"model": Problem}},
     )
-    async def analyze(workload: str, attempt: int, http_request: Request) -> Response:
+    async def analyze(workload: str, http_request: Request, attempt: int = ATTEMPT_NUMBER) -> Response:
         try:
             diagnosis, provisional = await run_in_threadpool(
                 service.analyze, workload, attempt, _caller(http_request)
@@ -496,8 +499,8 @@ def attempt_routes(service: Attribution) -> APIRouter:
     )
     async def upload_artifact(
         workload: str,
-        attempt: int,
         request: Request,
+        attempt: int = ATTEMPT_NUMBER,
         name: str = Query(..., description="file name, e.g. nccl_trace_rank_3"),
         node: str | None = Query(None, description="the node it came from"),
     ) -> Response:

@@ -19,12 +19,20 @@ Bounds (hypocenter/limits.py, each a setting), all checked while reading, before
 
 A member that is not a regular file (link, device, FIFO) is never followed: it is listed in the
 bundle's coverage as skipped. Absolute names and `..` are refused outright (BundleError).
+
+pax extended headers (which bsdtar writes for extended attributes, and any tar for long or
+non-ASCII names) are read by `_PaxBoundedInfo`, never by CPython's own parser: its regular
+expressions take time quadratic in the header while holding the GIL (CVE-2024-6232, fixed only
+in 3.11.10 / 3.12.6 / 3.13.0), so a few KB of header would freeze the server. A header over
+PAX_MAX_BYTES is refused before it is read, and GNU sparse files described in pax headers are
+refused (their maps are parsed by the same regular expressions).
 """
 
 from __future__ import annotations
 
 import bz2
 import errno
+import inspect
 import io
 import lzma
 import os
@@ -45,6 +53,8 @@ from hypocenter.limits import LimitExceeded, Limits
 from hypocenter.model import Coverage
 
 _CHUNK = 1 << 16
+PAX_MAX_BYTES = 1 << 20
+"""Bytes of one pax extended header (extended attributes included); bsdtar's are a few hundred."""
 SPOOL_MEMORY = 16 << 20
 """Bytes of an archive's files kept in memory; past them, the spool moves to a temporary file."""
 
@@ -284,6 +294,81 @@ class _Inflating(io.RawIOBase):
         return len(data)
 
 
+def pax_records(buf: bytes) -> list[tuple[bytes, bytes]]:
+    """The `<length> <keyword>=<value>\\n` records of a pax header, in one linear pass. Like CPython,
+    reading stops at the first record that is not one (the header's padding); a zero length is an
+    error."""
+    out: list[tuple[bytes, bytes]] = []
+    pos = 0
+    while pos < len(buf):
+        space = buf.find(b" ", pos, pos + 21)
+        digits = buf[pos:space] if space > pos else b""
+        if not digits.isdigit():
+            break
+        length = int(digits)
+        if length == 0:
+            raise tarfile.ReadError("invalid pax header: a record of length 0")
+        end = pos + length
+        equals = buf.find(b"=", space + 1, end)
+        if end > len(buf) or equals <= space + 1:
+            break
+        out.append((buf[space + 1 : equals], buf[equals + 1 : end - 1]))
+        pos = end
+    return out
+
+
+_FROMTARFILE_DIRCHECK = "dircheck" in inspect.signature(tarfile.TarInfo.fromtarfile).parameters
+
+
+class _PaxBoundedInfo(tarfile.TarInfo):
+    """tarfile's member header, with pax extended headers read by `pax_records` (the module docstring
+    says why). The rest of the processing is CPython's own `_proc_pax`, step for step."""
+
+    def _proc_pax(self, archive: Any) -> tarfile.TarInfo:
+        if self.size > PAX_MAX_BYTES:
+            raise BundleError(
+                f"archive has a pax extended header of {self.size:,} bytes (at most {PAX_MAX_BYTES:,} are read)"
+            )
+        block = self._block(self.size)  # type: ignore[attr-defined]
+        buf = archive.fileobj.read(block)[: self.size]
+        pax_headers = archive.pax_headers if self.type == tarfile.XGLTYPE else archive.pax_headers.copy()
+        records = pax_records(buf)
+        charset = next((v for k, v in records if k == b"hdrcharset"), None)
+        if charset is not None:
+            pax_headers["hdrcharset"] = charset.decode("utf-8", "replace")
+        encoding = archive.encoding if pax_headers.get("hdrcharset") == "BINARY" else "utf-8"
+        for raw_key, raw_value in records:
+            key = self._decode_pax_field(raw_key, "utf-8", "utf-8", archive.errors)  # type: ignore[attr-defined]
+            if key.startswith("GNU.sparse."):
+                raise BundleError(
+                    "archive has a GNU sparse file in pax format (not read: make the archive without --sparse)"
+                )
+            pax_headers[key] = self._decode_pax_field(  # type: ignore[attr-defined]
+                raw_value,
+                encoding if key in tarfile.PAX_NAME_FIELDS else "utf-8",
+                archive.encoding if key in tarfile.PAX_NAME_FIELDS else "utf-8",
+                archive.errors,
+            )
+        try:
+            # Pythons fixed for CVE-2025-13462 read the header after a pax header with dircheck=False
+            following = (
+                self.fromtarfile(archive, dircheck=False)  # type: ignore[call-arg]
+                if _FROMTARFILE_DIRCHECK
+                else self.fromtarfile(archive)
+            )
+        except tarfile.HeaderError as exc:
+            raise tarfile.ReadError(str(exc)) from None
+        if self.type in (tarfile.XHDTYPE, tarfile.SOLARIS_XHDTYPE):
+            following._apply_pax_info(pax_headers, archive.encoding, archive.errors)  # type: ignore[attr-defined]
+            following.offset = self.offset
+            if "size" in pax_headers:
+                offset = following.offset_data
+                if following.isreg() or following.type not in tarfile.SUPPORTED_TYPES:
+                    offset += following._block(following.size)  # type: ignore[attr-defined]
+                archive.offset = offset
+        return following
+
+
 def read_archive(raw: bytes, bounds: Limits | None = None) -> ArchivePath:
     """The bundle root (the shallowest directory holding attempt.yaml) of an uploaded archive, in
     memory. BundleError / InputError for an archive that is not a usable bundle, LimitExceeded
@@ -294,7 +379,9 @@ def read_archive(raw: bytes, bounds: Limits | None = None) -> ArchivePath:
     stream = _Inflating(raw, b)
     members = 0
     try:
-        with tarfile.open(fileobj=io.BufferedReader(stream, _CHUNK), mode="r|") as tar:
+        with tarfile.open(
+            fileobj=io.BufferedReader(stream, _CHUNK), mode="r|", tarinfo=_PaxBoundedInfo
+        ) as tar:
             for member in tar:
                 members += 1
                 if members > b.bundle_max_members:

@@ -22,10 +22,12 @@ its JSON twin:
 The dump names no rank: like torch's own `fr_trace`, the rank is the number that ends the file
 name (`nccl_trace_rank_3`, `nccl_trace_rank_3.json`).
 
-A dump is untrusted input. It is never given to `pickle.load`: `_PlainUnpickler` builds only the
-plain values a dump holds (dict, list, tuple, str, bytes, int, float, bool, None) and refuses every
-global and persistent id, so a crafted pickle cannot import or call anything. Dumps over
-`MAX_DUMP_BYTES` are refused unread.
+A dump is untrusted input. It is never given to `pickle.load`: `plain_pickle.load` builds only the
+plain values a dump holds (dict, list, tuple, str, bytes, int, float, bool, None), refuses every
+global, call and persistent id, so a crafted pickle cannot import or call anything, and bounds what
+it builds (`PICKLE_BOUNDS`, derived from `MAX_DUMP_BYTES`) so a few bytes cannot expand to
+gigabytes. Dumps over `MAX_DUMP_BYTES` are refused unread. Whatever a dump holds, reading it either
+renders it or raises `DumpError`: a bad dump is a failed source, never a failed analysis.
 
 `render` turns one dump into a few lines (`FlightRecorder dump|pg|entry …`, each stamped with the
 entry's creation time): per process group its last enqueued / started / completed collective, the
@@ -37,9 +39,8 @@ analysis is the same whether the dump came from a bundle, an upload or a pull.
 from __future__ import annotations
 
 import ast
-import io
+import functools
 import json
-import pickle
 import re
 import stat
 import sys
@@ -48,6 +49,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from hypocenter.collector import plain_pickle
 from hypocenter.errors import InputError
 from hypocenter.model import Coverage
 from hypocenter.sources import TextSource
@@ -59,6 +61,13 @@ MAX_RANKS = 1 << 20  # members read per process group
 MAX_PENDING_SHOWN = 6  # not-yet-completed entries rendered per process group
 MAX_FRAMES_SHOWN = 3  # user frames kept per entry
 DUMP_TOKEN = "FlightRecorder"
+# What one pickled dump may build (plain_pickle.py): values pushed, opcodes run, and its size with
+# every shared reference counted in full (what printing or walking it would cost). A real dump of
+# torch's default 2,000 entries builds 10^5 values (4 x 10^5 with 20 frames each); each value costs
+# 50 to 150 bytes of memory, so the objects bound keeps a dump's memory near 300 MiB at most.
+PICKLE_BOUNDS = plain_pickle.Bounds(
+    objects=MAX_DUMP_BYTES // 32, opcodes=MAX_DUMP_BYTES // 8, expanded=4 * MAX_DUMP_BYTES, depth=64
+)
 
 _PICKLE_HEAD = (b"\x80\x02", b"\x80\x03", b"\x80\x04", b"\x80\x05")
 _JSON_FIRST = frozenset(b"{ \t\n\r\x0b\x0c")  # a JSON dump's first byte: its brace, or a blank before it
@@ -72,18 +81,6 @@ _PLUMBING = ("/torch/", "\\torch\\", "/multiprocessing/", "<string>", "/runpy.py
 
 class DumpError(InputError, ValueError):
     """Not a readable Flight Recorder dump; the message says why."""
-
-
-class _PlainUnpickler(pickle.Unpickler):
-    """An unpickler that can build plain values only: every global and persistent id is refused."""
-
-    def find_class(self, module: str, name: str) -> Any:
-        raise pickle.UnpicklingError(
-            f"refused global {module}.{name}: a Flight Recorder dump holds plain values only"
-        )
-
-    def persistent_load(self, pid: Any) -> Any:
-        raise pickle.UnpicklingError("refused persistent id: a Flight Recorder dump holds plain values only")
 
 
 def is_dump_bytes(head: bytes) -> bool:
@@ -107,20 +104,9 @@ def load(raw: bytes) -> dict[str, Any]:
         raise DumpError(f"dump of {len(raw)} bytes is over the {MAX_DUMP_BYTES >> 20} MiB limit")
     if raw.startswith(_PICKLE_HEAD):
         try:
-            doc = _PlainUnpickler(io.BytesIO(raw)).load()
-        except pickle.UnpicklingError as exc:
+            doc = plain_pickle.load(raw, PICKLE_BOUNDS)
+        except plain_pickle.PickleRefused as exc:
             raise DumpError(f"not a plain Flight Recorder pickle: {exc}") from None
-        except (
-            EOFError,
-            ValueError,
-            IndexError,
-            KeyError,
-            TypeError,
-            OverflowError,
-            MemoryError,
-            RecursionError,
-        ) as exc:
-            raise DumpError(f"truncated or damaged pickle ({type(exc).__name__}: {exc})") from None
     else:
         try:
             doc = json.loads(raw.decode("utf-8"))
@@ -184,30 +170,50 @@ class Dump:
         return max((e.created_ns for e in self.entries if e.created_ns), default=None)
 
 
+_INT64 = 1 << 63
+
+
 def _int(v: object) -> int | None:
     if isinstance(v, bool):
         return None
     if isinstance(v, int):
-        return v
+        return v if -_INT64 <= v < _INT64 else None
     if isinstance(v, str) and re.fullmatch(r"-?\d{1,20}", v.strip()):
-        return int(v)
+        return _int(int(v))
     return None
 
 
 def _text(v: object, limit: int = 120) -> str:
-    s = v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v) if v is not None else ""
+    """A scalar as one short token; a container (or a number too big to print) as ''."""
+    if isinstance(v, bytes):
+        s = v[: limit * 4].decode("utf-8", "replace")
+    elif isinstance(v, str):
+        s = v[: limit * 4]
+    elif isinstance(v, int) and not -_INT64 <= v < _INT64:
+        return ""
+    elif isinstance(v, (int, float)):  # bool is an int
+        s = str(v)
+    else:
+        return ""
     return re.sub(r"[\s\"]+", "_", s)[:limit]
 
 
 def _ranks(v: object) -> list[int]:
     if isinstance(v, str):
-        try:
-            v = ast.literal_eval(v) if len(v) < 1_000_000 else []
-        except (ValueError, SyntaxError, MemoryError, RecursionError):
-            return []
+        return list(_rank_text(v))
     if isinstance(v, (list, tuple, set)):
         return sorted({r for r in (_int(x) for x in list(v)[:MAX_RANKS]) if r is not None})
     return []
+
+
+@functools.lru_cache(maxsize=16)
+def _rank_text(v: str) -> tuple[int, ...]:
+    """`"[0, 1, 2]"` read once per distinct string: a pickle may name one long string in every group."""
+    try:
+        parsed = ast.literal_eval(v) if len(v) < 1_000_000 else []
+    except (ValueError, SyntaxError, MemoryError, RecursionError, TypeError):
+        return ()
+    return tuple(_ranks(parsed)) if isinstance(parsed, (list, tuple, set)) else ()
 
 
 def _sizes(v: object) -> str:
@@ -401,7 +407,14 @@ def render_file(raw: bytes, name: str) -> str:
             "the file name does not end with the rank (torch names dumps <prefix><rank>, "
             "e.g. nccl_trace_rank_3)"
         )
-    return render(parse(load(raw), rank))
+    doc = load(raw)
+    try:
+        return render(parse(doc, rank))
+    except RecursionError:
+        raise DumpError("values nested too deeply") from None
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError, OverflowError) as exc:
+        # parse reads any plain values; a shape it did not foresee is this dump's failure alone
+        raise DumpError(f"not understood ({type(exc).__name__}: {str(exc)[:200]})") from None
 
 
 def read_source(path: Path, rel: str, node: str | None) -> tuple[TextSource | None, Coverage] | None:

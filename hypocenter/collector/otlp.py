@@ -64,7 +64,7 @@ from hypocenter import limits
 from hypocenter.collector import otlp_wire
 from hypocenter.collector.otlp_columns import Columns, CountRequest, FlatRequest
 from hypocenter.errors import InputError, TransientError
-from hypocenter.modelbase import check_state
+from hypocenter.modelbase import ATTEMPT_MAX, check_state
 from hypocenter.names import (
     ATTEMPT_KEYS,
     LINE_KEY,
@@ -261,21 +261,49 @@ def _first(keys: Iterable[str], *maps: Mapping[str, Any]) -> str | None:
 # --------------------------------------------------------------------------------------------- tagging
 
 
+# The store keeps every number in a signed 64-bit integer (SQLite INTEGER, PostgreSQL BIGINT): a
+# value outside it is refused here, for its record alone, before it can fail a shared transaction.
+INT64_MAX = (1 << 63) - 1
+_INVALID = "invalid_number"
+
+
 @dataclass(slots=True)
 class Identity:
     node: str | None
     workload: str | None
     attempt: int
     scope: dict[str, str]
+    invalid: str | None = None  # why the record cannot be stored (an attempt number out of range)
+
+
+def _attempt(text: str | None) -> tuple[int, str | None]:
+    """The attempt number an attribute names, or 0 and why it cannot be one (out of range, not finite)."""
+    if text is None:
+        return 0, None
+    try:
+        value = int(text) if re.fullmatch(r"[+-]?\d{1,30}", text) else int(float(text))
+    except ValueError:
+        return 0, None  # not a number at all: attempt 0, as before
+    except OverflowError:
+        value = ATTEMPT_MAX + 1
+    if value > ATTEMPT_MAX:
+        return 0, (
+            f"attempt {text[:40]!r} (hypocenter.workload.attempt) is not a whole number from 0 to 2^31-1"
+        )
+    return value, None
+
+
+def time_invalid(*stamps: int) -> str | None:
+    """Why a record's times (OTLP fixed64 nanoseconds) cannot be stored, or None."""
+    bad = next((t for t in stamps if t > INT64_MAX), None)
+    if bad is None:
+        return None
+    return f"time {bad} ns is past 2^63-1 ns (year 2262): timeUnixNano must be nanoseconds since 1970"
 
 
 def identify(*maps: Mapping[str, Any]) -> Identity:
     """Node, workload, attempt and scope attributes from resource (first) and record (later) maps."""
-    attempt_text = _first(ATTEMPT_KEYS, *maps)
-    try:
-        attempt = int(float(attempt_text)) if attempt_text is not None else 0
-    except ValueError:
-        attempt = 0
+    attempt, invalid = _attempt(_first(ATTEMPT_KEYS, *maps))
     scope: dict[str, str] = {}
     for key, name in SCOPE_KEYS:
         t = _first((key,), *maps)
@@ -290,6 +318,7 @@ def identify(*maps: Mapping[str, Any]) -> Identity:
         workload=_first(WORKLOAD_KEYS, *maps),
         attempt=max(0, attempt),
         scope=scope,
+        invalid=invalid,
     )
 
 
@@ -305,6 +334,13 @@ class Tagged:
     def count(self) -> int:
         """Records accepted, in `accepted` and in `blocks`."""
         return len(self.accepted) + sum(len(b) for b in self.blocks)
+
+    def refuse(self, kind: str, reason: str, what: str) -> None:
+        """Count one record rejected for `reason` (its first `reason` per kind is kept for the answer)."""
+        self.rejected += 1
+        if kind not in self.rejected_by:
+            self.reasons.append(f"{what} rejected: {reason}")
+        self.rejected_by[kind] = self.rejected_by.get(kind, 0) + 1
 
 
 _UNSCOPED = (
@@ -371,6 +407,10 @@ def log_entries(req: ExportLogsServiceRequest, body: bytes | None = None, flat: 
                 if ident.node is None and ident.workload is None:
                     unscoped += 1
                     continue
+                invalid = ident.invalid or time_invalid(lr.time_unix_nano or lr.observed_time_unix_nano)
+                if invalid is not None:
+                    out.refuse(_INVALID, invalid, "log record(s)")
+                    continue
                 body = any_value(lr.body)
                 kind = "doc" if isinstance(body, dict | list) else "text"
                 if STATE_KEY in lattrs:  # the terminal-state marker: scope, not a log line to analyse
@@ -400,6 +440,11 @@ def log_entries(req: ExportLogsServiceRequest, body: bytes | None = None, flat: 
                         line = int(line_text) if line_text is not None else None
                     except ValueError:
                         line = None
+                    if line is not None and not -INT64_MAX <= line <= INT64_MAX:
+                        out.refuse(
+                            _INVALID, f"{LINE_KEY} {str(line_text)[:40]!r} is out of range", "log record(s)"
+                        )
+                        continue
                 time_ns = lr.time_unix_nano or lr.observed_time_unix_nano
                 if kind == "text" and ident.workload is not None and "*** " in text:
                     banner = _BANNER.search(text)
@@ -450,7 +495,7 @@ def log_entries(req: ExportLogsServiceRequest, body: bytes | None = None, flat: 
                     )
                 )
     if unscoped:
-        out.rejected = unscoped
+        out.rejected += unscoped
         out.rejected_by["no_node_or_workload"] = unscoped
         out.reasons.append(_UNSCOPED.format(n=unscoped, what="log record(s)"))
     if bad_states:
@@ -501,11 +546,11 @@ def _block(
 ) -> RecordBlock | None:
     """A scope group's records as one `RecordBlock`, when they are text lines of one record-numbered
     stream tagged as their resource is; None sends the group through the per-record path."""
-    if (rident.node is None and rident.workload is None) or "state" in rident.scope:
+    if (rident.node is None and rident.workload is None) or "state" in rident.scope or rident.invalid:
         return None
     cols = Columns.of(records, n, LINE_KEY)
-    if cols is None:
-        return None
+    if cols is None or (max(cols.times) > INT64_MAX if cols.times else False):
+        return None  # the per-record path says which records it refuses
     lattrs: dict[str, Any] = {}
     for key, values in cols.strings.items():
         if values.count(values[0]) != n:  # records of several files in one group
@@ -559,6 +604,10 @@ def metric_entries(req: ExportMetricsServiceRequest) -> Tagged:
                     if node is None and ident.workload is None:
                         unscoped += 1
                         continue
+                    invalid = ident.invalid or time_invalid(dp.time_unix_nano or dp.start_time_unix_nano)
+                    if invalid is not None:
+                        out.refuse(_INVALID, invalid, "data point(s)")
+                        continue
                     value = dp.as_double if dp.WhichOneof("value") == "as_double" else float(dp.as_int)
                     source = _first(("hypocenter.source",), rattrs) or f"otlp/{sm.scope.name or 'metrics'}"
                     out.accepted.append(
@@ -609,7 +658,7 @@ def receive(signal: str, body: bytes, content_type: str) -> tuple[Tagged, list[s
             sum(len(sl.log_records) for rl in logs.resource_logs for sl in rl.scope_logs),
             bound,
         )
-        return log_entries(logs, flat=flat), warnings
+        return _usable(log_entries(logs, flat=flat)), warnings
     if protobuf:
         _check_count("metric data points", otlp_wire.count_data_points(body, bound), bound)
     metrics, warnings = decode_metrics(body, content_type)
@@ -623,7 +672,20 @@ def receive(signal: str, body: bytes, content_type: str) -> tuple[Tagged, list[s
         ),
         bound,
     )
-    return metric_entries(metrics), warnings
+    return _usable(metric_entries(metrics)), warnings
+
+
+class InvalidRecords(InputError):
+    """Every record of a request holds a number the store cannot keep: 400 / INVALID_ARGUMENT, not retried."""
+
+
+def _usable(tagged: Tagged) -> Tagged:
+    """`tagged`, unless every record was refused for a bad number: then the request is (OTLP's "bad
+    data": the client must not retry it). Some records refused among accepted ones are a partial
+    success instead, which clients do not retry either."""
+    if tagged.count == 0 and tagged.rejected_by.get(_INVALID):
+        raise InvalidRecords("; ".join(tagged.reasons))
+    return tagged
 
 
 class DecoderBusy(TransientError):

@@ -5,10 +5,12 @@ space tries every start position and every length, 12 s for one line, while inge
 
     RE2 (PyPI `google-re2`)   every pattern it accepts (all built-in patterns but one): time linear
                               in the text, whatever the pattern.
-    Python `re`, bounded      a pattern RE2 cannot run (lookaround, backreference) is accepted only
-                              without nested quantifiers (`(a+)+`, `(\\w*x?)*`), and it only ever sees
-                              the first `FALLBACK_MAX_CHARS` characters of a text, so its worst case
-                              is bounded.
+    Python `re`, bounded      built-in catalog only: a pattern RE2 cannot run (lookaround,
+                              backreference), reviewed with the catalog, without nested quantifiers
+                              (`(a+)+`, `(\\w*x?)*`), that only ever sees the first
+                              `FALLBACK_MAX_CHARS` characters of a text. A user's rule file must be
+                              RE2 throughout: no syntactic check catches every backtracking pattern
+                              (`(?=a)(a|aa)+$` takes exponential time on 45 characters).
 
 `pattern_problem` is what the rule loader and `hypocenter rules check` ask: the reason a pattern
 is refused (None when it is fine). `pattern_note` says when a pattern runs on the fallback.
@@ -112,14 +114,22 @@ class LazyPattern:
         return self.search(text)
 
 
-def pattern_problem(pattern: str) -> str | None:
-    """Why this pattern cannot be matched in linear time (None when it can)."""
+def pattern_problem(pattern: str, *, builtin: bool = False) -> str | None:
+    """Why this pattern cannot be matched in linear time (None when it can). Only the built-in
+    catalog (`builtin`) may use the bounded fallback."""
     try:
         re.compile(pattern)
     except re.error as exc:
         return f"regex does not compile: {exc}"
     if _re2(pattern) is not None:
         return None
+    if not builtin:
+        return (
+            f"pattern '{pattern}' is not one RE2 can run (lookaround such as (?=…) (?!…) (?<=…), or a "
+            "backreference such as \\1): rule patterns must be RE2 patterns, whose matching time is "
+            "linear in the line. Hint: match the wanted text without the lookaround and exclude the "
+            "rest with a narrower pattern or with the attribution's `unless:` fields"
+        )
     nested = _nested_quantifier(pattern)
     if nested is not None:
         return (
@@ -132,7 +142,7 @@ def pattern_problem(pattern: str) -> str | None:
 
 def pattern_note(pattern: str) -> str | None:
     """A remark for `rules check`: the pattern runs on the bounded fallback (None on RE2)."""
-    if _re2(pattern) is not None or pattern_problem(pattern) is not None:
+    if _re2(pattern) is not None or pattern_problem(pattern, builtin=True) is not None:
         return None
     return (
         f"uses lookaround or a backreference, which RE2 cannot run: matched with Python's engine against "

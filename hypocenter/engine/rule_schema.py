@@ -17,6 +17,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -34,8 +35,9 @@ def _as_list(v: Any) -> Any:
     return [v] if isinstance(v, str) else v
 
 
-def _regex(v: str) -> str:
-    problem = pattern_problem(v)  # linear-time matching: see engine/matching.py
+def _regex(v: str, info: ValidationInfo) -> str:
+    # linear-time matching (engine/matching.py); the loader says whether the file is the built-in catalog
+    problem = pattern_problem(v, builtin=bool(info.context and info.context.get("builtin")))
     if problem is not None:
         raise ValueError(problem)
     return v

@@ -257,7 +257,9 @@ def _rule_error(exc: ValidationError, doc: strict_yaml.LineDict, path: str) -> R
     return RuleError(f"rule {rid}: {dotted or 'rule'}: {msg}", path=path, line=line)
 
 
-def load_rule_file(path: Path, display: str | None = None) -> list[Rule]:
+def load_rule_file(path: Path, display: str | None = None, *, builtin: bool = False) -> list[Rule]:
+    """The rules of one file; `builtin` for the shipped catalog, whose reviewed patterns may use
+    the bounded fallback matcher (engine/matching.py); a user's file must be RE2 throughout."""
     name = display or str(path)
     try:
         doc = strict_yaml.load_file(path, display=name)
@@ -285,7 +287,10 @@ def load_rule_file(path: Path, display: str | None = None) -> list[Rule]:
         line = getattr(item, "line", 0)
         try:
             rule: Rule = plain_from(
-                rule_schema.Rule.model_validate({**item, "path": name, "line": line}), _CLASSES
+                rule_schema.Rule.model_validate(
+                    {**item, "path": name, "line": line}, context={"builtin": builtin}
+                ),
+                _CLASSES,
             )
         except ValidationError as exc:
             raise _rule_error(exc, item, name) from None  # type: ignore[arg-type]
@@ -337,7 +342,8 @@ def rule_files(paths: Iterable[Path]) -> list[tuple[Path, str]]:
 
 def load_ruleset(extra: Iterable[Path] = (), *, builtin: bool = True) -> Ruleset:
     """The built-in catalog plus any extra rule files or directories; ids must be unique."""
-    tops = ([builtin_catalog()] if builtin else []) + [Path(p) for p in extra]
+    catalog = builtin_catalog() if builtin else None
+    tops = ([catalog] if catalog else []) + [Path(p) for p in extra]
     digest = hashlib.sha256()
     rules: list[Rule] = []
     seen: dict[str, Rule] = {}
@@ -348,7 +354,8 @@ def load_ruleset(extra: Iterable[Path] = (), *, builtin: bool = True) -> Ruleset
         if display.split("/", 1)[0] == DATA_DIR:
             tables[path.stem] = load_table(path, display)
             continue
-        for rule in load_rule_file(path, display=display):
+        shipped = catalog is not None and path.resolve().is_relative_to(catalog.resolve())
+        for rule in load_rule_file(path, display=display, builtin=shipped):
             if rule.id in seen:
                 raise RuleError(
                     f"rule id {rule.id!r} is already defined at {seen[rule.id].where}",

@@ -1,5 +1,9 @@
 """Bounds on label values that clients choose: `cluster` becomes a Prometheus series and a Loki
-stream label, and a client can send any number of distinct ones.
+stream label, and a client can send any number of distinct ones, of any length.
+
+    bounded(value)            a value of at most LABEL_MAX_CHARS characters: a longer one is cut
+                              and ends with `~` and 8 hex digits of its SHA-256, so that two long
+                              values stay two series, each of a bounded size
 
     LabelLimit(max_values)    the first `max_values` distinct values of each label are exported as
                               themselves, every later one as "other"; `folded` counts, per label,
@@ -12,10 +16,20 @@ This module only decides names; it knows no wire format.
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from collections import defaultdict
 
 OTHER = "other"
+LABEL_MAX_CHARS = 128
+
+
+def bounded(value: str, limit: int = LABEL_MAX_CHARS) -> str:
+    """`value`, or its first characters and a short hash of the whole when it is over `limit`."""
+    if len(value) <= limit:
+        return value
+    digest = hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+    return f"{value[: limit - 9]}~{digest}"
 
 
 class LabelLimit:
@@ -26,7 +40,9 @@ class LabelLimit:
         self._lock = threading.Lock()
 
     def value(self, label: str, value: str, *, count: bool = False) -> str:
-        """The value to export for `label`; `count` one fold in `folded` (once per diagnosis, not per scrape)."""
+        """The value to export for `label` (`bounded` in length); `count` one fold in `folded` (once per
+        diagnosis, not per scrape)."""
+        value = bounded(value)
         if not value or value == OTHER:
             return value
         with self._lock:

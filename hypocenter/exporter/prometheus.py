@@ -78,6 +78,7 @@ from hypocenter.engine.fleet import FleetView, findings
 from hypocenter.errors import InputError
 from hypocenter.exporter.activity import LATENCY_BUCKETS, Activity
 from hypocenter.exporter.activity import Exemplar as Last
+from hypocenter.exporter.cardinality import bounded
 from hypocenter.model import TAXONOMY
 from hypocenter.store.base import DiagnosisFacts, Store
 
@@ -365,9 +366,10 @@ class HypocenterCollector(Collector):
             labels=["kind", "suspect"],
         )
         for s in top:
-            score.add_metric([s.kind, s.name], round(s.score, 6))
-            workloads.add_metric([s.kind, s.name], s.workloads)
-            finding.add_metric([s.kind, s.name], 1 if (s.kind, s.name) in found else 0)
+            name = bounded(s.name)
+            score.add_metric([s.kind, name], round(s.score, 6))
+            workloads.add_metric([s.kind, name], s.workloads)
+            finding.add_metric([s.kind, name], 1 if (s.kind, s.name) in found else 0)
         yield score
         yield workloads
         yield finding
@@ -385,9 +387,9 @@ class HypocenterCollector(Collector):
             cluster = self.activity.labels.value("cluster", f.cluster or "")
             by_verdict[(cluster, f.outcome, f.domain or "", f.subdomain or "")] += 1
             for node in f.culprits:
-                by_node[(cluster, node)] += 1
+                by_node[(cluster, bounded(node))] += 1
             for node, kind, ident in sorted(set(f.components)):
-                by_component[(cluster, node, kind, ident)] += 1
+                by_component[(cluster, bounded(node), bounded(kind), bounded(ident))] += 1
         v = GaugeMetricFamily(
             "hypocenter_recent_diagnoses",
             "Final diagnoses stored within the window",

@@ -52,6 +52,7 @@ from hypocenter.server.leadership import KUEUE_POLL, OUTBOX, SLURM_POLL, Leaders
 from hypocenter.server.pulls import KueuePoller, Pulls, SlurmPoller, records_document
 from hypocenter.sources import RecordSource, Source, TextSource, text_lines
 from hypocenter.store.base import (
+    AttemptRow,
     DiagnosisFilter,
     DiagnosisRow,
     Entry,
@@ -161,6 +162,48 @@ def _nothing() -> None:
     pass
 
 
+# How often the analysis loop reads the attempts due again while it works through a long list.
+DUE_REFRESH_S = 1.0
+
+
+def tenant(row: AttemptRow) -> str:
+    """Whose attempt this is, for fair turns: its cluster (attempt.yaml, `hypocenter.workload.cluster`
+    or the scheduler's cluster attribute); '' when it names none."""
+    workload = (row.context or {}).get("workload") or {}
+    return str(workload.get("cluster") or row.scope.get("cluster") or "")
+
+
+def fair_order(rows: Sequence[AttemptRow]) -> list[AttemptRow]:
+    """`rows` (oldest first) interleaved by tenant: each tenant's oldest, then each one's next, …;
+    tenants in the order of their oldest row."""
+    queues: dict[str, deque[AttemptRow]] = {}
+    for row in rows:
+        queues.setdefault(tenant(row), deque()).append(row)
+    out: list[AttemptRow] = []
+    while queues:
+        for key in list(queues):
+            out.append(queues[key].popleft())
+            if not queues[key]:
+                del queues[key]
+    return out
+
+
+def _refusal(exc: Exception) -> Exception:
+    """What a request whose records the store did not take is answered. A value the store cannot
+    hold (DB-API `DataError`, which SQLite and psycopg raise for a number out of range, or Python's
+    own conversion errors) fails again however often it is sent: INVALID_ARGUMENT / 400. Anything
+    else is the store's trouble: UNAVAILABLE / 503, retried."""
+    permanent = isinstance(exc, OverflowError | ValueError | TypeError) or any(
+        c.__name__ == "DataError" for c in type(exc).__mro__
+    )
+    if permanent:
+        log.warning("a request's records were refused by the store: %s", exc)
+        return InputError(f"the store cannot keep a value of this request: {exc}")
+    if not isinstance(exc, StoreUnavailable):  # an outage is logged by the store, once
+        log.error("store write failed: %s", exc)
+    return TransientError(f"store write failed: {exc}")
+
+
 class IngestQueue:
     """Bounded by records waiting; a request larger than the whole queue is still taken when it is empty."""
 
@@ -226,19 +269,32 @@ class IngestQueue:
                     size += b.size
             try:
                 self._commit(batches)
-            except Exception as exc:  # the store failed: no request in this group is acknowledged
-                if not isinstance(exc, StoreUnavailable):  # an outage is logged by the store, once
-                    log.error("store write failed: %s", exc)
-                for b in batches:
-                    b.future.set_exception(TransientError(f"store write failed: {exc}"))
+            except Exception as exc:
+                refusal = _refusal(exc)
+                if len(batches) == 1 or not isinstance(refusal, InputError):
+                    for b in batches:  # the store failed: no request of the group is acknowledged
+                        b.future.set_exception(refusal)
+                else:  # a value it cannot keep: each request is tried alone, so that one request's
+                    # unstorable record does not fail the others batched with it
+                    for b in batches:
+                        try:
+                            self._commit([b])
+                        except Exception as alone:
+                            b.future.set_exception(_refusal(alone))
+                        else:
+                            b.future.set_result(b.size)
+                            self._committed()
             else:
                 for b in batches:
                     b.future.set_result(b.size)
-                if self._on_commit is not None:
-                    self._on_commit()
+                self._committed()
             finally:
                 with self._cond:
                     self._pending -= size
+
+    def _committed(self) -> None:
+        if self._on_commit is not None:
+            self._on_commit()
 
     def _commit(self, batches: list[_Batch]) -> None:
         """Reduce and store one group of requests. Another replica (or writer) may store records of the
@@ -382,13 +438,9 @@ class Attribution:
                 if self.leadership.shared and now - last_recovery >= self.settings.lease_s:
                     self._recover()  # claims of replicas that are gone
                     last_recovery = now
-                for row in self.store.attempts_due(now, self.settings.settle_s, self.settings.idle_timeout_s):
-                    if self._stop.is_set():
-                        return
-                    with contextlib.suppress(
-                        quarantine.AnalysisFailed
-                    ):  # recorded and logged: go on with the others
-                        self._analyze_row(row.workload, row.attempt)
+                self._analyze_due()
+                if self._stop.is_set():
+                    return
                 if now - last_sweep >= self.settings.retention_interval_s:
                     removed = self.store.sweep(now, self.retention)
                     last_sweep = now
@@ -399,6 +451,31 @@ class Attribution:
                 pass
             except Exception:  # the loop must outlive one bad attempt; the next tick retries
                 log.exception("trigger loop")
+
+    def _analyze_due(self) -> None:
+        """Analyse the attempts due, one cluster at a time in turn (`fair_order`), so that one
+        cluster's flood of finished attempts does not hold back another's verdict; the list is read
+        again every DUE_REFRESH_S, so an attempt that becomes due meanwhile takes its turn then."""
+        done: set[tuple[str, int]] = set()
+        while not self._stop.is_set():
+            due = [
+                row
+                for row in self.store.attempts_due(
+                    time.time(), self.settings.settle_s, self.settings.idle_timeout_s
+                )
+                if (row.workload, row.attempt) not in done
+            ]
+            if not due:
+                return
+            until = time.monotonic() + DUE_REFRESH_S
+            for row in fair_order(due):
+                if self._stop.is_set():
+                    return
+                done.add((row.workload, row.attempt))
+                with contextlib.suppress(quarantine.AnalysisFailed):  # recorded and logged: go on
+                    self._analyze_row(row.workload, row.attempt)
+                if time.monotonic() >= until:
+                    break
 
     def compact(self, now: float | None = None) -> CompactionReport:
         """Blank the raw lines no rule can read once they are `compact_after_s` old (see compaction)."""
