@@ -36,6 +36,7 @@ _MEANING = tuple(
     f"hypocenter.{name}"
     for name in (
         "engine.rules",
+        "engine.rule_model",
         "engine.rule_schema",
         "engine.matching",
         "engine.analyzers",
