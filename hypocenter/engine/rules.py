@@ -1,17 +1,10 @@
 """The rule language: loader, ruleset and its fingerprint.
 
-A rule file (`rules/**/*.yaml`) holds `rules:`, a list of rules. A rule may
+A rule file holds `rules:`, each of which may extract events from log lines or metric series,
+attribute them (root cause, symptom, context), or name a Python analyzer, and ships its own cases.
+Fields are declared in engine/rule_model.py; an error names `file:line` and the closest known field.
 
-- `extract:` events from log lines (literal `tokens` for the prefilter, a regex `pattern`),
-- `metric:` derive events from metric series (increase, threshold, bitmask …),
-- `attribute:` classify events as root cause / symptom / context, with domain, subdomain, locus,
-  precedence, what it explains, action and a summary template,
-- name an `analyzer:` written in Python (engine/analyzers.py) for what YAML cannot say,
-
-and ships its `cases:` next to it. A rule's fields are declared once, in engine/rule_model.py; the
-loader validates a file against the pydantic models engine/rule_schema.py derives from them (with
-`extra="forbid"`, bounds and pattern checks). An error names `file:line` and suggests the closest known
-field. The loaded rules are rule_model's plain classes, so a cached catalog needs no pydantic.
+Details and reasons: docs/modules.md.
 """
 
 from __future__ import annotations
