@@ -1,26 +1,9 @@
 """The one settings model of `hypocenter serve` and where each value comes from.
 
-Precedence, lowest to highest:
+Precedence: defaults < YAML file < HYPOCENTER_<FIELD> environment < flags. Fields are flat, so the
+file key, variable and flag are one name; a bad value is an `InputError` naming its origin.
 
-    defaults  <  YAML file (--config PATH, or HYPOCENTER_CONFIG)  <  HYPOCENTER_<FIELD> environment  <  flags
-
-Every field is flat (`settle_s`, `retention_max_age_s`, …) so that the file key, the environment
-variable (`HYPOCENTER_SETTLE_S`) and the flag (`--settle-s`) are the same name. Lists (`rules`)
-take JSON in the environment. `hypocenter config show` prints each effective value and its origin.
-A bad value is an `InputError` that names where it came from (file:line, variable or flag).
-
-The pull data sources, Loki and Prometheus, are one model each (`LokiSource`, `PrometheusSource`)
-whichever command reads them: `serve` builds them from its flat `pull_loki_*` / `pull_prometheus_*`
-settings (`Settings.pull_loki`, `Settings.pull_prometheus`), `analyze` from `--loki`/`--prometheus`
-and the `loki:`/`prometheus:` mappings of its `--config` file; `connector_arguments` turns either
-into the same connector arguments. What hypocenter is told explicitly beats the ambient variables
-that logcli and friends share, as logcli's own flags beat them:
-
-    LOKI_* / PROMETHEUS_* environment  <  hypocenter's settings or --config file  <  flags
-
-so `pull_loki_tenant` (or `tenant:`) beats `$LOKI_ORG_ID`, and a `token_file` beats
-`$LOKI_BEARER_TOKEN`; the variables fill in what was not given. A bearer token, from wherever,
-beats basic auth.
+Details and reasons: docs/modules.md.
 """
 
 from __future__ import annotations

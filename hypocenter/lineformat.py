@@ -1,14 +1,10 @@
 """Recognise the prefix of one log line by its content and turn it into a wall-clock time.
 
-Handles the formats that GPU-cluster logs arrive in: CRI (`kubectl logs` / containerd) prefixes,
-JSON lines (journalctl -o json, structured app logs), RFC 5424 and RFC 3164 syslog (with and
-without the kernel's `[uptime]` stamp), journalctl short-iso / short-precise, `dmesg -T`, raw
-`dmesg` (monotonic seconds), PyTorch `[rankN]:` prefixes, c10/glog stamps (`E1102 10:15:03.123`),
-Python logging and ISO stamps. Layers are peeled in order (a CRI line may carry a JSON line that
-carries a rank prefix …); which prefixes are tried, in which order, is the table LAYERS.
+Layers (CRI, JSON, syslog, journalctl, dmesg, rank prefixes, glog, Python logging …) are peeled in
+the order of the table LAYERS. Called for candidate lines only, one at a time: it must stay cheap
+and never raise on odd input.
 
-This module only parses one line at a time and is called for candidate lines only: it must stay
-cheap and must never raise on odd input.
+Details and reasons: docs/modules.md.
 """
 
 from __future__ import annotations

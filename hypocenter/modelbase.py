@@ -1,19 +1,10 @@
 """What model.py's plain classes and model_schema.py's pydantic twins share, without pydantic.
 
-`hypocenter analyze` builds events and a diagnosis and prints it; it validates nothing but attempt.yaml.
-Its types are therefore plain slotted dataclasses (model.py, engine/rules.py), and pydantic, which costs
-more start-up than the analysis of a small bundle, is imported only where a document is validated or a
-JSON Schema is written (model_schema.py, engine/rule_schema.py). This module holds the vocabulary both
-sides use (the Literal types, the taxonomy, time and rank-spec helpers) and `Plain`, the small slice of
-pydantic's model API that callers use on the plain classes:
+`analyze` validates nothing but attempt.yaml, and importing pydantic costs more than analysing a small
+bundle, so its types are plain slotted dataclasses. This module holds the vocabulary both sides use
+and `Plain`: the slice of pydantic's model API (`model_dump`, `model_copy`) callers use on them.
 
-    model_dump(mode="python"|"json", by_alias=…)   pydantic's rendering: aliases, excluded fields,
-                                                   `exclude_if`, times as pydantic writes them in JSON
-    model_copy(update={…})                         a shallow copy with fields replaced, unvalidated
-    plain_from(validated, classes)                 a validated pydantic twin as the plain class of its name
-
-A field's dump options live in its dataclass metadata: `alias`, `exclude` (never dumped) and
-`exclude_if` (a predicate on the value: left out when true).
+Details and reasons: docs/modules.md.
 """
 
 from __future__ import annotations

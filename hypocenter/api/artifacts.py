@@ -1,14 +1,6 @@
 """Hang-forensics artifacts uploaded to a running server for one attempt.
 
-    POST /v1/attempts/{workload}/{attempt}/artifacts?name=nccl_trace_rank_3[&node=gpu-a02]
-    body: the file as written (a Flight Recorder dump, pickle or JSON; `ncclras` output; a py-spy
-          or faulthandler stack dump), at most MAX_ARTIFACT_BYTES
-
-A Flight Recorder dump is read with the restricted loader (collector/flight_recorder.py: never
-`pickle.load`) and kept as its rendered lines; any other artifact must be UTF-8 text. Either way
-the lines are stored as the attempt's log records under the stream `traces/[<node>/]<name>`, the
-path the same file has in a bundle, so the diagnosis cites it the same way and the analysis of
-the attempt merges it with everything else. Resending the same file is idempotent.
+Details and reasons: docs/modules.md.
 """
 
 from __future__ import annotations

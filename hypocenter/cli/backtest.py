@@ -1,14 +1,6 @@
 """`hypocenter rules backtest`: what a rule change would flip, over stored attempts or a folder of bundles.
 
-    hypocenter rules backtest [--since 30d] [--rules PATH]... [--no-builtin-rules]
-                              [--store URL | --bundles DIR] [--format text|json] [--examples N]
-
-Each attempt is analysed twice on the same input: with the built-in catalog (the baseline) and with
-the candidate catalog (the built-in one plus `--rules`, or only `--rules` with --no-builtin-rules).
-From a store, an attempt's input is rebuilt exactly as the server builds it at analysis (its own
-records, plus its nodes' records around its window); from `--bundles`, each directory holding an
-attempt.yaml is one attempt. The report: how many verdicts flip, from what to what, by domain, with
-example workloads. Exit 0 whatever flips (a review tool, not a gate).
+Details and reasons: docs/modules.md.
 """
 
 from __future__ import annotations

@@ -1,12 +1,6 @@
 """Run the cases every rule ships with, and lint the catalog.
 
-A case is a tiny attempt: log text per `node/file`, optional metric and event documents, an
-optional attempt override. `expect: fire` means the rule produced or classified at least one
-event (or, for an analyzer rule, a finding) — and, when given, the first event has the expected
-`fields` and the whole diagnosis has the expected `verdict` (outcome, domain, subdomain, nodes, and
-`candidates` as `domain/subdomain` strings). `no_fire` means it did not.
-`known_miss` documents a case the rule does not handle yet: it is run and reported, and it must
-*not* fire (so a fix is noticed and the case promoted).
+Details and reasons: docs/modules.md.
 """
 
 from __future__ import annotations

@@ -1,26 +1,6 @@
 """`hypocenter replay BUNDLE`: send an attempt bundle to a server as OTLP, the way collectors would.
 
-The client is the official OpenTelemetry Python SDK exporters (OTLP/gRPC, or OTLP/HTTP with
-`--http`), with their own retry on UNAVAILABLE / 503. What goes out, in this order:
-
-  node logs      logs/<node>/{kern.log,dmesg*,journal*,messages*,syslog*,nvidia-smi*,dcgmi*,…}:
-                 node-scoped, resource `host.name=<node>` only (a node agent knows no job)
-  app logs       the other files of logs/<node>/ (resource host.name + workload attributes) and
-                 logs/_job/ (workload attributes only)
-  metrics        each series as an OTLP gauge; node-scoped when a label names one of the attempt's
-                 nodes, else tagged with the workload
-  traces         traces/[<node>/] files (Flight Recorder dumps as their rendered lines, ncclras,
-                 stack dumps), tagged with the workload (and host.name when in a node folder)
-  events         each scheduler / Kubernetes document as one log record whose body is the document
-                 (as the k8sobjects receiver sends them), tagged with the workload
-  state          last: one record with `hypocenter.attempt.state` (+ exit code, reason, window end),
-                 the trigger for analysis
-
-Every log record carries `log.file.path` (the bundle-relative path, so evidence refs match
-`hypocenter analyze`) and `log.file.record_number` (its line), and a time parsed from the line the
-way a collector's timestamp operator would (lines without one take the previous line's time).
-Resending the same bundle is idempotent on the server. Each file is read as it is sent (line-aligned
-pieces, BATCH records a request), so a replay's memory does not grow with the bundle's size.
+Details and reasons: docs/modules.md.
 """
 
 from __future__ import annotations

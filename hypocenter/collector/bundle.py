@@ -1,17 +1,9 @@
 """The static + local-files connector: read an attempt bundle directory (docs/design.md, contract 1).
 
-    bundle/attempt.yaml          the scope → AttemptContext
-    bundle/logs/<node>/<file>    node logs (node = directory name); logs/_job/<file> job-level logs
-    bundle/metrics/<file>        Prometheus API JSON or OpenMetrics/Prometheus text
-    bundle/events/<file>         scheduler / Kubernetes documents (JSON or YAML)
-    bundle/traces/[<node>/]<f>   hang forensics: Flight Recorder dumps, ncclras output, stack dumps
-                                 (Flight Recorder dumps are also recognised among logs/<node>/)
+A bundle that cannot be analysed at all raises `BundleError`; a bad file inside a usable bundle
+never does: it is listed in coverage with the reason and the rest is read.
 
-A bundle that cannot be analysed at all (no directory, no or bad attempt.yaml) raises
-`BundleError`. A bad file inside a usable bundle never does: it is listed in coverage with the
-reason and the rest is read. Gzip-compressed logs (`kern.log.1.gz`) are read transparently.
-Empty, binary, corrupt-gzip, broken-link and non-regular files (a FIFO is never opened) are
-skipped or failed; undecodable bytes, NUL runs and lines over 64 KiB make a file "partial".
+Details and reasons: docs/modules.md.
 """
 
 from __future__ import annotations

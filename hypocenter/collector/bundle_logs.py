@@ -1,15 +1,6 @@
 """A bundle's logs/<node>/ files read once, by the engine: what `load_bundle(read_once=True)` does per file.
 
-    node_files(node_dir)   → the files of one logs/<node> directory, as `os.walk` lists them
-    EngineRead(...)        → a FileTextSource whose one read, by the engine (maybe in
-                             a worker process), also tells its coverage, or that it is a Flight Recorder dump
-    NodeCoverage           → the coverage of one logs/<node> directory, from what reading its files found
-
-A bundle of many small files (1,024 nodes, two logs each) spends most of its load on per-file work
-in the one process that lists them: here a file costs a directory entry, one `stat` and a few
-objects; it is opened once, by the engine, and a small plain file is read there whole, its first
-bytes deciding whether it is a Flight Recorder dump (collector/flight_recorder.py) or a log. Files
-of an uploaded archive are not read here (they are scanned at load, within the upload's bounds).
+Details and reasons: docs/modules.md.
 """
 
 from __future__ import annotations

@@ -1,24 +1,6 @@
 """Slurm hostlist expressions: `gpu-a[01-16,20]`, `rack[1-2]-n[01-02]`, `a1,b[3-4]` → node names.
 
-The syntax Slurm prints in `NodeList=`, `sacct -o NodeList`, `squeue -o %N` and its JSON `nodes`:
-
-    gpu-a[01-03,07]       gpu-a01 gpu-a02 gpu-a03 gpu-a07     ranges and single values, zero padding
-                                                              kept from the range's first number
-    rack[1-2]-n[01-02]    rack1-n01 rack1-n02 rack2-n01 rack2-n02   several bracket groups: the
-                                                              product, the leftmost group outermost
-    a[1-2],b,c[5]         a1 a2 b c5                          `,` (or white space) between hosts,
-                                                              commas inside brackets stay in the group
-
-Order is kept as written and duplicates are dropped (Slurm's own hostlist does the same).
-`expand` is strict (a `HostlistError` naming the problem); `expand_hostlist` never raises and
-keeps a malformed part as a literal name, for inputs that must not stop an analysis.
-
-Hand-written rather than python-hostlist (2.3.0), measured: both expand well-formed lists alike
-(`gpu-a[01-03,07]`, `rack[1-2]-n[01-02]`, `a[1-2],b,c[5]`, duplicates dropped), but python-hostlist
-splits on commas only (`a[1-2] b` → `a1 b`, `a2 b`, where this module, as documented above, also
-takes white space between hosts), caps a list at 100,000 names rather than refusing a typo'd
-range early, names no position in its errors ("unbalanced brackets"), and ships no type
-information (mypy --strict). The module is ~100 lines with its own tests (tests/collector/test_hostlist.py).
+Details and reasons: docs/modules.md.
 """
 
 from __future__ import annotations

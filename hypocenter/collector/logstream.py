@@ -1,15 +1,6 @@
 """A bundle's log files read in fixed-size pieces: never a whole file in memory.
 
-    read_log(path)          → (bytes | None, status, reason): a log file read whole, checked and repaired
-    scan_log(path)          → LogFacts: what `read_log` says of the file (status, reason,
-                              lines), found while reading it CHUNK_BYTES at a time
-    log_pieces(path, clean) → the text the engine scans (the bytes `read_log` would return), in pieces
-                              that each end with a whole line, but the last
-
-Every log file is streamed: a plain file as it is, a gzip file (`kern.log.1.gz`, or any file that
-starts with gzip's magic) decompressed a piece at a time, and a file of an uploaded archive
-(collector/archive.py) the same way, its gzip files counted against the upload's bounds as they
-decompress. `read_log` (whole) stays for the small files read whole anyway (metrics, events, traces).
+Details and reasons: docs/modules.md.
 """
 
 from __future__ import annotations

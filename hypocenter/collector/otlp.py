@@ -1,36 +1,9 @@
 """OTLP in: decode export requests and tag every record with its node and workload (contract 2).
 
-    decode_logs(body, content_type)     → ExportLogsServiceRequest  (protobuf or OTLP/JSON)
-    decode_metrics(body, content_type)  → ExportMetricsServiceRequest
-    log_entries(request[, body])        → Tagged(entries, blocks, rejected, reasons)
-    metric_entries(request)             → Tagged(points, rejected, reasons)
-    receive(signal, body, content_type) → (Tagged, warnings): both of the above for "logs" | "metrics"
-    export_response(signal, tagged, warnings)  → the Export*ServiceResponse, with its partial success
+Tagging reads resource attributes first, then the record's own; a record that cannot be tagged is
+rejected with a reason in the response's partial success, never dropped silently.
 
-Tagging follows contract 2, resource attributes first, then the record's own attributes (a record
-may carry what a `groupbyattrs` processor would lift to the resource):
-
-    node      host.name | k8s.node.name
-    workload  hypocenter.workload.id | slurm.job.id | k8s.job.name | Kueue / JobSet / Kubeflow pod labels
-    attempt   hypocenter.workload.attempt | slurm.job.restart_count | JobSet restart-attempt label | 0
-    stream    log.file.path | hypocenter.source | log.file.name  (the stream a line belongs to)
-    line      log.file.record_number (the filelog receiver's `include_file_record_number`)
-
-A record with a workload belongs to that attempt (its node, if any, says where it was written);
-a record with only a node is node-scoped (kernel logs, DCGM, fabric counters) and is joined to
-attempts by node and time at analysis. A record with neither is rejected with a reason. A record's
-time is `time_unix_nano`, else `observed_time_unix_nano`.
-
-Attempt-scope attributes (`hypocenter.attempt.*`, `hypocenter.workload.{name,scheduler,cluster}`)
-are collected into `Entry.scope`; `hypocenter.attempt.state` marks the terminal-state record.
-
-`receive` tags a protobuf request's scope groups in the filelog receiver's usual shape (string
-bodies, the record number and at most the file's path and name as attributes) once per group, as
-`RecordBlock` columns (collector/otlp_columns.py): the same tags, no object per record. When every
-group of a request is in that shape, the request is never decoded whole: the columns, each group's
-resource and scope, and its record count are all it reads.
-
-This module only decodes, tags and answers: it does not store, extract or analyse anything.
+Details and reasons: docs/modules.md.
 """
 
 from __future__ import annotations

@@ -1,44 +1,10 @@
 """`hypocenter analyze` in pull mode: name the attempt by a scheduler id, gather its evidence from
 the systems the cluster already runs, and hand everything to the engine.
 
-    exactly one scope     BUNDLE | --slurm JOBID [--slurm-rest URL] | --kueue NS/WORKLOAD
-                          | --k8s-job NS/NAME [--kubeconfig PATH] [--context NAME]
-    any data sources      --logs DIR (repeatable) | --loki URL | --prometheus URL
-    both from a file      --config FILE (YAML, strict: unknown keys and duplicates are errors)
+One scope (bundle, Slurm, Kueue, Kubernetes job) and any data sources (log folders, Loki,
+Prometheus), from flags or a strict YAML `--config` file; flags win.
 
-    # pull.yaml — every key optional; flags win over the file; paths are relative to the file
-    slurm: "81234"            # or kueue: NS/WORKLOAD, k8s_job: NS/NAME, bundle: DIR
-    slurm_rest: https://slurmrestd:6820
-    kubeconfig: ~/.kube/config
-    context: prod
-    logs: [/shared/collected/81234]
-    loki:                     # or loki: URL
-      url: https://loki:3100
-      tenant: team-a          # X-Scope-OrgID (default: $LOKI_ORG_ID, as for logcli)
-      node_label: host        # the stream label naming a node (promtail/Alloy: what you relabel to)
-      node_label_kind: index  # or metadata: OTLP-native `host_name`, filtered after `selector`
-      selector: job="varlogs" # fixed matchers added to every node query
-      workload_selector: job="slurm", slurm_job_id="{workload}"   # the job's own logs (stdout);
-                              # without it they are not pulled. {workload}, {attempt} filled in
-      token_file: /run/secrets/loki-token     # bearer token; or username + password_file
-      headers: {X-Custom: v}
-    prometheus:               # or prometheus: URL
-      url: https://prometheus:9090
-      node_labels: [Hostname, instance]       # labels naming a node (default: the rules' own)
-      resolution_s: 30        # query step before it grows to fit Prometheus' point limit (default 15)
-      token_file: /run/secrets/prom-token     # or username + password_file
-    timeout: 30               # seconds per call
-
-Secrets are neither flags (other users see a command line) nor values in the config file: a token
-or password comes from a file (`token_file`, `password_file`, relative to the config file) or from
-logcli's variables `LOKI_BEARER_TOKEN`, `LOKI_BEARER_TOKEN_FILE`, `LOKI_USERNAME`, `LOKI_PASSWORD`
-(Prometheus: the same with `PROMETHEUS_`) and the tenant from `LOKI_ORG_ID`. What the file or a flag
-says beats those variables, which fill in what it leaves out; a bearer token beats basic auth. The
-sources are `hypocenter.config.LokiSource` / `PrometheusSource`, the same model `serve` builds from
-its `pull_loki_*` settings (hypocenter/config.py states the precedence once for both).
-
-A scope connector that cannot name the attempt stops the command (exit 2, one `hypocenter:` line);
-a data connector that fails is a failed coverage entry and the verdict is given without it.
+Details and reasons: docs/modules.md.
 """
 
 from __future__ import annotations

@@ -1,20 +1,6 @@
 """An attempt's rank map (global rank → node), rebuilt from what the scheduler says when nobody wrote one.
 
-A job log says `[rank10]: RuntimeError: CUDA error …`, not which node rank 10 ran on. A bundle's
-attempt.yaml may carry the map (`ranks:`); a pull asks the scheduler instead. Slurm knows how the
-job step's tasks were laid out over its nodes (`task_layout`: the step's task count, node list and
-distribution, block unless the step says cyclic) — the task number is `SLURM_PROCID`, the prefix
-`srun --label` writes. What Slurm does not know is how many ranks each task starts:
-
-- one, when srun starts the ranks itself (`srun python train.py`): rank = task;
-- k, when each task is a launcher: torchrun / `torch.distributed.launch` with `--nproc-per-node=k`
-  (found in the job log, where the batch script's `set -x` or the launcher echoes it), or else the
-  world size NCCL reports (`… rank R nranks N`) divided by the number of tasks. Task t runs ranks
-  t·k … t·k+k-1 (torchrun's node rank follows the task order when it is given `--node-rank=$SLURM_NODEID`,
-  and the map is checked against every `host:pid:tid [dev] NCCL INFO … rank R nranks N` line).
-
-A map that cannot be rebuilt without guessing (a rank beyond the tasks and no launcher width, or a
-NCCL line that places a rank elsewhere) is not made: the note says why, and ranks stay unplaced.
+Details and reasons: docs/modules.md.
 """
 
 from __future__ import annotations

@@ -4,15 +4,7 @@ Inputs: `sacct --json` / `scontrol show job --json` / `scontrol show node --json
 (several Slurm data_parser versions), `kubectl get events -o json`, Pod / Node objects and lists,
 and any object with `status.conditions` (Kueue Workload, JobSet, PyTorchJob, batch Job).
 
-Canonical forms (what YAML rules match; documented in rules/README.md):
-
-    slurm job <id> state=<STATE> reason=<reason> exit_code=<rc>:<sig> nodes=<hostlist>
-    slurm step <id> state=<STATE> exit_code=<rc>:<sig> nodes=<hostlist>
-    slurm node <name> state=<STATE+FLAGS> reason=<reason>
-    k8s event type=<Normal|Warning> reason=<reason> object=<Kind>/<name> message=<message>
-    k8s pod <name> phase=<phase> reason=<reason> message=<message>
-    k8s container <pod>/<container> terminated reason=<reason> exit_code=<n> signal=<n>
-    <kind> <name> condition type=<type> status=<status> reason=<reason> message=<message>
+Details and reasons: docs/modules.md.
 """
 
 from __future__ import annotations

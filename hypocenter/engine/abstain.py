@@ -2,16 +2,9 @@
 
 When no cause can be attributed, the diagnosis still says which process failed first, where, how
 (exit code or signal) and what to check next, and lists the causes it weighed with why each fell
-short. The first failure comes from what launchers report, best source first:
+short.
 
-1. torchrun's ChildFailedError entry under "Root Cause (first observed failure)" (per agent; the
-   earliest agent's, by the time it states);
-2. the elastic agent's `failed (exitcode: N) local_rank: R` line;
-3. srun's `srun: error: <node>: task N: …` line;
-4. any other ChildFailedError entry.
-
-A worker killed by SIGKILL with no kernel log line explaining it is most often the host's OOM
-killer: that is offered as a candidate (resource/host_oom, INVESTIGATE), never as the cause.
+Details and reasons: docs/modules.md.
 """
 
 from __future__ import annotations

@@ -1,17 +1,6 @@
 """Python rules: the analyses YAML cannot express, behind one small typed API.
 
-An analyzer is a function `(AttemptView) -> list[Finding]`, registered by name in `ANALYZERS`. A
-YAML rule with `analyzer: <name>` gives its findings their meaning (domain, subdomain,
-precedence, action, summary) and carries its cases, so Python rules are linted, tested and
-fingerprinted like the others. Analyzers must be deterministic: iterate sorted inputs only.
-
-Built in:
-- `hang-laggard`: among ranks whose NCCL watchdog fired, the ranks whose *last enqueued* collective
-  is behind everyone else's never issued it: they are the laggards, their nodes the culprits.
-- `collective-mismatch`: ranks that timed out on a different OpType at the same SeqNum.
-- `ib-peer`: the node that many others' NET/IB completion errors and closed sockets point at.
-- `time-limit`: the wall-clock limit is the cause only if the job was still making progress.
-- hang forensics from Flight Recorder dumps, NCCL RAS and stack dumps (engine/flight_recorder.py).
+Details and reasons: docs/modules.md.
 """
 
 from __future__ import annotations

@@ -1,14 +1,6 @@
 """Candidates, the verdict's second step: from classified events to the causes still standing.
 
-    CandidateSearch  groups root-cause events per rule and node, adds the Python analyzers'
-                     findings, merges the same cause seen on several nodes at about the same time,
-                     drops what began after the attempt ended, sets aside what the job outlived
-                     (progress continued well after it) and drops every candidate another explains
-                     (by class, locality and time); then locates causes that name no node
-    Causes           what it leaves: the primary causes, earliest first, and the outlived ones
-
-Pure functions of the classification: sorted by a total order (time, precedence, rule id, nodes),
-never by arrival order. This module chooses no outcome and writes no text: that is `report`.
+Details and reasons: docs/modules.md.
 """
 
 from __future__ import annotations

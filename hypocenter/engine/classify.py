@@ -1,14 +1,6 @@
 """Classification, the verdict's first step: which events of an attempt count, and the role each plays.
 
-    Classifier      the attribution rules by event kind, highest precedence first; gives an event
-                    the rule whose `when` it matches (root cause, symptom or context), or none
-    Classification  one attempt's in-scope events, in order, ranks resolved to nodes, with the
-                    events that took a role; what `candidates` and `report` read
-
-Node-scoped events (kernel, metrics, scheduler records about a node) count only for the attempt's
-nodes and window (with a clock-skew allowance); workload-scoped ones (app, scheduler) always count.
-Ties between rules of equal precedence go to the rule id first in alphabetical order, never to the
-order rules were loaded in. This module decides roles only: no candidates, no diagnosis.
+Details and reasons: docs/modules.md.
 """
 
 from __future__ import annotations

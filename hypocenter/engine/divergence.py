@@ -1,19 +1,6 @@
 """Analyzers for ranks and nodes that went their own way, read from plain program output.
 
-- `traceback-desync`: every rank's traceback ends in a collective, and one rank's ends in a different
-  collective (or calls it from a different line) than all the others': without a Flight Recorder
-  dump, the odd one out is the rank that took another code path.
-- `early-finish`: a rank said its training was finished, and afterwards the other ranks failed in
-  collectives it no longer joined.
-- `rendezvous-endpoint`: one node's launcher kept failing to reach the rendezvous store while the
-  other nodes reached theirs (or retried another host:port): that node's endpoint is misconfigured.
-- `gpu-held-by-process`: the job ran out of GPU memory (or found its GPU busy) on a node whose
-  nvidia-smi process table shows a compute process of another program holding that memory.
-- `preprocess-timeout`: a preprocessing progress bar (tokenizing, `map`, caching) had been running
-  about as long as the collective or store timeout the other ranks hit: the timeout is too short for
-  work one rank does alone; configuration, not a hang.
-
-Deterministic: inputs are sorted by stream order and rank; ties break on rank and node name.
+Details and reasons: docs/modules.md.
 """
 
 from __future__ import annotations

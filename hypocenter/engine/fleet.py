@@ -1,18 +1,9 @@
 """Fleet memory: which nodes, GPUs, host ports and switch ports keep turning up behind failures.
 
-One failure is an incident; the same GPU or switch port behind failures of several workloads is a
-maintenance ticket. This module is pure and deterministic: `marks_of` reduces one diagnosis (its
-diagnosis JSON, docs/design.md) to the few `FleetMark`s it says about hardware, and `suspects` / `findings` rank
-marks of many diagnoses at a given `now`. It reads no store and no clock; the server, the CLI and
-the exporter hand it rows.
+One failure is an incident; the same component behind failures of several workloads is a
+maintenance ticket. Pure and deterministic: it reads no store and no clock; callers hand it rows.
 
-Scoring: each suspect's score is the sum, over the *distinct workloads* behind it, of
-`weight * 0.5 ** (age / half_life)`, age taken from that workload's most recent mark. One job
-restarting ten times on a bad node is one workload, not ten (a workload is its id within its cluster:
-Slurm job ids repeat across clusters). Candidates of an ambiguous verdict
-weigh half. Application-class Xids (13, 31, 43) are the user's fault in one workload; on the same GPU
-across different workloads they are the GPU's (a "lemon"): they count for the GPU only from the
-second workload on.
+Details and reasons: docs/modules.md.
 """
 
 from __future__ import annotations

@@ -1,25 +1,6 @@
 """Hang forensics: merge every rank's Flight Recorder dump, NCCL RAS report and stack dump.
 
-The readers (collector/flight_recorder.py, the RAS and stack-dump rules in rules/workload/hangs.yaml)
-turn each artefact into events; these analyzers merge them across ranks:
-
-- `flight-recorder-laggard`: per process group, the collective the waiting ranks are stuck in is the
-  one after their last completed collective (or, when the backend marks a timed-out collective
-  completed, the one most ranks last enqueued); ranks whose last enqueued collective is before it
-  never issued it. They are the laggards; their nodes the culprits.
-- `flight-recorder-desync`: ranks that recorded a different operation or different sizes at the
-  same sequence id than the others in the same group (a program bug: FIX_CODE).
-- `flight-recorder-stalled`: a collective started on every rank that dumped and completed on none:
-  not a laggard but the fabric or a GPU; the node's kernel and fabric events explain it.
-- `flight-recorder-missing`: while every rank that dumped waits in the collective, the ranks that
-  left no dump at all (a dead process or node) are the suspects.
-- `nccl-ras`: `ncclras` names processes it considers dead and ranks that launched fewer operations
-  than the rest of their communicator.
-- `stack-laggard`: in stack dumps (py-spy, faulthandler) most ranks' main threads wait in a
-  collective; the ranks stuck elsewhere (data loader, checkpoint write) are the laggards.
-
-The dump localises; kernel and fabric events explain (their rules explain `software/hang`).
-Deterministic: events arrive sorted; every dict is walked in sorted order.
+Details and reasons: docs/modules.md.
 """
 
 from __future__ import annotations

@@ -2,16 +2,11 @@
 
     spread(work, sizes, workers) → [work(0), work(1), …] computed by `workers` processes
 
-What `analyze` does with a bundle's text streams (engine/extract.py): thousands of small files or a
-few big ones. The items are cut into batches of about equal size (`sizes`, in bytes), and every
-process, the caller first, takes the next batch as it frees up (a batch number read from a pipe:
-a busy process takes fewer), so a bundle of many small files pays for a process and a pickled
-answer per batch, not per file. Compared with a `multiprocessing.Pool`, nothing is imported, no
-thread is started, and the caller works instead of waiting: one fork for two cores.
+Batches of about equal bytes go to whichever process frees up first; only results are pickled back,
+and a failed process's batches are recomputed by the caller, so results never depend on who computed
+them. Not `multiprocessing.Pool`: it imports and starts threads for a fixed cost a small bundle feels.
 
-A forked process sees the caller's objects as they were (never pickled); only the results cross
-back, pickled. A process that fails leaves its batches to the caller, which computes them again: the
-results never depend on who computes them.
+Details and reasons: docs/modules.md.
 """
 
 from __future__ import annotations

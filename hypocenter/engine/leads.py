@@ -1,11 +1,6 @@
 """Leads: what an abstaining diagnosis points at when nothing else does.
 
-When no cause is attributed and neither the first failure nor a configuration line suggested one,
-the attempt may still hold cause-like lines that no rule may attribute on their own: an InfiniBand
-completion error without a link event, a CUDA error that names no fault, collective timeouts, a
-checkpoint file that could not be opened. Each kind of such line becomes a ranked candidate (earliest
-first, at most MAX_LEADS) with its lines as context evidence and the reason it falls short, so the
-reader is pointed somewhere. Leads never attribute and never change an outcome.
+Details and reasons: docs/modules.md.
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
 """What a person should do next with a diagnosis: the action, and for an unattributed one, where to look.
 
-An attributed or ambiguous diagnosis repeats its root cause's action (`ambiguous` is INVESTIGATE with
-the candidates to tell apart); a completed attempt needs nothing (NONE). An unattributed one says
-INVESTIGATE and lists what to look at, most useful first: the first failure signal the attempt shows
-(where and when it broke down, even if no rule can say why), then the sources that were missing or
-could not be read (absence is unknown, not healthy), then the host-side evidence a cause would leave
-on the nodes that reported first.
+Details and reasons: docs/modules.md.
 """
 
 from __future__ import annotations

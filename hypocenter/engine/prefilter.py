@@ -2,12 +2,10 @@
 
     TokenScanner(tokens).scan(data) → [(token index, start, end), …] ordered by start
 
-Hyperscan (Intel's multi-literal matcher, PyPI `hyperscan`, Linux x86-64 wheels) scans at several
-times the rate of an Aho-Corasick automaton; where it is not installed, `ahocorasick-rs` runs
-instead. The two may report different overlapping occurrences on one line (Hyperscan reports
-every occurrence of every token, the automaton non-overlapping ones), which no caller depends on:
-extraction reads each line that has a token as a whole, and evidence keeps the widest context of
-the tokens a line has.
+Hyperscan where it is installed (Linux x86-64), else an `ahocorasick-rs` automaton; they may differ
+in overlapping occurrences on a line, which no caller depends on.
+
+Details and reasons: docs/modules.md.
 """
 
 from __future__ import annotations

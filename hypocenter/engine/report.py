@@ -1,15 +1,6 @@
 """Report, the verdict's last step: from the causes still standing to a `Diagnosis`.
 
-    Decision       the outcome: not_failed (the attempt completed), attributed (one cause began
-                   first), ambiguous (several began within the ambiguity window: all listed) or
-                   unattributed (none: abstain, but name the first failure and the causes the job
-                   outlived, each with why it fell short); the root cause and the other candidates
-    Report         a Decision written out: quality and its reasons, symptoms, the evidence trail,
-                   affected nodes, the next step and a deterministic id
-    EvidenceTrail  the evidence lines, each shown once under its strongest role
-
-The text of a root cause comes from its rule's `summary` template, filled with the first value each
-field takes among the cause's events. Nothing here searches for causes: that is `candidates`.
+Details and reasons: docs/modules.md.
 """
 
 from __future__ import annotations

@@ -1,14 +1,21 @@
-"""The pydantic twins of engine/rules.py's plain rule classes: what a rule file is checked against.
+"""What a rule file is checked against: pydantic models derived from engine/rule_model.py.
 
-A rule file is validated here (field by field, with `extra="forbid"` and the pattern checks of
-engine/matching.py) and the validated rules are handed to the engine as rules.py's plain classes, so
-the cached catalog (engine/rulecache.py) unpickles without pydantic. Each class here has the same name,
-fields, defaults and order as its plain class (tests/test_model_schema.py proves it).
+The plain classes are the one source of a rule's fields, types, defaults and order; this module adds
+only what validation needs (bounds, pattern checks, YAML conveniences, cross-field checks) and builds
+a pydantic model of the same name for each plain class when it is imported. Only the loader
+(engine/rules.py) imports it, so `analyze` with a cached catalog (engine/rulecache.py) never imports
+pydantic. A new field is one edit in rule_model.py, plus an entry in `_CHECKS` if it needs a check.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import operator
 import re
+import types
+import typing
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -22,12 +29,11 @@ from pydantic import (
     model_validator,
 )
 
+from hypocenter.engine import rule_model
 from hypocenter.engine.matching import pattern_problem
-from hypocenter.modelbase import TAXONOMY, Action, FieldValue, Role, SourceKind
-from hypocenter.names import NODE_LABELS
+from hypocenter.modelbase import TAXONOMY, Plain
 
-Status = Literal["experimental", "test", "stable"]
-_LINE_SOURCES: tuple[SourceKind, ...] = ("kernel", "app", "scheduler")
+_LINE_SOURCES = rule_model.LINE_SOURCES
 
 
 def _as_list(v: Any) -> Any:
@@ -43,7 +49,7 @@ def _regex(v: str, info: ValidationInfo) -> str:
     return v
 
 
-Regex = Annotated[str, AfterValidator(_regex)]
+Regex = AfterValidator(_regex)
 _ID = re.compile(r"^[a-z0-9][a-z0-9-]*[a-z0-9]$")
 
 
@@ -51,158 +57,147 @@ class _Spec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)  # built on first validation
 
 
-class ExtractSpec(_Spec):
-    """Turn log lines into events. `tokens` are literals at least one of which must occur in
-    every line the pattern can match: they build the prefilter."""
-
-    source: list[SourceKind] = Field(default_factory=lambda: list(_LINE_SOURCES))
-    tokens: list[str] = Field(min_length=1)
-    pattern: Regex
-    event: str
-    lines_before: int = Field(default=0, ge=0, le=20)
-    lines_after: int = Field(default=0, ge=0, le=20)
-    ints: list[str] = Field(default_factory=list)
-    set: dict[str, FieldValue] = Field(default_factory=dict)
-    lookup: str | None = None
-    lookup_key: str = "code"
-
-    @field_validator("source", mode="before")
-    @classmethod
-    def _any_source(cls, v: Any) -> Any:
-        return list(_LINE_SOURCES) if v == "any" else _as_list(v)
-
-    @field_validator("tokens")
-    @classmethod
-    def _nonblank(cls, v: list[str]) -> list[str]:
-        for t in v:
-            if len(t.strip()) < 2:
-                raise ValueError(f"token {t!r} is too short to be a useful prefilter literal")
-        return v
+def _any_source(cls: type, v: Any) -> Any:
+    return list(_LINE_SOURCES) if v == "any" else _as_list(v)
 
 
-class MetricSpec(_Spec):
-    """Turn metric series into events: one event per series, at the first sample that meets the condition."""
-
-    metrics: list[str] = Field(min_length=1)
-    condition: Literal["increase", "above", "below", "bits_any", "equals_any", "changed_to_nonzero"]
-    threshold: float = 0.0
-    bits: int = 0
-    values: list[float] = Field(default_factory=list)
-    node_labels: list[str] = Field(default_factory=lambda: list(NODE_LABELS))
-    fields_from_labels: dict[str, str] = Field(default_factory=dict)
-    value_field: str = "value"
-    event: str
-    set: dict[str, FieldValue] = Field(default_factory=dict)
-    lookup: str | None = None
+def _nonblank(cls: type, v: list[str]) -> list[str]:
+    for t in v:
+        if len(t.strip()) < 2:
+            raise ValueError(f"token {t!r} is too short to be a useful prefilter literal")
+    return v
 
 
-class When(_Spec):
-    """Which events an attribution applies to: kind(s), exact field values, a regex on the text."""
-
-    kind: Annotated[list[str], BeforeValidator(_as_list)]
-    fields: dict[str, FieldValue | list[FieldValue]] = Field(default_factory=dict)
-    unless: dict[str, FieldValue | list[FieldValue]] = Field(default_factory=dict)
-    has: list[str] = Field(default_factory=list)
-    text: Regex | None = None
-    source: Annotated[list[SourceKind] | None, BeforeValidator(_as_list)] = None
-
-
-class RecoverySpec(_Spec):
-    """A later event on the same node that shows the condition cleared (a reconnect, a port ACTIVE
-    again). It counts only when the job is seen progressing after it (verdict.py)."""
-
-    kind: Annotated[list[str], BeforeValidator(_as_list)]
-    text: Regex
-    within_s: int = Field(default=300, ge=1)
-    # Fields that must be equal in the event and its recovery (a port coming back clears that port only).
-    same: list[str] = Field(default_factory=list)
+def _classified(self: Any) -> Any:
+    if self.role == "root_cause":
+        if self.domain not in TAXONOMY:
+            raise ValueError(f"domain {self.domain!r} is not one of {', '.join(TAXONOMY)}")
+        if self.subdomain not in TAXONOMY[self.domain]:
+            raise ValueError(
+                f"subdomain {self.subdomain!r} is not in domain {self.domain} "
+                f"({', '.join(TAXONOMY[self.domain])})"
+            )
+    for pat in [*self.explains, *self.explains_on_node]:
+        dom = pat.split("/", 1)[0]
+        if dom != "*" and dom not in TAXONOMY:
+            raise ValueError(f"explains: {pat!r} does not name a domain ({', '.join(TAXONOMY)})")
+    return self
 
 
-class AttributeSpec(_Spec):
-    when: When
-    role: Role
-    symptom: str | None = None
-    domain: str | None = None
-    subdomain: str | None = None
-    locus: Literal["node", "gpu", "port", "nic", "filesystem", "job"] = "node"
-    precedence: int = Field(default=50, ge=0, le=100)
-    explains: list[str] = Field(default_factory=list)
-    explains_on_node: list[str] = Field(default_factory=list)
-    action: Action = "INVESTIGATE"
-    summary: str = "{title} on {nodes}"
-    # stop: the job cannot outlive this cause (progress after it clears it); slow: a straggler the
-    # job keeps running under until a time limit, so progress after it says nothing.
-    effect: Literal["stop", "slow"] = "stop"
-    # How long the cause may precede its first evidence: a scheduler notices a lost node only after
-    # its heartbeat timeout (Slurm SlurmdTimeout, Kubernetes node-monitor grace).
-    lag_s: int = Field(default=0, ge=0, le=3600)
-    # Not a cause if the same node logs a matching recovery this soon after (a Lustre reconnect, a link
-    # ACTIVE again) and the job then went on progressing.
-    unless_recovered: RecoverySpec | None = None
-
-    @model_validator(mode="after")
-    def _classified(self) -> AttributeSpec:
-        if self.role == "root_cause":
-            if self.domain not in TAXONOMY:
-                raise ValueError(f"domain {self.domain!r} is not one of {', '.join(TAXONOMY)}")
-            if self.subdomain not in TAXONOMY[self.domain]:
-                raise ValueError(
-                    f"subdomain {self.subdomain!r} is not in domain {self.domain} "
-                    f"({', '.join(TAXONOMY[self.domain])})"
-                )
-        for pat in [*self.explains, *self.explains_on_node]:
-            dom = pat.split("/", 1)[0]
-            if dom != "*" and dom not in TAXONOMY:
-                raise ValueError(f"explains: {pat!r} does not name a domain ({', '.join(TAXONOMY)})")
-        return self
+def _slug(cls: type, v: str) -> str:
+    if not _ID.match(v):
+        raise ValueError(f"rule id {v!r} must be lowercase letters, digits and dashes")
+    return v
 
 
-class CaseSpec(_Spec):
-    """A rule's own test: a tiny timeline and what the rule must (not) do with it."""
-
-    name: str
-    expect: Literal["fire", "no_fire", "known_miss"]
-    logs: dict[str, str] = Field(default_factory=dict)
-    metrics: dict[str, str] = Field(default_factory=dict)
-    events: dict[str, str] = Field(default_factory=dict)
-    attempt: dict[str, Any] = Field(default_factory=dict)
-    fields: dict[str, FieldValue] = Field(default_factory=dict)
-    verdict: dict[str, Any] = Field(default_factory=dict)
-    note: str | None = None
+def _does_something(self: Any) -> Any:
+    if not (self.extract or self.metric or self.attribute or self.analyzer):
+        raise ValueError("a rule needs at least one of extract, metric, attribute, analyzer")
+    if self.analyzer and not self.attribute:
+        raise ValueError("an analyzer rule needs an attribute block (its domain, subdomain, action …)")
+    return self
 
 
-class Rule(_Spec):
-    id: str
-    title: str
-    status: Status
-    description: str | None = None
-    runbook: str | None = None
-    references: list[str] = Field(default_factory=list)
-    emitter: str | None = None  # the program(s) and versions whose source the patterns were checked against
-    extract: ExtractSpec | None = None
-    metric: MetricSpec | None = None
-    attribute: AttributeSpec | None = None
-    analyzer: str | None = None
-    cases: list[CaseSpec] = Field(default_factory=list)
+_AS_LIST = BeforeValidator(_as_list)
 
-    path: str = Field(default="", exclude=True)
-    line: int = Field(default=0, exclude=True)
-
-    @field_validator("id")
-    @classmethod
-    def _slug(cls, v: str) -> str:
-        if not _ID.match(v):
-            raise ValueError(f"rule id {v!r} must be lowercase letters, digits and dashes")
-        return v
-
-    @model_validator(mode="after")
-    def _does_something(self) -> Rule:
-        if not (self.extract or self.metric or self.attribute or self.analyzer):
-            raise ValueError("a rule needs at least one of extract, metric, attribute, analyzer")
-        if self.analyzer and not self.attribute:
-            raise ValueError("an analyzer rule needs an attribute block (its domain, subdomain, action …)")
-        return self
+# What validation adds to a plain class's field: pydantic metadata (Field constraints, validators) on
+# its value; on an optional field, on the value when it is not None.
+_CHECKS: dict[str, dict[str, tuple[Any, ...]]] = {
+    "ExtractSpec": {
+        "tokens": (Field(min_length=1),),
+        "pattern": (Regex,),
+        "lines_before": (Field(ge=0, le=20),),
+        "lines_after": (Field(ge=0, le=20),),
+    },
+    "MetricSpec": {"metrics": (Field(min_length=1),)},
+    "When": {"kind": (_AS_LIST,), "text": (Regex,), "source": (_AS_LIST,)},
+    "RecoverySpec": {"kind": (_AS_LIST,), "text": (Regex,), "within_s": (Field(ge=1),)},
+    "AttributeSpec": {"precedence": (Field(ge=0, le=100),), "lag_s": (Field(ge=0, le=3600),)},
+}
+# Checks on a whole field before its type (mode="before") or on a validated model (mode="after").
+_VALIDATORS: dict[str, dict[str, Any]] = {
+    "ExtractSpec": {
+        "_any_source": field_validator("source", mode="before")(_any_source),
+        "_nonblank": field_validator("tokens")(_nonblank),
+    },
+    "AttributeSpec": {"_classified": model_validator(mode="after")(_classified)},
+    "Rule": {
+        "_slug": field_validator("id")(_slug),
+        "_does_something": model_validator(mode="after")(_does_something),
+    },
+}
 
 
-class RuleFile(_Spec):
-    rules: list[dict[str, Any]]
+def _swap(tp: Any, twins: Mapping[type, type[BaseModel]]) -> Any:
+    """An annotation of a plain class with each plain class in it replaced by its twin."""
+    if isinstance(tp, type) and tp in twins:
+        return twins[tp]
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin is None or origin is Literal or not args:
+        return tp
+    new = tuple(_swap(a, twins) for a in args)
+    if origin in (typing.Union, types.UnionType):
+        return functools.reduce(operator.or_, new)
+    return origin[new[0] if len(new) == 1 else new]
+
+
+def _checked(tp: Any, checks: tuple[Any, ...]) -> Any:
+    if not checks:
+        return tp
+    args = typing.get_args(tp)
+    if typing.get_origin(tp) in (typing.Union, types.UnionType) and type(None) in args:
+        inner = functools.reduce(operator.or_, [a for a in args if a is not type(None)])
+        return Annotated[(inner, *checks)] | None
+    return Annotated[(tp, *checks)]
+
+
+def twin(
+    plain: type[Plain],
+    twins: Mapping[type, type[BaseModel]],
+    checks: Mapping[str, tuple[Any, ...]] | None = None,
+    validators: Mapping[str, Any] | None = None,
+) -> type[BaseModel]:
+    """The pydantic model of a plain dataclass: its fields in order, with their types (plain classes
+    replaced by their twins), defaults, dump options, docstring, and `checks` added to them."""
+    checks = checks or {}
+    hints = typing.get_type_hints(plain)
+    unknown = set(checks) - {f.name for f in dataclasses.fields(plain)}  # type: ignore[arg-type]
+    if unknown:
+        raise TypeError(f"checks for fields {plain.__name__} does not have: {sorted(unknown)}")
+    annotations: dict[str, Any] = {}
+    namespace: dict[str, Any] = {
+        "__module__": __name__,
+        "__qualname__": plain.__name__,
+        "__doc__": plain.__doc__,
+    }
+    for f in dataclasses.fields(plain):  # type: ignore[arg-type]
+        annotations[f.name] = _checked(_swap(hints[f.name], twins), checks.get(f.name, ()))
+        options: dict[str, Any] = {
+            k: v for k in ("alias", "exclude", "exclude_if") if (v := f.metadata.get(k)) is not None
+        }
+        if f.default_factory is not dataclasses.MISSING:
+            options["default_factory"] = f.default_factory
+        elif f.default is not dataclasses.MISSING:
+            options["default"] = f.default
+        if options:
+            namespace[f.name] = Field(**options)
+    namespace["__annotations__"] = annotations
+    namespace.update(validators or {})
+    return typing.cast(type[BaseModel], type(plain.__name__, (_Spec,), namespace))
+
+
+def _derive() -> dict[str, type[BaseModel]]:
+    twins: dict[type, type[BaseModel]] = {}
+    for name, plain in rule_model.CLASSES.items():  # in dependency order: a class after those it holds
+        twins[plain] = twin(plain, twins, _CHECKS.get(name, {}), _VALIDATORS.get(name, {}))
+    return {cls.__name__: cls for cls in twins.values()}
+
+
+_TWINS = _derive()
+ExtractSpec = _TWINS["ExtractSpec"]
+MetricSpec = _TWINS["MetricSpec"]
+When = _TWINS["When"]
+RecoverySpec = _TWINS["RecoverySpec"]
+AttributeSpec = _TWINS["AttributeSpec"]
+CaseSpec = _TWINS["CaseSpec"]
+Rule = _TWINS["Rule"]

@@ -1,18 +1,10 @@
-"""A cache of the loaded rule catalog: what `hypocenter analyze` would otherwise rebuild on every run.
+"""A cache of the loaded rule catalog, so that `analyze` does not parse and validate it every run.
 
-    load_ruleset_cached(extra, builtin=True) → Ruleset    (the same as rules.load_ruleset)
+The validated `Ruleset` is pickled under `$XDG_CACHE_HOME/hypocenter/`, named by a SHA-256 of
+everything it was built from (rule files, the modules that give them meaning, Python, pydantic, RE2),
+so it is never stale. Any cache file that cannot be trusted or read is ignored.
 
-Parsing and validating the catalog's YAML (every pattern checked for linear-time matching) costs a
-few hundred milliseconds per process, more than scanning 100 MB of logs. The validated `Ruleset` is
-kept as a pickle under `$XDG_CACHE_HOME/hypocenter/` (default `~/.cache/hypocenter/`), named by a
-SHA-256 of everything it was built from: every rule and data file's path and bytes, the source of
-the modules that give those files their meaning (the schema, pattern checks, analyzers, model), and
-the Python version and the installed pydantic and RE2 (by their files). A changed byte in any of them names another file, so a cached
-catalog is never stale; a rule error is never cached (it is raised by the loader every time).
-
-The cache is an optimisation only: a directory that cannot be created or written, a file that cannot
-be read or unpickled, or one not owned by this user or writable by others (a pickle is code) is
-ignored and the catalog is loaded from its files.
+Details and reasons: docs/modules.md.
 """
 
 from __future__ import annotations
@@ -36,6 +28,7 @@ _MEANING = tuple(
     f"hypocenter.{name}"
     for name in (
         "engine.rules",
+        "engine.rule_model",
         "engine.rule_schema",
         "engine.matching",
         "engine.analyzers",

@@ -1,167 +1,57 @@
-"""The rule language: schema, loader and the ruleset fingerprint.
+"""The rule language: loader, ruleset and its fingerprint.
 
-A rule file (`rules/**/*.yaml`) holds `rules:`, a list of rules. A rule may
+A rule file holds `rules:`, each of which may extract events from log lines or metric series,
+attribute them (root cause, symptom, context), or name a Python analyzer, and ships its own cases.
+Fields are declared in engine/rule_model.py; an error names `file:line` and the closest known field.
 
-- `extract:` events from log lines (literal `tokens` for the prefilter, a regex `pattern`),
-- `metric:` derive events from metric series (increase, threshold, bitmask …),
-- `attribute:` classify events as root cause / symptom / context, with domain, subdomain, locus,
-  precedence, what it explains, action and a summary template,
-- name an `analyzer:` written in Python (engine/analyzers.py) for what YAML cannot say,
-
-and ships its `cases:` next to it. Everything is validated at load time with `extra="forbid"`
-(engine/rule_schema.py, pydantic); an error names `file:line` and suggests the closest known field.
-The loaded rules are the plain classes below, so a cached catalog needs no pydantic.
+Details and reasons: docs/modules.md.
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable
-from dataclasses import dataclass, field, fields
+from dataclasses import fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from hypocenter import strict_yaml
+from hypocenter.engine.rule_model import (
+    CLASSES,
+    AttributeSpec,
+    CaseSpec,
+    ExtractSpec,
+    MetricSpec,
+    RecoverySpec,
+    Rule,
+    Status,
+    When,
+)
 from hypocenter.errors import InputError, RuleError
-from hypocenter.modelbase import Action, FieldValue, Plain, Role, SourceKind, plain_from
-from hypocenter.names import NODE_LABELS
+from hypocenter.modelbase import FieldValue, Plain, plain_from
 from hypocenter.sources import RuleQueries
 
 if TYPE_CHECKING:
     from pydantic import ValidationError
 
-Status = Literal["experimental", "test", "stable"]
-_LINE_SOURCES: tuple[SourceKind, ...] = ("kernel", "app", "scheduler")
-
-
-@dataclass(slots=True, kw_only=True, frozen=True, eq=False, repr=False)
-class ExtractSpec(Plain):
-    """Turn log lines into events. `tokens` are literals at least one of which must occur in
-    every line the pattern can match: they build the prefilter."""
-
-    source: list[SourceKind] = field(default_factory=lambda: list(_LINE_SOURCES))
-    tokens: list[str]
-    pattern: str
-    event: str
-    lines_before: int = 0
-    lines_after: int = 0
-    ints: list[str] = field(default_factory=list)
-    set: dict[str, FieldValue] = field(default_factory=dict)
-    lookup: str | None = None
-    lookup_key: str = "code"
-
-
-@dataclass(slots=True, kw_only=True, frozen=True, eq=False, repr=False)
-class MetricSpec(Plain):
-    """Turn metric series into events: one event per series, at the first sample that meets the condition."""
-
-    metrics: list[str]
-    condition: Literal["increase", "above", "below", "bits_any", "equals_any", "changed_to_nonzero"]
-    threshold: float = 0.0
-    bits: int = 0
-    values: list[float] = field(default_factory=list)
-    node_labels: list[str] = field(default_factory=lambda: list(NODE_LABELS))
-    fields_from_labels: dict[str, str] = field(default_factory=dict)
-    value_field: str = "value"
-    event: str
-    set: dict[str, FieldValue] = field(default_factory=dict)
-    lookup: str | None = None
-
-
-@dataclass(slots=True, kw_only=True, frozen=True, eq=False, repr=False)
-class When(Plain):
-    """Which events an attribution applies to: kind(s), exact field values, a regex on the text."""
-
-    kind: list[str]
-    fields: dict[str, FieldValue | list[FieldValue]] = field(default_factory=dict)
-    unless: dict[str, FieldValue | list[FieldValue]] = field(default_factory=dict)
-    has: list[str] = field(default_factory=list)
-    text: str | None = None
-    source: list[SourceKind] | None = None
-
-
-@dataclass(slots=True, kw_only=True, frozen=True, eq=False, repr=False)
-class RecoverySpec(Plain):
-    """A later event on the same node that shows the condition cleared (a reconnect, a port ACTIVE
-    again). It counts only when the job is seen progressing after it (verdict.py)."""
-
-    kind: list[str]
-    text: str
-    within_s: int = 300
-    # Fields that must be equal in the event and its recovery (a port coming back clears that port only).
-    same: list[str] = field(default_factory=list)
-
-
-@dataclass(slots=True, kw_only=True, frozen=True, eq=False, repr=False)
-class AttributeSpec(Plain):
-    """How a rule classifies the events it applies to: role, taxonomy, locus, precedence, action."""
-
-    when: When
-    role: Role
-    symptom: str | None = None
-    domain: str | None = None
-    subdomain: str | None = None
-    locus: Literal["node", "gpu", "port", "nic", "filesystem", "job"] = "node"
-    precedence: int = 50
-    explains: list[str] = field(default_factory=list)
-    explains_on_node: list[str] = field(default_factory=list)
-    action: Action = "INVESTIGATE"
-    summary: str = "{title} on {nodes}"
-    # stop: the job cannot outlive this cause (progress after it clears it); slow: a straggler the
-    # job keeps running under until a time limit, so progress after it says nothing.
-    effect: Literal["stop", "slow"] = "stop"
-    # How long the cause may precede its first evidence: a scheduler notices a lost node only after
-    # its heartbeat timeout (Slurm SlurmdTimeout, Kubernetes node-monitor grace).
-    lag_s: int = 0
-    # Not a cause if the same node logs a matching recovery this soon after (a Lustre reconnect, a link
-    # ACTIVE again) and the job then went on progressing.
-    unless_recovered: RecoverySpec | None = None
-
-
-@dataclass(slots=True, kw_only=True, frozen=True, eq=False, repr=False)
-class CaseSpec(Plain):
-    """A rule's own test: a tiny timeline and what the rule must (not) do with it."""
-
-    name: str
-    expect: Literal["fire", "no_fire", "known_miss"]
-    logs: dict[str, str] = field(default_factory=dict)
-    metrics: dict[str, str] = field(default_factory=dict)
-    events: dict[str, str] = field(default_factory=dict)
-    attempt: dict[str, Any] = field(default_factory=dict)
-    fields: dict[str, FieldValue] = field(default_factory=dict)
-    verdict: dict[str, Any] = field(default_factory=dict)
-    note: str | None = None
-
-
-@dataclass(slots=True, kw_only=True, frozen=True, eq=False, repr=False)
-class Rule(Plain):
-    """One validated rule (its checks: rule_schema.Rule)."""
-
-    id: str
-    title: str
-    status: Status
-    description: str | None = None
-    runbook: str | None = None
-    references: list[str] = field(default_factory=list)
-    emitter: str | None = None  # the program(s) and versions whose source the patterns were checked against
-    extract: ExtractSpec | None = None
-    metric: MetricSpec | None = None
-    attribute: AttributeSpec | None = None
-    analyzer: str | None = None
-    cases: list[CaseSpec] = field(default_factory=list)
-
-    path: str = field(default="", metadata={"exclude": True})
-    line: int = field(default=0, metadata={"exclude": True})
-
-    @property
-    def where(self) -> str:
-        return f"{self.path}:{self.line}"
-
-
-_CLASSES: dict[str, type[Plain]] = {
-    cls.__name__: cls for cls in (ExtractSpec, MetricSpec, When, RecoverySpec, AttributeSpec, CaseSpec, Rule)
-}
-
+__all__ = [
+    "AttributeSpec",
+    "CaseSpec",
+    "ExtractSpec",
+    "MetricSpec",
+    "RecoverySpec",
+    "Rule",
+    "Ruleset",
+    "Status",
+    "Table",
+    "When",
+    "builtin_catalog",
+    "load_rule_file",
+    "load_ruleset",
+    "load_table",
+    "rule_files",
+]
+_CLASSES = CLASSES
 
 Table = dict[str, dict[str, FieldValue]]
 

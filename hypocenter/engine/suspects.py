@@ -1,21 +1,6 @@
 """Causes seen only as configuration: the candidates an abstaining diagnosis offers for them.
 
-Some failures leave no error line that names their cause; it shows only in what a program chose
-or did before the failure:
-
-- the interface NCCL picked (`Bootstrap : Using docker0:172.17.0.1<0>`, `NET/Socket : Using
-  [0]lo:127.0.0.1<0>`), or one address shared by two hosts, in a job that spans several hosts: a
-  docker bridge's or loopback's address is not reachable from another host. NCCL itself picks
-  docker and lo only when nothing else is up (misc/socket.cc), or when NCCL_SOCKET_IFNAME says so;
-- NCCL on one host finding no IB device (`NET/IB : No device found.`) and running over TCP sockets
-  while the job's other hosts, or that host's own kernel and counters, show InfiniBand;
-- one rank working on its own (saving a checkpoint, evaluating) while every other rank waits in a
-  collective until its timeout: the timeout is shorter than work only that rank does.
-
-Each becomes a candidate of an *unattributed* diagnosis, with the lines it rests on shown as context
-evidence and with why it falls short. This module never attributes and never changes an outcome:
-a docker bridge on a single host, or sockets on a cluster without InfiniBand, is how healthy jobs
-run, so nothing here fires without the second fact that makes the configuration wrong.
+Details and reasons: docs/modules.md.
 """
 
 from __future__ import annotations

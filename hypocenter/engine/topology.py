@@ -1,21 +1,6 @@
 """Where each host port is cabled: host port -> switch, switch port (and cable), read from what sites have.
 
-Three sources, recognised by content, any number of files merged (a later file wins for a port):
-
-- a topology file (YAML), ours::
-
-      links:
-        - {node: node01, port: mlx5_0/1, switch: leaf-03, switch_port: "17", cable: C-0117}
-
-- `ibnetdiscover` output (infiniband-diags): each `Ca` block's node description is
-  "<host> <device>" (the HCA default), and each of its port lines names the switch and switch port
-  at the other end: ``[1](guid)  "S-<guid>"[17]  # lid 5 lmc 0 "<switch description>" lid 3 4xHDR``.
-  The host port is `<device>/<port>` (`mlx5_0/1`), as the fabric rules name it.
-- LLDP neighbours, `lldpctl -f json` run on one host, saved as `<host>.json`: each interface's
-  chassis name is the switch and its port id the switch port. The host port is the interface
-  (`enp60s0np0`), as the RoCE rules name it.
-
-A file that is none of these is an `InputError` naming it; the fleet view works without topology.
+Details and reasons: docs/modules.md.
 """
 
 from __future__ import annotations

@@ -1,20 +1,10 @@
 """Correlate events and decide: which event began the failure, which are its symptoms.
 
-Three steps, one object each, run in this order by `Verdict.decide`:
+Three steps run in order by `Verdict.decide`: classify events (classify.py), find the candidate
+causes still standing (candidates.py), report a diagnosis (report.py). Deterministic by
+construction: same events and rules, same diagnosis.
 
-1. Classify (`classify.Classifier`): node-scoped events (kernel, metrics) count only for the
-   attempt's nodes and window (with a clock-skew allowance); workload-scoped events (app,
-   scheduler) always count. Each event takes the role of the highest-precedence attribution rule
-   that matches it: root cause, symptom or context.
-2. Candidates (`candidates.CandidateSearch`): group root-cause evidence into candidates, add the
-   Python analyzers' findings, merge the same cause seen on several nodes at about the same time,
-   and drop every candidate that another one explains (by class, locality, time).
-3. Report (`report.Decision`, `report.Report`): one candidate left → attributed; several starting
-   within the ambiguity window → ambiguous (all listed); none → unattributed. A completed attempt
-   is not_failed. Then quality, symptoms, evidence and the next step make the `Diagnosis`.
-
-Deterministic by construction: inputs are sorted by a total order before any decision, and ties
-break on rule id and node name, never on arrival order.
+Details and reasons: docs/modules.md.
 """
 
 from __future__ import annotations

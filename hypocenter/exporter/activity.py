@@ -1,16 +1,6 @@
 """What this process did since it started: records taken and refused, analyses, exports.
 
-The front ends (OTLP/gRPC, OTLP/HTTP, REST), the analysis loop and the outbox report here; the
-Prometheus collector (exporter/prometheus.py) reads a consistent snapshot on each scrape. Counts
-live in memory and restart at zero with the process, as Prometheus counters do; what must survive
-a restart (diagnoses, pending exports) lives in the store and is read from there.
-
-Every label value recorded here comes from a small closed set (signals, receivers, reasons,
-outcomes, taxonomy, exporter names) or from the cluster names of the fleet, at most
-`label_max_values` of them (the rest are "other"): nothing per attempt or per record, so the series
-count stays bounded however long the process runs and whatever clients send.
-
-This module must stay free of any wire format and of prometheus_client: it only counts.
+Details and reasons: docs/modules.md.
 """
 
 from __future__ import annotations

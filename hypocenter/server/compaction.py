@@ -1,19 +1,10 @@
 """Compaction: the server keeps only the raw lines extraction can read, not whole logs.
 
-Every accepted line is stored as it arrives (so nothing acknowledged is lost and a crash loses
-nothing). Once a line is `compact_after_s` old, compaction decides per stream which lines the
-engine could ever read (`Extractor.evidence_lines`: lines with a rule token, the context lines
-rules read around them, the stamps unstamped candidates inherit, boot anchors, srun labels, the
-stream's head and tail) and blanks the text of every other line. The row stays as a tombstone —
-line number, time, dedup key — so line references, coverage counts and idempotent retries are
-exactly what they were, and a stream rebuilt from the store extracts the same events, hence the
-same diagnosis, as the whole stream would (tests/server/test_compaction.py checks this on every example).
+Lines are stored as they arrive; once `compact_after_s` old, every line the engine could never read
+is blanked to a tombstone (number, time, dedup key), so line references, coverage and retries are
+unchanged and a stream rebuilt from the store gives the same diagnosis.
 
-A line arriving later than `compact_after_s` after its neighbours may find its context already
-blanked; that only narrows evidence excerpts, and is why the default horizon is generous.
-Compaction never touches structured documents, metric points or the terminal-state records.
-Record-numbered streams are reduced the same way as they arrive (server/arrival.py) and stored
-already kept (`compacted = 1`) or as gap rows: this pass only has the rest left to do.
+Details and reasons: docs/modules.md.
 """
 
 from __future__ import annotations

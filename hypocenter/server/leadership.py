@@ -1,17 +1,10 @@
 """One replica acts where acting twice would be wrong: the scheduler polls and the outbox.
 
-Every replica runs the Slurm and Kueue pollers and the outbox thread, but each of those asks
-`Leadership.holds(role)` before a round, and only the replica holding the role's lease in the shared
-database goes on. A lease is a row (store/coordination.py: holder + expiry) that its holder renews
-every third of `lease_s`; when the holder dies or loses the database, the lease expires and another
-replica takes it at its next renewal, so a role is vacant for at most `lease_s` plus a third.
-The thread also keeps this replica's own `replica:<holder>` lease, by which the others know that
-its analysis claims are live (an analysis claimed by a replica that is gone is counted as
-interrupted and taken back: `Store.recover_interrupted`).
+Each role is a lease row in the shared database (store/coordination.py) that its holder renews;
+when the holder dies the lease expires and another replica takes it. On a store only one process
+uses (SQLite) every role is this process's from the start.
 
-On a store that one process uses (SQLite: `store.shared` is False) every role is this process'
-from the start and nothing is written. A replica that stops cleanly gives its leases up at once.
-Each change (taken, lost, the database unreachable and back) is logged once, not per renewal.
+Details and reasons: docs/modules.md.
 """
 
 from __future__ import annotations

@@ -1,28 +1,6 @@
 """The server's pull side: the same connectors as `hypocenter analyze --slurm/--loki/--prometheus`.
 
-    Pulls        data connectors consulted when an attempt is analysed: Loki (`pull_loki_url`) for
-                 an attempt no log record reached over OTLP, Prometheus (`pull_prometheus_url`) for
-                 one no metric point did — a deployment that already ships logs to Loki and
-                 metrics to Prometheus needs only the scheduler's word to get a diagnosis, and one
-                 that pushes over OTLP never gets the same lines twice.
-    SlurmPoller  every `slurm_poll_s`, asks Slurm accounting (`sacct --json`) which jobs ended since
-                 the last look, scopes each with the Slurm connector (attempt = requeue count,
-                 window, nodes, state, exit code) and stores that scope and Slurm's records as
-                 the attempt's; the trigger loop then analyses it like any attempt that ended.
-    KueuePoller  every `kube_poll_s`, lists Kueue Workloads (all namespaces) whose Finished or
-                 Evicted condition turned true since the last look and does the same with the
-                 Kubernetes connector (pod logs, previous containers, events, node conditions).
-
-Credentials are never settings: Loki's come from logcli's variables (`LOKI_BEARER_TOKEN[_FILE]`,
-`LOKI_USERNAME` + `LOKI_PASSWORD`; tenant `LOKI_ORG_ID` unless `pull_loki_tenant` is set),
-Prometheus' from the same names with `PROMETHEUS_`. The sources are the `LokiSource` /
-`PrometheusSource` of `hypocenter analyze` (`Settings.pull_loki`), turned into connector arguments
-the same way.
-
-A failing connector never stops an analysis: its coverage entry says what failed and quality
-drops. A poll that fails is logged and tried again at the next interval. Replicas sharing one
-PostgreSQL each run the pollers, but only the one holding a poller's lease polls
-(server/leadership.py).
+Details and reasons: docs/modules.md.
 """
 
 from __future__ import annotations

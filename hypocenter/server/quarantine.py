@@ -1,21 +1,10 @@
 """Poison attempts: an analysis that fails is recorded with its reason, never retried into a crash.
 
-One record can make an analysis impossible: a rank map naming a trillion ranks, a hostlist
-naming millions of hosts, a bug the input reaches. Because records are stored before they are
-analysed, such an attempt would be analysed again at every tick and after every restart. So:
+Records are stored before they are analysed, so an input that breaks analysis would otherwise be
+retried at every tick and restart. A failed or repeatedly interrupted analysis marks the attempt
+failed until new data arrives for it.
 
-    an analysis raises        the attempt is failed with the reason (`attempts.failure`), not due
-                              again until new data arrives for it; the explicit trigger answers
-                              422 / FAILED_PRECONDITION with the reason; `/metrics` counts it in
-                              hypocenter_analysis_failures_total{reason="limit"|"error"}
-    the process dies in one   (out of memory, killed) the store still has the attempt marked as
-                              being analysed at the next start: counted, and after
-                              QUARANTINE_AFTER_INTERRUPTIONS in a row it is failed the same way
-                              (reason="interrupted"); one interruption alone is retried, since
-                              a SIGKILL during a healthy analysis must not lose its diagnosis
-
-`GET /v1/attempts/{workload}/{attempt}` shows `failure` and `failed_at`; `GET /v1/failures`
-lists the quarantined attempts. A successful analysis clears the failure.
+Details and reasons: docs/modules.md.
 """
 
 from __future__ import annotations

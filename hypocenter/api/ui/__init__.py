@@ -1,14 +1,6 @@
 """The web UI: a dashboard at /ui served by `hypocenter serve` itself, plus the fleet endpoint it reads.
 
-    GET /ui/                  the page (static/index.html): list, detail and fleet views, hash-routed
-    GET /ui/static/…          its CSS and JavaScript modules, shipped in the wheel; no build step, no CDN
-    GET /ui/config.json       what the page needs from the settings (Grafana Explore links)
-    GET /v1/fleet/culprits    nodes and components (GPUs, ports) that keep appearing as root causes
-    GET /v1/diagnoses/{id}/context   the stored lines around each piece of evidence (context.py)
-
-The page reads the REST API like any other client (GET /v1/diagnoses, /v1/diagnoses/{id}); this
-module adds no second way to read diagnoses. It must not import the engine or the assembly: it is a
-listener, handed the `Attribution` service by api/http.py.
+Details and reasons: docs/modules.md.
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
 """The lines around each piece of evidence, from what the store still holds of the attempt's logs.
 
-An attempt that arrived over OTLP keeps its streams in the store (line numbers are the records'
-`log.file.record_number`, the same numbers evidence refs cite); compaction blanks lines no rule
-reads, so some neighbours come back empty (`kept: false`). A diagnosis made from an uploaded bundle
-or by `hypocenter analyze` has no stored logs: `available` is false and the page shows the evidence
-lines alone. This reads the attempt's streams as an analysis does, once per request; it must not be
-called per list row.
+Details and reasons: docs/modules.md.
 """
 
 from __future__ import annotations

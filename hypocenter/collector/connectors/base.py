@@ -1,29 +1,6 @@
 """What every pull connector is: the shapes it returns, how it fails, how it retries.
 
-Two kinds of connector (docs/design.md, architecture, steps 1 and 2):
-
-  ScopeConnector  (Slurm, Kueue, Kubernetes Jobs)  job id → `Scope`: the AttemptContext, the
-                  scheduler records that explain how it ended, and any logs only it can reach
-                  (Kubernetes pod logs).
-  DataConnector   (Loki, Prometheus, local files)   AttemptContext → `Collected`: text streams,
-                  metric series, records, for the attempt's nodes and window.
-
-Both report `Coverage` per source they read (ok / partial / failed with reason, observation
-count). A data connector never raises for a source it could not read: it reports it failed and
-the analysis goes on with lower quality. A scope connector raises `ConnectorError` when it cannot
-name the attempt at all (no such job), since nothing can be analysed without a scope.
-
-Errors are classified (`ConnectorError.kind`): `transient` (connection refused/reset, timeout,
-HTTP 429/5xx, a scheduler daemon not answering) is retried with exponential backoff up to the
-policy's limit; `permanent` (bad request, 4xx, unparseable answer), `auth` (401/403, missing
-credentials) and `not_found` (404, unknown job id) are not.
-
-Resources: a connector object may live long (a server keeps one per backend), its connections
-only as long as one `scope()` or `collect()`. Every connector opens its HTTP clients when the
-call begins and closes them when it returns or raises, so a connector holds nothing open between
-calls and needs no `close()` or `with`. A connector closes only what it created: a transport or
-an API client (`KubeAPI`) passed in is the caller's, used and never closed (http_api.py
-`BorrowedTransport`), and stays usable for the next call.
+Details and reasons: docs/modules.md.
 """
 
 from __future__ import annotations

@@ -1,15 +1,7 @@
 """An HTTP JSON API as pull connectors call it: every call has the policy's timeout, carries the
 auth and tenant headers, is classified when it fails (base.py) and retried when that may help.
 
-    HTTP 2xx, JSON body          → the decoded document
-    connection refused/reset,
-      timeout, HTTP 408/429/5xx  → ConnectorError(kind="transient"), retried per the RetryPolicy
-    HTTP 401, 403                → kind="auth"
-    HTTP 404                     → kind="not_found" (usually a wrong base URL or path prefix)
-    other 4xx, a non-JSON body   → kind="permanent", with the server's own message
-
-A backend whose error bodies say more (Prometheus' `errorType`) passes its own `classify`.
-This module knows nothing about LogQL or PromQL.
+Details and reasons: docs/modules.md.
 """
 
 from __future__ import annotations

@@ -1,22 +1,6 @@
 """Kubernetes API credentials: where the server, token, certificates and CA come from.
 
-Auth, first that applies: an explicit kubeconfig (`kubeconfig=`), in-cluster (service account token
-and CA under /var/run/secrets/kubernetes.io/serviceaccount, KUBERNETES_SERVICE_HOST/PORT), then
-$KUBECONFIG (first file) or ~/.kube/config; from a kubeconfig: the current (or named) context,
-bearer token or tokenFile, client certificate and key (file or data), CA (file or data),
-insecure-skip-tls-verify, and exec credential plugins (client.authentication.k8s.io ExecCredential).
-
-Why not lightkube's KubeConfig (measured for issue #11, lightkube 1.0.1 and 0.22.0): its exec plugin
-support refuses `client.authentication.k8s.io/v1`, the ExecCredential version current plugins
-(gke-gcloud-auth-plugin, kubelogin, `aws eks get-token`) write ("auth exec api version ... not
-implemented"), sets no KUBERNETES_EXEC_INFO and no timeout on the plugin, and raises one ConfigError
-where the connectors need `auth` vs `transient`; lightkube 1.x also runs on httpx2, a second HTTP
-stack whose client does not take httpx's MockTransport (the connector tests' transport: httpx2
-asserts its own stream type on the response), so 0.x would be a pin to an old line. What it would replace
-is the ~110 lines of kubeconfig reading below. Like client-go, credentials found by `credentials()`
-are found again when the API server answers 401 (`Credentials.renew`, used by kube_api.KubeAPI): a
-projected service-account token the kubelet rotated, a token file rewritten, an exec plugin's token
-that expired — a long-running server's Kueue poll keeps working past its first token's life.
+Details and reasons: docs/modules.md.
 """
 
 from __future__ import annotations

@@ -1,43 +1,6 @@
 """Kubernetes scope connector: a Kueue Workload or a training job → the attempt, its records and pod logs.
 
-    KubernetesConnector.for_kueue("team-b/llm-sft-wl")          --kueue NS/WORKLOAD
-    KubernetesConnector.for_job("ml-team/train")                --k8s-job NS/NAME  (JobSet, PyTorchJob
-    KubernetesConnector.for_job("ml-team/pytorchjob/train")        or batch Job; a kind may be named)
-
-What it reads (GET only), through the API server:
-    the job object          jobsets.jobset.x-k8s.io/v1alpha2, pytorchjobs.kubeflow.org/v1, jobs.batch/v1
-    its Kueue Workload      workloads.kueue.x-k8s.io/v1beta1 (owner reference; conditions, eviction
-                            and preemption reasons, requeue count)
-    its pods                label selector jobset.sigs.k8s.io/jobset-name, training.kubeflow.org/job-name,
-                            batch.kubernetes.io/job-name (job-name before Kubernetes 1.27)
-    events                  fieldSelector involvedObject.name=… for the object, workload and each pod
-    the pods' nodes         conditions (Ready, pressure) as `k8s node … condition` records
-    pod logs                every container, `timestamps=true`, and the previous container when it
-                            restarted or was OOMKilled, as TextSources `logs/<node>/<pod>.log`
-                            (`<pod>.<container>.log` for extra containers, `….previous.log`),
-                            streamed in: the scope's logs lie end to end in one spool (memory up
-                            to LOG_MEMORY, then an anonymous temporary file) that the engine reads
-                            in line-aligned pieces, so no log is ever in memory whole
-
-The attempt number — what "the Nth try" means differs per kind, so each is stated plainly:
-    Kueue Workload   status.requeueState.count, minus one while the workload is evicted and not
-                     admitted again (the count already includes the requeue of the attempt that ended)
-    JobSet           status.restarts (each restart recreates every child Job); pods of other
-                     restarts (label jobset.sigs.k8s.io/restart-attempt) are left out
-    PyTorchJob       the highest container restartCount among its pods: the operator restarts
-                     failed replicas in place, so restarts are visible only there
-    batch Job        0: a Job retries pods, not attempts (backoffLimit); every pod it still has is
-                     in scope, and status.failed says how many were retried
-
-Credentials (kube_credentials.py), first that applies: an explicit kubeconfig (`kubeconfig=`), in-cluster (service account token
-and CA under /var/run/secrets/kubernetes.io/serviceaccount, KUBERNETES_SERVICE_HOST/PORT), then
-$KUBECONFIG (first file) or ~/.kube/config; from a kubeconfig: the current (or named) context,
-bearer token or tokenFile, client certificate and key (file or data), CA (file or data),
-insecure-skip-tls-verify, and exec credential plugins (client.authentication.k8s.io ExecCredential).
-
-The API client is kube_api.py: HTTP 401/403 → `auth`, 404 → `not_found`, 429/5xx/timeouts →
-`transient` (retried). Only the job
-object itself is required; anything else that fails lowers coverage.
+Details and reasons: docs/modules.md.
 """
 
 from __future__ import annotations

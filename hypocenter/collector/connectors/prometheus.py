@@ -1,42 +1,9 @@
 """The Prometheus pull connector: the series the metric rules read, for an attempt's nodes and window.
 
-What it asks (`POST /api/v1/query_range`, form-encoded so long selectors meet no URL limit):
+One `query_range` per node label the rules name (exporters disagree on the label), for the metric
+names of the ruleset's metric rules only.
 
-    {__name__=~"DCGM_FI_DEV_XID_ERRORS|node_infiniband_link_downed_total|…", Hostname=~"(?i)(?:node01|…)(?:\\..*)?"}
-
-* Metric names: every `metric.metrics` of the ruleset's metric rules (never a fixed list).
-* Nodes: exporters name the host in different labels (dcgm-exporter `Hostname`, node_exporter
-  `instance` as host:port, kube-prometheus `node` …), and one selector can test only one label, so
-  there is one query per label of the rules' `node_labels`; a series two of them select is kept
-  once (same label set). The regex matches a node's short name in any case, with an optional
-  domain or `:port`.
-* Window: [start - lookback, end + slack] (the server's node_lookback_s / node_slack_s): a
-  counter's increase needs the sample before the fault.
-* Step: `resolution_s` (default 15 s, the usual scrape interval of dcgm-exporter and
-  node_exporter): finer only repeats samples, coarser can step over a gauge that was non-zero for
-  one scrape. Prometheus refuses more than 11,000 points per series, so the window is cut into
-  pieces of at most 11,000 evaluation instants; only when that would take more than `max_pieces`
-  pieces does the step grow:
-
-      step   = max(resolution_s, ceil(span / (max_points * max_pieces - 1)))
-      pieces = ceil((span / step + 1) / max_points)
-
-  Piece k evaluates start + (k*max_points + j)*step, j < max_points: consecutive pieces neither
-  overlap nor leave a gap, so no sample is read twice.
-
-Memory: each answer is read whole (a JSON document; Prometheus' own `--query.max-samples`, 50
-million by default, bounds one), and every sample is held until the engine reads it: a pull grows
-with series x instants (the rules' metrics on the attempt's nodes, at most max_points x max_pieces
-instants each), never with log bytes.
-
-What it returns: one MetricSource per metric name (`prometheus/<name>`), each series with its
-name and labels (the node label included), samples in time order. Coverage per node
-(`prometheus/<node>`): ok with the sample count, missing when no rule metric has a series for the
-node (no exporter there: absence, not health), partial or failed with Prometheus' own message when
-queries failed. Error answers (`{"status": "error", "errorType": …, "error": …}`): `bad_data`,
-`execution` and other 4xx are permanent; `timeout`, `canceled`, `unavailable`, 429 and 5xx transient.
-
-Never raises from `collect`; every call has the policy's timeout and retries (http_api.py).
+Details and reasons: docs/modules.md.
 """
 
 from __future__ import annotations

@@ -1,34 +1,6 @@
 """Slurm scope connector: a job id → the attempt it names, and Slurm's own account of how it ended.
 
-    SlurmConnector("81234").scope()      plain job        (attempt = how often it was requeued)
-    SlurmConnector("81234_7").scope()    array task 7
-    SlurmConnector("81234+1").scope()    heterogeneous job component 1 (`81234` alone = all components)
-
-What it asks, through the client commands (an injectable `runner`, so tests replay recorded output)
-or, with `rest_url`, slurmrestd (same JSON documents, header `X-SLURM-USER-TOKEN`, token from
-`rest_token` or `$SLURM_JWT`):
-
-    accounting   sacct --json --duplicates -j ID     /slurmdb/<v>/job/ID   every instance of the job
-                                                     (a requeued job has one per attempt), steps,
-                                                     states, reasons, exit codes, nodes, times
-    controller   scontrol show job ID --json         /slurm/<v>/job/ID     while slurmctld still
-                 (Slurm ≤ 22.05: squeue --json)                            knows it (MinJobAge):
-                                                                           restart count, live state
-    nodes        scontrol show node LIST --json      /slurm/<v>/nodes      state and drain reason of
-                 (Slurm ≤ 22.05: text form)                                the job's nodes
-
-The attempt number is the requeue count: `restart_cnt` (scontrol; sacct from data_parser v0.0.44),
-else the position of the instance among sacct's duplicates. When the newest instance has not
-started yet (requeued, pending), the newest one that ran is analysed.
-
-Terminal state, reason and exit code come from the controller when it still describes the same
-instance (it is live, and Slurm 22.05's `sacct --json` reports exit code 0 for failed jobs),
-otherwise from accounting. Records (`slurm job|step|node …`, see scheduler_records) come from
-accounting, from the controller only when accounting has nothing (e.g. no slurmdbd).
-
-Either source alone is enough to name the attempt; the connector raises `ConnectorError` only when
-neither can (no such job: `not_found`; commands missing, or answers that are no list of jobs:
-`permanent`; controller down: `transient`). A slurmrestd client lives for one `scope()` (base.py).
+Details and reasons: docs/modules.md.
 """
 
 from __future__ import annotations
