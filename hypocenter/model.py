@@ -383,6 +383,36 @@ class NextStep(_Model):
 
 
 @dataclass(slots=True, kw_only=True, eq=False, repr=False)
+class CostFigure(_Model):
+    """One figure of an attempt's cost: its value (null when unknown, never guessed as 0), how it was
+    obtained, its uncertainty (±, same unit) and the line it rests on."""
+
+    value: float | None
+    uncertainty: float | None
+    method: str
+    ref: str | None = None
+
+
+@dataclass(slots=True, kw_only=True, eq=False, repr=False)
+class Cost(_Model):
+    """What this attempt's failure cost (engine/cost.py): GPUs in scope and the time they lost.
+
+    gpu_hours_lost = gpus x (lost_work_s + time_to_detect_s + restart_overhead_s) / 3600 over the parts
+    that are known; `unknown` names the parts left out (the figure is then a lower bound), and it is
+    null when the GPUs are unknown. `startup_s` is this attempt's own start → first progress: the
+    restart overhead of the attempt before it, which fleet roll-ups join to that attempt."""
+
+    gpus: CostFigure
+    lost_work_s: CostFigure
+    time_to_detect_s: CostFigure
+    restart_overhead_s: CostFigure
+    startup_s: CostFigure
+    gpu_hours_lost: float | None
+    gpu_hours_uncertainty: float | None
+    unknown: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True, kw_only=True, eq=False, repr=False)
 class Diagnosis(_Model):
     """The verdict on one attempt. Field order is the order of contract 3 and of the JSON output."""
 
@@ -404,6 +434,9 @@ class Diagnosis(_Model):
     engine: EngineInfo
     # Unattributed only: localises the failure without a cause. Absent (not null) otherwise.
     first_failure: FirstFailure | None = field(default=None, metadata={"exclude_if": omit_none})
+    # Added in v1 (compatible): what a failed attempt cost. Absent for a completed attempt and from
+    # diagnoses stored before it.
+    cost: Cost | None = field(default=None, metadata={"exclude_if": omit_none})
 
     def to_json(self) -> str:
         """The canonical, byte-stable JSON rendering (what pydantic's model_dump_json(indent=2) wrote:
@@ -428,6 +461,8 @@ _CLASSES: dict[str, type[Plain]] = {
         EngineInfo,
         FirstFailure,
         NextStep,
+        CostFigure,
+        Cost,
         Diagnosis,
     )
 }
@@ -441,6 +476,8 @@ __all__ = [
     "AttemptContext",
     "AttemptRef",
     "Component",
+    "Cost",
+    "CostFigure",
     "Coverage",
     "CoverageStatus",
     "Diagnosis",

@@ -37,7 +37,7 @@ from typing import Any
 from hypocenter.collector.connectors import connector_class
 from hypocenter.collector.connectors.base import ConnectorError, RetryPolicy
 from hypocenter.config import Settings
-from hypocenter.engine import Engine, default_engine
+from hypocenter.engine import CostSettings, Engine, default_engine
 from hypocenter.engine.extract import Extractor
 from hypocenter.errors import InputError, TransientError
 from hypocenter.exporter.activity import Activity
@@ -260,7 +260,12 @@ class Attribution:
         self.settings = settings
         self.store = store
         self.engine = engine or default_engine(
-            [Path(p) for p in settings.rules], builtin=not settings.no_builtin_rules
+            [Path(p) for p in settings.rules],
+            builtin=not settings.no_builtin_rules,
+            cost=CostSettings(
+                gpus_per_node=settings.cost_gpus_per_node,
+                checkpoint_interval_steps=settings.cost_checkpoint_interval_steps,
+            ),
         )
         self.retention = Retention(
             max_age_s=settings.retention_max_age_s,
