@@ -434,8 +434,9 @@ class Diagnosis(_Model):
     engine: EngineInfo
     # Unattributed only: localises the failure without a cause. Absent (not null) otherwise.
     first_failure: FirstFailure | None = field(default=None, metadata={"exclude_if": omit_none})
-    # Added in v1 (compatible): what a failed attempt cost. Absent for a completed attempt and from
-    # diagnoses stored before it.
+    # Added in v1 (compatible): what the attempt's failure cost (nothing, for a completed one: its
+    # startup is still the restart overhead of a failed attempt before it). Absent from diagnoses
+    # stored before it.
     cost: Cost | None = field(default=None, metadata={"exclude_if": omit_none})
 
     def to_json(self) -> str:

@@ -258,8 +258,9 @@ class Diagnosis(BaseModel):
     engine: EngineInfo
     # Unattributed only: localises the failure without a cause. Absent (not null) otherwise.
     first_failure: FirstFailure | None = Field(default=None, exclude_if=lambda v: v is None)
-    # Added in v1 (compatible): what a failed attempt cost. Absent for a completed attempt and from
-    # diagnoses stored before it.
+    # Added in v1 (compatible): what the attempt's failure cost (nothing, for a completed one: its
+    # startup is still the restart overhead of a failed attempt before it). Absent from diagnoses
+    # stored before it.
     cost: Cost | None = Field(default=None, exclude_if=lambda v: v is None)
 
     model_config = ConfigDict(populate_by_name=True, serialize_by_alias=True)

@@ -103,7 +103,7 @@ def test_gpus_from_dcgm_series(tmp_path: Path) -> None:
     assert d.cost is not None and d.cost.gpus.value == 8 and "DCGM" in d.cost.gpus.method
 
 
-def test_a_completed_attempt_has_no_cost(tmp_path: Path) -> None:
+def test_a_completed_attempt_lost_nothing_but_says_its_startup(tmp_path: Path) -> None:
     bundle = _bundle(tmp_path)
     (bundle / "attempt.yaml").write_text(
         (bundle / "attempt.yaml")
@@ -113,7 +113,10 @@ def test_a_completed_attempt_has_no_cost(tmp_path: Path) -> None:
     )
     (bundle / "logs" / "gpu02" / "kern.log").write_text("")
     d = analyze_bundle(bundle)
-    assert d.outcome == "not_failed" and d.cost is None and '"cost"' not in d.to_json()
+    c = d.cost
+    assert d.outcome == "not_failed" and c is not None
+    assert c.gpu_hours_lost == 0 and c.unknown == [] and c.lost_work_s.value == 0
+    assert c.startup_s.value == 120
 
 
 def test_cost_round_trips_through_the_schema(tmp_path: Path) -> None:

@@ -212,11 +212,25 @@ def attempt_cost(
     *,
     settings: CostSettings,
     inventory: dict[str, int],
+    completed: bool = False,
 ) -> Cost:
     """The cost of a failed attempt whose failure began at `cause_time` (its first cause line, or the
-    first process seen to fail; None when neither is known)."""
+    first process seen to fail; None when neither is known). A `completed` attempt lost nothing: its
+    cost still says its GPUs and startup, which is the restart overhead of a failed attempt before it."""
     end = ctx.window.end
     gpus = _gpus(ctx, inventory, settings)
+    if completed:
+        nothing = CostFigure(value=0.0, uncertainty=0.0, method="the attempt completed: nothing lost")
+        return Cost(
+            gpus=gpus,
+            lost_work_s=nothing,
+            time_to_detect_s=nothing,
+            restart_overhead_s=nothing,
+            startup_s=_startup(ctx, events),
+            gpu_hours_lost=0.0 if gpus.value is not None else None,
+            gpu_hours_uncertainty=0.0 if gpus.value is not None else None,
+            unknown=[] if gpus.value is not None else ["gpus"],
+        )
     if cause_time is not None and cause_time <= end:
         detect = CostFigure(
             value=_s((end - cause_time).total_seconds()),

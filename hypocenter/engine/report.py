@@ -157,11 +157,10 @@ class Report:
             {e.node for e, a in roles if e.node and a.spec.role in ("root_cause", "symptom")}
             | {n for c in chosen for n in c.nodes}
         )
-        ident = hashlib.sha256(
-            f"{ctx.workload.cluster or ''}\0{ctx.workload.id}\0{ctx.workload.attempt}\0{self.ruleset_fingerprint}".encode()
-        ).hexdigest()[:24]
         return Diagnosis(
-            id=f"dx-{ident}",
+            id=diagnosis_id(
+                ctx.workload.cluster, ctx.workload.id, ctx.workload.attempt, self.ruleset_fingerprint
+            ),
             attempt=AttemptRef(
                 workload_id=ctx.workload.id,
                 attempt=ctx.workload.attempt,
@@ -185,10 +184,18 @@ class Report:
             cost=self._cost(classified, decision, gpus or {}),
         )
 
-    def _cost(self, classified: Classification, decision: Decision, gpus: dict[str, int]) -> Cost | None:
+    def _cost(self, classified: Classification, decision: Decision, gpus: dict[str, int]) -> Cost:
         """What the failure cost (engine/cost.py), from the first cause line or the first failure."""
         if decision.outcome == "not_failed":
-            return None
+            return attempt_cost(
+                classified.context,
+                classified.events,
+                None,
+                None,
+                settings=self.cost,
+                inventory=gpus,
+                completed=True,
+            )
         when: datetime | None = None
         ref: str | None = None
         starts = [c.first_seen for c in decision.chosen if c.first_seen is not None and not c.approx]
@@ -202,6 +209,12 @@ class Report:
         return attempt_cost(
             classified.context, classified.events, when, ref, settings=self.cost, inventory=gpus
         )
+
+
+def diagnosis_id(cluster: str | None, workload: str, attempt: int, ruleset: str) -> str:
+    """The deterministic id of an attempt's diagnosis under a ruleset."""
+    ident = hashlib.sha256(f"{cluster or ''}\0{workload}\0{attempt}\0{ruleset}".encode()).hexdigest()[:24]
+    return f"dx-{ident}"
 
 
 def _scheduler_state(events: list[Event]) -> str | None:

@@ -39,6 +39,7 @@ from hypocenter.collector.connectors.base import ConnectorError, RetryPolicy
 from hypocenter.config import Settings
 from hypocenter.engine import CostSettings, Engine, default_engine
 from hypocenter.engine.extract import Extractor
+from hypocenter.engine.fleet_cost import CostView
 from hypocenter.errors import InputError, TransientError
 from hypocenter.exporter.activity import Activity
 from hypocenter.lineformat import time_context
@@ -283,6 +284,7 @@ class Attribution:
         )
         self.pulls = Pulls(settings, self.engine.ruleset)
         self.fleet = fleet_view(settings, store)
+        self.cost = CostView(store, window_s=settings.fleet_window_s, topology=self.fleet.topology)
         self.pollers: list[SlurmPoller | KueuePoller] = []
         if settings.slurm_poll_s > 0:
             self.pollers.append(SlurmPoller(settings, self.store_scope))
