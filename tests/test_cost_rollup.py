@@ -247,3 +247,18 @@ def test_rest_metrics_and_the_cli_give_the_same_numbers(cost_server: tuple[Serve
         assert got["causes"] == doc["causes"] and got["components"] == doc["components"]
     text = _cli("fleet", "--cost", "--store", str(store)).stdout
     assert "38.6667 ± " in text and "hardware/gpu" in text and "gpu         n7/0000:3b:00" in text
+
+
+def test_the_cost_dashboard_shows_pareto_time_series_components_and_time_to_detect() -> None:
+    d = json.loads((REPO / "grafana" / "dashboards" / "hypocenter-cost.json").read_text())
+    titles = {p["title"]: p for p in d["panels"]}
+    assert {
+        "Pareto of causes (GPU-hours lost)",
+        "Lost GPU-hours over time, by domain",
+        "Worst components (GPU-hours lost)",
+        "Time to detect (median, by cause)",
+    } <= set(titles)
+    assert (
+        "hypocenter_gpu_hours_lost_total"
+        in titles["Lost GPU-hours over time, by domain"]["targets"][0]["expr"]
+    )

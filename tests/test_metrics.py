@@ -208,7 +208,9 @@ def test_promtool_check_metrics_is_clean(server: ServerProcess) -> None:
     rest = [
         line
         for line in (r.stdout + r.stderr).splitlines()
-        if not re.fullmatch(r'hypocenter_\w*gpu_hours_lost\w* use base unit "seconds" instead of "hours"', line)
+        if not re.fullmatch(
+            r'hypocenter_\w*gpu_hours_lost\w* use base unit "seconds" instead of "hours"', line
+        )
     ]
     assert r.returncode in (0, 3) and not rest, r.stdout + r.stderr
 
