@@ -262,3 +262,31 @@ def test_the_cost_dashboard_shows_pareto_time_series_components_and_time_to_dete
         "hypocenter_gpu_hours_lost_total"
         in titles["Lost GPU-hours over time, by domain"]["targets"][0]["expr"]
     )
+
+
+def test_the_ui_cost_view_shows_the_rest_numbers(cost_server: tuple[ServerProcess, Path]) -> None:
+    from bench.ui_screenshots import CHROMIUM, VIEWPORT, launch_chromium
+
+    if not Path(CHROMIUM).is_file():
+        pytest.skip(f"{CHROMIUM} is missing (Debian package `chromium`; .ci/run installs it)")
+    sync_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright (the test extra)")
+    srv, _ = cost_server
+    with srv.client() as c:
+        doc = c.get("/v1/fleet/cost").json()
+    with sync_api.sync_playwright() as pw:
+        browser = launch_chromium(pw)
+        try:
+            page = browser.new_page(viewport=VIEWPORT)
+            page.goto(f"{srv.base}/ui/#/cost")
+            page.wait_for_selector("#cost-total")
+            total = page.inner_text("#cost-total")
+            first_row = page.locator("table.cost").first.locator("tbody tr").first.inner_text()
+            assert page.get_attribute("a[data-nav=cost]", "aria-current") == "page"
+        finally:
+            browser.close()
+    assert total.startswith(f"{doc['total']['gpu_hours_lost']:.1f} ± ")
+    top = doc["causes"][0]
+    assert (
+        first_row.split()[0] == f"{top['domain']}/{top['subdomain']}"
+        and f"{top['gpu_hours_lost']:.1f}" in first_row
+    )
