@@ -58,7 +58,7 @@ def add_fleet_routes(app: FastAPI, service: Attribution) -> None:
     @app.get(
         "/v1/fleet/cost",
         tags=["fleet"],
-        summary="What failures cost in the fleet window (fleet_window_s): lost GPU-hours per cause (a "
+        summary="What failures cost in the cost window (cost_window_s): lost GPU-hours per cause (a "
         "Pareto), per node / GPU / port / switch port, MTTF per domain, ETTR per workload",
     )
     async def fleet_cost(limit: int = Query(20, ge=1, le=1000)) -> Any:

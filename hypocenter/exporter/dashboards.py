@@ -897,7 +897,7 @@ BARS_H = {
 
 
 def cost() -> dict[str, Any]:
-    """What failures cost (engine/fleet_cost.py): the gauges are the fleet window's roll-up, the same
+    """What failures cost (engine/fleet_cost.py): the gauges are the cost window's roll-up, the same
     numbers as GET /v1/fleet/cost; the time series is the process counter."""
     lay = Layout()
     stat = {
@@ -911,7 +911,7 @@ def cost() -> dict[str, Any]:
             "GPU-hours lost",
             [prom(f"sum({DEDUP} (hypocenter_cost_gpu_hours_lost))", instant=True)],
             description="Lost work + time to detect + restart overhead, times the GPUs in scope, over the "
-            "failures whose attempts ended in the fleet window (fleet_window_s).",
+            "failures whose attempts ended in the cost window (cost_window_s).",
             options=stat,
         ),
         8,
@@ -936,7 +936,7 @@ def cost() -> dict[str, Any]:
     lay.add(
         panel(
             "stat",
-            "Fleet window",
+            "Cost window",
             [prom(f"max({DEDUP} (hypocenter_cost_window_seconds))", instant=True)],
             unit="s",
             options=stat,
@@ -979,7 +979,7 @@ def cost() -> dict[str, Any]:
                     instant=True,
                 )
             ],
-            description="Lost GPU-hours per cause in the fleet window, largest first: fix the top ones first.",
+            description="Lost GPU-hours per cause in the cost window, largest first: fix the top ones first.",
             options=BARS_H,
         ),
         12,

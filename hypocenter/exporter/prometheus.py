@@ -348,7 +348,7 @@ class HypocenterCollector(Collector):
             yield from self._cost(now)
 
     def _cost(self, now: float) -> Iterator[Metric]:
-        """The cost roll-up of the fleet window (engine/fleet_cost.py): the numbers GET /v1/fleet/cost gives."""
+        """The cost roll-up of the cost window (cost_window_s) (engine/fleet_cost.py): the numbers GET /v1/fleet/cost gives."""
         try:
             doc = self.cost.report(now, limit=self.fleet_top) if self.cost is not None else {}
         except Exception as exc:  # the other families are already out: skip these, say why

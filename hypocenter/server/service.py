@@ -284,7 +284,7 @@ class Attribution:
         )
         self.pulls = Pulls(settings, self.engine.ruleset)
         self.fleet = fleet_view(settings, store)
-        self.cost = CostView(store, window_s=settings.fleet_window_s, topology=self.fleet.topology)
+        self.cost = CostView(store, window_s=settings.cost_window_s, topology=self.fleet.topology)
         self.pollers: list[SlurmPoller | KueuePoller] = []
         if settings.slurm_poll_s > 0:
             self.pollers.append(SlurmPoller(settings, self.store_scope))

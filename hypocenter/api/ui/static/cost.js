@@ -1,4 +1,4 @@
-// The cost view: what failures cost in the fleet window (GET /v1/fleet/cost, the numbers /metrics
+// The cost view: what failures cost in the cost window (GET /v1/fleet/cost, the numbers /metrics
 // and the Grafana "cost of failures" dashboard show): the Pareto of causes, the worst components,
 // MTTF per domain and the workloads with the lowest effective training time ratio.
 import { getJSON, h } from "./dom.js";
