@@ -76,14 +76,38 @@ def test_lost_gpu_hours_from_a_megatron_checkpoint_line(tmp_path: Path) -> None:
 
 
 def test_unknown_parts_are_unknown_not_zero(tmp_path: Path) -> None:
-    d = analyze_bundle(_bundle(tmp_path, ranks=False, checkpoint=False))
+    bundle = _bundle(tmp_path, ranks=False, checkpoint=False)
+    (bundle / "logs" / "_job" / "out.log").write_text("starting\n")  # no step line, no checkpoint line
+    d = analyze_bundle(bundle)
     c = d.cost
     assert c is not None
     assert c.gpus.value is None and c.lost_work_s.value is None
     assert c.gpu_hours_lost is None and c.gpu_hours_uncertainty is None
     assert c.unknown == ["gpus", "lost_work_s", "restart_overhead_s"]
-    assert "checkpoint_interval_steps" in c.lost_work_s.method
+    assert c.startup_s.value is None
     assert c.time_to_detect_s.value == 20 * 60  # what is known is still given
+
+
+def test_without_a_checkpoint_all_the_attempt_trained_is_lost(tmp_path: Path) -> None:
+    d = analyze_bundle(_bundle(tmp_path, checkpoint=False))
+    c = d.cost
+    assert c is not None and c.unknown == ["restart_overhead_s"]
+    # the first step line is at 10:02:00, the Xid at 10:40:00; a logging interval is 30 s.
+    assert c.lost_work_s.value == 38 * 60 and c.lost_work_s.uncertainty == 30
+    assert "first step line" in c.lost_work_s.method
+
+
+def test_a_save_in_unknown_words_counts_from_where_it_began(tmp_path: Path) -> None:
+    bundle = _bundle(tmp_path, checkpoint=False)
+    log = bundle / "logs" / "_job" / "out.log"
+    lines = log.read_text().splitlines()
+    lines.insert(
+        40, "2026-11-02 10:21:40,000 INFO train.py:88 -- Saving checkpoint step_490 to /ckpt/step_490"
+    )
+    log.write_text("\n".join(lines) + "\n")
+    c = analyze_bundle(bundle).cost
+    assert c is not None and c.lost_work_s.value == 18 * 60 + 20
+    assert "begun at 2026-11-02T10:21:40Z" in c.lost_work_s.method
 
 
 def test_settings_fill_what_the_logs_do_not_say(tmp_path: Path) -> None:

@@ -73,26 +73,20 @@ def _gpus(ctx: AttemptContext, inventory: dict[str, int], settings: CostSettings
             uncertainty=0.0,
             method=f"rank map: {total} ranks on {len(ctx.ranks)} node(s), one GPU per rank",
         )
-    in_scope = {n: k for n, k in inventory.items() if not nodes or n in nodes}
-    if nodes and set(in_scope) == set(nodes):
+    in_scope = {n: k for n, k in inventory.items() if n in nodes}
+    if nodes and set(in_scope) == set(nodes):  # every node's GPUs in its DCGM series
+        per = max(in_scope.values())
         total = sum(in_scope.values())
         return CostFigure(
-            value=float(total),
-            uncertainty=0.0,
-            method=f"DCGM series: {total} GPUs on {len(nodes)} node(s)",
+            value=float(len(nodes) * per),
+            uncertainty=float(len(nodes) * per - total),
+            method=f"DCGM series: {len(nodes)} node(s) × {per} GPUs (the most any node's series show)",
         )
     if nodes and settings.gpus_per_node:
         return CostFigure(
             value=float(len(nodes) * settings.gpus_per_node),
             uncertainty=0.0,
             method=f"{len(nodes)} node(s) × {settings.gpus_per_node} GPUs per node (setting gpus_per_node)",
-        )
-    if nodes and in_scope:
-        per = max(in_scope.values())
-        return CostFigure(
-            value=float(len(nodes) * per),
-            uncertainty=float(len(nodes) * per - sum(in_scope.values())),
-            method=f"{len(nodes)} node(s) × {per} GPUs per node (DCGM series of {len(in_scope)} node(s))",
         )
     return _unknown("no rank map, DCGM series or gpus_per_node setting for the attempt's nodes")
 
@@ -133,20 +127,31 @@ def _lost_work(events: Sequence[Event], until: datetime, settings: CostSettings)
             f"at {isoformat(last.time)}",
             ref=last.ref,
         )
+    started = [
+        e
+        for e in _timed(events, "solo_work")
+        if e.time is not None and e.time <= until and "heckpoint" in str(e.fields.get("what", "")).lower()
+    ]
+    if started:  # a save in words no checkpoint-saved rule knows: it began there, its end is unseen
+        last = started[-1]
+        assert last.time is not None
+        return CostFigure(
+            value=_s((until - last.time).total_seconds()),
+            uncertainty=_s(_spread(last)),
+            method=f"since the last checkpoint save begun at {isoformat(last.time)} (its completion is not logged "
+            "in words a rule knows)",
+            ref=last.ref,
+        )
     interval = settings.checkpoint_interval_steps
     steps = [
         (e, s)
         for e in _timed(events, "train_step")
         if e.time is not None and e.time <= until and (s := _step(e)) is not None
     ]
-    if not interval:
-        return _unknown(
-            "no checkpoint-saved line before the failure, and no checkpoint_interval_steps setting"
-        )
     if not steps:
-        return _unknown(
-            f"no stamped step line before the failure to place the every-{interval}-steps checkpoint"
-        )
+        return _unknown("no checkpoint line and no stamped step line before the failure")
+    if not interval:
+        return _since_training_start(steps, until)
     last_e, last_step = steps[-1]
     ckpt = last_step // interval * interval
     assert last_e.time is not None
@@ -184,6 +189,25 @@ def _lost_work(events: Sequence[Event], until: datetime, settings: CostSettings)
         method=f"since step {ckpt}, the last multiple of the checkpoint interval ({interval} steps), timed "
         f"back from step {last_step} at {per_step:.3f} s per step",
         ref=last_e.ref,
+    )
+
+
+def _since_training_start(steps: list[tuple[Event, int]], until: datetime) -> CostFigure:
+    """No checkpoint of this attempt before the failure: all it trained since it resumed is lost, from
+    its first step line (the work before that line is at most one logging interval more)."""
+    first = steps[0][0]
+    assert first.time is not None
+    gaps = [
+        (b.time - a.time).total_seconds()
+        for (a, _), (b, _) in pairwise(steps)
+        if a.time is not None and b.time is not None
+    ]
+    return CostFigure(
+        value=_s((until - first.time).total_seconds()),
+        uncertainty=_s(max(STAMP_S, statistics.median(gaps) if gaps else STAMP_S)),
+        method=f"no checkpoint saved or begun in this attempt before the failure: all it trained since its "
+        f"first step line at {isoformat(first.time)} (step {steps[0][1]}) is lost",
+        ref=first.ref,
     )
 
 
