@@ -39,6 +39,14 @@ ones, the rest "other"):
                                                             gauge    fleet memory (engine/fleet.py): the top
                                                                      fleet_top_k suspects (node, gpu, port,
                                                                      switch_port, switch, cable) (store)
+    gpu_hours_lost_total{cluster,domain,subdomain}          counter  GPU-hours the failures this process diagnosed
+                                                                     cost, and the restart overhead of their next
+                                                                     attempts (engine/cost.py, docs/cost.md)
+    cost_gpu_hours_lost{domain,subdomain}, cost_component_gpu_hours_lost{kind,component},
+    cost_time_to_detect_seconds{domain,subdomain}, cost_mttf_seconds{domain},
+    cost_workload_ettr{cluster,workload}, cost_window_seconds
+                                                            gauge    the cost roll-up of cost_window_s
+                                                                     (engine/fleet_cost.py), = GET /v1/fleet/cost (store)
     store_up                                                gauge    1 when the store answered this scrape
     build_info{version,ruleset}, start_time_seconds
 
