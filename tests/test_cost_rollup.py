@@ -245,6 +245,18 @@ def test_rest_metrics_and_the_cli_give_the_same_numbers(cost_server: tuple[Serve
     for out in (from_store.stdout, from_server.stdout):
         got = json.loads(out)
         assert got["causes"] == doc["causes"] and got["components"] == doc["components"]
+    import grpc
+
+    from hypocenter.api.v1 import attribution_pb2 as pb
+    from hypocenter.api.v1 import attribution_pb2_grpc as pb_grpc
+
+    with grpc.insecure_channel(srv.grpc) as ch:
+        reply = pb_grpc.AttributionStub(ch).GetFleetCost(pb.GetFleetCostRequest(), timeout=30)
+    assert reply.gpu_hours_lost == doc["total"]["gpu_hours_lost"]
+    assert [(c.domain, c.subdomain, c.gpu_hours_lost) for c in reply.causes] == [
+        (c["domain"], c["subdomain"], c["gpu_hours_lost"]) for c in doc["causes"]
+    ]
+    assert [(c.kind, c.name) for c in reply.components] == [(c["kind"], c["name"]) for c in doc["components"]]
     text = _cli("fleet", "--cost", "--store", str(store)).stdout
     assert "38.6667 ± " in text and "hardware/gpu" in text and "gpu         n7/0000:3b:00" in text
 
