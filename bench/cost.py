@@ -176,7 +176,9 @@ def replay(bundles: list[Path], report: dict[str, Any], work: Path) -> dict[str,
             prom, url = _prometheus(addrs["metrics"], work)
             queries = _dashboard_queries()
             pareto = _query(url, queries["Pareto of causes (GPU-hours lost)"])
-            got_dash = {(m["domain"], m["subdomain"]): v for m, v in pareto}
+            got_dash = {
+                (m.get("domain", ""), m.get("subdomain", "")): v for m, v in pareto
+            }  # Prometheus drops empty labels
             total = _query(url, queries["GPU-hours lost"])
             out["dashboard_total"] = round(total[0][1], 4) if total else None
             out["dashboard_equal"] = got_dash == want and out["dashboard_total"] == round(

@@ -936,9 +936,9 @@ def cost() -> dict[str, Any]:
     lay.add(
         panel(
             "stat",
-            "Cost window",
-            [prom(f"max({DEDUP} (hypocenter_cost_window_seconds))", instant=True)],
-            unit="s",
+            "Worst component's GPU-hours",
+            [prom(f"max({DEDUP} (hypocenter_cost_component_gpu_hours_lost))", instant=True)],
+            description="The node, GPU or port behind the most lost GPU-hours (the worst components panel).",
             options=stat,
         ),
         8,
