@@ -172,3 +172,14 @@ def test_cost_is_byte_identical_run_to_run(tmp_path: Path, workers: int) -> None
     a = default_engine().analyze(load_bundle(bundle), workers=workers).to_json()
     b = default_engine().analyze(load_bundle(bundle), workers=1).to_json()
     assert a == b and '"cost"' in a
+
+
+def test_an_interval_checkpoint_without_its_own_step_line_is_timed_back(tmp_path: Path) -> None:
+    """Steps logged every 10, checkpoints every 25: step 775 has no line; at 3 s a step it was 45 s
+    before step 790's line (10:36:30), 3 min 15 s before the Xid... plus the minutes after it."""
+    engine = default_engine(cost=CostSettings(checkpoint_interval_steps=25))
+    c = analyze_bundle(_bundle(tmp_path, checkpoint=False), engine).cost
+    assert c is not None
+    assert c.lost_work_s.value == (40 * 60 - (36 * 60 + 30)) + 15 * 3
+    assert "step 775" in c.lost_work_s.method and "timed back from step 790" in c.lost_work_s.method
+    assert c.lost_work_s.uncertainty == 30  # one logging interval
