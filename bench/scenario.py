@@ -1026,6 +1026,8 @@ class Scenario:
             d["reason"] = self.reason
         if w.output != "pods" or self.rng.random() < 0.8:
             d["ranks"] = w.rank_map()
+        else:  # the pods' nvidia.com/gpu limits, as a Kubernetes scope knows them
+            d["gpus_per_node"] = w.gpus_per_node
         return d
 
     def files(self) -> dict[str, str | bytes]:

@@ -108,8 +108,11 @@ class AttemptContext(_Model):
     nodes: list[str] = field(default_factory=list)
     ranks: dict[str, str | int | list[int]] = field(default_factory=dict)
     timezone: str = "UTC"
+    gpus_per_node: int | None = None  # optional: what the scheduler allocated (GPU cost, engine/cost.py)
 
     def __post_init__(self) -> None:
+        if self.gpus_per_node is not None and self.gpus_per_node < 1:
+            raise ValueError("gpus_per_node must be at least 1")
         if isinstance(self.state, str):
             object.__setattr__(self, "state", self.state.strip().upper())
         # An allocation names a node once; a repeat (a hand-written list, a merged hostlist) is the same node.
@@ -143,7 +146,7 @@ class AttemptContext(_Model):
 _STAMP = re.compile(r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:\.\d{1,6})?(?:Z|[+-]\d\d:\d\d)?")
 _WORKLOAD_KEYS = frozenset({"id", "attempt", "name", "scheduler", "cluster"})
 _CONTEXT_KEYS = frozenset(
-    {"workload", "window", "state", "exit_code", "reason", "nodes", "ranks", "timezone"}
+    {"workload", "window", "state", "exit_code", "reason", "nodes", "ranks", "timezone", "gpus_per_node"}
 )
 
 
@@ -194,6 +197,9 @@ def _plain_context(doc: Mapping[str, Any]) -> AttemptContext | None:
         and (exit_code is None or type(exit_code) is int)
     ):
         return None
+    gpus = doc.get("gpus_per_node")
+    if not (gpus is None or type(gpus) is int):
+        return None
     nodes, ranks = doc.get("nodes", []), doc.get("ranks", {})
     if not (type(nodes) is list and all(type(n) is str for n in nodes) and isinstance(ranks, dict)):
         return None
@@ -223,6 +229,7 @@ def _plain_context(doc: Mapping[str, Any]) -> AttemptContext | None:
         nodes=nodes,
         ranks=plain_ranks,
         timezone=zone,
+        gpus_per_node=gpus,
     )
 
 

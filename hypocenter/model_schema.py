@@ -76,6 +76,7 @@ class AttemptContext(_Strict):
     nodes: list[str] = Field(default_factory=list)
     ranks: dict[str, str | int | list[int]] = Field(default_factory=dict)
     timezone: str = "UTC"
+    gpus_per_node: int | None = Field(default=None, ge=1)  # what the scheduler allocated (GPU cost)
 
     @field_validator("state")
     @classmethod

@@ -183,3 +183,21 @@ def test_an_interval_checkpoint_without_its_own_step_line_is_timed_back(tmp_path
     assert c.lost_work_s.value == (40 * 60 - (36 * 60 + 30)) + 15 * 3
     assert "step 775" in c.lost_work_s.method and "timed back from step 790" in c.lost_work_s.method
     assert c.lost_work_s.uncertainty == 30  # one logging interval
+
+
+def test_a_save_the_failure_interrupted_is_no_checkpoint(tmp_path: Path) -> None:
+    """A save begun after the last step line, then the fault (ENOSPC, a filesystem stall): not durable."""
+    bundle = _bundle(tmp_path, checkpoint=False)
+    log = bundle / "logs" / "_job" / "out.log"
+    log.write_text(
+        log.read_text() + "2026-11-02 10:37:00,000 INFO train.py:88 -- Saving checkpoint step_790\n"
+    )
+    c = analyze_bundle(bundle).cost
+    assert c is not None and "first step line" in c.lost_work_s.method and c.lost_work_s.value == 38 * 60
+
+
+def test_gpus_from_the_scope(tmp_path: Path) -> None:
+    bundle = _bundle(tmp_path, ranks=False)
+    (bundle / "attempt.yaml").write_text((bundle / "attempt.yaml").read_text() + "gpus_per_node: 4\n")
+    c = analyze_bundle(bundle, default_engine(cost=CostSettings(gpus_per_node=8))).cost
+    assert c is not None and c.gpus.value == 8 and c.gpus.method.startswith("scope: 2 node(s) × 4")

@@ -73,6 +73,12 @@ def _gpus(ctx: AttemptContext, inventory: dict[str, int], settings: CostSettings
             uncertainty=0.0,
             method=f"rank map: {total} ranks on {len(ctx.ranks)} node(s), one GPU per rank",
         )
+    if nodes and ctx.gpus_per_node:
+        return CostFigure(
+            value=float(len(nodes) * ctx.gpus_per_node),
+            uncertainty=0.0,
+            method=f"scope: {len(nodes)} node(s) × {ctx.gpus_per_node} GPUs per node",
+        )
     in_scope = {n: k for n, k in inventory.items() if n in nodes}
     if nodes and set(in_scope) == set(nodes):  # every node's GPUs in its DCGM series
         per = max(in_scope.values())
@@ -113,33 +119,51 @@ def _step(e: Event) -> int | None:
     return None
 
 
+# Lines printed as a save starts (Lightning's ModelCheckpoint): durable only if training went on after.
+SAVE_STARTS = frozenset({"lightning"})
+
+
 def _lost_work(events: Sequence[Event], until: datetime, settings: CostSettings) -> CostFigure:
-    saved = [e for e in _timed(events, "checkpoint_saved") if e.time is not None and e.time <= until]
-    if saved:
-        last = saved[-1]
-        assert last.time is not None
-        step = _step(last)
-        at = f", step {step}" if step is not None else ""
-        return CostFigure(
-            value=_s((until - last.time).total_seconds()),
-            uncertainty=_s(_spread(last)),
-            method=f"since the last checkpoint saved ({last.fields.get('framework', 'checkpoint')}{at}) "
-            f"at {isoformat(last.time)}",
-            ref=last.ref,
-        )
+    steps_at = [e.time for e in _timed(events, "train_step") if e.time is not None and e.time <= until]
+
+    def went_on(e: Event) -> bool:  # a step line after it, before the failure: the save did not fail it
+        return e.time is not None and any(e.time < t for t in steps_at)
+
+    saved = [
+        e
+        for e in _timed(events, "checkpoint_saved")
+        if e.time is not None
+        and e.time <= until
+        and (e.fields.get("framework") not in SAVE_STARTS or went_on(e))
+    ]
+    # A save worded in a way no checkpoint-saved rule knows: it began there, its end is unseen; it counts
+    # when training went on after it (a save that failed is what many failures are).
     started = [
         e
         for e in _timed(events, "solo_work")
-        if e.time is not None and e.time <= until and "heckpoint" in str(e.fields.get("what", "")).lower()
+        if e.time is not None
+        and e.time <= until
+        and "heckpoint" in str(e.fields.get("what", "")).lower()
+        and went_on(e)
     ]
-    if started:  # a save in words no checkpoint-saved rule knows: it began there, its end is unseen
-        last = started[-1]
-        assert last.time is not None
+    last = max((*saved, *started), key=Event.stream_order, default=None)
+    if last is not None and last.time is not None:
+        if last.kind == "checkpoint_saved":
+            step = _step(last)
+            at = f", step {step}" if step is not None else ""
+            method = (
+                f"since the last checkpoint saved ({last.fields.get('framework', 'checkpoint')}{at}) "
+                f"at {isoformat(last.time)}"
+            )
+        else:
+            method = (
+                f"since the last checkpoint save begun at {isoformat(last.time)} that training went on "
+                "after (its completion is not logged in words a rule knows)"
+            )
         return CostFigure(
             value=_s((until - last.time).total_seconds()),
             uncertainty=_s(_spread(last)),
-            method=f"since the last checkpoint save begun at {isoformat(last.time)} (its completion is not logged "
-            "in words a rule knows)",
+            method=method,
             ref=last.ref,
         )
     interval = settings.checkpoint_interval_steps
