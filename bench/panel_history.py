@@ -160,6 +160,9 @@ class Server:
             self.sink_url,
             "--export-retry-max-s",
             "1",
+            # the generated attempts keep their own dates: a cost window that holds them all
+            "--cost-window-s",
+            str(20 * 365 * 86400),
         ]
         with (self.workdir / "hypocenter.log").open("ab") as log:
             env = {k: v for k, v in os.environ.items() if not k.startswith("HYPOCENTER_")}

@@ -138,6 +138,22 @@ PAGES = (
             Pick("Build", "table"),
         ),
     ),
+    Page(
+        "hypocenter-cost",
+        "cost-of-failures.png",
+        (
+            Pick("GPU-hours lost", "stat"),
+            Pick("Share of the top cause", "stat"),
+            Pick("Worst component's GPU-hours", "stat"),
+            Pick("Lost GPU-hours over time, by domain", "timeseries"),
+            Pick("Pareto of causes (GPU-hours lost)", "bargauge"),
+            Pick("Worst components (GPU-hours lost)", "bargauge"),
+            Pick("Time to detect (median, by cause)", "bargauge"),
+            Pick("MTTF per domain", "bargauge"),
+            Pick("Lowest ETTR (workloads)", "bargauge"),
+        ),
+        range_from="now-24h",
+    ),
 )
 
 

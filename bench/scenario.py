@@ -156,6 +156,10 @@ class Scenario:
         self.oom_word = "Out Of Memory"
         self.env: dict[str, str] = {}
         self.signalled_agents: set[str] = set()
+        # The true timeline the cost of the failure is scored against (bench/cost.py): when the fault
+        # began (the first fault_time drawn), and each checkpoint saved (iteration, when it was durable).
+        self.fault_at: float | None = None
+        self.checkpoints: list[tuple[int, float]] = []
 
     # ---------------------------------------------------------------------------------------------
     # Streams
@@ -429,6 +433,7 @@ class Scenario:
                 a, b = checkpoint_lines(w, it, rng, secs)
                 self.out(0, tt + 0.5, a, err=False)
                 self.out(0, tt + 0.5 + secs, b, err=False)
+                self.checkpoints.append((it, tt + 0.5 + secs))
             last = it
             it += plan.log_every
         if key_last and last_entry is not None:
@@ -437,7 +442,37 @@ class Scenario:
         return last
 
     def fault_time(self, lo: float = 600.0, hi: float = 5 * 3600.0) -> float:
-        return self.plan.t_begin + self.rng.uniform(lo, hi)
+        t = self.plan.t_begin + self.rng.uniform(lo, hi)
+        if self.fault_at is None:
+            self.fault_at = t
+        return t
+
+    def cost_truth(self) -> dict[str, Any]:
+        """The true cost of the failure: GPUs, lost work (the last checkpoint saved before the fault, or the
+        training start it resumed from), time to detect (fault → end) and startup (start → training).
+        Lost work and time to detect are null for a mode that draws no fault time."""
+        w = self.w
+        startup = self.plan.t_begin - w.start
+        out: dict[str, Any] = {
+            "gpus": w.world_size,
+            "checkpoint_interval_steps": self.plan.ckpt_every,
+            "startup_s": round(startup, 3),
+            "lost_work_s": None,
+            "time_to_detect_s": None,
+            "gpu_hours_lost": None,
+        }
+        if self.fault_at is None or self.state in ("COMPLETED", "SUCCEEDED"):
+            return out
+        saved = [t for _, t in self.checkpoints if t <= self.fault_at]
+        durable = saved[-1] if saved else self.plan.t_begin
+        lost = self.fault_at - durable
+        detect = max(0.0, self.end - self.fault_at)
+        out.update(
+            lost_work_s=round(lost, 3),
+            time_to_detect_s=round(detect, 3),
+            gpu_hours_lost=round(w.world_size * (lost + detect) / 3600.0, 4),
+        )
+        return out
 
     # ---------------------------------------------------------------------------------------------
     # Collateral that follows a fault
@@ -991,12 +1026,15 @@ class Scenario:
             d["reason"] = self.reason
         if w.output != "pods" or self.rng.random() < 0.8:
             d["ranks"] = w.rank_map()
+        else:  # the pods' nvidia.com/gpu limits, as a Kubernetes scope knows them
+            d["gpus_per_node"] = w.gpus_per_node
         return d
 
     def files(self) -> dict[str, str | bytes]:
         out = self.bundle.files()
         out["attempt.yaml"] = yaml.safe_dump(self.attempt_yaml(), sort_keys=True)
         truth = self.truth.as_dict()
+        truth["cost"] = self.cost_truth()
         assert truth["outcome"] in OUTCOMES
         out["truth.yaml"] = yaml.safe_dump(truth, sort_keys=True, width=1000)
         return out

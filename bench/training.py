@@ -111,15 +111,33 @@ def checkpoint_lines(world: World, it: int, rng: Random, seconds: float) -> tupl
         rng.choice(("/checkpoints", "/lustre/ckpt", "/mnt/nfs/ckpt", "/scratch/ckpts")) + f"/{world.job_name}"
     )
 
+    def ms(d: datetime) -> str:
+        return f"{d:%Y-%m-%d %H:%M:%S},{d.microsecond // 1000:03d}"
+
     def start(d: datetime) -> str:
         if world.framework == "megatron":
             return f"saving checkpoint at iteration {it:>7} to {path} in torch_dist format"
-        return f"{d:%Y-%m-%d %H:%M:%S},{d.microsecond // 1000:03d} INFO checkpoint.py:88 -- Saving checkpoint step_{it} to {path}/step_{it}"
+        if world.framework == "lightning":  # ModelCheckpoint(verbose=True) announces the save it starts
+            best = 0.5 + 1 / (1 + it / 1000)
+            return (
+                f"[{ms(d)}][lightning.pytorch.utilities.rank_zero][INFO] - Epoch {it // 5000}, global step {it}: "
+                f"'val_loss' reached {best:0.5f} (best {best:0.5f}), saving model to '{path}/epoch={it // 5000}-step={it}.ckpt' as top 1"
+            )
+        return f"{ms(d)} INFO checkpoint.py:88 -- Saving checkpoint step_{it} to {path}/step_{it}"
 
     def done(d: datetime) -> str:
+        # Each framework's own words once the save is durable (rules/workload/checkpoint.yaml); a plain
+        # script's are its own, which no rule knows.
         if world.framework == "megatron":
             return f"  successfully saved checkpoint from iteration {it:>7} to {path} [ t 1/{max(1, world.world_size // 64)}, p 1/1 ]"
-        return f"{d:%Y-%m-%d %H:%M:%S},{d.microsecond // 1000:03d} INFO checkpoint.py:131 -- Saved checkpoint step_{it} in {seconds:.1f}s"
+        if world.framework == "torchtitan":
+            return (
+                f"[titan] {ms(d)} - root - INFO - Finished saving the checkpoint (or staging if async is "
+                f"enabled)in {seconds:.2f} seconds."
+            )
+        if world.framework == "hf":
+            return f"[INFO|modeling_utils.py:3042] {ms(d)} >> Model weights saved in {path}/checkpoint-{it}/model.safetensors"
+        return f"{ms(d)} INFO checkpoint.py:131 -- Saved checkpoint step_{it} in {seconds:.1f}s"
 
     return start, done
 

@@ -109,6 +109,13 @@ def fill_store(path: Path, count: int) -> list[str]:
 
 def start_server(store: Path, log: Path, *extra: str) -> tuple[subprocess.Popen[bytes], str]:
     """A real `hypocenter serve` on loopback; returns the process and its HTTP base URL."""
+    proc, addrs = serve(store, log, *extra)
+    return proc, f"http://{addrs['http']}"
+
+
+def serve(store: Path, log: Path, *extra: str) -> tuple[subprocess.Popen[bytes], dict[str, str]]:
+    """A real `hypocenter serve` on loopback (no /metrics unless `extra` asks for it); returns the
+    process and the addresses it printed (grpc, http, metrics)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("HYPOCENTER_")}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH", "")]))
     cmd = [
@@ -138,7 +145,8 @@ def start_server(store: Path, log: Path, *extra: str) -> tuple[subprocess.Popen[
     if not line or not line[0]:
         proc.kill()
         raise RuntimeError(f"server did not start: {log.read_text(errors='replace')[-2000:]}")
-    return proc, f"http://{json.loads(line[0])['http']}"
+    addrs: dict[str, str] = json.loads(line[0])
+    return proc, addrs
 
 
 def _time(

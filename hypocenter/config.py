@@ -413,6 +413,20 @@ class Settings(BaseSettings):
     fleet_top_k: int = Field(
         20, ge=1, le=1000, description="suspects exposed by /metrics (hypocenter_fleet_suspect_score)"
     )
+    # The cost of failures (engine/cost.py, engine/fleet_cost.py, docs/cost.md).
+    cost_window_s: float = Field(
+        7 * 86400.0,
+        gt=0,
+        description="the window of GET /v1/fleet/cost and the hypocenter_cost_* gauges (alerts read them)",
+    )
+    cost_gpus_per_node: int | None = Field(
+        None, ge=1, description="GPUs per node when an attempt has no rank map and no DCGM series"
+    )
+    cost_checkpoint_interval_steps: int | None = Field(
+        None,
+        ge=1,
+        description="checkpoint interval in steps: places the last checkpoint when no checkpoint-saved line does",
+    )
     topology: list[str] = Field(
         default_factory=list,
         description="files or directories mapping host ports to switch "

@@ -112,8 +112,11 @@ class AttemptContext(_Model):
     nodes: list[str] = field(default_factory=list)
     ranks: dict[str, str | int | list[int]] = field(default_factory=dict)
     timezone: str = "UTC"
+    gpus_per_node: int | None = None  # optional: what the scheduler allocated (GPU cost, engine/cost.py)
 
     def __post_init__(self) -> None:
+        if self.gpus_per_node is not None and self.gpus_per_node < 1:
+            raise ValueError("gpus_per_node must be at least 1")
         if isinstance(self.state, str):
             object.__setattr__(self, "state", self.state.strip().upper())
             check_state(self.state)
@@ -148,7 +151,7 @@ class AttemptContext(_Model):
 _STAMP = re.compile(r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:\.\d{1,6})?(?:Z|[+-]\d\d:\d\d)?")
 _WORKLOAD_KEYS = frozenset({"id", "attempt", "name", "scheduler", "cluster"})
 _CONTEXT_KEYS = frozenset(
-    {"workload", "window", "state", "exit_code", "reason", "nodes", "ranks", "timezone"}
+    {"workload", "window", "state", "exit_code", "reason", "nodes", "ranks", "timezone", "gpus_per_node"}
 )
 
 
@@ -199,6 +202,9 @@ def _plain_context(doc: Mapping[str, Any]) -> AttemptContext | None:
         and (exit_code is None or type(exit_code) is int)
     ):
         return None
+    gpus = doc.get("gpus_per_node")
+    if not (gpus is None or type(gpus) is int):
+        return None
     nodes, ranks = doc.get("nodes", []), doc.get("ranks", {})
     if not (type(nodes) is list and all(type(n) is str for n in nodes) and isinstance(ranks, dict)):
         return None
@@ -228,6 +234,7 @@ def _plain_context(doc: Mapping[str, Any]) -> AttemptContext | None:
         nodes=nodes,
         ranks=plain_ranks,
         timezone=zone,
+        gpus_per_node=gpus,
     )
 
 
@@ -388,6 +395,36 @@ class NextStep(_Model):
 
 
 @dataclass(slots=True, kw_only=True, eq=False, repr=False)
+class CostFigure(_Model):
+    """One figure of an attempt's cost: its value (null when unknown, never guessed as 0), how it was
+    obtained, its uncertainty (±, same unit) and the line it rests on."""
+
+    value: float | None
+    uncertainty: float | None
+    method: str
+    ref: str | None = None
+
+
+@dataclass(slots=True, kw_only=True, eq=False, repr=False)
+class Cost(_Model):
+    """What this attempt's failure cost (engine/cost.py): GPUs in scope and the time they lost.
+
+    gpu_hours_lost = gpus x (lost_work_s + time_to_detect_s + restart_overhead_s) / 3600 over the parts
+    that are known; `unknown` names the parts left out (the figure is then a lower bound), and it is
+    null when the GPUs are unknown. `startup_s` is this attempt's own start → first progress: the
+    restart overhead of the attempt before it, which fleet roll-ups join to that attempt."""
+
+    gpus: CostFigure
+    lost_work_s: CostFigure
+    time_to_detect_s: CostFigure
+    restart_overhead_s: CostFigure
+    startup_s: CostFigure
+    gpu_hours_lost: float | None
+    gpu_hours_uncertainty: float | None
+    unknown: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True, kw_only=True, eq=False, repr=False)
 class Diagnosis(_Model):
     """The verdict on one attempt. Field order is the order of contract 3 and of the JSON output."""
 
@@ -409,6 +446,10 @@ class Diagnosis(_Model):
     engine: EngineInfo
     # Unattributed only: localises the failure without a cause. Absent (not null) otherwise.
     first_failure: FirstFailure | None = field(default=None, metadata={"exclude_if": omit_none})
+    # Added in v1 (compatible): what the attempt's failure cost (nothing, for a completed one: its
+    # startup is still the restart overhead of a failed attempt before it). Absent from diagnoses
+    # stored before it.
+    cost: Cost | None = field(default=None, metadata={"exclude_if": omit_none})
 
     def to_json(self) -> str:
         """The canonical, byte-stable JSON rendering (what pydantic's model_dump_json(indent=2) wrote:
@@ -433,6 +474,8 @@ _CLASSES: dict[str, type[Plain]] = {
         EngineInfo,
         FirstFailure,
         NextStep,
+        CostFigure,
+        Cost,
         Diagnosis,
     )
 }
@@ -446,6 +489,8 @@ __all__ = [
     "AttemptContext",
     "AttemptRef",
     "Component",
+    "Cost",
+    "CostFigure",
     "Coverage",
     "CoverageStatus",
     "Diagnosis",

@@ -78,6 +78,7 @@ class AttemptContext(_Strict):
     nodes: list[str] = Field(default_factory=list)
     ranks: dict[str, str | int | list[int]] = Field(default_factory=dict)
     timezone: str = "UTC"
+    gpus_per_node: int | None = Field(default=None, ge=1)  # what the scheduler allocated (GPU cost)
 
     @field_validator("state")
     @classmethod
@@ -223,6 +224,27 @@ class NextStep(BaseModel):
     look_at: list[str] = Field(default_factory=list)
 
 
+class CostFigure(BaseModel):
+    """One figure of an attempt's cost: its value (null when unknown, never guessed as 0), how it was
+    obtained, its uncertainty (±, same unit) and the line it rests on."""
+
+    value: float | None
+    uncertainty: float | None
+    method: str
+    ref: str | None = None
+
+
+class Cost(BaseModel):
+    gpus: CostFigure
+    lost_work_s: CostFigure
+    time_to_detect_s: CostFigure
+    restart_overhead_s: CostFigure
+    startup_s: CostFigure
+    gpu_hours_lost: float | None
+    gpu_hours_uncertainty: float | None
+    unknown: list[str] = Field(default_factory=list)
+
+
 class Diagnosis(BaseModel):
     """The verdict on one attempt. Field order is the order of contract 3 and of the JSON output."""
 
@@ -242,5 +264,9 @@ class Diagnosis(BaseModel):
     engine: EngineInfo
     # Unattributed only: localises the failure without a cause. Absent (not null) otherwise.
     first_failure: FirstFailure | None = Field(default=None, exclude_if=lambda v: v is None)
+    # Added in v1 (compatible): what the attempt's failure cost (nothing, for a completed one: its
+    # startup is still the restart overhead of a failed attempt before it). Absent from diagnoses
+    # stored before it.
+    cost: Cost | None = Field(default=None, exclude_if=lambda v: v is None)
 
     model_config = ConfigDict(populate_by_name=True, serialize_by_alias=True)

@@ -236,6 +236,35 @@ class AttributionGrpc(pb_grpc.AttributionServicer):
             report_json=json.dumps(doc, sort_keys=True),
         )
 
+    def GetFleetCost(self, request: pb.GetFleetCostRequest, context: grpc.ServicerContext) -> pb.FleetCost:
+        doc = self._read(context, lambda: self.service.cost.report(time.time(), limit=request.limit or 20))
+        return pb.FleetCost(
+            gpu_hours_lost=doc["total"]["gpu_hours_lost"],
+            gpu_hours_uncertainty=doc["total"]["gpu_hours_uncertainty"],
+            causes=[
+                pb.CauseCost(
+                    domain=c["domain"],
+                    subdomain=c["subdomain"],
+                    gpu_hours_lost=c["gpu_hours_lost"],
+                    attempts=c["attempts"],
+                    share=c["share"],
+                    cumulative_share=c["cumulative_share"],
+                )
+                for c in doc["causes"]
+            ],
+            components=[
+                pb.ComponentCost(
+                    kind=c["kind"],
+                    name=c["name"],
+                    gpu_hours_lost=c["gpu_hours_lost"],
+                    attempts=c["attempts"],
+                    workloads=c["workloads"],
+                )
+                for c in doc["components"]
+            ],
+            report_json=json.dumps(doc, sort_keys=True),
+        )
+
     def WatchDiagnoses(
         self, request: pb.WatchDiagnosesRequest, context: grpc.ServicerContext
     ) -> Iterator[pb.Diagnosis]:

@@ -298,6 +298,7 @@ GRPC_ROLES: dict[str, str | None] = {
     "/hypocenter.v1.Attribution/ListRevisions": "read",
     "/hypocenter.v1.Attribution/WatchDiagnoses": "read",
     "/hypocenter.v1.Attribution/ListFleetSuspects": "read",
+    "/hypocenter.v1.Attribution/GetFleetCost": "read",
     "/hypocenter.v1.Attribution/Analyze": "admin",
     "/grpc.health.v1.Health/Check": None,
     "/grpc.health.v1.Health/Watch": None,

@@ -3,7 +3,10 @@
     GET /v1/fleet/suspects?kind=node|gpu|port|switch_port|switch|cable&limit=N   ranked suspects
     GET /v1/fleet/findings                                                    suspects worth a ticket
 
-Both answer the `hypocenter.fleet/v1` document `hypocenter fleet --format json` prints.
+    GET /v1/fleet/cost?limit=N     lost GPU-hours per cause, component, domain and workload
+
+The first two answer the `hypocenter.fleet/v1` document `hypocenter fleet --format json` prints, the
+last the `hypocenter.cost/v1` document of `hypocenter fleet --cost --format json` (engine/fleet_cost.py).
 """
 
 from __future__ import annotations
@@ -51,6 +54,16 @@ def add_fleet_routes(app: FastAPI, service: Attribution) -> None:
     async def fleet_findings() -> Any:
         doc = await run_in_threadpool(report, None, 0)
         return JSONResponse({k: v for k, v in doc.items() if k != "suspects"})
+
+    @app.get(
+        "/v1/fleet/cost",
+        tags=["fleet"],
+        summary="What failures cost in the cost window (cost_window_s): lost GPU-hours per cause (a "
+        "Pareto), per node / GPU / port / switch port, MTTF per domain, ETTR per workload",
+    )
+    async def fleet_cost(limit: int = Query(20, ge=1, le=1000)) -> Any:
+        doc = await run_in_threadpool(lambda: service.cost.report(time.time(), limit=limit))
+        return JSONResponse(doc)
 
 
 __all__ = ["add_fleet_routes"]

@@ -18,7 +18,7 @@ from hypocenter.cli.console import EXIT_OK, Style, color_wanted, emit, rule_opti
 if TYPE_CHECKING:
     from hypocenter.collector.pull import PullConfig
     from hypocenter.engine import Engine
-    from hypocenter.model import Diagnosis
+    from hypocenter.model import Cost, Diagnosis
 
 _OUTCOME_STYLE = {"attributed": "1;32", "ambiguous": "1;33", "unattributed": "1;35", "not_failed": "1;36"}
 _QUALITY_STYLE = {"high": "32", "medium": "33", "low": "31"}
@@ -96,6 +96,9 @@ def render_text(d: Diagnosis, style: Style) -> str:
                 when = f"{e.time} .. {e.time_max}" if e.time_max else f">= {e.time}"
             out.append(f"  {tag} {when:<27} {e.node or '-':<12} {e.ref}")
             out.append(f"          {cut(e.text, 160)}")
+    if d.cost is not None:
+        out.append("")
+        out.extend(render_cost(d.cost, style))
     out.append("")
     out.append(style("Quality", "1") + f": {d.quality.level}")
     for r in d.quality.reasons:
@@ -114,6 +117,29 @@ def render_text(d: Diagnosis, style: Style) -> str:
         out.append(f"{indent}- {cov.source}: {cov.status}" + (f" ({cov.reason})" if cov.reason else ""))
     out.append(f"diagnosis {d.id} · engine {d.engine.version} · ruleset {d.engine.ruleset[:19]}")
     return "\n".join(out) + "\n"
+
+
+def render_cost(cost: Cost, style: Style) -> list[str]:
+    """The cost block of the text report: the total, then each figure with how it was obtained."""
+    total = (
+        f"{cost.gpu_hours_lost:g} ± {cost.gpu_hours_uncertainty or 0:g} GPU-hours lost"
+        if cost.gpu_hours_lost is not None
+        else "GPU-hours lost: unknown"
+    )
+    if cost.unknown and cost.gpu_hours_lost is not None:
+        total += f" (at least: {', '.join(cost.unknown)} unknown)"
+    out = [style("Cost", "1") + f": {total}"]
+    for name, f in (
+        ("GPUs", cost.gpus),
+        ("lost work", cost.lost_work_s),
+        ("time to detect", cost.time_to_detect_s),
+        ("restart overhead", cost.restart_overhead_s),
+        ("startup", cost.startup_s),
+    ):
+        unit = "" if f is cost.gpus else " s"
+        value = "unknown" if f.value is None else f"{f.value:g}{unit} ± {f.uncertainty or 0:g}{unit}"
+        out.append(f"  {name:<17} {value:<22} {f.method}" + (f" ({f.ref})" if f.ref else ""))
+    return out
 
 
 # The flags that make `analyze` pull (collector/pull.py); without any, BUNDLE is read directly.
@@ -135,13 +161,18 @@ _PULL_FLAGS = (
 
 
 def _cmd_analyze(args: argparse.Namespace) -> int:
-    from hypocenter.engine import default_engine
+    from hypocenter.engine import CostSettings, default_engine
+
+    for flag in ("gpus_per_node", "checkpoint_interval"):
+        if getattr(args, flag) is not None and getattr(args, flag) < 1:
+            args.parser.error(f"--{flag.replace('_', '-')}: must be at least 1")
+    cost = CostSettings(gpus_per_node=args.gpus_per_node, checkpoint_interval_steps=args.checkpoint_interval)
 
     if args.bundle and all(getattr(args, name, None) in (None, []) for name in _PULL_FLAGS):
         # Only a bundle: the pull machinery (its settings and connectors) is not even imported.
         from hypocenter.collector.bundle import load_bundle
 
-        engine = default_engine([Path(p) for p in args.rules], builtin=not args.no_builtin_rules)
+        engine = default_engine([Path(p) for p in args.rules], builtin=not args.no_builtin_rules, cost=cost)
         diagnosis = engine.analyze(load_bundle(Path(args.bundle), read_once=True), workers=None)
     else:
         from hypocenter.collector import pull
@@ -150,7 +181,7 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
             cfg = pull.merged(args)  # bad combinations fail before the rules are loaded
         except pull.UsageError as exc:
             args.parser.error(str(exc))  # usage and the message, exit 2
-        engine = default_engine([Path(p) for p in args.rules], builtin=not args.no_builtin_rules)
+        engine = default_engine([Path(p) for p in args.rules], builtin=not args.no_builtin_rules, cost=cost)
         if cfg.bundle and not (cfg.logs or cfg.loki or cfg.prometheus):
             from hypocenter.collector.bundle import load_bundle
 
@@ -231,6 +262,16 @@ def add_parser(sub: Any) -> None:
         choices=("auto", "always", "never"),
         default="auto",
         help="colour the text report (auto: on a terminal)",
+    )
+    c = a.add_argument_group("cost of the failure (docs/cost.md): what the logs may not say")
+    c.add_argument(
+        "--gpus-per-node", type=int, metavar="N", help="GPUs per node when no rank map or DCGM series says"
+    )
+    c.add_argument(
+        "--checkpoint-interval",
+        type=int,
+        metavar="STEPS",
+        help="checkpoint every STEPS steps: places the last checkpoint when no checkpoint-saved line does",
     )
     rule_options(a)
     a.set_defaults(func=_cmd_analyze, parser=a)

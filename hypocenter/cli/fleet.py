@@ -2,6 +2,8 @@
 
     hypocenter fleet [--store URL | --server URL] [--kind K]... [--limit N] [--format text|json]
                      [--topology PATH]... [--window-s S] [--half-life-s S] [--min-workloads N] [--now TIME]
+    hypocenter fleet --cost [--store URL | --server URL] [--limit N] [--format text|json] [--window-s S]
+                     (what failures cost: engine/fleet_cost.py, `GET /v1/fleet/cost`)
 
 `--store` reads the store file or PostgreSQL URL directly (read-only use); `--server` asks a running
 server's REST API (`GET /v1/fleet/suspects`, token from --token-file or $HYPOCENTER_TOKEN; read role).
@@ -45,10 +47,11 @@ def _from_server(args: argparse.Namespace) -> dict[str, Any]:
         ("limit", args.limit),
         *(("kind", k) for k in args.kind),
     ]
+    path = "/v1/fleet/cost" if args.cost else "/v1/fleet/suspects"
+    if args.cost:
+        params = [("limit", args.limit)]
     try:
-        r = httpx.get(
-            args.server.rstrip("/") + "/v1/fleet/suspects", params=params, headers=headers, timeout=30.0
-        )
+        r = httpx.get(args.server.rstrip("/") + path, params=params, headers=headers, timeout=30.0)
     except httpx.HTTPError as exc:
         raise InputError(f"--server {args.server}: {exc}") from None
     if r.status_code != 200:
@@ -72,6 +75,12 @@ def _from_store(args: argparse.Namespace) -> dict[str, Any]:
     store = open_existing_store(args.store)
     try:
         topology = load_topology([Path(p) for p in args.topology]) if args.topology else None
+        if args.cost:
+            from hypocenter.engine.fleet_cost import CostView
+
+            return CostView(store, window_s=args.window_s, topology=topology).report(
+                _now(args.now), limit=args.limit
+            )
         view = FleetView(
             store,
             window_s=args.window_s,
@@ -116,6 +125,44 @@ def render_table(doc: dict[str, Any]) -> str:
     return "\n".join(out) + "\n"
 
 
+def render_cost(doc: dict[str, Any]) -> str:
+    """The cost roll-up as text: the total, the Pareto of causes, the worst components, MTTF, ETTR."""
+    t = doc["total"]
+    out = [
+        f"what failures cost · {t['gpu_hours_lost']:g} ± {t['gpu_hours_uncertainty']:g} GPU-hours lost over "
+        f"{t['failed_attempts']} failed attempt(s) ({t['attempts_without_cost']} without a cost estimate; "
+        f"{t['restart_gpu_hours']:g} of it restart overhead) · window {doc['window_s'] / 86400:g} d"
+    ]
+    out.append("  causes (Pareto)")
+    for c in doc["causes"]:
+        ttd = c["median_time_to_detect_s"]
+        out.append(
+            f"    {c['domain'] + '/' + c['subdomain']:<28} {c['gpu_hours_lost']:>10.2f} GPU-h "
+            f"{c['share'] * 100:>5.1f}%  cum {c['cumulative_share'] * 100:>5.1f}%  {c['attempts']:>4} att  "
+            f"detect {'?' if ttd is None else f'{ttd:g} s'}"
+        )
+    if doc["components"]:
+        out.append("  worst components")
+        for c in doc["components"]:
+            out.append(
+                f"    {c['kind']:<11} {c['name']:<32} {c['gpu_hours_lost']:>10.2f} GPU-h  "
+                f"{c['attempts']} att, {c['workloads']} workload(s)"
+            )
+    if doc["domains"]:
+        out.append("  MTTF per domain")
+        for d in doc["domains"]:
+            out.append(
+                f"    {d['domain']:<14} {d['failures']:>4} failure(s)  MTTF {d['mttf_s'] / 3600:.1f} h"
+            )
+    if doc["workloads"]:
+        out.append("  lowest ETTR")
+        for w in doc["workloads"]:
+            out.append(
+                f"    {w['cluster'] + '/' + w['workload']:<32} ETTR {w['ettr']:.3f}  {w['attempts']} att"
+            )
+    return "\n".join(out) + "\n"
+
+
 def _cmd_fleet(args: argparse.Namespace) -> int:
     from hypocenter.cli.console import emit as _emit
 
@@ -125,10 +172,8 @@ def _cmd_fleet(args: argparse.Namespace) -> int:
     if bad:
         args.parser.error(f"--kind: unknown {', '.join(bad)} (expected {', '.join(SUSPECT_KINDS)})")
     doc = _from_server(args) if args.server else _from_store(args)
-    _emit(
-        json.dumps(doc, indent=2, sort_keys=True) + "\n" if args.format == "json" else render_table(doc),
-        utf8=True,
-    )
+    text = render_cost(doc) if args.cost else render_table(doc)
+    _emit(json.dumps(doc, indent=2, sort_keys=True) + "\n" if args.format == "json" else text, utf8=True)
     return EXIT_OK
 
 
@@ -167,7 +212,12 @@ def add_parser(sub: Any) -> None:
         "--min-workloads", type=int, default=DEFAULT_MIN_WORKLOADS, help="workloads behind a finding"
     )
     f.add_argument("--now", metavar="TIME", help="score as of this RFC 3339 time (default: now)")
+    f.add_argument(
+        "--cost",
+        action="store_true",
+        help="what failures cost: lost GPU-hours per cause, component, domain (MTTF) and workload (ETTR)",
+    )
     f.set_defaults(func=_cmd_fleet, parser=f)
 
 
-__all__ = ["add_parser", "open_existing_store", "render_table"]
+__all__ = ["add_parser", "open_existing_store", "render_cost", "render_table"]

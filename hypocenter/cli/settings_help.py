@@ -80,6 +80,11 @@ GROUPS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
         "recurring culprits across workloads: scoring and the fabric topology",
         ("fleet_*", "topology"),
     ),
+    (
+        "cost of failures",
+        "what the logs may not say about lost GPU-hours (docs/cost.md)",
+        ("cost_*",),
+    ),
     ("web UI", "the page at /ui: links to the attempt's logs in Grafana Explore", ("ui_*",)),
     ("logging", "", ("log_level",)),
 )

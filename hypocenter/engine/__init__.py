@@ -13,6 +13,7 @@ from functools import lru_cache
 from itertools import chain
 from pathlib import Path
 
+from hypocenter.engine.cost import CostSettings, gpu_inventory
 from hypocenter.engine.extract import Extractor
 from hypocenter.engine.forked import cores
 from hypocenter.engine.rules import Ruleset
@@ -21,16 +22,16 @@ from hypocenter.lineformat import time_context
 from hypocenter.model import AttemptContext, Diagnosis
 from hypocenter.sources import AttemptInput, FileTextSource, Record, RecordSource, Source
 
-__all__ = ["Engine", "analyze", "auto_workers", "default_engine"]
+__all__ = ["CostSettings", "Engine", "analyze", "auto_workers", "default_engine"]
 
 
 class Engine:
     """A loaded ruleset with its compiled extractor and verdict; reusable across attempts."""
 
-    def __init__(self, ruleset: Ruleset) -> None:
+    def __init__(self, ruleset: Ruleset, cost: CostSettings | None = None) -> None:
         self.ruleset = ruleset
         self.extractor = Extractor(ruleset)
-        self.verdict = Verdict(ruleset)
+        self.verdict = Verdict(ruleset, cost)
 
     def analyze(self, attempt: AttemptInput, *, workers: int | None = 1) -> Diagnosis:
         """The diagnosis of one attempt. `workers`: processes that extract its text streams (None:
@@ -42,7 +43,10 @@ class Engine:
             chain(attempt.sources, [_attempt_record(context)]), context, tctx, workers=n
         )
         return self.verdict.decide(
-            context, result.events, sorted(attempt.coverage, key=lambda c: (c.source, c.connector))
+            context,
+            result.events,
+            sorted(attempt.coverage, key=lambda c: (c.source, c.connector)),
+            gpu_inventory(attempt.sources),
         )
 
 
@@ -71,14 +75,16 @@ def _attempt_record(ctx: AttemptContext) -> RecordSource:
 
 
 @lru_cache(maxsize=4)
-def _cached(extra: tuple[str, ...], builtin: bool) -> Engine:
+def _cached(extra: tuple[str, ...], builtin: bool, cost: CostSettings) -> Engine:
     from hypocenter.engine.rulecache import load_ruleset_cached
 
-    return Engine(load_ruleset_cached([Path(p) for p in extra], builtin=builtin))
+    return Engine(load_ruleset_cached([Path(p) for p in extra], builtin=builtin), cost)
 
 
-def default_engine(extra_rules: Sequence[Path | str] = (), *, builtin: bool = True) -> Engine:
-    return _cached(tuple(str(p) for p in extra_rules), builtin)
+def default_engine(
+    extra_rules: Sequence[Path | str] = (), *, builtin: bool = True, cost: CostSettings | None = None
+) -> Engine:
+    return _cached(tuple(str(p) for p in extra_rules), builtin, cost or CostSettings())
 
 
 def analyze(attempt: AttemptInput) -> Diagnosis:

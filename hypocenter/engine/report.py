@@ -16,12 +16,14 @@ from hypocenter import __version__
 from hypocenter.engine.abstain import FirstFailureFinder
 from hypocenter.engine.candidates import SKEW, Candidate, Causes
 from hypocenter.engine.classify import Classification, Role
+from hypocenter.engine.cost import CostSettings, attempt_cost
 from hypocenter.engine.leads import leads
 from hypocenter.engine.next_step import next_step
 from hypocenter.engine.suspects import Suspect, as_evidence, configuration_suspects
 from hypocenter.model import (
     AttemptContext,
     AttemptRef,
+    Cost,
     Coverage,
     Diagnosis,
     EngineInfo,
@@ -130,11 +132,17 @@ class Decision:
 class Report:
     """Writes a Decision out as the Diagnosis of contract 3."""
 
-    def __init__(self, ruleset_fingerprint: str) -> None:
+    def __init__(self, ruleset_fingerprint: str, cost: CostSettings | None = None) -> None:
         self.ruleset_fingerprint = ruleset_fingerprint
+        self.cost = cost or CostSettings()
 
     def diagnosis(
-        self, classified: Classification, causes: Causes, decision: Decision, coverage: list[Coverage]
+        self,
+        classified: Classification,
+        causes: Causes,
+        decision: Decision,
+        coverage: list[Coverage],
+        gpus: dict[str, int] | None = None,
     ) -> Diagnosis:
         ctx, roles = classified.context, classified.roles
         chosen, outcome = decision.chosen, decision.outcome
@@ -150,11 +158,10 @@ class Report:
             {e.node for e, a in roles if e.node and a.spec.role in ("root_cause", "symptom")}
             | {n for c in chosen for n in c.nodes}
         )
-        ident = hashlib.sha256(
-            f"{ctx.workload.cluster or ''}\0{ctx.workload.id}\0{ctx.workload.attempt}\0{self.ruleset_fingerprint}".encode()
-        ).hexdigest()[:24]
         return Diagnosis(
-            id=f"dx-{ident}",
+            id=diagnosis_id(
+                ctx.workload.cluster, ctx.workload.id, ctx.workload.attempt, self.ruleset_fingerprint
+            ),
             attempt=AttemptRef(
                 workload_id=ctx.workload.id,
                 attempt=ctx.workload.attempt,
@@ -175,7 +182,40 @@ class Report:
             coverage=coverage,
             engine=EngineInfo(version=__version__, ruleset=self.ruleset_fingerprint),
             first_failure=decision.first_failure,
+            cost=self._cost(classified, decision, gpus or {}),
         )
+
+    def _cost(self, classified: Classification, decision: Decision, gpus: dict[str, int]) -> Cost:
+        """What the failure cost (engine/cost.py), from the first cause line or the first failure."""
+        if decision.outcome == "not_failed":
+            return attempt_cost(
+                classified.context,
+                classified.events,
+                None,
+                None,
+                settings=self.cost,
+                inventory=gpus,
+                completed=True,
+            )
+        when: datetime | None = None
+        ref: str | None = None
+        starts = [c.first_seen for c in decision.chosen if c.first_seen is not None and not c.approx]
+        if starts:  # the root cause's first_seen, and the line it comes from
+            when = min(starts)
+            at = [e for c in decision.chosen for e in c.events if e.time == when]
+            ref = min(at, key=Event.stream_order).ref if at else None
+        elif decision.first_failure is not None and decision.first_failure.time:
+            when = datetime.fromisoformat(decision.first_failure.time.replace("Z", "+00:00"))
+            ref = decision.first_failure.ref
+        return attempt_cost(
+            classified.context, classified.events, when, ref, settings=self.cost, inventory=gpus
+        )
+
+
+def diagnosis_id(cluster: str | None, workload: str, attempt: int, ruleset: str) -> str:
+    """The deterministic id of an attempt's diagnosis under a ruleset."""
+    ident = hashlib.sha256(f"{cluster or ''}\0{workload}\0{attempt}\0{ruleset}".encode()).hexdigest()[:24]
+    return f"dx-{ident}"
 
 
 def _scheduler_state(events: list[Event]) -> str | None:

@@ -11,6 +11,7 @@ import time
 from collections import OrderedDict, defaultdict
 from dataclasses import dataclass, field
 
+from hypocenter.engine.report import diagnosis_id
 from hypocenter.exporter.cardinality import LabelLimit
 from hypocenter.model import Diagnosis
 
@@ -77,6 +78,7 @@ class Snapshot:
     export_dropped: dict[tuple[str, str], int]
     started: float
     analysis_failures: dict[str, int] = field(default_factory=dict)
+    gpu_hours_lost: dict[tuple[str, str, str], float] = field(default_factory=dict)
 
 
 class Activity:
@@ -102,6 +104,7 @@ class Activity:
         self._export_failures: dict[tuple[str, str], int] = defaultdict(int)
         self._export_dropped: dict[tuple[str, str], int] = defaultdict(int)
         self._analysis_failures: dict[str, int] = defaultdict(int)
+        self._gpu_hours: dict[tuple[str, str, str], float] = defaultdict(float)
 
     # ------------------------------------------------------------------------------- ingest
 
@@ -163,6 +166,25 @@ class Activity:
             self._diagnosis_exemplars[key] = Exemplar(ident, 1.0, now)
             for s in diagnosis.symptoms:
                 self._symptoms[s.kind] += s.count
+            self._count_cost(diagnosis, key)
+
+    def _count_cost(self, diagnosis: Diagnosis, key: tuple[str, str, str, str]) -> None:
+        """Lost GPU-hours under the verdict's cause; and the restart overhead this attempt paid (its
+        GPUs x startup) under the cause of the failed attempt before it, when that one was counted here."""
+        cost = diagnosis.cost
+        if cost is None:
+            return
+        cluster, outcome, domain, sub = key
+        if cost.gpu_hours_lost and outcome != "not_failed":
+            self._gpu_hours[(cluster, domain or outcome, sub)] += cost.gpu_hours_lost
+        a = diagnosis.attempt
+        prev = self._counted.get(
+            diagnosis_id(a.cluster, a.workload_id, a.attempt - 1, diagnosis.engine.ruleset)
+        )
+        if prev is not None and prev[1] != "not_failed" and cost.gpus.value and cost.startup_s.value:
+            self._gpu_hours[(prev[0], prev[2] or prev[1], prev[3])] += round(
+                cost.gpus.value * cost.startup_s.value / 3600.0, 4
+            )
 
     def analysis_failed(self, kind: str) -> None:
         """An attempt was quarantined: its analysis failed (`limit`, `error`) or the process died in it."""
@@ -207,4 +229,5 @@ class Activity:
                 export_dropped=dict(self._export_dropped),
                 started=self.started,
                 analysis_failures=dict(self._analysis_failures),
+                gpu_hours_lost=dict(self._gpu_hours),
             )

@@ -8,6 +8,8 @@
                          annotation (from the Loki stream) on every time panel, the verdict, the
                          evidence log lines, culprit and affected nodes
     hypocenter-self      hypocenter itself: up, ingest, refusals and drops, analysis latency, exports
+    hypocenter-cost      what failures cost: lost GPU-hours over time, the Pareto of causes, the
+                         worst components, time to detect, MTTF per domain, the lowest ETTR
 
 Classic dashboard JSON (the provisioning format), schemaVersion 39 so that Grafana 11 and later load
 it; datasources are `${datasource}` (Prometheus) and `${loki}` template variables, defaulting to the
@@ -887,7 +889,191 @@ def service() -> dict[str, Any]:
     )
 
 
-DASHBOARDS = {"hypocenter-fleet": fleet, "hypocenter-attempt": attempt, "hypocenter-self": service}
+# ------------------------------------------------------------------------------------------------ cost
+
+BARS_H = {
+    "orientation": "horizontal",
+    "displayMode": "gradient",
+    "showUnfilled": True,
+    "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
+}
+
+
+def cost() -> dict[str, Any]:
+    """What failures cost (engine/fleet_cost.py): the gauges are the cost window's roll-up, the same
+    numbers as GET /v1/fleet/cost; the time series is the process counter."""
+    lay = Layout()
+    stat = {
+        "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
+        "colorMode": "none",
+        "graphMode": "none",
+    }
+    lay.add(
+        panel(
+            "stat",
+            "GPU-hours lost",
+            [prom(f"sum({DEDUP} (hypocenter_cost_gpu_hours_lost))", instant=True)],
+            description="Lost work + time to detect + restart overhead, times the GPUs in scope, over the "
+            "failures whose attempts ended in the cost window (cost_window_s).",
+            options=stat,
+        ),
+        8,
+        5,
+    )
+    lay.add(
+        panel(
+            "stat",
+            "Share of the top cause",
+            [
+                prom(
+                    f"max({DEDUP} (hypocenter_cost_gpu_hours_lost)) / sum({DEDUP} (hypocenter_cost_gpu_hours_lost))",
+                    instant=True,
+                )
+            ],
+            unit="percentunit",
+            options=stat,
+        ),
+        8,
+        5,
+    )
+    lay.add(
+        panel(
+            "stat",
+            "Worst component's GPU-hours",
+            [prom(f"max({DEDUP} (hypocenter_cost_component_gpu_hours_lost))", instant=True)],
+            description="The node, GPU or port behind the most lost GPU-hours (the worst components panel).",
+            options=stat,
+        ),
+        8,
+        5,
+    )
+    over_time = (
+        'sum by (domain) (increase(hypocenter_gpu_hours_lost_total{cluster=~"$cluster"}[$__interval]))'
+    )
+    lay.add(
+        panel(
+            "timeseries",
+            "Lost GPU-hours over time, by domain",
+            [prom(over_time, "{{domain}}")],
+            description="GPU-hours of the failures diagnosed in each interval (hypocenter_gpu_hours_lost_total).",
+            custom=TIMESERIES_BARS,
+            interval="1h",
+            options={
+                "legend": {
+                    "displayMode": "table",
+                    "placement": "right",
+                    "calcs": ["sum"],
+                    "showLegend": True,
+                },
+                "tooltip": {"mode": "multi", "sort": "desc"},
+            },
+        ),
+        24,
+        9,
+    )
+    lay.add(
+        panel(
+            "bargauge",
+            "Pareto of causes (GPU-hours lost)",
+            [
+                prom(
+                    f"sort_desc({DEDUP} (hypocenter_cost_gpu_hours_lost))",
+                    "{{domain}}/{{subdomain}}",
+                    instant=True,
+                )
+            ],
+            description="Lost GPU-hours per cause in the cost window, largest first: fix the top ones first.",
+            options=BARS_H,
+        ),
+        12,
+        10,
+    )
+    lay.add(
+        panel(
+            "bargauge",
+            "Worst components (GPU-hours lost)",
+            [
+                prom(
+                    f"topk(15, {DEDUP} (hypocenter_cost_component_gpu_hours_lost))",
+                    "{{kind}} {{component}}",
+                    instant=True,
+                )
+            ],
+            description="Nodes, GPUs, host ports and switch ports behind the failures that cost most.",
+            options=BARS_H,
+        ),
+        12,
+        10,
+    )
+    lay.add(
+        panel(
+            "bargauge",
+            "Time to detect (median, by cause)",
+            [
+                prom(
+                    f"sort_desc({DEDUP} (hypocenter_cost_time_to_detect_seconds))",
+                    "{{domain}}/{{subdomain}}",
+                    instant=True,
+                )
+            ],
+            description="First cause line to terminal state: how long the job hung before it ended.",
+            unit="s",
+            options=BARS_H,
+        ),
+        8,
+        9,
+    )
+    lay.add(
+        panel(
+            "bargauge",
+            "MTTF per domain",
+            [prom(f"sort({DEDUP} (hypocenter_cost_mttf_seconds))", "{{domain}}", instant=True)],
+            description="Attempts' run time in the window divided by the failures of each domain.",
+            unit="s",
+            options=BARS_H,
+        ),
+        8,
+        9,
+    )
+    lay.add(
+        panel(
+            "bargauge",
+            "Lowest ETTR (workloads)",
+            [
+                prom(
+                    f'bottomk(10, {DEDUP} (hypocenter_cost_workload_ettr{{cluster=~"$cluster"}}))',
+                    "{{cluster}} {{workload}}",
+                    instant=True,
+                )
+            ],
+            description="Effective training time ratio: productive time / run time over a workload's attempts.",
+            unit="percentunit",
+            options=BARS_H,
+        ),
+        8,
+        9,
+    )
+    variables = [
+        datasource_var("datasource", "prometheus", "Prometheus", "prometheus"),
+        query_var("cluster", "Cluster", "label_values(hypocenter_gpu_hours_lost_total, cluster)"),
+    ]
+    return dashboard(
+        "hypocenter-cost",
+        "hypocenter · cost of failures",
+        "What failures cost in GPU-hours: per cause (a Pareto), per node, GPU and port, time to detect, "
+        "MTTF and ETTR. How each figure is estimated: docs/cost.md.",
+        lay,
+        variables,
+        time_from="now-30d",
+    )
+
+
+DASHBOARDS = {
+    "hypocenter-fleet": fleet,
+    "hypocenter-attempt": attempt,
+    "hypocenter-self": service,
+    "hypocenter-cost": cost,
+}
 
 
 def render(uid: str) -> str:

@@ -39,6 +39,14 @@ ones, the rest "other"):
                                                             gauge    fleet memory (engine/fleet.py): the top
                                                                      fleet_top_k suspects (node, gpu, port,
                                                                      switch_port, switch, cable) (store)
+    gpu_hours_lost_total{cluster,domain,subdomain}          counter  GPU-hours the failures this process diagnosed
+                                                                     cost, and the restart overhead of their next
+                                                                     attempts (engine/cost.py, docs/cost.md)
+    cost_gpu_hours_lost{domain,subdomain}, cost_component_gpu_hours_lost{kind,component},
+    cost_time_to_detect_seconds{domain,subdomain}, cost_mttf_seconds{domain},
+    cost_workload_ettr{cluster,workload}, cost_window_seconds
+                                                            gauge    the cost roll-up of cost_window_s
+                                                                     (engine/fleet_cost.py), = GET /v1/fleet/cost (store)
     store_up                                                gauge    1 when the store answered this scrape
     build_info{version,ruleset}, start_time_seconds
 
@@ -75,6 +83,7 @@ from prometheus_client.samples import Exemplar
 from hypocenter import __version__
 from hypocenter.config import listen_address
 from hypocenter.engine.fleet import FleetView, findings
+from hypocenter.engine.fleet_cost import CostView
 from hypocenter.errors import InputError
 from hypocenter.exporter.activity import LATENCY_BUCKETS, Activity
 from hypocenter.exporter.activity import Exemplar as Last
@@ -130,6 +139,7 @@ class HypocenterCollector(Collector):
         ruleset: str = "",
         fleet: FleetView | None = None,
         fleet_top: int = 20,
+        cost: CostView | None = None,
     ) -> None:
         self.activity = activity
         self.store = store
@@ -139,6 +149,7 @@ class HypocenterCollector(Collector):
         self.ruleset = ruleset
         self.fleet = fleet
         self.fleet_top = fleet_top
+        self.cost = cost
         self._clusters: set[str] = {""}  # clusters with diagnoses: their verdict series start at 0
 
     def describe(self) -> Iterable[Metric]:
@@ -173,6 +184,15 @@ class HypocenterCollector(Collector):
         for verdict, (value, last) in sorted({**zero, **snap.diagnoses}.items()):
             d.add_metric(list(verdict), value, exemplar=_exemplar(last))
         yield d
+        lost = CounterMetricFamily(
+            "hypocenter_gpu_hours_lost",
+            "GPU-hours the failures this process diagnosed cost (lost work, time to detect, and the "
+            "restart overhead of the next attempt when it was diagnosed here too), by cause",
+            labels=["cluster", "domain", "subdomain"],
+        )
+        for key3, hours in sorted(snap.gpu_hours_lost.items()):
+            lost.add_metric(list(key3), round(hours, 4))
+        yield lost
         folded = CounterMetricFamily(
             "hypocenter_label_values_folded",
             'Diagnoses whose client-supplied label value was exported as "other" because '
@@ -334,6 +354,63 @@ class HypocenterCollector(Collector):
         yield from self._recent(facts)
         if self.fleet is not None:
             yield from self._fleet(now)
+        if self.cost is not None:
+            yield from self._cost(now)
+
+    def _cost(self, now: float) -> Iterator[Metric]:
+        """The cost roll-up of the cost window (cost_window_s) (engine/fleet_cost.py): the numbers GET /v1/fleet/cost gives."""
+        try:
+            doc = self.cost.report(now, limit=self.fleet_top) if self.cost is not None else {}
+        except Exception as exc:  # the other families are already out: skip these, say why
+            log.warning("metrics: cost roll-up unavailable: %s", exc)
+            return
+        yield GaugeMetricFamily(
+            "hypocenter_cost_window_seconds",
+            "The window of the hypocenter_cost_* gauges",
+            value=doc["window_s"],
+        )
+        causes = GaugeMetricFamily(
+            "hypocenter_cost_gpu_hours_lost",
+            "GPU-hours lost to failures whose attempts ended in the window, by cause (restart overhead joined)",
+            labels=["domain", "subdomain"],
+        )
+        detect = GaugeMetricFamily(
+            "hypocenter_cost_time_to_detect_seconds",
+            "Median time from the first cause line to the terminal state, by cause, in the window",
+            labels=["domain", "subdomain"],
+        )
+        for c in doc["causes"]:
+            causes.add_metric([c["domain"], c["subdomain"]], c["gpu_hours_lost"])
+            if c["median_time_to_detect_s"] is not None:
+                detect.add_metric([c["domain"], c["subdomain"]], c["median_time_to_detect_s"])
+        yield causes
+        yield detect
+        comps = GaugeMetricFamily(
+            "hypocenter_cost_component_gpu_hours_lost",
+            "GPU-hours lost to failures a node, GPU, host port or switch port was behind, in the window; "
+            "the top fleet_top_k only",
+            labels=["kind", "component"],
+        )
+        for c in doc["components"]:
+            comps.add_metric([c["kind"], c["name"]], c["gpu_hours_lost"])
+        yield comps
+        mttf = GaugeMetricFamily(
+            "hypocenter_cost_mttf_seconds",
+            "Mean time to failure per domain: attempts' run time in the window / failures of the domain",
+            labels=["domain"],
+        )
+        for dom in doc["domains"]:
+            mttf.add_metric([dom["domain"]], dom["mttf_s"])
+        yield mttf
+        ettr = GaugeMetricFamily(
+            "hypocenter_cost_workload_ettr",
+            "Effective training time ratio per workload (productive / run time over its attempts in the "
+            "window), where step lines give every part; the fleet_top_k lowest",
+            labels=["cluster", "workload"],
+        )
+        for w in doc["workloads"]:
+            ettr.add_metric([self.activity.labels.value("cluster", w["cluster"]), w["workload"]], w["ettr"])
+        yield ettr
 
     def _fleet(self, now: float) -> Iterator[Metric]:
         """The top-k fleet suspects (engine/fleet.py): bounded, whatever the fleet's size."""

@@ -88,6 +88,7 @@ class Outputs:
             ruleset=service.engine.ruleset.fingerprint,
             fleet=service.fleet,
             fleet_top=settings.fleet_top_k,
+            cost=service.cost,
         )
         self.metrics = MetricsEndpoint(self.collector)
         self.metrics_address = ""

@@ -37,8 +37,9 @@ from typing import Any
 from hypocenter.collector.connectors import connector_class
 from hypocenter.collector.connectors.base import ConnectorError, RetryPolicy
 from hypocenter.config import Settings
-from hypocenter.engine import Engine, default_engine
+from hypocenter.engine import CostSettings, Engine, default_engine
 from hypocenter.engine.extract import Extractor
+from hypocenter.engine.fleet_cost import CostView
 from hypocenter.errors import InputError, TransientError
 from hypocenter.exporter.activity import Activity
 from hypocenter.lineformat import time_context
@@ -344,7 +345,12 @@ class Attribution:
         self.settings = settings
         self.store = store
         self.engine = engine or default_engine(
-            [Path(p) for p in settings.rules], builtin=not settings.no_builtin_rules
+            [Path(p) for p in settings.rules],
+            builtin=not settings.no_builtin_rules,
+            cost=CostSettings(
+                gpus_per_node=settings.cost_gpus_per_node,
+                checkpoint_interval_steps=settings.cost_checkpoint_interval_steps,
+            ),
         )
         self.retention = Retention(
             max_age_s=settings.retention_max_age_s,
@@ -369,6 +375,7 @@ class Attribution:
             roles.append(KUEUE_POLL)
         # Replicas on one PostgreSQL: one polls each scheduler and one runs the outbox (leases)
         self.leadership = Leadership(store, roles, holder=settings.replica_id, lease_s=settings.lease_s)
+        self.cost = CostView(store, window_s=settings.cost_window_s, topology=self.fleet.topology)
         self.pollers: list[SlurmPoller | KueuePoller] = []
         if settings.slurm_poll_s > 0:
             self.pollers.append(

@@ -141,7 +141,7 @@ def test_ui_is_served_offline_from_the_package(server: ServerProcess) -> None:
         assert "/ui/static/app.js" in assets
         for asset in assets:
             assert client.get(asset).status_code == 200
-        modules = ("app.js", "dom.js", "list.js", "detail.js", "timeline.js", "fleet.js")
+        modules = ("app.js", "dom.js", "list.js", "detail.js", "timeline.js", "fleet.js", "cost.js")
         for name in modules:
             body = client.get(f"/ui/static/{name}").text
             # no CDN: every import is one of the page's own modules

@@ -26,6 +26,7 @@ TRUTH_KEYS = {
     "root_event",
     "collateral",
     "distractors",
+    "cost",  # the true timeline the cost estimates are scored against (bench/cost.py)
 }
 
 

@@ -111,7 +111,7 @@ def test_text_report(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_json_is_contract_3(example_json: dict[str, Any]) -> None:
-    assert list(example_json) == CONTRACT_KEYS
+    assert list(example_json) == [*CONTRACT_KEYS, "cost"]  # cost: added compatibly
     assert example_json["schema"] == "hypocenter.diagnosis/v1"
     assert example_json["outcome"] == "attributed"
     assert list(example_json["attempt"]) == [
@@ -170,8 +170,9 @@ def test_schema_is_valid_json_schema(schema: dict[str, Any]) -> None:
     jsonschema.Draft202012Validator.check_schema(schema)
     assert schema["type"] == "object"
     assert set(schema["properties"]) == set(CONTRACT_KEYS) | {
-        "first_failure"
-    }  # optional, unattributed only (#20)
+        "first_failure",  # optional, unattributed only (#20)
+        "cost",  # optional: added compatibly
+    }
     assert set(schema["required"]) == set(CONTRACT_KEYS) - {
         "candidates",
         "next_step",

@@ -119,6 +119,7 @@ def test_pytorchjob_found_without_naming_its_kind() -> None:
     scope = _connector(fake, "ml-team/train").scope()
     ctx = scope.context
     assert ctx.workload.id == "ml-team/train" and ctx.workload.scheduler == "kubernetes"
+    assert ctx.gpus_per_node == 8  # the pods' nvidia.com/gpu limits: the GPUs a failure costs
     assert (ctx.state, ctx.reason, ctx.exit_code, ctx.workload.attempt) == (
         "FAILED",
         "PyTorchJobFailed",
@@ -165,6 +166,7 @@ def test_batch_job_with_an_oomkilled_previous_container() -> None:
         0,
     )
     assert ctx.nodes == ["gpu-k07"]
+    assert ctx.gpus_per_node is None  # its pod asks for no nvidia.com/gpu: unknown, not guessed
     assert any("1 failed pod(s) were retried" in n for n in scope.notes)
     logs = {s.name: s for s in scope.collected.sources if isinstance(s, TextSource)}
     assert sorted(logs) == [

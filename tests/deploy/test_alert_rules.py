@@ -13,6 +13,7 @@ import yaml
 from prometheus_support import needs_promtool, promtool
 
 from hypocenter.engine.fleet import FleetView
+from hypocenter.engine.fleet_cost import CostView
 from hypocenter.exporter.activity import Activity
 from hypocenter.exporter.prometheus import HypocenterCollector
 from hypocenter.store.sqlite import SQLiteStore
@@ -32,7 +33,10 @@ def exposed_names() -> set[str]:
     """Every sample name /metrics can expose (families and their _total/_bucket/… samples)."""
     store = SQLiteStore(":memory:")
     names: set[str] = set()
-    for fam in HypocenterCollector(Activity(), store, exporters=("loki",), fleet=FleetView(store)).collect():
+    collector = HypocenterCollector(
+        Activity(), store, exporters=("loki",), fleet=FleetView(store), cost=CostView(store)
+    )
+    for fam in collector.collect():
         names.add(fam.name)
         names.update(s.name for s in fam.samples)
         if fam.type == "counter":

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -204,7 +205,16 @@ def test_scrape_has_the_attempt_and_the_ingest(server: ServerProcess) -> None:
 def test_promtool_check_metrics_is_clean(server: ServerProcess) -> None:
     text = httpx.get(f"http://{server.metrics}/metrics", timeout=10).text
     r = promtool("check", "metrics", stdin=text)
-    assert r.returncode == 0 and not r.stdout.strip() and not r.stderr.strip(), r.stdout + r.stderr
+    # GPU-hours are the unit of lost capacity operators and the literature report (not a duration):
+    # promtool's name lint reads `_hours` as time. That one finding on those families is deliberate.
+    rest = [
+        line
+        for line in (r.stdout + r.stderr).splitlines()
+        if not re.fullmatch(
+            r'hypocenter_\w*gpu_hours_lost\w* use base unit "seconds" instead of "hours"', line
+        )
+    ]
+    assert r.returncode in (0, 3) and not rest, r.stdout + r.stderr
 
 
 @needs_prometheus

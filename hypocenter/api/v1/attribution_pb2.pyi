@@ -421,3 +421,125 @@ class ListFleetSuspectsResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ListFleetSuspectsResponse: _TypeAlias = ListFleetSuspectsResponse  # noqa: Y015
+
+@_typing.final
+class GetFleetCostRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LIMIT_FIELD_NUMBER: _builtins.int
+    limit: _builtins.int
+    """components and workloads returned (0 = 20)"""
+    def __init__(
+        self,
+        *,
+        limit: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["limit", b"limit"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetFleetCostRequest: _TypeAlias = GetFleetCostRequest  # noqa: Y015
+
+@_typing.final
+class CauseCost(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DOMAIN_FIELD_NUMBER: _builtins.int
+    SUBDOMAIN_FIELD_NUMBER: _builtins.int
+    GPU_HOURS_LOST_FIELD_NUMBER: _builtins.int
+    ATTEMPTS_FIELD_NUMBER: _builtins.int
+    SHARE_FIELD_NUMBER: _builtins.int
+    CUMULATIVE_SHARE_FIELD_NUMBER: _builtins.int
+    domain: _builtins.str
+    subdomain: _builtins.str
+    gpu_hours_lost: _builtins.float
+    attempts: _builtins.int
+    share: _builtins.float
+    """of all lost GPU-hours"""
+    cumulative_share: _builtins.float
+    """this cause and every larger one (the Pareto)"""
+    def __init__(
+        self,
+        *,
+        domain: _builtins.str = ...,
+        subdomain: _builtins.str = ...,
+        gpu_hours_lost: _builtins.float = ...,
+        attempts: _builtins.int = ...,
+        share: _builtins.float = ...,
+        cumulative_share: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempts", b"attempts", "cumulative_share", b"cumulative_share", "domain", b"domain", "gpu_hours_lost", b"gpu_hours_lost", "share", b"share", "subdomain", b"subdomain"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CauseCost: _TypeAlias = CauseCost  # noqa: Y015
+
+@_typing.final
+class ComponentCost(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    KIND_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
+    GPU_HOURS_LOST_FIELD_NUMBER: _builtins.int
+    ATTEMPTS_FIELD_NUMBER: _builtins.int
+    WORKLOADS_FIELD_NUMBER: _builtins.int
+    kind: _builtins.str
+    """node | gpu | port | switch_port"""
+    name: _builtins.str
+    gpu_hours_lost: _builtins.float
+    attempts: _builtins.int
+    workloads: _builtins.int
+    def __init__(
+        self,
+        *,
+        kind: _builtins.str = ...,
+        name: _builtins.str = ...,
+        gpu_hours_lost: _builtins.float = ...,
+        attempts: _builtins.int = ...,
+        workloads: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempts", b"attempts", "gpu_hours_lost", b"gpu_hours_lost", "kind", b"kind", "name", b"name", "workloads", b"workloads"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ComponentCost: _TypeAlias = ComponentCost  # noqa: Y015
+
+@_typing.final
+class FleetCost(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GPU_HOURS_LOST_FIELD_NUMBER: _builtins.int
+    GPU_HOURS_UNCERTAINTY_FIELD_NUMBER: _builtins.int
+    CAUSES_FIELD_NUMBER: _builtins.int
+    COMPONENTS_FIELD_NUMBER: _builtins.int
+    REPORT_JSON_FIELD_NUMBER: _builtins.int
+    gpu_hours_lost: _builtins.float
+    gpu_hours_uncertainty: _builtins.float
+    report_json: _builtins.str
+    """the hypocenter.cost/v1 document, as REST returns it"""
+    @_builtins.property
+    def causes(self) -> _containers.RepeatedCompositeFieldContainer[Global___CauseCost]: ...
+    @_builtins.property
+    def components(self) -> _containers.RepeatedCompositeFieldContainer[Global___ComponentCost]: ...
+    def __init__(
+        self,
+        *,
+        gpu_hours_lost: _builtins.float = ...,
+        gpu_hours_uncertainty: _builtins.float = ...,
+        causes: _abc.Iterable[Global___CauseCost] | None = ...,
+        components: _abc.Iterable[Global___ComponentCost] | None = ...,
+        report_json: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["causes", b"causes", "components", b"components", "gpu_hours_lost", b"gpu_hours_lost", "gpu_hours_uncertainty", b"gpu_hours_uncertainty", "report_json", b"report_json"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FleetCost: _TypeAlias = FleetCost  # noqa: Y015

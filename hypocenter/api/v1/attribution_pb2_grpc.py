@@ -64,6 +64,11 @@ class AttributionStub:
                 request_serializer=hypocenter_dot_api_dot_v1_dot_attribution__pb2.ListFleetSuspectsRequest.SerializeToString,
                 response_deserializer=hypocenter_dot_api_dot_v1_dot_attribution__pb2.ListFleetSuspectsResponse.FromString,
                 _registered_method=True)
+        self.GetFleetCost = channel.unary_unary(
+                '/hypocenter.v1.Attribution/GetFleetCost',
+                request_serializer=hypocenter_dot_api_dot_v1_dot_attribution__pb2.GetFleetCostRequest.SerializeToString,
+                response_deserializer=hypocenter_dot_api_dot_v1_dot_attribution__pb2.FleetCost.FromString,
+                _registered_method=True)
 
 
 class AttributionServicer:
@@ -118,6 +123,14 @@ class AttributionServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetFleetCost(self, request, context):
+        """What failures cost in the cost window (cost_window_s): lost GPU-hours per cause (a Pareto), per
+        node / GPU / port / switch port, MTTF per domain, ETTR per workload (REST GET /v1/fleet/cost).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AttributionServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -150,6 +163,11 @@ def add_AttributionServicer_to_server(servicer, server):
                     servicer.ListFleetSuspects,
                     request_deserializer=hypocenter_dot_api_dot_v1_dot_attribution__pb2.ListFleetSuspectsRequest.FromString,
                     response_serializer=hypocenter_dot_api_dot_v1_dot_attribution__pb2.ListFleetSuspectsResponse.SerializeToString,
+            ),
+            'GetFleetCost': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetFleetCost,
+                    request_deserializer=hypocenter_dot_api_dot_v1_dot_attribution__pb2.GetFleetCostRequest.FromString,
+                    response_serializer=hypocenter_dot_api_dot_v1_dot_attribution__pb2.FleetCost.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -314,6 +332,33 @@ class Attribution:
             '/hypocenter.v1.Attribution/ListFleetSuspects',
             hypocenter_dot_api_dot_v1_dot_attribution__pb2.ListFleetSuspectsRequest.SerializeToString,
             hypocenter_dot_api_dot_v1_dot_attribution__pb2.ListFleetSuspectsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetFleetCost(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/hypocenter.v1.Attribution/GetFleetCost',
+            hypocenter_dot_api_dot_v1_dot_attribution__pb2.GetFleetCostRequest.SerializeToString,
+            hypocenter_dot_api_dot_v1_dot_attribution__pb2.FleetCost.FromString,
             options,
             channel_credentials,
             insecure,

@@ -67,6 +67,10 @@ class AttributionStub:
     several workloads, ranked by a score that decays with time (REST GET /v1/fleet/suspects).
     INVALID_ARGUMENT for an unknown kind.
     """
+    GetFleetCost: _grpc.UnaryUnaryMultiCallable[_attribution_pb2.GetFleetCostRequest, _attribution_pb2.FleetCost]
+    """What failures cost in the cost window (cost_window_s): lost GPU-hours per cause (a Pareto), per
+    node / GPU / port / switch port, MTTF per domain, ETTR per workload (REST GET /v1/fleet/cost).
+    """
 
 @_typing.type_check_only
 class AttributionAsyncStub(AttributionStub):
@@ -93,6 +97,10 @@ class AttributionAsyncStub(AttributionStub):
     """Fleet memory: nodes, GPUs, host ports, switch ports, switches and cables behind failures of
     several workloads, ranked by a score that decays with time (REST GET /v1/fleet/suspects).
     INVALID_ARGUMENT for an unknown kind.
+    """
+    GetFleetCost: _aio.UnaryUnaryMultiCallable[_attribution_pb2.GetFleetCostRequest, _attribution_pb2.FleetCost]  # type: ignore[assignment]
+    """What failures cost in the cost window (cost_window_s): lost GPU-hours per cause (a Pareto), per
+    node / GPU / port / switch port, MTTF per domain, ETTR per workload (REST GET /v1/fleet/cost).
     """
 
 class AttributionServicer(metaclass=_abc_1.ABCMeta):
@@ -153,6 +161,16 @@ class AttributionServicer(metaclass=_abc_1.ABCMeta):
         """Fleet memory: nodes, GPUs, host ports, switch ports, switches and cables behind failures of
         several workloads, ranked by a score that decays with time (REST GET /v1/fleet/suspects).
         INVALID_ARGUMENT for an unknown kind.
+        """
+
+    @_abc_1.abstractmethod
+    def GetFleetCost(
+        self,
+        request: _attribution_pb2.GetFleetCostRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_attribution_pb2.FleetCost, _abc.Awaitable[_attribution_pb2.FleetCost]]:
+        """What failures cost in the cost window (cost_window_s): lost GPU-hours per cause (a Pareto), per
+        node / GPU / port / switch port, MTTF per domain, ETTR per workload (REST GET /v1/fleet/cost).
         """
 
 def add_AttributionServicer_to_server(servicer: AttributionServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -606,6 +606,7 @@ class KubernetesConnector:
             exit_code=exit_code,
             reason=reason,
             nodes=nodes,
+            gpus_per_node=_gpus_per_node(pods),
         )
 
     def _state(self, found: _Found, workload: dict[str, Any] | None) -> tuple[str | None, str | None]:
@@ -625,3 +626,16 @@ class KubernetesConnector:
             last = true[-1]
             return _TERMINAL[str(last["type"])], (str(last["reason"]) if last.get("reason") else None)
         return "RUNNING", None
+
+
+def _gpus_per_node(pods: list[dict[str, Any]]) -> int | None:
+    """GPUs the pods were allocated per node (their containers' nvidia.com/gpu limits, the most any
+    node got): what the cost of a failure multiplies by; None when no pod asks for GPUs."""
+    per_node: dict[str, int] = {}
+    for p in pods:
+        node = _node_of(p)
+        for c in _dicts(_spec(p).get("containers")):
+            n = _number(_field(_field(c, "resources"), "limits").get("nvidia.com/gpu"))
+            if node and n is not None and n > 0:
+                per_node[node] = per_node.get(node, 0) + n
+    return max(per_node.values()) if per_node else None

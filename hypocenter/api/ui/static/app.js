@@ -4,6 +4,7 @@
 import { renderList } from "./list.js";
 import { renderDetail } from "./detail.js";
 import { renderFleet } from "./fleet.js";
+import { renderCost } from "./cost.js";
 import { NeedsToken, TOKEN_KEY, h, setLive } from "./dom.js";
 
 let stopView = null;
@@ -20,12 +21,14 @@ async function show() {
   const main = document.getElementById("main");
   const { path, params } = route();
   for (const a of document.querySelectorAll("[data-nav]")) {
-    const current = (a.dataset.nav === "fleet") === path.startsWith("/fleet") && !path.startsWith("/d/");
+    const view = path.startsWith("/fleet") ? "fleet" : path.startsWith("/cost") ? "cost" : "list";
+    const current = a.dataset.nav === view && !path.startsWith("/d/");
     if (current) a.setAttribute("aria-current", "page"); else a.removeAttribute("aria-current");
   }
   try {
     if (path.startsWith("/d/")) stopView = await renderDetail(main, decodeURIComponent(path.slice(3)));
     else if (path.startsWith("/fleet")) stopView = await renderFleet(main, params);
+    else if (path.startsWith("/cost")) stopView = await renderCost(main, params);
     else stopView = await renderList(main, params);
   } catch (err) {
     if (err instanceof NeedsToken) { askToken(main, err.message); return; }
