@@ -4,9 +4,10 @@
                           pair into every live SSLContext (uvicorn's, /metrics') and into gRPC's
                           dynamic credentials (asked at each handshake); a half-written or mismatched
                           pair is logged and the old one kept serving.
-    http_protocol(...)    uvicorn's h11 protocol with a request timeout (a client that sends no
-                          headers, or stalls mid-body, is disconnected) and, over mTLS, the peer
-                          certificate's CN kept for the auth guard (`PeerNames`).
+    http_protocol(...)    uvicorn's h11 protocol with TCP_NODELAY (no delayed-ACK wait per response), a
+                          request timeout (a client that sends no headers, or stalls mid-body, is
+                          disconnected) and, over mTLS, the peer certificate's CN kept for the auth
+                          guard (`PeerNames`).
 
 Client certificates (`tls_client_ca_file`): HTTP and /metrics ask for one and verify it if given
 (CERT_OPTIONAL: token clients still connect); gRPC's Python server can only require one or not ask,
@@ -18,8 +19,10 @@ Nothing here decides who may do what: api/auth.py does.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
+import socket
 import ssl
 import threading
 from collections.abc import Callable
@@ -196,6 +199,17 @@ class PeerNames:
             self._names.pop(client, None)
 
 
+def no_delay(transport: asyncio.BaseTransport) -> None:
+    """Turn Nagle's algorithm off on an accepted TCP connection. uvicorn writes a response's head and
+    body separately; with Nagle on, the body waits for the ACK of the head, which the client delays
+    (~40 ms on Linux). asyncio sets TCP_NODELAY itself only on sockets whose `proto` is IPPROTO_TCP,
+    which a listener made with `socket.socket(family, SOCK_STREAM)` (proto 0) does not pass on."""
+    sock = transport.get_extra_info("socket")
+    if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+        with contextlib.suppress(OSError):  # the peer may already be gone
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
 def http_protocol(request_timeout_s: float, peers: PeerNames) -> type[H11Protocol]:
     """uvicorn's h11 protocol that drops clients stalling a request, and records peer certificate CNs."""
 
@@ -203,6 +217,7 @@ def http_protocol(request_timeout_s: float, peers: PeerNames) -> type[H11Protoco
         _stall: asyncio.TimerHandle | None = None
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            no_delay(transport)
             super().connection_made(transport)
             ssl_object = transport.get_extra_info("ssl_object")
             if ssl_object is not None and self.client is not None:
