@@ -25,6 +25,8 @@
     ├── TransientError               worth retrying: a source that did not answer this time
     │   ├── Backpressure             server/service.py: the ingest queue is full (retry_after)
     │   ├── DecoderBusy              collector/otlp.py: every decode slot stayed taken (max_concurrent_decodes)
+    │   ├── StoreUnavailable         store/base.py: the database cannot be reached now (logged once per outage)
+    │   ├── StreamConflict           store/base.py: another writer stored a stream's records first: reduce again
     │   ├── ExportUnavailable        exporter/outbox.py: the receiver cannot take it now
     │   └── TransientConnectorError  a connector call that may succeed later (kind transient)
     ├── ConnectorError               any connector failure, with its `kind`; always one of the two above

@@ -39,11 +39,18 @@ class ServerProcess:
     """`hypocenter serve` on 127.0.0.1 port 0; `grpc` / `http` are the bound addresses."""
 
     def __init__(
-        self, store: Path | str, *extra: str, log: Path | None = None, env: dict[str, str] | None = None
+        self,
+        store: Path | str,
+        *extra: str,
+        log: Path | None = None,
+        env: dict[str, str] | None = None,
+        wrap: tuple[str, ...] = (),
     ) -> None:
-        """`store` is a SQLite file, or a store URL (then `log` is required)."""
+        """`store` is a SQLite file, or a store URL (then `log` is required). `wrap`: a command the
+        server runs under (e.g. `ip netns exec NAME`)."""
         self.store = store
         self.extra = extra
+        self.wrap = wrap
         if log is None and not isinstance(store, Path):
             raise TypeError("a store URL needs an explicit log path")
         self.log_path = log or Path(store).with_suffix(".log")
@@ -55,6 +62,7 @@ class ServerProcess:
 
     def start(self, timeout: float = 30.0) -> ServerProcess:
         cmd = [
+            *self.wrap,
             sys.executable,
             "-m",
             "hypocenter.cli",

@@ -153,7 +153,11 @@ class Extractor:
             data, starts, hits = scanned
         # The lines a candidate still to come reads back into: its rules' lines before it (the lines
         # after it come with it or later).
-        keep: set[int] = set(range(max(0, len(numbers) - self._reach_back), len(numbers)))
+        # The last lines by number, not by position: `numbers` may skip the lines left out already
+        # (the rebuilt stream has blank lines there), and which lines a stream keeps must not depend
+        # on which it had left out before (a stream's batches may arrive in any order).
+        last = numbers[-1]
+        keep: set[int] = set(range(bisect.bisect_right(numbers, last - self._reach_back), len(numbers)))
         head = bisect.bisect_right(numbers, HEAD_LINES)
         # Of the first lines, only one with an uptime stamp can pair it with a wall stamp (a boot
         # anchor, `_boot_anchors`): the others are blank lines there — unless the head is long
@@ -193,7 +197,7 @@ class Extractor:
                 break
         uptimes = [
             (float(m.group(1)), j)
-            for j in range(max(0, len(numbers) - tail), len(numbers))
+            for j in range(bisect.bisect_right(numbers, last - tail), len(numbers))
             if (m := _UPTIME.search(bodies[j])) is not None
         ]
         if uptimes:

@@ -44,7 +44,7 @@ from typing import Protocol, runtime_checkable
 
 from hypocenter.errors import InputError, TransientError
 from hypocenter.exporter.activity import Activity
-from hypocenter.store.base import Delivered, DiagnosisRow, ExportQueue, PendingExport
+from hypocenter.store.base import Delivered, DiagnosisRow, ExportQueue, PendingExport, StoreUnavailable
 
 log = logging.getLogger("hypocenter.outbox")
 
@@ -194,6 +194,8 @@ class Outbox:
                     return
                 try:
                     busy = self.deliver(exporter) or busy
+                except StoreUnavailable:  # logged by the store, once per outage; the rows wait in it
+                    pass
                 except Exception:  # a store hiccup: the rows are still there next round
                     log.exception("outbox: %s", exporter.name)
             if not busy:

@@ -39,7 +39,7 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from itertools import accumulate, chain
+from itertools import accumulate, chain, pairwise
 
 from hypocenter.engine.extract import BACKSCAN_LINES, Extractor
 from hypocenter.engine.prefilter import joined
@@ -108,6 +108,32 @@ def _merge_spans(ranges: list[tuple[int, int]], runs: list[tuple[int, int]]) -> 
         else:
             out.append((lo, hi))
     return out
+
+
+def _holes(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Record numbers not stored yet that a batch still to come may bring before stored ones: between
+    stored ranges, and before the first when it starts near line 1 (a stream first seen far into its
+    file — a collector that started reading mid-file — waits for nothing)."""
+    out = [(b + 1, c - 1) for (_, b), (c, _) in pairwise(ranges)]
+    if ranges and 1 < ranges[0][0] <= REREAD_LINES:
+        out.insert(0, (1, ranges[0][0] - 1))
+    return out
+
+
+def _beside_holes(holes: list[tuple[int, int]], numbers: Sequence[int]) -> set[int]:
+    """Indices of the `numbers` (ascending) that a line in one of the `holes` may read: no rule's context
+    or inherited stamp reaches farther than BACKSCAN_LINES. They keep their text until the hole is
+    filled, when the batch that fills it decides again (its reduction re-reads them); so a stream's
+    batches stored in any order keep the lines that storing them in order keeps."""
+    keep: set[int] = set()
+    for lo, hi in holes:
+        keep.update(
+            range(
+                bisect.bisect_left(numbers, lo - BACKSCAN_LINES),
+                bisect.bisect_right(numbers, hi + BACKSCAN_LINES),
+            )
+        )
+    return keep
 
 
 @dataclass(slots=True)
@@ -288,10 +314,11 @@ class Arrival:
         if not ordered:
             items.sort(key=lambda it: (it.line, it.entry is not None))
         live = [i for i, it in enumerate(items) if it.gap == 0]
+        numbers = [items[i].line for i in live]
         needed = {
-            live[j]
-            for j in self._extractor.evidence_lines([(items[i].line, items[i].body) for i in live], tctx)
+            live[j] for j in self._extractor.evidence_columns(numbers, [items[i].body for i in live], tctx)
         }
+        needed.update(live[j] for j in _beside_holes(_holes(state.ranges), numbers))
         state.rows = []
         return self._write(w, items, needed)
 
@@ -335,12 +362,11 @@ class Arrival:
         whole = scans.of(bodies)
         if not stored:
             scans.found(parts, whole, len(live))
+        numbers = [items[i].line for i in live] + run.lines
         kept = self._extractor.evidence_columns(
-            [items[i].line for i in live] + run.lines,
-            bodies,
-            tctx,
-            scanned=(whole.data, whole.starts, whole.hits),
+            numbers, bodies, tctx, scanned=(whole.data, whole.starts, whole.hits)
         )
+        kept |= _beside_holes(_holes(state.ranges), numbers)
         state.rows = []
         needed = {live[j] for j in kept if j < len(live)}
         fresh = sorted(j - len(live) for j in kept if j >= len(live))
@@ -404,13 +430,14 @@ class Arrival:
 
 def _in_order(blocks: list[RecordBlock]) -> list[RecordBlock] | None:
     """One stream's blocks of a batch in record order, when their record numbers run on without a
-    repeat (each block consecutive, the blocks one after another) and they share their scope; else None."""
+    repeat or a hole (each block consecutive, each starting where the one before ended) and they
+    share their scope; else None. (`_reduce_block` reads the run as the numbers lo..hi.)"""
     blocks = sorted(blocks, key=lambda b: b.lines[0])
     for i, b in enumerate(blocks):
         if (
             b.lines != list(range(b.lines[0], b.lines[0] + len(b)))
             or b.scope != blocks[0].scope
-            or (i and blocks[i - 1].lines[-1] >= b.lines[0])
+            or (i and blocks[i - 1].lines[-1] + 1 != b.lines[0])
         ):
             return None
     return blocks

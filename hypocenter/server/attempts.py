@@ -207,6 +207,24 @@ def _increasing(lines: list[int | None]) -> bool:
     return known[0] > 0 and all(map(operator.lt, known, known[1:]))
 
 
+def _one_generation(rows: list[LogLine]) -> list[LogLine] | None:
+    """The rows in record-number order when no two of them stand for the same record number (a gap
+    row for the run of lines ending at its own), else None. Batches of one file stored out of order
+    (parallel exporters, several replicas) arrive with their record numbers out of order, but never
+    with one twice: only a rotated or truncated file repeats them."""
+    if None in map(operator.itemgetter(_LINE), rows):
+        return None
+    ordered = sorted(rows, key=operator.itemgetter(_LINE))
+    high = 0
+    for r in ordered:
+        line = cast("int", r[_LINE])
+        first = line - (int(r[_BODY]) if r[_GAP] and r[_BODY].isdigit() else 1) + 1
+        if first <= high:
+            return None
+        high = line
+    return ordered
+
+
 def _generations(streams: dict[StreamKey, list[LogLine]]) -> dict[StreamKey, list[LogLine]]:
     """Split each stream (rows in arrival order) where its record numbers start again — a rotated or
     truncated file — into `stream` (the newest file) and `stream.1`, `stream.2`, … (older ones, as
@@ -217,6 +235,9 @@ def _generations(streams: dict[StreamKey, list[LogLine]]) -> dict[StreamKey, lis
         lines = list(map(line_of, rows))
         if (kind == "text" and _increasing(lines)) or all(n is None for n in lines):
             out[(node, stream, kind)] = rows  # the usual case, rows read in order: nothing to split or sort
+            continue
+        if kind == "text" and (ordered := _one_generation(rows)) is not None:
+            out[(node, stream, kind)] = ordered  # one file's rows, stored out of order
             continue
         parts: list[list[LogLine]] = [[]]
         high = 0

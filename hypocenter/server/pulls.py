@@ -54,6 +54,7 @@ from hypocenter.engine.rules import Ruleset
 from hypocenter.model import Coverage
 from hypocenter.server.attempts import parse_time
 from hypocenter.sources import AttemptInput, MetricSource, RecordSource, Source, TextSource
+from hypocenter.store.base import StoreUnavailable
 
 log = logging.getLogger("hypocenter.server")
 
@@ -230,6 +231,8 @@ class _Poller:
             except ConnectorError as exc:
                 self.failures += 1
                 log.warning("%s: %s (retrying in %g s)", self.what, exc, self.interval)
+            except StoreUnavailable:  # logged by the store, once per outage
+                self.failures += 1
             except Exception:  # the poller must outlive one bad answer
                 self.failures += 1
                 log.exception(self.what)

@@ -51,12 +51,25 @@ from hypocenter.server.fleet import backfill, fleet_view, with_history
 from hypocenter.server.leadership import KUEUE_POLL, OUTBOX, SLURM_POLL, Leadership
 from hypocenter.server.pulls import KueuePoller, Pulls, SlurmPoller, records_document
 from hypocenter.sources import RecordSource, Source, TextSource, text_lines
-from hypocenter.store.base import DiagnosisFilter, DiagnosisRow, Entry, Point, RecordBlock, Retention, Store
+from hypocenter.store.base import (
+    DiagnosisFilter,
+    DiagnosisRow,
+    Entry,
+    Point,
+    RecordBlock,
+    Retention,
+    Store,
+    StoreUnavailable,
+    StreamConflict,
+)
 
 log = logging.getLogger("hypocenter.server")
 
 
 SERVER_CLIENT = {"client": "hypocenter", "role": "server"}  # the server's own triggers and pollers
+# Reductions of one group lost to other writers of its streams before it is refused (the client retries).
+# Each lost one means another writer's batch was stored: the streams move on.
+CONFLICT_RETRIES = 50
 
 
 def provenance(source: str, client: Mapping[str, str] | None, **extra: Any) -> dict[str, Any]:
@@ -212,30 +225,10 @@ class IngestQueue:
                     batches.append(b)
                     size += b.size
             try:
-                logs = [e for b in batches for e in b.logs]
-                blocks = [k for b in batches for k in b.blocks]
-                stalls: list[tuple[str, int, int]] = []
-                committed = _nothing
-                scans = self._arrival.scans() if self._arrival else None  # each block scanned once, for both
-                now = time.time()
-                reduced = (
-                    self._arrival.split(self._store, logs, now, blocks, scans)
-                    if self._arrival
-                    else Reduced([*logs, *(e for k in blocks for e in k.entries())], [])
-                )
-                if self._events is not None:
-                    try:
-                        stalls, committed = self._events(logs, blocks, scans)
-                    except Exception:  # a trigger hint; the records themselves must still be stored
-                        log.exception("extraction on ingest")
-                self._store.ingest(
-                    reduced.rest, [p for b in batches for p in b.points], now, stalls, reduced.writes
-                )
-                if self._arrival:
-                    self._arrival.committed(reduced)
-                committed()
+                self._commit(batches)
             except Exception as exc:  # the store failed: no request in this group is acknowledged
-                log.error("store write failed: %s", exc)
+                if not isinstance(exc, StoreUnavailable):  # an outage is logged by the store, once
+                    log.error("store write failed: %s", exc)
                 for b in batches:
                     b.future.set_exception(TransientError(f"store write failed: {exc}"))
             else:
@@ -246,6 +239,40 @@ class IngestQueue:
             finally:
                 with self._cond:
                     self._pending -= size
+
+    def _commit(self, batches: list[_Batch]) -> None:
+        """Reduce and store one group of requests. Another replica (or writer) may store records of the
+        same stream between this reduction's read of the stream's state and its write: the write is
+        then refused whole (`StreamConflict`) and the group reduced again on the state as it is now."""
+        logs = [e for b in batches for e in b.logs]
+        blocks = [k for b in batches for k in b.blocks]
+        points = [p for b in batches for p in b.points]
+        stalls: list[tuple[str, int, int]] = []
+        committed = _nothing
+        scans = self._arrival.scans() if self._arrival else None  # each block scanned once, for both
+        for attempt in range(1, CONFLICT_RETRIES + 1):
+            now = time.time()
+            reduced = (
+                self._arrival.split(self._store, logs, now, blocks, scans)
+                if self._arrival
+                else Reduced([*logs, *(e for k in blocks for e in k.entries())], [])
+            )
+            if self._events is not None and attempt == 1:
+                try:
+                    stalls, committed = self._events(logs, blocks, scans)
+                except Exception:  # a trigger hint; the records themselves must still be stored
+                    log.exception("extraction on ingest")
+            try:
+                self._store.ingest(reduced.rest, points, now, stalls, reduced.writes)
+            except StreamConflict:
+                if attempt == CONFLICT_RETRIES:
+                    raise
+                log.debug("stream state changed while reducing (attempt %d): reducing again", attempt)
+                continue
+            if self._arrival:
+                self._arrival.committed(reduced)
+            committed()
+            return
 
     def close(self, timeout: float = 10.0) -> None:
         with self._cond:
@@ -341,6 +368,8 @@ class Attribution:
         last_sweep = last_recovery = 0.0
         try:  # diagnoses an older hypocenter stored join fleet memory once, before the first trigger
             backfill(self.store, self._stop.is_set)
+        except StoreUnavailable:
+            pass
         except Exception:
             log.exception("fleet memory backfill")
         while not self._stop.is_set():
@@ -366,6 +395,8 @@ class Attribution:
                     if removed:
                         log.info("retention removed %d rows", removed)
                     self.compact(now)
+            except StoreUnavailable:  # logged by the store, once per outage; the next tick retries
+                pass
             except Exception:  # the loop must outlive one bad attempt; the next tick retries
                 log.exception("trigger loop")
 

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from hypocenter.errors import InputError
+from hypocenter.errors import InputError, TransientError
 from hypocenter.fleet_mark import FleetMark as FleetMark  # re-exported: the stores name it from here
 
 
@@ -136,6 +136,18 @@ class Point:
 
 class StoreError(InputError):
     """A store that cannot be opened or migrated (a path to fix, a newer schema)."""
+
+
+class StoreUnavailable(TransientError):
+    """The database cannot be reached now (stopped, restarting, cut off). The store logs the change of
+    state once, and again once when it answers; callers answer UNAVAILABLE / 503 meanwhile and do
+    not log each refusal."""
+
+
+class StreamConflict(TransientError):
+    """A stream's state changed between the reduction's read and its write (another replica, or another
+    writer, stored records of it first): nothing of the batch was written; reduce it again on the
+    state as it is now (server/service.py's ingest queue does, a bounded number of times)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -269,8 +281,10 @@ class ArrivalState:
     arrival (server/arrival.py): the record numbers already stored of its current generation (a
     rotated file restarts at 1: a new generation), the dedup key of its line 1, and the rows of
     that generation that are not final — kept lines and gap rows from `from_line` on, in
-    record-number order."""
+    record-number order. `version` counts the writes of the stream's state (0: none yet): a write
+    made from this state applies only while the stored version is still this one (`StreamConflict`)."""
 
+    version: int = 0
     generation: int = 0
     since_id: int = 0  # the generation's rows have larger ids
     head: str | None = None
@@ -300,6 +314,10 @@ class ArrivalWrite:
     last_ns: int | None = None
     block: int = 0  # when `entries` is empty: the records of a `RecordBlock` (all with `block_scope`)
     block_scope: dict[str, str] = field(default_factory=dict)
+    version: int = field(init=False)  # the state's version this write was computed from
+
+    def __post_init__(self) -> None:
+        self.version = self.state.version
 
     def records(self) -> int:
         return self.block or len(self.entries)

@@ -247,5 +247,10 @@ MIGRATIONS: tuple[Migration, ...] = tuple(
         PRIMARY KEY (exporter, workload, attempt)
     );
     """,
+        # 14: a stream state's version: a reduction's write applies only to the state it was computed
+        # from, so replicas reducing one stream at once cannot overwrite each other (store/sqlite.py `_arrive`)
+        """
+    ALTER TABLE stream_state ADD COLUMN version $INTEGER NOT NULL DEFAULT 1;
+    """,
     )
 )

@@ -24,15 +24,18 @@ both. How the dialects differ, and how the statements deal with it:
 PostgreSQL text cannot hold NUL: a NUL in a log line is stored as U+FFFD.
 
 Several replicas may share one database: migrations take an advisory lock, attempts are created
-with ON CONFLICT, and record dedup keys make concurrent retries store once. A dropped connection
-fails the current call (the ingest queue answers UNAVAILABLE, the exporter retries) and the next
-call reconnects.
+with ON CONFLICT, record dedup keys make concurrent retries store once, and a stream's state is
+written only over the version its reduction read (store/sqlite.py `_arrive`). A dropped connection
+fails the current call with `StoreUnavailable` (the ingest queue answers UNAVAILABLE, the exporter
+retries) and the next call reconnects; the outage is logged when it starts and when it ends, not
+once per refused call.
 
 Needs psycopg 3: `pip install 'hypocenter[postgresql]'`.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -41,12 +44,26 @@ from typing import Any
 
 from hypocenter.config import redact_url
 from hypocenter.errors import TransientError
-from hypocenter.store.base import StoreError
+from hypocenter.store.base import StoreError, StoreUnavailable, StreamConflict
 from hypocenter.store.migrations import MIGRATIONS
 from hypocenter.store.sql import Statement, sql
 from hypocenter.store.sqlite import SQLiteStore
 
 MIGRATION_LOCK = 0x6879706F  # pg_advisory_xact_lock key: "hypo"
+log = logging.getLogger("hypocenter.store")
+# libpq settings a URL may override. A database cut off by the network (no reset, packets dropped)
+# is noticed in seconds, not after the kernel's TCP timeouts (minutes to hours), so the store reports
+# it unavailable (and reconnects) instead of hanging: keepalives on an idle connection, and
+# tcp_user_timeout (ms) for a request whose bytes go unacknowledged.
+CONNECTION_DEFAULTS = {
+    "connect_timeout": "10",
+    "keepalives": "1",
+    "keepalives_idle": "10",
+    "keepalives_interval": "5",
+    "keepalives_count": "3",
+    "tcp_user_timeout": "15000",
+}
+IDLE_IN_TRANSACTION_MS = 20_000
 
 
 def _clean(value: Any) -> Any:
@@ -131,6 +148,7 @@ class PostgresStore(SQLiteStore):
         self.exporters: tuple[str, ...] = ()
         self._conn: Any = None
         self._opened = False
+        self._down_since: float | None = None  # when the database stopped answering, while it does not
         with self._lock:
             self._connect()
         try:
@@ -145,10 +163,11 @@ class PostgresStore(SQLiteStore):
             return self._conn
         if self._conn is not None:
             self._conn.close()
+        info = self._psycopg.conninfo
+        given = info.conninfo_to_dict(self.url)
+        url = info.make_conninfo(self.url, **{k: v for k, v in CONNECTION_DEFAULTS.items() if k not in given})
         try:
-            conn = self._psycopg.connect(
-                self.url, autocommit=True, row_factory=_row_factory, connect_timeout=10
-            )
+            conn = self._psycopg.connect(url, autocommit=True, row_factory=_row_factory)
         except self._psycopg.Error as exc:
             # At start a bad URL is the operator's to fix; later the database is away for now.
             error = TransientError if self._opened else StoreError
@@ -162,24 +181,54 @@ class PostgresStore(SQLiteStore):
             raise StoreError(
                 f"{self.path}: the database's encoding is {encoding}: create it with ENCODING 'UTF8'"
             )
+        # A replica stopped (SIGSTOP, a frozen VM) inside a transaction must not hold its row locks
+        # over the other replicas' ingest: the database ends such a transaction, and the session.
+        conn.execute(f"SET idle_in_transaction_session_timeout = {IDLE_IN_TRANSACTION_MS}")
         self._conn = conn
         return conn
 
     # ----------------------------------------------------------------------------------- plumbing
 
     @contextmanager
+    def _answering(self) -> Iterator[None]:
+        """Run one call against the database: a lost connection becomes `StoreUnavailable`, and the
+        outage is logged once when it starts and once when the database answers again."""
+        errors = self._psycopg.errors
+        try:
+            yield
+        except (errors.DeadlockDetected, errors.SerializationFailure) as exc:
+            # rolled back to let another replica's transaction through: the same as a lost race
+            raise StreamConflict(f"{self.path}: {str(exc).strip()}") from None
+        except (self._psycopg.OperationalError, self._psycopg.InterfaceError, TransientError) as exc:
+            if not self._opened or isinstance(exc, StoreUnavailable):
+                raise
+            if self._conn is not None and not self._conn.closed and not self._conn.broken:
+                raise  # the database answered: an error of this statement, not an outage
+            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            if self._down_since is None:
+                self._down_since = time.monotonic()
+                log.warning(
+                    "store unavailable: %s; refusing writes (UNAVAILABLE / 503, clients retry) until it answers",
+                    reason,
+                )
+            raise StoreUnavailable(f"store unavailable: {reason}") from None
+        if self._down_since is not None:
+            log.warning("store available again after %.0f s", time.monotonic() - self._down_since)
+            self._down_since = None
+
+    @contextmanager
     def _tx(self) -> Iterator[Any]:
-        with self._lock:
+        with self._lock, self._answering():
             conn = self._connect()
             with conn.transaction():
                 yield _Connection(conn)
 
     def _rows(self, statement: str, args: Sequence[Any] = ()) -> list[Any]:
-        with self._lock:
+        with self._lock, self._answering():
             return list(_Connection(self._connect()).execute(statement, args).fetchall())
 
     def _tuples(self, statement: str, args: Sequence[Any] = ()) -> list[Any]:
-        with self._lock:
+        with self._lock, self._answering():
             cur = self._connect().cursor(row_factory=self._psycopg.rows.tuple_row)
             cur.execute(_text(statement), _params(args) if args else None)
             return list(cur.fetchall())

@@ -53,6 +53,7 @@ from hypocenter.store.base import (
     Retention,
     RevisionRow,
     StoreError,
+    StreamConflict,
     StreamKey,
     StreamLine,
 )
@@ -192,6 +193,7 @@ class SQLiteStore(Coordination):
             return ArrivalState()
         r = rows[0]
         state = ArrivalState(
+            version=r["version"],
             generation=r["generation"],
             since_id=r["since_id"],
             head=r["head"],
@@ -234,10 +236,71 @@ class SQLiteStore(Coordination):
         return state
 
     def _arrive(self, db: sqlite3.Connection, w: ArrivalWrite, aid: int | None, now: float) -> int:
-        """Apply one stream's `ArrivalWrite` inside the ingest transaction; returns the lines it stored."""
-        since = w.state.since_id
+        """Apply one stream's `ArrivalWrite` inside the ingest transaction; returns the lines it stored.
+
+        The write was computed from the stream's state as read before the transaction (the reduction
+        runs outside it: no lock is held while it computes), so it applies only if that state is
+        still the stored one: the state row's `version` is checked and bumped first, which also
+        takes the row's lock (PostgreSQL) before any of the stream's rows is touched; SQLite's
+        BEGIN IMMEDIATE already makes the transaction the only writer. Otherwise `StreamConflict`
+        rolls the whole batch back, to be reduced again. Last writer wins would drop the other's
+        ranges and gap rows; a merge that commutes does not exist for the gap rows (which lines a
+        batch keeps depends on its neighbours), and locking before reducing would hold the lock
+        (for SQLite: every writer of the file) for the whole reduction."""
+        st = w.state
+        key = (w.workload or "", w.attempt, w.node or "", w.stream)
+        if not (w.entries or w.block or w.rotate or w.inserts or w.updates or w.deletes):
+            # a retry of stored records: nothing to write, as long as the state read is still the stored one
+            row = db.execute(
+                sql(
+                    "SELECT version FROM stream_state WHERE workload=? AND attempt=? AND node=? AND stream=?"
+                ),
+                key,
+            ).fetchone()
+            if (row[0] if row is not None else 0) != w.version:
+                raise StreamConflict(
+                    f"stream {w.stream!r} of node {w.node!r} changed while its batch was reduced"
+                )
+            return w.records()
+        values = (
+            st.generation,
+            st.since_id,
+            st.head,
+            json.dumps(st.ranges, separators=(",", ":")),
+            st.lines,
+            st.bytes,
+        )
+        if w.version == 0:
+            cur = db.execute(
+                sql(
+                    "INSERT INTO stream_state (workload, attempt, node, stream, version, generation, since_id, head,"
+                    " ranges, lines, bytes, first_ns, last_ns) VALUES (?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?)"
+                    " ON CONFLICT (workload, attempt, node, stream) DO NOTHING"
+                ),
+                (*key, *values, w.first_ns, w.last_ns),
+            )
+        else:
+            cur = db.execute(
+                sql(
+                    "UPDATE stream_state SET version=version+1, generation=?, since_id=?, head=?, ranges=?, lines=?,"
+                    " bytes=?, first_ns=CASE WHEN first_ns IS NULL OR ? < first_ns THEN ? ELSE first_ns END,"
+                    " last_ns=CASE WHEN last_ns IS NULL OR ? > last_ns THEN ? ELSE last_ns END"
+                    " WHERE workload=? AND attempt=? AND node=? AND stream=? AND version=?"
+                ),
+                (*values, w.first_ns, w.first_ns, w.last_ns, w.last_ns, *key, w.version),
+            )
+        if cur.rowcount != 1:
+            raise StreamConflict(
+                f"stream {w.stream!r} of node {w.node!r} changed while its batch was reduced"
+            )
         if w.rotate:
             since = int(db.execute(sql("SELECT COALESCE(MAX(id), 0) FROM log_entries")).fetchone()[0])
+            db.execute(
+                sql(
+                    "UPDATE stream_state SET since_id=? WHERE workload=? AND attempt=? AND node=? AND stream=?"
+                ),
+                (since, *key),
+            )
         for i in range(0, len(w.deletes), 500):
             part = w.deletes[i : i + 500]
             db.execute(sql(f"DELETE FROM log_entries WHERE id IN ({placeholders(len(part))})"), part)
@@ -257,32 +320,6 @@ class SQLiteStore(Coordination):
                     for e, kind, body, compacted in w.inserts
                 ],
             )
-        st = w.state
-        db.execute(
-            sql(
-                "INSERT INTO stream_state (workload, attempt, node, stream, generation, since_id, head, ranges, lines, bytes,"
-                " first_ns, last_ns) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-                " ON CONFLICT (workload, attempt, node, stream) DO UPDATE SET generation=excluded.generation,"
-                " since_id=excluded.since_id, head=excluded.head, ranges=excluded.ranges, lines=excluded.lines,"
-                " bytes=excluded.bytes, first_ns=CASE WHEN stream_state.first_ns IS NULL OR excluded.first_ns < stream_state.first_ns"
-                " THEN excluded.first_ns ELSE stream_state.first_ns END, last_ns=CASE WHEN stream_state.last_ns IS NULL"
-                " OR excluded.last_ns > stream_state.last_ns THEN excluded.last_ns ELSE stream_state.last_ns END"
-            ),
-            (
-                w.workload or "",
-                w.attempt,
-                w.node or "",
-                w.stream,
-                st.generation,
-                since,
-                st.head,
-                json.dumps(st.ranges, separators=(",", ":")),
-                st.lines,
-                st.bytes,
-                w.first_ns,
-                w.last_ns,
-            ),
-        )
         return w.records()
 
     def ingest(
@@ -329,6 +366,15 @@ class SQLiteStore(Coordination):
                     nodes.add(node)
                 touched[aid] = (alo, ahi, term, sc, nodes)
 
+            # Rows are locked in one order by every writer (attempts, then streams, each sorted), so two
+            # replicas' batches wait for each other instead of deadlocking.
+            for key in sorted(
+                {(e.workload, e.attempt) for e in logs if e.workload is not None}
+                | {(w.workload, w.attempt) for w in arrivals if w.workload is not None}
+                | {(p.workload, p.attempt) for p in points if p.workload is not None}
+            ):
+                attempt_of(*key)
+            arrivals = sorted(arrivals, key=lambda w: (w.workload or "", w.attempt, w.node or "", w.stream))
             rows = []
             for e in logs:
                 aid = attempt_of(e.workload, e.attempt)
@@ -363,7 +409,7 @@ class SQLiteStore(Coordination):
                 touch(
                     aid, None if aid is not None else p.node, p.time_ns, p.scope, False
                 )  # metric labels name no attempt node
-            for aid, (lo, hi, term, sc, nodes) in touched.items():
+            for aid, (lo, hi, term, sc, nodes) in sorted(touched.items(), key=lambda t: t[0]):
                 row = db.execute(
                     sql("SELECT scope, first_ns, last_ns, terminal_ns FROM attempts WHERE id=?"), (aid,)
                 ).fetchone()
