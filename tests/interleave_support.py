@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import test_server_crash
 
 from hypocenter.cli.replay import ReplayReport, plan, state_record
 from hypocenter.cli.replay import Sender as ReplaySender
@@ -22,6 +21,7 @@ from hypocenter.server.arrival import Arrival
 from hypocenter.server.service import IngestQueue
 from hypocenter.store import open_store
 from hypocenter.store.sql import sql
+from tests.server import test_crash as test_server_crash
 
 EXTRACTOR = default_engine([], builtin=True).extractor
 
