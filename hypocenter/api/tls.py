@@ -4,10 +4,10 @@
                           pair into every live SSLContext (uvicorn's, /metrics') and into gRPC's
                           dynamic credentials (asked at each handshake); a half-written or mismatched
                           pair is logged and the old one kept serving.
-    http_protocol(...)    uvicorn's h11 protocol with TCP_NODELAY (no delayed-ACK wait per response), a
-                          request timeout (a client that sends no headers, or stalls mid-body, is
-                          disconnected) and, over mTLS, the peer certificate's CN kept for the auth
-                          guard (`PeerNames`).
+    http_protocol(...)    uvicorn's h11 protocol with TCP_NODELAY and one write per response (no
+                          delayed-ACK wait, one segment), a request timeout (a client that sends no
+                          headers, or stalls mid-body, is disconnected) and, over mTLS, the peer
+                          certificate's CN kept for the auth guard (`PeerNames`).
 
 Client certificates (`tls_client_ca_file`): HTTP and /metrics ask for one and verify it if given
 (CERT_OPTIONAL: token clients still connect); gRPC's Python server can only require one or not ask,
@@ -25,9 +25,9 @@ import os
 import socket
 import ssl
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import grpc
 import h11
@@ -210,6 +210,42 @@ def no_delay(transport: asyncio.BaseTransport) -> None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
+class OneWrite:
+    """An accepted connection's transport whose writes of one event-loop step leave as one write:
+    uvicorn writes a response's head, body and end separately, and each write of a TCP_NODELAY
+    socket is a segment of its own (and a wake-up of the client). Everything else is the transport's."""
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        self._transport = transport
+        self._loop = loop
+        self._pending: list[bytes] = []
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        if not data:
+            return
+        if not self._pending:
+            self._loop.call_soon(self.flush)
+        self._pending.append(bytes(data))
+
+    def writelines(self, chunks: Iterable[bytes | bytearray | memoryview]) -> None:
+        for data in chunks:
+            self.write(data)
+
+    def flush(self) -> None:
+        if self._pending:
+            data = b"".join(self._pending)
+            self._pending.clear()
+            if not self._transport.is_closing():
+                self._transport.write(data)
+
+    def close(self) -> None:
+        self.flush()
+        self._transport.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
+
+
 def http_protocol(request_timeout_s: float, peers: PeerNames) -> type[H11Protocol]:
     """uvicorn's h11 protocol that drops clients stalling a request, and records peer certificate CNs."""
 
@@ -219,6 +255,7 @@ def http_protocol(request_timeout_s: float, peers: PeerNames) -> type[H11Protoco
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             no_delay(transport)
             super().connection_made(transport)
+            self.transport = cast(asyncio.Transport, OneWrite(transport, self.loop))
             ssl_object = transport.get_extra_info("ssl_object")
             if ssl_object is not None and self.client is not None:
                 name = common_name(ssl_object.getpeercert())
