@@ -5,7 +5,7 @@ JSON lines (journalctl -o json, structured app logs), RFC 5424 and RFC 3164 sysl
 without the kernel's `[uptime]` stamp), journalctl short-iso / short-precise, `dmesg -T`, raw
 `dmesg` (monotonic seconds), PyTorch `[rankN]:` prefixes, c10/glog stamps (`E1102 10:15:03.123`),
 Python logging and ISO stamps. Layers are peeled in order (a CRI line may carry a JSON line that
-carries a rank prefix …).
+carries a rank prefix …); which prefixes are tried, in which order, is the table LAYERS.
 
 This module only parses one line at a time and is called for candidate lines only: it must stay
 cheap and must never raise on odd input.
@@ -13,8 +13,10 @@ cheap and must never raise on odd input.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone, tzinfo
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -71,6 +73,7 @@ _ISO = re.compile(
     r"^\[?(\d{4})-(\d{2})-(\d{2})[ T_](\d{2}):(\d{2}):(\d{2})(?:[.,](\d{1,9}))?(Z|[+-]\d{2}:?\d{2})?\]?"
 )
 
+_JSON_START = re.compile(r"\{")
 _APP_TAG = re.compile(r"^\[[A-Za-z][\w.-]{0,30}\] (?=\[?\d{4}-\d{2}-\d{2}[ T])")  # "[titan] 2026-…"
 _KERNEL_TAGS = frozenset({"kernel", "kern"})
 _SCHEDULER_TAGS = frozenset({"slurmstepd", "slurmd", "slurmctld", "srun", "sbatch", "kubelet"})
@@ -198,167 +201,6 @@ def _iso_from_match(m: re.Match[str], ctx: TimeContext) -> datetime | None:
     return ctx.localize(dt)
 
 
-def parse_line(line: str, ctx: TimeContext) -> LineHeader:
-    """Peel the recognised prefixes of one line. Never raises."""
-    h = LineHeader(message=line)
-    text = line
-    if text[:1] in (" ", "\t"):
-        stripped = text.lstrip(" \t")
-        if stripped[:1] in ("[", "{", "<") or stripped[:1].isdigit():  # Megatron's " [2026-…] iteration …"
-            text = stripped
-    for _ in range(6):  # layers: CRI → JSON → syslog → uptime → rank → stamp; bounded
-        try:
-            peeled = _peel(text, h, ctx)
-        except (ValueError, OverflowError, OSError):
-            break  # an impossible stamp (offset ≥ 24 h, year 10000, 1e30 s): keep the line, unparsed
-        if peeled is None:
-            break
-        text = peeled
-    h.message = text
-    if h.rank is None and h.task is not None:
-        h.rank = h.task
-    return h
-
-
-def _peel(text: str, h: LineHeader, ctx: TimeContext) -> str | None:
-    """Remove one recognised layer from `text`, recording what it said in `h`; None if none fits."""
-    if not text:
-        return None
-    c = text[0]
-    if c.isalnum():
-        m = _NCCL.match(text)
-        if m:
-            h.host = h.host or m.group(1)
-            h.device = int(m.group(4))
-            return text[m.end() :]
-        if ctx.hosts and c.isalpha():
-            m = _PDSH.match(text)
-            if m and (m.group(1).lower() in ctx.hosts or m.group(1).split(".", 1)[0].lower() in ctx.hosts):
-                h.host = h.host or m.group(1)
-                return text[m.end() :]
-    if c.isdigit():
-        m = _SRUN_LABEL.match(text)  # srun --label: "<task>: message"
-        if m:
-            h.task = int(m.group(1))
-            return text[m.end() :]
-        m = _CRI.match(text)
-        if m:
-            h.time = h.time or _parse_iso(m.group(1), ctx)
-            return text[m.end() :]
-        m = _SHORT_ISO.match(text)
-        if m and h.time is None:
-            h.time = _parse_iso(m.group(1), ctx)
-            h.host = h.host or m.group(2)
-            h.tag = m.group(3)
-            return text[m.end() :]
-        m = _ISO.match(text)
-        if m and h.time is None:
-            h.time = _iso_from_match(m, ctx)
-            return text[m.end() :].lstrip(" -|:")
-        m = _US_DATE.match(text)
-        if m and h.time is None:
-            a, b, y, hh, mi, ss, frac = m.groups()
-            month, day = (int(a), int(b)) if int(a) <= 12 else (int(b), int(a))
-            h.time = ctx.localize(datetime(int(y), month, day, int(hh), int(mi), int(ss), _micros(frac)))
-            return text[m.end() :].lstrip(" -|:")
-        return None
-    if c == "{":
-        return _peel_json(text, h, ctx)
-    if c == "<":
-        m = _RFC5424.match(text)
-        if m:
-            h.time = h.time or _parse_iso(m.group(1), ctx)
-            h.host = h.host or (m.group(2) if m.group(2) != "-" else None)
-            h.tag = m.group(3)
-            return text[m.end() :]
-    if c == "<" or c.isupper():
-        m = _RFC3164.match(text)
-        if m and m.group(1) in _MONTHS:
-            if h.time is None:
-                h.time = ctx.complete(
-                    _MONTHS[m.group(1)],
-                    int(m.group(2)),
-                    int(m.group(3)),
-                    int(m.group(4)),
-                    int(m.group(5)),
-                    _micros(m.group(6)),
-                )
-            h.host = h.host or m.group(7)
-            h.tag = m.group(8)
-            return text[m.end() :]
-        m = _GLOG.match(text)
-        if m:
-            return _glog(m, text, h, ctx)
-        return None
-    if c == "[":
-        m = _APP_TAG.match(text)
-        if m:
-            return text[m.end() :]
-        m = _RANK.match(text)
-        if m:
-            h.rank = int(m.group(1))  # PyTorch's own prefix wins over an srun task label
-            return text[m.end() :]
-        m = _OMPI_TAG.match(text)
-        if m:
-            h.rank = h.rank if h.rank is not None else int(m.group(1))
-            return text[m.end() :]
-        m = _HOST_RANK.match(text)
-        if m:
-            h.host = h.host or m.group(1)
-            h.rank = h.rank if h.rank is not None else int(m.group(2))
-            return text[m.end() :]
-        m = _HOST_PID.match(text)
-        if m:
-            h.host = h.host or m.group(1)
-            return text[m.end() :]
-        m = _DEFAULT_RANK.match(text)  # torchrun --tee: a *local* rank; the extractor maps it with the node
-        if m and not text.startswith(("[rank", "[Rank")):
-            h.local_rank = int(m.group(1))
-            return text[m.end() :]
-        m = _UPTIME.match(text)
-        if m:
-            h.uptime = float(m.group(1))
-            if h.tag is None:
-                h.tag = "kernel"
-            return text[m.end() :]
-        m = _DMESG_T.match(text)
-        if m and m.group(1) in _MONTHS:
-            try:
-                local = datetime(
-                    int(m.group(6)),
-                    _MONTHS[m.group(1)],
-                    int(m.group(2)),
-                    int(m.group(3)),
-                    int(m.group(4)),
-                    int(m.group(5)),
-                )
-                h.time = h.time or ctx.localize(local)
-            except ValueError:
-                return None
-            if h.tag is None:
-                h.tag = "kernel"
-            return text[m.end() :]
-        m = _GLOG.match(text)
-        if m:
-            return _glog(m, text, h, ctx)
-        m = _ISO.match(text)
-        if m and h.time is None:
-            h.time = _iso_from_match(m, ctx)
-            return text[m.end() :].lstrip(" -|:")
-    return None
-
-
-def _glog(m: re.Match[str], text: str, h: LineHeader, ctx: TimeContext) -> str:
-    md = m.group(2)
-    month, day = int(md[:-2]), int(md[-2:])
-    if h.time is None and 1 <= month <= 12 and 1 <= day <= 31:  # an outer stamp (CRI) wins
-        h.time = ctx.complete(
-            month, day, int(m.group(3)), int(m.group(4)), int(m.group(5)), _micros(m.group(6))
-        )
-    end = text.find("]", m.end())
-    return text[end + 1 :].lstrip() if end != -1 and text.startswith("[") else text[m.end() :].lstrip()
-
-
 def _peel_json(text: str, h: LineHeader, ctx: TimeContext) -> str | None:
     try:
         doc = json.loads(text)
@@ -402,6 +244,258 @@ def _peel_json(text: str, h: LineHeader, ctx: TimeContext) -> str | None:
     if isinstance(rank, int) and h.rank is None:
         h.rank = rank
     return message
+
+
+# ------------------------------------------------------------------------------------ the cascade
+# One peel removes the first layer that fits. Which layers are tried, and in which order, is the
+# format specification: LAYERS below, read top to bottom. A layer is tried only on a line whose first
+# character it `starts` with; its `read` records what the prefix says and returns the rest of the line,
+# or None to let the next layer try (a stamp where an outer layer already gave the time, a month name
+# that is no month). The first layer whose pattern matches and whose read returns text wins.
+
+Read = Callable[[re.Match[str], str, LineHeader, TimeContext], str | None]
+
+
+@dataclass(frozen=True, slots=True)
+class Layer:
+    """One prefix the cascade can peel, with a line it is the first to peel (`example`)."""
+
+    name: str
+    starts: Callable[[str], bool]  # the line's first character
+    pattern: re.Pattern[str]
+    read: Read
+    example: str
+    needs_hosts: bool = False  # tried only when the attempt's node names are known
+
+
+def _nccl(m: re.Match[str], text: str, h: LineHeader, ctx: TimeContext) -> str | None:
+    h.host = h.host or m.group(1)
+    h.device = int(m.group(4))
+    return text[m.end() :]
+
+
+def _pdsh(m: re.Match[str], text: str, h: LineHeader, ctx: TimeContext) -> str | None:
+    name = m.group(1)
+    if name.lower() not in ctx.hosts and name.split(".", 1)[0].lower() not in ctx.hosts:
+        return None
+    h.host = h.host or name
+    return text[m.end() :]
+
+
+def _srun_label(m: re.Match[str], text: str, h: LineHeader, ctx: TimeContext) -> str | None:
+    h.task = int(m.group(1))
+    return text[m.end() :]
+
+
+def _cri(m: re.Match[str], text: str, h: LineHeader, ctx: TimeContext) -> str | None:
+    h.time = h.time or _parse_iso(m.group(1), ctx)
+    return text[m.end() :]
+
+
+def _short_iso(m: re.Match[str], text: str, h: LineHeader, ctx: TimeContext) -> str | None:
+    if h.time is not None:
+        return None
+    h.time = _parse_iso(m.group(1), ctx)
+    h.host = h.host or m.group(2)
+    h.tag = m.group(3)
+    return text[m.end() :]
+
+
+def _iso(m: re.Match[str], text: str, h: LineHeader, ctx: TimeContext) -> str | None:
+    if h.time is not None:
+        return None
+    h.time = _iso_from_match(m, ctx)
+    return text[m.end() :].lstrip(" -|:")
+
+
+def _us_date(m: re.Match[str], text: str, h: LineHeader, ctx: TimeContext) -> str | None:
+    if h.time is not None:
+        return None
+    a, b, y, hh, mi, ss, frac = m.groups()
+    month, day = (int(a), int(b)) if int(a) <= 12 else (int(b), int(a))
+    h.time = ctx.localize(datetime(int(y), month, day, int(hh), int(mi), int(ss), _micros(frac)))
+    return text[m.end() :].lstrip(" -|:")
+
+
+def _json(m: re.Match[str], text: str, h: LineHeader, ctx: TimeContext) -> str | None:
+    return _peel_json(text, h, ctx)
+
+
+def _rfc5424(m: re.Match[str], text: str, h: LineHeader, ctx: TimeContext) -> str | None:
+    h.time = h.time or _parse_iso(m.group(1), ctx)
+    h.host = h.host or (m.group(2) if m.group(2) != "-" else None)
+    h.tag = m.group(3)
+    return text[m.end() :]
+
+
+def _rfc3164(m: re.Match[str], text: str, h: LineHeader, ctx: TimeContext) -> str | None:
+    if m.group(1) not in _MONTHS:
+        return None
+    if h.time is None:
+        h.time = ctx.complete(
+            _MONTHS[m.group(1)],
+            int(m.group(2)),
+            int(m.group(3)),
+            int(m.group(4)),
+            int(m.group(5)),
+            _micros(m.group(6)),
+        )
+    h.host = h.host or m.group(7)
+    h.tag = m.group(8)
+    return text[m.end() :]
+
+
+def _glog(m: re.Match[str], text: str, h: LineHeader, ctx: TimeContext) -> str | None:
+    md = m.group(2)
+    month, day = int(md[:-2]), int(md[-2:])
+    if h.time is None and 1 <= month <= 12 and 1 <= day <= 31:  # an outer stamp (CRI) wins
+        h.time = ctx.complete(
+            month, day, int(m.group(3)), int(m.group(4)), int(m.group(5)), _micros(m.group(6))
+        )
+    end = text.find("]", m.end())
+    return text[end + 1 :].lstrip() if end != -1 and text.startswith("[") else text[m.end() :].lstrip()
+
+
+def _app_tag(m: re.Match[str], text: str, h: LineHeader, ctx: TimeContext) -> str | None:
+    return text[m.end() :]
+
+
+def _rank(m: re.Match[str], text: str, h: LineHeader, ctx: TimeContext) -> str | None:
+    h.rank = int(m.group(1))  # PyTorch's own prefix wins over an srun task label
+    return text[m.end() :]
+
+
+def _ompi_tag(m: re.Match[str], text: str, h: LineHeader, ctx: TimeContext) -> str | None:
+    h.rank = h.rank if h.rank is not None else int(m.group(1))
+    return text[m.end() :]
+
+
+def _host_rank(m: re.Match[str], text: str, h: LineHeader, ctx: TimeContext) -> str | None:
+    h.host = h.host or m.group(1)
+    h.rank = h.rank if h.rank is not None else int(m.group(2))
+    return text[m.end() :]
+
+
+def _host_pid(m: re.Match[str], text: str, h: LineHeader, ctx: TimeContext) -> str | None:
+    h.host = h.host or m.group(1)
+    return text[m.end() :]
+
+
+def _default_rank(m: re.Match[str], text: str, h: LineHeader, ctx: TimeContext) -> str | None:
+    if text.startswith(("[rank", "[Rank")):
+        return None
+    h.local_rank = int(m.group(1))  # a rank within its node: the extractor maps it with the node
+    return text[m.end() :]
+
+
+def _uptime(m: re.Match[str], text: str, h: LineHeader, ctx: TimeContext) -> str | None:
+    h.uptime = float(m.group(1))
+    if h.tag is None:
+        h.tag = "kernel"
+    return text[m.end() :]
+
+
+def _dmesg_t(m: re.Match[str], text: str, h: LineHeader, ctx: TimeContext) -> str | None:
+    if m.group(1) not in _MONTHS:
+        return None
+    try:
+        local = datetime(
+            int(m.group(6)),
+            _MONTHS[m.group(1)],
+            int(m.group(2)),
+            int(m.group(3)),
+            int(m.group(4)),
+            int(m.group(5)),
+        )
+    except ValueError:
+        return None  # no other layer matches a line that starts like `dmesg -T`
+    h.time = h.time or ctx.localize(local)
+    if h.tag is None:
+        h.tag = "kernel"
+    return text[m.end() :]
+
+
+def _digit(c: str) -> bool:
+    return c.isdigit()
+
+
+def _syslog_start(c: str) -> bool:
+    return c == "<" or c.isupper()
+
+
+LAYERS: tuple[Layer, ...] = (
+    # A host or a rank written first, by NCCL or a launcher.
+    Layer("nccl", str.isalnum, _NCCL, _nccl, "node03:2411:2520 [4] NCCL INFO x"),
+    Layer("pdsh", str.isalpha, _PDSH, _pdsh, "node01: RuntimeError: x", needs_hosts=True),
+    Layer("srun --label", _digit, _SRUN_LABEL, _srun_label, "12: RuntimeError: x"),
+    # Stamps that start with the date.
+    Layer("cri", _digit, _CRI, _cri, "2026-11-02T10:15:03.123456789Z stderr F x"),
+    Layer("short-iso", _digit, _SHORT_ISO, _short_iso, "2026-11-02T10:15:03+0000 node01 kernel: x"),
+    Layer("iso", _digit, _ISO, _iso, "2026-11-02 10:15:03,123 - INFO - x"),
+    Layer("us-date", _digit, _US_DATE, _us_date, "11/02/2026 10:15:03 - INFO - x"),
+    Layer("json", "{".__eq__, _JSON_START, _json, '{"message": "x", "time": "2026-11-02T10:15:03Z"}'),
+    # Syslog (RFC 5424, then RFC 3164) and glog stamps.
+    Layer("rfc5424", "<".__eq__, _RFC5424, _rfc5424, "<3>1 2026-11-02T10:15:03Z node01 kernel - - - x"),
+    Layer("rfc3164", _syslog_start, _RFC3164, _rfc3164, "Nov  2 10:15:03 node01 kernel: x"),
+    Layer("glog", _syslog_start, _GLOG, _glog, "E1102 10:15:03.123456 42 file.cpp:1] x"),
+    # Bracketed prefixes: an application tag before a stamp, ranks and hosts, kernel stamps, stamps.
+    Layer("app tag", "[".__eq__, _APP_TAG, _app_tag, "[titan] 2026-11-02 10:15:03,123 - x"),
+    Layer("rank", "[".__eq__, _RANK, _rank, "[rank3]: RuntimeError: x"),
+    Layer("open mpi tag", "[".__eq__, _OMPI_TAG, _ompi_tag, "[1,6]<stderr>:ValueError: x"),
+    Layer("host:rank", "[".__eq__, _HOST_RANK, _host_rank, "[gpu-a02:5]: IndexError: x"),
+    Layer("host:pid", "[".__eq__, _HOST_PID, _host_pid, "[node01:4242] *** Process received signal ***"),
+    Layer("torchrun --tee", "[".__eq__, _DEFAULT_RANK, _default_rank, "[default2]:KeyError: 'x'"),
+    Layer("uptime", "[".__eq__, _UPTIME, _uptime, "[294950.412118] NVRM: Xid 79"),
+    Layer("dmesg -T", "[".__eq__, _DMESG_T, _dmesg_t, "[Mon Nov  2 10:15:03 2026] NVRM: Xid 79"),
+    Layer("glog in brackets", "[".__eq__, _GLOG, _glog, "[E1102 10:15:03.123 42 file.cpp:1] x"),
+    Layer("iso in brackets", "[".__eq__, _ISO, _iso, "[2026-11-02 10:15:03,123] INFO x"),
+)
+
+
+@functools.lru_cache(maxsize=1024)
+def _layers_for(c: str, hosts: bool) -> tuple[tuple[Callable[[str], re.Match[str] | None], Read, Layer], ...]:
+    """The layers tried on a line starting with `c`, in LAYERS' order, as (match, read, layer)."""
+    return tuple(
+        (layer.pattern.match, layer.read, layer)
+        for layer in LAYERS
+        if layer.starts(c) and (hosts or not layer.needs_hosts)
+    )
+
+
+def peel(text: str, h: LineHeader, ctx: TimeContext) -> tuple[Layer, str] | None:
+    """Remove one recognised layer from `text`, recording what it said in `h`: the layer and the rest,
+    or None if none fits."""
+    if not text:
+        return None
+    for match, read, layer in _layers_for(text[0], bool(ctx.hosts)):
+        m = match(text)
+        if m:
+            rest = read(m, text, h, ctx)
+            if rest is not None:
+                return layer, rest
+    return None
+
+
+def parse_line(line: str, ctx: TimeContext) -> LineHeader:
+    """Peel the recognised prefixes of one line. Never raises."""
+    h = LineHeader(message=line)
+    text = line
+    if text[:1] in (" ", "\t"):
+        stripped = text.lstrip(" \t")
+        if stripped[:1] in ("[", "{", "<") or stripped[:1].isdigit():  # Megatron's " [2026-…] iteration …"
+            text = stripped
+    for _ in range(6):  # layers: CRI → JSON → syslog → uptime → rank → stamp; bounded
+        try:
+            peeled = peel(text, h, ctx)
+        except (ValueError, OverflowError, OSError):
+            break  # an impossible stamp (offset ≥ 24 h, year 10000, 1e30 s): keep the line, unparsed
+        if peeled is None:
+            break
+        text = peeled[1]
+    h.message = text
+    if h.rank is None and h.task is not None:
+        h.rank = h.task
+    return h
 
 
 def time_context(ctx: AttemptContext) -> TimeContext:

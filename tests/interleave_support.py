@@ -1,6 +1,6 @@
 """Streams of an example bundle cut into OTLP requests, in-process replicas (an ingest queue with
 extraction on arrival over a store of their own), and what a store holds of the streams, for the
-concurrent-ingest tests (tests/test_stream_state_concurrency.py, tests/test_ingest_interleaving.py)."""
+concurrent-ingest tests (tests/server/test_stream_state_concurrency.py, test_ingest_*.py there)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from opentelemetry.exporter.otlp.proto.common._internal import _encode_value
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 
 from hypocenter.cli.replay import ReplayReport, plan, state_record
 from hypocenter.cli.replay import Sender as ReplaySender
@@ -21,7 +23,6 @@ from hypocenter.server.arrival import Arrival
 from hypocenter.server.service import IngestQueue
 from hypocenter.store import open_store
 from hypocenter.store.sql import sql
-from tests.server import test_crash as test_server_crash
 
 EXTRACTOR = default_engine([], builtin=True).extractor
 
@@ -36,11 +37,46 @@ class Request:
     body: bytes
 
 
+def otlp_requests(bundle: Path, per_request: int = 20) -> list[tuple[bytes, list[tuple[str, int]]]]:
+    """The bundle's log records as OTLP/HTTP protobuf bodies of `per_request` records, state last."""
+    ctx, node_streams, app_streams, _ = plan(bundle)
+    out: list[tuple[bytes, list[tuple[str, int]]]] = []
+    for stream in [*node_streams, *app_streams, state_record(ctx)]:
+        for i in range(0, len(stream.lines), per_request):
+            chunk = stream.lines[i : i + per_request]
+            req = ExportLogsServiceRequest()
+            rl = req.resource_logs.add()
+            for k, v in stream.resource.items():
+                rl.resource.attributes.add(key=k).value.string_value = str(v)
+            sl = rl.scope_logs.add()
+            keys: list[tuple[str, int]] = []
+            for line in chunk:
+                lr = sl.log_records.add(time_unix_nano=line.time_ns)
+                if isinstance(line.body, str):
+                    lr.body.string_value = line.body
+                else:
+                    lr.body.CopyFrom(_encode_value(line.body))
+                for k, v in line.attributes.items():
+                    kv = lr.attributes.add(key=k)
+                    if isinstance(v, int):
+                        kv.value.int_value = v
+                    else:
+                        kv.value.string_value = str(v)
+                keys.append(
+                    (
+                        str(line.attributes["log.file.path"]),
+                        int(line.attributes.get("log.file.record_number", 0)),
+                    )
+                )
+            out.append((req.SerializeToString(), keys))
+    return out
+
+
 def stream_requests(bundle: Path, per_request: int = 16) -> dict[str, list[Request]]:
     """Each log file of the bundle (node logs, the job's, scheduler records) as requests of
     `per_request` records, in order (the terminal-state record left out)."""
     out: dict[str, list[Request]] = {}
-    for body, keys in test_server_crash._requests(bundle, per_request)[:-1]:
+    for body, keys in otlp_requests(bundle, per_request)[:-1]:
         path = keys[0][0]
         out.setdefault(path, []).append(Request(path, keys[0][1], len(keys), body))
     return out

@@ -12,51 +12,12 @@ from typing import Any
 
 import httpx
 import pytest
-from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+from interleave_support import otlp_requests
 from server_support import REPO, ServerProcess, analyze, essence, replay, wait_for_diagnosis
-
-from hypocenter.cli.replay import plan, state_record
 
 pytestmark = pytest.mark.slow
 
 BUNDLE = REPO / "examples" / "nvlink-xid149"
-
-
-def _requests(bundle: Path, per_request: int = 20) -> list[tuple[bytes, list[tuple[str, int]]]]:
-    """The bundle's log records as OTLP/HTTP protobuf bodies of `per_request` records, state last."""
-    ctx, node_streams, app_streams, _ = plan(bundle)
-    out: list[tuple[bytes, list[tuple[str, int]]]] = []
-    for stream in [*node_streams, *app_streams, state_record(ctx)]:
-        for i in range(0, len(stream.lines), per_request):
-            chunk = stream.lines[i : i + per_request]
-            req = ExportLogsServiceRequest()
-            rl = req.resource_logs.add()
-            for k, v in stream.resource.items():
-                rl.resource.attributes.add(key=k).value.string_value = str(v)
-            sl = rl.scope_logs.add()
-            keys: list[tuple[str, int]] = []
-            for line in chunk:
-                lr = sl.log_records.add(time_unix_nano=line.time_ns)
-                if isinstance(line.body, str):
-                    lr.body.string_value = line.body
-                else:
-                    from opentelemetry.exporter.otlp.proto.common._internal import _encode_value
-
-                    lr.body.CopyFrom(_encode_value(line.body))
-                for k, v in line.attributes.items():
-                    kv = lr.attributes.add(key=k)
-                    if isinstance(v, int):
-                        kv.value.int_value = v
-                    else:
-                        kv.value.string_value = str(v)
-                keys.append(
-                    (
-                        str(line.attributes["log.file.path"]),
-                        int(line.attributes.get("log.file.record_number", 0)),
-                    )
-                )
-            out.append((req.SerializeToString(), keys))
-    return out
 
 
 def _stored(db: Path) -> list[tuple[str, int]]:
@@ -74,7 +35,7 @@ def _stored(db: Path) -> list[tuple[str, int]]:
 
 def test_sigkill_mid_ingest_loses_nothing_acknowledged(tmp_path: Path) -> None:
     db = tmp_path / "store.db"
-    requests = _requests(BUNDLE)
+    requests = otlp_requests(BUNDLE)
     assert len(requests) > 10
     expected = analyze(BUNDLE)
 

@@ -6,7 +6,7 @@ four senders send them at once. Three in-process replicas (each an ingest queue 
 arrival over its own connection, as `serve` runs them) share one PostgreSQL schema. The stored
 lines, gap rows and stream states must be byte-identical to one replica's in order.
 
-Needs HYPOCENTER_TEST_POSTGRES_URL (CI sets it); tests/test_ingest_replicas_killed.py does the same
+Needs HYPOCENTER_TEST_POSTGRES_URL (CI sets it); tests/server/test_ingest_replicas_killed.py does the same
 with real `serve` processes, one of them killed mid-batch."""
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ REQUESTS = [r.body for rs in stream_requests(BUNDLE).values() for r in rs]
 REPLICAS = 3
 SENDERS = 4
 
-pytestmark = pytest.mark.skipif(not PG_URL, reason=NO_PG)
+pytestmark = [pytest.mark.slow, pytest.mark.postgresql, pytest.mark.skipif(not PG_URL, reason=NO_PG)]
 
 
 @cache

@@ -25,6 +25,8 @@ from hypocenter.store import open_store
 
 BUNDLE = REPO / "examples" / "nvlink-xid149"
 
+pytestmark = [pytest.mark.slow, pytest.mark.postgresql]
+
 
 @pytest.fixture()
 def pg_schema() -> Iterator[str]:
