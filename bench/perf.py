@@ -3,16 +3,24 @@
     python -m bench.perf [--quick] [--json PATH]
 
 (a) OTLP ingest into one `hypocenter serve` process (gRPC and HTTP; 1 and 4 client threads; node-scoped
-    kernel/NCCL/app lines with ~1 candidate in 20,000; 5,000 records per request), against protobuf
-    decode + iteration of the same serialized requests in this process.
+    kernel/NCCL/app lines; 5,000 records per request) in three record shapes: "numbered" (the filelog
+    receiver with `log.file.record_number`, ~1 candidate in 20,000), "unnumbered" (filelog's default:
+    `log.file.path` on each record, no record number) and "dense" (numbered, 10 % candidate lines: a
+    flapping port's `NCCL WARN NET/IB : Got async event : port error`, repeated). The reference is
+    protobuf decode of the same serialized requests plus reading each record's body, in this process
+    (nothing less can ingest them); "of decode" is the older, slower reference that also turns every
+    attribute into a Python object.
 (b) `hypocenter analyze` of bundles from 8 to 1,024 nodes and 50 MB to 2 GB, against `rg -c -F -f
     <rule tokens>` on the same files; wall time and peak RSS of each (where rg takes under a second, the
     fastest of three runs of each). The 2 GB bundle is measured again with every log gzip'd (`rg -z` the
     reference): the memory must not follow the bytes.
 (c) the time from the terminal-state record's acknowledgement to the stored diagnosis for a 1,024-node
     attempt, against `hypocenter analyze` of the same attempt written as a bundle.
-(d) store bytes per ingested healthy line (SQLite, before any compaction pass), against the line's
-    own size.
+(d) store bytes per ingested healthy line (SQLite, before any compaction pass) of each shape, against
+    the line's own size.
+(e) REST latency (p50 of keep-alive round trips: GET /readyz, and list pages asked twice — the second
+    answer is the cached one) against a bare TCP echo server (asyncio, its own process) on the same
+    loopback.
 
 It prints a table and then one JSON document (the summary: figures, references, ratios, targets).
 `--quick` is the smoke test's size: seconds, every figure printed, nothing to read into the numbers.
@@ -30,6 +38,7 @@ import random
 import resource
 import shutil
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -97,16 +106,25 @@ def _candidate(rnd: random.Random, node: str) -> str:
     )
 
 
+def _port_flap(rnd: random.Random, node: str) -> str:
+    """A flapping IB port as NCCL <= 2.19 reports it (misc/ibvwrap.cc, no device named): a WARN per event."""
+    return f"{node}:1234:5678 [{rnd.randint(0, 7)}] misc/ibvwrap.cc:266 NCCL WARN NET/IB : Got async event : port error"
+
+
 NODE_MARK = "NODEMARK"
+DENSE_EVERY = 10  # the evidence-dense shape: one candidate line in ten
 
 
-def template(lines: int, seed: int) -> list[str]:
+def template(lines: int, seed: int, dense: bool = False) -> list[str]:
     """`lines` lines of one node (named NODE_MARK): one candidate in CANDIDATE_EVERY, at the middle of
-    each run of that many lines, none of the rest passes the rule tokens' prefilter."""
+    each run of that many lines, none of the rest passes the rule tokens' prefilter — or, `dense`, a
+    port-error WARN every DENSE_EVERY lines besides."""
     rnd = random.Random(seed)
     return [
         _candidate(rnd, NODE_MARK)
         if i % CANDIDATE_EVERY == CANDIDATE_EVERY // 2
+        else _port_flap(rnd, NODE_MARK)
+        if dense and i % DENSE_EVERY == DENSE_EVERY // 2
         else _chatter(rnd, NODE_MARK)
         for i in range(lines)
     ]
@@ -257,9 +275,10 @@ def request(
     first_record: int,
     time_ns: list[int] | None = None,
     record_attrs: dict[str, str] | None = None,
+    numbered: bool = True,
 ) -> bytes:
     """One serialized ExportLogsServiceRequest: one resource, one scope, a record per line (as the
-    filelog receiver sends them: `log.file.record_number` on each record)."""
+    filelog receiver sends them: `log.file.record_number` on each record, unless not `numbered`)."""
     rl = ResourceLogs()
     rl.resource.attributes.extend(_kv(k, v) for k, v in resource_attrs.items())
     sl = ScopeLogs()
@@ -271,7 +290,8 @@ def request(
             observed_time_unix_nano=(T0 + 3600) * 1_000_000_000,
         )
         rec.body.string_value = line
-        rec.attributes.append(_kv("log.file.record_number", first_record + i))
+        if numbered:
+            rec.attributes.append(_kv("log.file.record_number", first_record + i))
         if record_attrs:
             rec.attributes.extend(_kv(k, v) for k, v in record_attrs.items())
         recs.append(rec)
@@ -280,8 +300,9 @@ def request(
     return ExportLogsServiceRequest(resource_logs=[rl]).SerializeToString()
 
 
-def decode_rate(requests: list[bytes], records: int, repeat: int = 3) -> float:
-    """Records/s of protobuf decode + iterating every record's body and attributes (best of `repeat`)."""
+def decode_rate(requests: list[bytes], records: int, repeat: int = 3, attributes: bool = True) -> float:
+    """Records/s of protobuf decode + reading every record's body — and, with `attributes`, turning each
+    of its attributes into a Python object (the older reference) — best of `repeat`."""
     best = float("inf")
     for _ in range(repeat):
         t = time.perf_counter()
@@ -293,7 +314,8 @@ def decode_rate(requests: list[bytes], records: int, repeat: int = 3) -> float:
                 for sl in rl.scope_logs:
                     for lr in sl.log_records:
                         _ = lr.body.string_value
-                        _ = [a.value for a in lr.attributes]
+                        if attributes:
+                            _ = [a.value for a in lr.attributes]
                         n += 1
         best = min(best, time.perf_counter() - t)
         assert n == records
@@ -391,13 +413,17 @@ class Figures:
         print(f"  {what:<44} {figure:>22}   {reference:>30}   {ratio}", flush=True)
 
 
+SHAPES = ("numbered", "unnumbered", "dense")  # see (a) in the module docstring
+
+
 def _ingest_requests(
-    prefix: str, nodes: int, per_request: int, requests_per_node: int
+    prefix: str, nodes: int, per_request: int, requests_per_node: int, shape: str = "numbered"
 ) -> tuple[list[bytes], int, int, int]:
     """(requests, lines, bytes of text, candidate lines) of `nodes` node-scoped syslog streams."""
-    base = template(per_request * requests_per_node, seed=1)
+    base = template(per_request * requests_per_node, seed=1, dense=shape == "dense")
     requests: list[bytes] = []
     lines = line_bytes = candidates = 0
+    numbered = shape != "unnumbered"
     for n in range(nodes):
         node = f"{prefix}{node_name(n)}"
         body = [x.replace(NODE_MARK, node) for x in base]
@@ -406,43 +432,67 @@ def _ingest_requests(
         lines += len(body)
         for r in range(requests_per_node):
             chunk = body[r * per_request : (r + 1) * per_request]
-            requests.append(
-                request({"host.name": node, "log.file.path": "/var/log/syslog"}, chunk, r * per_request + 1)
-            )
+            if numbered:
+                raw = request(
+                    {"host.name": node, "log.file.path": "/var/log/syslog"}, chunk, r * per_request + 1
+                )
+            else:  # filelog's default: the path on each record, no record number
+                raw = request(
+                    {"host.name": node},
+                    chunk,
+                    r * per_request + 1,
+                    record_attrs={"log.file.path": "/var/log/syslog"},
+                    numbered=False,
+                )
+            requests.append(raw)
     return requests, lines, line_bytes, candidates
 
 
 def ingest_part(fig: Figures, tmp: Path, quick: bool) -> None:
     """Each configuration sends its own nodes' streams; the full run gives each a fresh server, the
-    quick one shares one server (starting servers is most of its time)."""
+    quick one gives each shape one server (starting servers is most of its time). Store bytes are
+    measured once per shape, on the server of its first configuration."""
     per_request = 1_000 if quick else 5_000
     nodes = 2 if quick else 16
     requests_per_node = 1 if quick else 3
-    configs = (("grpc", 1), ("grpc", 4), ("http", 1), ("http", 4))
-    ref = 0.0
+    configs = (
+        ("numbered", "grpc", 1),
+        ("numbered", "grpc", 4),
+        ("numbered", "http", 1),
+        ("numbered", "http", 4),
+        ("unnumbered", "grpc", 4),
+        ("dense", "grpc", 4),
+    )
     empty = tmp / "empty.db"
     SQLiteStore(empty).close()
     server: Server | None = None
+    fig.summary["store_by_shape"] = {}
     sizes = {"lines": 0, "bytes": 0, "healthy": 0}
-    for i, (protocol, threads) in enumerate(configs):
+    measured = False
+    for i, (shape, protocol, threads) in enumerate(configs):
         requests, lines, line_bytes, candidates = _ingest_requests(
-            f"c{i}-", nodes, per_request, requests_per_node
+            f"c{i}-", nodes, per_request, requests_per_node, shape
         )
-        ref = decode_rate(requests, lines)  # beside each configuration: a shared machine's load drifts
+        # beside each configuration: a shared machine's load drifts
+        ref = decode_rate(requests, lines, attributes=False)
+        old_ref = decode_rate(requests, lines)
         if i == 0:
             fig.summary["ingest"] = {
                 "records": lines,
                 "records_per_request": per_request,
                 "candidates": candidates,
-                "decode_records_per_s": round(ref),
+                "decode_body_records_per_s": round(ref),
+                "decode_records_per_s": round(old_ref),
                 "runs": [],
             }
             print(
-                f"(a) OTLP ingest: {lines:,} node-scoped records in {len(requests)} requests of {per_request:,}, "
-                f"{candidates} candidates; reference: protobuf decode + iterate, {ref:,.0f} records/s",
+                f"(a) OTLP ingest: {lines:,} node-scoped records a configuration, in {len(requests)} requests "
+                f"of {per_request:,}; reference: protobuf decode + each body, {ref:,.0f} records/s",
                 flush=True,
             )
-        db = tmp / ("ingest.db" if quick else f"ingest-{protocol}-{threads}.db")
+        last_of_shape = i == len(configs) - 1 or configs[i + 1][0] != shape
+        first_of_shape = i == 0 or configs[i - 1][0] != shape
+        db = tmp / f"ingest-{shape}.db" if quick else tmp / f"ingest-{shape}-{protocol}-{threads}.db"
         if server is None:
             server = Server(db, "--settle-s", "3600", "--idle-timeout-s", "36000")
         try:
@@ -451,37 +501,49 @@ def ingest_part(fig: Figures, tmp: Path, quick: bool) -> None:
             )
             seconds = send_all(requests, threads, make)
         finally:
-            if not quick or i == len(configs) - 1:
+            if not quick or last_of_shape:
                 server.stop()
                 server = None
         rate = lines / seconds
         fig.summary["ingest"]["runs"].append(
             {
+                "shape": shape,
+                "candidates": candidates,
                 "protocol": protocol,
                 "threads": threads,
                 "records_per_s": round(rate),
-                "decode_records_per_s": round(ref),
-                "ratio_to_decode": round(rate / ref, 4),
+                "decode_body_records_per_s": round(ref),
+                "decode_records_per_s": round(old_ref),
+                "ratio_to_decode_body": round(rate / ref, 4),
+                "ratio_to_decode": round(rate / old_ref, 4),
             }
         )
+        target = {"numbered": "50%", "unnumbered": "25%", "dense": "10%"}[shape]
         fig.add(
-            f"ingest OTLP/{protocol}, {threads} client thread(s)",
+            f"ingest {shape}, OTLP/{protocol}, {threads} thread(s)",
             f"{rate:,.0f} rec/s",
-            f"decode {ref:,.0f} rec/s",
-            f"{rate / ref:.1%} of decode (target >= 50%)",
+            f"decode + body {ref:,.0f} rec/s",
+            f"{rate / ref:.1%} of decode + body (target >= {target}); {rate / old_ref:.1%} of decode",
         )
+        if first_of_shape:
+            sizes = {"lines": 0, "bytes": 0, "healthy": 0}
+            measured = False
         sizes["lines"] += lines
         sizes["bytes"] += line_bytes
         sizes["healthy"] += lines - candidates
-        if server is None and (quick or i == 0):  # its store is closed: what did these lines cost?
+        if server is None and not measured:  # the shape's first store is closed: what did its lines cost?
+            measured = True
             grown = store_bytes(db) - store_bytes(empty)
-            fig.summary["store"] = {
+            entry = {
                 "bytes_per_healthy_line": round(grown / sizes["healthy"], 2),
                 "line_bytes": round(sizes["bytes"] / sizes["lines"], 1),
                 "lines": sizes["lines"],
             }
+            fig.summary["store_by_shape"][shape] = entry
+            if shape == "numbered":
+                fig.summary["store"] = entry
             fig.add(
-                "(d) store bytes per healthy line ingested",
+                f"(d) store bytes per healthy line, {shape}",
                 f"{grown / sizes['healthy']:,.1f} B/line",
                 f"the line itself {sizes['bytes'] / sizes['lines']:.0f} B",
                 f"{grown / sizes['bytes']:.2%} of the text (target < 5 B)",
@@ -641,6 +703,98 @@ def _attempt_streams(nodes: int, per_node: int) -> Iterator[tuple[dict[str, str]
     yield {**wl, "log.file.path": "logs/_job/slurm.out"}, job, [(T0 + 3065) * 1_000_000_000] * len(job)
 
 
+_ECHO = """
+import asyncio
+
+class Echo(asyncio.Protocol):
+    def connection_made(self, transport):
+        self.transport = transport
+
+    def data_received(self, data):
+        self.transport.write(data)
+
+async def main():
+    server = await asyncio.get_running_loop().create_server(Echo, "127.0.0.1", 0)
+    print(server.sockets[0].getsockname()[1], flush=True)
+    await asyncio.sleep(3600)
+
+asyncio.run(main())
+"""
+
+
+def _p50(samples: list[float]) -> float:
+    return sorted(samples)[len(samples) // 2]
+
+
+def echo_p50(rounds: int) -> float:
+    """p50 seconds of a 100-byte round trip to a bare asyncio TCP echo server in its own process."""
+    proc = subprocess.Popen([sys.executable, "-c", _ECHO], stdout=subprocess.PIPE, env=_env())
+    try:
+        assert proc.stdout is not None
+        port = int(proc.stdout.readline())
+        samples = []
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            for _ in range(rounds + 5):
+                t = time.perf_counter()
+                sock.sendall(b"x" * 100)
+                got = 0
+                while got < 100:
+                    got += len(sock.recv(4096))
+                samples.append(time.perf_counter() - t)
+        return _p50(samples[5:])
+    finally:
+        proc.kill()
+        proc.wait(10)
+
+
+def http_p50(addr: str, path: str, rounds: int) -> float:
+    """p50 seconds of GET `path` on one keep-alive connection (raw HTTP/1.1; each answer read whole)."""
+    host, port = addr.rsplit(":", 1)
+    raw = f"GET {path} HTTP/1.1\r\nHost: {addr}\r\n\r\n".encode()
+    samples = []
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for _ in range(rounds + 5):
+            t = time.perf_counter()
+            sock.sendall(raw)
+            buf = b""
+            while b"\r\n\r\n" not in buf:
+                buf += sock.recv(65536)
+            head, body = buf.split(b"\r\n\r\n", 1)
+            assert head.startswith(b"HTTP/1.1 200"), head[:200]
+            length = next(
+                int(h.split(b":", 1)[1])
+                for h in head.split(b"\r\n")
+                if h.lower().startswith(b"content-length:")
+            )
+            while len(body) < length:
+                body += sock.recv(65536)
+            samples.append(time.perf_counter() - t)
+    return _p50(samples[5:])
+
+
+def rest_part(fig: Figures, http: str, quick: bool) -> None:
+    """(e) on a server holding a diagnosed attempt: REST round trips beside a bare TCP echo."""
+    rounds = 20 if quick else 200
+    echo = echo_p50(rounds)
+    rows = []
+    for what, path, bound in (
+        ("GET /readyz", "/readyz", "<= 3x echo"),
+        ("GET /v1/diagnoses (list page)", f"/v1/diagnoses?workload={WORKLOAD}", "<= 10 ms"),
+        ("GET /v1/failures (list page)", "/v1/failures", "<= 10 ms"),
+    ):
+        p50 = http_p50(http, path, rounds)
+        rows.append({"what": what, "p50_ms": round(p50 * 1000, 3), "ratio_to_echo": round(p50 / echo, 1)})
+        fig.add(
+            f"(e) REST {what}, p50",
+            f"{p50 * 1000:.2f} ms",
+            f"TCP echo {echo * 1000:.3f} ms",
+            f"{p50 / echo:.1f}x echo (target {bound})",
+        )
+    fig.summary["rest"] = {"echo_p50_ms": round(echo * 1000, 4), "rounds": rounds, "requests": rows}
+
+
 def trigger_part(fig: Figures, tmp: Path, quick: bool) -> None:
     nodes = 16 if quick else 1024
     per_node = 50 if quick else 200
@@ -683,6 +837,7 @@ def trigger_part(fig: Figures, tmp: Path, quick: bool) -> None:
         latency = time.perf_counter() - acked
         close()
         client.close()
+        rest_part(fig, server.http, quick)
     finally:
         server.stop()
     # The same attempt as a bundle, analysed by `hypocenter analyze`.

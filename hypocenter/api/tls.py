@@ -4,7 +4,8 @@
                           pair into every live SSLContext (uvicorn's, /metrics') and into gRPC's
                           dynamic credentials (asked at each handshake); a half-written or mismatched
                           pair is logged and the old one kept serving.
-    http_protocol(...)    uvicorn's h11 protocol with a request timeout (a client that sends no
+    http_protocol(...)    uvicorn's h11 protocol with TCP_NODELAY and one write per response (no
+                          delayed-ACK wait, one segment), a request timeout (a client that sends no
                           headers, or stalls mid-body, is disconnected), a request deadline (one
                           that trickles in is too), the connection cap of api/listener_limits.py
                           and, over mTLS, the peer certificate's CN kept for the auth guard
@@ -20,13 +21,15 @@ Nothing here decides who may do what: api/auth.py does.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
+import socket
 import ssl
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import grpc
 import h11
@@ -199,6 +202,53 @@ class PeerNames:
             self._names.pop(client, None)
 
 
+def no_delay(transport: asyncio.BaseTransport) -> None:
+    """Turn Nagle's algorithm off on an accepted TCP connection. uvicorn writes a response's head and
+    body separately; with Nagle on, the body waits for the ACK of the head, which the client delays
+    (~40 ms on Linux). asyncio sets TCP_NODELAY itself only on sockets whose `proto` is IPPROTO_TCP,
+    which a listener made with `socket.socket(family, SOCK_STREAM)` (proto 0) does not pass on."""
+    sock = transport.get_extra_info("socket")
+    if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+        with contextlib.suppress(OSError):  # the peer may already be gone
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+class OneWrite:
+    """An accepted connection's transport whose writes of one event-loop step leave as one write:
+    uvicorn writes a response's head, body and end separately, and each write of a TCP_NODELAY
+    socket is a segment of its own (and a wake-up of the client). Everything else is the transport's."""
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        self._transport = transport
+        self._loop = loop
+        self._pending: list[bytes] = []
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        if not data:
+            return
+        if not self._pending:
+            self._loop.call_soon(self.flush)
+        self._pending.append(bytes(data))
+
+    def writelines(self, chunks: Iterable[bytes | bytearray | memoryview]) -> None:
+        for data in chunks:
+            self.write(data)
+
+    def flush(self) -> None:
+        if self._pending:
+            data = b"".join(self._pending)
+            self._pending.clear()
+            if not self._transport.is_closing():
+                self._transport.write(data)
+
+    def close(self) -> None:
+        self.flush()
+        self._transport.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
+
+
 def http_protocol(
     request_timeout_s: float,
     peers: PeerNames,
@@ -219,6 +269,7 @@ def http_protocol(
         _counted: str | None = None
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            no_delay(transport)
             super().connection_made(transport)
             if cap is not None:
                 client = self.client[0] if self.client else ""
@@ -227,6 +278,7 @@ def http_protocol(
                     transport.close()
                     return
                 self._counted = client
+            self.transport = cast(asyncio.Transport, OneWrite(transport, self.loop))
             ssl_object = transport.get_extra_info("ssl_object")
             if ssl_object is not None and self.client is not None:
                 name = common_name(ssl_object.getpeercert())

@@ -77,8 +77,9 @@ def _from_store(args: argparse.Namespace) -> dict[str, Any]:
         topology = load_topology([Path(p) for p in args.topology]) if args.topology else None
         if args.cost:
             from hypocenter.engine.fleet_cost import CostView
+            from hypocenter.store.base import FinalDiagnoses
 
-            return CostView(store, window_s=args.window_s, topology=topology).report(
+            return CostView(FinalDiagnoses(store), window_s=args.window_s, topology=topology).report(
                 _now(args.now), limit=args.limit
             )
         view = FleetView(

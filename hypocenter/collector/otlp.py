@@ -370,6 +370,9 @@ def log_entries(req: ExportLogsServiceRequest, body: bytes | None = None, flat: 
                     rident,
                     f"otlp/{scope_name}",
                 )
+                if isinstance(block, list):
+                    out.accepted.extend(block)
+                    continue
                 if block is not None:
                     out.blocks.append(block)
                     continue
@@ -508,7 +511,10 @@ def _columnar_entries(body: bytes, flat: Any) -> Tagged | None:
                 block = _block(sl.log_records, n, rattrs, rident, f"otlp/{scope_name}")
                 if block is None:
                     return None
-                out.blocks.append(block)
+                if isinstance(block, list):
+                    out.accepted.extend(block)
+                else:
+                    out.blocks.append(block)
     except (DecodeError, ValueError):
         return None
     return out
@@ -516,9 +522,11 @@ def _columnar_entries(body: bytes, flat: Any) -> Tagged | None:
 
 def _block(
     records: Any, n: int, rattrs: Mapping[str, Any], rident: Identity, fallback: str
-) -> RecordBlock | None:
+) -> RecordBlock | list[Entry] | None:
     """A scope group's records as one `RecordBlock`, when they are text lines of one record-numbered
-    stream tagged as their resource is; None sends the group through the per-record path."""
+    stream tagged as their resource is; as `Entry`s tagged once for the group (what `log_entries`
+    makes of each), when they are text lines of one stream without record numbers; None sends the
+    group through the per-record path."""
     if (rident.node is None and rident.workload is None) or "state" in rident.scope or rident.invalid:
         return None
     cols = Columns.of(records, n, LINE_KEY)
@@ -531,6 +539,8 @@ def _block(
         lattrs[key] = values[0]
     if rident.workload is not None and "*** " in "\n".join(cols.bodies):  # a Slurm banner: tagged per record
         return None
+    if cols.lines is None:
+        return _unnumbered(cols, rattrs, lattrs, rident, fallback)
     stream = stream_name(rident.node, _first(STREAM_KEYS, rattrs, lattrs), fallback)
     return RecordBlock(
         workload=rident.workload,
@@ -543,6 +553,40 @@ def _block(
         times=cols.times,
         stamps=cols.stamps,
     )
+
+
+def _unnumbered(
+    cols: Columns, rattrs: Mapping[str, Any], lattrs: dict[str, Any], rident: Identity, fallback: str
+) -> list[Entry]:
+    """`log_entries`' `Entry`s of a group of text records without record numbers whose attributes
+    are the same on every record (at most the file's path and name): tagged once, not per record;
+    each dedup key is the exporter-retry key (times, body and attributes)."""
+    own = bool(lattrs)  # the file's path or name: a stream key
+    ident = identify(rattrs, lattrs) if own else rident
+    stream = stream_name(ident.node, _first(STREAM_KEYS, rattrs, lattrs), fallback)
+    where = f"rec\x1f{ident.workload}\x1f{ident.attempt}\x1f{ident.node}\x1f{stream}\x1f"
+    tail = "\x1f" + json.dumps(lattrs, sort_keys=True, default=str)
+    blake2b = hashlib.blake2b
+    return [
+        Entry(
+            workload=ident.workload,
+            attempt=ident.attempt,
+            node=ident.node,
+            stream=stream,
+            kind="text",
+            body=text,
+            time_ns=time_ns,
+            line=None,
+            dedup=blake2b(
+                f"{where}{stamp}\x1f{observed}\x1f{text}{tail}".encode("utf-8", "surrogatepass"),
+                digest_size=16,
+            ).hexdigest(),
+            scope=ident.scope,
+        )
+        for text, time_ns, stamp, observed in zip(
+            cols.bodies, cols.times, cols.stamps, cols.observed, strict=True
+        )
+    ]
 
 
 def _flat(body: bytes) -> Any:

@@ -126,25 +126,29 @@ _STRING_ATTRS = (
 class Columns:
     """One scope group's records as columns, or None where the group is not in the usual shape."""
 
-    __slots__ = ("bodies", "lines", "stamps", "strings", "times")
+    __slots__ = ("bodies", "lines", "observed", "stamps", "strings", "times")
 
     def __init__(
         self,
         bodies: list[str],
-        lines: list[int],
+        lines: list[int] | None,
         times: list[int],
         stamps: list[int],
         strings: dict[str, list[str]],
+        observed: list[int] | None = None,
     ) -> None:
         self.bodies = bodies
-        self.lines = lines
+        self.lines = lines  # log.file.record_number; None: the records carry none
         self.times = times  # time_unix_nano, else observed_time_unix_nano
         self.stamps = stamps  # time_unix_nano as sent
         self.strings = strings  # log.file.path / log.file.name per record, where the records carry them
+        self.observed = observed or [0] * len(bodies)  # observed_time_unix_nano as sent
 
     @classmethod
     def of(cls, records: Any, n: int, line_key: str) -> Columns | None:
-        """`records`: a FlatRequest's `…scope_logs[j].log_records`; `n`: how many records the group has."""
+        """`records`: a FlatRequest's `…scope_logs[j].log_records`; `n`: how many records the group has.
+        Records with the record number `line_key` give `lines`; records without it (the filelog
+        receiver's default, and most other senders) give `lines` None."""
         body = records.body
         bodies = list(body.string_value)
         if (
@@ -160,11 +164,12 @@ class Columns:
         attrs = records.attributes
         keys = list(attrs.key)
         width = len(keys) // n
-        if width < 1 or width > 1 + len(_STRING_ATTRS) or len(keys) != width * n:
+        if width > 1 + len(_STRING_ATTRS) or len(keys) != width * n:
             return None
         pattern = keys[:width]
+        numbered = line_key in pattern
         if (
-            pattern.count(line_key) != 1
+            pattern.count(line_key) > 1
             or len(set(pattern)) != width
             or any(k != line_key and k not in _STRING_ATTRS for k in pattern)
             or keys != pattern * n
@@ -174,28 +179,28 @@ class Columns:
         lines = list(value.int_value)
         texts = list(value.string_value)
         if (
-            len(lines) != n
-            or len(texts) != (width - 1) * n
+            len(lines) != (n if numbered else 0)
+            or len(texts) != (width - numbered) * n
             or value.bool_value
             or value.double_value
             or value.array_value
             or value.kvlist_value
             or value.bytes_value
-            or min(lines) <= 0
+            or (numbered and min(lines) <= 0)
         ):
             return None
         named = [k for k in pattern if k != line_key]
         strings = {k: texts[i :: len(named)] for i, k in enumerate(named)}
         stamps = list(records.time_unix_nano)
-        observed = records.observed_time_unix_nano
+        observed = list(records.observed_time_unix_nano)
         if len(stamps) not in (0, n) or len(observed) not in (0, n):
             return None
         if not stamps:
             stamps = [0] * n
         times = stamps
         if 0 in stamps:  # the observed times are read only where a record has no time of its own
-            times = [t or o for t, o in zip(stamps, list(observed) or [0] * n, strict=True)]
-        return cls(bodies, lines, times, stamps, strings)
+            times = [t or o for t, o in zip(stamps, observed or [0] * n, strict=True)]
+        return cls(bodies, lines if numbered else None, times, stamps, strings, observed)
 
 
 __all__ = ["Columns", "CountRequest", "FlatRequest"]

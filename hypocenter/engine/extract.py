@@ -452,24 +452,31 @@ def _source_kind(h: LineHeader) -> SourceKind:
     return "app"
 
 
-def _inherit(data: bytes, ls: int, stop: int, tctx: TimeContext, open_start: bool = False) -> datetime | None:
+def _inherit(
+    data: bytes, ls: int, stop: int, tctx: TimeContext, open_start: bool = False, known: int = -1
+) -> tuple[datetime | None, bool]:
     """The stamp of the nearest earlier line that has one, looking back at most BACKSCAN_LINES
     lines and never past `stop` (a line whose time is already known). `open_start`: `data` is a
-    window whose first byte is not the stream's (_Edge when the look goes past it)."""
+    window whose first byte is not the stream's (_Edge when the look goes past it). `known` (>= 0):
+    no line ending at or before it, back to `stop` or the stream's start, has a stamp (an earlier
+    look found none): the look ends there. Also says whether a None is final — the look reached
+    `stop`, the stream's start or `known` — rather than BACKSCAN_LINES' bound."""
     end = ls - 1
     for _ in range(BACKSCAN_LINES):
         if end <= stop:
-            return None
+            return None, True
+        if known >= 0 and end <= known:
+            return None, True
         if end <= 0:
             if open_start:
                 raise _Edge
-            return None
+            return None, True
         start = data.rfind(b"\n", 0, end) + 1
         h = parse_line(data[start : min(end, start + 512)].decode("utf-8", "replace"), tctx)
         if h.time is not None:
-            return h.time
+            return h.time, True
         end = start - 1
-    return None
+    return None, False
 
 
 # Messages only the kernel writes, for dmesg exports whose stamps carry no "kernel:" tag
@@ -733,6 +740,8 @@ class _TextStream:
         self.label_nodes: dict[int, str] | None = None  # srun task label → node, when labels are not ranks
         self.labels_checked = False
         self.resolved_at = -1  # stream offset of the last line whose time is known
+        # stream offset: no line ending at or before it, back to resolved_at, has a stamp (-1: unknown)
+        self.stampless_to = -1
         self.resolved_time: datetime | None = None
         self.next_at = -1  # the next stamped line after the last inherited candidate
         self.next_time: datetime | None = None
@@ -861,12 +870,23 @@ class _TextStream:
         if when is not None and header.uptime is not None and node_dir:
             anchor = when - datetime(1970, 1, 1, tzinfo=tctx.start.tzinfo) - timedelta(seconds=header.uptime)
         resolved_at, resolved_time = self.resolved_at, self.resolved_time
+        stampless_to = self.stampless_to
         if when is None and header.uptime is None:
             inherited = True
             if resolved_at >= 0 and base + ls <= resolved_at:
                 when = resolved_time
             else:
-                when = _inherit(data, ls, resolved_at - base, tctx, open_start)
+                # a run of stamp-less candidates: each looks back only as far as the one before it
+                when, final = _inherit(
+                    data,
+                    ls,
+                    resolved_at - base,
+                    tctx,
+                    open_start,
+                    stampless_to - base if stampless_to >= 0 else -1,
+                )
+                if when is None and final:
+                    stampless_to = base + ls - 1
                 if when is None and resolved_at >= 0:
                     when = resolved_time
                 approx = when is None
@@ -945,6 +965,7 @@ class _TextStream:
         if anchor is not None:
             self.anchors.append(anchor)
         self.resolved_at, self.resolved_time = resolved_at, resolved_time
+        self.stampless_to = stampless_to
         self.next_at, self.next_time = next_at, next_time
         self.events.extend(events)
         self.pending.extend(pending)

@@ -23,11 +23,10 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from hypocenter.engine.fleet import marks_of
 from hypocenter.engine.topology import Topology
-from hypocenter.store.base import DiagnosisFilter, DiagnosisStore
 
 COMPONENT_KINDS = ("node", "gpu", "port", "switch_port")
 
@@ -270,17 +269,22 @@ def _productive(group: Sequence[AttemptCost]) -> float | None:
     return out
 
 
-class CostView:
-    """The cost roll-up over a store's final diagnoses of the last `window_s`: what `hypocenter fleet
-    --cost`, GET /v1/fleet/cost and /metrics all show, so they cannot disagree. The diagnoses read are
-    kept until the store's diagnoses change (`diagnoses_version`)."""
+class DiagnosisBodies(Protocol):
+    """Where a `CostView` reads final diagnoses from: a store (store/base.py `FinalDiagnoses`) or a test's list."""
 
-    PAGE = 1000
+    def version(self) -> str: ...
+    def bodies(self, since_ns: int) -> list[str]: ...
+
+
+class CostView:
+    """The cost roll-up over the final diagnoses of the last `window_s`: what `hypocenter fleet --cost`,
+    GET /v1/fleet/cost and /metrics all show, so they cannot disagree. The diagnoses read are kept until
+    the source's version changes."""
 
     def __init__(
-        self, store: DiagnosisStore, *, window_s: float = 30 * 86400.0, topology: Topology | None = None
+        self, source: DiagnosisBodies, *, window_s: float = 30 * 86400.0, topology: Topology | None = None
     ) -> None:
-        self.store = store
+        self.source = source
         self.window_s = window_s
         self.topology = topology
         self._cache: tuple[str, float, list[dict[str, Any]]] | None = None
@@ -290,24 +294,15 @@ class CostView:
         import json
 
         since = now_s - self.window_s
-        version = self.store.diagnoses_version()
+        version = self.source.version()
         if self._cache is not None and self._cache[0] == version and self._cache[1] <= since:
             return self._cache[2]
         out: list[dict[str, Any]] = []
-        after: tuple[int | None, str] | None = None
-        while True:
-            rows = self.store.list_diagnoses(
-                DiagnosisFilter(since_ns=int(since * 1e9), limit=self.PAGE, after=after)
-            )
-            for row in rows:
-                if not row.provisional:
-                    try:
-                        out.append(json.loads(row.body))
-                    except ValueError:
-                        continue  # a body that cannot be read counts nowhere
-            if len(rows) < self.PAGE:
-                break
-            after = (rows[-1].window_end_ns, rows[-1].id)
+        for body in self.source.bodies(int(since * 1e9)):
+            try:
+                out.append(json.loads(body))
+            except ValueError:
+                continue  # a body that cannot be read counts nowhere
         self._cache = (version, since, out)
         return out
 
@@ -323,4 +318,12 @@ class CostView:
         return doc
 
 
-__all__ = ["COMPONENT_KINDS", "AttemptCost", "CostView", "attempt_cost_of", "join_restarts", "rollup"]
+__all__ = [
+    "COMPONENT_KINDS",
+    "AttemptCost",
+    "CostView",
+    "DiagnosisBodies",
+    "attempt_cost_of",
+    "join_restarts",
+    "rollup",
+]

@@ -57,6 +57,7 @@ from hypocenter.store.base import (
     DiagnosisFilter,
     DiagnosisRow,
     Entry,
+    FinalDiagnoses,
     Point,
     RecordBlock,
     Retention,
@@ -375,7 +376,9 @@ class Attribution:
             roles.append(KUEUE_POLL)
         # Replicas on one PostgreSQL: one polls each scheduler and one runs the outbox (leases)
         self.leadership = Leadership(store, roles, holder=settings.replica_id, lease_s=settings.lease_s)
-        self.cost = CostView(store, window_s=settings.cost_window_s, topology=self.fleet.topology)
+        self.cost = CostView(
+            FinalDiagnoses(store), window_s=settings.cost_window_s, topology=self.fleet.topology
+        )
         self.pollers: list[SlurmPoller | KueuePoller] = []
         if settings.slurm_poll_s > 0:
             self.pollers.append(

@@ -433,6 +433,29 @@ class DiagnosisStore(Protocol):
     def diagnosis_facts(self, since: float) -> list[DiagnosisFacts]: ...
 
 
+class FinalDiagnoses:
+    """The bodies of a store's final (not provisional) diagnoses since a time, read page by page: what
+    the cost roll-up (engine/fleet_cost.py `CostView`) reads, handed to it so the engine reads no store."""
+
+    PAGE = 1000
+
+    def __init__(self, store: DiagnosisStore) -> None:
+        self.store = store
+
+    def version(self) -> str:
+        return self.store.diagnoses_version()
+
+    def bodies(self, since_ns: int) -> list[str]:
+        out: list[str] = []
+        after: tuple[int | None, str] | None = None
+        while True:
+            rows = self.store.list_diagnoses(DiagnosisFilter(since_ns=since_ns, limit=self.PAGE, after=after))
+            out.extend(row.body for row in rows if not row.provisional)
+            if len(rows) < self.PAGE:
+                return out
+            after = (rows[-1].window_end_ns, rows[-1].id)
+
+
 class FleetStore(Protocol):
     """Fleet memory: the marks of final diagnoses, kept with them (put_diagnosis takes `summary["marks"]`)."""
 

@@ -30,15 +30,27 @@ def test_bench_perf_quick_prints_every_figure(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr[-3000:]
     doc = json.loads(out.read_text())
     runs = doc["ingest"]["runs"]
-    assert {(x["protocol"], x["threads"]) for x in runs} == {
-        ("grpc", 1),
-        ("grpc", 4),
-        ("http", 1),
-        ("http", 4),
+    assert {(x["shape"], x["protocol"], x["threads"]) for x in runs} == {
+        ("numbered", "grpc", 1),
+        ("numbered", "grpc", 4),
+        ("numbered", "http", 1),
+        ("numbered", "http", 4),
+        ("unnumbered", "grpc", 4),
+        ("dense", "grpc", 4),
     }
-    assert all(x["records_per_s"] > 0 and x["ratio_to_decode"] > 0 for x in runs)
-    assert doc["ingest"]["decode_records_per_s"] > 0
+    assert all(
+        x["records_per_s"] > 0 and x["ratio_to_decode_body"] > 0 and x["ratio_to_decode"] > 0 for x in runs
+    )
+    # decode + body is the stricter reference: faster than decode turning attributes into objects
+    assert all(x["decode_body_records_per_s"] > x["decode_records_per_s"] for x in runs)
+    dense = next(x for x in runs if x["shape"] == "dense")
+    assert dense["candidates"] * 12 > doc["ingest"]["records"]  # one line in ten is a candidate
     assert doc["store"]["bytes_per_healthy_line"] >= 0 and doc["store"]["line_bytes"] > 50
+    assert set(doc["store_by_shape"]) == {"numbered", "unnumbered", "dense"}
+    rest = doc["rest"]
+    assert rest["echo_p50_ms"] > 0
+    assert rest["requests"][0]["what"] == "GET /readyz"
+    assert all(x["p50_ms"] > 0 for x in rest["requests"])
     assert len(doc["analyze"]) >= 2
     for row in doc["analyze"]:
         assert (
@@ -50,4 +62,5 @@ def test_bench_perf_quick_prints_every_figure(tmp_path: Path) -> None:
     # the server's diagnosis of the streamed attempt is the one `analyze` makes of it as a bundle
     assert trigger["outcome"] == trigger["analyze_outcome"] == "attributed hardware/nvlink"
     table = r.stdout.split("| what | figure | reference (same run) | ratio |", 1)[1]
-    assert table.count("\n| ") == len(runs) + 1 + len(doc["analyze"]) + 1
+    shapes = len(doc["store_by_shape"])
+    assert table.count("\n| ") == len(runs) + shapes + len(doc["analyze"]) + 1 + len(rest["requests"])

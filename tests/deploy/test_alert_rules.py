@@ -16,6 +16,7 @@ from hypocenter.engine.fleet import FleetView
 from hypocenter.engine.fleet_cost import CostView
 from hypocenter.exporter.activity import Activity
 from hypocenter.exporter.prometheus import HypocenterCollector
+from hypocenter.store.base import FinalDiagnoses
 from hypocenter.store.sqlite import SQLiteStore
 
 REPO = Path(__file__).resolve().parents[2]
@@ -34,7 +35,7 @@ def exposed_names() -> set[str]:
     store = SQLiteStore(":memory:")
     names: set[str] = set()
     collector = HypocenterCollector(
-        Activity(), store, exporters=("loki",), fleet=FleetView(store), cost=CostView(store)
+        Activity(), store, exporters=("loki",), fleet=FleetView(store), cost=CostView(FinalDiagnoses(store))
     )
     for fam in collector.collect():
         names.add(fam.name)

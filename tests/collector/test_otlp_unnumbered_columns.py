@@ -1,0 +1,125 @@
+"""Records without `log.file.record_number` (the filelog receiver's default, SDK logging handlers,
+journald, Fluent Bit, Vector) are read as columns and tagged once per scope group, not once per
+record: each `Entry` — stream, scope, time, body and the exporter-retry dedup key — is the one the
+per-record path makes of the same record; groups outside that shape still take the per-record path."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import KeyValue
+from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord, ResourceLogs, ScopeLogs
+
+from hypocenter.collector import otlp
+
+PROTOBUF = "application/x-protobuf"
+T0 = 1_793_613_600_000_000_000
+
+
+def _kv(key: str, value: str | int) -> KeyValue:
+    kv = KeyValue(key=key)
+    if isinstance(value, int):
+        kv.value.int_value = value
+    else:
+        kv.value.string_value = value
+    return kv
+
+
+def _request(
+    resource: dict[str, str], records: list[tuple[str, int, int, dict[str, Any]]], scope: str = "filelog"
+) -> bytes:
+    """One resource, one scope; each record (body, time, observed time, attributes)."""
+    rl = ResourceLogs()
+    rl.resource.attributes.extend(_kv(k, v) for k, v in resource.items())
+    sl = ScopeLogs()
+    sl.scope.name = scope
+    for body, t, observed, attrs in records:
+        rec = LogRecord(time_unix_nano=t, observed_time_unix_nano=observed)
+        rec.body.string_value = body
+        rec.attributes.extend(_kv(k, v) for k, v in attrs.items())
+        sl.log_records.append(rec)
+    rl.scope_logs.append(sl)
+    return ExportLogsServiceRequest(resource_logs=[rl]).SerializeToString()
+
+
+def _lines(n: int, attrs: dict[str, Any], stamped: bool = True) -> list[tuple[str, int, int, dict[str, Any]]]:
+    return [
+        (
+            f"Nov  2 10:00:{i % 60:02d} gpu0007 kernel: [{i}.000001] audit: type=1400 pid={i} naïve ☃",
+            T0 + i if stamped or i % 2 else 0,
+            T0 + 10**9 + i,
+            attrs,
+        )
+        for i in range(n)
+    ]
+
+
+def _per_record(body: bytes) -> list[Any]:
+    return otlp.log_entries(otlp.decode_logs(body, PROTOBUF)[0]).accepted
+
+
+NODE = {"host.name": "gpu0007"}
+JOB = {"hypocenter.workload.id": "job-9", "hypocenter.workload.attempt": "2", "host.name": "gpu0007"}
+
+SHAPES = {
+    "filelog default: the path on each record": (NODE, _lines(300, {"log.file.path": "/var/log/kern.log"})),
+    "path and name": (
+        NODE,
+        _lines(300, {"log.file.path": "/var/log/kern.log", "log.file.name": "kern.log"}),
+    ),
+    "no attributes (an SDK handler)": (JOB, _lines(300, {})),
+    "the path on the resource, records without a time of their own": (
+        {**NODE, "log.file.path": "/var/log/syslog"},
+        _lines(300, {}, stamped=False),
+    ),
+    "a workload's records with the path": (JOB, _lines(300, {"log.file.path": "/job/out.log"})),
+}
+
+
+@pytest.mark.parametrize("name", list(SHAPES))
+def test_unnumbered_records_are_tagged_as_the_per_record_path_tags_them(name: str) -> None:
+    resource, records = SHAPES[name]
+    body = _request(resource, records)
+    tagged, warnings = otlp.receive("logs", body, PROTOBUF)
+    assert warnings == [] and tagged.blocks == [] and tagged.count == len(records)
+    assert tagged.accepted == _per_record(body)
+    assert all(e.line is None and e.kind == "text" for e in tagged.accepted)
+    # an exporter's retry is the same records: the same dedup keys; another time is another record
+    again, _ = otlp.receive("logs", body, PROTOBUF)
+    assert [e.dedup for e in again.accepted] == [e.dedup for e in tagged.accepted]
+    assert len({e.dedup for e in tagged.accepted}) == len(records)
+
+
+def test_a_group_is_tagged_once_not_per_record(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = 0
+    real = otlp.identify
+
+    def counting(*maps: Any) -> otlp.Identity:
+        nonlocal calls
+        calls += 1
+        return real(*maps)
+
+    monkeypatch.setattr(otlp, "identify", counting)
+    body = _request(NODE, _lines(2_000, {"log.file.path": "/var/log/kern.log"}))
+    tagged, _ = otlp.receive("logs", body, PROTOBUF)
+    assert tagged.count == 2_000
+    assert calls <= 3, f"identify ran {calls} times for one scope group"
+
+
+def test_groups_outside_the_shape_take_the_per_record_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    two_files = _lines(10, {"log.file.path": "/var/log/a.log"}) + _lines(
+        10, {"log.file.path": "/var/log/b.log"}
+    )
+    extra = _lines(10, {"log.file.path": "/var/log/a.log", "code.lineno": 12})
+    banner: list[tuple[str, int, int, dict[str, Any]]] = [
+        ("slurmstepd: error: *** JOB 9 ON gpu0007 CANCELLED AT 2026-11-02T10:00:00 ***", T0, T0, {})
+    ]
+    for resource, records in ((NODE, two_files), (NODE, extra), (JOB, banner)):
+        body = _request(resource, records)
+        tagged, _ = otlp.receive("logs", body, PROTOBUF)
+        assert tagged.accepted == _per_record(body)
+    streams = {e.stream for e in otlp.receive("logs", _request(NODE, two_files), PROTOBUF)[0].accepted}
+    assert streams == {"gpu0007:/var/log/a.log", "gpu0007:/var/log/b.log"}
+    assert otlp.receive("logs", _request(JOB, banner), PROTOBUF)[0].accepted[0].scope.get("banner_state")
