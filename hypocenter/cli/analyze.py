@@ -8,6 +8,7 @@ hypocenter analyze --slurm JOBID | --kueue NS/WL | --k8s-job NS/NAME [--logs DIR
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -62,7 +63,11 @@ def render_text(d: Diagnosis, style: Style) -> str:
         if d.next_step is not None and d.next_step.look_at:
             out.append(f"  action {style(d.next_step.action, '1')} · look at:")
             out.extend(f"    - {item}" for item in d.next_step.look_at)
-    if d.candidates:
+    if d.candidates and d.outcome == "unattributed":
+        out.append("")
+        out.append(style("Candidates", "1") + " (the causes weighed, most likely first; none attributed)")
+        out.extend(_weighed(d, style))
+    elif d.candidates:
         out.append("")
         out.append(style("Candidates", "1"))
         for c in d.candidates:
@@ -112,6 +117,30 @@ def render_text(d: Diagnosis, style: Style) -> str:
         out.append(f"{indent}- {cov.source}: {cov.status}" + (f" ({cov.reason})" if cov.reason else ""))
     out.append(f"diagnosis {d.id} · engine {d.engine.version} · ruleset {d.engine.ruleset[:19]}")
     return "\n".join(out) + "\n"
+
+
+# How the engine words a candidate's shortfall at the end of its summary: "(it falls short: …)",
+# "(2 line(s); it falls short: …)", "(fell short: …)".
+_SHORT = re.compile(r"\s*\((?:(?P<lines>\d+ line\(s\)); )?(?:it )?f(?:alls|ell) short(?:: (?P<why>.*))?\)$")
+
+
+def _weighed(d: Diagnosis, style: Style) -> list[str]:
+    """An abstention's candidates, one block each: the class and where, what the lines suggest and why it
+    falls short (the lines they rest on are in the evidence, as context)."""
+    out: list[str] = []
+    for i, c in enumerate(d.candidates, 1):
+        out.append(
+            f"  {i}. {style(f'{c.domain}/{c.subdomain}', '1')} on {', '.join(c.nodes) or 'the job'}"
+            f" · first seen {c.first_seen or '?'} · rule {c.rule}"
+        )
+        m = _SHORT.search(c.summary)
+        says = c.summary[: m.start()] if m else c.summary
+        if m and m.group("lines"):
+            says += f" ({m.group('lines')})"
+        out.append(f"     {says}")
+        if m:
+            out.append(f"     why it falls short: {m.group('why') or 'not stated'}")
+    return out
 
 
 # The flags that make `analyze` pull (collector/pull.py); without any, BUNDLE is read directly.
