@@ -328,19 +328,18 @@ def _explains(a: Candidate, b: Candidate) -> bool:
 
 
 # What a fault on one node can do to the processes on another: hang them, fail them in their own code,
-# run them into the time limit, get them cancelled. A fault of another domain on another node (a link
-# down, a lost filesystem server, a host OOM kill) is evidence of its own, not a consequence.
+# run them into the time limit, get them cancelled. A fault on another node (a link down, a lost
+# filesystem server, an OOM kill, another GPU's error) is evidence of its own, not a consequence.
 CONSEQUENCES = ("software/*", "resource/time_limit", "external/cancellation")
 
 
 def _linked(a: Candidate, b: Candidate) -> bool:
     """Whether cause `a`, whose rule names `b`'s class, can have produced `b` where `b` was seen. On a
-    node of `a`'s (or where either is unlocated) it can. On other nodes only through what crosses from
-    node to node: the job's processes (b's class is a consequence class) or the same kind of part
-    (an NVLink error is seen from both GPUs of the link): never a fault of another domain there."""
+    node of `a`'s (or where either is unlocated) it can. On other nodes only through the job's own
+    processes, which cross between nodes: `b` must be a consequence class, never another fault."""
     if not a.nodes or not b.nodes or a.nodes & b.nodes:
         return True
-    return _matches(list(CONSEQUENCES), b.cls) or a.spec.domain == b.spec.domain
+    return _matches(list(CONSEQUENCES), b.cls)
 
 
 def _latest_start(c: Candidate) -> datetime | None:

@@ -1,6 +1,6 @@
-"""Two independent faults on two hosts in two domains within the ambiguity window are `ambiguous`, both
-listed with their evidence: a cause explains a cause on another node only through what crosses
-between nodes (the job's own processes, or the same kind of part), never by its domain alone."""
+"""Two independent faults on two hosts within the ambiguity window are `ambiguous`, both listed with
+their evidence: a cause explains a cause on another node only through what crosses between nodes (the
+job's own processes), never because its rule names the other's class."""
 
 from __future__ import annotations
 
@@ -98,3 +98,21 @@ def test_the_other_hosts_hang_is_still_the_lost_gpus_consequence(tmp_path: Path)
     d = _diagnose(tmp_path, {"gpu-a03/syslog": GPU_LOST, "_job/out.log": _timeouts()})
     assert d.outcome == "attributed" and d.root_cause is not None
     assert (d.root_cause.subdomain, d.root_cause.nodes) == ("gpu", ["gpu-a03"])
+
+
+def test_a_host_oom_kill_does_not_explain_a_cuda_oom_on_another_host(tmp_path: Path) -> None:
+    """oom-killer's rule names resource/gpu_oom (a host OOM kill and its own ranks' CUDA OOM): on
+    another host a CUDA OOM is a fault of its own."""
+    d = _diagnose(
+        tmp_path,
+        {
+            "gpu-a03/kern.log": OOM_KILL.format(node="gpu-a03"),
+            "_job/out.log": "[rank9]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. "
+            "GPU 1 has a total capacity of 79.10 GiB of which 1.12 GiB is free.\n" + _timeouts(),
+        },
+    )
+    assert d.outcome == "ambiguous", d.root_cause
+    assert {(c.subdomain, tuple(c.nodes)) for c in d.candidates} >= {
+        ("host_oom", ("gpu-a03",)),
+        ("gpu_oom", ("gpu-a17",)),
+    }
