@@ -24,9 +24,11 @@ from random import Random
 from bench import noise
 from bench.scenario import Mode, Scenario
 from bench.scenarios import MODES
-from bench.scenarios.hangs import LATE
+from bench.scenarios.hangs import LATE as LATE_HANGS
+from bench.scenarios.special import LATE as LATE_SPECIAL
 from bench.world import draw_world
 
+LATE = LATE_HANGS | LATE_SPECIAL
 PRIORS = ("real", "uniform")
 DEFAULT_NODES_MAX = 512
 

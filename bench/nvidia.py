@@ -374,7 +374,9 @@ def mlx5_eth_link(hca: HCA, up: bool) -> str:
     return f"mlx5_core {hca.bdf} {hca.netdev}: Link {'up' if up else 'down'}"
 
 
-def mlx5_module_error(hca: HCA, rng: Random) -> str:
+def mlx5_module_error(hca: HCA, rng: Random, module: int | None = None) -> str:
+    """mlx5_core's port module event (events.c: `module %u, %s, %s`): `module` is decimal; without it
+    the bus digits of the HCA's address stand in (as the older modes always wrote)."""
     err = rng.choice(
         (
             "Bad or shorted cable/module",
@@ -383,7 +385,8 @@ def mlx5_module_error(hca: HCA, rng: Random) -> str:
             "No EEPROM/retry timeout",
         )
     )
-    return f"mlx5_core {hca.bdf}: Port module event[error]: module {hca.bdf[5:7].lstrip('0') or '0'}, Cable error, {err}"
+    number = str(module) if module is not None else hca.bdf[5:7].lstrip("0") or "0"
+    return f"mlx5_core {hca.bdf}: Port module event[error]: module {number}, Cable error, {err}"
 
 
 def mlx5_cmd_timeout(hca: HCA, rng: Random) -> str:

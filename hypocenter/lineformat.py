@@ -43,10 +43,16 @@ _SHORT_ISO = re.compile(
     r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})) ([A-Za-z0-9][\w.-]*) "
     r"([A-Za-z_][\w.@/-]*)(?:\[\d+\])?: ?"
 )
+# util-linux dmesg (sys-utils/dmesg.c, print_record): -T "[%a %b %e %H:%M:%S %Y] ", with -d a delta
+# after it "[… <%12.06f>] "; raw "[%5ld.%06ld] ", with -d "[%5ld.%06ld <%12.06f>] "; --time-format
+# delta "[<%12.06f>] "; -H / -e (reltime) "[%b%e %H:%M] " on the first line of each minute, then the
+# delta since the line before, "[  %+8.06f] " (or "[ %+9.06f] " from 10 s).
 _DMESG_T = re.compile(
-    r"^\[(?:[A-Z][a-z]{2}) ([A-Z][a-z]{2}) {1,2}(\d{1,2}) (\d{2}):(\d{2}):(\d{2}) (\d{4})\] ?"
+    r"^\[(?:[A-Z][a-z]{2}) ([A-Z][a-z]{2}) {1,2}(\d{1,2}) (\d{2}):(\d{2}):(\d{2}) (\d{4})(?: <\s*-?\d+\.\d+>)?\] ?"
 )
-_UPTIME = re.compile(r"^\[\s*(\d+\.\d+)\] ?")
+_UPTIME = re.compile(r"^\[\s*(\d+\.\d+)(?: <\s*-?\d+\.\d+>)?\] ?")
+_DMESG_MINUTE = re.compile(r"^\[([A-Z][a-z]{2}) ?(\d{1,2}) (\d{2}):(\d{2})\] ?")
+_DMESG_DELTA = re.compile(r"^\[(?:\s*[+-]\d+\.\d{6}|<\s*-?\d+\.\d{6}>)\] ?")
 _RANK = re.compile(r"^\[rank(\d+)\]:\s?")
 _NCCL = re.compile(r"^([A-Za-z0-9][\w.-]*):(\d+):(\d+) \[(\d+)\] ")
 _DEFAULT_RANK = re.compile(r"^\[[A-Za-z_][\w-]*?(\d+)\]:\s?")  # torchrun --tee: [${role_name}${local_rank}]:
@@ -411,6 +417,24 @@ def _dmesg_t(m: re.Match[str], text: str, h: LineHeader, ctx: TimeContext) -> st
     return text[m.end() :]
 
 
+def _dmesg_minute(m: re.Match[str], text: str, h: LineHeader, ctx: TimeContext) -> str | None:
+    if m.group(1) not in _MONTHS:
+        return None
+    if h.time is None:
+        h.time = ctx.complete(_MONTHS[m.group(1)], int(m.group(2)), int(m.group(3)), int(m.group(4)), 0, 0)
+    if h.tag is None:
+        h.tag = "kernel"
+    return text[m.end() :]
+
+
+def _dmesg_delta(m: re.Match[str], text: str, h: LineHeader, ctx: TimeContext) -> str | None:
+    """A delta since the line before: no time of its own. The extractor places the line at the nearest
+    stamp before it in its stream (a `[Nov 2 10:15]` minute line), or marks it approximate."""
+    if h.tag is None:
+        h.tag = "kernel"
+    return text[m.end() :]
+
+
 def _digit(c: str) -> bool:
     return c.isdigit()
 
@@ -443,6 +467,8 @@ LAYERS: tuple[Layer, ...] = (
     Layer("torchrun --tee", "[".__eq__, _DEFAULT_RANK, _default_rank, "[default2]:KeyError: 'x'"),
     Layer("uptime", "[".__eq__, _UPTIME, _uptime, "[294950.412118] NVRM: Xid 79"),
     Layer("dmesg -T", "[".__eq__, _DMESG_T, _dmesg_t, "[Mon Nov  2 10:15:03 2026] NVRM: Xid 79"),
+    Layer("dmesg -H minute", "[".__eq__, _DMESG_MINUTE, _dmesg_minute, "[Nov 2 10:15] NVRM: Xid 79"),
+    Layer("dmesg -H delta", "[".__eq__, _DMESG_DELTA, _dmesg_delta, "[  +0.000844] NVRM: Xid 79"),
     Layer("glog in brackets", "[".__eq__, _GLOG, _glog, "[E1102 10:15:03.123 42 file.cpp:1] x"),
     Layer("iso in brackets", "[".__eq__, _ISO, _iso, "[2026-11-02 10:15:03,123] INFO x"),
 )

@@ -11,6 +11,9 @@ from bench.scenario import Mode, Scenario
 from bench.scenarios.common import finish_failed, pick_gpu
 from bench.timeline import LineFn
 
+# Dealt after the other modes (bench.generate), so the corpora that existed before them keep their bundles.
+LATE = frozenset({"ambiguous-cross-domain-double-fault"})
+
 
 def _pg_not_destroyed(sc: Scenario, rank: int) -> LineFn:
     w = sc.w
@@ -117,10 +120,21 @@ def completed(sc: Scenario) -> None:
         )
 
 
+_SYSLOG_FORMATS = frozenset(
+    {"syslog", "syslog_uptime", "rsyslog_iso", "rfc5424", "journal_iso", "journal_precise", "journal_json"}
+)
+
+
 def _fault(sc: Scenario, kind: str, t: float, exclude: set[str]) -> tuple[str, str]:
     """Emit one hard fault of `kind` on a node not in `exclude`; returns (node name, domain)."""
     w, rng = sc.w, sc.rng
-    node = rng.choice([n for n in w.nodes if n.name not in exclude])
+    pool = [n for n in w.nodes if n.name not in exclude]
+    if kind == "gpulost":
+        # a health check's output reaches the syslog or journal, not the kernel's own log or dmesg
+        pool = [n for n in pool if n.kernel_format in _SYSLOG_FORMATS]
+        if not pool:
+            return _fault(sc, "xid79", t, exclude)
+    node = rng.choice(pool)
     gpu = rng.choice(node.gpus)
     if kind == "xid79":
         lines = nvidia.xid79_lines(gpu, rng)
@@ -147,12 +161,60 @@ def _fault(sc: Scenario, kind: str, t: float, exclude: set[str]) -> tuple[str, s
         sc.kernel(node, t, text, key=True, level="warning")
         sc.culprit([node], [sc.hca_component(node, hca, "port")])
         domain = "network"
-    else:
+    elif kind == "nicfw":
         hca = rng.choice(node.hcas)
         text = nvidia.mlx5_cmd_timeout(hca, rng)
         sc.kernel(node, t, text, key=True)
         sc.culprit([node], [sc.hca_component(node, hca, "nic")])
         domain = "network"
+    elif kind == "xid94":
+        text = nvidia.xid94(gpu, rng, node.rank_pids[gpu.index], "python")
+        sc.kernel(node, t, text, key=True)
+        sc.culprit([node], [(node, "gpu", gpu.pci)])
+        domain = "hardware"
+    elif kind == "module":
+        hca = rng.choice(node.hcas)
+        text = nvidia.mlx5_module_error(hca, rng, module=node.hcas.index(hca))
+        sc.kernel(node, t, text, key=True)
+        sc.culprit([node], [sc.hca_component(node, hca, "nic")])
+        domain = "network"
+    elif kind == "lustre":
+        fs = rng.choice(("scratch", "lustre1", "work"))
+        ost = f"{fs}-OST{rng.randint(0, 63):04x}"
+        nid = f"172.16.{rng.randint(1, 9)}.{rng.randint(2, 60)}@o2ib"
+        text = (
+            f"Lustre: {ost}-osc-ffff{rng.randint(0x8F00, 0x9FFF):x}{rng.randint(0, 0xFFFFFFFF):08x}: Connection to {ost} (at {nid}) was lost; "
+            "in progress operations using this service will wait for recovery to complete"
+        )
+        sc.kernel(node, t, text, key=True, level="warning")
+        sc.culprit([node], [(node, "filesystem", ost)])
+        domain = "storage"
+    elif kind == "nfs":
+        server = rng.choice(("fs01", "nfs-ckpt", "vast-vip-3", "10.0.8.20", "filer2"))
+        text = f"nfs: server {server} not responding, still trying"
+        sc.kernel(node, t, text, key=True, level="warning")
+        sc.culprit([node], [(node, "filesystem", server)])
+        domain = "storage"
+    elif kind == "gpulost":
+        # A health check's nvidia-smi run, logged to the journal (`nvidia-smi 2>&1 | logger -t gpu-health`):
+        # NVML's NVML_ERROR_GPU_IS_LOST, as nvidia-smi prints it.
+        text = f"Unable to determine the device handle for GPU {gpu.pci.upper()}.0: GPU is lost.  Reboot the system to recover this GPU"
+        sc.daemon(node, t, "gpu-health", text, level="err", key=True)
+        sc.culprit([node], [(node, "gpu", gpu.pci)])
+        domain = "hardware"
+    else:
+        assert kind == "oom", kind
+        pid = node.rank_pids[gpu.index]
+        rss = rng.randint(150, 1900) * 1024 * 1024
+        lines = [
+            "python invoked oom-killer: gfp_mask=0x140cca(GFP_HIGHUSER_MOVABLE|__GFP_COMP), order=0, oom_score_adj=0",
+            f"Out of memory: Killed process {pid} (python) total-vm:{rss + rng.randint(10**7, 10**8)}kB, "
+            f"anon-rss:{rss}kB, file-rss:{rng.randint(10**4, 10**6)}kB, shmem-rss:0kB, UID:{w.uid} "
+            f"pgtables:{rng.randint(10**5, 10**6)}kB oom_score_adj:0",
+        ]
+        sc.kernel(node, t, lines, key=True)
+        sc.culprit([node])
+        text, domain = lines[-1], "resource"
     if sc.truth.root_event is None:
         sc.root_event(node, sc.kstream(node).path, text)
     return node.name, domain
@@ -173,6 +235,49 @@ def double_fault(sc: Scenario) -> None:
     for r in wedged:
         sc.unkillable.add(r)
     t_first = sc.timeouts(t, wedged=wedged)
+    finish_failed(sc, t_first)
+
+
+# Pairs of independent faults in different domains, from the kernel's own wording: a GPU that fell
+# off the bus beside an InfiniBand port going down, a double-bit ECC error beside a lost Lustre or
+# NFS server, a host OOM kill beside a GPU Xid. Every rank's collective then times out, so each
+# fault's node also shows the other's symptoms.
+_CROSS_PAIRS = (
+    ("xid79", "link"),
+    ("xid79", "module"),
+    ("xid48", "lustre"),
+    ("xid94", "nfs"),
+    ("xid48", "nfs"),
+    ("oom", "xid79"),
+    ("oom", "xid48"),
+    ("oom", "link"),
+    ("lustre", "link"),
+    ("nicfw", "oom"),
+    ("gpulost", "oom"),
+    ("gpulost", "lustre"),
+)
+
+
+def cross_domain_double_fault(sc: Scenario) -> None:
+    w, rng = sc.w, sc.rng
+    sc.begin()
+    t = sc.fault_time()
+    sc.train(t - rng.uniform(1, 20))
+    kinds = list(rng.choice(_CROSS_PAIRS))
+    rng.shuffle(kinds)
+    n1, d1 = _fault(sc, kinds[0], t, set())
+    n2, d2 = _fault(sc, kinds[1], t + rng.uniform(0.5, 45), {n1})
+    assert d1 != d2
+    sc.truth.domain = "ambiguous"
+    sc.truth.subdomain = "ambiguous"
+    sc.collateral(f"two independent faults in two domains: {kinds[0]} on {n1}, {kinds[1]} on {n2}")
+    wedged = [w.rank(w.node(n), 0) for n, k in ((n1, kinds[0]), (n2, kinds[1])) if k == "xid79"]
+    for r in wedged:
+        sc.unkillable.add(r)
+    killed = [w.rank(w.node(n), 0) for n, k in ((n1, kinds[0]), (n2, kinds[1])) if k == "oom"]
+    for r in killed:
+        sc.exit(r, t + rng.uniform(0.01, 0.3), -9)
+    t_first = sc.timeouts(t, wedged=wedged, waiting=[r for r in range(w.world_size) if r not in killed])
     finish_failed(sc, t_first)
 
 
@@ -280,6 +385,15 @@ MODES = (
         0.5,
         double_fault,
         "two independent hard faults on different nodes within seconds, neither explaining the other",
+    ),
+    Mode(
+        "ambiguous-cross-domain-double-fault",
+        "ambiguous",
+        "ambiguous",
+        "ambiguous",
+        0.5,
+        cross_domain_double_fault,
+        "two independent faults on different nodes in different domains (GPU and fabric, GPU and storage, host memory and GPU) within the ambiguity window",
     ),
     Mode(
         "s15-silent-hang-no-host-logs",

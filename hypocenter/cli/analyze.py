@@ -8,6 +8,7 @@ hypocenter analyze --slurm JOBID | --kueue NS/WL | --k8s-job NS/NAME [--logs DIR
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -64,7 +65,11 @@ def render_text(d: Diagnosis, style: Style) -> str:
         if d.next_step is not None and d.next_step.look_at:
             out.append(f"  action {style(d.next_step.action, '1')} · look at:")
             out.extend(f"    - {item}" for item in d.next_step.look_at)
-    if d.candidates:
+    if d.candidates and d.outcome == "unattributed":
+        out.append("")
+        out.append(style("Candidates", "1") + " (the causes weighed, most likely first; none attributed)")
+        out.extend(_weighed(d, style))
+    elif d.candidates:
         out.append("")
         out.append(style("Candidates", "1"))
         for c in d.candidates:
@@ -139,6 +144,30 @@ def render_cost(cost: Cost, style: Style) -> list[str]:
         unit = "" if f is cost.gpus else " s"
         value = "unknown" if f.value is None else f"{f.value:g}{unit} ± {f.uncertainty or 0:g}{unit}"
         out.append(f"  {name:<17} {value:<22} {f.method}" + (f" ({f.ref})" if f.ref else ""))
+    return out
+
+
+# How the engine words a candidate's shortfall at the end of its summary: "(it falls short: …)",
+# "(2 line(s); it falls short: …)", "(fell short: …)".
+_SHORT = re.compile(r"\s*\((?:(?P<lines>\d+ line\(s\)); )?(?:it )?f(?:alls|ell) short(?:: (?P<why>.*))?\)$")
+
+
+def _weighed(d: Diagnosis, style: Style) -> list[str]:
+    """An abstention's candidates, one block each: the class and where, what the lines suggest and why it
+    falls short (the lines they rest on are in the evidence, as context)."""
+    out: list[str] = []
+    for i, c in enumerate(d.candidates, 1):
+        out.append(
+            f"  {i}. {style(f'{c.domain}/{c.subdomain}', '1')} on {', '.join(c.nodes) or 'the job'}"
+            f" · first seen {c.first_seen or '?'} · rule {c.rule}"
+        )
+        m = _SHORT.search(c.summary)
+        says = c.summary[: m.start()] if m else c.summary
+        if m and m.group("lines"):
+            says += f" ({m.group('lines')})"
+        out.append(f"     {says}")
+        if m:
+            out.append(f"     why it falls short: {m.group('why') or 'not stated'}")
     return out
 
 

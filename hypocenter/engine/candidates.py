@@ -314,9 +314,24 @@ def _explains(a: Candidate, b: Candidate) -> bool:
     ):
         return False
     if _matches(a.spec.explains, b.cls):
-        return True
+        return _linked(a, b)
     # A cause whose node is unknown (an exception line with no rank or host) may be on b's node.
     return _matches(a.spec.explains_on_node, b.cls) and bool(a.nodes & b.nodes or not b.nodes or not a.nodes)
+
+
+# What a fault on one node can do to the processes on another: hang them, fail them in their own code,
+# run them into the time limit, get them cancelled. A fault on another node (a link down, a lost
+# filesystem server, an OOM kill, another GPU's error) is evidence of its own, not a consequence.
+CONSEQUENCES = ("software/*", "resource/time_limit", "external/cancellation")
+
+
+def _linked(a: Candidate, b: Candidate) -> bool:
+    """Whether cause `a`, whose rule names `b`'s class, can have produced `b` where `b` was seen. On a
+    node of `a`'s (or where either is unlocated) it can. On other nodes only through the job's own
+    processes, which cross between nodes: `b` must be a consequence class, never another fault."""
+    if not a.nodes or not b.nodes or a.nodes & b.nodes:
+        return True
+    return _matches(list(CONSEQUENCES), b.cls)
 
 
 def _latest_start(c: Candidate) -> datetime | None:

@@ -32,6 +32,10 @@ _STORAGE_TEXT = re.compile(
 )
 
 
+# CUDA's cudaErrorDevicesUnavailable (46), as PyTorch, the runtime and the driver API name it.
+_BUSY_TEXT = re.compile(r"busy or unavailable|cudaErrorDevicesUnavailable|CUDA_ERROR_DEVICE_UNAVAILABLE")
+
+
 def _kind(*kinds: str) -> Callable[[Event], bool]:
     wanted = frozenset(kinds)
     return lambda e: e.kind in wanted
@@ -63,6 +67,15 @@ LEADS: tuple[_Lead, ...] = (
         "fabric",
         "connections between ranks failed on {where}: a peer process died, or the network between the nodes",
         "a closed connection is what every peer of a failed rank sees",
+    ),
+    _Lead(
+        "lead-gpu-busy",
+        lambda e: e.kind == "cuda_error" and bool(_BUSY_TEXT.search(e.text)),
+        "resource",
+        "gpu_oom",
+        "the GPU on {where} was busy or unavailable: another process holds it (nvidia-smi's process table) "
+        "or its compute mode is exclusive-process or prohibited (nvidia-smi -q -d COMPUTE)",
+        "no process table or compute mode was available, and a GPU that is going away can say the same",
     ),
     _Lead(
         "lead-cuda-error",

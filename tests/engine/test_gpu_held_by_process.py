@@ -45,6 +45,12 @@ def test_oom_with_a_foreign_process_names_it(tmp_path: Path) -> None:
     assert "ran out of GPU memory on gpu-a01" in d.root_cause.summary
 
 
-def test_without_the_process_table_busy_stays_a_gpu_fault(tmp_path: Path) -> None:
+def test_without_the_process_table_busy_is_a_lead_not_a_hardware_verdict(tmp_path: Path) -> None:
+    """CUDA documents cudaErrorDevicesUnavailable as the compute mode or another program holding the
+    device: without nvidia-smi's table the diagnosis abstains, the GPU's holder its first candidate."""
     d = _diagnose(tmp_path, BUSY, None)
-    assert d.root_cause is not None and (d.root_cause.domain, d.root_cause.subdomain) == ("hardware", "gpu")
+    assert d.outcome == "unattributed" and d.root_cause is None
+    first = d.candidates[0]
+    assert (first.domain, first.subdomain, first.rule) == ("resource", "gpu_oom", "lead-gpu-busy")
+    assert "compute mode" in first.summary and "falls short" in first.summary
+    assert any("busy or unavailable" in e.text for e in d.evidence)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from hypocenter.engine import default_engine
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 
 
