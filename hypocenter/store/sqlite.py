@@ -310,17 +310,25 @@ class SQLiteStore(Coordination):
                 [(kind, body, compacted, rid) for rid, kind, body, compacted in w.updates],
             )
         if w.inserts:
-            db.executemany(
-                sql(
-                    "INSERT INTO log_entries (attempt_id, node, stream, kind, line, time_ns, body, received, dedup,"
-                    " compacted) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"
-                ),
+            self._insert_entries(
+                db,
                 [
                     (aid, e.node, e.stream, kind, e.line, e.time_ns, body, now, e.dedup, compacted)
                     for e, kind, body, compacted in w.inserts
                 ],
             )
         return w.records()
+
+    def _insert_entries(self, db: Any, rows: list[tuple[Any, ...]]) -> None:
+        """Insert log_entries rows (attempt_id, node, stream, kind, line, time_ns, body, received, dedup,
+        compacted), in order, skipping a dedup key already stored (PostgresStore: one statement)."""
+        db.executemany(
+            sql(
+                "INSERT INTO log_entries (attempt_id, node, stream, kind, line, time_ns, body, received, dedup,"
+                " compacted) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"
+            ),
+            rows,
+        )
 
     def ingest(
         self,
