@@ -7,6 +7,7 @@ Needs HYPOCENTER_TEST_POSTGRES_URL (CI sets it)."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -20,6 +21,8 @@ from postgres_support import fresh_schema
 from server_support import REPO, ServerProcess, analyze, essence, replay, wait_for_diagnosis
 
 from hypocenter.store import open_store
+from hypocenter.store.sqlite import SQLiteStore
+from tests.exporter.test_prometheus import diagnosis_summary
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgresql]
 
@@ -31,6 +34,38 @@ VERDICT = re.compile(r"diagnosis (dx-\w+) for workload '([^']+)' attempt \d+: \w
 @pytest.fixture()
 def pg_url() -> Iterator[str]:
     yield from fresh_schema()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SQLiteStore]:
+    if request.param == "sqlite":
+        s = open_store(str(tmp_path / "s.db"))
+        yield s
+        s.close()
+        return
+    for url in fresh_schema():
+        s = open_store(url)
+        yield s
+        s.close()
+
+
+def test_a_verdict_is_stored_only_under_the_claim_it_was_made_under(store: SQLiteStore) -> None:
+    doc = analyze(BUNDLE)
+    a = doc["attempt"]
+    store.set_context(a["workload_id"], a["attempt"], {"workload": {"id": a["workload_id"]}}, time.time())
+    row = store.attempt(a["workload_id"], a["attempt"])
+    assert row is not None
+    now = time.time()
+    assert store.claim_analysis(row.id, "a", now)
+    store.recover_interrupted(now + 1, 5, live_replicas=store.shared)  # a is gone (holds no lease)
+    assert store.claim_analysis(row.id, "b", now + 2)
+    body, summary = json.dumps(doc), diagnosis_summary(doc)
+    assert store.put_diagnosis(row.id, body, summary, False, now, claim="a") is None  # a resumed
+    assert store.get_diagnosis(doc["id"]) is None
+    assert store.analysing_by(row.id) == "b"  # b's analysis is still under way
+    assert store.put_diagnosis(row.id, body, summary, False, now + 2, claim="b") == 1
+    assert store.get_diagnosis(doc["id"]) is not None
+    assert store.analysing_by(row.id) is None
 
 
 def _flags(replica: str, loki: str) -> tuple[str, ...]:
