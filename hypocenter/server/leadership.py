@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-from hypocenter.store.base import Coordination
+from hypocenter.store.base import Coordination, StoreUnavailable
 from hypocenter.store.coordination import REPLICA_LEASE
 
 log = logging.getLogger("hypocenter.server")
@@ -52,6 +52,8 @@ class Leadership:
         self._held: set[str] = set() if self.shared else set(self.roles)
         self._until = float("inf") if not self.shared else 0.0  # the leases last renewed run until then
         self._reachable = True
+        self._outage_logged = False  # this keeper logged the outage itself (not the store)
+        self._logged: set[str] = set()  # the roles the log last said this replica holds
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -101,19 +103,27 @@ class Leadership:
                 if self.store.acquire_lease(role, self.holder, now, self.lease_s):
                     got.add(role)
         except Exception as exc:  # the database is away: act on nothing until it is back
+            # One line per outage in all: a store that logs its own outages (StoreUnavailable) has
+            # said it; the roles this replica stops acting on meanwhile are not listed one by one.
             if self._reachable:
-                log.warning(
-                    "leases: the store is unreachable, this replica stops polling and exporting: %s", exc
-                )
+                self._outage_logged = not isinstance(exc, StoreUnavailable)
+                if self._outage_logged:
+                    log.warning(
+                        "leases: the store is unreachable, this replica stops polling and exporting: %s", exc
+                    )
             self._reachable = False
-            got = set()
-        else:
-            if not self._reachable:
-                log.info("leases: the store is reachable again")
-            self._reachable = True
+            with self._lock:
+                self._held = set()
+                self._until = now + self.lease_s
+            return
+        if not self._reachable and self._outage_logged:
+            log.info("leases: the store is reachable again")
+        self._reachable, self._outage_logged = True, False
         with self._lock:
-            before, self._held = self._held, got
+            self._held = got
             self._until = now + self.lease_s
+        # what changed since the log last spoke: an outage that ends with the same roles logs none
+        before, self._logged = self._logged, set(got)
         for role in sorted(got - before):
             log.info("replica %s took the %s lease", self.holder, role)
         for role in sorted(before - got):

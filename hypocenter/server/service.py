@@ -559,7 +559,7 @@ class Attribution:
             origin: dict[str, str] | None = {
                 k: str(scope[k]) for k in ("client", "role") if k in scope
             } or None
-            self.store.put_diagnosis(
+            stored = self.store.put_diagnosis(
                 row.id,
                 body,
                 summary(diagnosis.model_dump(by_alias=True), inp.context),
@@ -568,7 +568,16 @@ class Attribution:
                 provenance(
                     scope.get("source", "otlp"), client or origin, trigger="request" if client else "auto"
                 ),
+                claim=self.leadership.holder,
             )
+            if stored is None:  # paused past its lease: another replica took the attempt back
+                log.info(
+                    "analysis of workload %r attempt %d dropped: replica %s lost its claim meanwhile",
+                    workload,
+                    attempt,
+                    self.leadership.holder,
+                )
+                return (diagnosis, provisional) if explicit else None
             self.analyses += 1
             self.activity.analysed(diagnosis, provisional, time.time() - started)
         log.info(
@@ -621,6 +630,7 @@ class Attribution:
             time.time() + 1e9,
             prov,
         )
+        assert revision is not None  # no claim to lose: always stored
         if revision > 1 and (before is None or before.revision != revision):
             log.warning(
                 "bundle upload by %s made revision %d of workload %s attempt %d",

@@ -152,7 +152,8 @@ class InMemoryDiagnoses:
         provisional: bool,
         analyzed_from: float,
         provenance: dict[str, Any] | None = None,
-    ) -> int:
+        claim: str | None = None,  # one process: a claim is never taken back
+    ) -> int | None:
         """As `SQLiteStore.put_diagnosis`: a changed verdict is a new revision; the very same diagnosis
         again changes nothing and is not queued for export again. Returns the revision now current."""
         prov: dict[str, Any] = provenance or {"source": "unknown"}

@@ -310,17 +310,25 @@ class SQLiteStore(Coordination):
                 [(kind, body, compacted, rid) for rid, kind, body, compacted in w.updates],
             )
         if w.inserts:
-            db.executemany(
-                sql(
-                    "INSERT INTO log_entries (attempt_id, node, stream, kind, line, time_ns, body, received, dedup,"
-                    " compacted) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"
-                ),
+            self._insert_entries(
+                db,
                 [
                     (aid, e.node, e.stream, kind, e.line, e.time_ns, body, now, e.dedup, compacted)
                     for e, kind, body, compacted in w.inserts
                 ],
             )
         return w.records()
+
+    def _insert_entries(self, db: Any, rows: list[tuple[Any, ...]]) -> None:
+        """Insert log_entries rows (attempt_id, node, stream, kind, line, time_ns, body, received, dedup,
+        compacted), in order, skipping a dedup key already stored (PostgresStore: one statement)."""
+        db.executemany(
+            sql(
+                "INSERT INTO log_entries (attempt_id, node, stream, kind, line, time_ns, body, received, dedup,"
+                " compacted) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"
+            ),
+            rows,
+        )
 
     def ingest(
         self,
@@ -732,18 +740,34 @@ class SQLiteStore(Coordination):
         provisional: bool,
         analyzed_from: float,
         provenance: dict[str, Any] | None = None,
-    ) -> int:
+        claim: str | None = None,
+    ) -> int | None:
         """Store the attempt's current diagnosis and clear its dirty flag unless data arrived after
         `analyzed_from` (the wall time the analysis read the store). A verdict that differs from the
         attempt's last one is kept as a new revision with its `provenance`; the same verdict again
         keeps the revision (and provenance) it had. The very same diagnosis again (same body, same
         provisional flag: another replica, or a repeated trigger, analysed the same data) changes
-        nothing and is not exported twice. Returns the revision now current."""
+        nothing and is not exported twice. Returns the revision now current. `claim`: the analysis
+        was claimed by this holder at `analyzed_from` (`claim_analysis`); when that claim is no longer
+        its own (the replica was paused past its lease and another took the attempt back) nothing is
+        stored and None is returned."""
         prov = json.dumps(provenance or {"source": "unknown"}, sort_keys=True)
         with self._tx() as db:
             # Lock the attempt's row first (PostgreSQL: replicas analysing one attempt at once queue
             # here, and the second then sees the first's diagnosis; SQLite has one writer anyway).
-            db.execute(sql("UPDATE attempts SET analyzed_at=analyzed_at WHERE id=?"), (attempt_id,))
+            if claim is None:
+                db.execute(sql("UPDATE attempts SET analyzed_at=analyzed_at WHERE id=?"), (attempt_id,))
+            elif (
+                db.execute(
+                    sql(
+                        "UPDATE attempts SET analyzed_at=analyzed_at WHERE id=? AND analysing_by=?"
+                        " AND analysing_since=?"
+                    ),
+                    (attempt_id, claim, analyzed_from),
+                ).rowcount
+                != 1
+            ):
+                return None
             last = db.execute(
                 sql(
                     "SELECT revision, body, provenance FROM diagnosis_revisions WHERE workload=? AND attempt=?"

@@ -59,6 +59,8 @@ def _check(
     for message in ("store unavailable", "store available again"):  # the store's own lines
         count = text.count(f"hypocenter.store: {message}")
         assert count == outages if outages is not None else count <= 1, text[-3000:]
+    # one line per change in all: the lease keeper adds none of its own to the store's
+    assert "leases: the store is" not in text, text[-3000:]
     return held
 
 
@@ -96,6 +98,7 @@ def test_postgresql_restarted_mid_ingest(own_pg: OwnPostgres, tmp_path: Path) ->
     assert acked_before and len(acked_before) < len(requests), "the outage did not fall mid-ingest"
     assert refused_during > 0, "no request was refused while the database was down"
     held = _check(own_pg.url, want, got, rows, log)
+    assert "no longer holds" not in log.read_text()  # the only replica got its roles back
     acked_lines = {(r.path, r.first + i) for r in senders.acked for i in range(r.count)}
     assert acked_lines <= lines_held(held["rows"])
 

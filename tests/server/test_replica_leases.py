@@ -22,6 +22,7 @@ from hypocenter.exporter.activity import Activity
 from hypocenter.exporter.outbox import InMemoryExporter, Outbox
 from hypocenter.server.leadership import OUTBOX, SLURM_POLL, Leadership
 from hypocenter.store import open_store
+from hypocenter.store.base import StoreUnavailable
 from hypocenter.store.sqlite import SQLiteStore
 from tests.exporter.test_prometheus import NVLINK, store_diagnosis
 
@@ -237,29 +238,38 @@ def test_two_replicas_poll_once_and_the_survivor_takes_over(tmp_path: Path) -> N
 
 
 class _Unreachable:
-    """A shared store whose database is away while `down` is set (every call raises, as psycopg does)."""
+    """A shared store whose database is away while `down` is set (every call raises `error`: what
+    psycopg raises, or the `StoreUnavailable` a store that logs its own outages raises)."""
 
     shared = True
 
-    def __init__(self, store: SQLiteStore) -> None:
+    def __init__(self, store: SQLiteStore, error: Exception) -> None:
         self.store = store
+        self.error = error
         self.down = False
 
     def acquire_lease(self, name: str, holder: str, now: float, ttl_s: float) -> bool:
         if self.down:
-            raise ConnectionError("connection refused")
+            raise self.error
         return self.store.acquire_lease(name, holder, now, ttl_s)
 
     def release_lease(self, name: str, holder: str) -> None:
         self.store.release_lease(name, holder)
 
 
+@pytest.mark.parametrize("store_logs_outages", [False, True])
 def test_an_unreachable_database_is_logged_once_per_change(
-    pg_store: SQLiteStore, caplog: pytest.LogCaptureFixture
+    pg_store: SQLiteStore, caplog: pytest.LogCaptureFixture, store_logs_outages: bool
 ) -> None:
-    flaky = _Unreachable(pg_store)
+    """While the database is away the replica acts on nothing; the outage is one line when it starts
+    and one when it ends — the store's own when it logs outages (PostgresStore), else the lease
+    keeper's — and a replica that gets its roles back logs no lease change for them."""
+    error = (
+        StoreUnavailable("store unavailable: refused") if store_logs_outages else ConnectionError("refused")
+    )
+    flaky = _Unreachable(pg_store, error)
     clock = [1000.0]
-    lead = Leadership(flaky, [OUTBOX], holder="a", lease_s=3.0, clock=lambda: clock[0])  # type: ignore[arg-type]
+    lead = Leadership(flaky, [OUTBOX, SLURM_POLL], holder="a", lease_s=3.0, clock=lambda: clock[0])  # type: ignore[arg-type]
     caplog.set_level("INFO", logger="hypocenter.server")
     lead.renew()
     assert lead.holds(OUTBOX)
@@ -267,13 +277,32 @@ def test_an_unreachable_database_is_logged_once_per_change(
     for _ in range(10):  # ten renewals while the database is away: it stops acting, says so once
         clock[0] += 1.0
         lead.renew()
-    assert not lead.holds(OUTBOX)
+    assert not lead.holds(OUTBOX) and lead.held() == []
     flaky.down = False
     clock[0] += 1.0
     lead.renew()
     assert lead.holds(OUTBOX)
     messages = [r.getMessage() for r in caplog.records]
-    assert sum("unreachable" in m for m in messages) == 1
-    assert sum("reachable again" in m for m in messages) == 1
-    assert sum("took the outbox lease" in m for m in messages) == 2
+    assert sum("took the outbox lease" in m for m in messages) == 1
+    assert sum("took the poll:slurm lease" in m for m in messages) == 1
+    outage = [m for m in messages if "took the" not in m]
+    if store_logs_outages:
+        assert outage == []  # the store's two lines are the outage's
+    else:
+        assert len(outage) == 2 and "unreachable" in outage[0] and "reachable again" in outage[1], outage
+
+    # an outage during which another replica took a role: that change is logged, once
+    caplog.clear()
+    flaky.down = True
+    clock[0] += 1.0
+    lead.renew()
+    clock[0] += 3.0
+    assert pg_store.acquire_lease(OUTBOX, "b", clock[0], 100.0)
+    flaky.down = False
+    for _ in range(3):
+        clock[0] += 1.0
+        lead.renew()
+    assert not lead.holds(OUTBOX) and lead.holds(SLURM_POLL)
+    messages = [r.getMessage() for r in caplog.records]
     assert sum("no longer holds the outbox lease" in m for m in messages) == 1
+    assert not any("poll:slurm" in m for m in messages)
