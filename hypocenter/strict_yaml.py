@@ -67,6 +67,17 @@ class _FastLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignor
 
 _FAST_MAX_DEPTH = 32
 
+# libyaml's composer (PyYAML's C extension) recurses on the C stack without a limit: ~20,000 nested
+# `[` (40 KB) crash the process with SIGSEGV. Only text whose nesting cannot pass this goes to it.
+_FAST_SAFE_DEPTH = 4000
+
+
+def _depth_bound(text: str) -> int:
+    """An upper bound on the nesting of a YAML text: each flow level opens with `[` or `{`, and block
+    collections nest only by moving right (a sequence may share its mapping's column, hence twice the width)."""
+    widest = max(map(len, text.splitlines()), default=0)
+    return 2 * (widest + 1) + text.count("[") + text.count("{")
+
 
 def _plain(node: yaml.Node) -> bool:
     """No alias (a node reached twice: libyaml's composer resolves `*name` to the anchored node, and
@@ -131,9 +142,10 @@ _FastLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _con
 def loads(text: str, path: str = "<string>") -> Any:
     """Parse one YAML document; errors name `path:line`."""
     try:
-        done, doc = _fast(text)  # safe: a SafeLoader
-        if done:
-            return doc
+        if _depth_bound(text) <= _FAST_SAFE_DEPTH:
+            done, doc = _fast(text)  # safe: a SafeLoader
+            if done:
+                return doc
     except (yaml.YAMLError, RecursionError):
         pass
     try:

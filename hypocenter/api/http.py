@@ -599,7 +599,7 @@ def diagnosis_routes(service: Attribution) -> APIRouter:
                 continue
             when = parse_time(text)
             if when is None:
-                return _problem(400, f"{name}: {text!r} is not an RFC 3339 time")
+                return _problem(400, f"{name}: {text!r} is not an RFC 3339 time between 1970 and 2262")
             bounds.append(int(when.timestamp() * 1e9))
         try:
             after = paging.decode(cursor) if cursor else None

@@ -659,6 +659,8 @@ def receive(signal: str, body: bytes, content_type: str) -> tuple[Tagged, list[s
     protobuf = media_type(content_type) in PROTOBUF_TYPES
     if not protobuf:
         _check_json_values(body, bound)
+    else:
+        _check_wire_attributes(signal, body)
     if signal == "logs":
         if protobuf and body.count(b"\x12") > bound:  # counted on the wire first: decoding is what a hostile
             # request makes expensive. Each record and scope group has a 0x12 tag byte: fewer, no walk needed.
@@ -767,6 +769,35 @@ def _attribute_counter(body: bytes) -> _AttributeCounter | None:
     if body.count(b'"key"') + body.count(b"\\u") <= bound:
         return None
     return _AttributeCounter(bound)
+
+
+# The tag bytes of the fields counted as attributes: KeyValue lists (resource 1, scope 3, log record
+# 6, data points 7, 9 and 1, exemplar 7, metric metadata 12, key-value list 1), array values (1) and
+# summary quantiles (6).
+_ATTRIBUTE_TAGS = (b"\x0a", b"\x1a", b"\x32", b"\x3a", b"\x4a", b"\x62")
+
+
+def _check_wire_attributes(signal: str, body: bytes) -> None:
+    """Refuse OTLP/protobuf holding more attributes than max_attributes_per_request, or than
+    JSON_VALUES_PER_RECORD per record when it holds more records, counted on the wire before
+    decoding: an attribute takes two bytes of body and a message object once decoded."""
+    bound = limits.active().max_attributes_per_request
+    if len(body) <= 2 * bound:  # too short to hold more
+        return
+    records = limits.active().max_records_per_request
+    if signal == "logs":
+        records = otlp_wire.count_log_records(body, records)
+    else:
+        records = otlp_wire.count_data_points(body, records)
+    allowed = max(bound, JSON_VALUES_PER_RECORD * records)
+    if sum(map(body.count, _ATTRIBUTE_TAGS)) <= allowed:  # each one has its own tag byte, one of these
+        return
+    if otlp_wire.count_attributes(body, signal, allowed) > allowed:
+        raise MessageTooLarge(
+            f"OTLP/protobuf body holds more than {allowed:,} attributes and array values, the limit "
+            f"for its {records:,} records (setting max_attributes_per_request, or "
+            f"{JSON_VALUES_PER_RECORD} per record): send smaller batches"
+        )
 
 
 def _check_count(what: str, count: int, bound: int) -> None:

@@ -132,4 +132,68 @@ def count_data_points(body: bytes, stop_after: int) -> int:
     return points
 
 
-__all__ = ["count_data_points", "count_log_records"]
+# Where attributes (KeyValue) and array values (AnyValue inside an ArrayValue) sit in the OTLP
+# messages: message name -> {field number: (message name of the field, counts as an attribute)}.
+_SCHEMA: dict[str, dict[int, tuple[str, bool]]] = {
+    "logs_request": {1: ("resource_logs", False)},
+    "resource_logs": {1: ("resource", False), 2: ("scope_logs", False)},
+    "scope_logs": {1: ("scope", False), 2: ("log_record", False)},
+    "log_record": {5: ("any_value", False), 6: ("key_value", True)},
+    "metrics_request": {1: ("resource_metrics", False)},
+    "resource_metrics": {1: ("resource", False), 2: ("scope_metrics", False)},
+    "scope_metrics": {1: ("scope", False), 2: ("metric", False)},
+    "metric": {
+        5: ("number_data", False),
+        7: ("number_data", False),
+        9: ("histogram_data", False),
+        10: ("exp_histogram_data", False),
+        11: ("summary_data", False),
+        12: ("key_value", True),
+    },
+    "number_data": {1: ("number_point", False)},
+    "histogram_data": {1: ("histogram_point", False)},
+    "exp_histogram_data": {1: ("exp_histogram_point", False)},
+    "summary_data": {1: ("summary_point", False)},
+    "number_point": {7: ("key_value", True), 5: ("exemplar", False)},
+    "histogram_point": {9: ("key_value", True), 8: ("exemplar", False)},
+    "exp_histogram_point": {1: ("key_value", True), 11: ("exemplar", False)},
+    "summary_point": {7: ("key_value", True), 6: ("quantile", True)},
+    "exemplar": {7: ("key_value", True)},
+    "resource": {1: ("key_value", True)},
+    "scope": {3: ("key_value", True)},
+    "key_value": {2: ("any_value", False)},
+    "any_value": {5: ("array_value", False), 6: ("kvlist_value", False)},
+    "array_value": {1: ("any_value", True)},
+    "kvlist_value": {1: ("key_value", True)},
+}
+_FIELDS = {name: tuple(fields) for name, fields in _SCHEMA.items()}
+_MAX_DEPTH = 100  # the protobuf decoder's own recursion limit: deeper is malformed, for it to report
+
+
+def count_attributes(body: bytes, signal: str, stop_after: int) -> int:
+    """Attributes (KeyValue, at any depth: resource, scope, record, data point, exemplar, nested
+    key-value lists) and array values of an OTLP export request, counting no further than
+    `stop_after` + 1. Each costs the decoder a message object for two bytes of body, so a body of
+    `max_message_bytes` could otherwise hold tens of millions of them."""
+    found = 0
+    stack: list[tuple[str, memoryview, int]] = [(f"{signal}_request", memoryview(body), 0)]
+    try:
+        while stack:
+            name, buf, depth = stack.pop()
+            if depth > _MAX_DEPTH:
+                return found
+            schema = _SCHEMA[name]
+            for number, sub in _fields(buf, _FIELDS[name]):
+                child, counts = schema[number]
+                if counts:
+                    found += 1
+                    if found > stop_after:
+                        return found
+                if child in _SCHEMA and len(sub):
+                    stack.append((child, sub, depth + 1))
+    except _Malformed:
+        pass
+    return found
+
+
+__all__ = ["count_attributes", "count_data_points", "count_log_records"]

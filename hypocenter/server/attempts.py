@@ -57,19 +57,31 @@ def _from_ns(ns: int) -> datetime:
     return datetime(1970, 1, 1, tzinfo=timezone.utc) + timedelta(microseconds=ns // 1000)
 
 
+# Times the store can keep as signed 64-bit Unix nanoseconds, with room for the lookback and slack
+# added around a window: a client's time outside them is no time at all.
+TIME_MIN: Final = datetime(1970, 1, 1, tzinfo=timezone.utc)
+TIME_MAX: Final = datetime(2262, 1, 1, tzinfo=timezone.utc)
+
+
 def parse_time(text: str | None) -> datetime | None:
-    """RFC 3339 text or Unix nanoseconds (an integer string) → aware UTC time."""
+    """RFC 3339 text or Unix nanoseconds (an integer string) → aware UTC time; None for text that is
+    neither, or for a time outside TIME_MIN … TIME_MAX."""
     if text is None:
         return None
     t = text.strip()
     if re.fullmatch(r"\d{10,20}", t):
         n = int(t)
-        return _from_ns(n if n > 10**14 else n * 10**9)
+        n = n if n > 10**14 else n * 10**9
+        return _from_ns(n) if n < _ns(TIME_MAX) else None
     try:
         dt = datetime.fromisoformat(t.replace("Z", "+00:00"))
     except ValueError:
         return None
-    return dt if dt.tzinfo else dt.replace(tzinfo=timezone.utc)
+    dt = dt if dt.tzinfo else dt.replace(tzinfo=timezone.utc)
+    try:
+        return dt if TIME_MIN <= dt <= TIME_MAX else None
+    except OverflowError:  # an offset that takes it past year 1 or 9999
+        return None
 
 
 def parse_ranks(text: str) -> dict[str, str]:
