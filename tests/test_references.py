@@ -12,6 +12,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 LINK = re.compile(r"\[[^\]\n]*\]\(([^)\s]+)\)")
+# Code is not rendered as links: fenced blocks and inline code spans (any number of backticks).
+CODE = re.compile(r"^```.*?^```|(`+)(?:(?!\1).)+?\1", re.MULTILINE | re.DOTALL)
 DANGLING = re.compile(
     r"DESIGN\.md|(?:\.\./|/work/|\b)shared/(?:reference|DESIGN)|\bcontract-\d|\b[Rr]eference §"
     r"|failure-signatures\.md|observability-stack\.md|peer-systems\.md"
@@ -38,7 +40,7 @@ def test_markdown_links_lead_to_files_of_the_repository() -> None:
     for f in _tracked():
         if f.suffix != ".md":
             continue
-        for m in LINK.finditer(f.read_text(encoding="utf-8", errors="replace")):
+        for m in LINK.finditer(CODE.sub("", f.read_text(encoding="utf-8", errors="replace"))):
             target = m.group(1).split("#", 1)[0]
             if not target or re.match(r"[a-z][a-z0-9+.-]*:", target):  # an anchor here, or a URL
                 continue
