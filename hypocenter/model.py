@@ -9,7 +9,8 @@ Nothing in this module reads files or knows about a connector.
 They are plain slotted dataclasses (modelbase.Plain: `model_dump`, `model_copy`), so that
 `hypocenter analyze` never imports pydantic; documents are validated by their pydantic twins in
 model_schema.py (`AttemptContext.model_validate(doc)` does that, and hands back the plain class),
-which also give the published JSON Schema. tests/test_model_schema.py keeps both sides in step.
+which also give the published JSON Schema. model_schema.py derives each twin from the class here, so a
+field is declared once; tests/test_model_schema.py checks that they agree.
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ class _Model(Plain):
         from hypocenter import model_schema
 
         twin = getattr(model_schema, cls.__name__)
-        result: Self = plain_from(twin.model_validate(obj), _CLASSES)
+        result: Self = plain_from(twin.model_validate(obj), CLASSES)
         return result
 
 
@@ -457,7 +458,8 @@ class Diagnosis(_Model):
         return json.dumps(self.model_dump(mode="json", by_alias=True), indent=2, ensure_ascii=False) + "\n"
 
 
-_CLASSES: dict[str, type[Plain]] = {
+# Every class, in dependency order (a class after those it holds): model_schema.py derives a twin of each.
+CLASSES: dict[str, type[Plain]] = {
     cls.__name__: cls
     for cls in (
         Workload,

@@ -1,272 +1,152 @@
 """The pydantic twins of model.py's plain classes: validation of documents, and the JSON Schema.
 
-model.py's classes are what the pipeline passes around (no pydantic on `hypocenter analyze`'s path);
-each class here has the same name, fields, defaults and order (tests/test_model_schema.py proves it),
-and adds what only pydantic gives: validation and coercion of an attempt document (attempt.yaml, an
-API body, a stored scope) with pydantic's messages, and the published JSON Schema of the diagnosis.
-`model.AttemptContext.model_validate(doc)` validates here and hands back the plain class.
+model.py's classes are the one source of every field, type, default and order (no pydantic on
+`hypocenter analyze`'s path); this module builds a pydantic model of the same name from each of them
+when it is imported (modelbase.twin) and adds only what pydantic gives: the checks and coercions of an
+attempt document (attempt.yaml, an API body, a stored scope) with pydantic's messages, and the
+published JSON Schema of the diagnosis (`hypocenter schema`). A new field is one edit in model.py,
+plus an entry in `_CHECKS` or `_VALIDATORS` if it needs a check.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from hypocenter import limits
-from hypocenter.modelbase import (
-    ATTEMPT_MAX,
-    SCHEMA_ID,
-    Action,
-    CoverageStatus,
-    FieldValue,
-    Outcome,
-    QualityLevel,
-    Role,
-    SourceKind,
-    check_state,
-    count_ranks,
-    utc,
-)
+from hypocenter import limits, model
+from hypocenter.modelbase import ATTEMPT_MAX, check_state, count_ranks, twin, utc
 
 
 class _Strict(BaseModel):
+    """An input document (contract 1): unknown keys refused, the result frozen."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-# ---------------------------------------------------------------------------------------------
-# Contract 1: the attempt scope
-
-
-class Workload(_Strict):
-    id: str
-    attempt: int = Field(0, ge=0, le=ATTEMPT_MAX)
-    name: str | None = None
-    scheduler: str | None = None
-    cluster: str | None = None
-
-    @field_validator("id", mode="before")
-    @classmethod
-    def _id_as_text(cls, v: object) -> object:
-        return str(v) if isinstance(v, int) else v
-
-
-class Window(_Strict):
-    start: datetime
-    end: datetime
-
-    @field_validator("start", "end")
-    @classmethod
-    def _aware(cls, v: datetime) -> datetime:
-        return utc(v)
-
-    @model_validator(mode="after")
-    def _ordered(self) -> Window:
-        if self.end < self.start:
-            raise ValueError("window.end is before window.start")
-        return self
-
-
-class AttemptContext(_Strict):
-    """The scope of one workload attempt (attempt.yaml, or a scheduler connector)."""
-
-    workload: Workload
-    window: Window
-    state: str | None = None
-    exit_code: int | None = None
-    reason: str | None = None
-    nodes: list[str] = Field(default_factory=list)
-    ranks: dict[str, str | int | list[int]] = Field(default_factory=dict)
-    timezone: str = "UTC"
-    gpus_per_node: int | None = Field(default=None, ge=1)  # what the scheduler allocated (GPU cost)
-
-    @field_validator("state")
-    @classmethod
-    def _upper_state(cls, v: str | None) -> str | None:
-        if isinstance(v, str):
-            v = v.strip().upper()
-            check_state(v)
-        return v
-
-    @field_validator("nodes")
-    @classmethod
-    def _once_each(cls, v: list[str]) -> list[str]:
-        # An allocation names a node once; a repeat (a hand-written list, a merged hostlist) is the same node.
-        nodes = list(dict.fromkeys(v))
-        limits.check_count("nodes of the attempt", len(nodes), "max_nodes_per_attempt")
-        return nodes
-
-    @model_validator(mode="after")
-    def _ranks_on_known_nodes(self) -> AttemptContext:
-        total = 0
-        for node, spec in self.ranks.items():
-            if self.nodes and node not in self.nodes:
-                raise ValueError(f"ranks: node {node!r} is not in nodes")
-            total += count_ranks(spec)
-        limits.check_count("ranks of the attempt's rank map", total, "max_ranks_per_attempt")
-        return self
-
-
-# ---------------------------------------------------------------------------------------------
-# Observations and events
-
-
-class Event(BaseModel):
-    """A typed fact extracted from an observation (a line, sample or record): an Xid, an NCCL error, a watchdog timeout, …"""
-
+class _Closed(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    kind: str
-    rule: str
-    time: datetime | None
-    approx: bool = False
-    inherited: bool = False  # time taken from an earlier line of the stream: a lower bound
-    time_max: datetime | None = None  # for inherited times: the next stamp in the stream, an upper bound
-    node: str | None
-    rank: int | None = None
-    source: SourceKind
-    ref: str
-    text: str
-    fields: dict[str, FieldValue] = Field(default_factory=dict)
 
-
-# ---------------------------------------------------------------------------------------------
-# Contract 3: the diagnosis
-
-
-class AttemptRef(BaseModel):
-    workload_id: str
-    attempt: int
-    scheduler: str | None
-    cluster: str | None
-    window: dict[str, str | None]
-    nodes: list[str]
-
-
-class Component(BaseModel):
-    node: str
-    kind: str
-    id: str
-
-
-class RootCause(BaseModel):
-    domain: str
-    subdomain: str
-    rule: str
-    summary: str
-    nodes: list[str]
-    components: list[Component] = Field(default_factory=list)
-    first_seen: str | None
-    action: Action
-
-
-class Symptom(BaseModel):
-    kind: str
-    rule: str
-    count: int
-    nodes: list[str]
-    first_seen: str | None
-    last_seen: str | None
-    example: str
-
-
-class Evidence(BaseModel):
-    time: str | None
-    node: str | None
-    source: str
-    ref: str
-    text: str
-    role: Role
-    rule: str
-    # A line without its own stamp: `time` is the stamp before it in its stream (a lower bound) and
-    # `time_max` the stamp after it, when there is one; the line happened in between.
-    # Both absent from the JSON for a stamped line: contract 3's evidence keys are unchanged there.
-    inherited: bool = Field(default=False, exclude_if=lambda v: not v)
-    time_max: str | None = Field(default=None, exclude_if=lambda v: v is None)
-
-
-class Quality(BaseModel):
-    level: QualityLevel
-    reasons: list[str]
-
-
-class Coverage(BaseModel):
-    connector: str
-    source: str
-    status: CoverageStatus
-    observations: int
-    reason: str | None = None
-
-
-class EngineInfo(BaseModel):
-    version: str
-    ruleset: str
-
-
-class FirstFailure(BaseModel):
-    """When no cause is attributed: the first process seen to fail, where, how, and what to check next."""
-
-    rank: int | None
-    node: str | None
-    exit_code: int | None
-    signal: str | None
-    time: str | None
-    ref: str
-    text: str
-    next_step: str
-    action: Action
-
-
-class NextStep(BaseModel):
-    """What to do next: the action, and for an unattributed diagnosis what to look at (engine/next_step.py)."""
-
-    action: Action
-    look_at: list[str] = Field(default_factory=list)
-
-
-class CostFigure(BaseModel):
-    """One figure of an attempt's cost: its value (null when unknown, never guessed as 0), how it was
-    obtained, its uncertainty (±, same unit) and the line it rests on."""
-
-    value: float | None
-    uncertainty: float | None
-    method: str
-    ref: str | None = None
-
-
-class Cost(BaseModel):
-    gpus: CostFigure
-    lost_work_s: CostFigure
-    time_to_detect_s: CostFigure
-    restart_overhead_s: CostFigure
-    startup_s: CostFigure
-    gpu_hours_lost: float | None
-    gpu_hours_uncertainty: float | None
-    unknown: list[str] = Field(default_factory=list)
-
-
-class Diagnosis(BaseModel):
-    """The verdict on one attempt. Field order is the order of contract 3 and of the JSON output."""
-
-    schema_: str = Field(default=SCHEMA_ID, alias="schema")
-    id: str
-    attempt: AttemptRef
-    terminal_state: str | None
-    outcome: Outcome
-    root_cause: RootCause | None
-    candidates: list[RootCause] = Field(default_factory=list)
-    affected_nodes: list[str]
-    symptoms: list[Symptom]
-    evidence: list[Evidence]
-    quality: Quality
-    next_step: NextStep | None = None  # added in v1 (compatible): absent from diagnoses stored before it
-    coverage: list[Coverage]
-    engine: EngineInfo
-    # Unattributed only: localises the failure without a cause. Absent (not null) otherwise.
-    first_failure: FirstFailure | None = Field(default=None, exclude_if=lambda v: v is None)
-    # Added in v1 (compatible): what the attempt's failure cost (nothing, for a completed one: its
-    # startup is still the restart overhead of a failed attempt before it). Absent from diagnoses
-    # stored before it.
-    cost: Cost | None = Field(default=None, exclude_if=lambda v: v is None)
-
+class _Aliased(BaseModel):
     model_config = ConfigDict(populate_by_name=True, serialize_by_alias=True)
+
+
+# Each twin's base (its pydantic config); BaseModel for the others (the parts of a diagnosis).
+_BASES: dict[str, type[BaseModel]] = {
+    "Workload": _Strict,
+    "Window": _Strict,
+    "AttemptContext": _Strict,
+    "Event": _Closed,
+    "Diagnosis": _Aliased,
+}
+# The parts of a diagnosis whose docstring the published schema has never carried as a description:
+# taking it now would change `hypocenter schema`'s bytes (tests/test_model_schema.py pins them).
+_UNDESCRIBED = frozenset(
+    {
+        "AttemptRef",
+        "Component",
+        "RootCause",
+        "Symptom",
+        "Evidence",
+        "Quality",
+        "Coverage",
+        "EngineInfo",
+        "Cost",
+    }
+)
+
+
+def _id_as_text(cls: type, v: object) -> object:
+    return str(v) if isinstance(v, int) else v
+
+
+def _aware(cls: type, v: datetime) -> datetime:
+    return utc(v)
+
+
+def _ordered(self: Any) -> Any:
+    if self.end < self.start:
+        raise ValueError("window.end is before window.start")
+    return self
+
+
+def _upper_state(cls: type, v: str | None) -> str | None:
+    if isinstance(v, str):
+        v = v.strip().upper()
+        check_state(v)
+    return v
+
+
+def _once_each(cls: type, v: list[str]) -> list[str]:
+    # An allocation names a node once; a repeat (a hand-written list, a merged hostlist) is the same node.
+    nodes = list(dict.fromkeys(v))
+    limits.check_count("nodes of the attempt", len(nodes), "max_nodes_per_attempt")
+    return nodes
+
+
+def _ranks_on_known_nodes(self: Any) -> Any:
+    total = 0
+    for node, spec in self.ranks.items():
+        if self.nodes and node not in self.nodes:
+            raise ValueError(f"ranks: node {node!r} is not in nodes")
+        total += count_ranks(spec)
+    limits.check_count("ranks of the attempt's rank map", total, "max_ranks_per_attempt")
+    return self
+
+
+# What validation adds to a plain class's field: pydantic metadata on its value (when not None).
+# model.py's __post_init__ checks are these, for scopes built directly.
+_CHECKS: dict[str, dict[str, tuple[Any, ...]]] = {
+    "Workload": {"attempt": (Field(ge=0, le=ATTEMPT_MAX),)},
+    "AttemptContext": {"gpus_per_node": (Field(ge=1),)},  # what the scheduler allocated (GPU cost)
+}
+# Checks on a field before its type (mode="before"), on its value, or on a validated model (mode="after").
+_VALIDATORS: dict[str, dict[str, Any]] = {
+    "Workload": {"_id_as_text": field_validator("id", mode="before")(_id_as_text)},
+    "Window": {
+        "_aware": field_validator("start", "end")(_aware),
+        "_ordered": model_validator(mode="after")(_ordered),
+    },
+    "AttemptContext": {
+        "_upper_state": field_validator("state")(_upper_state),
+        "_once_each": field_validator("nodes")(_once_each),
+        "_ranks_on_known_nodes": model_validator(mode="after")(_ranks_on_known_nodes),
+    },
+}
+
+
+def _derive() -> dict[str, type[BaseModel]]:
+    twins: dict[type, type[BaseModel]] = {}
+    for name, plain in model.CLASSES.items():  # in dependency order: a class after those it holds
+        twins[plain] = twin(
+            plain,
+            twins,
+            _CHECKS.get(name),
+            _VALIDATORS.get(name),
+            base=_BASES.get(name, BaseModel),
+            module=__name__,
+            doc=name not in _UNDESCRIBED,
+        )
+    return {cls.__name__: cls for cls in twins.values()}
+
+
+_TWINS = _derive()
+Workload = _TWINS["Workload"]
+Window = _TWINS["Window"]
+AttemptContext = _TWINS["AttemptContext"]
+Event = _TWINS["Event"]
+AttemptRef = _TWINS["AttemptRef"]
+Component = _TWINS["Component"]
+RootCause = _TWINS["RootCause"]
+Symptom = _TWINS["Symptom"]
+Evidence = _TWINS["Evidence"]
+Quality = _TWINS["Quality"]
+Coverage = _TWINS["Coverage"]
+EngineInfo = _TWINS["EngineInfo"]
+FirstFailure = _TWINS["FirstFailure"]
+NextStep = _TWINS["NextStep"]
+CostFigure = _TWINS["CostFigure"]
+Cost = _TWINS["Cost"]
+Diagnosis = _TWINS["Diagnosis"]

@@ -10,12 +10,19 @@ Details and reasons: docs/modules.md.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import operator
 import re
+import types
+import typing
 from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
-from typing import Any, ClassVar, Literal, Self
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Self
 
 from hypocenter import limits
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
 
 # An attempt is a restart count (Slurm's restart_count is 16 bits, a JobSet's restarts 32): this bound
 # keeps it, and anything computed from it, far inside the store's signed 64-bit integers.
@@ -249,6 +256,74 @@ def plain_from(validated: Any, classes: Mapping[str, type[Plain]]) -> Any:
     return validated
 
 
+def _swap(tp: Any, twins: Mapping[type, type[BaseModel]]) -> Any:
+    """An annotation of a plain class with each plain class in it replaced by its twin."""
+    if isinstance(tp, type) and tp in twins:
+        return twins[tp]
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin is None or origin is Literal or not args:
+        return tp
+    new = tuple(_swap(a, twins) for a in args)
+    if origin in (typing.Union, types.UnionType):
+        return functools.reduce(operator.or_, new)
+    return origin[new[0] if len(new) == 1 else new]
+
+
+def _checked(tp: Any, checks: tuple[Any, ...]) -> Any:
+    if not checks:
+        return tp
+    args = typing.get_args(tp)
+    if typing.get_origin(tp) in (typing.Union, types.UnionType) and type(None) in args:
+        inner = functools.reduce(operator.or_, [a for a in args if a is not type(None)])
+        return Annotated[(inner, *checks)] | None
+    return Annotated[(tp, *checks)]
+
+
+def twin(
+    plain: type[Plain],
+    twins: Mapping[type, type[BaseModel]],
+    checks: Mapping[str, tuple[Any, ...]] | None = None,
+    validators: Mapping[str, Any] | None = None,
+    *,
+    base: type[BaseModel],
+    module: str,
+    doc: bool = True,
+) -> type[BaseModel]:
+    """The pydantic model of a plain dataclass, a subclass of `base` in `module`: its fields in order,
+    with their types (plain classes replaced by their twins in `twins`), defaults, dump options and
+    (unless `doc` is false) docstring, `checks` added to the fields and `validators` to the class.
+
+    Only the schema modules (model_schema.py, engine/rule_schema.py) call it; pydantic is imported here,
+    not when this module is, so the plain classes stay free of it."""
+    from pydantic import Field
+
+    checks = checks or {}
+    hints = typing.get_type_hints(plain)
+    unknown = set(checks) - {f.name for f in dataclasses.fields(plain)}  # type: ignore[arg-type]
+    if unknown:
+        raise TypeError(f"checks for fields {plain.__name__} does not have: {sorted(unknown)}")
+    annotations: dict[str, Any] = {}
+    namespace: dict[str, Any] = {
+        "__module__": module,
+        "__qualname__": plain.__name__,
+        "__doc__": plain.__doc__ if doc else None,
+    }
+    for f in dataclasses.fields(plain):  # type: ignore[arg-type]
+        annotations[f.name] = _checked(_swap(hints[f.name], twins), checks.get(f.name, ()))
+        options: dict[str, Any] = {
+            k: v for k in ("alias", "exclude", "exclude_if") if (v := f.metadata.get(k)) is not None
+        }
+        if f.default_factory is not dataclasses.MISSING:
+            options["default_factory"] = f.default_factory
+        elif f.default is not dataclasses.MISSING:
+            options["default"] = f.default
+        if options:
+            namespace[f.name] = Field(**options)
+    namespace["__annotations__"] = annotations
+    namespace.update(validators or {})
+    return typing.cast("type[BaseModel]", type(plain.__name__, (base,), namespace))
+
+
 def omit_false(v: object) -> bool:
     return not v
 
@@ -277,5 +352,6 @@ __all__ = [
     "omit_none",
     "parse_rank_ranges",
     "plain_from",
+    "twin",
     "utc",
 ]

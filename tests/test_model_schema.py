@@ -5,6 +5,7 @@ to the bytes pydantic rendered; a well-formed attempt.yaml read without pydantic
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import pickle
 import types
 import typing
@@ -23,7 +24,7 @@ from hypocenter.model import AttemptContext, Diagnosis, Event, plain_context
 
 ROOT = Path(__file__).resolve().parent.parent
 BUNDLES = sorted(p for p in (ROOT / "examples").iterdir() if (p / "attempt.yaml").is_file())
-PAIRS = [(getattr(model, n), getattr(model_schema, n)) for n in model._CLASSES] + [
+PAIRS = [(getattr(model, n), getattr(model_schema, n)) for n in model.CLASSES] + [
     (getattr(rules, n), getattr(rule_schema, n)) for n in rules._CLASSES
 ]
 REQUIRED = object()
@@ -93,7 +94,49 @@ def _twin_fields(cls: type[BaseModel]) -> list[tuple[str, object, str, str | Non
 @pytest.mark.parametrize(("plain", "twin"), PAIRS, ids=lambda c: c.__name__)
 def test_plain_class_and_its_twin_have_the_same_fields(plain: type, twin: type[BaseModel]) -> None:
     assert _plain_fields(plain) == _twin_fields(twin)
-    assert plain.__doc__ == twin.__doc__ or twin.__doc__ is None
+    # A twin carries its plain class's docstring (the schema's description), except the diagnosis parts
+    # whose published schema never had one.
+    undescribed = twin.__module__ == model_schema.__name__ and twin.__name__ in model_schema._UNDESCRIBED
+    assert twin.__doc__ == (None if undescribed else plain.__doc__)
+    # A frozen plain class (an input scope, a rule) has a frozen twin, and only then.
+    assert bool(twin.model_config.get("frozen")) == plain.__dataclass_params__.frozen  # type: ignore[attr-defined]
+
+
+def test_every_model_twin_is_derived_from_its_plain_class() -> None:
+    """model_schema.py declares no field: each twin is built from model.py's class, nested classes
+    replaced by their twins, and its tables of checks name only real classes and fields."""
+    assert {n: m.__name__ for n, m in model_schema._TWINS.items()} == {n: n for n in model.CLASSES}
+    for name, twin in model_schema._TWINS.items():
+        assert getattr(model_schema, name) is twin
+    tables = (model_schema._CHECKS, model_schema._VALIDATORS, model_schema._BASES)
+    assert set().union(*tables, model_schema._UNDESCRIBED) <= set(model.CLASSES)
+    for name, checks in model_schema._CHECKS.items():
+        assert set(checks) <= {f.name for f in dataclasses.fields(model.CLASSES[name])}  # type: ignore[arg-type]
+    fields = model_schema.Diagnosis.model_fields
+    assert fields["attempt"].annotation is model_schema.AttemptRef
+    assert fields["candidates"].annotation == list[model_schema.RootCause]
+    assert fields["cost"].annotation == model_schema.Cost | None
+    assert model_schema.AttemptContext.model_fields["workload"].annotation is model_schema.Workload
+
+
+def test_the_published_schema_describes_what_the_plain_classes_say() -> None:
+    """`hypocenter schema` (the diagnosis' JSON Schema) takes its descriptions, field names, defaults and
+    exclusions from model.py; the bounds of an attempt document come from model_schema's checks."""
+    schema = model_schema.Diagnosis.model_json_schema(by_alias=True, mode="serialization")
+    assert schema["description"] == inspect.cleandoc(Diagnosis.__doc__ or "")
+    defs = schema["$defs"]
+    for name in ("FirstFailure", "NextStep", "CostFigure"):
+        assert defs[name]["description"] == inspect.cleandoc(model.CLASSES[name].__doc__ or "")
+    for name in model_schema._UNDESCRIBED:
+        assert "description" not in defs[name]
+    assert list(schema["properties"]) == [
+        f.metadata.get("alias", f.name)
+        for f in dataclasses.fields(Diagnosis)  # type: ignore[arg-type]
+    ]
+    scope = model_schema.AttemptContext.model_json_schema()
+    assert scope["additionalProperties"] is False
+    assert scope["$defs"]["Workload"]["properties"]["attempt"]["maximum"] == 2**31 - 1
+    assert {"type": "integer", "minimum": 1} in scope["properties"]["gpus_per_node"]["anyOf"]
 
 
 def test_every_twin_has_a_plain_class() -> None:
@@ -106,7 +149,7 @@ def test_every_twin_has_a_plain_class() -> None:
             and v.__module__ == module.__name__
             and not n.startswith("_")
         }
-        assert twins == set(plain._CLASSES)  # type: ignore[attr-defined]
+        assert twins == set(getattr(plain, "CLASSES", getattr(plain, "_CLASSES", ())))
 
 
 def _twin_json(diagnosis: Diagnosis) -> str:

@@ -3,9 +3,10 @@
 A Python loop over decoded records costs more than the decode itself (an attribute access per
 field per record), so the usual shape — what the filelog receiver sends: a string body, the
 record number and at most the file's path and name as attributes — is read through a second
-message type for the same bytes, in which every field a record carries is *repeated* and each
-record's fields are singular embedded messages. Protobuf merges the occurrences of a singular
-embedded message into one, so the decoder concatenates the records' fields into columns:
+message type for the same bytes (otlp_columns.proto, compiled like the API's), in which every field a
+record carries is *repeated* and each record's fields are singular embedded messages. Protobuf merges
+the occurrences of a singular embedded message into one, so the decoder concatenates the records'
+fields into columns:
 
     FlatRequest.resource_logs[i].scope_logs[j].log_records   (one message for all records)
         .time_unix_nano[k], .observed_time_unix_nano[k]
@@ -31,91 +32,8 @@ This module only reads; tagging stays collector/otlp.py's (contract 2).
 
 from __future__ import annotations
 
-from typing import Any
-
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
-
-_F = descriptor_pb2.FieldDescriptorProto
-
-
-def _message(
-    file: descriptor_pb2.FileDescriptorProto, name: str, fields: list[tuple[str, int, int, int, str | None]]
-) -> None:
-    msg = file.message_type.add(name=name)
-    for fname, number, ftype, label, type_name in fields:
-        f = msg.field.add(name=fname, number=number, type=ftype, label=label)
-        if type_name:
-            f.type_name = type_name
-
-
-def _build() -> Any:
-    file = descriptor_pb2.FileDescriptorProto(
-        name="hypocenter/otlp_flat.proto", package="hypocenter.flat", syntax="proto3"
-    )
-    rep, opt = _F.LABEL_REPEATED, _F.LABEL_OPTIONAL
-    _message(
-        file,
-        "Any",
-        [
-            ("string_value", 1, _F.TYPE_STRING, rep, None),
-            ("bool_value", 2, _F.TYPE_BOOL, rep, None),
-            ("int_value", 3, _F.TYPE_INT64, rep, None),
-            ("double_value", 4, _F.TYPE_DOUBLE, rep, None),
-            ("array_value", 5, _F.TYPE_BYTES, rep, None),
-            ("kvlist_value", 6, _F.TYPE_BYTES, rep, None),
-            ("bytes_value", 7, _F.TYPE_BYTES, rep, None),
-        ],
-    )
-    _message(
-        file,
-        "KeyValue",
-        [("key", 1, _F.TYPE_STRING, rep, None), ("value", 2, _F.TYPE_MESSAGE, opt, ".hypocenter.flat.Any")],
-    )
-    _message(
-        file,
-        "Records",
-        [
-            ("time_unix_nano", 1, _F.TYPE_FIXED64, rep, None),
-            ("severity_text", 3, _F.TYPE_STRING, rep, None),
-            ("body", 5, _F.TYPE_MESSAGE, opt, ".hypocenter.flat.Any"),
-            ("attributes", 6, _F.TYPE_MESSAGE, opt, ".hypocenter.flat.KeyValue"),
-            ("observed_time_unix_nano", 11, _F.TYPE_FIXED64, rep, None),
-            ("event_name", 12, _F.TYPE_STRING, rep, None),
-        ],
-    )
-    _message(
-        file,
-        "ScopeLogs",
-        [
-            ("scope", 1, _F.TYPE_BYTES, opt, None),
-            ("log_records", 2, _F.TYPE_MESSAGE, opt, ".hypocenter.flat.Records"),
-            ("schema_url", 3, _F.TYPE_STRING, opt, None),
-        ],
-    )
-    _message(
-        file,
-        "ResourceLogs",
-        [
-            ("resource", 1, _F.TYPE_BYTES, opt, None),
-            ("scope_logs", 2, _F.TYPE_MESSAGE, rep, ".hypocenter.flat.ScopeLogs"),
-            ("schema_url", 3, _F.TYPE_STRING, opt, None),
-        ],
-    )
-    _message(file, "Request", [("resource_logs", 1, _F.TYPE_MESSAGE, rep, ".hypocenter.flat.ResourceLogs")])
-    _message(file, "CountScope", [("log_records", 2, _F.TYPE_BYTES, rep, None)])
-    _message(file, "CountResource", [("scope_logs", 2, _F.TYPE_MESSAGE, rep, ".hypocenter.flat.CountScope")])
-    _message(
-        file, "CountRequest", [("resource_logs", 1, _F.TYPE_MESSAGE, rep, ".hypocenter.flat.CountResource")]
-    )
-    pool = descriptor_pool.DescriptorPool()
-    pool.Add(file)
-    return (
-        message_factory.GetMessageClass(pool.FindMessageTypeByName("hypocenter.flat.Request")),
-        message_factory.GetMessageClass(pool.FindMessageTypeByName("hypocenter.flat.CountRequest")),
-    )
-
-
-FlatRequest, CountRequest = _build()
+# Generated from otlp_columns.proto next to this module (the regeneration command is at its top).
+from hypocenter.collector.otlp_columns_pb2 import CountRequest, FlatRequest, Records
 
 _STRING_ATTRS = (
     "log.file.path",
@@ -145,7 +63,7 @@ class Columns:
         self.observed = observed or [0] * len(bodies)  # observed_time_unix_nano as sent
 
     @classmethod
-    def of(cls, records: Any, n: int, line_key: str) -> Columns | None:
+    def of(cls, records: Records, n: int, line_key: str) -> Columns | None:
         """`records`: a FlatRequest's `…scope_logs[j].log_records`; `n`: how many records the group has.
         Records with the record number `line_key` give `lines`; records without it (the filelog
         receiver's default, and most other senders) give `lines` None."""

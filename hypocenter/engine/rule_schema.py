@@ -9,14 +9,9 @@ pydantic. A new field is one edit in rule_model.py, plus an entry in `_CHECKS` i
 
 from __future__ import annotations
 
-import dataclasses
 import functools
-import operator
 import re
-import types
-import typing
-from collections.abc import Mapping
-from typing import Annotated, Any, Literal
+from typing import Any
 
 from pydantic import (
     AfterValidator,
@@ -31,7 +26,8 @@ from pydantic import (
 
 from hypocenter.engine import rule_model
 from hypocenter.engine.matching import pattern_problem
-from hypocenter.modelbase import TAXONOMY, Plain
+from hypocenter.modelbase import TAXONOMY
+from hypocenter.modelbase import twin as modelbase_twin
 
 _LINE_SOURCES = rule_model.LINE_SOURCES
 
@@ -128,62 +124,8 @@ _VALIDATORS: dict[str, dict[str, Any]] = {
 }
 
 
-def _swap(tp: Any, twins: Mapping[type, type[BaseModel]]) -> Any:
-    """An annotation of a plain class with each plain class in it replaced by its twin."""
-    if isinstance(tp, type) and tp in twins:
-        return twins[tp]
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if origin is None or origin is Literal or not args:
-        return tp
-    new = tuple(_swap(a, twins) for a in args)
-    if origin in (typing.Union, types.UnionType):
-        return functools.reduce(operator.or_, new)
-    return origin[new[0] if len(new) == 1 else new]
-
-
-def _checked(tp: Any, checks: tuple[Any, ...]) -> Any:
-    if not checks:
-        return tp
-    args = typing.get_args(tp)
-    if typing.get_origin(tp) in (typing.Union, types.UnionType) and type(None) in args:
-        inner = functools.reduce(operator.or_, [a for a in args if a is not type(None)])
-        return Annotated[(inner, *checks)] | None
-    return Annotated[(tp, *checks)]
-
-
-def twin(
-    plain: type[Plain],
-    twins: Mapping[type, type[BaseModel]],
-    checks: Mapping[str, tuple[Any, ...]] | None = None,
-    validators: Mapping[str, Any] | None = None,
-) -> type[BaseModel]:
-    """The pydantic model of a plain dataclass: its fields in order, with their types (plain classes
-    replaced by their twins), defaults, dump options, docstring, and `checks` added to them."""
-    checks = checks or {}
-    hints = typing.get_type_hints(plain)
-    unknown = set(checks) - {f.name for f in dataclasses.fields(plain)}  # type: ignore[arg-type]
-    if unknown:
-        raise TypeError(f"checks for fields {plain.__name__} does not have: {sorted(unknown)}")
-    annotations: dict[str, Any] = {}
-    namespace: dict[str, Any] = {
-        "__module__": __name__,
-        "__qualname__": plain.__name__,
-        "__doc__": plain.__doc__,
-    }
-    for f in dataclasses.fields(plain):  # type: ignore[arg-type]
-        annotations[f.name] = _checked(_swap(hints[f.name], twins), checks.get(f.name, ()))
-        options: dict[str, Any] = {
-            k: v for k in ("alias", "exclude", "exclude_if") if (v := f.metadata.get(k)) is not None
-        }
-        if f.default_factory is not dataclasses.MISSING:
-            options["default_factory"] = f.default_factory
-        elif f.default is not dataclasses.MISSING:
-            options["default"] = f.default
-        if options:
-            namespace[f.name] = Field(**options)
-    namespace["__annotations__"] = annotations
-    namespace.update(validators or {})
-    return typing.cast(type[BaseModel], type(plain.__name__, (_Spec,), namespace))
+# The shared derivation (modelbase.twin), making subclasses of _Spec in this module.
+twin = functools.partial(modelbase_twin, base=_Spec, module=__name__)
 
 
 def _derive() -> dict[str, type[BaseModel]]:
