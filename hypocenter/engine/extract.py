@@ -21,6 +21,8 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
+from functools import partial
+from typing import NamedTuple
 
 from hypocenter.engine.forked import spread
 from hypocenter.engine.matching import LazyPattern, Match, Pattern
@@ -50,6 +52,29 @@ def cut(text: str, limit: int = MAX_TEXT) -> str:
 
 BACKSCAN_LINES = 4096  # how far back a stamp-less line looks for a stamp to inherit
 _SCHED_PREFIXES = ("srun:", "slurmstepd:", "slurmstepd-", "slurmd:", "sbatch:", "salloc:")
+_BEYOND = sys.maxsize  # "no stamped line ahead" holds for the rest of the stream
+HEAD_BYTES = 65536  # the start of a stream probed for boot anchors (wall + uptime stamps, RTC)
+HEAD_LINES = 20
+
+_UPTIME = re.compile(r"\[\s*(\d+\.\d+)\]")
+_RANK_FILE = re.compile(r"(?:^|[/_.-])rank[-_]?(\d{1,6})(?:\.[a-z]+)*$")
+
+# Messages only the kernel writes, for dmesg exports whose stamps carry no "kernel:" tag
+# (`dmesg --time-format=iso`, journalctl -k -o cat).
+_KERNEL_MESSAGE = re.compile(
+    r"(?:NVRM: |nvidia(?:-\w+)?: |mlx5_core |mlx5_ib|pcieport |nfs: server |Lustre(?:Error)?: |INFO: task |"
+    r"(?:Memory cgroup )?[Oo]ut of memory: |oom-kill:|\S+ invoked oom-killer|Kernel panic|mce: |EDAC |"
+    r"clocksource: |BUG: |NETDEV WATCHDOG|rtc_cmos |pci \d{4}:|ib\w*: |nvme\d|XFS |EXT4-fs )"
+)
+_RTC = re.compile(r"\[\s*(\d+\.\d+)\] rtc_cmos \S+ setting system clock to \S+ UTC \((\d+)\)")
+_LABEL_AND_RANK = re.compile(rb"(?m)^(\d{1,6}): \[rank(\d+)\]:")
+_LABEL = re.compile(rb"(?m)^(\d{1,6}): ")
+_LABEL_AFTER_NEWLINE = re.compile(rb"\n\d{1,6}: ")  # a literal first: Python's `re` then skips ahead fast
+_ANCHOR_TOKENS = (b"rtc_cmos", b"srun: error:")  # boot anchors and srun's task errors: kept as evidence
+_LABEL_AND_LOCAL = re.compile(
+    rb"(?m)^ *\d{1,6}: \[[A-Za-z_][\w-]*?\d+\]:"
+)  # srun -l torchrun --tee: one task per node
+_SRUN_TASK_NODE = re.compile(rb"srun: error: ([\w.-]+): task (\d+):")
 
 
 @dataclass(slots=True)
@@ -479,24 +504,6 @@ def _inherit(
     return None, False
 
 
-# Messages only the kernel writes, for dmesg exports whose stamps carry no "kernel:" tag
-# (`dmesg --time-format=iso`, journalctl -k -o cat).
-_KERNEL_MESSAGE = re.compile(
-    r"(?:NVRM: |nvidia(?:-\w+)?: |mlx5_core |mlx5_ib|pcieport |nfs: server |Lustre(?:Error)?: |INFO: task |"
-    r"(?:Memory cgroup )?[Oo]ut of memory: |oom-kill:|\S+ invoked oom-killer|Kernel panic|mce: |EDAC |"
-    r"clocksource: |BUG: |NETDEV WATCHDOG|rtc_cmos |pci \d{4}:|ib\w*: |nvme\d|XFS |EXT4-fs )"
-)
-_RTC = re.compile(r"\[\s*(\d+\.\d+)\] rtc_cmos \S+ setting system clock to \S+ UTC \((\d+)\)")
-_LABEL_AND_RANK = re.compile(rb"(?m)^(\d{1,6}): \[rank(\d+)\]:")
-_LABEL = re.compile(rb"(?m)^(\d{1,6}): ")
-_LABEL_AFTER_NEWLINE = re.compile(rb"\n\d{1,6}: ")  # a literal first: Python's `re` then skips ahead fast
-_ANCHOR_TOKENS = (b"rtc_cmos", b"srun: error:")  # boot anchors and srun's task errors: kept as evidence
-_LABEL_AND_LOCAL = re.compile(
-    rb"(?m)^ *\d{1,6}: \[[A-Za-z_][\w-]*?\d+\]:"
-)  # srun -l torchrun --tee: one task per node
-_SRUN_TASK_NODE = re.compile(rb"srun: error: ([\w.-]+): task (\d+):")
-
-
 def _occurrences(data: bytes, token: bytes) -> Iterator[int]:
     """Where `token` starts in `data`, every occurrence (as `bytes.find` finds them)."""
     at = data.find(token)
@@ -541,9 +548,6 @@ def _global_rank(ranks: dict[int, str], node: str, local_rank: int) -> int | Non
     workers from its first global rank). None without a rank map or when the node has fewer ranks."""
     mine = sorted(r for r, n in ranks.items() if n == node)
     return mine[local_rank] if 0 <= local_rank < len(mine) else None
-
-
-_RANK_FILE = re.compile(r"(?:^|[/_.-])rank[-_]?(\d{1,6})(?:\.[a-z]+)*$")
 
 
 def _rank_from_name(name: str) -> int | None:
@@ -603,9 +607,6 @@ def _block(
     return "\n".join(parse_line(x[:MAX_LINE], tctx).message for x in lines)
 
 
-_UPTIME = re.compile(r"\[\s*(\d+\.\d+)\]")
-
-
 def _last_uptime(data: bytes) -> float:
     best = 0.0
     for line in data[-65536:].decode("utf-8", "replace").splitlines()[-200:]:
@@ -613,10 +614,6 @@ def _last_uptime(data: bytes) -> float:
         if m:
             best = max(best, float(m.group(1)))
     return best
-
-
-HEAD_BYTES = 65536  # the start of a stream probed for boot anchors (wall + uptime stamps, RTC)
-HEAD_LINES = 20
 
 
 def _head(src: TextSource) -> bytes:
@@ -656,11 +653,10 @@ def _boot_anchors(head: bytes, tctx: TimeContext) -> list[timedelta]:
 
 
 class _Edge(Exception):
-    """A candidate's context reaches past the window of a streamed text: look again in a wider one."""
-
-
-class _WholeStream(Exception):
-    """Even the wide window is too narrow (thousands of long unstamped lines): extract from the whole text."""
+    """A look at a candidate's context (`_inherit`, `_next_stamp`, `_block`) ran past the window of
+    bytes it was given. An exception because the look is three helpers deep and the candidate must be
+    abandoned whole: `_TextStream._candidate` changes nothing until every look is done, so the caller
+    simply reads the candidate again in a wider window."""
 
 
 @dataclass(slots=True)
@@ -709,103 +705,118 @@ class _Pieces:
         return piece
 
 
+class _Clock(NamedTuple):
+    """Where a stream's time is known, as stream offsets; each candidate moves it forward."""
+
+    resolved_at: int = -1  # the last line whose time is known
+    resolved_time: datetime | None = None
+    stampless_to: int = -1  # no line ending at or before it, back to resolved_at, has a stamp (-1: unknown)
+    next_at: int = -1  # the next stamped line after the last inherited candidate
+    next_time: datetime | None = None
+
+
+class _When(NamedTuple):
+    """A candidate line's time: its own stamp, else inherited from the nearest earlier one."""
+
+    time: datetime | None
+    approx: bool  # no stamp found at all
+    inherited: bool
+    upper: datetime | None  # an inherited time's bound: the next stamped line's time
+
+
+_START = _Clock()  # nothing known yet
+# Built per candidate line from a tuple in one C call (a NamedTuple's own __new__ is a Python frame).
+_new_clock = partial(tuple.__new__, _Clock)
+_new_when = partial(tuple.__new__, _When)
+
+
+@dataclass(slots=True)
+class _Scan:
+    """What one read of a stream has gathered. A read that must start again (the whole text after
+    pieces proved too narrow, or nothing after a file proved not to be text) starts from a new one."""
+
+    events: list[Event] = field(default_factory=list)
+    candidates: int = 0
+    anchors: list[timedelta] = field(default_factory=list)  # boot offsets (wall - uptime)
+    pending: list[_Pending] = field(default_factory=list)  # uptime-only events
+    last_uptime: float | None = None
+    clock: _Clock = _START
+    line_no: int = 1  # line number at the scan's position in the current piece
+    whole: bytes = b""  # the stream's bytes when they are one piece (srun labels read it)
+    tail: bytes = b""  # the stream's last bytes so far (its uptime at the end)
+    # srun --label ids are ranks only when srun starts one task per rank; with one torchrun per node
+    # they are node indices, which the stream shows by pairing a label with another [rankN].
+    labels_checked: bool = False
+    label_nodes: dict[int, str] | None = None  # srun task label → node, when labels are not ranks
+
+
 class _TextStream:
     """The extraction of one text stream: scan its bytes, parse the candidate lines, keep what the
     attempt-wide pass needs (boot anchors, uptime-only events).
 
     A file comes in line-aligned pieces (FileTextSource.chunks) and is never held whole: each piece
     is scanned on its own (tokens never span lines, so none spans two pieces); a candidate whose
-    context (the stamp it inherits, the next stamp, lines around it) reaches past its piece is looked
-    at again in the previous, its own and the next piece together, and in the rare case even that is
-    too narrow, the stream is extracted again from its whole text. The events are those of the whole
-    text in every case."""
+    context (the stamp it inherits, the next stamp, lines around it) reaches past its piece is read
+    again in the previous, its own and the next piece together, and in the rare case even that is
+    too narrow, the stream is read again, from a new `_Scan`, as one piece. The events are those of
+    the whole text in every case."""
 
     def __init__(self, extractor: Extractor, job: _Job, src: TextSource) -> None:
         self.ex = extractor
         self.job = job
         self.src = src
         self.file_rank = _rank_from_name(src.name)
-        self._whole = b""  # the stream's bytes when they are one piece
-        self._reset()
-
-    def _reset(self) -> None:
-        self.events: list[Event] = []
-        self.candidates = 0
-        self.lines = 0
-        self.anchors: list[timedelta] = []
-        self.pending: list[_Pending] = []
-        self.last_uptime: float | None = None
-        # srun --label ids are ranks only when srun starts one task per rank; with one torchrun per
-        # node they are node indices, which the stream shows by pairing a label with another [rankN].
-        self.label_nodes: dict[int, str] | None = None  # srun task label → node, when labels are not ranks
-        self.labels_checked = False
-        self.resolved_at = -1  # stream offset of the last line whose time is known
-        # stream offset: no line ending at or before it, back to resolved_at, has a stamp (-1: unknown)
-        self.stampless_to = -1
-        self.resolved_time: datetime | None = None
-        self.next_at = -1  # the next stamped line after the last inherited candidate
-        self.next_time: datetime | None = None
-        self.line_no = 1  # line number at the scan's position in the current piece
-        self.has_uptime_only = False
-        self._tail = b""  # the stream's last bytes so far (its uptime at the end)
+        self.scan = _Scan()
 
     def run(self) -> _StreamResult:
         src = self.src
         if isinstance(src, FileTextSource):
             try:
-                try:
-                    self._pieces(_Pieces(src.chunks()))
-                except _WholeStream:
-                    self._reset()
-                    self._pieces(_Pieces([b"".join(src.chunks())]))
+                if not self._read(_Pieces(src.chunks())):
+                    self.scan = _Scan()  # pieces too narrow: the whole text, one piece (never too narrow)
+                    self._read(_Pieces([b"".join(src.chunks())]))
             except NotText:  # found at the end of its read not to be text after all: none of it counts
-                self._reset()
+                self.scan = _Scan()
         else:
             text = src.text
-            self._pieces(
+            self._read(
                 _Pieces([text if isinstance(text, bytes) else text.encode("utf-8", "surrogateescape")])
             )
+        scan = self.scan
         known = src.newlines if isinstance(src, FileTextSource) else None  # counted at load, or by its reader
-        self.lines = known if known is not None else self.line_no - 1  # the scan counted every line
         return _StreamResult(
-            self.events,
-            self.candidates,
-            self.lines,
-            self.anchors,
-            self.pending,
-            self.last_uptime,
+            scan.events,
+            scan.candidates,
+            known if known is not None else scan.line_no - 1,  # the scan counted every line
+            scan.anchors,
+            scan.pending,
+            scan.last_uptime,
             src.facts if isinstance(src, FileTextSource) else None,
         )
 
-    def _labels(self) -> dict[int, str] | None:
-        if not self.labels_checked:
-            src = self.src
-            pieces = [self._whole] if self._whole or not isinstance(src, FileTextSource) else src.chunks()
-            self.label_nodes = _srun_labels(pieces, self.job.nodes, len(self.job.ranks))
-            self.labels_checked = True
-        return self.label_nodes
-
-    def _pieces(self, pieces: _Pieces) -> None:
+    def _read(self, pieces: _Pieces) -> bool:
+        """Scan every piece; False as soon as a candidate's context reaches past even a wide window."""
+        scan = self.scan
         prev = b""
         base = 0
         cur = pieces.pop()
-        if cur is None:
-            return
         while cur is not None:
             last = pieces.peek(0) is None
             if base == 0 and last:
-                self._whole = cur  # the stream is this one piece (srun labels read it)
-            self._piece(cur, base, prev, pieces, last)
-            self._tail = cur[-HEAD_BYTES:] if len(cur) >= HEAD_BYTES else (self._tail + cur)[-HEAD_BYTES:]
-            if last:
-                if self.has_uptime_only:
-                    self.last_uptime = _last_uptime(self._tail)
-                return
+                scan.whole = cur
+            if not self._piece(cur, base, prev, pieces, last):
+                return False
+            scan.tail = cur[-HEAD_BYTES:] if len(cur) >= HEAD_BYTES else (scan.tail + cur)[-HEAD_BYTES:]
             base += len(cur)
             prev = cur
             cur = pieces.pop()
+        if scan.pending:
+            scan.last_uptime = _last_uptime(scan.tail)
+        return True
 
-    def _piece(self, cur: bytes, base: int, prev: bytes, pieces: _Pieces, last: bool) -> None:
+    def _piece(self, cur: bytes, base: int, prev: bytes, pieces: _Pieces, last: bool) -> bool:
+        """Every candidate line of one piece (at stream offset `base`); False when one needs the whole text."""
+        scan = self.scan
         n = len(cur)
         counted = 0
         line_end = -1
@@ -818,7 +829,7 @@ class _TextStream:
             if le == -1:
                 le = n
             line_end = le
-            self.line_no += cur.count(b"\n", counted, ls)
+            scan.line_no += cur.count(b"\n", counted, ls)
             counted = ls
             line = cur[ls : min(le, ls + MAX_LINE)].decode("utf-8", "replace")
             matched = [c for tok, comps in by_token.items() if tok in line for c in comps]
@@ -827,23 +838,40 @@ class _TextStream:
             try:
                 self._candidate(cur, base, ls, le, line, matched, base > 0, not last)
             except _Edge:
-                nxt = pieces.peek(0) or b""
-                wide = prev + cur + nxt
-                wide_base = base - len(prev)
-                try:
-                    self._candidate(
-                        wide,
-                        wide_base,
-                        ls + len(prev),
-                        le + len(prev),
-                        line,
-                        matched,
-                        wide_base > 0,
-                        pieces.peek(1) is not None,
-                    )
-                except _Edge:
-                    raise _WholeStream from None
-        self.line_no += cur.count(b"\n", counted)
+                if not self._widened(cur, base, prev, pieces, ls, le, line, matched):
+                    return False
+        scan.line_no += cur.count(b"\n", counted)
+        return True
+
+    def _widened(
+        self,
+        cur: bytes,
+        base: int,
+        prev: bytes,
+        pieces: _Pieces,
+        ls: int,
+        le: int,
+        line: str,
+        matched: list[_Compiled],
+    ) -> bool:
+        """Read a candidate its own piece was too narrow for in the previous, its own and the next
+        piece together; False when even that is too narrow."""
+        wide = prev + cur + (pieces.peek(0) or b"")
+        wide_base = base - len(prev)
+        try:
+            self._candidate(
+                wide,
+                wide_base,
+                ls + len(prev),
+                le + len(prev),
+                line,
+                matched,
+                wide_base > 0,
+                pieces.peek(1) is not None,
+            )
+        except _Edge:
+            return False
+        return True
 
     def _candidate(
         self,
@@ -856,35 +884,41 @@ class _TextStream:
         open_start: bool,
         open_end: bool,
     ) -> None:
-        """One candidate line, at [ls, le) of `data`, which starts at stream offset `base`. Reads only
-        until every look into `data` is done (an _Edge leaves no trace), then records."""
-        job, src = self.job, self.src
-        tctx = job.tctx
-        node_dir = src.node
-        header = parse_line(line, tctx)
-        kind = src.source or _source_kind(header)
-        approx = False
-        inherited = False
+        """One candidate line, at [ls, le) of `data`, which starts at stream offset `base`: its time,
+        then its events, then the scan records them. Everything before the last step only reads, so an
+        `_Edge` from any look into `data` leaves no trace."""
+        header = parse_line(line, self.job.tctx)
+        when, clock = self._when(data, base, ls, le, header, open_start, open_end)
+        events, pending = self._events(data, ls, le, line, header, matched, when, open_start, open_end)
+        scan = self.scan
+        scan.candidates += 1
+        if header.time is not None and header.uptime is not None and self.src.node:
+            scan.anchors.append(
+                header.time
+                - datetime(1970, 1, 1, tzinfo=self.job.tctx.start.tzinfo)
+                - timedelta(seconds=header.uptime)
+            )
+        scan.clock = clock
+        scan.events.extend(events)
+        scan.pending.extend(pending)
+
+    def _when(
+        self, data: bytes, base: int, ls: int, le: int, header: LineHeader, open_start: bool, open_end: bool
+    ) -> tuple[_When, _Clock]:
+        """The candidate's time and the clock after it. A line with no stamp of its own inherits the
+        nearest earlier one (a run of stamp-less candidates: each looks back only as far as the one
+        before it), bounded by the next stamped line."""
+        tctx = self.job.tctx
+        resolved_at, resolved_time, stampless_to, next_at, next_time = self.scan.clock
         when = header.time
-        anchor: timedelta | None = None
-        if when is not None and header.uptime is not None and node_dir:
-            anchor = when - datetime(1970, 1, 1, tzinfo=tctx.start.tzinfo) - timedelta(seconds=header.uptime)
-        resolved_at, resolved_time = self.resolved_at, self.resolved_time
-        stampless_to = self.stampless_to
+        approx = inherited = False
         if when is None and header.uptime is None:
             inherited = True
             if resolved_at >= 0 and base + ls <= resolved_at:
                 when = resolved_time
             else:
-                # a run of stamp-less candidates: each looks back only as far as the one before it
-                when, final = _inherit(
-                    data,
-                    ls,
-                    resolved_at - base,
-                    tctx,
-                    open_start,
-                    stampless_to - base if stampless_to >= 0 else -1,
-                )
+                known = stampless_to - base if stampless_to >= 0 else -1
+                when, final = _inherit(data, ls, resolved_at - base, tctx, open_start, known)
                 if when is None and final:
                     stampless_to = base + ls - 1
                 if when is None and resolved_at >= 0:
@@ -892,14 +926,33 @@ class _TextStream:
                 approx = when is None
         if when is not None:
             resolved_at, resolved_time = base + ls, when
-        next_at, next_time = self.next_at, self.next_time
         upper: datetime | None = None
         if inherited and when is not None:
             if next_at <= base + le:
                 at, next_time = _next_stamp(data, le, tctx, open_end)
-                next_at = base + at if next_time is not None else _BEYOND  # none: none for the rest either
+                next_at = base + at if next_time is not None else _BEYOND
             upper = next_time
-        host_node = job.names.resolve(header.host) if header.host else None
+        clock = _new_clock((resolved_at, resolved_time, stampless_to, next_at, next_time))
+        return _new_when((when, approx, inherited, upper)), clock
+
+    def _events(
+        self,
+        data: bytes,
+        ls: int,
+        le: int,
+        line: str,
+        header: LineHeader,
+        matched: list[_Compiled],
+        stamp: _When,
+        open_start: bool,
+        open_end: bool,
+    ) -> tuple[list[Event], list[_Pending]]:
+        """The events of the rules whose pattern matches the line (or its block of lines around it);
+        uptime-only ones also pending, to be placed once the node's boot time is known."""
+        src, tctx = self.src, self.job.tctx
+        kind = src.source or _source_kind(header)
+        when, approx, inherited, upper = stamp
+        host_node = self.job.names.resolve(header.host) if header.host else None
         events: list[Event] = []
         pending: list[_Pending] = []
         seen_rules: set[str] = set()
@@ -919,29 +972,8 @@ class _TextStream:
             if header.time is None and isinstance(fields.get("at"), str):
                 stated = parse_iso(str(fields["at"]), tctx)  # a time the line states (banners)
                 if stated is not None:
-                    when, approx, inherited = stated, False, False
-            rank = header.rank
-            label_node: str | None = None
-            if rank is not None and header.task is not None and rank == header.task:
-                label_nodes = self._labels()
-                if label_nodes is not None:
-                    rank = None  # the label is a task (one per node), not a rank
-                    label_node = label_nodes.get(header.task)
-            if rank is None:
-                rank = self.file_rank
-            if rank is None and isinstance(fields.get("rank"), int):
-                rank = int(fields["rank"])  # type: ignore[arg-type]
-            node = node_dir or job.names.resolve(_str(fields.get("host"))) or host_node or label_node
-            if node is None and rank is not None:
-                # Without a rank map, rank 0 is on the first node of the allocation (Slurm's batch host).
-                node = job.ranks.get(rank) or (
-                    job.nodes[0] if job.nodes and rank == 0 and not job.ranks else None
-                )
-            if rank is None and header.local_rank is not None:
-                # torchrun's [defaultN]: on a known node, or on the attempt's only node
-                on = node if node is not None else (job.nodes[0] if len(job.nodes) == 1 else None)
-                if on is not None:
-                    rank = _global_rank(job.ranks, on, header.local_rank)
+                    when, approx, inherited = stated, False, False  # for this rule and the ones after it
+            node, rank = self._place(header, fields, host_node)
             ev = Event(
                 kind=comp.spec.event,
                 rule=comp.rule.id,
@@ -954,25 +986,53 @@ class _TextStream:
                 node=node,
                 rank=rank,
                 source=kind,
-                ref=f"{src.name}:{self.line_no}",
+                ref=f"{src.name}:{self.scan.line_no}",
                 text=cut(line.rstrip()),
                 fields=fields,
             )
             if when is None and header.uptime is not None:
                 pending.append(_Pending(ev, header.uptime, src.name))
             events.append(ev)
-        self.candidates += 1
-        if anchor is not None:
-            self.anchors.append(anchor)
-        self.resolved_at, self.resolved_time = resolved_at, resolved_time
-        self.stampless_to = stampless_to
-        self.next_at, self.next_time = next_at, next_time
-        self.events.extend(events)
-        self.pending.extend(pending)
-        self.has_uptime_only = self.has_uptime_only or bool(pending)
+        return events, pending
 
+    def _place(
+        self, header: LineHeader, fields: dict[str, FieldValue], host_node: str | None
+    ) -> tuple[str | None, int | None]:
+        """The node and rank an event is on: from the stream's node, the line's header, the file's
+        name, the rule's fields, srun's labels and the attempt's rank map, in that order."""
+        job = self.job
+        rank = header.rank
+        label_node: str | None = None
+        if rank is not None and header.task is not None and rank == header.task:
+            label_nodes = self._labels()
+            if label_nodes is not None:
+                rank = None  # the label is a task (one per node), not a rank
+                label_node = label_nodes.get(header.task)
+        if rank is None:
+            rank = self.file_rank
+        if rank is None and isinstance(fields.get("rank"), int):
+            rank = int(fields["rank"])  # type: ignore[arg-type]
+        node = self.src.node or job.names.resolve(_str(fields.get("host"))) or host_node or label_node
+        if node is None and rank is not None:
+            # Without a rank map, rank 0 is on the first node of the allocation (Slurm's batch host).
+            node = job.ranks.get(rank) or (
+                job.nodes[0] if job.nodes and rank == 0 and not job.ranks else None
+            )
+        if rank is None and header.local_rank is not None:
+            # torchrun's [defaultN]: on a known node, or on the attempt's only node
+            on = node if node is not None else (job.nodes[0] if len(job.nodes) == 1 else None)
+            if on is not None:
+                rank = _global_rank(job.ranks, on, header.local_rank)
+        return node, rank
 
-_BEYOND = sys.maxsize  # "no stamped line ahead" holds for the rest of the stream
+    def _labels(self) -> dict[int, str] | None:
+        scan = self.scan
+        if not scan.labels_checked:
+            src = self.src
+            pieces = [scan.whole] if scan.whole or not isinstance(src, FileTextSource) else src.chunks()
+            scan.label_nodes = _srun_labels(pieces, self.job.nodes, len(self.job.ranks))
+            scan.labels_checked = True
+        return scan.label_nodes
 
 
 def _size(src: TextSource) -> int:

@@ -33,7 +33,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
 from itertools import groupby
-from typing import Any, Final, cast
+from typing import Any, Final, NamedTuple, cast
 
 from hypocenter.collector.hostlist import expand_hostlist  # moved there; re-exported for callers
 from hypocenter.collector.scheduler_records import render
@@ -206,19 +206,20 @@ class NodeMatcher:
         return self._alias.get(key) or self._alias.get(key.split(".", 1)[0])
 
 
-# base.LogLine's columns: (node, stream, doc, gap, line, in_range, body, id)
-_DOC: Final = 2
-_GAP: Final = 3
-_LINE: Final = 4
-_IN_RANGE: Final = 5
-_BODY: Final = 6
-_ID: Final = 7
-StreamKey = tuple[str | None, str, str]  # (the attempt's node, stream, "text" | "doc")
-_RUN = operator.itemgetter(0, 1, _DOC)  # a stored stream's rows of one kind
-_in_range = operator.itemgetter(_IN_RANGE)
+class SourceKey(NamedTuple):
+    """Which `Source` an attempt's rows become: one per node, stream (or rotated generation) and kind."""
+
+    node: str | None  # the attempt's name for the node; None for the workload's own streams
+    stream: str  # `stream.1`, `stream.2`, … for older (rotated) generations
+    kind: str  # "text" or "doc"
+
+
+_RUN = operator.attrgetter("node", "stream", "doc")  # a stored stream's rows of one kind
+_in_range = operator.attrgetter("in_range")
+_line_of = operator.attrgetter("line")
 # Rows of one of the attempt's streams in arrival order; a node stream stored under several spellings
 # of one node (an FQDN and its short name) is one spelling's rows after the other's.
-_ARRIVAL = {False: operator.itemgetter(_ID), True: operator.itemgetter(0, _ID)}
+_ARRIVAL = {False: operator.attrgetter("id"), True: operator.attrgetter("node", "id")}
 
 
 def _text(rows: list[LogLine]) -> tuple[str, int]:
@@ -230,9 +231,9 @@ def _text(rows: list[LogLine]) -> tuple[str, int]:
     expected = 1
     count = len(rows)
     for r in rows:
-        line = r[_LINE]
-        if r[_GAP]:
-            body = r[_BODY]
+        line = r.line
+        if r.gap:
+            body = r.body
             merged = int(body) if body.isdigit() else 0
             add(
                 "\n" * min(line - expected, max(MAX_LINE_PADDING, merged))
@@ -241,9 +242,9 @@ def _text(rows: list[LogLine]) -> tuple[str, int]:
             )
             count += (merged or 1) - 1
         elif line is not None and line > expected:
-            add("\n" * min(line - expected, MAX_LINE_PADDING) + r[_BODY])
+            add("\n" * min(line - expected, MAX_LINE_PADDING) + r.body)
         else:
-            add(r[_BODY])
+            add(r.body)
         expected = (line if line is not None else expected) + 1
     return ("\n".join(parts) + "\n" if parts else ""), count
 
@@ -261,45 +262,45 @@ def _one_generation(rows: list[LogLine]) -> list[LogLine] | None:
     row for the run of lines ending at its own), else None. Batches of one file stored out of order
     (parallel exporters, several replicas) arrive with their record numbers out of order, but never
     with one twice: only a rotated or truncated file repeats them."""
-    if None in map(operator.itemgetter(_LINE), rows):
+    if None in map(_line_of, rows):
         return None
-    ordered = sorted(rows, key=operator.itemgetter(_LINE))
+    ordered = sorted(rows, key=_line_of)
     high = 0
     for r in ordered:
-        line = cast("int", r[_LINE])
-        first = line - (int(r[_BODY]) if r[_GAP] and r[_BODY].isdigit() else 1) + 1
+        line = cast("int", r.line)
+        first = line - (int(r.body) if r.gap and r.body.isdigit() else 1) + 1
         if first <= high:
             return None
         high = line
     return ordered
 
 
-def _generations(streams: dict[StreamKey, list[LogLine]]) -> dict[StreamKey, list[LogLine]]:
+def _generations(streams: dict[SourceKey, list[LogLine]]) -> dict[SourceKey, list[LogLine]]:
     """Split each stream (rows in arrival order) where its record numbers start again — a rotated or
     truncated file — into `stream` (the newest file) and `stream.1`, `stream.2`, … (older ones, as
     logrotate names them); each part in record-number order."""
-    out: dict[StreamKey, list[LogLine]] = {}
-    line_of = operator.itemgetter(_LINE)
-    for (node, stream, kind), rows in streams.items():
-        lines = list(map(line_of, rows))
+    out: dict[SourceKey, list[LogLine]] = {}
+    for key, rows in streams.items():
+        node, stream, kind = key
+        lines = list(map(_line_of, rows))
         if (kind == "text" and _increasing(lines)) or all(n is None for n in lines):
-            out[(node, stream, kind)] = rows  # the usual case, rows read in order: nothing to split or sort
+            out[key] = rows  # the usual case, rows read in order: nothing to split or sort
             continue
         if kind == "text" and (ordered := _one_generation(rows)) is not None:
-            out[(node, stream, kind)] = ordered  # one file's rows, stored out of order
+            out[key] = ordered  # one file's rows, stored out of order
             continue
         parts: list[list[LogLine]] = [[]]
         high = 0
         for r in rows:
-            line = r[_LINE]
+            line = r.line
             if line is not None and line <= high and parts[-1] and kind == "text":
                 parts.append([])
                 high = 0
             parts[-1].append(r)
             high = max(high, line or 0)
         for age, part in enumerate(reversed(parts)):
-            part.sort(key=lambda r: r[_LINE] if r[_LINE] is not None else 1 << 62)
-            out[(node, stream if age == 0 else f"{stream}.{age}", kind)] = part
+            part.sort(key=lambda r: r.line if r.line is not None else 1 << 62)
+            out[SourceKey(node, stream if age == 0 else f"{stream}.{age}", kind)] = part
     return out
 
 
@@ -312,7 +313,7 @@ def _start_inferred(row: AttemptRow) -> bool:
 
 
 def _start_from_lines(
-    ctx: AttemptContext, streams: dict[StreamKey, list[LogLine]], lookback: timedelta, notes: list[str]
+    ctx: AttemptContext, streams: dict[SourceKey, list[LogLine]], lookback: timedelta, notes: list[str]
 ) -> AttemptContext:
     """The window starts at the earliest stamp the attempt's own lines carry, not at the first
     record's time: a sender stamps records when it sends them (the OpenTelemetry SDK when the program
@@ -323,11 +324,11 @@ def _start_from_lines(
     tctx = TimeContext(tz=zone(ctx.timezone), start=ctx.window.start, end=ctx.window.end)
     floor = ctx.window.start - lookback
     earliest: datetime | None = None
-    for (_node, _stream, kind), rows in streams.items():
-        if kind != "text":
+    for key, rows in streams.items():
+        if key.kind != "text":
             continue
         for r in rows[:STAMPED_LINES_READ]:
-            t = parse_line(r[_BODY], tctx).time
+            t = parse_line(r.body, tctx).time
             if t is None or t < floor:
                 continue
             if earliest is None or t < earliest:
@@ -372,8 +373,8 @@ def _assemble(
     stored = {n: m for n in store.known_nodes() if (m := matcher.resolve(n)) is not None}
     names: dict[str | None, str | None] = {}  # stored node name → the attempt's (one resolve per name)
 
-    def read(part: Iterable[LogLine], node_scoped: bool) -> dict[StreamKey, list[LogLine]]:
-        grouped: dict[StreamKey, list[LogLine]] = defaultdict(list)
+    def read(part: Iterable[LogLine], node_scoped: bool) -> dict[SourceKey, list[LogLine]]:
+        grouped: dict[SourceKey, list[LogLine]] = defaultdict(list)
         # runs of rows of one stored stream (and kind), in the order read: rows are tuples, and no
         # Python step is taken per row here (an attempt at 1,024 nodes reads tens of thousands)
         for (name, stream, doc), run in groupby(part, key=_RUN):
@@ -381,7 +382,7 @@ def _assemble(
                 node = names[name]
             except KeyError:
                 node = names[name] = matcher.resolve(name) or name
-            grouped[(node, stream, "doc" if doc else "text")].extend(run)
+            grouped[SourceKey(node, stream, "doc" if doc else "text")].extend(run)
         for rows in grouped.values():
             rows.sort(key=_ARRIVAL[node_scoped])  # the store does not sort: already in order, mostly
         return _generations(grouped)
@@ -402,7 +403,7 @@ def _assemble(
     coverage: list[Coverage] = []
     lines_by_node: dict[str, int] = defaultdict(int)
     for (node, stream, kind), rows in sorted(
-        streams.items(), key=lambda kv: (kv[0][1], kv[0][0] or "", kv[0][2])
+        streams.items(), key=lambda kv: (kv[0].stream, kv[0].node or "", kv[0].kind)
     ):
         dropped = sum(n for (dn, ds), n in drops.items() if ds == stream and (dn or None) in (node, None))
         reason = f"{dropped} older line(s) removed by retention" if dropped else None
@@ -412,7 +413,7 @@ def _assemble(
             for i, r in enumerate(rows):
                 name = stream if len(rows) == 1 else f"{stream}[{i}]"
                 try:
-                    records.extend(render(json.loads(r[_BODY]), name, tctx))
+                    records.extend(render(json.loads(r.body), name, tctx))
                 except (ValueError, RecursionError):
                     bad += 1
             if records:

@@ -17,9 +17,10 @@ that the store never imports the collector.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from functools import partial
+from typing import Any, NamedTuple, Protocol
 
 from hypocenter.errors import InputError, TransientError
 from hypocenter.fleet_mark import FleetMark as FleetMark  # re-exported: the stores name it from here
@@ -186,14 +187,28 @@ class LogRow:
     body: str
 
 
-# One stored log row as an attempt's assembly reads it (`IngestStore.attempt_lines` / `node_lines`): a
-# plain tuple straight from the database, no object per row — tens of thousands per attempt at 1,024 nodes.
-# (node, stream, doc, gap, line, in_range, body, id): `doc` 1 for a structured document, else 0 (a text
-# line or a gap row); `gap` 1 for a gap row (its body: how many lines it stands for); `in_range` 1 when
-# the record's time lies in the range asked for; `id` the row's, ascending in arrival order. Only text,
-# gap and doc rows are read, in no particular order (the database does not sort the rows' texts: the
-# assembly puts each stream's few rows in order).
-LogLine = tuple[str | None, str, int, int, int | None, int, str, int]
+class LogLine(NamedTuple):
+    """One stored log row as an attempt's assembly reads it (`IngestStore.attempt_lines` / `node_lines`).
+    A tuple (the database's own row, retyped in C by `log_lines`): tens of thousands per attempt at
+    1,024 nodes. Only text, gap and doc rows are read, in no particular order (the database does not
+    sort the rows' texts: the assembly puts each stream's few rows in order)."""
+
+    node: str | None
+    stream: str
+    doc: int  # 1 for a structured document, else 0 (a text line or a gap row)
+    gap: int  # 1 for a gap row: its body says how many blanked lines it stands for
+    line: int | None  # log.file.record_number
+    in_range: int  # 1 when the record's time lies in the range asked for
+    body: str
+    id: int  # the row's, ascending in arrival order
+
+
+_as_log_line = partial(tuple.__new__, LogLine)  # a C call, where LogLine._make is a Python one
+
+
+def log_lines(rows: Iterable[tuple[Any, ...]]) -> list[LogLine]:
+    """Database rows in `LogLine`'s column order as `LogLine`s, with no Python step per row."""
+    return list(map(_as_log_line, rows))
 
 
 @dataclass(slots=True)

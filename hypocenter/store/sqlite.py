@@ -56,6 +56,7 @@ from hypocenter.store.base import (
     StreamConflict,
     StreamKey,
     StreamLine,
+    log_lines,
 )
 from hypocenter.store.coordination import REPLICA_LEASE, Coordination
 from hypocenter.store.migrations import MIGRATIONS
@@ -549,25 +550,29 @@ class SQLiteStore(Coordination):
 
     def attempt_lines(self, attempt_id: int, start_ns: int, end_ns: int) -> list[LogLine]:
         """The rows of `attempt_logs` as the assembly reads them (base.LogLine: unsorted)."""
-        return self._tuples(
-            sql("SELECT ", _LOG_LINE, " FROM log_entries e WHERE e.attempt_id=?", _ASSEMBLED),
-            (start_ns, end_ns, attempt_id),
+        return log_lines(
+            self._tuples(
+                sql("SELECT ", _LOG_LINE, " FROM log_entries e WHERE e.attempt_id=?", _ASSEMBLED),
+                (start_ns, end_ns, attempt_id),
+            )
         )
 
     def node_lines(self, nodes: Sequence[str], start_ns: int, end_ns: int) -> list[LogLine]:
         """The rows of `node_logs` as the assembly reads them (base.LogLine: unsorted)."""
         if not nodes:
             return []
-        return self._tuples(
-            sql(
-                "SELECT ",
-                _LOG_LINE,
-                " FROM log_entries e",
-                _node_streams(len(nodes)),
-                " WHERE e.attempt_id IS NULL",
-                _ASSEMBLED,
-            ),
-            (start_ns, end_ns, *nodes, start_ns, end_ns, *nodes, end_ns, start_ns),
+        return log_lines(
+            self._tuples(
+                sql(
+                    "SELECT ",
+                    _LOG_LINE,
+                    " FROM log_entries e",
+                    _node_streams(len(nodes)),
+                    " WHERE e.attempt_id IS NULL",
+                    _ASSEMBLED,
+                ),
+                (start_ns, end_ns, *nodes, start_ns, end_ns, *nodes, end_ns, start_ns),
+            )
         )
 
     def attempt_points(self, attempt_id: int) -> list[PointRow]:
