@@ -32,6 +32,7 @@ from hypocenter.collector.scheduler_records import parse_scontrol, render, slurm
 from hypocenter.errors import PermanentConnectorError
 from hypocenter.lineformat import TimeContext, parse_iso
 from hypocenter.model import AttemptContext, Coverage, Window, Workload
+from hypocenter.modelbase import STATES
 from hypocenter.sources import RecordSource
 
 DEFAULT_POLICY = RetryPolicy()
@@ -620,6 +621,10 @@ class SlurmConnector:
             exit_code = lead.rc
         if attempt:
             notes.append(f"attempt {attempt}: job {self.ref.text} was requeued {attempt} time(s) before it")
+        state = lead.state
+        if state is not None and state not in STATES:  # a newer Slurm's state, or a garbled answer
+            notes.append(f"job {self.ref.text} is in state {state!r}, which is no job state known here")
+            state = None
         context = AttemptContext(
             workload=Workload(
                 id=self.ref.text,
@@ -629,7 +634,7 @@ class SlurmConnector:
                 cluster=next((f.cluster for f in facts + primary if f.cluster), None),
             ),
             window=Window(start=start, end=end),
-            state=lead.state,
+            state=state,
             exit_code=exit_code,
             reason=lead.reason,
             nodes=list(dict.fromkeys(nodes)),
