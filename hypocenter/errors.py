@@ -11,8 +11,10 @@
     │   │   └── HostlistTooLarge     … or one that names more nodes than max_nodes_per_attempt
     │   ├── LimitExceeded            limits.py: input over a bound (ranks, nodes, records, bytes): 413 / 422
     │   ├── DumpError                collector/flight_recorder.py: not a readable Flight Recorder dump
+    │   ├── PickleRefused            collector/plain_pickle.py: a pickle over its bounds, or not plain values
     │   ├── AnalysisFailed           server/quarantine.py: an attempt whose analysis failed, quarantined
     │   ├── OTLPDecodeError          collector/otlp.py: a body that is no OTLP message
+    │   ├── InvalidRecords           collector/otlp.py: a request whose every record was refused (400)
     │   ├── UnsupportedMediaType     collector/otlp.py: neither protobuf nor JSON
     │   ├── MessageTooLarge          collector/otlp.py: over the size limit, after decompression too
     │   ├── UsageError               collector/pull.py: a combination of analyze flags that cannot work
@@ -25,6 +27,7 @@
     ├── TransientError               worth retrying: a source that did not answer this time
     │   ├── Backpressure             server/service.py: the ingest queue is full (retry_after)
     │   ├── DecoderBusy              collector/otlp.py: every decode slot stayed taken (max_concurrent_decodes)
+    │   ├── BudgetSpent              api/listener_limits.py: buffered request bodies hit http_body_budget_bytes
     │   ├── StoreUnavailable         store/base.py: the database cannot be reached now (logged once per outage)
     │   ├── StreamConflict           store/base.py: another writer stored a stream's records first: reduce again
     │   ├── ExportUnavailable        exporter/outbox.py: the receiver cannot take it now

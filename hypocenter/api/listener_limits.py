@@ -30,6 +30,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from hypocenter.api.problems import refusal
+from hypocenter.errors import TransientError
 
 log = logging.getLogger("hypocenter.server")
 
@@ -175,8 +176,8 @@ class ConnectionCap:
         return self._count
 
 
-class BudgetSpent(Exception):
-    """The body budget ran out while a request's body was being read."""
+class BudgetSpent(TransientError):
+    """The body budget ran out while a request's body was being read (answered 503, Retry-After)."""
 
 
 class BodyBudget:
