@@ -101,7 +101,9 @@ def test_only_candidate_lines_of_the_attempts_nodes_come_back(loki: FakeLoki) ->
     tokens = default_engine().extractor.tokens
     entries = [kern("node01", ns(1 + i / 100), f"prefix {tok} suffix") for i, tok in enumerate(tokens)]
     entries += [
-        kern("node01", ns(2), "a boring line"),
+        # in a stream of its own: a rule that reads lines around its match (lines_before/after) has
+        # them fetched as Grafana's "show context" does, so a boring neighbour of a candidate comes back
+        kern("node01", ns(2), "a boring line", filename="/var/log/syslog"),
         kern("node09", ns(3), XID),  # not a candidate / not ours
         kern("NODE02.cluster.local", ns(4), XID),
     ]  # FQDN, other case: still node02
