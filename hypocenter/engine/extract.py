@@ -17,7 +17,7 @@ from __future__ import annotations
 import bisect
 import re
 import sys
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
@@ -730,12 +730,21 @@ _new_clock = partial(tuple.__new__, _Clock)
 _new_when = partial(tuple.__new__, _When)
 
 
+# Events a training loop prints on every step (engine/cost.py reads them): a stream keeps its first and
+# its last THINNED_KEEP of each kind, so a long run's output is not a list of millions of events.
+THINNED_KINDS = frozenset({"train_step"})
+THINNED_KEEP = 256
+
+
 @dataclass(slots=True)
 class _Scan:
     """What one read of a stream has gathered. A read that must start again (the whole text after
     pieces proved too narrow, or nothing after a file proved not to be text) starts from a new one."""
 
     events: list[Event] = field(default_factory=list)
+    thinned: dict[str, int] = field(default_factory=dict)  # kind → events of it seen (THINNED_KINDS)
+    # the latest events of a thinned kind past its first THINNED_KEEP, each with where it goes in `events`
+    latest: deque[tuple[int, Event]] = field(default_factory=lambda: deque(maxlen=THINNED_KEEP))
     candidates: int = 0
     anchors: list[timedelta] = field(default_factory=list)  # boot offsets (wall - uptime)
     pending: list[_Pending] = field(default_factory=list)  # uptime-only events
@@ -748,6 +757,29 @@ class _Scan:
     # they are node indices, which the stream shows by pairing a label with another [rankN].
     labels_checked: bool = False
     label_nodes: dict[int, str] | None = None  # srun task label → node, when labels are not ranks
+
+    def add(self, events: list[Event]) -> None:
+        for e in events:
+            if e.kind in THINNED_KINDS:
+                seen = self.thinned.get(e.kind, 0) + 1
+                self.thinned[e.kind] = seen
+                if seen > THINNED_KEEP:
+                    self.latest.append((len(self.events), e))
+                    continue
+            self.events.append(e)
+
+    def kept(self) -> list[Event]:
+        """The events in stream order: the thinned kinds' latest put back where they were found."""
+        if not self.latest:
+            return self.events
+        out: list[Event] = []
+        start = 0
+        for at, e in self.latest:
+            out.extend(self.events[start:at])
+            out.append(e)
+            start = at
+        out.extend(self.events[start:])
+        return out
 
 
 class _TextStream:
@@ -785,7 +817,7 @@ class _TextStream:
         scan = self.scan
         known = src.newlines if isinstance(src, FileTextSource) else None  # counted at load, or by its reader
         return _StreamResult(
-            scan.events,
+            scan.kept(),
             scan.candidates,
             known if known is not None else scan.line_no - 1,  # the scan counted every line
             scan.anchors,
@@ -899,7 +931,7 @@ class _TextStream:
                 - timedelta(seconds=header.uptime)
             )
         scan.clock = clock
-        scan.events.extend(events)
+        scan.add(events)
         scan.pending.extend(pending)
 
     def _when(
