@@ -517,6 +517,8 @@ def _columnar_entries(body: bytes, flat: Any) -> Tagged | None:
                     out.blocks.append(block)
     except (DecodeError, ValueError):
         return None
+    if not out.accepted and not out.blocks:  # no record where the shape put them: the whole decode says
+        return None  # whether the request is empty or malformed
     return out
 
 

@@ -318,3 +318,20 @@ def test_evidence_marks_are_the_same_with_and_without_hyperscan() -> None:
             assert extractor.evidence_columns(numbers, bodies, tctx) == with_marks
         finally:
             extractor._marks = marks
+
+
+def test_a_request_whose_shape_yields_no_record_is_decoded_whole() -> None:
+    """Found by the fuzzer: a mutated request whose columns hold no record and a string field with
+    invalid UTF-8 was acknowledged with nothing taken and nothing rejected; the whole decode refuses it."""
+    import base64
+
+    from hypocenter.collector import otlp
+    from hypocenter.errors import InputError
+
+    body = base64.b64decode(
+        "CpQBCk4KEQoJaG9zdC5uYW1lEgQKAm4xChMKDHNsdXJtLmpvYi5pZBIDCgE3CiQKGGB5cG9jZW50ZXIuYXR0ZW1wdC5y"
+        "YW5rcxIICgZuMT0wLTcSQgpACQCAABjiBCpGEjUKM05WUk06IFhpZCAoUENJOjAwMDA6M2I6MDApOiAxNDnU34+Wm8LO"
+        "yyBuYW1lPXB5dGhvbg=="
+    )
+    with pytest.raises(InputError, match="invalid UTF-8"):
+        otlp.receive("logs", body, "application/x-protobuf")
