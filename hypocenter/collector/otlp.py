@@ -14,7 +14,7 @@ import hashlib
 import json
 import re
 import zlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -365,14 +365,11 @@ def log_entries(req: ExportLogsServiceRequest, body: bytes | None = None, flat: 
             if flat is not None and sl.log_records:
                 block = _block(
                     flat.resource_logs[ri].scope_logs[si].log_records,
-                    len(sl.log_records),
+                    [lr.SerializeToString() for lr in sl.log_records],
                     rattrs,
                     rident,
                     f"otlp/{scope_name}",
                 )
-                if isinstance(block, list):
-                    out.accepted.extend(block)
-                    continue
                 if block is not None:
                     out.blocks.append(block)
                     continue
@@ -508,13 +505,10 @@ def _columnar_entries(body: bytes, flat: Any) -> Tagged | None:
                 if not n:
                     continue
                 scope_name = InstrumentationScope.FromString(sl.scope).name or "otlp"
-                block = _block(sl.log_records, n, rattrs, rident, f"otlp/{scope_name}")
+                block = _block(sl.log_records, csl.log_records, rattrs, rident, f"otlp/{scope_name}")
                 if block is None:
                     return None
-                if isinstance(block, list):
-                    out.accepted.extend(block)
-                else:
-                    out.blocks.append(block)
+                out.blocks.append(block)
     except (DecodeError, ValueError):
         return None
     if not out.accepted and not out.blocks:  # no record where the shape put them: the whole decode says
@@ -523,14 +517,14 @@ def _columnar_entries(body: bytes, flat: Any) -> Tagged | None:
 
 
 def _block(
-    records: Any, n: int, rattrs: Mapping[str, Any], rident: Identity, fallback: str
-) -> RecordBlock | list[Entry] | None:
-    """A scope group's records as one `RecordBlock`, when they are text lines of one record-numbered
-    stream tagged as their resource is; as `Entry`s tagged once for the group (what `log_entries`
-    makes of each), when they are text lines of one stream without record numbers; None sends the
-    group through the per-record path."""
+    records: Any, raw: Sequence[bytes], rattrs: Mapping[str, Any], rident: Identity, fallback: str
+) -> RecordBlock | None:
+    """A scope group's records (`raw`: each as sent) as one `RecordBlock`, when they are text lines of
+    one stream (with or without record numbers) tagged as their resource is, or as the file's path or
+    name on every record says; None sends the group through the per-record path."""
     if (rident.node is None and rident.workload is None) or "state" in rident.scope or rident.invalid:
         return None
+    n = len(raw)
     cols = Columns.of(records, n, LINE_KEY)
     if cols is None or (max(cols.times) > INT64_MAX if cols.times else False):
         return None  # the per-record path says which records it refuses
@@ -539,10 +533,15 @@ def _block(
         if values.count(values[0]) != n:  # records of several files in one group
             return None
         lattrs[key] = values[0]
-    if rident.workload is not None and "*** " in "\n".join(cols.bodies):  # a Slurm banner: tagged per record
-        return None
+    banners: dict[int, str] = {}
+    if rident.workload is not None and "*** " in "\n".join(cols.bodies):  # a Slurm banner: a terminal state
+        if cols.lines is not None:
+            return None  # tagged per record
+        banners = {i: m.group(1) for i, text in enumerate(cols.bodies) if (m := _BANNER.search(text))}
     if cols.lines is None:
-        return _unnumbered(cols, rattrs, lattrs, rident, fallback)
+        block = _unnumbered(cols, raw, rattrs, lattrs, rident, fallback)
+        block.banners = banners
+        return block
     stream = stream_name(rident.node, _first(STREAM_KEYS, rattrs, lattrs), fallback)
     return RecordBlock(
         workload=rident.workload,
@@ -558,37 +557,39 @@ def _block(
 
 
 def _unnumbered(
-    cols: Columns, rattrs: Mapping[str, Any], lattrs: dict[str, Any], rident: Identity, fallback: str
-) -> list[Entry]:
-    """`log_entries`' `Entry`s of a group of text records without record numbers whose attributes
-    are the same on every record (at most the file's path and name): tagged once, not per record;
-    each dedup key is the exporter-retry key (times, body and attributes)."""
+    cols: Columns,
+    raw: Sequence[bytes],
+    rattrs: Mapping[str, Any],
+    lattrs: dict[str, Any],
+    rident: Identity,
+    fallback: str,
+) -> RecordBlock:
+    """A group of text records without record numbers whose attributes are the same on every record
+    (at most the file's path and name), tagged once, not per record: a `RecordBlock` whose numbers
+    are given on arrival, with the digest of its records as sent (an exporter's retry sends the same
+    bytes) and what the per-record path's dedup keys are made of."""
     own = bool(lattrs)  # the file's path or name: a stream key
     ident = identify(rattrs, lattrs) if own else rident
     stream = stream_name(ident.node, _first(STREAM_KEYS, rattrs, lattrs), fallback)
     where = f"rec\x1f{ident.workload}\x1f{ident.attempt}\x1f{ident.node}\x1f{stream}\x1f"
-    tail = "\x1f" + json.dumps(lattrs, sort_keys=True, default=str)
-    blake2b = hashlib.blake2b
-    return [
-        Entry(
-            workload=ident.workload,
-            attempt=ident.attempt,
-            node=ident.node,
-            stream=stream,
-            kind="text",
-            body=text,
-            time_ns=time_ns,
-            line=None,
-            dedup=blake2b(
-                f"{where}{stamp}\x1f{observed}\x1f{text}{tail}".encode("utf-8", "surrogatepass"),
-                digest_size=16,
-            ).hexdigest(),
-            scope=ident.scope,
-        )
-        for text, time_ns, stamp, observed in zip(
-            cols.bodies, cols.times, cols.stamps, cols.observed, strict=True
-        )
-    ]
+    digest = hashlib.blake2b(where.encode("utf-8", "surrogatepass"), digest_size=16)
+    for record in raw:
+        digest.update(len(record).to_bytes(4, "little"))
+        digest.update(record)
+    return RecordBlock(
+        workload=ident.workload,
+        attempt=ident.attempt,
+        node=ident.node,
+        stream=stream,
+        scope=ident.scope,
+        lines=[],
+        bodies=cols.bodies,
+        times=cols.times,
+        stamps=cols.stamps,
+        digest=digest.hexdigest(),
+        observed=cols.observed,
+        retry_key=(where, "\x1f" + json.dumps(lattrs, sort_keys=True, default=str)),
+    )
 
 
 def _flat(body: bytes) -> Any:

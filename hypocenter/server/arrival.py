@@ -15,8 +15,17 @@ Retries stay idempotent without a row per line: the store keeps each stream's re
 ranges, and records inside them are dropped. A batch that brings line 1 again with another time or
 text starts a new generation (a rotated file), as the assembly reads it (`stream`, `stream.1`, …).
 
-Records without a record number, structured documents and the terminal-state records take the
-row-per-record path (`Store.ingest`'s `logs`), with their dedup keys, as before.
+A scope group of text records without record numbers (the filelog receiver's default, SDK
+handlers, journald, most agents; a `RecordBlock` with a `digest`) takes its stream's next numbers,
+in the order the groups arrive, and is then reduced like a numbered one (`_number`): evidence lines
+and gap rows, line numbers in the UI's context. Its retries are dropped by the group's digest
+(the records as sent, hashed; an exporter's retry sends the same bytes), kept by the store for an
+hour (`stream_batches`); the versioned stream state makes replicas agree on the numbers. Without
+numbers the order is the order of arrival, as it was when such records were stored row by row.
+
+Records without a record number that are not in a group's usual shape (attributes that vary from
+record to record), structured documents and the terminal-state records take the row-per-record path
+(`Store.ingest`'s `logs`), with their dedup keys, as before.
 
 Records that arrive as columns (`RecordBlock`, from collector/otlp_columns.py) stay columns when
 they are the stream's next lines, in order, none stored yet — the usual case: one prefilter pass
@@ -244,7 +253,17 @@ class Arrival:
         by_stream: dict[StreamId, list[RecordBlock]] = defaultdict(list)
         for block in blocks:
             by_stream[block.key].append(block)
+        digests: dict[StreamId, list[str]] = {}
         for key, parts in by_stream.items():
+            if parts[0].digest:
+                # records without numbers (a stream's groups come all with or all without them):
+                # the stream's next numbers, then as numbered ones
+                w = self._number(store, key, parts, scans, tctx, out, streams)
+                if w is not None:
+                    out.writes.append(w)
+                elif key in streams:
+                    digests[key] = [b.digest for b in parts if b.lines]
+                continue
             # The usual case — the stream's next records, in order, or a retry of stored ones —
             # without an object per record; anything else (a rotation, records out of order) per record.
             ordered = None if key in streams else _in_order(parts)
@@ -277,11 +296,52 @@ class Arrival:
                 workload, attempt, node, stream, (entries[0].line or 0) - REREAD_LINES
             )
             w = ArrivalWrite(workload, attempt, node, stream, entries, state)
+            w.digests = digests.get((workload, attempt, node, stream), [])
             blanked, freed = self._reduce(w, tctx)
             out.writes.append(w)
             out.blanked += blanked
             out.freed += freed
         return out
+
+    def _number(
+        self,
+        store: IngestStore,
+        key: StreamId,
+        parts: list[RecordBlock],
+        scans: Scans,
+        tctx: TimeContext,
+        out: Reduced,
+        streams: dict[StreamId, list[Entry]],
+    ) -> ArrivalWrite | None:
+        """Give a stream's groups without record numbers, in arrival order, the stream's next numbers
+        and reduce them as `_reduce_block` does; a group whose digest is stored (an exporter's retry,
+        to this replica or another) or came earlier in this batch is dropped, as the per-record path
+        drops the records its dedup keys match. None when the stream also has records given one by
+        one in this batch: the groups' records join them, numbered (their digests are then the
+        stream's write's)."""
+        state = store.arrival_state(*key, tail=REREAD_LINES, digests=sorted({b.digest for b in parts}))
+        seen = set(state.batches)
+        fresh: list[RecordBlock] = []
+        for b in parts:
+            b.lines = []
+            if b.digest not in seen:
+                seen.add(b.digest)
+                fresh.append(b)
+        if not fresh:
+            return ArrivalWrite(*key, [], state)
+        at = state.ranges[-1][1] if state.ranges else 0
+        for b in fresh:
+            b.lines = list(range(at + 1, at + 1 + len(b)))
+            at += len(b)
+        if key in streams:
+            streams[key].extend(e for b in fresh for e in b.entries())
+            return None
+        w = self._reduce_block(fresh, scans, state, tctx, out)
+        if w is None:  # cannot be: the numbers come after every stored one
+            raise AssertionError(f"stream {key[3]!r}: numbered records did not follow the stored ones")
+        w.digests = [b.digest for b in fresh]
+        w.banners = [(b.times[i], state) for b in fresh for i, state in sorted(b.banners.items())]
+        return w
 
     def _reduce(self, w: ArrivalWrite, tctx: TimeContext) -> tuple[int, int]:
         """Fill `w`'s row changes and state; returns the lines (bytes) whose text it leaves out."""
@@ -448,14 +508,10 @@ def _joined(blocks: list[RecordBlock]) -> RecordBlock:
     if len(blocks) == 1:
         return blocks[0]
     first = blocks[0]
+    lines, bodies, times, stamps = (
+        list(chain.from_iterable(getattr(b, name) for b in blocks))
+        for name in ("lines", "bodies", "times", "stamps")
+    )
     return RecordBlock(
-        first.workload,
-        first.attempt,
-        first.node,
-        first.stream,
-        first.scope,
-        *(
-            list(chain.from_iterable(getattr(b, name) for b in blocks))
-            for name in ("lines", "bodies", "times", "stamps")
-        ),
+        first.workload, first.attempt, first.node, first.stream, first.scope, lines, bodies, times, stamps
     )

@@ -59,28 +59,48 @@ def line_dedup(
 
 @dataclass(slots=True)
 class RecordBlock:
-    """The text records of one OTLP scope group that all belong to one record-numbered stream, as
-    columns: what an `Entry` per record would say, without an object per record. `entry(i)` builds
-    the `Entry` of record `i` (its dedup key included) for the few records that are stored as rows."""
+    """The text records of one OTLP scope group that all belong to one stream, as columns: what an
+    `Entry` per record would say, without an object per record. `entry(i)` builds the `Entry` of
+    record `i` (its dedup key included) for the few records that are stored as rows.
+
+    A group without record numbers (`digest` set: the records as sent, hashed) gets its numbers on
+    arrival — the next ones of its stream (server/arrival.py) — and is stored like a numbered one;
+    until then `lines` is empty and `entry(i)` is the record's `Entry` as the per-record path makes
+    it (line None, the exporter-retry dedup key: `retry_key`'s stream prefix and attribute suffix
+    around the record's times and body)."""
 
     workload: str | None
     attempt: int
     node: str | None
     stream: str
     scope: dict[str, str]
-    lines: list[int]  # record numbers (> 0)
+    lines: list[int]  # record numbers (> 0); empty until given on arrival for a group without them
     bodies: list[str]
     times: list[int]  # time_ns: time_unix_nano, else observed_time_unix_nano
     stamps: list[int]  # time_unix_nano as sent (part of the dedup key)
+    digest: str = ""  # a group without record numbers: its records as sent, hashed (retries are dropped)
+    observed: list[int] = field(default_factory=list)  # observed_time_unix_nano as sent (when `digest`)
+    retry_key: tuple[str, str] = ("", "")  # when `digest`: the exporter-retry key around times and body
+    banners: dict[int, str] = field(default_factory=dict)  # record → the state its Slurm banner names
 
     def __len__(self) -> int:
-        return len(self.lines)
+        return len(self.bodies)
 
     @property
     def key(self) -> tuple[str | None, int, str | None, str]:
         return self.workload, self.attempt, self.node, self.stream
 
     def entry(self, i: int) -> Entry:
+        if not self.lines:  # no record numbers given (yet): the record as the per-record path keys it
+            where, tail = self.retry_key
+            key = f"{where}{self.stamps[i]}\x1f{self.observed[i]}\x1f{self.bodies[i]}{tail}"
+            line = None
+            dedup = hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+        else:
+            line = self.lines[i]
+            dedup = line_dedup(
+                self.workload, self.attempt, self.node, self.stream, line, self.stamps[i], self.bodies[i]
+            )
         return Entry(
             workload=self.workload,
             attempt=self.attempt,
@@ -89,21 +109,13 @@ class RecordBlock:
             kind="text",
             body=self.bodies[i],
             time_ns=self.times[i],
-            line=self.lines[i],
-            dedup=line_dedup(
-                self.workload,
-                self.attempt,
-                self.node,
-                self.stream,
-                self.lines[i],
-                self.stamps[i],
-                self.bodies[i],
-            ),
-            scope=self.scope,
+            line=line,
+            dedup=dedup,
+            scope={**self.scope, "banner_state": self.banners[i]} if i in self.banners else self.scope,
         )
 
     def entries(self) -> list[Entry]:
-        return [self.entry(i) for i in range(len(self.lines))]
+        return [self.entry(i) for i in range(len(self.bodies))]
 
     def after(self, k: int) -> RecordBlock:
         """Records k.. of this block."""
@@ -117,6 +129,10 @@ class RecordBlock:
             self.bodies[k:],
             self.times[k:],
             self.stamps[k:],
+            self.digest,
+            self.observed[k:],
+            self.retry_key,
+            {i - k: state for i, state in self.banners.items() if i >= k},
         )
 
 
@@ -292,8 +308,9 @@ class StreamLine:
 
 @dataclass(slots=True)
 class ArrivalState:
-    """What the store knows of one record-numbered text stream that arrives through extraction on
-    arrival (server/arrival.py): the record numbers already stored of its current generation (a
+    """What the store knows of one text stream that arrives through extraction on arrival
+    (server/arrival.py; records without numbers are given them there): the record numbers already
+    stored of its current generation (a
     rotated file restarts at 1: a new generation), the dedup key of its line 1, and the rows of
     that generation that are not final — kept lines and gap rows from `from_line` on, in
     record-number order. `version` counts the writes of the stream's state (0: none yet): a write
@@ -307,6 +324,7 @@ class ArrivalState:
     rows: list[StreamLine] = field(default_factory=list)
     lines: int = 0
     bytes: int = 0
+    batches: set[str] = field(default_factory=set)  # digests asked for that are stored: retries
 
 
 @dataclass(slots=True)
@@ -329,6 +347,8 @@ class ArrivalWrite:
     last_ns: int | None = None
     block: int = 0  # when `entries` is empty: the records of a `RecordBlock` (all with `block_scope`)
     block_scope: dict[str, str] = field(default_factory=dict)
+    digests: list[str] = field(default_factory=list)  # groups without record numbers stored by this write
+    banners: list[tuple[int, str]] = field(default_factory=list)  # (time, state) of a block's Slurm banners
     version: int = field(init=False)  # the state's version this write was computed from
 
     def __post_init__(self) -> None:
@@ -341,7 +361,9 @@ class ArrivalWrite:
         """(time, scope, terminal) the attempt's bookkeeping reads: one per entry, or a block's first
         and last time (its records share one scope, with no terminal marker)."""
         if self.block:
-            return [(t, self.block_scope, False) for t in (self.first_ns or 0, self.last_ns or 0)]
+            return [(t, self.block_scope, False) for t in (self.first_ns or 0, self.last_ns or 0)] + [
+                (t, {**self.block_scope, "banner_state": state}, True) for t, state in self.banners
+            ]
         return [(e.time_ns, e.scope, "state" in e.scope or "banner_state" in e.scope) for e in self.entries]
 
 
@@ -393,7 +415,15 @@ class IngestStore(Protocol):
         arrivals: Sequence[ArrivalWrite] = (),
     ) -> int: ...
     def arrival_state(
-        self, workload: str | None, attempt: int, node: str | None, stream: str, from_line: int = 0
+        self,
+        workload: str | None,
+        attempt: int,
+        node: str | None,
+        stream: str,
+        from_line: int = 0,
+        *,
+        tail: int | None = None,
+        digests: Sequence[str] = (),
     ) -> ArrivalState: ...
     def compaction_due(self, cutoff: float, limit: int) -> list[StreamKey]: ...
     def stream_lines(self, key: StreamKey, *, live_only: bool = False) -> list[StreamLine]: ...

@@ -252,5 +252,19 @@ MIGRATIONS: tuple[Migration, ...] = tuple(
         """
     ALTER TABLE stream_state ADD COLUMN version $INTEGER NOT NULL DEFAULT 1;
     """,
+        # 15: groups of records without record numbers take the next numbers of their stream on arrival
+        # (server/arrival.py); each group's digest is kept for a while, so a retry of it is dropped
+        """
+    CREATE TABLE stream_batches (
+        workload $TEXT NOT NULL,               -- as stream_state's key
+        attempt $INTEGER NOT NULL,
+        node $TEXT NOT NULL,
+        stream $TEXT NOT NULL,
+        digest $TEXT NOT NULL,                 -- the group's records as sent, hashed
+        received $REAL NOT NULL,
+        PRIMARY KEY (workload, attempt, node, stream, digest)
+    );
+    CREATE INDEX stream_batches_received ON stream_batches (received);
+    """,
     )
 )

@@ -208,10 +208,23 @@ class PostgresStore(SQLiteStore):
         except (errors.DeadlockDetected, errors.SerializationFailure) as exc:
             # rolled back to let another replica's transaction through: the same as a lost race
             raise StreamConflict(f"{self.path}: {str(exc).strip()}") from None
-        except (self._psycopg.OperationalError, self._psycopg.InterfaceError, TransientError) as exc:
+        except (
+            self._psycopg.OperationalError,
+            self._psycopg.InterfaceError,
+            TransientError,
+            errors.IdleInTransactionSessionTimeout,
+        ) as exc:
             if not self._opened or isinstance(exc, StoreUnavailable):
                 raise
-            if self._conn is not None and not self._conn.closed and not self._conn.broken:
+            # The server ended the session (an outage of this replica's connection: e.g. the process
+            # was paused inside a transaction past idle_in_transaction_session_timeout, or an admin
+            # or crash shutdown): the connection is gone whatever psycopg says of it yet.
+            ended = isinstance(
+                exc, (errors.IdleInTransactionSessionTimeout, errors.AdminShutdown, errors.CrashShutdown)
+            )
+            if ended and self._conn is not None:
+                self._conn.close()
+            elif self._conn is not None and not self._conn.closed and not self._conn.broken:
                 raise  # the database answered: an error of this statement, not an outage
             reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             if self._down_since is None:

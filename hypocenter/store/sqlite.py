@@ -78,6 +78,9 @@ def _node_streams(n: int) -> str:
     )
 
 
+BATCH_MEMORY_S = (
+    3600.0  # how long a group's digest is kept (stream_batches): its retries are dropped meanwhile
+)
 # base.LogLine's columns of `log_entries e` (placeholders: the range's start and end), and the rows it reads
 _LOG_LINE = (
     "e.node, e.stream, CASE WHEN e.kind = 'doc' THEN 1 ELSE 0 END, CASE WHEN e.kind = 'gap' THEN 1 ELSE 0 END,"
@@ -184,11 +187,21 @@ class SQLiteStore(Coordination):
         return int(cur.lastrowid or 0)
 
     def arrival_state(
-        self, workload: str | None, attempt: int, node: str | None, stream: str, from_line: int = 0
+        self,
+        workload: str | None,
+        attempt: int,
+        node: str | None,
+        stream: str,
+        from_line: int = 0,
+        *,
+        tail: int | None = None,
+        digests: Sequence[str] = (),
     ) -> ArrivalState:
+        """The stream's state with its rows from record number `from_line` on — or, with `tail`, from
+        `tail` lines before its next record number — and which of `digests` it has stored."""
+        key = (workload or "", attempt, node or "", stream)
         rows = self._rows(
-            sql("SELECT * FROM stream_state WHERE workload=? AND attempt=? AND node=? AND stream=?"),
-            (workload or "", attempt, node or "", stream),
+            sql("SELECT * FROM stream_state WHERE workload=? AND attempt=? AND node=? AND stream=?"), key
         )
         if not rows:
             return ArrivalState()
@@ -202,6 +215,19 @@ class SQLiteStore(Coordination):
             lines=r["lines"],
             bytes=r["bytes"],
         )
+        if digests:
+            state.batches = {
+                x[0]
+                for x in self._tuples(
+                    sql(
+                        "SELECT digest FROM stream_batches WHERE workload=? AND attempt=? AND node=? AND stream=?"
+                        f" AND digest IN ({placeholders(len(digests))})"
+                    ),
+                    (*key, *digests),
+                )
+            }
+        if tail is not None:
+            from_line = (state.ranges[-1][1] if state.ranges else 0) + 1 - tail
         aid = None
         if workload is not None:
             found = self._rows(
@@ -250,7 +276,7 @@ class SQLiteStore(Coordination):
         (for SQLite: every writer of the file) for the whole reduction."""
         st = w.state
         key = (w.workload or "", w.attempt, w.node or "", w.stream)
-        if not (w.entries or w.block or w.rotate or w.inserts or w.updates or w.deletes):
+        if not (w.entries or w.block or w.rotate or w.inserts or w.updates or w.deletes or w.digests):
             # a retry of stored records: nothing to write, as long as the state read is still the stored one
             row = db.execute(
                 sql(
@@ -301,6 +327,14 @@ class SQLiteStore(Coordination):
                     "UPDATE stream_state SET since_id=? WHERE workload=? AND attempt=? AND node=? AND stream=?"
                 ),
                 (since, *key),
+            )
+        if w.digests:
+            db.executemany(
+                sql(
+                    "INSERT INTO stream_batches (workload, attempt, node, stream, digest, received)"
+                    " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"
+                ),
+                [(*key, d, now) for d in w.digests],
             )
         for i in range(0, len(w.deletes), 500):
             part = w.deletes[i : i + 500]
@@ -1121,6 +1155,11 @@ class SQLiteStore(Coordination):
             cutoff = now - retention.max_age_s
             removed += db.execute(sql("DELETE FROM log_entries WHERE received < ?"), (cutoff,)).rowcount
             removed += db.execute(sql("DELETE FROM metric_points WHERE received < ?"), (cutoff,)).rowcount
+            # a retry comes within minutes (exporters give up after 5); a group's digest is kept an hour
+            db.execute(
+                sql("DELETE FROM stream_batches WHERE received < ?"),
+                (now - min(BATCH_MEMORY_S, retention.max_age_s),),
+            )
             over = db.execute(
                 sql(
                     "SELECT COALESCE(CAST(attempt_id AS TEXT), '') AS scope, COALESCE(node, '') AS node, stream, COUNT(*) AS n"

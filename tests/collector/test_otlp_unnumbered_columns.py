@@ -83,13 +83,23 @@ def test_unnumbered_records_are_tagged_as_the_per_record_path_tags_them(name: st
     resource, records = SHAPES[name]
     body = _request(resource, records)
     tagged, warnings = otlp.receive("logs", body, PROTOBUF)
-    assert warnings == [] and tagged.blocks == [] and tagged.count == len(records)
-    assert tagged.accepted == _per_record(body)
-    assert all(e.line is None and e.kind == "text" for e in tagged.accepted)
-    # an exporter's retry is the same records: the same dedup keys; another time is another record
+    assert warnings == [] and tagged.count == len(records)
+    if name == "the path on the resource, records without a time of their own":
+        # a record without a time leaves its time column short: the group is tagged per record
+        assert tagged.blocks == [] and tagged.accepted == _per_record(body)
+        return
+    assert tagged.accepted == []
+    [block] = tagged.blocks
+    # numbers are given on arrival; until then each record is the per-record path's `Entry`
+    assert block.lines == [] and block.entries() == _per_record(body)
+    assert all(e.line is None and e.kind == "text" for e in block.entries())
+    # an exporter's retry is the same records: the same digest (and dedup keys); other records another
     again, _ = otlp.receive("logs", body, PROTOBUF)
-    assert [e.dedup for e in again.accepted] == [e.dedup for e in tagged.accepted]
-    assert len({e.dedup for e in tagged.accepted}) == len(records)
+    assert again.blocks[0].digest == block.digest
+    assert [e.dedup for e in again.blocks[0].entries()] == [e.dedup for e in block.entries()]
+    assert len({e.dedup for e in block.entries()}) == len(records)
+    other, _ = otlp.receive("logs", _request(resource, records[:-1]), PROTOBUF)
+    assert other.blocks[0].digest != block.digest
 
 
 def test_a_group_is_tagged_once_not_per_record(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -104,7 +114,7 @@ def test_a_group_is_tagged_once_not_per_record(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setattr(otlp, "identify", counting)
     body = _request(NODE, _lines(2_000, {"log.file.path": "/var/log/kern.log"}))
     tagged, _ = otlp.receive("logs", body, PROTOBUF)
-    assert tagged.count == 2_000
+    assert tagged.count == 2_000 and len(tagged.blocks) == 1
     assert calls <= 3, f"identify ran {calls} times for one scope group"
 
 
@@ -113,13 +123,18 @@ def test_groups_outside_the_shape_take_the_per_record_path(monkeypatch: pytest.M
         10, {"log.file.path": "/var/log/b.log"}
     )
     extra = _lines(10, {"log.file.path": "/var/log/a.log", "code.lineno": 12})
-    banner: list[tuple[str, int, int, dict[str, Any]]] = [
-        ("slurmstepd: error: *** JOB 9 ON gpu0007 CANCELLED AT 2026-11-02T10:00:00 ***", T0, T0, {})
-    ]
-    for resource, records in ((NODE, two_files), (NODE, extra), (JOB, banner)):
+    for resource, records in ((NODE, two_files), (NODE, extra)):
         body = _request(resource, records)
         tagged, _ = otlp.receive("logs", body, PROTOBUF)
         assert tagged.accepted == _per_record(body)
     streams = {e.stream for e in otlp.receive("logs", _request(NODE, two_files), PROTOBUF)[0].accepted}
     assert streams == {"gpu0007:/var/log/a.log", "gpu0007:/var/log/b.log"}
-    assert otlp.receive("logs", _request(JOB, banner), PROTOBUF)[0].accepted[0].scope.get("banner_state")
+
+
+def test_a_slurm_banner_stays_in_its_group_and_names_the_state() -> None:
+    banner = "slurmstepd: error: *** JOB 9 ON gpu0007 CANCELLED AT 2026-11-02T10:00:00 ***"
+    records = [*_lines(5, {}), (banner, T0, T0, {})]
+    body = _request(JOB, records)
+    [block] = otlp.receive("logs", body, PROTOBUF)[0].blocks
+    assert block.entries() == _per_record(body)
+    assert block.entries()[-1].scope.get("banner_state") == "CANCELLED"

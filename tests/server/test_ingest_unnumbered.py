@@ -1,0 +1,182 @@
+"""Records without `log.file.record_number` (the filelog receiver's default, SDK handlers, journald,
+Fluent Bit, Vector) take the stream's next numbers on arrival and are stored as their evidence, like
+record-numbered ones: the diagnosis of every example sent that way is byte-identical to the one made
+of the same records sent with their numbers (which the replay tests hold equal to `hypocenter
+analyze`), the store holds far fewer rows than one per record (what this path stored before), every stored line has its number (the UI's context lines read them), and a
+retried request — to the same replica or another on the same store — is stored once."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+from interleave_support import EXTRACTOR, otlp_requests, stored
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+from postgres_support import NO_PG, PG_URL, fresh_schema
+from server_support import REPO
+
+from hypocenter.collector import otlp
+from hypocenter.engine import default_engine
+from hypocenter.server.arrival import Arrival
+from hypocenter.server.attempts import assemble
+from hypocenter.server.service import IngestQueue
+from hypocenter.store import open_store
+from hypocenter.store.sql import sql
+
+EXAMPLES = sorted(p.parent.name for p in (REPO / "examples").glob("*/expected.yaml"))
+ENGINE = default_engine()
+
+
+def unnumbered(bundle: Path, per_request: int = 20) -> list[bytes]:
+    """The bundle's records as OTLP requests, the record numbers left out (the state record keeps its
+    own: it is tagged per record, as a terminal state is)."""
+    out: list[bytes] = []
+    for body, _ in otlp_requests(bundle, per_request):
+        req = ExportLogsServiceRequest.FromString(body)
+        for rl in req.resource_logs:
+            if any(kv.key == "hypocenter.attempt.state" for kv in rl.resource.attributes):
+                continue
+            for sl in rl.scope_logs:
+                for lr in sl.log_records:
+                    keep = [kv for kv in lr.attributes if kv.key != "log.file.record_number"]
+                    del lr.attributes[:]
+                    lr.attributes.extend(keep)
+        out.append(req.SerializeToString())
+    return out
+
+
+def _send(queue: IngestQueue, body: bytes) -> None:
+    tagged, _ = otlp.receive("logs", body, "application/x-protobuf")
+    queue.submit(tagged.accepted, [], tagged.blocks).result(60)
+
+
+def numbered(bundle: Path, per_request: int = 20) -> list[bytes]:
+    return [body for body, _ in otlp_requests(bundle, per_request)]
+
+
+def _diagnose(url: str, requests: list[bytes], *, every_line: bool = False) -> tuple[str, int, list[Any]]:
+    """(diagnosis JSON, rows stored, text rows without a number) of `requests` sent one by one."""
+    store = open_store(url)
+    queue = IngestQueue(store, 1_000_000, 1.0, arrival=None if every_line else Arrival(EXTRACTOR))
+    try:
+        for body in requests:
+            _send(queue, body)
+        [workload] = [r[0] for r in store._tuples(sql("SELECT workload FROM attempts"))]
+        row = store.attempt(workload, 0) or store.attempt(workload, 1)
+        assert row is not None
+        inp = assemble(
+            store, row, lookback_s=3600, slack_s=600, now=datetime(2030, 1, 1, tzinfo=timezone.utc)
+        )
+        rows = store._tuples(sql("SELECT COUNT(*) FROM log_entries"))[0][0]
+        bare = store._tuples(sql("SELECT stream FROM log_entries WHERE kind = 'text' AND line IS NULL"))
+        return ENGINE.analyze(inp).to_json(), int(rows), [b[0] for b in bare]
+    finally:
+        queue.close()
+        store.close()
+
+
+@pytest.mark.parametrize("example", EXAMPLES)
+def test_every_example_sent_without_record_numbers_diagnoses_as_sent_with_them(
+    example: str, tmp_path: Path
+) -> None:
+    bundle = REPO / "examples" / example
+    want, _, _ = _diagnose(str(tmp_path / "numbered.db"), numbered(bundle))
+    got, rows, bare = _diagnose(str(tmp_path / "arrival.db"), unnumbered(bundle))
+    _, every_row, _ = _diagnose(str(tmp_path / "rows.db"), unnumbered(bundle), every_line=True)
+    assert got == want
+    assert rows <= every_row
+    # every line stored has its number (only the terminal-state record, tagged per record, has none)
+    assert all(s.endswith("hypocenter.attempt.state") or "/" not in s for s in bare), bare
+
+
+def _kern_requests(lines: list[str], per_request: int, numbered: bool) -> list[bytes]:
+    out: list[bytes] = []
+    for first in range(0, len(lines), per_request):
+        req = ExportLogsServiceRequest()
+        rl = req.resource_logs.add()
+        rl.resource.attributes.add(key="host.name").value.string_value = "gpu0007"
+        sl = rl.scope_logs.add()
+        for i, text in enumerate(lines[first : first + per_request], start=first + 1):
+            lr = sl.log_records.add(observed_time_unix_nano=1_793_613_600_000_000_000 + i)
+            lr.body.string_value = text
+            lr.attributes.add(key="log.file.path").value.string_value = "/var/log/kern.log"
+            if numbered:
+                lr.attributes.add(key="log.file.record_number").value.int_value = i
+        out.append(req.SerializeToString())
+    return out
+
+
+def test_a_long_unnumbered_stream_is_stored_as_the_same_stream_with_numbers(tmp_path: Path) -> None:
+    lines = [
+        f"Nov  2 10:{i // 60 % 60:02d}:{i % 60:02d} gpu0007 kernel: audit: type=1400 apparmor=STATUS pid={i}"
+        for i in range(6_000)
+    ]
+    lines[3_500] = (
+        "Nov  2 10:58:20 gpu0007 kernel: NVRM: Xid (PCI:0000:1b:00): 79, pid=1234, name=python, "
+        "GPU has fallen off the bus."
+    )
+    held = {}
+    for shape in (True, False):
+        store = open_store(str(tmp_path / f"{shape}.db"))
+        queue = IngestQueue(store, 1_000_000, 1.0, arrival=Arrival(EXTRACTOR))
+        for body in _kern_requests(lines, 500, shape):
+            _send(queue, body)
+        queue.close()
+        held[shape] = stored(store)
+        store.close()
+    assert held[False] == held[True]
+    assert len(held[False]["rows"]) < len(lines) // 10
+    assert any("Xid" in str(r) for r in held[False]["rows"])
+
+
+def _retried(reference: str, shared: str) -> None:
+    """Each request of a bundle sent to replica A, and sent again — after the next one — to replica B
+    (its own connection to the same store), as an exporter retries a request it saw no answer to:
+    what is stored is what one replica storing each request once stores (at `reference`)."""
+    requests = unnumbered(REPO / "examples" / "nvlink-xid149", per_request=16)
+    one = open_store(reference)
+    queue = IngestQueue(one, 1_000_000, 1.0, arrival=Arrival(EXTRACTOR))
+    for body in requests:
+        _send(queue, body)
+    queue.close()
+    want = stored(one)
+    one.close()
+    assert want["rows"]
+
+    stores = [open_store(shared), open_store(shared)]
+    a, b = (IngestQueue(s, 1_000_000, 1.0, arrival=Arrival(EXTRACTOR)) for s in stores)
+    try:
+        for i, body in enumerate(requests):
+            _send(a, body)
+            if i:
+                _send(b, requests[i - 1])
+        _send(b, requests[-1])
+        got = stored(stores[0])
+    finally:
+        a.close()
+        b.close()
+        for s in stores:
+            s.close()
+    assert got == want
+
+
+def test_a_retried_unnumbered_request_is_stored_once(tmp_path: Path) -> None:
+    _retried(str(tmp_path / "once.db"), str(tmp_path / "shared.db"))
+
+
+@pytest.fixture()
+def pg_urls() -> Iterator[tuple[str, str]]:
+    if not PG_URL:
+        pytest.skip(NO_PG)
+    first, second = fresh_schema(), fresh_schema()
+    yield next(first), next(second)
+    for gen in (first, second):
+        next(gen, None)
+
+
+@pytest.mark.postgresql
+def test_a_retry_to_another_replica_on_postgresql_is_stored_once(pg_urls: tuple[str, str]) -> None:
+    _retried(*pg_urls)
