@@ -26,7 +26,8 @@ ones, the rest "other"):
     ingest_records_total / ingest_bytes_total{signal,source}  counter  committed OTLP records / wire bytes
     refused_requests_total{signal,source,reason}            counter  requests refused whole
     rejected_records_total{signal,reason}                   counter  records left out of accepted requests
-    attempts_open                                           gauge    attempts awaiting a verdict (store)
+    attempts_open                                           gauge    attempts awaiting a verdict (store: the counts /readyz
+                                                                     shows, as of the last ask; store/stats.py)
     recent_diagnoses{cluster,outcome,domain,subdomain}      gauge    final diagnoses stored in the window (store)
     recent_node_root_causes{cluster,node}                   gauge    of those, naming the node as (candidate)
                                                                      root cause: top N nodes, the rest in node="other"
@@ -90,6 +91,7 @@ from hypocenter.exporter.activity import Exemplar as Last
 from hypocenter.exporter.cardinality import bounded
 from hypocenter.model import TAXONOMY
 from hypocenter.store.base import DiagnosisFacts, Store
+from hypocenter.store.stats import StatsCache
 
 log = logging.getLogger("hypocenter.metrics")
 
@@ -140,9 +142,11 @@ class HypocenterCollector(Collector):
         fleet: FleetView | None = None,
         fleet_top: int = 20,
         cost: CostView | None = None,
+        stats: StatsCache | None = None,
     ) -> None:
         self.activity = activity
         self.store = store
+        self.stats = stats or StatsCache(store)  # the snapshot /readyz shows, when the server shares it
         self.exporters = tuple(exporters)
         self.window_s = window_s
         self.top = top
@@ -322,7 +326,7 @@ class HypocenterCollector(Collector):
     def _from_store(self) -> Iterator[Metric]:
         now = time.time()
         try:
-            stats = self.store.stats()
+            stats = self.stats.read().counts  # counted off the scrape (store/stats.py)
             backlog = self.store.export_backlog()
             facts = self.store.diagnosis_facts(now - self.window_s)
         except Exception as exc:  # a scrape must not fail because the store did: say so instead

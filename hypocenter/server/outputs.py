@@ -89,6 +89,7 @@ class Outputs:
             fleet=service.fleet,
             fleet_top=settings.fleet_top_k,
             cost=service.cost,
+            stats=service.stats,
         )
         self.metrics = MetricsEndpoint(self.collector)
         self.metrics_address = ""

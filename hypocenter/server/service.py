@@ -65,6 +65,7 @@ from hypocenter.store.base import (
     StoreUnavailable,
     StreamConflict,
 )
+from hypocenter.store.stats import StatsCache
 
 log = logging.getLogger("hypocenter.server")
 
@@ -359,6 +360,7 @@ class Attribution:
             diagnoses_max_age_s=settings.retention_diagnoses_max_age_s,
         )
         self.activity = Activity(settings.label_max_values)  # what this process did, for /metrics
+        self.stats = StatsCache(store)  # the store's counts for /readyz and /metrics, recounted off requests
         self.queue = IngestQueue(
             store,
             settings.ingest_queue_records,

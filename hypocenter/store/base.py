@@ -5,7 +5,7 @@
     FleetStore      what each final diagnosis says about nodes, GPUs and ports (engine/fleet.py)
     ExportQueue     the outbox of diagnoses to deliver to Loki / Grafana, and what each delivered
     Coordination    leases and analysis claims of replicas sharing the store
-    Store           all of them, plus retention (`sweep`), `stats` and `close`: what the server opens
+    Store           all of them, plus retention (`sweep`), `ping`, `stats` and `close`: what the server opens
 
 Implementations: store/sqlite.py (`SQLiteStore(":memory:")` is the in-memory double of the whole),
 store/postgres.py; store/memory.py has in-memory doubles of single roles (`InMemoryDiagnoses` for
@@ -541,5 +541,6 @@ class Store(IngestStore, DiagnosisStore, FleetStore, ExportQueue, Coordination, 
     Every method is safe to call from any thread."""
 
     def sweep(self, now: float, retention: Retention) -> int: ...
+    def ping(self) -> None: ...
     def stats(self) -> dict[str, int]: ...
     def close(self) -> None: ...

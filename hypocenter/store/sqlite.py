@@ -1203,7 +1203,12 @@ class SQLiteStore(Coordination):
             ).rowcount
         return removed
 
+    def ping(self) -> None:
+        """One trivial query: raises (`StoreUnavailable` from PostgreSQL) when the store cannot answer."""
+        self._rows(sql("SELECT 1"))
+
     def stats(self) -> dict[str, int]:
+        """Counts over whole tables (a SUM over every log row): read them through store/stats.py."""
         out: dict[str, int] = {}
         for table in ("attempts", "log_entries", "metric_points", "diagnoses"):
             out[table] = int(self._rows(sql(f"SELECT COUNT(*) FROM {table}"))[0][0])
