@@ -7,6 +7,7 @@ retried request — to the same replica or another on the same store — is stor
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
@@ -18,6 +19,7 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsSer
 from postgres_support import NO_PG, PG_URL, fresh_schema
 from server_support import REPO
 
+from hypocenter.api.ui.context import evidence_context
 from hypocenter.collector import otlp
 from hypocenter.engine import default_engine
 from hypocenter.server.arrival import Arrival
@@ -58,7 +60,8 @@ def numbered(bundle: Path, per_request: int = 20) -> list[bytes]:
 
 
 def _diagnose(url: str, requests: list[bytes], *, every_line: bool = False) -> tuple[str, int, list[Any]]:
-    """(diagnosis JSON, rows stored, text rows without a number) of `requests` sent one by one."""
+    """(diagnosis JSON, rows stored, text rows without a number) of `requests` sent one by one; the
+    UI's evidence context of the diagnosis must show the lines it cites."""
     store = open_store(url)
     queue = IngestQueue(store, 1_000_000, 1.0, arrival=None if every_line else Arrival(EXTRACTOR))
     try:
@@ -70,9 +73,17 @@ def _diagnose(url: str, requests: list[bytes], *, every_line: bool = False) -> t
         inp = assemble(
             store, row, lookback_s=3600, slack_s=600, now=datetime(2030, 1, 1, tzinfo=timezone.utc)
         )
+        body = ENGINE.analyze(inp).to_json()
+        if not every_line:
+            context = evidence_context(store, body, 3)
+            for e in json.loads(body)["evidence"]:
+                stream, _, line = str(e.get("ref") or "").rpartition(":")
+                if stream.startswith("logs/") and line.isdigit():
+                    cited = {c.line: c.text for c in context.files[stream]}
+                    assert e["text"].rstrip("…").strip()[:80] in cited[int(line)], e
         rows = store._tuples(sql("SELECT COUNT(*) FROM log_entries"))[0][0]
         bare = store._tuples(sql("SELECT stream FROM log_entries WHERE kind = 'text' AND line IS NULL"))
-        return ENGINE.analyze(inp).to_json(), int(rows), [b[0] for b in bare]
+        return body, int(rows), [b[0] for b in bare]
     finally:
         queue.close()
         store.close()
