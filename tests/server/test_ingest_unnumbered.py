@@ -8,6 +8,7 @@ retried request — to the same replica or another on the same store — is stor
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
@@ -191,3 +192,62 @@ def pg_urls() -> Iterator[tuple[str, str]]:
 @pytest.mark.postgresql
 def test_a_retry_to_another_replica_on_postgresql_is_stored_once(pg_urls: tuple[str, str]) -> None:
     _retried(*pg_urls)
+
+
+@pytest.mark.slow
+@pytest.mark.postgresql
+def test_replicas_numbering_one_stream_at_once_lose_and_repeat_nothing(pg_urls: tuple[str, str]) -> None:
+    """Three replicas on one PostgreSQL schema, four senders, each request of one unnumbered stream
+    sent to one replica and a third of them sent again to another: the stream's numbers run 1..N
+    without a hole or a repeat, each request's records are consecutive and in order, and every
+    record is stored once (the order of the requests is their order of arrival)."""
+    lines = [
+        f"Nov  2 10:{i // 60 % 60:02d}:{i % 60:02d} gpu0007 kernel: audit: pid={i}" for i in range(4_000)
+    ]
+    lines[2_222] = (
+        "Nov  2 10:37:02 gpu0007 kernel: NVRM: Xid (PCI:0000:1b:00): 79, pid=1, GPU has fallen off the bus."
+    )
+    requests = _kern_requests(lines, 100, numbered=False)
+    plan = [(i % 3, body) for i, body in enumerate(requests)]
+    plan += [((i + 1) % 3, body) for i, body in enumerate(requests) if i % 3 == 0]
+    url, _ = pg_urls
+    stores = [open_store(url) for _ in range(3)]
+    queues = [IngestQueue(s, 1_000_000, 1.0, arrival=Arrival(EXTRACTOR)) for s in stores]
+    work = list(plan)
+    lock = threading.Lock()
+    errors: list[BaseException] = []
+
+    def sender() -> None:
+        while True:
+            with lock:
+                if not work:
+                    return
+                replica, body = work.pop(0)
+            try:
+                _send(queues[replica], body)
+            except BaseException as exc:  # reported below
+                errors.append(exc)
+
+    threads = [threading.Thread(target=sender) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    try:
+        assert not errors, errors
+        state = stores[0]._tuples(sql("SELECT ranges, lines FROM stream_state"))
+        rows = stores[0]._tuples(sql("SELECT line, kind, body FROM log_entries ORDER BY line"))
+    finally:
+        for q in queues:
+            q.close()
+        for s in stores:
+            s.close()
+    assert [tuple(r) for r in state] == [("[[1,4000]]", 4_000)]
+    text = {line: body for line, kind, body in rows if kind == "text"}
+    assert len({line for line, _, _ in rows}) == len(rows)  # no number twice
+    # the Xid line and its stamp neighbours are kept, each request's records consecutive and in order
+    xid = next(n for n, body in text.items() if "Xid" in body)
+    start = xid - 22  # the 23rd record of its request
+    for n, body in text.items():
+        if start <= n < start + 100:
+            assert body == lines[2_200 + n - start]
