@@ -18,14 +18,14 @@ import bisect
 import re
 import sys
 from collections import defaultdict, deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from functools import partial
 from typing import NamedTuple
 
 from hypocenter.engine.forked import spread
-from hypocenter.engine.matching import LazyPattern, Match, Pattern
+from hypocenter.engine.matching import LazyPattern, Match, Pattern, suffix_pattern
 from hypocenter.engine.prefilter import PatternScanner, TokenScanner, joined
 from hypocenter.engine.rules import ExtractSpec, MetricSpec, Rule, Ruleset
 from hypocenter.lineformat import MAX_LINE, LineHeader, TimeContext, parse_iso, parse_line
@@ -43,6 +43,13 @@ from hypocenter.sources import (
 )
 
 MAX_TEXT = 600  # evidence text kept per event
+
+
+def extraction_line(body: str) -> str:
+    """A line's text as extraction reads it: its first MAX_LINE bytes, decoded with replacement."""
+    if body.isascii():
+        return body[:MAX_LINE]
+    return body.encode("utf-8", "surrogateescape")[:MAX_LINE].decode("utf-8", "replace")
 
 
 def cut(text: str, limit: int = MAX_TEXT) -> str:
@@ -135,6 +142,10 @@ class Extractor:
         # Evidence's anchor tokens (every occurrence, as `bytes.find` finds them) and srun labels
         # after a newline, in one Hyperscan pass; without Hyperscan, `bytes.find` and `re`.
         self._marks = PatternScanner.of([*map(re.escape, _ANCHOR_TOKENS), _LABEL_AFTER_NEWLINE.pattern])
+        # Hyperscan reports every occurrence of every token: the tokens of a line are those of its hits
+        # (the automaton may leave out overlapping ones, so without it no line is told inert).
+        self.tokens_exact = self._scanner.engine == "hyperscan"
+        self._suffix_checks: dict[int, list[Pattern] | None] = {}  # token → its rules' relaxed patterns
 
     def scan(self, data: bytes) -> list[tuple[int, int, int]]:
         """(token index, start, end) of token occurrences, ordered by start (see engine/prefilter.py)."""
@@ -142,6 +153,40 @@ class Extractor:
 
     def is_candidate(self, text: str) -> bool:
         return bool(self.scan(text.encode("utf-8", "surrogateescape")))
+
+    def inert(self, tokens: Iterable[int], line: str) -> bool:
+        """No rule of `tokens` (the token indices found on `line`, every one) can make an event of the
+        line: each reads the line alone (no lines around it) and its pattern, run where it runs — on
+        the message, which is what is left of the line once prefixes are peeled, a suffix of it — finds
+        nothing, because even the pattern relaxed to match wherever a suffix matches (`suffix_pattern`)
+        finds nothing in the whole line. A JSON line's message is a field, not a suffix: never inert.
+        `line`: as extraction reads it (`extraction_line`)."""
+        if not self.tokens_exact or "{" in line:
+            return False
+        for t in tokens:
+            checks = self._suffix_checks.get(t, ())
+            if checks == ():
+                checks = self._suffix_checks[t] = self._checks(t)
+            if checks is None or any(p.search(line) is not None for p in checks):
+                return False
+        return True
+
+    def _checks(self, token: int) -> list[Pattern] | None:
+        out: list[Pattern] = []
+        for comp in self._by_token[self.tokens[token]]:
+            relaxed = suffix_pattern(comp.spec.pattern)
+            if relaxed is None or comp.spec.lines_before or comp.spec.lines_after:
+                return None
+            out.append(relaxed)
+        return out
+
+    def alone(self, tokens: Iterable[int], kinds: frozenset[str]) -> bool:
+        """Every rule of `tokens` reads its line alone (no lines around it) and makes no event of `kinds`."""
+        for t in tokens:
+            for comp in self._by_token[self.tokens[t]]:
+                if comp.spec.lines_before or comp.spec.lines_after or comp.spec.event in kinds:
+                    return False
+        return True
 
     def evidence_lines(
         self, lines: Sequence[tuple[int, str]], tctx: TimeContext, *, tail: int = 200
@@ -197,11 +242,13 @@ class Extractor:
         long_head = sum(map(len, bodies[:head])) + head >= HEAD_BYTES // 4
         keep.update(i for i in range(head) if long_head or _UPTIME.search(bodies[i]) is not None)
         reach: dict[int, tuple[int, int]] = {}  # candidate line → lines its rules read before / after it
+        found: dict[int, list[int]] = {}  # candidate line → its tokens
         for tok, start, _ in hits:
             i = bisect.bisect_right(starts, start) - 1
             before, after = reach.get(i, (0, 0))
             tok_before, tok_after = self._reach[tok]
             reach[i] = (max(before, tok_before), max(after, tok_after))
+            found.setdefault(i, []).append(tok)
         stamped: dict[int, bool] = {}
 
         def has_stamp(i: int) -> bool:
@@ -209,7 +256,13 @@ class Extractor:
                 stamped[i] = parse_line(bodies[i][:512], tctx).time is not None
             return stamped[i]
 
-        for i, (before, after) in reach.items():
+        quiet = self._quiet(found, bodies, tctx, has_stamp)
+        # Candidates from the last one back: a line whose look back for a stamp ends without one takes
+        # the time of the last candidate before it whose time is known, which can be a quiet one.
+        for i in sorted(reach, reverse=True):
+            if i in quiet:
+                continue
+            before, after = reach[i]
             n = numbers[i]
             lo = bisect.bisect_left(numbers, n - before)
             hi = bisect.bisect_right(numbers, n + after)
@@ -221,6 +274,9 @@ class Extractor:
                         keep.add(j)
                         break
                     j += step
+                else:
+                    if step < 0:
+                        quiet.clear()  # every candidate before this one (they come after it here)
         # The stream's end: the last stamp (inherited by candidates still to come) and the highest
         # uptime among its last `tail` lines (where uptime-only lines are placed without an anchor).
         for j in range(len(numbers) - 1, -1, -1):
@@ -260,6 +316,37 @@ class Extractor:
                     pair_seen = True
                     keep.add(i)
         return keep
+
+    def _quiet(
+        self,
+        found: dict[int, list[int]],
+        bodies: Sequence[str],
+        tctx: TimeContext,
+        has_stamp: Callable[[int], bool],
+    ) -> set[int]:
+        """The candidate lines (of `found`: line → tokens) that evidence needs not keep for their own
+        sake, but the last of them (the time a later line without a stamp falls back on): `inert`, and
+        stamped (a line whose time is its own stands in no other line's time but as a stamped line,
+        which the evidence keeps where one is read), with no uptime stamp (a wall and an uptime stamp
+        on one line are a boot anchor). A stream rebuilt without them extracts the same events."""
+        if not self.tokens_exact or not found:
+            return set()
+        seen: dict[str, bool] = {}  # a storm repeats its lines
+        out: set[int] = set()
+        for i, tokens in found.items():
+            body = bodies[i]
+            q = seen.get(body)
+            if q is None:
+                line = extraction_line(body)
+                q = self.inert(tokens, line) and _UPTIME.search(line) is None and has_stamp(i)
+                if q and (len(body) > 512 or not body.isascii()):  # not the text `has_stamp` read
+                    q = parse_line(line, tctx).time is not None
+                seen[body] = q
+            if q:
+                out.add(i)
+        if out:
+            out.discard(max(out))
+        return out
 
     # ----------------------------------------------------------------------------------------- text
 
