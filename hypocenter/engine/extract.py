@@ -22,10 +22,11 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from functools import partial
-from typing import NamedTuple
+from itertools import accumulate
+from typing import Any, NamedTuple
 
 from hypocenter.engine.forked import spread
-from hypocenter.engine.matching import LazyPattern, Match, Pattern, suffix_pattern
+from hypocenter.engine.matching import LazyPattern, Match, Pattern, per_line, suffix_pattern
 from hypocenter.engine.prefilter import PatternScanner, TokenScanner, joined
 from hypocenter.engine.rules import ExtractSpec, MetricSpec, Rule, Ruleset
 from hypocenter.lineformat import MAX_LINE, LineHeader, TimeContext, parse_iso, parse_line
@@ -73,6 +74,9 @@ _KERNEL_MESSAGE = re.compile(
     r"(?:Memory cgroup )?[Oo]ut of memory: |oom-kill:|\S+ invoked oom-killer|Kernel panic|mce: |EDAC |"
     r"clocksource: |BUG: |NETDEV WATCHDOG|rtc_cmos |pci \d{4}:|ib\w*: |nvme\d|XFS |EXT4-fs )"
 )
+# Every stamp `parse_line` reads a time from holds an hour and minutes ("10:15", two digits each, not
+# after a digit) — all but a JSON document's, which is a field: a line without either has no time.
+STAMP_HINT = re.compile(r"(?<!\d)\d\d:\d\d|\{")
 _RTC = re.compile(r"\[\s*(\d+\.\d+)\] rtc_cmos \S+ setting system clock to \S+ UTC \((\d+)\)")
 _LABEL_AND_RANK = re.compile(rb"(?m)^(\d{1,6}): \[rank(\d+)\]:")
 _LABEL = re.compile(rb"(?m)^(\d{1,6}): ")
@@ -145,7 +149,8 @@ class Extractor:
         # Hyperscan reports every occurrence of every token: the tokens of a line are those of its hits
         # (the automaton may leave out overlapping ones, so without it no line is told inert).
         self.tokens_exact = self._scanner.engine == "hyperscan"
-        self._suffix_checks: dict[int, list[Pattern] | None] = {}  # token → its rules' relaxed patterns
+        # token → its rules' relaxed patterns (`inert`), alone and for lines joined
+        self._suffix_checks: dict[int, tuple[list[Pattern], list[Any] | None] | None] = {}
 
     def scan(self, data: bytes) -> list[tuple[int, int, int]]:
         """(token index, start, end) of token occurrences, ordered by start (see engine/prefilter.py)."""
@@ -161,24 +166,59 @@ class Extractor:
         nothing, because even the pattern relaxed to match wherever a suffix matches (`suffix_pattern`)
         finds nothing in the whole line. A JSON line's message is a field, not a suffix: never inert.
         `line`: as extraction reads it (`extraction_line`)."""
-        if not self.tokens_exact or "{" in line:
+        if not self.tokens_exact or "{" in line or "\n" in line:
             return False
         for t in tokens:
-            checks = self._suffix_checks.get(t, ())
-            if checks == ():
-                checks = self._suffix_checks[t] = self._checks(t)
-            if checks is None or any(p.search(line) is not None for p in checks):
+            checks = self._checks(t)
+            if checks is None or any(p.search(line) is not None for p in checks[0]):
                 return False
         return True
 
-    def _checks(self, token: int) -> list[Pattern] | None:
-        out: list[Pattern] = []
+    def inert_lines(self, lines: Sequence[str], tokens: Sequence[Iterable[int]]) -> list[bool]:
+        """`inert` of each of `lines` (texts as stored) with its `tokens`: each token's patterns run
+        once over its lines joined, matching within a line only (RE2's `never_nl`)."""
+        if not self.tokens_exact:
+            return [False] * len(lines)
+        out = [True] * len(lines)
+        by_token: dict[int, list[int]] = defaultdict(list)
+        for i, (line, found) in enumerate(zip(lines, tokens, strict=True)):
+            if len(line) > MAX_LINE or not line.isascii():  # not the text extraction reads
+                out[i] = self.inert(found, extraction_line(line))
+            elif "{" in line or "\n" in line:
+                out[i] = False
+            else:
+                for t in found:
+                    by_token[t].append(i)
+        for t, indices in by_token.items():
+            checks = self._checks(t)
+            if checks is None or checks[1] is None:
+                for i in indices:
+                    out[i] = out[i] and self.inert((t,), lines[i])
+                continue
+            text = "\n".join(lines[i] for i in indices)
+            starts = [0, *accumulate(len(lines[i]) + 1 for i in indices)]
+            for p in checks[1]:
+                for m in p.finditer(text):
+                    out[indices[bisect.bisect_right(starts, m.start()) - 1]] = False
+        return out
+
+    def _checks(self, token: int) -> tuple[list[Pattern], list[Any] | None] | None:
+        """The relaxed patterns of a token's rules, each alone and for lines joined (None when one
+        rule's cannot be told, or reads lines around its own)."""
+        if token in self._suffix_checks:
+            return self._suffix_checks[token]
+        alone: list[Pattern] = []
+        joined_: list[Any] | None = []
         for comp in self._by_token[self.tokens[token]]:
             relaxed = suffix_pattern(comp.spec.pattern)
             if relaxed is None or comp.spec.lines_before or comp.spec.lines_after:
+                self._suffix_checks[token] = None
                 return None
-            out.append(relaxed)
-        return out
+            alone.append(relaxed)
+            lines = per_line(relaxed.pattern)
+            joined_ = None if joined_ is None or lines is None else [*joined_, lines]
+        self._suffix_checks[token] = (alone, joined_)
+        return alone, joined_
 
     def alone(self, tokens: Iterable[int], kinds: frozenset[str]) -> bool:
         """Every rule of `tokens` reads its line alone (no lines around it) and makes no event of `kinds`."""
@@ -253,7 +293,8 @@ class Extractor:
 
         def has_stamp(i: int) -> bool:
             if i not in stamped:
-                stamped[i] = parse_line(bodies[i][:512], tctx).time is not None
+                head = bodies[i][:512]
+                stamped[i] = STAMP_HINT.search(head) is not None and parse_line(head, tctx).time is not None
             return stamped[i]
 
         quiet = self._quiet(found, bodies, tctx, has_stamp)
@@ -331,19 +372,25 @@ class Extractor:
         on one line are a boot anchor). A stream rebuilt without them extracts the same events."""
         if not self.tokens_exact or not found:
             return set()
-        seen: dict[str, bool] = {}  # a storm repeats its lines
-        out: set[int] = set()
-        for i, tokens in found.items():
-            body = bodies[i]
-            q = seen.get(body)
-            if q is None:
-                line = extraction_line(body)
-                q = self.inert(tokens, line) and _UPTIME.search(line) is None and has_stamp(i)
-                if q and (len(body) > 512 or not body.isascii()):  # not the text `has_stamp` read
-                    q = parse_line(line, tctx).time is not None
-                seen[body] = q
-            if q:
-                out.add(i)
+        first: dict[str, int] = {}  # a storm repeats its lines: each text is looked at once
+        for i in found:
+            first.setdefault(bodies[i], i)
+        texts = list(first)
+        inert = self.inert_lines(texts, [found[first[t]] for t in texts])
+        quiet: set[str] = set()
+        for text, q in zip(texts, inert, strict=True):
+            i = first[text]
+            line = extraction_line(text)
+            # (`has_stamp` reads a line's first 512 characters: a longer one is parsed as extraction reads it)
+            short = len(text) <= 512 and text.isascii()
+            if (
+                q
+                and _UPTIME.search(line) is None
+                and has_stamp(i)
+                and (short or parse_line(line, tctx).time is not None)
+            ):
+                quiet.add(text)
+        out = {i for i in found if bodies[i] in quiet}
         if out:
             out.discard(max(out))
         return out

@@ -251,6 +251,23 @@ def suffix_pattern(pattern: str) -> Pattern | None:
     return None if compiled is None else _RE2("".join(out), compiled)
 
 
+_PER_LINE = re2.Options()
+_PER_LINE.log_errors = False
+_PER_LINE.never_nl = True  # a match never holds a newline: over lines joined, it lies within one
+
+
+def per_line(relaxed: str) -> Any | None:
+    """A `suffix_pattern` compiled to run over lines joined by newlines: each match within one line
+    (`$` its end), so every line the pattern finds a match in has one — or None when a line's end
+    cannot be told from the joined text's (`\\z`, a flag group that turns `(?m)` off)."""
+    if "\\z" in relaxed or re.search(r"\(\?[a-zA-Z]*-[a-zA-Z]*m", relaxed):
+        return None
+    try:
+        return re2.compile("(?m)" + relaxed, options=_PER_LINE)
+    except re2.error:
+        return None
+
+
 __all__ = [
     "FALLBACK_MAX_CHARS",
     "Match",
@@ -258,5 +275,6 @@ __all__ = [
     "compile_pattern",
     "pattern_note",
     "pattern_problem",
+    "per_line",
     "suffix_pattern",
 ]

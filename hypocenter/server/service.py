@@ -39,7 +39,7 @@ from hypocenter.collector.connectors import connector_class
 from hypocenter.collector.connectors.base import ConnectorError, RetryPolicy
 from hypocenter.config import Settings
 from hypocenter.engine import CostSettings, Engine, default_engine
-from hypocenter.engine.extract import THINNED_KEEP, THINNED_KINDS, Extractor, extraction_line
+from hypocenter.engine.extract import THINNED_KEEP, THINNED_KINDS, Extractor
 from hypocenter.engine.fleet_cost import CostView
 from hypocenter.engine.prefilter import joined
 from hypocenter.errors import InputError, TransientError
@@ -190,10 +190,10 @@ class IngestEvents:
         for tok, at, _ in ex.scan(data):
             per_line.setdefault(bisect.bisect_right(starts, at) - 1, []).append(tok)
         alone: dict[tuple[int, ...], bool] = {}
-        repeats: dict[str, int] = {}  # a line that may give events → how often it came
-        inert: set[str] = set()
-        for i, tokens in per_line.items():
-            key = tuple(sorted(set(tokens)))
+        repeats: dict[str, int] = {}  # each distinct line → how often it came
+        tokens: dict[str, tuple[int, ...]] = {}
+        for i, found in per_line.items():
+            key = tuple(sorted(set(found)))
             ok = alone.get(key)
             if ok is None:
                 ok = alone[key] = ex.alone(key, self.STALL_KINDS)
@@ -202,11 +202,13 @@ class IngestEvents:
             body = bodies[i]
             if body in repeats:
                 repeats[body] += 1
-            elif body not in inert:
-                if ex.inert(key, extraction_line(body)):
-                    inert.add(body)
-                else:
-                    repeats[body] = 1
+            else:
+                repeats[body] = 1
+                tokens[body] = key
+        texts = list(repeats)
+        for text, inert in zip(texts, ex.inert_lines(texts, [tokens[t] for t in texts]), strict=True):
+            if inert:
+                del repeats[text]
         counted: dict[str, int] = defaultdict(int)
         if not repeats:
             return counted

@@ -11,15 +11,18 @@ such a line's).
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 import pytest
 
 from hypocenter.engine import default_engine
+from hypocenter.engine.extract import STAMP_HINT
 from hypocenter.engine.matching import compile_pattern, suffix_pattern
-from hypocenter.lineformat import parse_line, time_context
+from hypocenter.lineformat import LAYERS, parse_line, time_context
 from hypocenter.model import AttemptContext
 from hypocenter.sources import TextSource
 
+REPO = Path(__file__).resolve().parents[2]
 NOW = datetime(2026, 11, 2, 11, tzinfo=timezone.utc)
 PORT_ERROR = "n1:4242:4243 [3] misc/ibvwrap.cc:266 NCCL WARN NET/IB : Got async event : port error"
 
@@ -146,3 +149,20 @@ def test_every_firing_case_of_the_catalog_is_found_by_its_suffix_pattern() -> No
                         assert relaxed.search(line) is not None, (rule.id, line)
                         checked += 1
     assert checked > 100
+
+
+def test_every_stamped_line_holds_what_the_stamp_hint_looks_for() -> None:
+    """`has_stamp` parses only lines with an hour and minutes (or a JSON document): every line of the
+    examples and of the rules' cases that `parse_line` finds a time in has one, in its first 512 characters."""
+    tctx = time_context(_context())
+    lines = [layer.example for layer in LAYERS]
+    for rule in default_engine().ruleset.rules:
+        for case in rule.cases:
+            lines.extend(x for text in (case.logs or {}).values() for x in str(text).splitlines())
+    for path in sorted(REPO.glob("examples/*/logs/**/*")):
+        if path.is_file() and path.suffix != ".gz":
+            lines.extend(path.read_text(encoding="utf-8", errors="replace").splitlines()[:2000])
+    lines += ["٢٠٢٦-١١-٠٢ ١٠:١٥:٠٣ x", '{"ts": 1793613600, "msg": "x"}']  # other digits; a number
+    stamped = [x for x in lines if parse_line(x[:512], tctx).time is not None]
+    assert len(stamped) > 1000
+    assert [x for x in stamped if STAMP_HINT.search(x[:512]) is None] == []
