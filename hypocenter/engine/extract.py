@@ -297,7 +297,7 @@ class Extractor:
                 stamped[i] = STAMP_HINT.search(head) is not None and parse_line(head, tctx).time is not None
             return stamped[i]
 
-        quiet = self._quiet(found, bodies, tctx, has_stamp)
+        quiet = self._quiet(found, numbers, bodies, tctx, has_stamp)
         # Candidates from the last one back: a line whose look back for a stamp ends without one takes
         # the time of the last candidate before it whose time is known, which can be a quiet one.
         for i in sorted(reach, reverse=True):
@@ -361,15 +361,19 @@ class Extractor:
     def _quiet(
         self,
         found: dict[int, list[int]],
+        numbers: Sequence[int],
         bodies: Sequence[str],
         tctx: TimeContext,
         has_stamp: Callable[[int], bool],
     ) -> set[int]:
         """The candidate lines (of `found`: line → tokens) that evidence needs not keep for their own
-        sake, but the last of them (the time a later line without a stamp falls back on): `inert`, and
-        stamped (a line whose time is its own stands in no other line's time but as a stamped line,
-        which the evidence keeps where one is read), with no uptime stamp (a wall and an uptime stamp
-        on one line are a boot anchor). A stream rebuilt without them extracts the same events."""
+        sake. A stream rebuilt without them extracts the same events: they are `inert` (no events);
+        they hold no uptime stamp (a wall and an uptime stamp on one line are a boot anchor); a
+        stamped line comes within BACKSCAN_LINES after each (the bound of the look ahead of a line
+        that inherits its time: a look that ends without a stamp is taken to hold for the rest of the
+        stream); and a stamped candidate comes after them (the time a later line whose look back ends
+        without a stamp falls back on is the last known one, kept). Their times are inherited from,
+        or are, stamped lines, which the evidence keeps wherever a line reads one."""
         if not self.tokens_exact or not found:
             return set()
         first: dict[str, int] = {}  # a storm repeats its lines: each text is looked at once
@@ -377,22 +381,44 @@ class Extractor:
             first.setdefault(bodies[i], i)
         texts = list(first)
         inert = self.inert_lines(texts, [found[first[t]] for t in texts])
-        quiet: set[str] = set()
-        for text, q in zip(texts, inert, strict=True):
-            i = first[text]
-            line = extraction_line(text)
-            # (`has_stamp` reads a line's first 512 characters: a longer one is parsed as extraction reads it)
-            short = len(text) <= 512 and text.isascii()
-            if (
-                q
-                and _UPTIME.search(line) is None
-                and has_stamp(i)
-                and (short or parse_line(line, tctx).time is not None)
-            ):
-                quiet.add(text)
-        out = {i for i in found if bodies[i] in quiet}
-        if out:
-            out.discard(max(out))
+        quiet = {
+            text
+            for text, q in zip(texts, inert, strict=True)
+            if q and _UPTIME.search(extraction_line(text)) is None
+        }
+        ordered = sorted(found)
+
+        def stamped(i: int) -> bool:  # as extraction reads it (`has_stamp` reads 512 characters)
+            body = bodies[i]
+            if body.isascii():
+                return has_stamp(i)
+            return parse_line(extraction_line(body), tctx).time is not None
+
+        last = next((i for i in reversed(ordered) if stamped(i)), -1)
+        out: set[int] = set()
+        ahead = -1  # a line known stamped, as far ahead as the last look found
+        clean = (0, -1)  # lines known to hold no stamp
+        for i in ordered:
+            if i >= last:
+                break
+            if bodies[i] not in quiet:
+                continue
+            limit = numbers[i] + BACKSCAN_LINES
+            if not (ahead > i and numbers[ahead] <= limit):
+                hi = bisect.bisect_right(numbers, limit) - 1
+                j = hi
+                while j > i:
+                    if clean[0] <= j <= clean[1]:
+                        j = clean[0] - 1
+                    elif bodies[j].isascii() and has_stamp(j):
+                        ahead = j
+                        break
+                    else:
+                        j -= 1
+                else:
+                    clean = (i + 1, hi)
+                    continue
+            out.add(i)
         return out
 
     # ----------------------------------------------------------------------------------------- text

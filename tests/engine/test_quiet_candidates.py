@@ -86,11 +86,26 @@ def test_a_line_past_4096_unstamped_lines_still_takes_the_last_known_time() -> N
     before it whose time is known — a progress line no rule reads, which must therefore be kept
     (although a later one is the stream's last)."""
     lines = [_info(i) for i in range(50)]
-    lines += [_progress(60), *(_info(i) for i in range(5000)), PORT_ERROR, _progress(61), _info(0)]
+    syslog = "Nov  2 09:30:00 n1 systemd[1]: Started Session 7 of User root."  # stamped, no candidate
+    lines += [_progress(60), syslog, *(_info(i) for i in range(5000)), PORT_ERROR, _progress(61), _info(0)]
     keep, whole, rebuilt = _rebuilt_events(lines)
     assert rebuilt == whole
     assert whole[0]["time"] == datetime(2026, 11, 2, 10, 1, tzinfo=timezone.utc)  # the progress line's
     assert 50 in keep
+
+
+def test_a_line_whose_look_ahead_ends_without_a_stamp_is_kept() -> None:
+    """Extraction takes a look ahead for the next stamp that ends without one (4,096 lines) to hold for
+    the rest of the stream: the port error after it gets no upper bound. Without the progress line
+    that looked, it would."""
+    syslog = "Nov  2 10:{m:02d}:00 n1 systemd[1]: Started Session {m} of User root."
+    unstamped = "n1:4242:4243 [0] NCCL INFO step 5 ppl 3.5"  # the `step` token, no step, no stamp
+    lines = [syslog.format(m=0), unstamped, *(_info(i) for i in range(4100)), syslog.format(m=20)]
+    lines += [PORT_ERROR, syslog.format(m=30), _progress(2400)]
+    keep, whole, rebuilt = _rebuilt_events(lines)
+    assert rebuilt == whole
+    assert whole[0]["time_max"] is None  # what the look ahead before it left
+    assert 1 in keep
 
 
 def test_a_boot_anchor_is_kept_even_when_no_rule_reads_it() -> None:

@@ -50,7 +50,8 @@ def _rank_log() -> list[str]:
             out.append(_info(i))
         else:
             out.append(f"{stamp} step {i} ppl {i % 9}.5 lr 3.0e-4 tokens/s 98304")
-    out[2999] = "[2026-11-02 10:16:40] step 2999 ppl 3.5 lr 3.0e-4"  # the last known time before 8200
+    out[2998] = "[2026-11-02 10:16:40] step 2998 ppl 3.5 lr 3.0e-4"  # the last known time before 8200
+    out[2999] = "Nov  2 09:30:00 n1 systemd[1]: Started Session 7 of User root."  # a stamp, no candidate
     out[8200] = PORT_ERROR.format(d=3)  # 5,200 unstamped lines back: it takes 10:16:40
     out[8950] = VICTIM.format(rank=0, s=7)
     return out
