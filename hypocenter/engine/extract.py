@@ -234,8 +234,8 @@ class Extractor:
         """Which of a stream's lines (line number, text; ascending) extraction can ever read.
 
         A stream rebuilt from these lines alone, with blank lines in place of the others, extracts
-        exactly the events the whole stream does: candidate lines and the context lines rules read
-        around them; the nearest stamped line before and after each candidate (the stamps an
+        exactly the events the whole stream does: candidate lines (but the inert ones `_quiet` tells
+        apart) and the context lines rules read around them; the nearest stamped line before and after each candidate (the stamps an
         unstamped candidate inherits and is bounded by; the lines between are unstamped, blank or
         not); the lines with an uptime stamp among the first 20 (wall/uptime stamp pairs; all 20
         when they are long) and RTC lines (boot anchors); the first line of each srun label and the
