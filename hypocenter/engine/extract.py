@@ -235,9 +235,9 @@ class Extractor:
 
         A stream rebuilt from these lines alone, with blank lines in place of the others, extracts
         exactly the events the whole stream does: candidate lines (but the inert ones `_quiet` tells
-        apart) and the context lines rules read around them; the nearest stamped line before and after each candidate (the stamps an
-        unstamped candidate inherits and is bounded by; the lines between are unstamped, blank or
-        not); the lines with an uptime stamp among the first 20 (wall/uptime stamp pairs; all 20
+        apart) and the context lines rules read around them; the nearest stamped line before and
+        after each candidate (the stamps an unstamped candidate inherits and is bounded by; the lines
+        between are unstamped, blank or not); the lines with an uptime stamp among the first 20 (wall/uptime stamp pairs; all 20
         when they are long) and RTC lines (boot anchors); the first line of each srun label and the
         first label+rank pair (tasks vs ranks); `srun: error: <node>: task N` lines; the highest
         uptime among the last `tail` lines (the uptime a stream ends at); and as many last lines as
@@ -388,11 +388,12 @@ class Extractor:
         }
         ordered = sorted(found)
 
-        def stamped(i: int) -> bool:  # as extraction reads it (`has_stamp` reads 512 characters)
+        def stamped(i: int) -> bool:  # a candidate of extraction's, with a stamp as it reads it
             body = bodies[i]
-            if body.isascii():
-                return has_stamp(i)
-            return parse_line(extraction_line(body), tctx).time is not None
+            if body.isascii():  # (`has_stamp` reads the first 512 characters)
+                return len(body) <= MAX_LINE and has_stamp(i)
+            whole = len(body.encode("utf-8", "surrogateescape")) <= MAX_LINE  # its tokens all read
+            return whole and parse_line(extraction_line(body), tctx).time is not None
 
         last = next((i for i in reversed(ordered) if stamped(i)), -1)
         out: set[int] = set()
