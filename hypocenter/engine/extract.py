@@ -298,8 +298,10 @@ class Extractor:
             return stamped[i]
 
         quiet = self._quiet(found, numbers, bodies, tctx, has_stamp)
+        unsure = sorted(quiet)
         # Candidates from the last one back: a line whose look back for a stamp ends without one takes
-        # the time of the last candidate before it whose time is known, which can be a quiet one.
+        # the time of the last candidate before it whose time is known, which can be a quiet one in
+        # the lines it looked at (one further back has a stamped candidate after it, before this line).
         for i in sorted(reach, reverse=True):
             if i in quiet:
                 continue
@@ -316,8 +318,10 @@ class Extractor:
                         break
                     j += step
                 else:
-                    if step < 0:
-                        quiet.clear()  # every candidate before this one (they come after it here)
+                    if step < 0:  # the quiet lines it looked at are kept (and come after it here)
+                        at = bisect.bisect_left(unsure, bisect.bisect_left(numbers, limit))
+                        quiet.difference_update(unsure[at:])
+                        del unsure[at:]
         # The stream's end: the last stamp (inherited by candidates still to come) and the highest
         # uptime among its last `tail` lines (where uptime-only lines are placed without an anchor).
         for j in range(len(numbers) - 1, -1, -1):
@@ -368,12 +372,14 @@ class Extractor:
     ) -> set[int]:
         """The candidate lines (of `found`: line → tokens) that evidence needs not keep for their own
         sake. A stream rebuilt without them extracts the same events: they are `inert` (no events);
-        they hold no uptime stamp (a wall and an uptime stamp on one line are a boot anchor); a
-        stamped line comes within BACKSCAN_LINES after each (the bound of the look ahead of a line
-        that inherits its time: a look that ends without a stamp is taken to hold for the rest of the
-        stream); and a stamped candidate comes after them (the time a later line whose look back ends
-        without a stamp falls back on is the last known one, kept). Their times are inherited from,
-        or are, stamped lines, which the evidence keeps wherever a line reads one."""
+        they hold no uptime stamp (a wall and an uptime stamp on one line are a boot anchor); and a
+        stamped candidate comes within BACKSCAN_LINES after each. That one is what a later look ahead
+        for a stamp finds (one that ends without a stamp is taken to hold for the rest of the stream),
+        and the last known time for every line after it; a line before it whose look back ends
+        without a stamp keeps the quiet lines it looked at (`evidence_columns`). Their times are
+        inherited from, or are, stamped lines, which the evidence keeps wherever a line reads one.
+        Every condition is on the lines within BACKSCAN_LINES: batches stored in any order keep the
+        same lines."""
         if not self.tokens_exact or not found:
             return set()
         first: dict[str, int] = {}  # a storm repeats its lines: each text is looked at once
@@ -387,6 +393,7 @@ class Extractor:
             if q and _UPTIME.search(extraction_line(text)) is None
         }
         ordered = sorted(found)
+        at = [numbers[i] for i in ordered]
 
         def stamped(i: int) -> bool:  # a candidate of extraction's, with a stamp as it reads it
             body = bodies[i]
@@ -395,29 +402,25 @@ class Extractor:
             whole = len(body.encode("utf-8", "surrogateescape")) <= MAX_LINE  # its tokens all read
             return whole and parse_line(extraction_line(body), tctx).time is not None
 
-        last = next((i for i in reversed(ordered) if stamped(i)), -1)
         out: set[int] = set()
-        ahead = -1  # a line known stamped, as far ahead as the last look found
-        clean = (0, -1)  # lines known to hold no stamp
-        for i in ordered:
-            if i >= last:
-                break
+        ahead = -1  # a stamped candidate, as far ahead as the last look found one
+        clean = (0, -1)  # candidates (positions in `ordered`) known to hold no stamp
+        for k, i in enumerate(ordered):
             if bodies[i] not in quiet:
                 continue
             limit = numbers[i] + BACKSCAN_LINES
             if not (ahead > i and numbers[ahead] <= limit):
-                hi = bisect.bisect_right(numbers, limit) - 1
-                j = hi
-                while j > i:
-                    if clean[0] <= j <= clean[1]:
-                        j = clean[0] - 1
-                    elif bodies[j].isascii() and has_stamp(j):
-                        ahead = j
+                m = bisect.bisect_right(at, limit) - 1
+                while m > k:
+                    if clean[0] <= m <= clean[1]:
+                        m = clean[0] - 1
+                    elif stamped(ordered[m]):
+                        ahead = ordered[m]
                         break
                     else:
-                        j -= 1
+                        m -= 1
                 else:
-                    clean = (i + 1, hi)
+                    clean = (k + 1, bisect.bisect_right(at, limit) - 1)
                     continue
             out.add(i)
         return out

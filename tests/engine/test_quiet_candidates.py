@@ -94,6 +94,19 @@ def test_a_line_past_4096_unstamped_lines_still_takes_the_last_known_time() -> N
     assert 50 in keep
 
 
+def test_a_line_whose_look_back_ends_at_an_inert_line_takes_its_time() -> None:
+    """The port error finds no stamp in the 4,096 lines before it; extraction's look back stops at the
+    last line whose time is known: an unstamped progress line no rule reads, which inherited 10:00."""
+    syslog = "Nov  2 10:{m:02d}:00 n1 systemd[1]: Started Session {m} of User root."
+    unstamped = "n1:4242:4243 [0] NCCL INFO step 5 ppl 3.5"  # the `step` token, no step, no stamp
+    lines = [syslog.format(m=0), *(_info(i) for i in range(100)), unstamped, *(_info(i) for i in range(4050))]
+    lines += [PORT_ERROR, *(_info(i) for i in range(9)), _progress(2400), syslog.format(m=50)]
+    keep, whole, rebuilt = _rebuilt_events(lines)
+    assert rebuilt == whole
+    assert whole[0]["time"] == datetime(2026, 11, 2, 10, tzinfo=timezone.utc)
+    assert 101 in keep
+
+
 def test_a_line_whose_look_ahead_ends_without_a_stamp_is_kept() -> None:
     """Extraction takes a look ahead for the next stamp that ends without one (4,096 lines) to hold for
     the rest of the stream: the port error after it gets no upper bound. Without the progress line

@@ -10,9 +10,12 @@ unstamped lines, into an earlier batch, for the time it inherits).
 
 from __future__ import annotations
 
+import random
 import sqlite3
 from datetime import datetime, timezone
 from pathlib import Path
+
+import pytest
 
 from bench.perf import FAULT, VICTIM
 from hypocenter.engine import default_engine
@@ -57,7 +60,9 @@ def _rank_log() -> list[str]:
     return out
 
 
-def _send(store: SQLiteStore, arrival: Arrival, workload: str | None, stream: str, lines: list[str]) -> None:
+def _send(
+    store: SQLiteStore, arrival: Arrival, workload: str | None, stream: str, lines: list[str], order: int = 0
+) -> None:
     now = T0 + 4000.0
     entries = [
         Entry(
@@ -74,18 +79,23 @@ def _send(store: SQLiteStore, arrival: Arrival, workload: str | None, stream: st
         )
         for i, b in enumerate(lines)
     ]
-    for i in range(0, len(entries), 1000):
+    starts = list(range(0, len(entries), 1000))
+    if order:  # batches in another order, one sent twice (parallel exporters, a retry)
+        random.Random(order).shuffle(starts)
+        starts.insert(3, starts[1])
+    for i in starts:
         reduced = arrival.split(store, entries[i : i + 1000], now)
         store.ingest(reduced.rest, [], now, (), reduced.writes)
 
 
-def test_a_storm_is_stored_as_its_evidence_and_diagnoses_as_its_logs(tmp_path: Path) -> None:
+@pytest.mark.parametrize("order", [0, 1, 2], ids=["in order", "shuffled", "shuffled again"])
+def test_a_storm_is_stored_as_its_evidence_and_diagnoses_as_its_logs(tmp_path: Path, order: int) -> None:
     engine = default_engine()
     store = SQLiteStore(tmp_path / "store.db")
     arrival = Arrival(engine.extractor)
     rank = _rank_log()
     kern = [FAULT.format(node="n1")] + [_info(i) for i in range(200)]
-    _send(store, arrival, "w1", "logs/n1/rank.log", rank)
+    _send(store, arrival, "w1", "logs/n1/rank.log", rank, order)
     _send(store, arrival, None, "logs/n1/kern.log", kern)
     row = store.attempt("w1", 0)
     assert row is not None
@@ -120,3 +130,16 @@ def test_a_storm_is_stored_as_its_evidence_and_diagnoses_as_its_logs(tmp_path: P
     warnings = sum(1 for x in rank if "port error" in x)
     # each warning, the stamps before and after it, the stream's head and end: not the progress lines
     assert texts < 3 * warnings + 300, texts
+
+
+def test_batches_in_any_order_store_the_same_rows(tmp_path: Path) -> None:
+    """Which lines a storm keeps depends on the lines around each, never on which came first."""
+    stored = []
+    for order in (0, 1, 2):
+        store = SQLiteStore(tmp_path / f"{order}.db")
+        _send(store, Arrival(default_engine().extractor), "w1", "logs/n1/rank.log", _rank_log(), order)
+        store.close()
+        db = sqlite3.connect(tmp_path / f"{order}.db")
+        stored.append(db.execute("SELECT line, kind, body FROM log_entries ORDER BY line, kind").fetchall())
+        db.close()
+    assert stored[0] and stored[1] == stored[0] and stored[2] == stored[0]
