@@ -18,14 +18,15 @@ import bisect
 import re
 import sys
 from collections import defaultdict, deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from functools import partial
-from typing import NamedTuple
+from itertools import accumulate
+from typing import Any, NamedTuple
 
 from hypocenter.engine.forked import spread
-from hypocenter.engine.matching import LazyPattern, Match, Pattern
+from hypocenter.engine.matching import LazyPattern, Match, Pattern, per_line, suffix_pattern
 from hypocenter.engine.prefilter import PatternScanner, TokenScanner, joined
 from hypocenter.engine.rules import ExtractSpec, MetricSpec, Rule, Ruleset
 from hypocenter.lineformat import MAX_LINE, LineHeader, TimeContext, parse_iso, parse_line
@@ -43,6 +44,13 @@ from hypocenter.sources import (
 )
 
 MAX_TEXT = 600  # evidence text kept per event
+
+
+def extraction_line(body: str) -> str:
+    """A line's text as extraction reads it: its first MAX_LINE bytes, decoded with replacement."""
+    if body.isascii():
+        return body[:MAX_LINE]
+    return body.encode("utf-8", "surrogateescape")[:MAX_LINE].decode("utf-8", "replace")
 
 
 def cut(text: str, limit: int = MAX_TEXT) -> str:
@@ -66,6 +74,9 @@ _KERNEL_MESSAGE = re.compile(
     r"(?:Memory cgroup )?[Oo]ut of memory: |oom-kill:|\S+ invoked oom-killer|Kernel panic|mce: |EDAC |"
     r"clocksource: |BUG: |NETDEV WATCHDOG|rtc_cmos |pci \d{4}:|ib\w*: |nvme\d|XFS |EXT4-fs )"
 )
+# Every stamp `parse_line` reads a time from holds an hour and minutes ("10:15", two digits each, not
+# after a digit) — all but a JSON document's, which is a field: a line without either has no time.
+STAMP_HINT = re.compile(r"(?<!\d)\d\d:\d\d|\{")
 _RTC = re.compile(r"\[\s*(\d+\.\d+)\] rtc_cmos \S+ setting system clock to \S+ UTC \((\d+)\)")
 _LABEL_AND_RANK = re.compile(rb"(?m)^(\d{1,6}): \[rank(\d+)\]:")
 _LABEL = re.compile(rb"(?m)^(\d{1,6}): ")
@@ -135,6 +146,11 @@ class Extractor:
         # Evidence's anchor tokens (every occurrence, as `bytes.find` finds them) and srun labels
         # after a newline, in one Hyperscan pass; without Hyperscan, `bytes.find` and `re`.
         self._marks = PatternScanner.of([*map(re.escape, _ANCHOR_TOKENS), _LABEL_AFTER_NEWLINE.pattern])
+        # Hyperscan reports every occurrence of every token: the tokens of a line are those of its hits
+        # (the automaton may leave out overlapping ones, so without it no line is told inert).
+        self.tokens_exact = self._scanner.engine == "hyperscan"
+        # token → its rules' relaxed patterns (`inert`), alone and for lines joined
+        self._suffix_checks: dict[int, tuple[list[Pattern], list[Any] | None] | None] = {}
 
     def scan(self, data: bytes) -> list[tuple[int, int, int]]:
         """(token index, start, end) of token occurrences, ordered by start (see engine/prefilter.py)."""
@@ -143,16 +159,85 @@ class Extractor:
     def is_candidate(self, text: str) -> bool:
         return bool(self.scan(text.encode("utf-8", "surrogateescape")))
 
+    def inert(self, tokens: Iterable[int], line: str) -> bool:
+        """No rule of `tokens` (the token indices found on `line`, every one) can make an event of the
+        line: each reads the line alone (no lines around it) and its pattern, run where it runs — on
+        the message, which is what is left of the line once prefixes are peeled, a suffix of it — finds
+        nothing, because even the pattern relaxed to match wherever a suffix matches (`suffix_pattern`)
+        finds nothing in the whole line. A JSON line's message is a field, not a suffix: never inert.
+        `line`: as extraction reads it (`extraction_line`)."""
+        if not self.tokens_exact or "{" in line or "\n" in line:
+            return False
+        for t in tokens:
+            checks = self._checks(t)
+            if checks is None or any(p.search(line) is not None for p in checks[0]):
+                return False
+        return True
+
+    def inert_lines(self, lines: Sequence[str], tokens: Sequence[Iterable[int]]) -> list[bool]:
+        """`inert` of each of `lines` (texts as stored) with its `tokens`: each token's patterns run
+        once over its lines joined, matching within a line only (RE2's `never_nl`)."""
+        if not self.tokens_exact:
+            return [False] * len(lines)
+        out = [True] * len(lines)
+        by_token: dict[int, list[int]] = defaultdict(list)
+        for i, (line, found) in enumerate(zip(lines, tokens, strict=True)):
+            if len(line) > MAX_LINE or not line.isascii():  # not the text extraction reads
+                out[i] = self.inert(found, extraction_line(line))
+            elif "{" in line or "\n" in line:
+                out[i] = False
+            else:
+                for t in found:
+                    by_token[t].append(i)
+        for t, indices in by_token.items():
+            checks = self._checks(t)
+            if checks is None or checks[1] is None:
+                for i in indices:
+                    out[i] = out[i] and self.inert((t,), lines[i])
+                continue
+            text = "\n".join(lines[i] for i in indices)
+            starts = [0, *accumulate(len(lines[i]) + 1 for i in indices)]
+            for p in checks[1]:
+                for m in p.finditer(text):
+                    out[indices[bisect.bisect_right(starts, m.start()) - 1]] = False
+        return out
+
+    def _checks(self, token: int) -> tuple[list[Pattern], list[Any] | None] | None:
+        """The relaxed patterns of a token's rules, each alone and for lines joined (None when one
+        rule's cannot be told, or reads lines around its own)."""
+        if token in self._suffix_checks:
+            return self._suffix_checks[token]
+        alone: list[Pattern] = []
+        joined_: list[Any] | None = []
+        for comp in self._by_token[self.tokens[token]]:
+            relaxed = suffix_pattern(comp.spec.pattern)
+            if relaxed is None or comp.spec.lines_before or comp.spec.lines_after:
+                self._suffix_checks[token] = None
+                return None
+            alone.append(relaxed)
+            lines = per_line(relaxed.pattern)
+            joined_ = None if joined_ is None or lines is None else [*joined_, lines]
+        self._suffix_checks[token] = (alone, joined_)
+        return alone, joined_
+
+    def alone(self, tokens: Iterable[int], kinds: frozenset[str]) -> bool:
+        """Every rule of `tokens` reads its line alone (no lines around it) and makes no event of `kinds`."""
+        for t in tokens:
+            for comp in self._by_token[self.tokens[t]]:
+                if comp.spec.lines_before or comp.spec.lines_after or comp.spec.event in kinds:
+                    return False
+        return True
+
     def evidence_lines(
         self, lines: Sequence[tuple[int, str]], tctx: TimeContext, *, tail: int = 200
     ) -> set[int]:
         """Which of a stream's lines (line number, text; ascending) extraction can ever read.
 
         A stream rebuilt from these lines alone, with blank lines in place of the others, extracts
-        exactly the events the whole stream does: candidate lines and the context lines rules read
-        around them; the nearest stamped line before and after each candidate (the stamps an
-        unstamped candidate inherits and is bounded by; the lines between are unstamped, blank or
-        not); the lines with an uptime stamp among the first 20 (wall/uptime stamp pairs; all 20
+        exactly the events the whole stream does: candidate lines (but the inert ones `_quiet` tells
+        apart) and the context lines rules read around them; the nearest stamped line before and
+        after each candidate (the stamps an unstamped candidate inherits and is bounded by; the lines
+        between are unstamped, blank or not); the lines with an uptime stamp among the first 20 (wall/uptime stamp pairs; all 20
         when they are long) and RTC lines (boot anchors); the first line of each srun label and the
         first label+rank pair (tasks vs ranks); `srun: error: <node>: task N` lines; the highest
         uptime among the last `tail` lines (the uptime a stream ends at); and as many last lines as
@@ -197,19 +282,30 @@ class Extractor:
         long_head = sum(map(len, bodies[:head])) + head >= HEAD_BYTES // 4
         keep.update(i for i in range(head) if long_head or _UPTIME.search(bodies[i]) is not None)
         reach: dict[int, tuple[int, int]] = {}  # candidate line → lines its rules read before / after it
+        found: dict[int, list[int]] = {}  # candidate line → its tokens
         for tok, start, _ in hits:
             i = bisect.bisect_right(starts, start) - 1
             before, after = reach.get(i, (0, 0))
             tok_before, tok_after = self._reach[tok]
             reach[i] = (max(before, tok_before), max(after, tok_after))
+            found.setdefault(i, []).append(tok)
         stamped: dict[int, bool] = {}
 
         def has_stamp(i: int) -> bool:
             if i not in stamped:
-                stamped[i] = parse_line(bodies[i][:512], tctx).time is not None
+                head = bodies[i][:512]
+                stamped[i] = STAMP_HINT.search(head) is not None and parse_line(head, tctx).time is not None
             return stamped[i]
 
-        for i, (before, after) in reach.items():
+        quiet = self._quiet(found, numbers, bodies, tctx, has_stamp)
+        unsure = sorted(quiet)
+        # Candidates from the last one back: a line whose look back for a stamp ends without one takes
+        # the time of the last candidate before it whose time is known, which can be a quiet one in
+        # the lines it looked at (one further back has a stamped candidate after it, before this line).
+        for i in sorted(reach, reverse=True):
+            if i in quiet:
+                continue
+            before, after = reach[i]
             n = numbers[i]
             lo = bisect.bisect_left(numbers, n - before)
             hi = bisect.bisect_right(numbers, n + after)
@@ -221,6 +317,11 @@ class Extractor:
                         keep.add(j)
                         break
                     j += step
+                else:
+                    if step < 0:  # the quiet lines it looked at are kept (and come after it here)
+                        at = bisect.bisect_left(unsure, bisect.bisect_left(numbers, limit))
+                        quiet.difference_update(unsure[at:])
+                        del unsure[at:]
         # The stream's end: the last stamp (inherited by candidates still to come) and the highest
         # uptime among its last `tail` lines (where uptime-only lines are placed without an anchor).
         for j in range(len(numbers) - 1, -1, -1):
@@ -260,6 +361,69 @@ class Extractor:
                     pair_seen = True
                     keep.add(i)
         return keep
+
+    def _quiet(
+        self,
+        found: dict[int, list[int]],
+        numbers: Sequence[int],
+        bodies: Sequence[str],
+        tctx: TimeContext,
+        has_stamp: Callable[[int], bool],
+    ) -> set[int]:
+        """The candidate lines (of `found`: line → tokens) that evidence needs not keep for their own
+        sake. A stream rebuilt without them extracts the same events: they are `inert` (no events);
+        they hold no uptime stamp (a wall and an uptime stamp on one line are a boot anchor); and a
+        stamped candidate comes within BACKSCAN_LINES after each. That one is what a later look ahead
+        for a stamp finds (one that ends without a stamp is taken to hold for the rest of the stream),
+        and the last known time for every line after it; a line before it whose look back ends
+        without a stamp keeps the quiet lines it looked at (`evidence_columns`). Their times are
+        inherited from, or are, stamped lines, which the evidence keeps wherever a line reads one.
+        Every condition is on the lines within BACKSCAN_LINES: batches stored in any order keep the
+        same lines."""
+        if not self.tokens_exact or not found:
+            return set()
+        first: dict[str, int] = {}  # a storm repeats its lines: each text is looked at once
+        for i in found:
+            first.setdefault(bodies[i], i)
+        texts = list(first)
+        inert = self.inert_lines(texts, [found[first[t]] for t in texts])
+        quiet = {
+            text
+            for text, q in zip(texts, inert, strict=True)
+            if q and _UPTIME.search(extraction_line(text)) is None
+        }
+        ordered = sorted(found)
+        at = [numbers[i] for i in ordered]
+
+        def stamped(i: int) -> bool:  # a candidate of extraction's, with a stamp as it reads it
+            body = bodies[i]
+            if body.isascii():  # (`has_stamp` reads the first 512 characters)
+                return len(body) <= MAX_LINE and has_stamp(i)
+            whole = len(body.encode("utf-8", "surrogateescape")) <= MAX_LINE  # its tokens all read
+            return whole and parse_line(extraction_line(body), tctx).time is not None
+
+        out: set[int] = set()
+        ahead = -1  # a stamped candidate, as far ahead as the last look found one
+        clean = (0, -1)  # candidates (positions in `ordered`) known to hold no stamp
+        for k, i in enumerate(ordered):
+            if bodies[i] not in quiet:
+                continue
+            limit = numbers[i] + BACKSCAN_LINES
+            if not (ahead > i and numbers[ahead] <= limit):
+                m = bisect.bisect_right(at, limit) - 1
+                while m > k:
+                    if clean[0] <= m <= clean[1]:
+                        m = clean[0] - 1
+                    elif stamped(ordered[m]):
+                        ahead = ordered[m]
+                        break
+                    else:
+                        m -= 1
+                else:
+                    clean = (k + 1, bisect.bisect_right(at, limit) - 1)
+                    continue
+            out.add(i)
+        return out
 
     # ----------------------------------------------------------------------------------------- text
 

@@ -201,4 +201,80 @@ def _render(lo: int, hi: Any) -> str:
     return f"{{{lo},{hi}}}"
 
 
-__all__ = ["FALLBACK_MAX_CHARS", "Match", "Pattern", "compile_pattern", "pattern_note", "pattern_problem"]
+def suffix_pattern(pattern: str) -> Pattern | None:
+    """A pattern that finds a match in every text one of whose suffixes `pattern` finds a match in
+    (and maybe in others), to run over a whole line where `pattern` runs over the message after its
+    prefixes: `pattern` without the assertions that read what comes before a position (`^`, `\\A`,
+    `\\b`, `\\B`), which only ever rule matches out. None when that cannot be told from the text
+    (quoting) or the result is not an RE2 pattern (the bounded fallback only sees a
+    text's first characters, where a suffix and the whole line differ)."""
+    if "\\Q" in pattern or _re2(pattern) is None:
+        return None
+    out: list[str] = []
+    i, n = 0, len(pattern)
+    in_class = False
+    while i < n:
+        c = pattern[i]
+        if c == "\\" and i + 1 < n:
+            if not in_class and pattern[i + 1] in "AbB":
+                i += 2
+                continue
+            out.append(pattern[i : i + 2])
+            i += 2
+            continue
+        if in_class and pattern.startswith("[:", i):  # a POSIX class, [:alpha:]
+            end = pattern.find(":]", i + 2)
+            if end < 0:
+                return None
+            out.append(pattern[i : end + 2])
+            i = end + 2
+            continue
+        if in_class:
+            in_class = c != "]"
+        elif c == "[":
+            in_class = True
+            out.append(c)
+            i += 1
+            if i < n and pattern[i] == "^":
+                out.append("^")
+                i += 1
+            if i < n and pattern[i] == "]":  # a first `]` is a member of the class
+                out.append("]")
+                i += 1
+            continue
+        elif c == "^":
+            i += 1
+            continue
+        out.append(c)
+        i += 1
+    compiled = _re2("".join(out))
+    return None if compiled is None else _RE2("".join(out), compiled)
+
+
+_PER_LINE = re2.Options()
+_PER_LINE.log_errors = False
+_PER_LINE.never_nl = True  # a match never holds a newline: over lines joined, it lies within one
+
+
+def per_line(relaxed: str) -> Any | None:
+    """A `suffix_pattern` compiled to run over lines joined by newlines: each match within one line
+    (`$` its end), so every line the pattern finds a match in has one — or None when a line's end
+    cannot be told from the joined text's (`\\z`, a flag group that turns `(?m)` off)."""
+    if "\\z" in relaxed or re.search(r"\(\?[a-zA-Z]*-[a-zA-Z]*m", relaxed):
+        return None
+    try:
+        return re2.compile("(?m)" + relaxed, options=_PER_LINE)
+    except re2.error:
+        return None
+
+
+__all__ = [
+    "FALLBACK_MAX_CHARS",
+    "Match",
+    "Pattern",
+    "compile_pattern",
+    "pattern_note",
+    "pattern_problem",
+    "per_line",
+    "suffix_pattern",
+]

@@ -20,6 +20,7 @@ Nothing here knows a wire format: the gRPC and HTTP front ends translate.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import hashlib
 import json
@@ -38,8 +39,9 @@ from hypocenter.collector.connectors import connector_class
 from hypocenter.collector.connectors.base import ConnectorError, RetryPolicy
 from hypocenter.config import Settings
 from hypocenter.engine import CostSettings, Engine, default_engine
-from hypocenter.engine.extract import Extractor
+from hypocenter.engine.extract import THINNED_KEEP, THINNED_KINDS, Extractor
 from hypocenter.engine.fleet_cost import CostView
+from hypocenter.engine.prefilter import joined
 from hypocenter.errors import InputError, TransientError
 from hypocenter.exporter.activity import Activity
 from hypocenter.lineformat import time_context
@@ -131,34 +133,95 @@ class IngestEvents:
         `scans`: the batch's blocks scanned, shared with the reduction on arrival."""
         scans = scans or Scans(self._extractor)
         texts = [e for e in logs if e.kind == "text" and e.body]
-        streams: dict[tuple[str | None, int, str | None, str], list[Entry]] = defaultdict(list)
+        # Per stream, its candidate lines' texts and times (records of a block: no Entry each).
+        streams: dict[tuple[str | None, int, str | None, str], tuple[list[str], list[int]]] = defaultdict(
+            lambda: ([], [])
+        )
         for i in scans.of([e.body for e in texts]).candidates() if texts else ():
             e = texts[i]
-            streams[(e.workload, e.attempt, e.node, e.stream)].append(e)
+            bodies, times = streams[(e.workload, e.attempt, e.node, e.stream)]
+            bodies.append(e.body)
+            times.append(e.time_ns)
         for block in blocks:
-            for i in scans.candidates(block):
-                streams[block.key].append(block.entry(i))
+            found = scans.candidates(block)
+            if found:
+                bodies, times = streams[block.key]
+                bodies.extend(block.bodies[i] for i in found)
+                times.extend(block.times[i] for i in found)
         if not streams:
             return [], _nothing
         kinds: dict[str, int] = defaultdict(int)
         stalls: list[tuple[str, int, int]] = []
-        for (workload, attempt, node, stream), entries in streams.items():
-            times = [e.time_ns for e in entries if e.time_ns] or [time.time_ns()]
-            lo = datetime.fromtimestamp(min(times) / 1e9, timezone.utc)
-            hi = datetime.fromtimestamp(max(times) / 1e9, timezone.utc)
+        for (workload, attempt, node, stream), (bodies, times) in streams.items():
+            stamps = [t for t in times if t] or [time.time_ns()]
+            lo = datetime.fromtimestamp(min(stamps) / 1e9, timezone.utc)
+            hi = datetime.fromtimestamp(max(stamps) / 1e9, timezone.utc)
             ctx = AttemptContext(
                 workload=Workload(id=workload or "-", attempt=attempt),
                 window=Window(start=lo - timedelta(hours=1), end=hi + timedelta(hours=1)),
                 nodes=[node] if node else [],
             )
-            src = TextSource(name=stream, text="\n".join(e.body for e in entries), node=node)
+            counted = self._counted(bodies, stream, node, ctx)
+            if counted is not None:
+                for kind, n in counted.items():
+                    kinds[kind] += n
+                continue
+            src = TextSource(name=stream, text="\n".join(bodies), node=node)
             for ev in self._extractor.extract([src], ctx, time_context(ctx)).events:
                 kinds[ev.kind] += 1
                 if ev.kind in self.STALL_KINDS and workload is not None:
                     stalls.append(
-                        (workload, attempt, int(ev.time.timestamp() * 1e9) if ev.time else max(times))
+                        (workload, attempt, int(ev.time.timestamp() * 1e9) if ev.time else max(stamps))
                     )
         return stalls, lambda: self._activity.extracted(kinds)
+
+    def _counted(
+        self, bodies: list[str], stream: str, node: str | None, ctx: AttemptContext
+    ) -> dict[str, int] | None:
+        """The events of each kind the stream's candidate lines `bodies` give, each distinct line
+        extracted once — or None when that would not be what extracting them together gives: a rule
+        that reads lines around its own (which are the other candidates here) or makes a stall (whose
+        time the lines before it give). Every other rule reads its line alone, so a line repeated
+        (a storm of one WARN) gives its events again, and an `inert` line none."""
+        ex = self._extractor
+        if not ex.tokens_exact:
+            return None
+        data, starts = joined(bodies)
+        per_line: dict[int, list[int]] = {}
+        for tok, at, _ in ex.scan(data):
+            per_line.setdefault(bisect.bisect_right(starts, at) - 1, []).append(tok)
+        alone: dict[tuple[int, ...], bool] = {}
+        repeats: dict[str, int] = {}  # each distinct line → how often it came
+        tokens: dict[str, tuple[int, ...]] = {}
+        for i, found in per_line.items():
+            key = tuple(sorted(set(found)))
+            ok = alone.get(key)
+            if ok is None:
+                ok = alone[key] = ex.alone(key, self.STALL_KINDS)
+            if not ok:
+                return None
+            body = bodies[i]
+            if body in repeats:
+                repeats[body] += 1
+            else:
+                repeats[body] = 1
+                tokens[body] = key
+        texts = list(repeats)
+        for text, inert in zip(texts, ex.inert_lines(texts, [tokens[t] for t in texts]), strict=True):
+            if inert:
+                del repeats[text]
+        counted: dict[str, int] = defaultdict(int)
+        if not repeats:
+            return counted
+        lines = list(repeats)
+        if any("\n" in line for line in lines):  # a record of several lines: extraction numbers each
+            return None
+        src = TextSource(name=stream, text="\n".join(lines), node=node)
+        for ev in ex.extract([src], ctx, time_context(ctx)).events:
+            counted[ev.kind] += repeats[lines[int(ev.ref.rsplit(":", 1)[1]) - 1]]
+        for kind in THINNED_KINDS & counted.keys():  # a stream keeps its first and last THINNED_KEEP
+            counted[kind] = min(counted[kind], 2 * THINNED_KEEP)
+        return counted
 
 
 def _nothing() -> None:
