@@ -787,13 +787,16 @@ def _check_wire_attributes(signal: str, body: bytes) -> None:
     bound = limits.active().max_attributes_per_request
     if len(body) <= 2 * bound:  # too short to hold more
         return
+    tags = sum(map(body.count, _ATTRIBUTE_TAGS))  # each attribute has its own tag byte, one of these
+    if tags <= bound:  # no more than the least allowed: the records need no counting
+        return
     records = limits.active().max_records_per_request
     if signal == "logs":
         records = otlp_wire.count_log_records(body, records)
     else:
         records = otlp_wire.count_data_points(body, records)
     allowed = max(bound, JSON_VALUES_PER_RECORD * records)
-    if sum(map(body.count, _ATTRIBUTE_TAGS)) <= allowed:  # each one has its own tag byte, one of these
+    if tags <= allowed:
         return
     if otlp_wire.count_attributes(body, signal, allowed) > allowed:
         raise MessageTooLarge(
