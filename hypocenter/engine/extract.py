@@ -174,11 +174,19 @@ class Extractor:
                 return False
         return True
 
-    def inert_lines(self, lines: Sequence[str], tokens: Sequence[Iterable[int]]) -> list[bool]:
+    def inert_lines(
+        self, lines: Sequence[str], tokens: Sequence[Iterable[int]], known: dict[str, bool] | None = None
+    ) -> list[bool]:
         """`inert` of each of `lines` (texts as stored) with its `tokens`: each token's patterns run
-        once over its lines joined, matching within a line only (RE2's `never_nl`)."""
+        once over its lines joined, matching within a line only (RE2's `never_nl`). `known`: texts
+        told already (a line's tokens are its text's), read and filled."""
         if not self.tokens_exact:
             return [False] * len(lines)
+        if known is not None:
+            todo = [i for i, line in enumerate(lines) if line not in known]
+            told = self.inert_lines([lines[i] for i in todo], [tokens[i] for i in todo])
+            known.update(zip((lines[i] for i in todo), told, strict=True))
+            return [known[line] for line in lines]
         out = [True] * len(lines)
         by_token: dict[int, list[int]] = defaultdict(list)
         for i, (line, found) in enumerate(zip(lines, tokens, strict=True)):
@@ -256,11 +264,13 @@ class Extractor:
         *,
         tail: int = 200,
         scanned: tuple[bytes, list[int], list[tuple[int, int, int]]] | None = None,
+        inert: dict[str, bool] | None = None,
     ) -> set[int]:
         """`evidence_lines` of the lines `numbers` (ascending) with texts `bodies`: the same, with no
         Python step per line but for the last `tail` (one prefilter pass, regexes over the lines joined).
         `scanned`: the lines joined, where each starts and `scan`'s hits in them, when the caller
-        has them already (`joined` and `scan` of the same lines)."""
+        has them already (`joined` and `scan` of the same lines). `inert`: lines told inert or not
+        already (`inert_lines`' `known`), read and filled."""
         if not numbers:
             return set()
         if scanned is None:
@@ -297,7 +307,7 @@ class Extractor:
                 stamped[i] = STAMP_HINT.search(head) is not None and parse_line(head, tctx).time is not None
             return stamped[i]
 
-        quiet = self._quiet(found, numbers, bodies, tctx, has_stamp)
+        quiet = self._quiet(found, numbers, bodies, tctx, has_stamp, inert)
         unsure = sorted(quiet)
         # Candidates from the last one back: a line whose look back for a stamp ends without one takes
         # the time of the last candidate before it whose time is known, which can be a quiet one in
@@ -369,6 +379,7 @@ class Extractor:
         bodies: Sequence[str],
         tctx: TimeContext,
         has_stamp: Callable[[int], bool],
+        known: dict[str, bool] | None = None,
     ) -> set[int]:
         """The candidate lines (of `found`: line → tokens) that evidence needs not keep for their own
         sake. A stream rebuilt without them extracts the same events: they are `inert` (no events);
@@ -386,7 +397,7 @@ class Extractor:
         for i in found:
             first.setdefault(bodies[i], i)
         texts = list(first)
-        inert = self.inert_lines(texts, [found[first[t]] for t in texts])
+        inert = self.inert_lines(texts, [found[first[t]] for t in texts], known)
         quiet = {
             text
             for text, q in zip(texts, inert, strict=True)

@@ -177,6 +177,7 @@ class Scans:
     def __init__(self, extractor: Extractor) -> None:
         self._extractor = extractor
         self._found: dict[int, tuple[RecordBlock, list[int]]] = {}  # by identity; the block is held
+        self.inert: dict[str, bool] = {}  # candidate lines told inert or not (`Extractor.inert_lines`)
 
     def candidates(self, block: RecordBlock) -> list[int]:
         """Indices of the block's records that have a rule token."""
@@ -424,7 +425,7 @@ class Arrival:
             scans.found(parts, whole, len(live))
         numbers = [items[i].line for i in live] + run.lines
         kept = self._extractor.evidence_columns(
-            numbers, bodies, tctx, scanned=(whole.data, whole.starts, whole.hits)
+            numbers, bodies, tctx, scanned=(whole.data, whole.starts, whole.hits), inert=scans.inert
         )
         kept |= _beside_holes(_holes(state.ranges), numbers)
         state.rows = []

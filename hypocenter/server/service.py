@@ -161,7 +161,7 @@ class IngestEvents:
                 window=Window(start=lo - timedelta(hours=1), end=hi + timedelta(hours=1)),
                 nodes=[node] if node else [],
             )
-            counted = self._counted(bodies, stream, node, ctx)
+            counted = self._counted(bodies, stream, node, ctx, scans.inert)
             if counted is not None:
                 for kind, n in counted.items():
                     kinds[kind] += n
@@ -176,13 +176,19 @@ class IngestEvents:
         return stalls, lambda: self._activity.extracted(kinds)
 
     def _counted(
-        self, bodies: list[str], stream: str, node: str | None, ctx: AttemptContext
+        self,
+        bodies: list[str],
+        stream: str,
+        node: str | None,
+        ctx: AttemptContext,
+        inert: dict[str, bool] | None = None,
     ) -> dict[str, int] | None:
         """The events of each kind the stream's candidate lines `bodies` give, each distinct line
         extracted once — or None when that would not be what extracting them together gives: a rule
         that reads lines around its own (which are the other candidates here) or makes a stall (whose
         time the lines before it give). Every other rule reads its line alone, so a line repeated
-        (a storm of one WARN) gives its events again, and an `inert` line none."""
+        (a storm of one WARN) gives its events again, and an `inert` line none (`inert`: lines the
+        reduction on arrival told already)."""
         ex = self._extractor
         if not ex.tokens_exact:
             return None
@@ -207,8 +213,9 @@ class IngestEvents:
                 repeats[body] = 1
                 tokens[body] = key
         texts = list(repeats)
-        for text, inert in zip(texts, ex.inert_lines(texts, [tokens[t] for t in texts]), strict=True):
-            if inert:
+        told = ex.inert_lines(texts, [tokens[t] for t in texts], inert)  # the reduction's, mostly
+        for text, quiet in zip(texts, told, strict=True):
+            if quiet:
                 del repeats[text]
         counted: dict[str, int] = defaultdict(int)
         if not repeats:
