@@ -609,11 +609,11 @@ class Attribution:
                     inp.coverage.extend(covered)
                 diagnosis = with_history(self.fleet, self.engine.analyze(inp))
             except TransientError:
-                self.store.mark_analysing(row.id, None)
+                self.store.mark_analysing(row.id, None, (self.leadership.holder, started))
                 raise
             except Exception as exc:  # a poison attempt: recorded with the reason, never retried into a crash
                 reason = quarantine.describe(exc)
-                self.store.fail_analysis(row.id, reason, time.time(), started)
+                self.store.fail_analysis(row.id, reason, time.time(), started, self.leadership.holder)
                 self.activity.analysis_failed(quarantine.failure_kind(exc))
                 log.warning(
                     "analysis of workload %r attempt %d failed, quarantined until new data arrives: %s",

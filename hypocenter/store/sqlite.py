@@ -854,22 +854,44 @@ class SQLiteStore(Coordination):
 
     # ----------------------------------------------------------------------------------- quarantine
 
-    def mark_analysing(self, attempt_id: int, since: float | None) -> None:
+    def mark_analysing(
+        self, attempt_id: int, since: float | None, claim: tuple[str, float] | None = None
+    ) -> None:
         """Mark the attempt as being analysed since `since` (committed), so that a process that dies in
-        the analysis is noticed at the next start; None clears the mark."""
+        the analysis is noticed at the next start; None clears the mark. With `claim` (holder, since:
+        `claim_analysis`), only while that claim is still the attempt's: a replica whose claim was
+        taken back and given to another clears nothing of the other's."""
         with self._tx() as db:
-            db.execute(sql("UPDATE attempts SET analysing_since=? WHERE id=?"), (since, attempt_id))
+            if claim is None:
+                db.execute(sql("UPDATE attempts SET analysing_since=? WHERE id=?"), (since, attempt_id))
+            else:
+                db.execute(
+                    sql(
+                        "UPDATE attempts SET analysing_since=? WHERE id=? AND analysing_by=? AND analysing_since=?"
+                    ),
+                    (since, attempt_id, *claim),
+                )
 
-    def fail_analysis(self, attempt_id: int, reason: str, now: float, analyzed_from: float) -> None:
+    def fail_analysis(
+        self, attempt_id: int, reason: str, now: float, analyzed_from: float, holder: str | None = None
+    ) -> None:
         """Record why the analysis failed; the attempt is not due again unless data arrived after
-        `analyzed_from` (the wall time the analysis read the store)."""
+        `analyzed_from` (the wall time the analysis read the store). With `holder`, only while the
+        attempt is still claimed by it from `analyzed_from` (`claim_analysis`)."""
+        claimed = "" if holder is None else " AND analysing_by=? AND analysing_since=?"
         with self._tx() as db:
             db.execute(
                 sql(
                     "UPDATE attempts SET failure=?, failed_at=?, analysing_since=NULL, interrupted=0,"
-                    " dirty=CASE WHEN activity > ? THEN 1 ELSE 0 END WHERE id=?"
+                    f" dirty=CASE WHEN activity > ? THEN 1 ELSE 0 END WHERE id=?{claimed}"
                 ),
-                (reason, now, analyzed_from, attempt_id),
+                (
+                    reason,
+                    now,
+                    analyzed_from,
+                    attempt_id,
+                    *(() if holder is None else (holder, analyzed_from)),
+                ),
             )
 
     def recover_interrupted(

@@ -92,6 +92,25 @@ def test_an_analysis_is_claimed_by_one_replica_at_a_time(store: SQLiteStore) -> 
     assert store.claim_analysis(row.id, "b", 4.0)
 
 
+def test_a_replica_whose_claim_was_given_to_another_leaves_the_other_s_alone(store: SQLiteStore) -> None:
+    store.set_context("w", 0, {"workload": {"id": "w"}}, time.time())
+    row = store.attempt("w", 0)
+    assert row is not None
+    assert store.claim_analysis(row.id, "a", 1.0)
+    store.mark_analysing(row.id, None)  # a's claim taken back (a was paused past its lease) …
+    assert store.claim_analysis(row.id, "b", 4.0)  # … and given to b
+    # a resumes: its transient failure and its quarantine are of a claim it no longer holds
+    store.mark_analysing(row.id, None, ("a", 1.0))
+    store.fail_analysis(row.id, "boom", 5.0, 1.0, "a")
+    again = store.attempt("w", 0)
+    assert again is not None and again.failure is None
+    assert store.analysing_by(row.id) == "b"
+    assert not store.claim_analysis(row.id, "c", 6.0)  # b's analysis is still under way
+    store.fail_analysis(row.id, "bad input", 7.0, 4.0, "b")  # b's own failure is recorded
+    failed = store.attempt("w", 0)
+    assert failed is not None and failed.failure == "bad input"
+
+
 def test_the_claim_of_a_replica_that_is_gone_is_taken_back(pg_store: SQLiteStore) -> None:
     store = pg_store
     store.set_context("w", 0, {"workload": {"id": "w"}}, time.time())
