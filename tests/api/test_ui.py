@@ -307,6 +307,11 @@ def test_list_filters_detail_and_live_update_in_chromium(
     pane = next(iter(json.loads(parse_qs(url.query)["panes"][0]).values()))
     assert pane["datasource"] == "loki-uid" and pane["queries"][0]["expr"] == '{hostname=~"node02"}'
     assert int(pane["range"]["from"]) < 1793613600000 < int(pane["range"]["to"])  # the window holds 10:00:00Z
+    # any node name stays itself in the LogQL string and the regex (a quote would end the string)
+    odd = page.evaluate(
+        """async () => (await import('/ui/static/detail.js')).lokiNodeSelector('hostname', ['a"b', 'c.d', 'e\\\\f'])"""
+    )
+    assert odd == r'{hostname=~"a\"b|c\\.d|e\\\\f"}'
     _check_page(page)
     page.screenshot(path=str(shots / "detail.png"), full_page=True)
 

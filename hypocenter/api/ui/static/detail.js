@@ -58,16 +58,22 @@ function attemptCard(d, cfg) {
     ]));
 }
 
+// A LogQL stream selector matching any of `nodes` exactly: each name escaped for the regex, then the
+// regex for the double-quoted LogQL string (a backslash and a quote in a node name stay themselves).
+export function lokiNodeSelector(label, nodes) {
+  const regex = nodes.map((n) => n.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")).join("|");
+  return `{${label}=~"${regex.replace(/[\\"]/g, "\\$&")}"}`;
+}
+
 // Grafana Explore on the attempt's window, with the Loki data source and a node selector.
 function grafanaLinks(d, cfg) {
   if (!cfg.grafana_url || !d.attempt?.window) return [];
   const from = Date.parse(d.attempt.window.start) - 300e3;
   const to = Date.parse(d.attempt.window.end) + 300e3;
-  const re = (nodes) => nodes.map((n) => n.replace(/[.*+?^${}()|[\]\\]/g, "\\\\$&")).join("|");
   const link = (label, nodes) => {
     const ds = { type: "loki", uid: cfg.loki_datasource_uid };
     const pane = { datasource: cfg.loki_datasource_uid, queries: [{ refId: "A", datasource: ds, queryType: "range",
-      expr: `{${cfg.loki_node_label}=~"${re(nodes)}"}` }], range: { from: String(from), to: String(to) } };
+      expr: lokiNodeSelector(cfg.loki_node_label, nodes) }], range: { from: String(from), to: String(to) } };
     const url = `${cfg.grafana_url}/explore?schemaVersion=1&orgId=1&panes=${encodeURIComponent(JSON.stringify({ hc: pane }))}`;
     return h("a", { href: url, target: "_blank", rel: "noopener", class: "ext" }, label);
   };
