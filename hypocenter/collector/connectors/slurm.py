@@ -638,6 +638,8 @@ class SlurmConnector:
             exit_code=exit_code,
             reason=lead.reason,
             nodes=list(dict.fromkeys(nodes)),
+            gpus_per_node=_gpus_per_node(facts if het else primary, len(set(nodes)))
+            or (_gpus_per_node(ctl, len(set(nodes))) if ctl and same and not het else None),
         )
         return context, chosen, same
 
@@ -676,6 +678,44 @@ class SlurmConnector:
         return ([RecordSource(name=source, records=records)] if records else []), Coverage(
             connector=self.name, source=source, status=status, observations=len(records), reason=reason
         )
+
+
+def _gpus_allocated(job: dict[str, Any]) -> int | None:
+    """The GPUs Slurm allocated to a job record: sacct's `tres.allocated` (`{type: gres, name: gpu,
+    count}`; a typed `gpu:<model>` entry when the plain one is not listed), else the controller's
+    `tres_alloc_str` (`…,gres/gpu=16`)."""
+    tres = job.get("tres")
+    allocated = tres.get("allocated") if isinstance(tres, dict) else None
+    if isinstance(allocated, list):
+        counts: dict[str, int] = {}
+        for t in allocated:
+            if (
+                isinstance(t, dict)
+                and t.get("type") == "gres"
+                and str(t.get("name") or "").split(":")[0] == "gpu"
+            ):
+                n = _int(t.get("count"))
+                if n is not None and n > 0:
+                    counts[str(t["name"])] = n
+        if counts:
+            return counts.get("gpu", max(counts.values()))
+    text = job.get("tres_alloc_str")
+    if isinstance(text, str):
+        for part in text.split(","):
+            key, _, value = part.partition("=")
+            if key.strip() == "gres/gpu" and value.strip().isdigit() and int(value) > 0:
+                return int(value)
+    return None
+
+
+def _gpus_per_node(jobs: list[_Facts], nodes: int) -> int | None:
+    """GPUs per node of the attempt (what the cost of a failure multiplies by): the GPUs allocated to
+    its job records over its nodes, when they divide evenly; None when Slurm names none."""
+    counts = [n for f in jobs if (n := _gpus_allocated(f.raw)) is not None]
+    if not counts or not nodes:
+        return None
+    total = sum(counts) if len(jobs) > 1 else counts[0]
+    return total // nodes if total % nodes == 0 and total >= nodes else None
 
 
 def _task_layout(job: _Facts, nodes: list[str]) -> dict[str, list[int]]:
