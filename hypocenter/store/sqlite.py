@@ -1223,6 +1223,16 @@ class SQLiteStore(Coordination):
                 ),
                 (cutoff,),
             ).rowcount
+            # A stream's state outlives its lines only as long as something may still come for it: an
+            # attempt's streams go with the attempt, a node's stream once retention took all its lines.
+            removed += db.execute(
+                sql(
+                    "DELETE FROM stream_state WHERE (workload <> '' AND NOT EXISTS (SELECT 1 FROM attempts a"
+                    " WHERE a.workload = stream_state.workload AND a.attempt = stream_state.attempt))"
+                    " OR (workload = '' AND NOT EXISTS (SELECT 1 FROM log_entries e WHERE e.stream ="
+                    " stream_state.stream AND COALESCE(e.node, '') = stream_state.node AND e.attempt_id IS NULL))"
+                )
+            ).rowcount
         return removed
 
     def ping(self) -> None:
