@@ -374,6 +374,9 @@ def log_entries(req: ExportLogsServiceRequest, body: bytes | None = None, flat: 
                 if block is not None:
                     out.blocks.append(block)
                     continue
+            first = len(out.accepted)
+            stamps: list[int] = []  # time_unix_nano of each record taken (a group numbered on arrival)
+            groupable = True  # text lines of one stream without record numbers or uids, so far
             for lr in sl.log_records:
                 lattrs = attributes(lr.attributes)
                 own = not _TAGGING_KEYS.isdisjoint(lattrs)
@@ -431,6 +434,8 @@ def log_entries(req: ExportLogsServiceRequest, body: bytes | None = None, flat: 
                     if own or ident is not rident
                     else rwhere
                 )
+                groupable = groupable and uid is None and line is None and kind == "text"
+                stamps.append(lr.time_unix_nano)
                 if uid is not None:
                     key = f"uid\x1f{where}\x1f{uid}"
                 elif (
@@ -468,6 +473,11 @@ def log_entries(req: ExportLogsServiceRequest, body: bytes | None = None, flat: 
                         scope=ident.scope,
                     )
                 )
+            if groupable and len(out.accepted) > first:
+                block = _as_block(out.accepted[first:], stamps)
+                if block is not None:
+                    del out.accepted[first:]
+                    out.blocks.append(block)
     if unscoped:
         out.rejected += unscoped
         out.rejected_by["no_node_or_workload"] = unscoped
@@ -589,6 +599,40 @@ def _unnumbered(
         digest=digest.hexdigest(),
         observed=cols.observed,
         retry_key=(where, "\x1f" + json.dumps(lattrs, sort_keys=True, default=str)),
+    )
+
+
+def _as_block(entries: list[Entry], stamps: list[int]) -> RecordBlock | None:
+    """A scope group's records, tagged one by one, as one block numbered on arrival, when they are
+    text lines of one stream without record numbers (an SDK handler's records, whose attributes
+    differ from record to record): each keeps its `Entry`'s dedup key (its retry key) and the
+    block's digest is made of them, so a retry of the group is dropped whole. None otherwise."""
+    head = entries[0]
+    if "state" in head.scope:  # a terminal state on the resource: each record says it (per record)
+        return None
+    scope = {k: v for k, v in head.scope.items() if k != "banner_state"}
+    banners: dict[int, str] = {}
+    for i, e in enumerate(entries):
+        if (e.workload, e.attempt, e.node, e.stream) != (head.workload, head.attempt, head.node, head.stream):
+            return None
+        if e.scope is not head.scope and {k: v for k, v in e.scope.items() if k != "banner_state"} != scope:
+            return None
+        if "banner_state" in e.scope:
+            banners[i] = e.scope["banner_state"]
+    dedups = [e.dedup for e in entries]
+    return RecordBlock(
+        workload=head.workload,
+        attempt=head.attempt,
+        node=head.node,
+        stream=head.stream,
+        scope=scope,
+        lines=[],
+        bodies=[e.body for e in entries],
+        times=[e.time_ns for e in entries],
+        stamps=stamps if len(stamps) == len(entries) else [e.time_ns for e in entries],
+        digest=hashlib.blake2b("\x1f".join(dedups).encode(), digest_size=16).hexdigest(),
+        banners=banners,
+        dedups=dedups,
     )
 
 

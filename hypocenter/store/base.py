@@ -82,6 +82,7 @@ class RecordBlock:
     observed: list[int] = field(default_factory=list)  # observed_time_unix_nano as sent (when `digest`)
     retry_key: tuple[str, str] = ("", "")  # when `digest`: the exporter-retry key around times and body
     banners: dict[int, str] = field(default_factory=dict)  # record → the state its Slurm banner names
+    dedups: list[str] = field(default_factory=list)  # when `digest`, tagged per record: each record's key
 
     def __len__(self) -> int:
         return len(self.bodies)
@@ -92,10 +93,13 @@ class RecordBlock:
 
     def entry(self, i: int) -> Entry:
         if not self.lines:  # no record numbers given (yet): the record as the per-record path keys it
-            where, tail = self.retry_key
-            key = f"{where}{self.stamps[i]}\x1f{self.observed[i]}\x1f{self.bodies[i]}{tail}"
             line = None
-            dedup = hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+            if self.dedups:
+                dedup = self.dedups[i]
+            else:
+                where, tail = self.retry_key
+                key = f"{where}{self.stamps[i]}\x1f{self.observed[i]}\x1f{self.bodies[i]}{tail}"
+                dedup = hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
         else:
             line = self.lines[i]
             dedup = line_dedup(
@@ -133,6 +137,7 @@ class RecordBlock:
             self.observed[k:],
             self.retry_key,
             {i - k: state for i, state in self.banners.items() if i >= k},
+            self.dedups[k:],
         )
 
 

@@ -57,7 +57,10 @@ def _lines(n: int, attrs: dict[str, Any], stamped: bool = True) -> list[tuple[st
 
 
 def _per_record(body: bytes) -> list[Any]:
-    return otlp.log_entries(otlp.decode_logs(body, PROTOBUF)[0]).accepted
+    """The `Entry` of each record as the per-record path tags them (a group of one stream's text
+    lines comes out of it as a block to be numbered on arrival: its records' entries)."""
+    tagged = otlp.log_entries(otlp.decode_logs(body, PROTOBUF)[0])
+    return [*tagged.accepted, *(e for b in tagged.blocks for e in b.entries())]
 
 
 NODE = {"host.name": "gpu0007"}
@@ -84,10 +87,8 @@ def test_unnumbered_records_are_tagged_as_the_per_record_path_tags_them(name: st
     body = _request(resource, records)
     tagged, warnings = otlp.receive("logs", body, PROTOBUF)
     assert warnings == [] and tagged.count == len(records)
-    if name == "the path on the resource, records without a time of their own":
-        # a record without a time leaves its time column short: the group is tagged per record
-        assert tagged.blocks == [] and tagged.accepted == _per_record(body)
-        return
+    # (a record without a time leaves its time column short: that group is tagged per record, and
+    # numbered on arrival all the same)
     assert tagged.accepted == []
     [block] = tagged.blocks
     # numbers are given on arrival; until then each record is the per-record path's `Entry`
@@ -122,13 +123,30 @@ def test_groups_outside_the_shape_take_the_per_record_path(monkeypatch: pytest.M
     two_files = _lines(10, {"log.file.path": "/var/log/a.log"}) + _lines(
         10, {"log.file.path": "/var/log/b.log"}
     )
-    extra = _lines(10, {"log.file.path": "/var/log/a.log", "code.lineno": 12})
-    for resource, records in ((NODE, two_files), (NODE, extra)):
-        body = _request(resource, records)
-        tagged, _ = otlp.receive("logs", body, PROTOBUF)
-        assert tagged.accepted == _per_record(body)
-    streams = {e.stream for e in otlp.receive("logs", _request(NODE, two_files), PROTOBUF)[0].accepted}
-    assert streams == {"gpu0007:/var/log/a.log", "gpu0007:/var/log/b.log"}
+    body = _request(NODE, two_files)
+    tagged, _ = otlp.receive("logs", body, PROTOBUF)
+    assert tagged.blocks == [] and tagged.accepted == _per_record(body)
+    assert {e.stream for e in tagged.accepted} == {"gpu0007:/var/log/a.log", "gpu0007:/var/log/b.log"}
+
+
+def test_an_sdk_group_tagged_per_record_is_still_one_block() -> None:
+    """An SDK handler's records carry attributes of their own (code.lineno, thread names): they are
+    tagged one by one, and their group is still numbered on arrival as one block, each record with
+    its own retry key."""
+    records = [
+        (body, t, o, {"log.file.path": "/var/log/a.log", "code.lineno": i, "thread.name": f"t{i % 3}"})
+        for i, (body, t, o, _) in enumerate(_lines(10, {}))
+    ]
+    body = _request(JOB, records)
+    tagged, _ = otlp.receive("logs", body, PROTOBUF)
+    [block] = tagged.blocks
+    assert tagged.accepted == [] and block.lines == [] and block.entries() == _per_record(body)
+    assert len({e.dedup for e in block.entries()}) == 10
+    again, _ = otlp.receive("logs", body, PROTOBUF)
+    assert again.blocks[0].digest == block.digest
+    records[3] = (records[3][0], records[3][1], records[3][2], {**records[3][3], "code.lineno": 99})
+    other, _ = otlp.receive("logs", _request(JOB, records), PROTOBUF)
+    assert other.blocks[0].digest != block.digest  # another record: another group
 
 
 def test_a_slurm_banner_stays_in_its_group_and_names_the_state() -> None:

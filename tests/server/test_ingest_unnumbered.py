@@ -33,9 +33,10 @@ EXAMPLES = sorted(p.parent.name for p in (REPO / "examples").glob("*/expected.ya
 ENGINE = default_engine()
 
 
-def unnumbered(bundle: Path, per_request: int = 20) -> list[bytes]:
+def unnumbered(bundle: Path, per_request: int = 20, sdk: bool = False) -> list[bytes]:
     """The bundle's records as OTLP requests, the record numbers left out (the state record keeps its
-    own: it is tagged per record, as a terminal state is)."""
+    own: it is tagged per record, as a terminal state is); `sdk`: each record with attributes of its
+    own besides, as an SDK logging handler sends them (its code line, its thread)."""
     out: list[bytes] = []
     for body, _ in otlp_requests(bundle, per_request):
         req = ExportLogsServiceRequest.FromString(body)
@@ -47,6 +48,9 @@ def unnumbered(bundle: Path, per_request: int = 20) -> list[bytes]:
                     keep = [kv for kv in lr.attributes if kv.key != "log.file.record_number"]
                     del lr.attributes[:]
                     lr.attributes.extend(keep)
+                    if sdk:
+                        lr.attributes.add(key="code.lineno").value.int_value = len(lr.body.string_value)
+                        lr.attributes.add(key="thread.name").value.string_value = "MainThread"
         out.append(req.SerializeToString())
     return out
 
@@ -90,14 +94,15 @@ def _diagnose(url: str, requests: list[bytes], *, every_line: bool = False) -> t
         store.close()
 
 
+@pytest.mark.parametrize("sdk", [False, True], ids=["filelog", "sdk"])
 @pytest.mark.parametrize("example", EXAMPLES)
 def test_every_example_sent_without_record_numbers_diagnoses_as_sent_with_them(
-    example: str, tmp_path: Path
+    example: str, sdk: bool, tmp_path: Path
 ) -> None:
     bundle = REPO / "examples" / example
     want, _, _ = _diagnose(str(tmp_path / "numbered.db"), numbered(bundle))
-    got, rows, bare = _diagnose(str(tmp_path / "arrival.db"), unnumbered(bundle))
-    _, every_row, _ = _diagnose(str(tmp_path / "rows.db"), unnumbered(bundle), every_line=True)
+    got, rows, bare = _diagnose(str(tmp_path / "arrival.db"), unnumbered(bundle, sdk=sdk))
+    _, every_row, _ = _diagnose(str(tmp_path / "rows.db"), unnumbered(bundle, sdk=sdk), every_line=True)
     assert got == want
     assert rows <= every_row
     # every line stored has its number (only the terminal-state record, tagged per record, has none)
@@ -144,11 +149,11 @@ def test_a_long_unnumbered_stream_is_stored_as_the_same_stream_with_numbers(tmp_
     assert any("Xid" in str(r) for r in held[False]["rows"])
 
 
-def _retried(reference: str, shared: str) -> None:
+def _retried(reference: str, shared: str, sdk: bool = False) -> None:
     """Each request of a bundle sent to replica A, and sent again — after the next one — to replica B
     (its own connection to the same store), as an exporter retries a request it saw no answer to:
     what is stored is what one replica storing each request once stores (at `reference`)."""
-    requests = unnumbered(REPO / "examples" / "nvlink-xid149", per_request=16)
+    requests = unnumbered(REPO / "examples" / "nvlink-xid149", per_request=16, sdk=sdk)
     one = open_store(reference)
     queue = IngestQueue(one, 1_000_000, 1.0, arrival=Arrival(EXTRACTOR))
     for body in requests:
@@ -175,8 +180,9 @@ def _retried(reference: str, shared: str) -> None:
     assert got == want
 
 
-def test_a_retried_unnumbered_request_is_stored_once(tmp_path: Path) -> None:
-    _retried(str(tmp_path / "once.db"), str(tmp_path / "shared.db"))
+@pytest.mark.parametrize("sdk", [False, True], ids=["filelog", "sdk"])
+def test_a_retried_unnumbered_request_is_stored_once(tmp_path: Path, sdk: bool) -> None:
+    _retried(str(tmp_path / "once.db"), str(tmp_path / "shared.db"), sdk)
 
 
 @pytest.fixture()
