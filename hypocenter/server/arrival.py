@@ -15,17 +15,18 @@ Retries stay idempotent without a row per line: the store keeps each stream's re
 ranges, and records inside them are dropped. A batch that brings line 1 again with another time or
 text starts a new generation (a rotated file), as the assembly reads it (`stream`, `stream.1`, …).
 
-A scope group of text records without record numbers (the filelog receiver's default, SDK
-handlers, journald, most agents; a `RecordBlock` with a `digest`) takes its stream's next numbers,
-in the order the groups arrive, and is then reduced like a numbered one (`_number`): evidence lines
-and gap rows, line numbers in the UI's context. Its retries are dropped by the group's digest
-(the records as sent, hashed; an exporter's retry sends the same bytes), kept by the store for an
-hour (`stream_batches`); the versioned stream state makes replicas agree on the numbers. Without
-numbers the order is the order of arrival, as it was when such records were stored row by row.
+A scope group of text records of one stream without record numbers (the filelog receiver's
+default, SDK handlers, journald, most agents; a `RecordBlock` with a `digest`) takes its stream's
+next numbers, in the order the groups arrive, and is then reduced like a numbered one (`_number`):
+evidence lines and gap rows, line numbers in the UI's context. Its retries are dropped by the
+group's digest (of the records as sent, or of their retry keys when they were tagged one by one),
+kept by the store for an hour (`stream_batches`); the versioned stream state makes replicas agree
+on the numbers. Without numbers the order is the order of arrival, as it was when such records
+were stored row by row.
 
-Records without a record number that are not in a group's usual shape (attributes that vary from
-record to record), structured documents and the terminal-state records take the row-per-record path
-(`Store.ingest`'s `logs`), with their dedup keys, as before.
+Groups of several streams, records with a `log.record.uid`, structured documents and the
+terminal-state records take the row-per-record path (`Store.ingest`'s `logs`), with their dedup
+keys, as before.
 
 Records that arrive as columns (`RecordBlock`, from collector/otlp_columns.py) stay columns when
 they are the stream's next lines, in order, none stored yet — the usual case: one prefilter pass
