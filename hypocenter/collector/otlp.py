@@ -474,10 +474,10 @@ def log_entries(req: ExportLogsServiceRequest, body: bytes | None = None, flat: 
                     )
                 )
             if groupable and len(out.accepted) > first:
-                block = _as_block(out.accepted[first:], stamps)
-                if block is not None:
+                blocks = _as_blocks(out.accepted[first:], stamps)
+                if blocks is not None:
                     del out.accepted[first:]
-                    out.blocks.append(block)
+                    out.blocks.extend(blocks)
     if unscoped:
         out.rejected += unscoped
         out.rejected_by["no_node_or_workload"] = unscoped
@@ -602,11 +602,27 @@ def _unnumbered(
     )
 
 
+def _as_blocks(entries: list[Entry], stamps: list[int]) -> list[RecordBlock] | None:
+    """A scope group's text records without record numbers, tagged one by one, as a block per stream
+    they belong to (in order of first appearance; a filelog receiver reading several files sends
+    their lines in one group), each numbered on arrival; None when one of them cannot be."""
+    streams: dict[tuple[str | None, int, str | None, str], list[int]] = {}
+    for i, e in enumerate(entries):
+        streams.setdefault((e.workload, e.attempt, e.node, e.stream), []).append(i)
+    out: list[RecordBlock] = []
+    for indices in streams.values():
+        block = _as_block([entries[i] for i in indices], [stamps[i] for i in indices])
+        if block is None:
+            return None
+        out.append(block)
+    return out
+
+
 def _as_block(entries: list[Entry], stamps: list[int]) -> RecordBlock | None:
-    """A scope group's records, tagged one by one, as one block numbered on arrival, when they are
-    text lines of one stream without record numbers (an SDK handler's records, whose attributes
-    differ from record to record): each keeps its `Entry`'s dedup key (its retry key) and the
-    block's digest is made of them, so a retry of the group is dropped whole. None otherwise."""
+    """Records of one stream, tagged one by one, as one block numbered on arrival (an SDK handler's
+    records, whose attributes differ from record to record): each keeps its `Entry`'s dedup key (its
+    retry key) and the block's digest is made of them, so a retry of the group is dropped whole.
+    None when they do not share their scope."""
     head = entries[0]
     if "state" in head.scope:  # a terminal state on the resource: each record says it (per record)
         return None
@@ -629,7 +645,7 @@ def _as_block(entries: list[Entry], stamps: list[int]) -> RecordBlock | None:
         lines=[],
         bodies=[e.body for e in entries],
         times=[e.time_ns for e in entries],
-        stamps=stamps if len(stamps) == len(entries) else [e.time_ns for e in entries],
+        stamps=stamps,
         digest=hashlib.blake2b("\x1f".join(dedups).encode(), digest_size=16).hexdigest(),
         banners=banners,
         dedups=dedups,

@@ -24,8 +24,8 @@ kept by the store for an hour (`stream_batches`); the versioned stream state mak
 on the numbers. Without numbers the order is the order of arrival, as it was when such records
 were stored row by row.
 
-Groups of several streams, records with a `log.record.uid`, structured documents and the
-terminal-state records take the row-per-record path (`Store.ingest`'s `logs`), with their dedup
+(A group of several streams is a block per stream.) Records with a `log.record.uid`, structured
+documents and the terminal-state records take the row-per-record path (`Store.ingest`'s `logs`), with their dedup
 keys, as before.
 
 Records that arrive as columns (`RecordBlock`, from collector/otlp_columns.py) stay columns when

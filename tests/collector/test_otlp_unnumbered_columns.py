@@ -119,14 +119,22 @@ def test_a_group_is_tagged_once_not_per_record(monkeypatch: pytest.MonkeyPatch) 
     assert calls <= 3, f"identify ran {calls} times for one scope group"
 
 
-def test_groups_outside_the_shape_take_the_per_record_path(monkeypatch: pytest.MonkeyPatch) -> None:
-    two_files = _lines(10, {"log.file.path": "/var/log/a.log"}) + _lines(
-        10, {"log.file.path": "/var/log/b.log"}
-    )
-    body = _request(NODE, two_files)
+def test_a_group_of_several_files_is_a_block_per_file() -> None:
+    """The filelog receiver reading several files sends their lines in one group, each with its path:
+    one block per file, each in the order its lines came, numbered on arrival."""
+    a = _lines(10, {"log.file.path": "/var/log/a.log"})
+    b = _lines(10, {"log.file.path": "/var/log/b.log"})
+    body = _request(NODE, [x for pair in zip(a, b, strict=True) for x in pair])
     tagged, _ = otlp.receive("logs", body, PROTOBUF)
-    assert tagged.blocks == [] and tagged.accepted == _per_record(body)
-    assert {e.stream for e in tagged.accepted} == {"gpu0007:/var/log/a.log", "gpu0007:/var/log/b.log"}
+    assert tagged.accepted == []
+    assert [blk.stream for blk in tagged.blocks] == ["gpu0007:/var/log/a.log", "gpu0007:/var/log/b.log"]
+    per_record = _per_record(body)
+    for blk in tagged.blocks:
+        assert blk.entries() == [e for e in per_record if e.stream == blk.stream]
+    # a uid per record: records resent with another time are told by it, one by one
+    uids = [(t, s, o, {**attrs, "log.record.uid": f"u{i}"}) for i, (t, s, o, attrs) in enumerate(a)]
+    tagged, _ = otlp.receive("logs", _request(NODE, uids), PROTOBUF)
+    assert tagged.blocks == [] and len(tagged.accepted) == 10
 
 
 def test_an_sdk_group_tagged_per_record_is_still_one_block() -> None:
