@@ -388,8 +388,11 @@ def log_entries(req: ExportLogsServiceRequest, body: bytes | None = None, flat: 
                 if invalid is not None:
                     out.refuse(_INVALID, invalid, "log record(s)")
                     continue
-                body = any_value(lr.body)
-                kind = "doc" if isinstance(body, dict | list) else "text"
+                value = any_value(lr.body)
+                kind = "doc" if isinstance(value, dict | list) else "text"
+                if kind == "doc" and isinstance(value, dict) and _journal_entry(value):
+                    # the journald receiver's entry: a line of `journalctl -o json`, of the fields read
+                    kind, value = "text", {k: value[k] for k in JOURNAL_FIELDS if k in value}
                 if STATE_KEY in lattrs:  # the terminal-state marker: scope, not a log line to analyse
                     kind = "state"
                     refusal = _state_refusal(ident.scope.get("state"))
@@ -397,10 +400,14 @@ def log_entries(req: ExportLogsServiceRequest, body: bytes | None = None, flat: 
                         bad_states.append(refusal)
                         continue
                 text = (
-                    json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-                    if kind == "doc"
+                    json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+                    if isinstance(value, dict | list)
                     else (
-                        "" if body is None else str(body) if not isinstance(body, bool) else str(body).lower()
+                        ""
+                        if value is None
+                        else str(value)
+                        if not isinstance(value, bool)
+                        else str(value).lower()
                     )
                 )
                 stream = (
@@ -599,6 +606,29 @@ def _unnumbered(
         digest=digest.hexdigest(),
         observed=cols.observed,
         retry_key=(where, "\x1f" + json.dumps(lattrs, sort_keys=True, default=str)),
+    )
+
+
+# The fields of a journal entry a line is read by (lineformat.py's JSON layer: the message, its time,
+# host and identifier): the journald receiver sends every field of an entry as a map body.
+JOURNAL_FIELDS = (
+    "MESSAGE",
+    "PRIORITY",
+    "SYSLOG_IDENTIFIER",
+    "_HOSTNAME",
+    "_PID",
+    "_SYSTEMD_UNIT",
+    "_TRANSPORT",
+    "__REALTIME_TIMESTAMP",
+)
+
+
+def _journal_entry(body: Mapping[str, Any]) -> bool:
+    """A journal entry as the journald receiver sends it (a map of the entry's fields): a MESSAGE (text
+    or, for binary data, a list of byte values) and a field only the journal writes."""
+    message = body.get("MESSAGE")
+    return isinstance(message, str | list) and any(
+        k in body for k in ("__REALTIME_TIMESTAMP", "_TRANSPORT", "SYSLOG_IDENTIFIER", "_SYSTEMD_UNIT")
     )
 
 
