@@ -25,8 +25,8 @@ on the numbers. Without numbers the order is the order of arrival, as it was whe
 were stored row by row.
 
 (A group of several streams is a block per stream.) Records with a `log.record.uid`, structured
-documents and the terminal-state records take the row-per-record path (`Store.ingest`'s `logs`), with their dedup
-keys, as before.
+documents and the terminal-state records take the row-per-record path (`Store.ingest`'s `logs`),
+with their dedup keys, as before.
 
 Records that arrive as columns (`RecordBlock`, from collector/otlp_columns.py) stay columns when
 they are the stream's next lines, in order, none stored yet — the usual case: one prefilter pass
