@@ -156,9 +156,12 @@ def test_trickling_crowd_from_one_address_leaves_others_served(tmp_path: Path) -
 
 
 def test_metrics_listener_cuts_trickling_requests_and_caps_connections(tmp_path: Path) -> None:
+    # The deadline is long enough that the four held connections outlive the fifth's connect on a
+    # loaded machine (one cut early frees its place, and the fifth is then let in), and short
+    # enough to cut the trickle.
     srv, thread = serve_in_thread(
         settings(
-            tmp_path, http_request_deadline_s=2.0, http_request_timeout_s=30.0, metrics_max_connections=4
+            tmp_path, http_request_deadline_s=6.0, http_request_timeout_s=30.0, metrics_max_connections=4
         )
     )
     address = srv.outputs.metrics_address
