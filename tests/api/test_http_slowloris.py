@@ -156,9 +156,8 @@ def test_trickling_crowd_from_one_address_leaves_others_served(tmp_path: Path) -
 
 
 def test_metrics_listener_cuts_trickling_requests_and_caps_connections(tmp_path: Path) -> None:
-    # The deadline is long enough that the four held connections outlive the fifth's connect on a
-    # loaded machine (one cut early frees its place, and the fifth is then let in), and short
-    # enough to cut the trickle.
+    # The deadline: long enough for the four held connections to outlive the fifth's connect on a
+    # loaded machine, short enough to cut the trickle.
     srv, thread = serve_in_thread(
         settings(
             tmp_path, http_request_deadline_s=6.0, http_request_timeout_s=30.0, metrics_max_connections=4
@@ -169,9 +168,18 @@ def test_metrics_listener_cuts_trickling_requests_and_caps_connections(tmp_path:
     try:
         # header lines that never end: 80 bytes over ~20 s, each within the per-byte timeout
         assert _trickle_until_closed(address, b"GET /metrics HTTP/1.1\r\n", b"X-Slow: 1\r\n", steps=80)
-        held = [socket.create_connection(_host_port(address), timeout=5) for _ in range(4)]
-        for s in held:
-            s.sendall(b"G")  # each holds a thread, trickling
+        while len(held) < 4:  # each holds a thread, trickling (once the trickle's thread has let go)
+            s = socket.create_connection(_host_port(address), timeout=5)
+            s.sendall(b"G")
+            s.settimeout(0.3)
+            try:
+                answer = s.recv(64)
+            except TimeoutError:  # taken, and waiting for the rest of its request
+                held.append(s)
+                continue
+            assert answer.startswith(b"HTTP/1.1 503"), answer  # refused while the trickle's thread ended
+            s.close()
+            time.sleep(0.1)
         with socket.create_connection(_host_port(address), timeout=10) as extra:
             assert extra.recv(64).startswith(b"HTTP/1.1 503")  # the fifth is refused at once
         for s in held:
