@@ -319,8 +319,8 @@ class Arrival:
         and reduce them as `_reduce_block` does; a group whose digest is stored (an exporter's retry,
         to this replica or another) or came earlier in this batch is dropped, as the per-record path
         drops the records its dedup keys match. None when the stream also has records given one by
-        one in this batch: the groups' records join them, numbered (their digests are then the
-        stream's write's)."""
+        one in this batch, or its groups were tagged differently: their records go that way,
+        numbered (their digests are then the stream's write's)."""
         state = store.arrival_state(*key, tail=REREAD_LINES, digests=sorted({b.digest for b in parts}))
         seen = set(state.batches)
         fresh: list[RecordBlock] = []
@@ -335,7 +335,9 @@ class Arrival:
         for b in fresh:
             b.lines = list(range(at + 1, at + 1 + len(b)))
             at += len(b)
-        if key in streams:
+        if key in streams or any(b.scope != fresh[0].scope for b in fresh):
+            # with records given one by one, or groups tagged differently (the attempt's bookkeeping
+            # reads each record's scope): as records, numbered
             streams[key].extend(e for b in fresh for e in b.entries())
             return None
         w = self._reduce_block(fresh, scans, state, tctx, out)

@@ -257,3 +257,40 @@ def test_replicas_numbering_one_stream_at_once_lose_and_repeat_nothing(pg_urls: 
     for n, body in text.items():
         if start <= n < start + 100:
             assert body == lines[2_200 + n - start]
+
+
+def test_groups_of_one_stream_tagged_differently_keep_each_scope(tmp_path: Path) -> None:
+    """Two groups of one stream in one batch, the second naming the workload's cluster: both are
+    numbered on arrival, in order, and the attempt learns what the second says."""
+    from concurrent.futures import Future
+
+    from hypocenter.server.service import _Batch
+
+    def request(first: int, extra: dict[str, str]) -> bytes:
+        req = ExportLogsServiceRequest()
+        rl = req.resource_logs.add()
+        for k, v in {"hypocenter.workload.id": "job-7", "host.name": "n1", **extra}.items():
+            rl.resource.attributes.add(key=k).value.string_value = v
+        sl = rl.scope_logs.add()
+        for i in range(first, first + 5):
+            lr = sl.log_records.add(time_unix_nano=1_793_613_600_000_000_000 + i)
+            lr.body.string_value = f"[2026-11-02 10:00:0{i % 10}] step {i} loss 2.0"
+            lr.attributes.add(key="log.file.path").value.string_value = "/job/out.log"
+        return req.SerializeToString()
+
+    store = open_store(str(tmp_path / "store.db"))
+    queue = IngestQueue(store, 1_000_000, 1.0, arrival=Arrival(EXTRACTOR))
+    try:
+        batches = []
+        for body in (request(0, {}), request(5, {"hypocenter.workload.cluster": "eos"})):
+            tagged, _ = otlp.receive("logs", body, "application/x-protobuf")
+            batches.append(_Batch(tagged.accepted, [], Future(), tagged.blocks))
+        queue._commit(batches)
+        row = store.attempt("job-7", 0)
+        assert row is not None and row.scope.get("cluster") == "eos"
+        lines = store._tuples(sql("SELECT line, body FROM log_entries WHERE kind = 'text' ORDER BY line"))
+        assert [n for n, _ in lines] == sorted({n for n, _ in lines}) and all(n is not None for n, _ in lines)
+        assert [b for _, b in lines if "step 0 " in b or "step 9 " in b]  # first and last kept, in order
+    finally:
+        queue.close()
+        store.close()
