@@ -649,18 +649,16 @@ def _as_blocks(entries: list[Entry], stamps: list[int]) -> list[RecordBlock] | N
 
 
 def _as_block(entries: list[Entry], stamps: list[int]) -> RecordBlock | None:
-    """Records of one stream, tagged one by one, as one block numbered on arrival (an SDK handler's
-    records, whose attributes differ from record to record): each keeps its `Entry`'s dedup key (its
-    retry key) and the block's digest is made of them, so a retry of the group is dropped whole.
-    None when they do not share their scope."""
+    """Records of one stream (`_as_blocks`), tagged one by one, as one block numbered on arrival (an
+    SDK handler's records, whose attributes differ from record to record): each keeps its `Entry`'s
+    dedup key (its retry key) and the block's digest is made of them, so a retry of the group is
+    dropped whole. None when they do not share their scope."""
     head = entries[0]
     if "state" in head.scope:  # a terminal state on the resource: each record says it (per record)
         return None
     scope = {k: v for k, v in head.scope.items() if k != "banner_state"}
     banners: dict[int, str] = {}
     for i, e in enumerate(entries):
-        if (e.workload, e.attempt, e.node, e.stream) != (head.workload, head.attempt, head.node, head.stream):
-            return None
         if e.scope is not head.scope and {k: v for k, v in e.scope.items() if k != "banner_state"} != scope:
             return None
         if "banner_state" in e.scope:

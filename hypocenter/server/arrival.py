@@ -263,7 +263,7 @@ class Arrival:
                 w = self._number(store, key, parts, scans, tctx, out, streams)
                 if w is not None:
                     out.writes.append(w)
-                elif key in streams:
+                else:  # its records joined the stream's records given one by one
                     digests[key] = [b.digest for b in parts if b.lines]
                 continue
             # The usual case — the stream's next records, in order, or a retry of stored ones —

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterator
+from concurrent.futures import Future
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ from hypocenter.collector import otlp
 from hypocenter.engine import default_engine
 from hypocenter.server.arrival import Arrival
 from hypocenter.server.attempts import assemble
-from hypocenter.server.service import IngestQueue
+from hypocenter.server.service import IngestQueue, _Batch
 from hypocenter.store import open_store
 from hypocenter.store.sql import sql
 
@@ -262,9 +263,6 @@ def test_replicas_numbering_one_stream_at_once_lose_and_repeat_nothing(pg_urls: 
 def test_groups_of_one_stream_tagged_differently_keep_each_scope(tmp_path: Path) -> None:
     """Two groups of one stream in one batch, the second naming the workload's cluster: both are
     numbered on arrival, in order, and the attempt learns what the second says."""
-    from concurrent.futures import Future
-
-    from hypocenter.server.service import _Batch
 
     def request(first: int, extra: dict[str, str]) -> bytes:
         req = ExportLogsServiceRequest()

@@ -711,11 +711,8 @@ def _gpus_allocated(job: dict[str, Any]) -> int | None:
 def _gpus_per_node(jobs: list[_Facts], nodes: int) -> int | None:
     """GPUs per node of the attempt (what the cost of a failure multiplies by): the GPUs allocated to
     its job records over its nodes, when they divide evenly; None when Slurm names none."""
-    counts = [n for f in jobs if (n := _gpus_allocated(f.raw)) is not None]
-    if not counts or not nodes:
-        return None
-    total = sum(counts) if len(jobs) > 1 else counts[0]
-    return total // nodes if total % nodes == 0 and total >= nodes else None
+    total = sum(n for f in jobs if (n := _gpus_allocated(f.raw)) is not None)
+    return total // nodes if nodes and total >= nodes and total % nodes == 0 else None
 
 
 def _task_layout(job: _Facts, nodes: list[str]) -> dict[str, list[int]]:
