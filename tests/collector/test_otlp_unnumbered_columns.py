@@ -9,22 +9,13 @@ from typing import Any
 
 import pytest
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
-from opentelemetry.proto.common.v1.common_pb2 import KeyValue
 from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord, ResourceLogs, ScopeLogs
 
+from bench.perf import _kv
 from hypocenter.collector import otlp
 
 PROTOBUF = "application/x-protobuf"
 T0 = 1_793_613_600_000_000_000
-
-
-def _kv(key: str, value: str | int) -> KeyValue:
-    kv = KeyValue(key=key)
-    if isinstance(value, int):
-        kv.value.int_value = value
-    else:
-        kv.value.string_value = value
-    return kv
 
 
 def _request(
